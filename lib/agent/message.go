@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Role of a UIMessage.
+type Role string
+
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+)
+
+// Message is an AI SDK UIMessage. Parts stay raw JSON so part types the engine does not act on (data-*, file,
+// source-*) round-trip byte for byte; use DecodePart for the ones it does.
+type Message struct {
+	ID       string            `json:"id"`
+	Role     Role              `json:"role"`
+	Parts    []json.RawMessage `json:"parts"`
+	Metadata json.RawMessage   `json:"metadata,omitempty"`
+}
+
+// MessageRecord is a stored message with its position in the thread.
+type MessageRecord struct {
+	ThreadID  string
+	Seq       int64 // position in the thread; assigned by the writer (the claim holder), kept on upsert
+	Message   Message
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// MessageStatus is kept in assistant message metadata.
+type MessageStatus string
+
+const (
+	MessageStreaming   MessageStatus = "streaming"
+	MessageCompleted   MessageStatus = "completed"
+	MessageInterrupted MessageStatus = "interrupted"
+	MessageCanceled    MessageStatus = "canceled"
+	MessageFailed      MessageStatus = "failed"
+)
+
+// MessageMetadata is what the server writes into an assistant message's metadata (and into finish.messageMetadata).
+type MessageMetadata struct {
+	Status MessageStatus `json:"status,omitempty"`
+	RunID  string        `json:"runId,omitempty"`
+	Model  string        `json:"model,omitempty"`
+	Usage  *Usage        `json:"usage,omitempty"`
+}
+
+// Part is the decoded form of the part types the engine reads and writes. Fields that a type does not use stay
+// empty and are omitted on encode.
+type Part struct {
+	Type       string          `json:"type"`
+	Text       string          `json:"text,omitempty"`
+	State      string          `json:"state,omitempty"`
+	ToolCallID string          `json:"toolCallId,omitempty"`
+	ToolName   string          `json:"toolName,omitempty"` // dynamic-tool only; static tools carry it in Type
+	Input      json.RawMessage `json:"input,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	ErrorText  string          `json:"errorText,omitempty"`
+	Approval   *PartApproval   `json:"approval,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"`
+	ID         string          `json:"id,omitempty"`
+}
+
+// PartApproval is the approval object on a tool part (AI SDK v6 tool approval).
+type PartApproval struct {
+	ID       string `json:"id"`
+	Approved *bool  `json:"approved,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Tool part states (AI SDK v6).
+const (
+	StateInputStreaming    = "input-streaming"
+	StateInputAvailable    = "input-available"
+	StateApprovalRequested = "approval-requested"
+	StateApprovalResponded = "approval-responded"
+	StateOutputAvailable   = "output-available"
+	StateOutputError       = "output-error"
+	StateOutputDenied      = "output-denied"
+)
+
+// IsToolPart reports whether a part type is a tool invocation (static "tool-<name>" or "dynamic-tool").
+func IsToolPart(typ string) bool {
+	return typ == "dynamic-tool" || (len(typ) > 5 && typ[:5] == "tool-")
+}
+
+// ToolNameOf returns the tool name of a tool part.
+func (p Part) ToolNameOf() string {
+	if p.Type == "dynamic-tool" {
+		return p.ToolName
+	}
+	if IsToolPart(p.Type) {
+		return p.Type[5:]
+	}
+	return ""
+}
+
+// DecodePart decodes the fields the engine understands.
+func DecodePart(raw json.RawMessage) (Part, error) {
+	var p Part
+	err := json.Unmarshal(raw, &p)
+	return p, err
+}
+
+// EncodePart encodes p; it cannot fail for values built from valid JSON.
+func EncodePart(p Part) json.RawMessage {
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic("agent: encode part: " + err.Error())
+	}
+	return b
+}
+
+// Text returns the concatenated text parts of m.
+func (m Message) Text() string {
+	var s string
+	for _, raw := range m.Parts {
+		p, err := DecodePart(raw)
+		if err == nil && p.Type == "text" {
+			s += p.Text
+		}
+	}
+	return s
+}
+
+// Meta decodes the server-authored metadata; unknown or invalid metadata yields the zero value.
+func (m Message) Meta() MessageMetadata {
+	var md MessageMetadata
+	if len(m.Metadata) > 0 {
+		_ = json.Unmarshal(m.Metadata, &md)
+	}
+	return md
+}

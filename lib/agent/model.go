@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Model streams one completion. Stream calls emit for every delta as it arrives, in order, and returns the
+// assembled result when the model finishes. Implementations retry transient failures only before the first
+// emit; an error after that is returned as is. An error returned by emit aborts the stream and is returned.
+type Model interface {
+	Stream(ctx context.Context, req ModelRequest, emit func(ModelEvent) error) (ModelResult, error)
+}
+
+// ModelRequest is one model call.
+type ModelRequest struct {
+	Model           string
+	System          string
+	Messages        []ModelMessage
+	Tools           []ToolSpec
+	MaxOutputTokens int
+}
+
+// ModelMessage is the provider-neutral transcript entry.
+type ModelMessage struct {
+	Role       string // "user", "assistant" or "tool"
+	Text       string
+	ToolCalls  []ToolCall // assistant only
+	ToolCallID string     // tool only: the call this result answers
+}
+
+// ToolCall is one call the model made. Arguments is the raw JSON the model produced.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// ToolSpec describes a tool to the model.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// ModelEventType says what a ModelEvent carries.
+type ModelEventType int
+
+const (
+	EventTextDelta ModelEventType = iota + 1
+	EventReasoningDelta
+	EventToolCallStart // ToolCallID and ToolName are set
+	EventToolCallDelta // Delta is a fragment of the arguments JSON
+)
+
+// ModelEvent is one streamed delta.
+type ModelEvent struct {
+	Type       ModelEventType
+	Delta      string
+	ToolIndex  int
+	ToolCallID string
+	ToolName   string
+}
+
+// FinishReason uses the AI SDK's names.
+type FinishReason string
+
+const (
+	FinishStop          FinishReason = "stop"
+	FinishLength        FinishReason = "length"
+	FinishToolCalls     FinishReason = "tool-calls"
+	FinishContentFilter FinishReason = "content-filter"
+	FinishError         FinishReason = "error"
+	FinishOther         FinishReason = "other"
+)
+
+// ModelResult is a finished completion.
+type ModelResult struct {
+	Text         string
+	Reasoning    string
+	ToolCalls    []ToolCall
+	FinishReason FinishReason
+	Usage        Usage
+	Model        string
+}

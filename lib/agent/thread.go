@@ -1,0 +1,62 @@
+package agent
+
+import "time"
+
+// Thread is one conversation. ID comes from the client (the useChat id); Owner is the authenticated subject.
+type Thread struct {
+	ID        string         `json:"id"`
+	Owner     string         `json:"owner"`
+	Title     string         `json:"title"`
+	Settings  ThreadSettings `json:"settings"`
+	Usage     Usage          `json:"usage"`
+	CreatedAt time.Time      `json:"createdAt"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+	// Epoch is the last fencing token handed out on this thread; every claim takes Epoch+1.
+	Epoch int64 `json:"epoch"`
+	// ActiveRun is the run claim, nil when the thread is idle.
+	ActiveRun *Claim `json:"activeRun,omitempty"`
+}
+
+// ThreadSettings are user-editable per-thread options.
+type ThreadSettings struct {
+	// ReviewTools requires approval for every mutating tool.
+	ReviewTools bool `json:"reviewTools"`
+}
+
+// ThreadPatch changes the user-editable fields of a thread; nil fields are left alone.
+type ThreadPatch struct {
+	Title    *string
+	Settings *ThreadSettings
+}
+
+// Claim is the active-run claim stored on the thread. It is the single item a heartbeat touches, and the item
+// the reaper's sparse index of running runs is built over.
+type Claim struct {
+	RunID           string    `json:"runId"`
+	Epoch           int64     `json:"epoch"`
+	HeartbeatAt     time.Time `json:"heartbeatAt"`
+	CancelRequested bool      `json:"cancelRequested,omitempty"`
+}
+
+// Stale reports whether the claim's heartbeat is older than staleAfter at now.
+func (c *Claim) Stale(now time.Time, staleAfter time.Duration) bool {
+	return c != nil && now.Sub(c.HeartbeatAt) > staleAfter
+}
+
+// Usage counts model tokens.
+type Usage struct {
+	InputTokens       int64 `json:"inputTokens"`
+	OutputTokens      int64 `json:"outputTokens"`
+	TotalTokens       int64 `json:"totalTokens"`
+	CachedInputTokens int64 `json:"cachedInputTokens"`
+}
+
+// Add returns u+o.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{
+		InputTokens:       u.InputTokens + o.InputTokens,
+		OutputTokens:      u.OutputTokens + o.OutputTokens,
+		TotalTokens:       u.TotalTokens + o.TotalTokens,
+		CachedInputTokens: u.CachedInputTokens + o.CachedInputTokens,
+	}
+}
