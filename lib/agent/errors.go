@@ -99,8 +99,8 @@ const (
 	CodeThreadNotFound  = "thread_not_found"
 	CodeRunNotFound     = "run_not_found"
 	CodeMessageNotFound = "message_not_found"
-	CodeRunActive       = "run_active"  // a fresh claim exists on the thread
-	CodeRunFenced       = "run_fenced"  // the caller's claim or epoch is no longer current
+	CodeRunActive       = "run_active"   // a fresh claim exists on the thread
+	CodeRunFenced       = "run_fenced"   // the caller's claim or epoch is no longer current
 	CodeRunCanceled     = "run_canceled" // the claim carries a cancel request
 	CodeNoActiveRun     = "no_active_run"
 	CodeAlreadyResolved = "already_resolved"

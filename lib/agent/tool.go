@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// ToolKind says where a tool executes.
+type ToolKind string
+
+const (
+	ToolServer ToolKind = "server" // executed by the engine
+	ToolClient ToolKind = "client" // executed by the browser; the run stops until the output is posted
+	ToolJob    ToolKind = "job"    // acknowledged at once; a sub-agent job reports back later
+)
+
+// ApprovalPolicy says when a tool call needs a human decision first.
+type ApprovalPolicy string
+
+const (
+	ApprovalNever    ApprovalPolicy = ""         // never (mutating tools still ask when the thread has ReviewTools)
+	ApprovalAlways   ApprovalPolicy = "always"   // every call
+	ApprovalMutating ApprovalPolicy = "mutating" // only when the thread setting ReviewTools is on
+)
+
+// ToolInvocation is what a tool's Execute receives.
+type ToolInvocation struct {
+	ThreadID   string
+	Owner      string
+	RunID      string
+	ToolCallID string
+	Input      json.RawMessage
+}
+
+// Tool is a Go value the engine offers to the model.
+type Tool struct {
+	Name        string
+	Description string
+	InputSchema json.RawMessage
+	Kind        ToolKind
+	Approval    ApprovalPolicy
+	// NeedsApproval, when set, decides per input (overrides Approval when it returns true).
+	NeedsApproval func(input json.RawMessage) bool
+	// Execute runs a server tool (or acknowledges a job tool). Its output is any JSON value. An error becomes a
+	// tool-output-error the model sees; the run goes on.
+	Execute func(ctx context.Context, inv ToolInvocation) (json.RawMessage, error)
+}
+
+// Spec is the model-facing description of t.
+func (t Tool) Spec() ToolSpec {
+	return ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.InputSchema}
+}

@@ -1,0 +1,124 @@
+// Package config reads every bound and setting from the environment, each with a named default, so the Lambda
+// functions and `agentloop dev` share one set of overrides. It only reads values; wiring stays in the mains.
+package config
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults (DESIGN.md "Run lifecycle" and principle 6).
+const (
+	DefaultModel           = "gpt-4o-mini"
+	DefaultMaxSteps        = 30
+	DefaultMaxOutputTokens = 8192
+	DefaultModelTimeout    = 120 * time.Second
+	DefaultModelRetries    = 2
+	DefaultRunTimeout      = 600 * time.Second
+	DefaultToolTimeout     = 30 * time.Second
+	DefaultHeartbeat       = time.Second
+	DefaultStaleAfter      = 30 * time.Second
+	DefaultSegmentFlush    = 500 * time.Millisecond
+	DefaultMaxBodyBytes    = 5 << 20 // below the 6 MB function URL request limit
+	DefaultMaxMessageBytes = 2 << 20
+	DefaultContextBytes    = 400_000 // model context budget after pruning, in bytes of transcript text
+	DefaultTokenTTL        = 24 * time.Hour
+)
+
+// Config is everything the handlers and the engine read from the environment.
+type Config struct {
+	Model           string        // AGENT_MODEL
+	OpenAIBaseURL   string        // OPENAI_BASE_URL
+	OpenAIAPIKey    string        // OPENAI_API_KEY
+	SystemPrompt    string        // AGENT_SYSTEM_PROMPT
+	MaxSteps        int           // AGENT_MAX_STEPS
+	MaxOutputTokens int           // AGENT_MAX_OUTPUT_TOKENS
+	ModelTimeout    time.Duration // AGENT_MODEL_TIMEOUT
+	ModelRetries    int           // AGENT_MODEL_RETRIES
+	RunTimeout      time.Duration // AGENT_RUN_TIMEOUT
+	ToolTimeout     time.Duration // AGENT_TOOL_TIMEOUT
+	Heartbeat       time.Duration // AGENT_HEARTBEAT
+	StaleAfter      time.Duration // AGENT_STALE_AFTER
+	SegmentFlush    time.Duration // AGENT_SEGMENT_FLUSH
+	MaxBodyBytes    int64         // AGENT_MAX_BODY_BYTES
+	MaxMessageBytes int           // AGENT_MAX_MESSAGE_BYTES
+	ContextBytes    int           // AGENT_CONTEXT_BYTES
+	Secret          string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
+	JWTIssuer       string        // AGENT_JWT_ISSUER (optional check)
+	JWTAudience     string        // AGENT_JWT_AUDIENCE (optional check)
+	LogLevel        string        // AGENT_LOG_LEVEL: debug|info|warn|error
+}
+
+// FromEnv reads the process environment.
+func FromEnv() (Config, error) { return Load(os.Getenv) }
+
+// Load reads settings through getenv, so tests need no process environment.
+func Load(getenv func(string) string) (Config, error) {
+	c := Config{
+		Model:         strOr(getenv("AGENT_MODEL"), DefaultModel),
+		OpenAIBaseURL: getenv("OPENAI_BASE_URL"),
+		OpenAIAPIKey:  getenv("OPENAI_API_KEY"),
+		SystemPrompt:  getenv("AGENT_SYSTEM_PROMPT"),
+		Secret:        getenv("AGENT_SECRET"),
+		JWTIssuer:     getenv("AGENT_JWT_ISSUER"),
+		JWTAudience:   getenv("AGENT_JWT_AUDIENCE"),
+		LogLevel:      strOr(getenv("AGENT_LOG_LEVEL"), "info"),
+	}
+	var errs []string
+	intVar := func(name string, def int, dst *int) {
+		*dst = def
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				errs = append(errs, fmt.Sprintf("%s=%q: want a non-negative integer", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	durVar := func(name string, def time.Duration, dst *time.Duration) {
+		*dst = def
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				errs = append(errs, fmt.Sprintf("%s=%q: want a positive duration such as 30s", name, v))
+				return
+			}
+			*dst = d
+		}
+	}
+	intVar("AGENT_MAX_STEPS", DefaultMaxSteps, &c.MaxSteps)
+	intVar("AGENT_MAX_OUTPUT_TOKENS", DefaultMaxOutputTokens, &c.MaxOutputTokens)
+	intVar("AGENT_MODEL_RETRIES", DefaultModelRetries, &c.ModelRetries)
+	intVar("AGENT_MAX_MESSAGE_BYTES", DefaultMaxMessageBytes, &c.MaxMessageBytes)
+	intVar("AGENT_CONTEXT_BYTES", DefaultContextBytes, &c.ContextBytes)
+	var body int
+	intVar("AGENT_MAX_BODY_BYTES", DefaultMaxBodyBytes, &body)
+	c.MaxBodyBytes = int64(body)
+	durVar("AGENT_MODEL_TIMEOUT", DefaultModelTimeout, &c.ModelTimeout)
+	durVar("AGENT_RUN_TIMEOUT", DefaultRunTimeout, &c.RunTimeout)
+	durVar("AGENT_TOOL_TIMEOUT", DefaultToolTimeout, &c.ToolTimeout)
+	durVar("AGENT_HEARTBEAT", DefaultHeartbeat, &c.Heartbeat)
+	durVar("AGENT_STALE_AFTER", DefaultStaleAfter, &c.StaleAfter)
+	durVar("AGENT_SEGMENT_FLUSH", DefaultSegmentFlush, &c.SegmentFlush)
+	if c.MaxSteps == 0 {
+		errs = append(errs, "AGENT_MAX_STEPS must be at least 1")
+	}
+	if c.Heartbeat >= c.StaleAfter {
+		errs = append(errs, "AGENT_HEARTBEAT must be shorter than AGENT_STALE_AFTER")
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("config: %s", strings.Join(errs, "; "))
+	}
+	return c, nil
+}
+
+func strOr(v, def string) string {
+	if strings.TrimSpace(v) == "" {
+		return def
+	}
+	return v
+}

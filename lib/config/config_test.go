@@ -1,0 +1,45 @@
+package config
+
+import (
+	"testing"
+	"time"
+)
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr bool
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "defaults", env: nil, check: func(t *testing.T, c Config) {
+			if c.MaxSteps != DefaultMaxSteps || c.RunTimeout != DefaultRunTimeout || c.StaleAfter != DefaultStaleAfter ||
+				c.MaxBodyBytes != DefaultMaxBodyBytes || c.Model != DefaultModel || c.ModelRetries != DefaultModelRetries {
+				t.Fatalf("defaults not applied: %+v", c)
+			}
+		}},
+		{name: "overrides", env: map[string]string{"AGENT_MAX_STEPS": "3", "AGENT_RUN_TIMEOUT": "5s", "AGENT_MODEL": "m1", "AGENT_MAX_BODY_BYTES": "100"},
+			check: func(t *testing.T, c Config) {
+				if c.MaxSteps != 3 || c.RunTimeout != 5*time.Second || c.Model != "m1" || c.MaxBodyBytes != 100 {
+					t.Fatalf("overrides not applied: %+v", c)
+				}
+			}},
+		{name: "bad int", env: map[string]string{"AGENT_MAX_STEPS": "many"}, wantErr: true},
+		{name: "zero steps", env: map[string]string{"AGENT_MAX_STEPS": "0"}, wantErr: true},
+		{name: "bad duration", env: map[string]string{"AGENT_RUN_TIMEOUT": "-1s"}, wantErr: true},
+		{name: "heartbeat not below stale", env: map[string]string{"AGENT_HEARTBEAT": "40s"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(func(k string) string { return tt.env[k] })
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}

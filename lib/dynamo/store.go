@@ -1,0 +1,347 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Names shared with template.yaml and infra/DYNAMODB.md. Changing one means changing the template too.
+const (
+	// IndexRunning is the sparse GSI over threads that hold a run claim: partition key AttrRunShard, sort key
+	// AttrClaimHeartbeat.
+	IndexRunning = "running"
+	// IndexByOwner is the GSI over threads by owner, most recent first: partition key AttrOwner, sort key
+	// AttrRecency.
+	IndexByOwner = "byOwner"
+
+	AttrPK             = "pk"
+	AttrSK             = "sk"
+	AttrOwner          = "owner"
+	AttrRecency        = "recency"          // "<updatedAt>#<thread id>"
+	AttrRunShard       = "runShard"         // "RUN#<n>", present only while a claim exists
+	AttrClaimHeartbeat = "claimHeartbeatAt" // present only while a claim exists
+	// AttrExpiresAt is the table's TTL attribute, epoch seconds.
+	AttrExpiresAt = "expiresAt"
+
+	// DefaultRunShards is how many partitions the running index spreads claims over. The reaper must query the
+	// same number (see ListStaleClaims).
+	DefaultRunShards = 16
+	// MaxItemBytes is DynamoDB's item size limit.
+	MaxItemBytes = 400 * 1024
+)
+
+// Stable error codes of this adapter (in addition to the agent codes).
+const (
+	CodeStoreUnavailable = "store_unavailable"
+	CodeStoreError       = "store_error"
+	CodeCorrupt          = "store_corrupt"
+)
+
+const (
+	defaultListLimit = 100
+	// maxRunErrorBytes bounds a run's stored error message: it is prose for humans, and an unbounded one could
+	// push the run item past the item limit.
+	maxRunErrorBytes = 16 * 1024
+	// maxThreadBytes bounds a thread item (title and owner are the only free-form fields). A thread that would
+	// exceed it is refused with KindTooLarge rather than split: titles are short by nature.
+	maxThreadBytes = 64 * 1024
+)
+
+// Store is agent.Store over one DynamoDB table. See the package doc for the item layout.
+type Store struct {
+	client    *dynamodb.Client
+	table     string
+	ids       agent.IDs
+	log       *slog.Logger
+	runShards int
+	blob      blobLimits
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithIDs sets the id source used for blob version ids (default agent.RandomIDs over the wall clock).
+func WithIDs(ids agent.IDs) Option { return func(s *Store) { s.ids = ids } }
+
+// WithLogger sets the logger for background clean-up failures (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
+
+// WithRunShards sets the number of running-index shards (default DefaultRunShards). Every writer and the reaper
+// must agree on it.
+func WithRunShards(n int) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.runShards = n
+		}
+	}
+}
+
+// WithBlobLimits overrides the thresholds of the large-value scheme: values longer than compressAbove bytes are
+// gzipped, and payloads longer than chunkBytes are split into chunk items of that size. The defaults (32 KiB,
+// 300 KiB) keep every item well under 400 KB; tests lower them to exercise chunking with small values.
+func WithBlobLimits(compressAbove, chunkBytes int) Option {
+	return func(s *Store) {
+		if compressAbove >= 0 {
+			s.blob.compressAbove = compressAbove
+		}
+		if chunkBytes > 0 && chunkBytes <= maxChunkBytes {
+			s.blob.chunkBytes = chunkBytes
+		}
+	}
+}
+
+// New returns a Store over table, which must have the layout of template.yaml's Table resource.
+func New(client *dynamodb.Client, table string, opts ...Option) *Store {
+	s := &Store{
+		client:    client,
+		table:     table,
+		ids:       agent.RandomIDs{},
+		log:       slog.Default(),
+		runShards: DefaultRunShards,
+		blob:      blobLimits{compressAbove: defaultCompressAbove, chunkBytes: defaultChunkBytes},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+var _ agent.Store = (*Store)(nil)
+
+// Key construction. Ids are used verbatim after a fixed prefix; see the package doc for why '#' inside ids cannot
+// make two keys collide.
+const (
+	threadSK      = "THREAD"
+	prefixMsg     = "MSG#"
+	prefixMsgPart = "MSGC#"
+	prefixRun     = "RUN#"
+	prefixSeg     = "SEG#"
+	prefixSegPart = "SEGC#"
+	prefixVal     = "V#"
+	prefixValPart = "VC#"
+)
+
+func threadPK(id string) string     { return "THREAD#" + id }
+func segmentsPK(runID string) string { return "RUNSEG#" + runID }
+func valuesPK(ns string) string      { return "KV#" + ns }
+func msgSK(id string) string         { return prefixMsg + id }
+func runSK(id string) string         { return prefixRun + id }
+func valSK(key string) string        { return prefixVal + key }
+
+// segSK pads seq to 20 digits so sort-key order is seq order.
+func segSK(seq int64) string { return prefixSeg + padSeq(seq) }
+
+func padSeq(seq int64) string {
+	s := strconv.FormatInt(seq, 10)
+	return strings.Repeat("0", 20-len(s)) + s
+}
+
+func key(pk, sk string) item { return item{AttrPK: avS(pk), AttrSK: avS(sk)} }
+
+// runShard spreads claims over the running index: hash(thread id) mod shards.
+func (s *Store) runShard(threadID string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(threadID))
+	return "RUN#" + strconv.Itoa(int(h.Sum32()%uint32(s.runShards)))
+}
+
+// storeErr maps an SDK error to an *agent.Error: cancellation stays recognisable, throttling and transport
+// failures are KindUnavailable (retry may pass), anything else is internal.
+func storeErr(err error, op string) error {
+	if err == nil {
+		return nil
+	}
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return agent.Wrap(err, agent.KindCanceled, "canceled", "dynamo "+op)
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+			"InternalServerError", "ServiceUnavailable", "TransactionConflictException", "LimitExceededException":
+			return agent.Wrap(err, agent.KindUnavailable, CodeStoreUnavailable, "dynamo "+op)
+		case "ResourceNotFoundException":
+			return agent.Wrap(err, agent.KindInternal, CodeStoreError, "dynamo "+op+": table missing")
+		}
+		return agent.Wrap(err, agent.KindInternal, CodeStoreError, "dynamo "+op)
+	}
+	// No API error: the request never got an answer (connection refused, reset, timeout).
+	return agent.Wrap(err, agent.KindUnavailable, CodeStoreUnavailable, "dynamo "+op)
+}
+
+// conditionFailed reports whether err is a failed ConditionExpression and returns the item DynamoDB sent back
+// (ReturnValuesOnConditionCheckFailure ALL_OLD; empty when the item does not exist).
+func conditionFailed(err error) (item, bool) {
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return cf.Item, true
+	}
+	return nil, false
+}
+
+// guardSize refuses an item that DynamoDB would refuse, with an error a caller can map to 413.
+func guardSize(it item, limit int, what string) error {
+	if n := ItemSize(it); n > limit {
+		return agent.E(agent.KindTooLarge, agent.CodeTooLarge, "%s is %d bytes, more than the %d this store keeps in one item", what, n, limit)
+	}
+	return nil
+}
+
+// errStopQuery, returned by a query callback, ends the query early without error.
+var errStopQuery = errors.New("stop query")
+
+// query runs a paginated strongly consistent (unless index is set) Query and calls fn for every item.
+func (s *Store) query(ctx context.Context, in *dynamodb.QueryInput, fn func(item) error) error {
+	in.TableName = aws.String(s.table)
+	if in.IndexName == nil {
+		in.ConsistentRead = aws.Bool(true)
+	}
+	p := dynamodb.NewQueryPaginator(s.client, in)
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return storeErr(err, "query")
+		}
+		for _, it := range out.Items {
+			if err := fn(it); err != nil {
+				if errors.Is(err, errStopQuery) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// queryPrefix lists the items of partition pk whose sort key begins with prefix, optionally projected.
+func (s *Store) queryPrefix(ctx context.Context, pk, prefix string, keysOnly bool, fn func(item) error) error {
+	e := newExpr()
+	in := &dynamodb.QueryInput{}
+	cond := e.n(AttrPK) + " = " + e.v(avS(pk))
+	if prefix != "" {
+		cond += " AND begins_with(" + e.n(AttrSK) + ", " + e.v(avS(prefix)) + ")"
+	}
+	in.KeyConditionExpression = aws.String(cond)
+	if keysOnly {
+		in.ProjectionExpression = aws.String(e.n(AttrPK) + ", " + e.n(AttrSK))
+	}
+	in.ExpressionAttributeNames = e.attrNames()
+	in.ExpressionAttributeValues = e.attrValues()
+	return s.query(ctx, in, fn)
+}
+
+// getItem reads one item with a strongly consistent read; a missing item is returned as nil.
+func (s *Store) getItem(ctx context.Context, k item) (item, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.table),
+		Key:            k,
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, storeErr(err, "get")
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return out.Item, nil
+}
+
+// batchWrite puts and deletes items in batches of 25, resubmitting unprocessed ones with a capped backoff.
+func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
+	for len(reqs) > 0 {
+		n := min(len(reqs), 25)
+		batch := reqs[:n]
+		reqs = reqs[n:]
+		for attempt := 0; len(batch) > 0; attempt++ {
+			if attempt > 0 {
+				if attempt > 10 {
+					return agent.E(agent.KindUnavailable, CodeStoreUnavailable, "dynamo batch write: %d requests left unprocessed", len(batch))
+				}
+				if err := sleep(ctx, backoff(attempt)); err != nil {
+					return storeErr(err, "batch write")
+				}
+			}
+			out, err := s.client.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
+				RequestItems: map[string][]types.WriteRequest{s.table: batch},
+			})
+			if err != nil {
+				return storeErr(err, "batch write")
+			}
+			batch = out.UnprocessedItems[s.table]
+		}
+	}
+	return nil
+}
+
+// batchGet reads items by key in batches of 100 (strongly consistent), resubmitting unprocessed keys. Missing
+// items are simply absent from the result, which is keyed by pk+"\x00"+sk.
+func (s *Store) batchGet(ctx context.Context, keys []item) (map[string]item, error) {
+	got := make(map[string]item, len(keys))
+	for len(keys) > 0 {
+		n := min(len(keys), 100)
+		batch := keys[:n]
+		keys = keys[n:]
+		for attempt := 0; len(batch) > 0; attempt++ {
+			if attempt > 0 {
+				if attempt > 10 {
+					return nil, agent.E(agent.KindUnavailable, CodeStoreUnavailable, "dynamo batch get: %d keys left unprocessed", len(batch))
+				}
+				if err := sleep(ctx, backoff(attempt)); err != nil {
+					return nil, storeErr(err, "batch get")
+				}
+			}
+			out, err := s.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
+				RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: batch, ConsistentRead: aws.Bool(true)}},
+			})
+			if err != nil {
+				return nil, storeErr(err, "batch get")
+			}
+			for _, it := range out.Responses[s.table] {
+				got[getS(it, AttrPK)+"\x00"+getS(it, AttrSK)] = it
+			}
+			batch = out.UnprocessedKeys[s.table].Keys
+		}
+	}
+	return got, nil
+}
+
+func backoff(attempt int) time.Duration {
+	d := 25 * time.Millisecond << min(attempt, 5)
+	return min(d, time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func deleteReq(k item) types.WriteRequest {
+	return types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: k}}
+}
+
+func putReq(it item) types.WriteRequest {
+	return types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+}

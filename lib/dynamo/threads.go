@@ -1,0 +1,293 @@
+package dynamo
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Thread item attributes (besides pk/sk and the index attributes named in store.go).
+const (
+	attrID          = "id"
+	attrTitle       = "title"
+	attrSettings    = "settings"
+	attrReviewTools = "reviewTools"
+	attrCreatedAt   = "createdAt"
+	attrUpdatedAt   = "updatedAt"
+	attrEpoch       = "epoch"
+	attrClaimRun    = "claimRunId"
+	attrClaimCancel = "claimCancel"   // true when a cancel was requested; absent otherwise
+	attrCancelAt    = "claimCancelAt" // when the cancel was requested
+	attrUsageIn     = "usageInput"
+	attrUsageOut    = "usageOutput"
+	attrUsageTotal  = "usageTotal"
+	attrUsageCached = "usageCached"
+)
+
+func recency(updatedAt time.Time, id string) string { return fmtTime(updatedAt) + "#" + id }
+
+func settingsAV(st agent.ThreadSettings) types.AttributeValue {
+	return &types.AttributeValueMemberM{Value: item{attrReviewTools: avBool(st.ReviewTools)}}
+}
+
+func usageAttrs(it item, u agent.Usage) {
+	it[attrUsageIn] = avN(u.InputTokens)
+	it[attrUsageOut] = avN(u.OutputTokens)
+	it[attrUsageTotal] = avN(u.TotalTokens)
+	it[attrUsageCached] = avN(u.CachedInputTokens)
+}
+
+func decodeUsage(it item) agent.Usage {
+	return agent.Usage{
+		InputTokens:       getN(it, attrUsageIn),
+		OutputTokens:      getN(it, attrUsageOut),
+		TotalTokens:       getN(it, attrUsageTotal),
+		CachedInputTokens: getN(it, attrUsageCached),
+	}
+}
+
+func (s *Store) threadItem(t agent.Thread) item {
+	it := key(threadPK(t.ID), threadSK)
+	it[attrKind] = avS("thread")
+	it[attrID] = avS(t.ID)
+	// An empty owner cannot be a GSI key (DynamoDB refuses empty key strings), so an ownerless thread is simply
+	// left out of the owner index.
+	if t.Owner != "" {
+		it[AttrOwner] = avS(t.Owner)
+		it[AttrRecency] = avS(recency(t.UpdatedAt, t.ID))
+	}
+	it[attrTitle] = avS(t.Title)
+	it[attrSettings] = settingsAV(t.Settings)
+	usageAttrs(it, t.Usage)
+	it[attrCreatedAt] = avT(t.CreatedAt)
+	it[attrUpdatedAt] = avT(t.UpdatedAt)
+	it[attrEpoch] = avN(t.Epoch)
+	if c := t.ActiveRun; c != nil {
+		it[attrClaimRun] = avS(c.RunID)
+		it[AttrClaimHeartbeat] = avT(c.HeartbeatAt)
+		it[AttrRunShard] = avS(s.runShard(t.ID))
+		if c.CancelRequested {
+			it[attrClaimCancel] = avBool(true)
+		}
+	}
+	return it
+}
+
+func decodeThread(it item) agent.Thread {
+	t := agent.Thread{
+		ID:        getS(it, attrID),
+		Owner:     getS(it, AttrOwner),
+		Title:     getS(it, attrTitle),
+		Usage:     decodeUsage(it),
+		CreatedAt: getT(it, attrCreatedAt),
+		UpdatedAt: getT(it, attrUpdatedAt),
+		Epoch:     getN(it, attrEpoch),
+		ActiveRun: decodeClaim(it),
+	}
+	if m, ok := it[attrSettings].(*types.AttributeValueMemberM); ok {
+		t.Settings.ReviewTools = getBool(m.Value, attrReviewTools)
+	}
+	return t
+}
+
+// decodeClaim reads the claim attributes; nil when the thread is idle. A claim's epoch is always the thread's
+// epoch: only a claim advances it.
+func decodeClaim(it item) *agent.Claim {
+	run := getS(it, attrClaimRun)
+	if run == "" {
+		return nil
+	}
+	return &agent.Claim{
+		RunID:           run,
+		Epoch:           getN(it, attrEpoch),
+		HeartbeatAt:     getT(it, AttrClaimHeartbeat),
+		CancelRequested: getBool(it, attrClaimCancel),
+	}
+}
+
+func threadNotFound(id string) error {
+	return agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", id)
+}
+
+// CreateThread: one PutItem conditioned on attribute_not_exists(pk). On a lost race DynamoDB returns the
+// existing item with the failure (ALL_OLD), so the existing thread costs no second read.
+func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread, bool, error) {
+	it := s.threadItem(t)
+	if err := guardSize(it, maxThreadBytes, "thread"); err != nil {
+		return agent.Thread{}, false, err
+	}
+	e := newExpr()
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.table),
+		Item:                                it,
+		ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
+		ExpressionAttributeNames:            e.attrNames(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if old, ok := conditionFailed(err); ok {
+		if len(old) == 0 {
+			// Deleted between the failed condition and now: report the current state.
+			got, err := s.GetThread(ctx, t.ID)
+			return got, false, err
+		}
+		return decodeThread(old), false, nil
+	}
+	if err != nil {
+		return agent.Thread{}, false, storeErr(err, "create thread")
+	}
+	return decodeThread(it), true, nil
+}
+
+func (s *Store) GetThread(ctx context.Context, id string) (agent.Thread, error) {
+	it, err := s.getItem(ctx, key(threadPK(id), threadSK))
+	if err != nil {
+		return agent.Thread{}, err
+	}
+	if it == nil {
+		return agent.Thread{}, threadNotFound(id)
+	}
+	return decodeThread(it), nil
+}
+
+// ListThreads queries the keys-only owner index newest first, then reads the thread items themselves with one
+// strongly consistent BatchGetItem. GSI reads are eventually consistent in DynamoDB: a thread created or renamed a
+// moment ago may be missing from the index or still in its old place for a fraction of a second (the items
+// returned are current, and re-sorted by their current updatedAt; a thread deleted meanwhile is dropped). DynamoDB
+// Local applies index updates synchronously, which the conformance suite relies on.
+func (s *Store) ListThreads(ctx context.Context, owner string, limit int) ([]agent.Thread, error) {
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	out := []agent.Thread{}
+	if owner == "" {
+		return out, nil
+	}
+	e := newExpr()
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.table),
+		IndexName:                 aws.String(IndexByOwner),
+		KeyConditionExpression:    aws.String(e.n(AttrOwner) + " = " + e.v(avS(owner))),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(int32(min(limit, 1000))),
+	}
+	var keys []item
+	for len(keys) < limit {
+		res, err := s.client.Query(ctx, in)
+		if err != nil {
+			return nil, storeErr(err, "list threads")
+		}
+		for _, it := range res.Items {
+			if len(keys) < limit {
+				keys = append(keys, key(getS(it, AttrPK), getS(it, AttrSK)))
+			}
+		}
+		if len(res.LastEvaluatedKey) == 0 {
+			break
+		}
+		in.ExclusiveStartKey = res.LastEvaluatedKey
+	}
+	got, err := s.batchGet(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range got {
+		if t := decodeThread(it); t.Owner == owner {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
+			return out[i].UpdatedAt.After(out[j].UpdatedAt)
+		}
+		return out[i].ID > out[j].ID
+	})
+	return out, nil
+}
+
+// UpdateThread: one UpdateItem conditioned on attribute_exists(pk), returning the new item.
+func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch, now time.Time) (agent.Thread, error) {
+	e := newExpr()
+	sets := []string{
+		e.n(attrUpdatedAt) + " = " + e.v(avT(now)),
+		e.n(AttrRecency) + " = " + e.v(avS(recency(now, id))),
+	}
+	if p.Title != nil {
+		if len(*p.Title) > maxThreadBytes/2 {
+			return agent.Thread{}, agent.E(agent.KindTooLarge, agent.CodeTooLarge, "title is %d bytes, more than %d", len(*p.Title), maxThreadBytes/2)
+		}
+		sets = append(sets, e.n(attrTitle)+" = "+e.v(avS(*p.Title)))
+	}
+	if p.Settings != nil {
+		sets = append(sets, e.n(attrSettings)+" = "+e.v(settingsAV(*p.Settings)))
+	}
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(threadPK(id), threadSK),
+		UpdateExpression:          aws.String("SET " + strings.Join(sets, ", ")),
+		ConditionExpression:       aws.String("attribute_exists(" + e.n(AttrPK) + ")"),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if _, ok := conditionFailed(err); ok {
+		return agent.Thread{}, threadNotFound(id)
+	}
+	if err != nil {
+		return agent.Thread{}, storeErr(err, "update thread")
+	}
+	return decodeThread(res.Attributes), nil
+}
+
+// DeleteThread lists the thread partition (messages, message chunks, runs) and, through the run items, each
+// run's segment partition, all with key-only queries; deletes them with BatchWriteItem; and deletes the thread
+// item itself last, so an interrupted delete leaves a visible thread that a retry finishes.
+func (s *Store) DeleteThread(ctx context.Context, id string) error {
+	pk := threadPK(id)
+	var under []types.WriteRequest
+	var runs []string
+	err := s.queryPrefix(ctx, pk, "", true, func(it item) error {
+		sk := getS(it, AttrSK)
+		if sk == threadSK {
+			return nil
+		}
+		if rid, ok := strings.CutPrefix(sk, prefixRun); ok {
+			runs = append(runs, rid)
+		}
+		under = append(under, deleteReq(key(pk, sk)))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var segs []types.WriteRequest
+	for _, rid := range runs {
+		err := s.queryPrefix(ctx, segmentsPK(rid), "", true, func(it item) error {
+			segs = append(segs, deleteReq(key(getS(it, AttrPK), getS(it, AttrSK))))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	// Segments first: they are found through the run items, which must outlive them until they are gone.
+	if err := s.batchWrite(ctx, segs); err != nil {
+		return err
+	}
+	if err := s.batchWrite(ctx, under); err != nil {
+		return err
+	}
+	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(s.table),
+		Key:       key(pk, threadSK),
+	})
+	return storeErr(err, "delete thread")
+}

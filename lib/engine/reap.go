@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// ReapRun finishes a run whose Lambda died (DESIGN.md "Reaper"): mark the run failed with code stale (fenced by
+// epoch) and release the claim if it still names the run; finalize the draft assistant message as failed with a
+// synthesized result for every call without one; write a final error + finish segment so attached readers end.
+// Every step is conditional or idempotent, so two reapers (or a reaper and a lazy claimer) do no harm.
+func (e *Engine) ReapRun(ctx context.Context, threadID, runID string, epoch int64) error {
+	run, err := e.store.GetRun(ctx, threadID, runID)
+	if agent.IsKind(err, agent.KindNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reap: get run: %w", err)
+	}
+	if run.Epoch != epoch {
+		return nil
+	}
+	if run.Status == agent.RunRunning {
+		now := e.clock.Now()
+		run.Status = agent.RunFailed
+		run.Error = &agent.RunError{Code: agent.CodeStale, Message: "the run stopped sending heartbeats"}
+		run.FinishedAt, run.UpdatedAt = now, now
+		if err := e.store.FinishRun(ctx, run); err != nil && agent.CodeOf(err) != agent.CodeRunFenced {
+			return fmt.Errorf("reap: finish run: %w", err)
+		}
+	}
+	if run.Status != agent.RunFailed || run.Error == nil || run.Error.Code != agent.CodeStale {
+		// Re-read: another reaper or the run itself may have finished it differently.
+		if run, err = e.store.GetRun(ctx, threadID, runID); err != nil || run.Error == nil || run.Error.Code != agent.CodeStale {
+			return err
+		}
+	}
+	rec, err := e.store.GetMessage(ctx, threadID, run.AssistantMessageID)
+	switch {
+	case agent.IsKind(err, agent.KindNotFound):
+	case err != nil:
+		return fmt.Errorf("reap: get message: %w", err)
+	case rec.Message.Meta().Status == agent.MessageStreaming || rec.Message.Meta().Status == "":
+		md := rec.Message.Meta()
+		md.Status = agent.MessageFailed
+		md.RunID = run.ID
+		rec.Message.Metadata, _ = json.Marshal(md)
+		rec.Message.Parts = synthesizeMissingResults(rec.Message.Parts, "stopped")
+		if err := e.store.PutMessage(ctx, threadID, rec.Seq, rec.Message, e.clock.Now()); err != nil {
+			return fmt.Errorf("reap: finalize message: %w", err)
+		}
+	}
+	segs, err := e.store.ListSegments(ctx, runID, 0, e.clock.Now())
+	if err != nil {
+		return fmt.Errorf("reap: list segments: %w", err)
+	}
+	var next int64
+	for _, s := range segs {
+		if s.Final {
+			return nil
+		}
+		next = s.Seq + 1
+	}
+	data := encodeFrames(
+		chunk{"type": "error", "errorText": "The run stopped unexpectedly."},
+		chunk{"type": "finish", "finishReason": string(agent.FinishError)},
+	)
+	data = append(data, doneFrame...)
+	now := e.clock.Now()
+	return e.store.AppendSegment(ctx, agent.Segment{ThreadID: threadID, RunID: runID, Seq: next, Data: data, Final: true,
+		CreatedAt: now, ExpiresAt: now.Add(agent.SegmentTTL)})
+}

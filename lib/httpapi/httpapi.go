@@ -1,0 +1,218 @@
+// Package httpapi is the HTTP contract of DESIGN.md as plain http.Handlers: the chat routes (POST /chat,
+// GET /chat/{threadId}/stream) and the API routes (/threads..., /healthz). Lambda serves them through lambdaurl;
+// `agentloop dev` mounts both on one port. Errors become HTTP statuses here and nowhere else.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/engine"
+)
+
+// Authenticator returns the authenticated subject of a request, or an *agent.Error of KindUnauthenticated.
+type Authenticator interface {
+	Authenticate(r *http.Request) (subject string, err error)
+}
+
+// AuthFunc adapts a function to Authenticator.
+type AuthFunc func(r *http.Request) (string, error)
+
+func (f AuthFunc) Authenticate(r *http.Request) (string, error) { return f(r) }
+
+// Deps are what the handlers need.
+type Deps struct {
+	Engine *engine.Engine
+	Store  agent.Store
+	Auth   Authenticator
+	Clock  agent.Clock
+	Logger *slog.Logger
+	// MaxBodyBytes bounds a request body (413 above it).
+	MaxBodyBytes int64
+	// AllowOrigins enables CORS for these origins ("*" for any). Empty: no CORS headers (function URLs add their own).
+	AllowOrigins []string
+	// ResumePoll is how often a resumed stream polls for new segments (default 100 ms).
+	ResumePoll time.Duration
+}
+
+type server struct {
+	Deps
+}
+
+func newServer(d Deps) *server {
+	if d.Clock == nil {
+		d.Clock = agent.SystemClock{}
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.MaxBodyBytes <= 0 {
+		d.MaxBodyBytes = 5 << 20
+	}
+	if d.ResumePoll <= 0 {
+		d.ResumePoll = 100 * time.Millisecond
+	}
+	return &server{Deps: d}
+}
+
+// NewChat serves POST /chat and GET /chat/{threadId}/stream (the chat function URL).
+func NewChat(d Deps) http.Handler {
+	s := newServer(d)
+	mux := http.NewServeMux()
+	s.chatRoutes(mux)
+	s.fallback(mux)
+	return s.cors(mux)
+}
+
+// NewAPI serves /threads... and /healthz (the api function URL).
+func NewAPI(d Deps) http.Handler {
+	s := newServer(d)
+	mux := http.NewServeMux()
+	s.apiRoutes(mux)
+	s.fallback(mux)
+	return s.cors(mux)
+}
+
+// New serves every route on one handler (the dev server).
+func New(d Deps) http.Handler {
+	s := newServer(d)
+	mux := http.NewServeMux()
+	s.chatRoutes(mux)
+	s.apiRoutes(mux)
+	s.fallback(mux)
+	return s.cors(mux)
+}
+
+func (s *server) chatRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /chat", s.authed(s.postChat))
+	mux.HandleFunc("GET /chat/{threadId}/stream", s.authed(s.resumeStream))
+}
+
+func (s *server) apiRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /threads", s.authed(s.listThreads))
+	mux.HandleFunc("GET /threads/{id}", s.authed(s.getThread))
+	mux.HandleFunc("PATCH /threads/{id}", s.authed(s.patchThread))
+	mux.HandleFunc("DELETE /threads/{id}", s.authed(s.deleteThread))
+	mux.HandleFunc("POST /threads/{id}/stop", s.authed(s.stopRun))
+	mux.HandleFunc("GET /threads/{id}/runs", s.authed(s.listRuns))
+}
+
+// fallback turns the mux's plain-text 404/405 into the JSON error contract.
+func (s *server) fallback(mux *http.ServeMux) {
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, agent.E(agent.KindNotFound, "route_not_found", "no route for %s %s", r.Method, r.URL.Path))
+	})
+}
+
+type ctxKey struct{}
+
+func subjectOf(ctx context.Context) string { s, _ := ctx.Value(ctxKey{}).(string); return s }
+
+func (s *server) authed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sub, err := s.Auth.Authenticate(r)
+		if err != nil {
+			if agent.KindOf(err) != agent.KindUnauthenticated {
+				err = agent.Wrap(err, agent.KindUnauthenticated, "unauthenticated", "authentication failed")
+			}
+			writeError(w, err)
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, sub)))
+	}
+}
+
+func (s *server) cors(next http.Handler) http.Handler {
+	if len(s.AllowOrigins) == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		allowed := ""
+		for _, o := range s.AllowOrigins {
+			if o == "*" || o == origin {
+				allowed = o
+				break
+			}
+		}
+		if allowed != "" && origin != "" {
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", allowed)
+			h.Add("Vary", "Origin")
+			h.Set("Access-Control-Allow-Headers", "authorization, content-type")
+			h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
+			h.Set("Access-Control-Expose-Headers", "x-vercel-ai-ui-message-stream")
+			h.Set("Access-Control-Max-Age", "600")
+		}
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "time": s.Clock.Now()})
+}
+
+// statusOf maps an error kind to its HTTP status (the only place that does).
+func statusOf(err error) int {
+	switch agent.KindOf(err) {
+	case agent.KindNotFound:
+		return http.StatusNotFound
+	case agent.KindConflict:
+		return http.StatusConflict
+	case agent.KindInvalid:
+		return http.StatusBadRequest
+	case agent.KindUnauthenticated:
+		return http.StatusUnauthorized
+	case agent.KindTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case agent.KindCanceled:
+		return 499
+	case agent.KindUnavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var body errorBody
+	body.Error.Code = agent.CodeOf(err)
+	var ae *agent.Error
+	if errors.As(err, &ae) && ae.Kind != agent.KindInternal {
+		body.Error.Message = ae.Message
+		if body.Error.Message == "" {
+			body.Error.Message = ae.Error()
+		}
+	} else {
+		body.Error.Message = "internal error" // never leak internals
+	}
+	status := statusOf(err)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer`)
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

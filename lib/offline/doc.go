@@ -1,0 +1,55 @@
+// Package offline is a scripted, OpenAI-compatible Chat Completions endpoint served in-process. It lets the
+// production openai adapter run end to end in tests and in `agentloop dev` with no network and no API key:
+// point openai-go's option.WithBaseURL at the base URL that Start returns (".../v1/").
+//
+// # Routes
+//
+//	POST /v1/chat/completions   stream=true (SSE chunks, then "data: [DONE]") or stream=false (one JSON body)
+//	GET  /v1/models             one model, "offline"
+//
+// The "/v1" prefix is optional. The API key is ignored. Errors use OpenAI's body shape
+// {"error":{"message","type","code"}}.
+//
+// # Behaviour (a public contract: engine and end-to-end tests rely on it)
+//
+// The model answers the text of the newest user message in the request (its "turn"); everything after that
+// message (assistant tool calls, tool results) is the turn's progress. Commands are the first word of that text:
+//
+//	/tool NAME {json}     Calls tool NAME with the JSON object as arguments ("{}" when omitted). The arguments
+//	                      are streamed in a few delta chunks and the reply ends with finish_reason "tool_calls".
+//	                      Several "/tool NAME {json}" in one message make parallel calls in one reply. Once the
+//	                      turn holds tool results (role "tool" messages after the newest user message), the reply
+//	                      is one line per result of the newest tool-call round: "Tool NAME returned: OUTPUT".
+//	                      Arguments that are not a JSON object get a plain-text usage answer instead.
+//	/loop NAME {json}     Like /tool but calls the tool again on every request, whatever results the turn holds:
+//	                      it never ends a turn by itself (for step-limit tests).
+//	/slow N               Streams N words ("word1 word2 ..."), waiting the word delay (default 100 ms) before each.
+//	                      A cancelled request stops at once.
+//	/error STATUS         Every request of the turn fails with HTTP STATUS (400-599) before any output.
+//	/error STATUS after N Streams N words, then sends an in-band error event (data: {"error":{...}}, code STATUS)
+//	                      and ends the stream without finish_reason or [DONE] — a provider failure mid-stream.
+//	                      Non-streaming requests fail with STATUS at once.
+//	/drop N               Streams N words, then cuts the connection (no error event, no [DONE]) — a network
+//	                      failure mid-stream. Non-streaming requests are cut before any response.
+//	/flaky K STATUS REST  The first K requests of the turn fail with HTTP STATUS; later ones answer REST as if
+//	                      it were the whole message (or echo the whole text when REST is empty). Requests are
+//	                      counted per turn, keyed by the transcript up to and including the newest user message,
+//	                      so a retried request counts and the tool-result request of a /tool turn succeeds.
+//	/think REST           Streams a reasoning delta (delta.reasoning_content, as DeepSeek and vLLM do), then
+//	                      answers REST as if it were the whole message.
+//	anything else         Streams "You said: <text>" word by word.
+//
+// A request with no user message is answered with a fixed sentence. When max_completion_tokens (or max_tokens)
+// is smaller than the reply's word count, the text is cut to that many words and finish_reason is "length".
+// Tool call ids and completion ids are derived from the request's messages, so a retried request gets the same
+// ids and different turns get different ones.
+//
+// # Usage
+//
+// Every reply reports usage (non-streaming: always; streaming: as a final chunk with empty choices when
+// stream_options.include_usage is true). Tokens are a deterministic estimate: one per whitespace-separated word,
+// plus one per message and one per tool call. prompt_tokens counts the request's messages (text and tool-call
+// arguments); completion_tokens counts the reply's reasoning, text and tool calls; total_tokens is their sum;
+// prompt_tokens_details.cached_tokens counts every message but the last, as if the provider had cached the
+// previous request's prefix. The reply's model echoes the request's model, or "offline" when it is empty.
+package offline

@@ -1,0 +1,352 @@
+// Package openai adapts agent.Model to any OpenAI-compatible Chat Completions endpoint through
+// github.com/openai/openai-go/v3: OpenAI itself, the in-process offline model (package offline), or any provider
+// that speaks the same wire format.
+//
+// One Stream call is one streamed completion with stream_options.include_usage. Deltas are emitted as they
+// arrive: text, reasoning (the "reasoning_content" or "reasoning" delta field that DeepSeek, vLLM, Ollama and
+// OpenRouter send), and tool calls (a start event with id and name, then argument fragments). The assembled
+// result maps the finish reason to the AI SDK's names and reports usage including cached prompt tokens.
+//
+// Reliability: every attempt has its own timeout (Config.RequestTimeout, covering the whole stream). The SDK's
+// own retries are off; this package retries, with exponential backoff and jitter (honouring a provider's
+// Retry-After up to 30 s), on HTTP 429, HTTP 5xx, connection failures, truncated streams and attempt timeouts —
+// and only while nothing has been emitted. Once a delta was emitted, an error is returned as is, together with
+// the partial result. Errors are *agent.Error: KindUnavailable with CodeModelError (the message carries the HTTP
+// status and the provider's message) or CodeModelTimeout; KindCanceled when ctx ends (the code is that of an
+// *agent.Error cause of ctx, else agent.CodeRunCanceled). An error returned by emit is returned unchanged.
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultBaseURL         = "https://api.openai.com/v1/"
+	DefaultMaxOutputTokens = 8192
+	DefaultRequestTimeout  = 120 * time.Second
+	DefaultMaxRetries      = 2
+	DefaultBackoffBase     = 500 * time.Millisecond
+	DefaultBackoffMax      = 8 * time.Second
+
+	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
+	maxRetryAfter = 30 * time.Second
+)
+
+// Config configures a Model. Zero values take the defaults above.
+type Config struct {
+	// BaseURL is the API root, e.g. "https://api.openai.com/v1/" or the offline model's "http://127.0.0.1:PORT/v1/".
+	BaseURL string
+	APIKey  string
+	// Model is used when a request names none (AGENT_MODEL).
+	Model string
+	// MaxOutputTokens is used when a request sets none (max_completion_tokens).
+	MaxOutputTokens int
+	// RequestTimeout bounds one attempt, from sending the request to the end of the stream.
+	RequestTimeout time.Duration
+	// MaxRetries is the number of retries after the first attempt; 0 means DefaultMaxRetries, negative means none.
+	MaxRetries int
+	// BackoffBase is the wait before the first retry; it doubles per retry up to BackoffMax, with jitter.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// HTTPClient sends the requests (default http.DefaultClient).
+	HTTPClient *http.Client
+	// IDs names tool calls that a provider streams without an id (default agent.RandomIDs).
+	IDs agent.IDs
+	// Logger receives one warning per retry (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Model is the agent.Model adapter. It is safe for concurrent use.
+type Model struct {
+	cfg  Config
+	chat oai.ChatCompletionService
+}
+
+var _ agent.Model = (*Model)(nil)
+
+// New returns a Model for cfg. It does not read the environment: every setting comes from cfg.
+func New(cfg Config) *Model {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	if cfg.MaxOutputTokens <= 0 {
+		cfg.MaxOutputTokens = DefaultMaxOutputTokens
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = DefaultMaxRetries
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffBase)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = http.DefaultClient
+	}
+	if cfg.IDs == nil {
+		cfg.IDs = agent.RandomIDs{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithMaxRetries(0),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...)}
+}
+
+// errAttemptTimeout is the cause of an attempt's context when its RequestTimeout passes.
+var errAttemptTimeout = errors.New("model request timeout")
+
+// Stream implements agent.Model.
+func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
+	params, err := m.params(req)
+	if err != nil {
+		return agent.ModelResult{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		res, fail := m.attempt(ctx, params, emit)
+		if fail == nil {
+			return res, nil
+		}
+		if !fail.retry || attempt >= m.cfg.MaxRetries {
+			return res, fail.err
+		}
+		wait := m.backoff(attempt, fail.retryAfter)
+		m.cfg.Logger.WarnContext(ctx, "model request failed, retrying",
+			"attempt", attempt+1, "retry_in", wait, "err", fail.err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return agent.ModelResult{}, canceled(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// failure is a failed attempt.
+type failure struct {
+	err        error
+	retry      bool          // the attempt may be repeated: transient, and nothing was emitted
+	retryAfter time.Duration // the provider's requested wait, 0 when it named none
+}
+
+func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
+	actx, cancel := context.WithTimeoutCause(ctx, m.cfg.RequestTimeout, errAttemptTimeout)
+	defer cancel()
+	stream := m.chat.NewStreaming(actx, params)
+	defer stream.Close()
+
+	acc := accumulator{emit: emit, ids: m.cfg.IDs, model: params.Model}
+	for stream.Next() {
+		if err := acc.add(stream.Current()); err != nil {
+			return acc.partial(), &failure{err: err}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
+	}
+	if acc.finish == "" {
+		// The body ended without a finish reason: a proxy or the provider cut the stream short.
+		err := agent.E(agent.KindUnavailable, agent.CodeModelError, "model stream ended before the model finished")
+		return acc.partial(), &failure{err: err, retry: !acc.emitted}
+	}
+	return acc.result(), nil
+}
+
+// classify turns an attempt's error into an *agent.Error and says whether it may be retried.
+func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *failure {
+	if ctx.Err() != nil {
+		return &failure{err: canceled(ctx)}
+	}
+	if errors.Is(context.Cause(actx), errAttemptTimeout) {
+		msg := fmt.Sprintf("model request timed out after %s", m.cfg.RequestTimeout)
+		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+	}
+	var apiErr *oai.Error
+	if errors.As(err, &apiErr) {
+		msg := fmt.Sprintf("model request failed with HTTP %d", apiErr.StatusCode)
+		if apiErr.Message != "" {
+			msg += ": " + apiErr.Message
+		}
+		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500
+		return &failure{
+			err:        agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, msg),
+			retry:      transient && !emitted,
+			retryAfter: retryAfter(apiErr.Response),
+		}
+	}
+	var streamErr *ssestream.StreamError
+	if errors.As(err, &streamErr) {
+		// An error event inside a 200 stream: the provider gave up mid-completion. Not retried: it is not
+		// one of the transient classes, and usually follows emitted deltas anyway.
+		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "model stream failed: "+streamErrorMessage(streamErr))}
+	}
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) {
+		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "model sent a malformed chunk")}
+	}
+	// What is left failed below HTTP: refused or reset connections, a body cut mid-stream.
+	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "model connection failed"), retry: !emitted}
+}
+
+// canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
+func canceled(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	code := agent.CodeRunCanceled
+	var ae *agent.Error
+	if errors.As(cause, &ae) && ae.Code != "" {
+		code = ae.Code
+	}
+	return &agent.Error{Kind: agent.KindCanceled, Code: code, Message: "model call canceled", Err: cause}
+}
+
+func streamErrorMessage(e *ssestream.StreamError) string {
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+			Code    any    `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(e.Event.Data, &body) != nil || body.Error.Message == "" {
+		return e.Message
+	}
+	if body.Error.Code != nil {
+		return fmt.Sprintf("%s (code %v)", body.Error.Message, body.Error.Code)
+	}
+	return body.Error.Message
+}
+
+// retryAfter reads the provider's requested wait from retry-after-ms or retry-after (seconds).
+func retryAfter(res *http.Response) time.Duration {
+	if res == nil {
+		return 0
+	}
+	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After-Ms"), 64); err == nil && v > 0 {
+		return min(time.Duration(v*float64(time.Millisecond)), maxRetryAfter)
+	}
+	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After"), 64); err == nil && v > 0 {
+		return min(time.Duration(v*float64(time.Second)), maxRetryAfter)
+	}
+	return 0
+}
+
+// backoff is the wait before retry number attempt+1: BackoffBase·2^attempt capped at BackoffMax, of which a
+// random half is kept ("equal jitter") so that clients that failed together do not retry together; never less
+// than what the provider asked for.
+func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
+	d := m.cfg.BackoffBase << min(attempt, 20)
+	if d <= 0 || d > m.cfg.BackoffMax {
+		d = m.cfg.BackoffMax
+	}
+	d = d/2 + rand.N(d/2+1)
+	return max(d, providerWait)
+}
+
+// params builds the request body.
+func (m *Model) params(req agent.ModelRequest) (oai.ChatCompletionNewParams, error) {
+	model := req.Model
+	if model == "" {
+		model = m.cfg.Model
+	}
+	if model == "" {
+		return oai.ChatCompletionNewParams{}, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
+	}
+	maxTokens := req.MaxOutputTokens
+	if maxTokens <= 0 {
+		maxTokens = m.cfg.MaxOutputTokens
+	}
+	msgs, err := messages(req)
+	if err != nil {
+		return oai.ChatCompletionNewParams{}, err
+	}
+	p := oai.ChatCompletionNewParams{
+		Model:               model,
+		Messages:            msgs,
+		MaxCompletionTokens: oai.Int(int64(maxTokens)),
+		StreamOptions:       oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
+	}
+	for _, t := range req.Tools {
+		fn := shared.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			fn.Description = oai.String(t.Description)
+		}
+		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
+			if err := json.Unmarshal(t.Parameters, &fn.Parameters); err != nil {
+				return oai.ChatCompletionNewParams{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal,
+					"tool "+t.Name+": parameters are not a JSON object")
+			}
+		} else {
+			fn.Parameters = shared.FunctionParameters{"type": "object", "properties": map[string]any{}}
+		}
+		p.Tools = append(p.Tools, oai.ChatCompletionFunctionTool(fn))
+	}
+	return p, nil
+}
+
+// messages converts the provider-neutral transcript, system prompt first.
+func messages(req agent.ModelRequest) ([]oai.ChatCompletionMessageParamUnion, error) {
+	out := make([]oai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
+	if req.System != "" {
+		out = append(out, oai.SystemMessage(req.System))
+	}
+	for i, msg := range req.Messages {
+		switch msg.Role {
+		case "user":
+			out = append(out, oai.UserMessage(msg.Text))
+		case "assistant":
+			a := oai.ChatCompletionAssistantMessageParam{}
+			if msg.Text != "" || len(msg.ToolCalls) == 0 {
+				a.Content.OfString = oai.String(msg.Text)
+			}
+			for _, c := range msg.ToolCalls {
+				args := c.Arguments
+				if strings.TrimSpace(args) == "" {
+					args = "{}" // providers reject empty arguments
+				}
+				a.ToolCalls = append(a.ToolCalls, oai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &oai.ChatCompletionMessageFunctionToolCallParam{
+						ID:       c.ID,
+						Function: oai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: args},
+					},
+				})
+			}
+			out = append(out, oai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		case "tool":
+			out = append(out, oai.ToolMessage(msg.Text, msg.ToolCallID))
+		default:
+			return nil, agent.E(agent.KindInternal, agent.CodeInternal, "message %d: unknown role %q", i, msg.Role)
+		}
+	}
+	return out, nil
+}

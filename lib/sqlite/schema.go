@@ -1,0 +1,116 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
+// misread.
+const schemaVersion = 1
+
+// schema creates every table and index; each statement is idempotent so concurrent first opens converge.
+var schema = []string{
+	// One row per thread. The active-run claim lives on the thread row (claim_run_id NULL when idle), so a claim
+	// is one conditional update of one row.
+	`CREATE TABLE IF NOT EXISTS threads (
+		id                 TEXT PRIMARY KEY,
+		owner              TEXT NOT NULL,
+		title              TEXT NOT NULL,
+		settings           TEXT NOT NULL, -- JSON of agent.ThreadSettings
+		usage_input        INTEGER NOT NULL,
+		usage_output       INTEGER NOT NULL,
+		usage_total        INTEGER NOT NULL,
+		usage_cached       INTEGER NOT NULL,
+		created_at         INTEGER NOT NULL, -- unix ms
+		updated_at         INTEGER NOT NULL,
+		epoch              INTEGER NOT NULL,
+		claim_run_id       TEXT,
+		claim_epoch        INTEGER,
+		claim_heartbeat_at INTEGER,
+		claim_cancel       INTEGER NOT NULL DEFAULT 0
+	) STRICT`,
+	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
+
+	`CREATE TABLE IF NOT EXISTS runs (
+		thread_id            TEXT NOT NULL,
+		id                   TEXT NOT NULL,
+		trigger              TEXT NOT NULL,
+		status               TEXT NOT NULL,
+		error                TEXT, -- JSON of agent.RunError, NULL when none
+		usage_input          INTEGER NOT NULL,
+		usage_output         INTEGER NOT NULL,
+		usage_total          INTEGER NOT NULL,
+		usage_cached         INTEGER NOT NULL,
+		steps                INTEGER NOT NULL,
+		model                TEXT NOT NULL,
+		assistant_message_id TEXT NOT NULL,
+		epoch                INTEGER NOT NULL,
+		created_at           INTEGER NOT NULL,
+		updated_at           INTEGER NOT NULL,
+		finished_at          INTEGER,
+		PRIMARY KEY (thread_id, id)
+	) STRICT`,
+	`CREATE INDEX IF NOT EXISTS runs_by_created ON runs (thread_id, created_at, id)`,
+
+	`CREATE TABLE IF NOT EXISTS messages (
+		thread_id  TEXT NOT NULL,
+		id         TEXT NOT NULL,
+		seq        INTEGER NOT NULL,
+		role       TEXT NOT NULL,
+		parts      TEXT NOT NULL, -- JSON array of the parts, each as given
+		metadata   TEXT,          -- as given, NULL when empty
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		PRIMARY KEY (thread_id, id)
+	) STRICT`,
+	`CREATE INDEX IF NOT EXISTS messages_by_seq ON messages (thread_id, seq, id)`,
+
+	`CREATE TABLE IF NOT EXISTS segments (
+		run_id     TEXT NOT NULL,
+		seq        INTEGER NOT NULL,
+		thread_id  TEXT NOT NULL,
+		data       BLOB NOT NULL,
+		final      INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		PRIMARY KEY (run_id, seq)
+	) STRICT`,
+	`CREATE INDEX IF NOT EXISTS segments_by_thread ON segments (thread_id)`,
+	`CREATE INDEX IF NOT EXISTS segments_by_expiry ON segments (expires_at)`,
+
+	`CREATE TABLE IF NOT EXISTS kv (
+		ns    TEXT NOT NULL,
+		key   TEXT NOT NULL,
+		value BLOB NOT NULL,
+		PRIMARY KEY (ns, key)
+	) STRICT, WITHOUT ROWID`,
+}
+
+// migrate applies the schema in one write transaction.
+func (s *Store) migrate(ctx context.Context) error {
+	return s.write(ctx, "apply schema", func(c conn) error {
+		var version int
+		if err := c.queryRow(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+			return err
+		}
+		if version > schemaVersion {
+			return agent.E(agent.KindInternal, agent.CodeInternal,
+				"sqlite: %s has schema version %d, this build knows up to %d", s.path, version, schemaVersion)
+		}
+		for _, stmt := range schema {
+			if _, err := c.exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		if version < schemaVersion {
+			// PRAGMA takes no bound parameters; the value is a constant.
+			if _, err := c.exec(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,271 @@
+// Package sqlite is the embedded agent.Store: one SQLite file, driven by the pure-Go modernc.org/sqlite (no cgo),
+// used by `agentloop dev` and by tests that want a real store without AWS.
+//
+// Concurrency. The file is opened in WAL mode, so readers never block the writer. Every write, conditional or
+// not, is one transaction started with BEGIN IMMEDIATE: it takes the file's write lock before it reads, so two
+// claimers (goroutines of one process or separate processes on the same file) serialise and the second one sees the
+// first one's claim. Within one *Store the write transactions queue on a channel (waiting honours the context) so
+// they do not spin in SQLite's busy handler; across processes SQLite's busy timeout waits for the lock, and a
+// transaction that still fails with SQLITE_BUSY or SQLITE_LOCKED is rolled back and retried a few times before it
+// is reported as KindUnavailable. Reads run outside transactions; each read is a single statement and so sees one
+// consistent snapshot.
+//
+// Storage. Times are unix milliseconds (INTEGER) and come back as UTC times with millisecond precision; a zero
+// FinishedAt is NULL. A message's parts are kept as one JSON array (TEXT) whose elements are the parts' bytes as
+// given, so every part round-trips byte for byte; only whitespace around a whole part is dropped, and a part that
+// is not valid JSON is rejected with KindInvalid. Metadata, segment data and values are kept as given.
+// Expired segments are skipped on read and deleted when a run appends its first segment (seq 0).
+//
+// Durability: synchronous=NORMAL in WAL mode survives a killed process (kill -9) but may lose the last
+// transactions on power loss, which is the right trade for a development store.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+const (
+	// busyTimeout is how long SQLite itself waits for another connection's lock before a statement fails with
+	// SQLITE_BUSY.
+	busyTimeout = 5 * time.Second
+	// busyAttempts bounds how often a write transaction that failed with SQLITE_BUSY/LOCKED is tried in all.
+	busyAttempts = 5
+	// maxOpenConns bounds the connection pool; writes use one connection at a time anyway.
+	maxOpenConns = 8
+	// defaultListLimit is ListThreads' limit when the caller passes limit <= 0.
+	defaultListLimit = 100
+)
+
+// Codes this adapter adds to the shared ones in package agent.
+const (
+	// CodeStoreBusy: the database file stayed locked by another process through every retry.
+	CodeStoreBusy = "store_busy"
+	// CodeInvalid: an id is empty, a message part is not valid JSON, or a run's outcome is not terminal.
+	CodeInvalid = "invalid"
+	// CodeRunExists: ClaimRun was given a run id that is already recorded.
+	CodeRunExists = "run_exists"
+	// CodeCanceled: the caller's context ended before the store answered.
+	CodeCanceled = "canceled"
+)
+
+// Store is an agent.Store on one SQLite file. It is safe for concurrent use by many goroutines, and several Stores
+// (in one process or in several) may share the same file.
+type Store struct {
+	db   *sql.DB
+	path string
+	// wsem serialises this Store's write transactions (capacity 1).
+	wsem  chan struct{}
+	ops   atomic.Int64
+	stmts atomic.Int64
+}
+
+var _ agent.Store = (*Store)(nil)
+
+// Open opens (creating it and its parent directory if needed) the SQLite file at path and applies the schema.
+func Open(ctx context.Context, path string) (*Store, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: resolve path")
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: create data directory")
+	}
+	db, err := sql.Open("sqlite", dsn(abs))
+	if err != nil {
+		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: open")
+	}
+	db.SetMaxOpenConns(maxOpenConns)
+	db.SetMaxIdleConns(maxOpenConns)
+	s := &Store{db: db, path: abs, wsem: make(chan struct{}, 1)}
+	if err := s.migrate(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// dsn builds the driver's connection string: a file: URI (so any path is safe) with the per-connection pragmas and
+// BEGIN IMMEDIATE for every read-write transaction.
+func dsn(abs string) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(OFF)")
+	q.Set("_txlock", "immediate")
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: q.Encode()}
+	return u.String()
+}
+
+// Close closes the database. Calls made after Close fail.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: close")
+	}
+	return nil
+}
+
+// Path is the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// Ops counts the agent.Store method calls made on this Store: the unit a DynamoDB store pays a request (or a few)
+// for, so benchmarks can report store operations per turn comparably across adapters.
+func (s *Store) Ops() int64 { return s.ops.Load() }
+
+// Statements counts the SQL statements this Store executed (every Exec and Query, retries included; BEGIN and
+// COMMIT are not counted).
+func (s *Store) Statements() int64 { return s.stmts.Load() }
+
+// op counts one Store method call.
+func (s *Store) op() { s.ops.Add(1) }
+
+// querier is what both *sql.DB and *sql.Tx offer.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// conn runs statements on a querier and counts them.
+type conn struct {
+	x querier
+	n *atomic.Int64
+}
+
+func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	c.n.Add(1)
+	return c.x.ExecContext(ctx, query, args...)
+}
+
+// execN runs a statement and returns how many rows it changed.
+func (c conn) execN(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := c.exec(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	c.n.Add(1)
+	return c.x.QueryContext(ctx, query, args...)
+}
+
+func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	c.n.Add(1)
+	return c.x.QueryRowContext(ctx, query, args...)
+}
+
+// read is the connection for reads outside a transaction.
+func (s *Store) read() conn { return conn{x: s.db, n: &s.stmts} }
+
+// write runs fn in one BEGIN IMMEDIATE transaction and commits it. An *agent.Error returned by fn (a decision,
+// such as a failed condition) rolls back and is returned as is; SQLITE_BUSY/LOCKED rolls back and retries; any
+// other failure is wrapped as KindInternal.
+func (s *Store) write(ctx context.Context, op string, fn func(c conn) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = s.writeOnce(ctx, fn)
+		if err == nil {
+			return nil
+		}
+		var ae *agent.Error
+		if errors.As(err, &ae) {
+			return err
+		}
+		if !isBusy(err) || attempt == busyAttempts || ctx.Err() != nil {
+			break
+		}
+		// Back off a little more each time; another process holds the write lock.
+		timer := time.NewTimer(time.Duration(attempt*attempt) * 10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return s.fail(op, ctx.Err())
+		case <-timer.C:
+		}
+	}
+	return s.fail(op, err)
+}
+
+func (s *Store) writeOnce(ctx context.Context, fn func(c conn) error) (err error) {
+	select {
+	case s.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.wsem }()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(conn{x: tx, n: &s.stmts}); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// fail turns a database failure into an *agent.Error (an *agent.Error passes through unchanged).
+func (s *Store) fail(op string, err error) error {
+	var ae *agent.Error
+	switch {
+	case errors.As(err, &ae):
+		return err
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return agent.Wrap(err, agent.KindCanceled, CodeCanceled, "sqlite: "+op)
+	case isBusy(err):
+		return agent.Wrap(err, agent.KindUnavailable, CodeStoreBusy, "sqlite: "+op)
+	default:
+		return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: "+op)
+	}
+}
+
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}
+
+// Times are stored as unix milliseconds and read back in UTC.
+
+func millis(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// nullMillis stores the zero time as NULL.
+func nullMillis(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+func fromNullMillis(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMillis(v.Int64)
+}
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }

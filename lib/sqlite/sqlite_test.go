@@ -1,0 +1,335 @@
+package sqlite_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/sqlite"
+	"github.com/agentloop/agentloop/lib/storetest"
+)
+
+// setup opens a store on a fresh file (in a directory Open has to create) and closes it when the test ends.
+func setup(t testing.TB) *sqlite.Store {
+	t.Helper()
+	return open(t, filepath.Join(t.TempDir(), "data", "agentloop.db"))
+}
+
+func open(t testing.TB, path string) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+var now = time.Date(2030, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
+
+func newThread(t testing.TB, s agent.Store, id string) agent.Thread {
+	t.Helper()
+	th, _, err := s.CreateThread(t.Context(), agent.Thread{ID: id, Owner: "u1", CreatedAt: now, UpdatedAt: now})
+	if err != nil {
+		t.Fatalf("CreateThread: %v", err)
+	}
+	return th
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) agent.Store { return setup(t) })
+}
+
+// Two Stores on one file stand in for two processes (each has its own connection pool and write queue): each
+// sees the other's writes, and a claim race across both still has exactly one winner.
+func TestTwoStoresShareFile(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "shared.db")
+	a, b := open(t, path), open(t, path)
+
+	newThread(t, a, "th1")
+	if _, err := b.GetThread(ctx, "th1"); err != nil {
+		t.Fatalf("b.GetThread of a's thread: %v", err)
+	}
+	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
+	if err := b.PutMessage(ctx, "th1", 0, m, now); err != nil {
+		t.Fatalf("b.PutMessage: %v", err)
+	}
+	msgs, err := a.ListMessages(ctx, "th1")
+	if err != nil || len(msgs) != 1 || string(msgs[0].Message.Parts[0]) != string(m.Parts[0]) {
+		t.Fatalf("a.ListMessages = %v, %v; want b's message", msgs, err)
+	}
+
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		winners []agent.Run
+	)
+	for i := range 40 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", RunID: fmt.Sprintf("run-%02d", i),
+				Trigger: agent.TriggerUser, Now: now, StaleAfter: 30 * time.Second})
+			if err != nil {
+				if agent.CodeOf(err) != agent.CodeRunActive {
+					t.Errorf("ClaimRun: %v, want run_active", err)
+				}
+				return
+			}
+			mu.Lock()
+			winners = append(winners, res.Run)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(winners) != 1 {
+		t.Fatalf("%d winners across two stores, want 1", len(winners))
+	}
+	run := winners[0]
+	run.Status = agent.RunCompleted
+	run.FinishedAt = now.Add(time.Second)
+	if err := a.FinishRun(ctx, run); err != nil {
+		t.Fatalf("a.FinishRun: %v", err)
+	}
+	if th, err := b.GetThread(ctx, "th1"); err != nil || th.ActiveRun != nil || th.Epoch != 1 {
+		t.Fatalf("b.GetThread after a finished = %+v, %v; want idle at epoch 1", th, err)
+	}
+}
+
+// helperEnv names the environment variable that turns this test binary into a claimer process.
+const helperEnv = "AGENTLOOP_SQLITE_CLAIMER"
+
+// TestCrossProcessClaimRace runs real separate processes against one file: the claim is decided by SQLite's file
+// lock, not by anything held in one process's memory.
+func TestCrossProcessClaimRace(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "procs.db")
+	s := open(t, path)
+	newThread(t, s, "th1")
+
+	const procs, perProc = 3, 8
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		won  int
+		lost int
+	)
+	for p := range procs {
+		wg.Go(func() {
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHelperClaimer$", "-test.count=1")
+			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|th1|p%d|%d", helperEnv, path, p, perProc))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("claimer process %d: %v\n%s", p, err, out)
+				return
+			}
+			w, l, ok := parseTally(string(out))
+			if !ok {
+				t.Errorf("claimer process %d printed no tally:\n%s", p, out)
+				return
+			}
+			mu.Lock()
+			won += w
+			lost += l
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if won != 1 || lost != procs*perProc-1 {
+		t.Fatalf("across %d processes: %d won, %d lost; want 1 and %d", procs, won, lost, procs*perProc-1)
+	}
+	runs, err := s.ListRuns(t.Context(), "th1")
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("ListRuns = %d runs, %v; want the one winner", len(runs), err)
+	}
+}
+
+func parseTally(out string) (won, lost int, ok bool) {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "tally won=%d lost=%d", &won, &lost); err == nil {
+			return won, lost, true
+		}
+	}
+	return 0, 0, false
+}
+
+// TestHelperClaimer is the body of a claimer process; it does nothing in a normal test run.
+func TestHelperClaimer(t *testing.T) {
+	spec := os.Getenv(helperEnv)
+	if spec == "" {
+		t.Skip("only runs as a child of TestCrossProcessClaimRace")
+	}
+	f := strings.Split(spec, "|")
+	if len(f) != 4 {
+		t.Fatalf("bad %s=%q", helperEnv, spec)
+	}
+	path, thread, prefix := f[0], f[1], f[2]
+	n, err := strconv.Atoi(f[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, path)
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		won, lost int
+	)
+	for i := range n {
+		wg.Go(func() {
+			_, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: thread, RunID: fmt.Sprintf("%s-%d", prefix, i),
+				Trigger: agent.TriggerUser, Now: now, StaleAfter: 30 * time.Second})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case agent.CodeOf(err) == agent.CodeRunActive:
+				lost++
+			default:
+				t.Errorf("ClaimRun: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Printf("tally won=%d lost=%d\n", won, lost)
+}
+
+// Data written before Close is there after Open.
+func TestReopenKeepsData(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "a", "b", "reopen.db")
+	s, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newThread(t, s, "th1")
+	if err := s.PutValue(t.Context(), "ns", "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path)
+	if _, err := s.GetThread(t.Context(), "th1"); err != nil {
+		t.Fatalf("GetThread after reopen: %v", err)
+	}
+	if v, err := s.GetValue(t.Context(), "ns", "k"); err != nil || string(v) != "v" {
+		t.Fatalf("GetValue after reopen = %q, %v", v, err)
+	}
+}
+
+// Ops counts Store calls one each; Statements counts the SQL behind them.
+func TestOpsCounters(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ops, stmts := s.Ops(), s.Statements()
+	newThread(t, s, "th1") // insert + read back
+	if _, err := s.GetThread(t.Context(), "th1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Ops() - ops; got != 2 {
+		t.Fatalf("Ops grew by %d for 2 calls", got)
+	}
+	if got := s.Statements() - stmts; got != 3 {
+		t.Fatalf("Statements grew by %d, want 3 (insert, read back, get)", got)
+	}
+}
+
+func TestPutMessageRejectsInvalidJSON(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	newThread(t, s, "th1")
+	cases := []struct {
+		name string
+		m    agent.Message
+	}{
+		{"truncated part", agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":`)}}},
+		{"empty part", agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{nil}}},
+		{"empty id", agent.Message{Role: agent.RoleUser}},
+	}
+	for _, tc := range cases {
+		err := s.PutMessage(t.Context(), "th1", 0, tc.m, now)
+		if !agent.IsKind(err, agent.KindInvalid) {
+			t.Errorf("%s: PutMessage error = %v, want KindInvalid", tc.name, err)
+		}
+	}
+	if msgs, err := s.ListMessages(t.Context(), "th1"); err != nil || len(msgs) != 0 {
+		t.Fatalf("ListMessages = %d, %v; want nothing stored", len(msgs), err)
+	}
+}
+
+// Whitespace around a whole part is the one thing not kept (documented); everything inside is.
+func TestPartSurroundingWhitespaceDropped(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	newThread(t, s, "th1")
+	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(" \n{ \"type\": \"text\" }\t ")}}
+	if err := s.PutMessage(t.Context(), "th1", 0, m, now); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetMessage(t.Context(), "th1", "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{ "type": "text" }`; string(got.Message.Parts[0]) != want {
+		t.Fatalf("part = %q, want %q", got.Message.Parts[0], want)
+	}
+}
+
+// FinishRun only takes terminal outcomes.
+func TestFinishRunRejectsRunning(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	newThread(t, s, "th1")
+	res, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: "th1", RunID: "r1", Now: now, StaleAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishRun(t.Context(), res.Run); !agent.IsKind(err, agent.KindInvalid) {
+		t.Fatalf("FinishRun(running) error = %v, want KindInvalid", err)
+	}
+	if _, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: "th1", RunID: "r1", Now: now.Add(time.Hour),
+		StaleAfter: time.Minute}); agent.CodeOf(err) != sqlite.CodeRunExists {
+		t.Fatalf("ClaimRun with a used run id: error = %v, want %s", err, sqlite.CodeRunExists)
+	}
+}
+
+// A canceled context ends reads and writes with KindCanceled, and nothing is written.
+func TestCanceledContext(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	newThread(t, s, "th1")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.GetThread(ctx, "th1"); !agent.IsKind(err, agent.KindCanceled) {
+		t.Errorf("GetThread(canceled) error = %v, want KindCanceled", err)
+	}
+	if err := s.PutValue(ctx, "ns", "k", []byte("v")); !agent.IsKind(err, agent.KindCanceled) {
+		t.Errorf("PutValue(canceled) error = %v, want KindCanceled", err)
+	}
+	if _, err := s.GetValue(t.Context(), "ns", "k"); !agent.IsKind(err, agent.KindNotFound) {
+		t.Errorf("GetValue after canceled put: error = %v, want KindNotFound", err)
+	}
+}

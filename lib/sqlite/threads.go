@@ -1,0 +1,185 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+const threadCols = `id, owner, title, settings, usage_input, usage_output, usage_total, usage_cached,
+	created_at, updated_at, epoch, claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel`
+
+func scanThread(sc scanner) (agent.Thread, error) {
+	var (
+		th               agent.Thread
+		settings         string
+		created, updated int64
+		claimRun         sql.NullString
+		claimEpoch, hb   sql.NullInt64
+		cancel           bool
+	)
+	err := sc.Scan(&th.ID, &th.Owner, &th.Title, &settings,
+		&th.Usage.InputTokens, &th.Usage.OutputTokens, &th.Usage.TotalTokens, &th.Usage.CachedInputTokens,
+		&created, &updated, &th.Epoch, &claimRun, &claimEpoch, &hb, &cancel)
+	if err != nil {
+		return agent.Thread{}, err
+	}
+	if err := json.Unmarshal([]byte(settings), &th.Settings); err != nil {
+		return agent.Thread{}, err
+	}
+	th.CreatedAt = fromMillis(created)
+	th.UpdatedAt = fromMillis(updated)
+	if claimRun.Valid {
+		th.ActiveRun = &agent.Claim{
+			RunID:           claimRun.String,
+			Epoch:           claimEpoch.Int64,
+			HeartbeatAt:     fromNullMillis(hb),
+			CancelRequested: cancel,
+		}
+	}
+	return th, nil
+}
+
+// claimArgs are the claim columns' values for c (all NULL when c is nil).
+func claimArgs(c *agent.Claim) []any {
+	if c == nil {
+		return []any{nil, nil, nil, false}
+	}
+	return []any{c.RunID, c.Epoch, millis(c.HeartbeatAt), c.CancelRequested}
+}
+
+func threadNotFound(id string) error {
+	return agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", id)
+}
+
+// CreateThread inserts t unless its id exists, and returns the stored thread.
+func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread, bool, error) {
+	s.op()
+	if t.ID == "" {
+		return agent.Thread{}, false, agent.E(agent.KindInvalid, CodeInvalid, "thread id is empty")
+	}
+	settings, err := json.Marshal(t.Settings)
+	if err != nil {
+		return agent.Thread{}, false, s.fail("encode settings", err)
+	}
+	var (
+		stored  agent.Thread
+		created bool
+	)
+	err = s.write(ctx, "create thread", func(c conn) error {
+		args := append([]any{t.ID, t.Owner, t.Title, string(settings),
+			t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.TotalTokens, t.Usage.CachedInputTokens,
+			millis(t.CreatedAt), millis(t.UpdatedAt), t.Epoch}, claimArgs(t.ActiveRun)...)
+		n, err := c.execN(ctx, `INSERT INTO threads (`+threadCols+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`, args...)
+		if err != nil {
+			return err
+		}
+		created = n == 1
+		stored, err = scanThread(c.queryRow(ctx, `SELECT `+threadCols+` FROM threads WHERE id = ?`, t.ID))
+		return err
+	})
+	if err != nil {
+		return agent.Thread{}, false, err
+	}
+	return stored, created, nil
+}
+
+// GetThread reads one thread.
+func (s *Store) GetThread(ctx context.Context, id string) (agent.Thread, error) {
+	s.op()
+	th, err := scanThread(s.read().queryRow(ctx, `SELECT `+threadCols+` FROM threads WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return agent.Thread{}, threadNotFound(id)
+	}
+	if err != nil {
+		return agent.Thread{}, s.fail("get thread", err)
+	}
+	return th, nil
+}
+
+// ListThreads returns owner's threads, most recently updated first.
+func (s *Store) ListThreads(ctx context.Context, owner string, limit int) ([]agent.Thread, error) {
+	s.op()
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	rows, err := s.read().query(ctx, `SELECT `+threadCols+` FROM threads WHERE owner = ?
+		ORDER BY updated_at DESC, id DESC LIMIT ?`, owner, limit)
+	if err != nil {
+		return nil, s.fail("list threads", err)
+	}
+	out, err := collect(rows, scanThread)
+	if err != nil {
+		return nil, s.fail("list threads", err)
+	}
+	return out, nil
+}
+
+// UpdateThread applies p and sets UpdatedAt to now.
+func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch, now time.Time) (agent.Thread, error) {
+	s.op()
+	var title, settings any
+	if p.Title != nil {
+		title = *p.Title
+	}
+	if p.Settings != nil {
+		b, err := json.Marshal(*p.Settings)
+		if err != nil {
+			return agent.Thread{}, s.fail("encode settings", err)
+		}
+		settings = string(b)
+	}
+	var th agent.Thread
+	err := s.write(ctx, "update thread", func(c conn) error {
+		var err error
+		th, err = scanThread(c.queryRow(ctx, `UPDATE threads
+			SET title = coalesce(?, title), settings = coalesce(?, settings), updated_at = ?
+			WHERE id = ? RETURNING `+threadCols, title, settings, millis(now), id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return threadNotFound(id)
+		}
+		return err
+	})
+	return th, err
+}
+
+// DeleteThread removes the thread with its messages, runs and segments.
+func (s *Store) DeleteThread(ctx context.Context, id string) error {
+	s.op()
+	return s.write(ctx, "delete thread", func(c conn) error {
+		for _, stmt := range []string{
+			// Segments by thread, and by the thread's runs in case a segment was written without its thread id.
+			`DELETE FROM segments WHERE thread_id = ?1 OR run_id IN (SELECT id FROM runs WHERE thread_id = ?1)`,
+			`DELETE FROM messages WHERE thread_id = ?1`,
+			`DELETE FROM runs WHERE thread_id = ?1`,
+			`DELETE FROM threads WHERE id = ?1`,
+		} {
+			if _, err := c.exec(ctx, stmt, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// collect scans every row and closes rows. It never returns a nil slice without an error.
+func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,474 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+func runTests() []test {
+	return []test{
+		{"ClaimIdleThread", testClaimIdleThread},
+		{"ClaimUnknownThread", testClaimUnknownThread},
+		{"ClaimRaceOneWinner", testClaimRaceOneWinner},
+		{"TakeoverRaceOneWinner", testTakeoverRaceOneWinner},
+		{"EpochIncreasesOnEveryClaim", testEpochIncreases},
+		{"StaleTakeover", testStaleTakeover},
+		{"Heartbeat", testHeartbeat},
+		{"HeartbeatFenced", testHeartbeatFenced},
+		{"RequestCancel", testRequestCancel},
+		{"FinishRunStatuses", testFinishRunStatuses},
+		{"FinishRunAddsUsage", testFinishRunAddsUsage},
+		{"FinishRunFenced", testFinishRunFenced},
+		{"FinishAfterTakeoverKeepsNewClaim", testFinishAfterTakeover},
+		{"ListRunsOrder", testListRunsOrder},
+		{"GetRunUnknown", testGetRunUnknown},
+	}
+}
+
+func testClaimIdleThread(e *env) {
+	t := e.t
+	th := e.newThread()
+	runID := e.id("run")
+	now := at(time.Second)
+	res := e.claim(th.ID, runID, now)
+	want := agent.Run{
+		ID:                 runID,
+		ThreadID:           th.ID,
+		Trigger:            agent.TriggerUser,
+		Status:             agent.RunRunning,
+		AssistantMessageID: "msg_of_" + runID,
+		Epoch:              1,
+		CreatedAt:          now,
+		UpdatedAt:          now,
+	}
+	same(t, "ClaimRun result", res, agent.ClaimResult{Run: want})
+	same(t, "GetRun after claim", e.getRun(th.ID, runID), want)
+
+	got := e.getThread(th.ID)
+	if got.Epoch != 1 {
+		t.Fatalf("thread epoch after first claim = %d, want 1", got.Epoch)
+	}
+	same(t, "thread claim", got.ActiveRun, &agent.Claim{RunID: runID, Epoch: 1, HeartbeatAt: now})
+	// The claim touches nothing else a user sees.
+	if got.Owner != th.Owner || got.Title != th.Title || got.Settings != th.Settings || got.Usage != th.Usage ||
+		!got.CreatedAt.Equal(th.CreatedAt) {
+		t.Fatalf("thread after claim = %s, want the fields of %s", show(got), show(th))
+	}
+}
+
+func testClaimUnknownThread(e *env) {
+	_, err := e.s.ClaimRun(e.ctx, claimReq(e.id("th"), e.id("run"), at(0)))
+	wantErr(e.t, err, agent.KindNotFound, "", "ClaimRun(unknown thread)")
+}
+
+// race claims th with n distinct runs at once and returns the winners' results and the losers' errors.
+func (e *env) race(threadID string, n int, now time.Time) ([]agent.ClaimResult, []error) {
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		winners []agent.ClaimResult
+		losers  []error
+		start   = make(chan struct{})
+	)
+	base := e.id("run")
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			res, err := e.s.ClaimRun(e.ctx, claimReq(threadID, fmt.Sprintf("%s-%02d", base, i), now))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				losers = append(losers, err)
+			} else {
+				winners = append(winners, res)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return winners, losers
+}
+
+// Of 50 concurrent claimers exactly one wins; the rest see run_active and leave no run behind.
+func testClaimRaceOneWinner(e *env) {
+	t := e.t
+	th := e.newThread()
+	winners, losers := e.race(th.ID, 50, at(time.Second))
+	if len(winners) != 1 {
+		t.Fatalf("%d of 50 concurrent claims won, want exactly 1", len(winners))
+	}
+	for _, err := range losers {
+		wantErr(t, err, agent.KindConflict, agent.CodeRunActive, "losing ClaimRun")
+	}
+	win := winners[0]
+	if win.Run.Epoch != 1 || win.Previous != nil {
+		t.Fatalf("winner = %s, want epoch 1 and no previous claim", show(win))
+	}
+	got := e.getThread(th.ID)
+	if got.Epoch != 1 || got.ActiveRun == nil || got.ActiveRun.RunID != win.Run.ID {
+		t.Fatalf("thread after race = %s, want the winner %s at epoch 1", show(got), win.Run.ID)
+	}
+	runs, err := e.s.ListRuns(e.ctx, th.ID)
+	must(t, err, "ListRuns")
+	same(t, "runs after race", runs, []agent.Run{win.Run})
+}
+
+// A stale claim is taken over by exactly one of many concurrent claimers, and only that one sees Previous.
+func testTakeoverRaceOneWinner(e *env) {
+	t := e.t
+	th := e.newThread()
+	old := e.claim(th.ID, e.id("run"), at(0)).Run
+	winners, losers := e.race(th.ID, 20, at(staleAfter+time.Second))
+	if len(winners) != 1 {
+		t.Fatalf("%d of 20 concurrent takeovers won, want exactly 1", len(winners))
+	}
+	for _, err := range losers {
+		wantErr(t, err, agent.KindConflict, agent.CodeRunActive, "losing takeover")
+	}
+	win := winners[0]
+	same(t, "winner's previous claim", win.Previous, &agent.Claim{RunID: old.ID, Epoch: 1, HeartbeatAt: at(0)})
+	if win.Run.Epoch != 2 {
+		t.Fatalf("takeover epoch = %d, want 2", win.Run.Epoch)
+	}
+	if got := e.getThread(th.ID); got.Epoch != 2 || got.ActiveRun.RunID != win.Run.ID {
+		t.Fatalf("thread after takeover race = %s, want %s at epoch 2", show(got), win.Run.ID)
+	}
+}
+
+// The epoch is a fencing token: every claim hands out a bigger one, on the thread and on the run, whether it
+// claims an idle thread or takes over a stale claim.
+func testEpochIncreases(e *env) {
+	t := e.t
+	th := e.newThread()
+	check := func(run agent.Run, want int64) {
+		t.Helper()
+		if run.Epoch != want {
+			t.Fatalf("claim %d: run epoch = %d", want, run.Epoch)
+		}
+		if got := e.getThread(th.ID); got.Epoch != want || got.ActiveRun == nil || got.ActiveRun.Epoch != want {
+			t.Fatalf("claim %d: thread = %s, want epoch %d", want, show(got), want)
+		}
+		if got := e.getRun(th.ID, run.ID); got.Epoch != want {
+			t.Fatalf("claim %d: stored run epoch = %d", want, got.Epoch)
+		}
+	}
+	now := at(0)
+	for want := int64(1); want <= 3; want++ {
+		run := e.claim(th.ID, e.id("run"), now).Run
+		check(run, want)
+		e.finish(run, agent.RunCompleted, agent.Usage{}, now.Add(time.Second))
+		now = now.Add(time.Minute)
+	}
+	check(e.claim(th.ID, e.id("run"), now).Run, 4)
+	check(e.claim(th.ID, e.id("run"), now.Add(time.Hour)).Run, 5)
+}
+
+// A claim is taken over only when its heartbeat is strictly older than StaleAfter.
+func testStaleTakeover(e *env) {
+	cases := []struct {
+		name     string
+		age      time.Duration // time since the last heartbeat when the second claim comes
+		takeover bool
+	}{
+		{"fresh", time.Second, false},
+		{"exactly staleAfter", staleAfter, false},
+		{"just stale", staleAfter + time.Millisecond, true},
+		{"long dead", time.Hour, true},
+	}
+	for _, tc := range cases {
+		t := e.t
+		th := e.newThread()
+		first := e.claim(th.ID, e.id("run"), at(0)).Run
+		beat := at(10 * time.Second)
+		must(t, e.s.Heartbeat(e.ctx, th.ID, first.ID, first.Epoch, beat), tc.name+": Heartbeat")
+
+		second := e.id("run")
+		res, err := e.s.ClaimRun(e.ctx, claimReq(th.ID, second, beat.Add(tc.age)))
+		if !tc.takeover {
+			wantErr(t, err, agent.KindConflict, agent.CodeRunActive, tc.name+": ClaimRun")
+			same(t, tc.name+": claim kept", e.getThread(th.ID).ActiveRun,
+				&agent.Claim{RunID: first.ID, Epoch: 1, HeartbeatAt: beat})
+			continue
+		}
+		must(t, err, tc.name+": ClaimRun")
+		same(t, tc.name+": Previous", res.Previous, &agent.Claim{RunID: first.ID, Epoch: 1, HeartbeatAt: beat})
+		if res.Run.ID != second || res.Run.Epoch != 2 {
+			t.Fatalf("%s: takeover run = %s, want %s at epoch 2", tc.name, show(res.Run), second)
+		}
+		same(t, tc.name+": claim after takeover", e.getThread(th.ID).ActiveRun,
+			&agent.Claim{RunID: second, Epoch: 2, HeartbeatAt: beat.Add(tc.age)})
+		// The store does not reap the old run; the caller does (FinishRun with the old epoch).
+		if got := e.getRun(th.ID, first.ID); got.Status != agent.RunRunning {
+			t.Fatalf("%s: taken-over run status = %s, want running until the caller reaps it", tc.name, got.Status)
+		}
+	}
+}
+
+func testHeartbeat(e *env) {
+	t := e.t
+	th := e.newThread()
+	run := e.claim(th.ID, e.id("run"), at(0)).Run
+	for i := 1; i <= 3; i++ {
+		now := at(time.Duration(i) * 5 * time.Second)
+		must(t, e.s.Heartbeat(e.ctx, th.ID, run.ID, run.Epoch, now), "Heartbeat")
+		same(t, "claim after heartbeat", e.getThread(th.ID).ActiveRun,
+			&agent.Claim{RunID: run.ID, Epoch: 1, HeartbeatAt: now})
+	}
+	// A heartbeat keeps a long run from being taken over.
+	_, err := e.s.ClaimRun(e.ctx, claimReq(th.ID, e.id("run"), at(15*time.Second+staleAfter)))
+	wantErr(t, err, agent.KindConflict, agent.CodeRunActive, "ClaimRun after heartbeats")
+}
+
+// A heartbeat that does not name the current claim fails and changes nothing.
+func testHeartbeatFenced(e *env) {
+	cases := []struct {
+		name string
+		// arrange returns the thread and the (run id, epoch) that must be fenced.
+		arrange func() (agent.Thread, string, int64)
+	}{
+		{"wrong run id", func() (agent.Thread, string, int64) {
+			th := e.newThread()
+			e.claim(th.ID, e.id("run"), at(0))
+			return th, e.id("run"), 1
+		}},
+		{"newer epoch", func() (agent.Thread, string, int64) {
+			th := e.newThread()
+			r := e.claim(th.ID, e.id("run"), at(0)).Run
+			return th, r.ID, r.Epoch + 1
+		}},
+		{"older epoch after finish and reclaim", func() (agent.Thread, string, int64) {
+			th := e.newThread()
+			r := e.claim(th.ID, e.id("run"), at(0)).Run
+			e.finish(r, agent.RunCompleted, agent.Usage{}, at(time.Second))
+			next := e.claim(th.ID, e.id("run"), at(2*time.Second)).Run
+			return th, next.ID, next.Epoch - 1
+		}},
+		{"finished run", func() (agent.Thread, string, int64) {
+			th := e.newThread()
+			r := e.claim(th.ID, e.id("run"), at(0)).Run
+			e.finish(r, agent.RunCompleted, agent.Usage{}, at(time.Second))
+			return th, r.ID, r.Epoch
+		}},
+		{"wrong run id on a cancel-requested claim", func() (agent.Thread, string, int64) {
+			th := e.newThread()
+			e.claim(th.ID, e.id("run"), at(0))
+			_, err := e.s.RequestCancel(e.ctx, th.ID, at(time.Second))
+			must(e.t, err, "RequestCancel")
+			return th, e.id("run"), 1
+		}},
+		{"older epoch of a cancel-requested claim", func() (agent.Thread, string, int64) {
+			th := e.newThread()
+			r := e.claim(th.ID, e.id("run"), at(0)).Run
+			_, err := e.s.RequestCancel(e.ctx, th.ID, at(time.Second))
+			must(e.t, err, "RequestCancel")
+			return th, r.ID, r.Epoch - 1
+		}},
+		{"taken over", func() (agent.Thread, string, int64) {
+			th := e.newThread()
+			r := e.claim(th.ID, e.id("run"), at(0)).Run
+			e.claim(th.ID, e.id("run"), at(time.Hour))
+			return th, r.ID, r.Epoch
+		}},
+	}
+	for _, tc := range cases {
+		th, runID, epoch := tc.arrange()
+		before := e.getThread(th.ID)
+		err := e.s.Heartbeat(e.ctx, th.ID, runID, epoch, at(2*time.Hour))
+		wantErr(e.t, err, agent.KindConflict, agent.CodeRunFenced, tc.name+": Heartbeat")
+		same(e.t, tc.name+": thread unchanged", e.getThread(th.ID), before)
+	}
+}
+
+// Stop: the cancel request rides on the claim; the run's next heartbeat sees it and the run finishes as canceled.
+func testRequestCancel(e *env) {
+	t := e.t
+	th := e.newThread()
+	_, err := e.s.RequestCancel(e.ctx, th.ID, at(0))
+	wantErr(t, err, agent.KindConflict, agent.CodeNoActiveRun, "RequestCancel(idle thread)")
+
+	run := e.claim(th.ID, e.id("run"), at(0)).Run
+	want := agent.Claim{RunID: run.ID, Epoch: 1, HeartbeatAt: at(0), CancelRequested: true}
+	for range 2 { // a repeated stop is harmless
+		c, err := e.s.RequestCancel(e.ctx, th.ID, at(time.Second))
+		must(t, err, "RequestCancel")
+		same(t, "RequestCancel result", c, want)
+		same(t, "claim after RequestCancel", e.getThread(th.ID).ActiveRun, &want)
+	}
+
+	err = e.s.Heartbeat(e.ctx, th.ID, run.ID, run.Epoch, at(2*time.Second))
+	wantErr(t, err, agent.KindCanceled, agent.CodeRunCanceled, "Heartbeat after RequestCancel")
+	same(t, "claim after canceled heartbeat", e.getThread(th.ID).ActiveRun, &want)
+
+	// A cancel request does not free the thread: until the run finishes, others still get run_active.
+	_, err = e.s.ClaimRun(e.ctx, claimReq(th.ID, e.id("run"), at(3*time.Second)))
+	wantErr(t, err, agent.KindConflict, agent.CodeRunActive, "ClaimRun while cancel pending")
+
+	e.finish(run, agent.RunCanceled, agent.Usage{}, at(4*time.Second))
+	if got := e.getThread(th.ID); got.ActiveRun != nil {
+		t.Fatalf("claim after canceled run finished = %s, want none", show(got.ActiveRun))
+	}
+	_, err = e.s.RequestCancel(e.ctx, th.ID, at(5*time.Second))
+	wantErr(t, err, agent.KindConflict, agent.CodeNoActiveRun, "RequestCancel after finish")
+
+	// A new claim starts without the old cancel request, also when it takes over a cancel-requested stale claim.
+	next := e.claim(th.ID, e.id("run"), at(6*time.Second)).Run
+	_, err = e.s.RequestCancel(e.ctx, th.ID, at(7*time.Second))
+	must(t, err, "RequestCancel(next)")
+	last := e.claim(th.ID, e.id("run"), at(time.Hour))
+	same(t, "Previous of a cancel-requested stale claim", last.Previous,
+		&agent.Claim{RunID: next.ID, Epoch: 2, HeartbeatAt: at(6 * time.Second), CancelRequested: true})
+	same(t, "claim after takeover", e.getThread(th.ID).ActiveRun,
+		&agent.Claim{RunID: last.Run.ID, Epoch: 3, HeartbeatAt: at(time.Hour)})
+	must(t, e.s.Heartbeat(e.ctx, th.ID, last.Run.ID, 3, at(time.Hour+time.Second)), "Heartbeat after takeover")
+}
+
+// Every terminal status, with or without an error, round-trips and releases the claim.
+func testFinishRunStatuses(e *env) {
+	cases := []struct {
+		status agent.RunStatus
+		err    *agent.RunError
+	}{
+		{agent.RunCompleted, nil},
+		{agent.RunInterrupted, nil},
+		{agent.RunCanceled, nil},
+		{agent.RunFailed, &agent.RunError{Code: agent.CodeModelError, Message: "upstream said 500: \"boom\""}},
+		{agent.RunFailed, &agent.RunError{Code: agent.CodeStale}},
+	}
+	for _, tc := range cases {
+		th := e.newThread()
+		run := e.claim(th.ID, e.id("run"), at(0)).Run
+		run = finished(run, tc.status, agent.Usage{InputTokens: 7}, at(time.Minute))
+		run.Error = tc.err
+		must(e.t, e.s.FinishRun(e.ctx, run), "FinishRun "+string(tc.status))
+		got := e.getRun(th.ID, run.ID)
+		same(e.t, "run after FinishRun "+string(tc.status), got, run)
+		wantUTC(e.t, "finished run", got.CreatedAt, got.UpdatedAt, got.FinishedAt)
+		if c := e.getThread(th.ID).ActiveRun; c != nil {
+			e.t.Fatalf("claim after FinishRun %s = %s, want none", tc.status, show(c))
+		}
+	}
+}
+
+func testFinishRunAddsUsage(e *env) {
+	t := e.t
+	th := e.newThread()
+	usages := []agent.Usage{
+		{InputTokens: 100, OutputTokens: 20, TotalTokens: 120, CachedInputTokens: 50},
+		{InputTokens: 7, OutputTokens: 3, TotalTokens: 10},
+		{},
+	}
+	var total agent.Usage
+	for i, u := range usages {
+		now := at(time.Duration(i) * time.Minute)
+		run := e.claim(th.ID, e.id("run"), now).Run
+		e.finish(run, agent.RunCompleted, u, now.Add(time.Second))
+		total = total.Add(u)
+		if got := e.getThread(th.ID).Usage; got != total {
+			t.Fatalf("thread usage after run %d = %+v, want %+v", i, got, total)
+		}
+	}
+}
+
+// FinishRun is a compare-and-set from running at the run's epoch: a second finish or a stale epoch changes nothing.
+func testFinishRunFenced(e *env) {
+	t := e.t
+	cases := []struct {
+		name string
+		// arrange returns the thread and a finish that must be fenced.
+		arrange func() (agent.Thread, agent.Run)
+	}{
+		{"second finish", func() (agent.Thread, agent.Run) {
+			th := e.newThread()
+			run := e.claim(th.ID, e.id("run"), at(0)).Run
+			e.finish(run, agent.RunCompleted, agent.Usage{InputTokens: 5}, at(time.Second))
+			return th, finished(run, agent.RunFailed, agent.Usage{InputTokens: 1000}, at(time.Hour))
+		}},
+		{"older epoch", func() (agent.Thread, agent.Run) {
+			th := e.newThread()
+			run := e.claim(th.ID, e.id("run"), at(0)).Run
+			run.Epoch--
+			return th, finished(run, agent.RunCompleted, agent.Usage{InputTokens: 1000}, at(time.Hour))
+		}},
+		{"newer epoch", func() (agent.Thread, agent.Run) {
+			th := e.newThread()
+			run := e.claim(th.ID, e.id("run"), at(0)).Run
+			run.Epoch++
+			return th, finished(run, agent.RunCompleted, agent.Usage{InputTokens: 1000}, at(time.Hour))
+		}},
+	}
+	for _, tc := range cases {
+		th, run := tc.arrange()
+		beforeThread := e.getThread(th.ID)
+		beforeRun := e.getRun(th.ID, run.ID)
+		err := e.s.FinishRun(e.ctx, run)
+		wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, tc.name+": FinishRun")
+		same(t, tc.name+": run unchanged", e.getRun(th.ID, run.ID), beforeRun)
+		same(t, tc.name+": thread unchanged", e.getThread(th.ID), beforeThread)
+	}
+}
+
+// The reaper finishes a run whose claim was already taken over: the run is recorded, its usage counted, and the
+// new claim survives.
+func testFinishAfterTakeover(e *env) {
+	t := e.t
+	th := e.newThread()
+	old := e.claim(th.ID, e.id("run"), at(0)).Run
+	res := e.claim(th.ID, e.id("run"), at(time.Hour))
+	if res.Previous == nil || res.Previous.RunID != old.ID {
+		t.Fatalf("takeover Previous = %s, want %s", show(res.Previous), old.ID)
+	}
+	reaped := finished(old, agent.RunFailed, agent.Usage{InputTokens: 3, TotalTokens: 3}, at(time.Hour+time.Second))
+	reaped.Error = &agent.RunError{Code: agent.CodeStale, Message: "heartbeat lost"}
+	must(t, e.s.FinishRun(e.ctx, reaped), "FinishRun(taken-over run)")
+	same(t, "reaped run", e.getRun(th.ID, old.ID), reaped)
+
+	got := e.getThread(th.ID)
+	same(t, "new claim survives", got.ActiveRun, &agent.Claim{RunID: res.Run.ID, Epoch: 2, HeartbeatAt: at(time.Hour)})
+	if got.Usage != reaped.Usage {
+		t.Fatalf("thread usage = %+v, want the reaped run's %+v", got.Usage, reaped.Usage)
+	}
+	must(t, e.s.Heartbeat(e.ctx, th.ID, res.Run.ID, 2, at(time.Hour+2*time.Second)), "Heartbeat(new run)")
+	e.finish(res.Run, agent.RunCompleted, agent.Usage{}, at(time.Hour+3*time.Second))
+	if c := e.getThread(th.ID).ActiveRun; c != nil {
+		t.Fatalf("claim after the new run finished = %s, want none", show(c))
+	}
+}
+
+// ListRuns is oldest first with ties broken by id ascending.
+func testListRunsOrder(e *env) {
+	t := e.t
+	th := e.newThread()
+	base := e.id("run")
+	// run-2 first at 0s; then run-3 and run-1 both created at 10s (run-1 claimed after run-3 finished).
+	r2 := e.claim(th.ID, base+"-2", at(0)).Run
+	r2 = e.finish(r2, agent.RunCompleted, agent.Usage{}, at(5*time.Second))
+	r3 := e.claim(th.ID, base+"-3", at(10*time.Second)).Run
+	r3 = e.finish(r3, agent.RunFailed, agent.Usage{}, at(10*time.Second))
+	r1 := e.claim(th.ID, base+"-1", at(10*time.Second)).Run
+
+	got, err := e.s.ListRuns(e.ctx, th.ID)
+	must(t, err, "ListRuns")
+	same(t, "ListRuns", got, []agent.Run{r2, r1, r3})
+
+	got, err = e.s.ListRuns(e.ctx, e.id("th"))
+	must(t, err, "ListRuns(unknown thread)")
+	if len(got) != 0 {
+		t.Fatalf("ListRuns(unknown thread) = %d runs, want none", len(got))
+	}
+}
+
+func testGetRunUnknown(e *env) {
+	_, err := e.s.GetRun(e.ctx, e.id("th"), e.id("run"))
+	wantErr(e.t, err, agent.KindNotFound, "", "GetRun(unknown thread)")
+	th := e.newThread()
+	run := e.claim(th.ID, e.id("run"), at(0)).Run
+	_, err = e.s.GetRun(e.ctx, th.ID, e.id("run"))
+	wantErr(e.t, err, agent.KindNotFound, "", "GetRun(unknown run)")
+	// A run is found only under its own thread.
+	other := e.newThread()
+	_, err = e.s.GetRun(e.ctx, other.ID, run.ID)
+	wantErr(e.t, err, agent.KindNotFound, "", "GetRun(run of another thread)")
+}

@@ -1,0 +1,251 @@
+// Package storetest is the conformance suite for agent.Store. Every Store adapter (the embedded SQLite store, the
+// DynamoDB store, any later one) runs the same suite from its own tests:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) agent.Store { return openTestStore(t) })
+//	}
+//
+// The suite is written against the agent.Store port only. Each leaf subtest calls newStore once and uses ids,
+// owners and namespaces that are unique to that subtest, so newStore may hand out a fresh store per call or the
+// same store (one shared table) every time; subtests run in parallel.
+//
+// What the suite requires beyond the Store doc comments, because callers rely on it:
+//
+//   - Times come back in UTC with millisecond precision. The suite only passes times that are already truncated to
+//     the millisecond in UTC (a fixed fake clock), and compares returned values with reflect.DeepEqual, so a store
+//     that returns a different location, drops milliseconds or keeps a monotonic reading fails.
+//   - Message parts and metadata round-trip byte for byte: whitespace, key order, number spelling and escapes inside a
+//     part are kept. (The suite never passes a part with whitespace around the JSON value; a store may drop that.)
+//     Parts or metadata of length zero may come back as nil or empty.
+//   - Segment data and KV values are opaque bytes: any byte sequence, including invalid UTF-8, round-trips.
+//   - List methods return an empty (possibly nil) slice and no error for unknown parents.
+//   - A claim sets the run's CreatedAt and UpdatedAt to the claim time; FinishRun stores the run's UpdatedAt as
+//     given. Neither is required to touch the thread's UpdatedAt, and the suite does not look at it after claims.
+//   - Errors are *agent.Error values (possibly wrapped); not-found codes are not pinned, conflict codes are.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Run runs the whole suite. newStore is called once per leaf subtest, with that subtest's t (so it can register
+// cleanups on it).
+func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
+	groups := []struct {
+		name  string
+		tests []test
+	}{
+		{"Threads", threadTests()},
+		{"Runs", runTests()},
+		{"Messages", messageTests()},
+		{"Segments", segmentTests()},
+		{"Values", valueTests()},
+	}
+	for _, g := range groups {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range g.tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.fn(setup(t, newStore))
+				})
+			}
+		})
+	}
+}
+
+// test is one leaf of the suite.
+type test struct {
+	name string
+	fn   func(e *env)
+}
+
+// env is what a leaf test works with: its store, a context that ends with the test, and unique ids.
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	s   agent.Store
+	ids agent.IDs
+}
+
+func setup(t *testing.T, newStore func(t *testing.T) agent.Store) *env {
+	t.Helper()
+	s := newStore(t)
+	if s == nil {
+		t.Fatal("newStore returned nil")
+	}
+	return &env{t: t, ctx: t.Context(), s: s, ids: agent.RandomIDs{Clock: fakeClock{}}}
+}
+
+// id returns an id no other subtest (or earlier run against a persistent table) uses.
+func (e *env) id(prefix string) string { return e.ids.New(prefix) }
+
+// fakeClock is the suite's fixed clock. Its reading has a non-zero millisecond part so that a store which drops
+// milliseconds fails the comparisons.
+type fakeClock struct{}
+
+func (fakeClock) Now() time.Time {
+	return time.Date(2031, time.March, 4, 5, 6, 7, 891_000_000, time.UTC)
+}
+
+// at returns the fake clock's reading plus d.
+func at(d time.Duration) time.Time { return fakeClock{}.Now().Add(d) }
+
+// newThread creates a fresh thread of a fresh owner, created and updated at at(0).
+func (e *env) newThread() agent.Thread {
+	e.t.Helper()
+	return e.createThread(e.id("user"), e.id("th"), at(0))
+}
+
+func (e *env) createThread(owner, id string, updated time.Time) agent.Thread {
+	e.t.Helper()
+	th := agent.Thread{ID: id, Owner: owner, Title: "title of " + id, CreatedAt: at(0), UpdatedAt: updated}
+	got, created, err := e.s.CreateThread(e.ctx, th)
+	if err != nil {
+		e.t.Fatalf("CreateThread(%s): %v", id, err)
+	}
+	if !created {
+		e.t.Fatalf("CreateThread(%s): created = false for a new id", id)
+	}
+	return got
+}
+
+func (e *env) getThread(id string) agent.Thread {
+	e.t.Helper()
+	th, err := e.s.GetThread(e.ctx, id)
+	if err != nil {
+		e.t.Fatalf("GetThread(%s): %v", id, err)
+	}
+	return th
+}
+
+func (e *env) getRun(threadID, runID string) agent.Run {
+	e.t.Helper()
+	r, err := e.s.GetRun(e.ctx, threadID, runID)
+	if err != nil {
+		e.t.Fatalf("GetRun(%s): %v", runID, err)
+	}
+	return r
+}
+
+// claim claims threadID for runID at now with the default staleAfter of 30 s and fails the test on error.
+func (e *env) claim(threadID, runID string, now time.Time) agent.ClaimResult {
+	e.t.Helper()
+	res, err := e.s.ClaimRun(e.ctx, claimReq(threadID, runID, now))
+	if err != nil {
+		e.t.Fatalf("ClaimRun(%s, %s): %v", threadID, runID, err)
+	}
+	return res
+}
+
+// staleAfter is the takeover threshold the suite claims with.
+const staleAfter = 30 * time.Second
+
+func claimReq(threadID, runID string, now time.Time) agent.ClaimRequest {
+	return agent.ClaimRequest{
+		ThreadID:           threadID,
+		RunID:              runID,
+		Trigger:            agent.TriggerUser,
+		AssistantMessageID: "msg_of_" + runID,
+		Now:                now,
+		StaleAfter:         staleAfter,
+	}
+}
+
+// finish finishes run (as returned by a claim) with status at now and fails the test on error.
+func (e *env) finish(run agent.Run, status agent.RunStatus, usage agent.Usage, now time.Time) agent.Run {
+	e.t.Helper()
+	run = finished(run, status, usage, now)
+	if err := e.s.FinishRun(e.ctx, run); err != nil {
+		e.t.Fatalf("FinishRun(%s): %v", run.ID, err)
+	}
+	return run
+}
+
+func finished(run agent.Run, status agent.RunStatus, usage agent.Usage, now time.Time) agent.Run {
+	run.Status = status
+	run.Usage = usage
+	run.Steps = 2
+	run.Model = "test-model"
+	run.FinishedAt = now
+	run.UpdatedAt = now
+	return run
+}
+
+func must(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// wantErr checks that err carries an *agent.Error of kind (and of code, unless code is empty).
+func wantErr(t *testing.T, err error, kind agent.Kind, code, what string) {
+	t.Helper()
+	var ae *agent.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("%s: error = %v (%T), want *agent.Error %s/%s", what, err, err, kind, code)
+	}
+	if ae.Kind != kind || (code != "" && ae.Code != code) {
+		t.Fatalf("%s: error = %s/%s (%v), want %s/%s", what, ae.Kind, ae.Code, err, kind, orAny(code))
+	}
+}
+
+func orAny(code string) string {
+	if code == "" {
+		return "(any code)"
+	}
+	return code
+}
+
+// same compares with reflect.DeepEqual, which also catches times in another location or with extra precision.
+func same[T any](t *testing.T, what string, got, want T) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s:\n got  %s\n want %s\n(times must be UTC with millisecond precision)", what, show(got), show(want))
+	}
+}
+
+// show renders v as JSON so pointers are followed and times show their zone.
+func show(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return string(b)
+}
+
+// wantUTC checks that each time is UTC and whole milliseconds.
+func wantUTC(t *testing.T, what string, times ...time.Time) {
+	t.Helper()
+	for i, tm := range times {
+		if tm.Location() != time.UTC || !tm.Equal(tm.Truncate(time.Millisecond)) {
+			t.Fatalf("%s: time %d = %v, want UTC with millisecond precision", what, i, tm)
+		}
+	}
+}
+
+// sameBytes compares byte slices, treating nil and empty as equal, and reports large values by size only.
+func sameBytes(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	if bytes.Equal(got, want) {
+		return
+	}
+	if len(got) > 512 || len(want) > 512 {
+		n := 0
+		for n < len(got) && n < len(want) && got[n] == want[n] {
+			n++
+		}
+		t.Fatalf("%s: got %d bytes, want %d bytes; first difference at byte %d", what, len(got), len(want), n)
+	}
+	t.Fatalf("%s:\n got  %q\n want %q", what, got, want)
+}

@@ -1,0 +1,263 @@
+package storetest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+func threadTests() []test {
+	return []test{
+		{"CreateThreadInsertIfAbsent", testCreateThreadInsertIfAbsent},
+		{"GetThreadUnknown", testGetThreadUnknown},
+		{"UpdateThread", testUpdateThread},
+		{"UpdateThreadUnknown", testUpdateThreadUnknown},
+		{"ListThreadsOrder", testListThreadsOrder},
+		{"ListThreadsDefaultLimit", testListThreadsDefaultLimit},
+		{"DeleteThreadCascades", testDeleteThreadCascades},
+		{"DeleteThreadUnknown", testDeleteThreadUnknown},
+	}
+}
+
+// A retried create (a double-submitted first message) must converge on the first record, whatever the retry carries.
+func testCreateThreadInsertIfAbsent(e *env) {
+	t := e.t
+	th := agent.Thread{
+		ID:        e.id("th"),
+		Owner:     e.id("user"),
+		Title:     "first",
+		Settings:  agent.ThreadSettings{ReviewTools: true},
+		CreatedAt: at(0),
+		UpdatedAt: at(time.Second),
+	}
+	got, created, err := e.s.CreateThread(e.ctx, th)
+	must(t, err, "CreateThread")
+	if !created {
+		t.Fatal("CreateThread of a new id: created = false")
+	}
+	same(t, "CreateThread result", got, th)
+	wantUTC(t, "CreateThread result", got.CreatedAt, got.UpdatedAt)
+	same(t, "GetThread after create", e.getThread(th.ID), th)
+
+	again := th
+	again.Owner = e.id("intruder")
+	again.Title = "second"
+	again.Settings = agent.ThreadSettings{}
+	again.CreatedAt = at(time.Hour)
+	again.UpdatedAt = at(time.Hour)
+	got, created, err = e.s.CreateThread(e.ctx, again)
+	must(t, err, "CreateThread again")
+	if created {
+		t.Fatal("CreateThread of an existing id: created = true")
+	}
+	same(t, "CreateThread of an existing id returns the stored thread", got, th)
+	same(t, "GetThread after second create", e.getThread(th.ID), th)
+}
+
+func testGetThreadUnknown(e *env) {
+	_, err := e.s.GetThread(e.ctx, e.id("th"))
+	wantErr(e.t, err, agent.KindNotFound, "", "GetThread(unknown)")
+}
+
+func testUpdateThread(e *env) {
+	title := func(s string) *string { return &s }
+	review := &agent.ThreadSettings{ReviewTools: true}
+	cases := []struct {
+		name  string
+		patch agent.ThreadPatch
+		edit  func(*agent.Thread)
+	}{
+		{"empty patch only bumps UpdatedAt", agent.ThreadPatch{}, func(*agent.Thread) {}},
+		{"title", agent.ThreadPatch{Title: title("renamed")}, func(th *agent.Thread) { th.Title = "renamed" }},
+		{"clear title", agent.ThreadPatch{Title: title("")}, func(th *agent.Thread) { th.Title = "" }},
+		{"settings", agent.ThreadPatch{Settings: review}, func(th *agent.Thread) { th.Settings = *review }},
+		{"both", agent.ThreadPatch{Title: title("both"), Settings: review}, func(th *agent.Thread) {
+			th.Title = "both"
+			th.Settings = *review
+		}},
+	}
+	for _, tc := range cases {
+		th := e.newThread()
+		now := at(time.Minute)
+		want := th
+		tc.edit(&want)
+		want.UpdatedAt = now
+		got, err := e.s.UpdateThread(e.ctx, th.ID, tc.patch, now)
+		must(e.t, err, tc.name+": UpdateThread")
+		same(e.t, tc.name+": UpdateThread result", got, want)
+		same(e.t, tc.name+": GetThread after update", e.getThread(th.ID), want)
+	}
+}
+
+func testUpdateThreadUnknown(e *env) {
+	title := "x"
+	_, err := e.s.UpdateThread(e.ctx, e.id("th"), agent.ThreadPatch{Title: &title}, at(0))
+	wantErr(e.t, err, agent.KindNotFound, "", "UpdateThread(unknown)")
+}
+
+// ListThreads is the sidebar: newest-updated first, ties broken by id descending so pages are stable, one
+// owner only.
+func testListThreadsOrder(e *env) {
+	t := e.t
+	owner := e.id("user")
+	base := e.id("th")
+	updated := map[string]time.Duration{"a": 1 * time.Second, "b": 3 * time.Second, "c": 2 * time.Second, "d": 3 * time.Second, "e": 0}
+	stored := map[string]agent.Thread{}
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		stored[k] = e.createThread(owner, base+"-"+k, at(updated[k]))
+	}
+	// Another owner's newer thread must not show up.
+	e.createThread(e.id("other"), base+"-z", at(time.Hour))
+
+	want := func(keys ...string) []agent.Thread {
+		out := make([]agent.Thread, len(keys))
+		for i, k := range keys {
+			out[i] = stored[k]
+		}
+		return out
+	}
+	cases := []struct {
+		limit int
+		want  []agent.Thread
+	}{
+		{0, want("d", "b", "c", "a", "e")},
+		{-1, want("d", "b", "c", "a", "e")},
+		{100, want("d", "b", "c", "a", "e")},
+		{5, want("d", "b", "c", "a", "e")},
+		{2, want("d", "b")},
+		{1, want("d")},
+	}
+	for _, tc := range cases {
+		// Twice: a tie must come back in the same order every time.
+		for range 2 {
+			got, err := e.s.ListThreads(e.ctx, owner, tc.limit)
+			must(t, err, "ListThreads")
+			same(t, fmt.Sprintf("ListThreads(limit %d)", tc.limit), got, tc.want)
+		}
+	}
+
+	// Updating the oldest thread moves it to the top.
+	title := "bumped"
+	bumped, err := e.s.UpdateThread(e.ctx, stored["e"].ID, agent.ThreadPatch{Title: &title}, at(time.Minute))
+	must(t, err, "UpdateThread")
+	stored["e"] = bumped
+	got, err := e.s.ListThreads(e.ctx, owner, 0)
+	must(t, err, "ListThreads after update")
+	same(t, "ListThreads after update", got, want("e", "d", "b", "c", "a"))
+
+	got, err = e.s.ListThreads(e.ctx, e.id("nobody"), 0)
+	must(t, err, "ListThreads(unknown owner)")
+	if len(got) != 0 {
+		t.Fatalf("ListThreads(unknown owner) = %d threads, want none", len(got))
+	}
+}
+
+// limit <= 0 means 100: the 101st (oldest) thread is left out.
+func testListThreadsDefaultLimit(e *env) {
+	t := e.t
+	owner := e.id("user")
+	base := e.id("th")
+	for i := range 101 {
+		e.createThread(owner, fmt.Sprintf("%s-%03d", base, i), at(time.Duration(i)*time.Second))
+	}
+	for _, limit := range []int{0, -5} {
+		got, err := e.s.ListThreads(e.ctx, owner, limit)
+		must(t, err, "ListThreads")
+		if len(got) != 100 {
+			t.Fatalf("ListThreads(limit %d) = %d threads, want 100", limit, len(got))
+		}
+		if got[0].ID != base+"-100" || got[99].ID != base+"-001" {
+			t.Fatalf("ListThreads(limit %d) = %s .. %s, want %s-100 .. %s-001", limit, got[0].ID, got[99].ID, base, base)
+		}
+	}
+	got, err := e.s.ListThreads(e.ctx, owner, 101)
+	must(t, err, "ListThreads(101)")
+	if len(got) != 101 {
+		t.Fatalf("ListThreads(limit 101) = %d threads, want 101", len(got))
+	}
+}
+
+// DeleteThread removes everything under the thread and nothing of its neighbour; the id can then be used afresh.
+func testDeleteThreadCascades(e *env) {
+	t := e.t
+	fill := func(th agent.Thread) (runIDs []string) {
+		for i := range 2 {
+			m := agent.Message{ID: fmt.Sprintf("%s-m%d", th.ID, i), Role: agent.RoleUser, Parts: textParts("hello")}
+			must(t, e.s.PutMessage(e.ctx, th.ID, int64(i), m, at(0)), "PutMessage")
+		}
+		r1 := e.claim(th.ID, th.ID+"-r1", at(time.Second)).Run
+		e.finish(r1, agent.RunCompleted, agent.Usage{InputTokens: 1}, at(2*time.Second))
+		r2 := e.claim(th.ID, th.ID+"-r2", at(3*time.Second)).Run
+		for _, id := range []string{r1.ID, r2.ID} {
+			must(t, e.s.AppendSegment(e.ctx, segment(th.ID, id, 0, "data: x\n\n", false)), "AppendSegment")
+		}
+		return []string{r1.ID, r2.ID}
+	}
+	th := e.newThread()
+	runs := fill(th)
+	neighbour := e.newThread()
+	neighbourRuns := fill(neighbour)
+
+	must(t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
+
+	_, err := e.s.GetThread(e.ctx, th.ID)
+	wantErr(t, err, agent.KindNotFound, "", "GetThread after delete")
+	_, err = e.s.GetMessage(e.ctx, th.ID, th.ID+"-m0")
+	wantErr(t, err, agent.KindNotFound, "", "GetMessage after delete")
+	msgs, err := e.s.ListMessages(e.ctx, th.ID)
+	must(t, err, "ListMessages after delete")
+	if len(msgs) != 0 {
+		t.Fatalf("ListMessages after delete = %d messages, want none", len(msgs))
+	}
+	rs, err := e.s.ListRuns(e.ctx, th.ID)
+	must(t, err, "ListRuns after delete")
+	if len(rs) != 0 {
+		t.Fatalf("ListRuns after delete = %d runs, want none", len(rs))
+	}
+	for _, id := range runs {
+		_, err = e.s.GetRun(e.ctx, th.ID, id)
+		wantErr(t, err, agent.KindNotFound, "", "GetRun after delete")
+		segs, err := e.s.ListSegments(e.ctx, id, 0, at(0))
+		must(t, err, "ListSegments after delete")
+		if len(segs) != 0 {
+			t.Fatalf("ListSegments(%s) after delete = %d segments, want none", id, len(segs))
+		}
+	}
+
+	// The neighbour is untouched.
+	e.getThread(neighbour.ID)
+	msgs, err = e.s.ListMessages(e.ctx, neighbour.ID)
+	must(t, err, "ListMessages(neighbour)")
+	rs, err2 := e.s.ListRuns(e.ctx, neighbour.ID)
+	must(t, err2, "ListRuns(neighbour)")
+	if len(msgs) != 2 || len(rs) != 2 {
+		t.Fatalf("neighbour has %d messages and %d runs, want 2 and 2", len(msgs), len(rs))
+	}
+	for _, id := range neighbourRuns {
+		segs, err := e.s.ListSegments(e.ctx, id, 0, at(0))
+		must(t, err, "ListSegments(neighbour)")
+		if len(segs) != 1 {
+			t.Fatalf("neighbour run %s has %d segments, want 1", id, len(segs))
+		}
+	}
+
+	// A repeated delete is a no-op, and the id is free again with nothing left under it.
+	must(t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread again")
+	fresh := agent.Thread{ID: th.ID, Owner: th.Owner, Title: "reborn", CreatedAt: at(time.Hour), UpdatedAt: at(time.Hour)}
+	got, created, err := e.s.CreateThread(e.ctx, fresh)
+	must(t, err, "CreateThread after delete")
+	if !created {
+		t.Fatal("CreateThread after delete: created = false")
+	}
+	same(t, "CreateThread after delete", got, fresh)
+	msgs, err = e.s.ListMessages(e.ctx, th.ID)
+	must(t, err, "ListMessages after re-create")
+	if len(msgs) != 0 {
+		t.Fatalf("ListMessages after re-create = %d messages, want none", len(msgs))
+	}
+}
+
+func testDeleteThreadUnknown(e *env) {
+	must(e.t, e.s.DeleteThread(e.ctx, e.id("th")), "DeleteThread(unknown)")
+}

@@ -1,0 +1,193 @@
+// Package aisdktest checks UI message streams with the real AI SDK client code, ai@6 and ai@7, through
+// tools/aisdk/run.sh (see tools/aisdk/check.mjs): every frame must match the wire format, every chunk must pass
+// the package's uiMessageChunkSchema with no field that the schema does not declare, and the stream must
+// reduce through DefaultChatTransport + readUIMessageStream, the path useChat takes, without an error.
+//
+// Tests of anything that produces a stream (the encoder, the chat handler, resume) call Check on captured
+// bodies. The checker needs node (>= 18) and npm on PATH; run.sh installs the pinned packages with `npm ci`
+// on first use. A missing toolchain fails the test rather than skipping it: `make test` provides it.
+package aisdktest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// SDK majors every stream is checked with.
+const (
+	SDK6 = "6"
+	SDK7 = "7"
+)
+
+// Timeout bounds one Check, including a first `npm ci`.
+const Timeout = 10 * time.Minute
+
+// Input is one stream file to check.
+type Input struct {
+	File string
+	// Continues, when set, is the UIMessage the stream continues: a continuation reply (after tool outputs or
+	// approval answers) re-opens the last assistant message, and the client reduces it onto its copy.
+	Continues *agent.Message
+}
+
+// ParsedMessage is what one SDK major made of one stream.
+type ParsedMessage struct {
+	File         string        `json:"file"`
+	SDK          string        `json:"sdk"`        // SDK6 or SDK7
+	SDKVersion   string        `json:"sdkVersion"` // e.g. "6.0.326"
+	Node         string        `json:"node"`       // the Node version that ran it
+	Chunks       int           `json:"chunks"`
+	ChunkTypes   []string      `json:"chunkTypes"`
+	Errors       []string      `json:"errors"` // errorText of the in-band error chunks
+	FinishReason string        `json:"finishReason"`
+	Message      agent.Message `json:"message"` // the final UIMessage
+}
+
+// Parts decodes the message's parts.
+func (p ParsedMessage) Parts() ([]agent.Part, error) {
+	parts := make([]agent.Part, 0, len(p.Message.Parts))
+	for _, raw := range p.Message.Parts {
+		part, err := agent.DecodePart(raw)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, part)
+	}
+	return parts, nil
+}
+
+// Check checks files with both SDK majors and returns two results per file, in file order, ai@6 first. Any
+// failure, including a missing node or npm, fails t.
+func Check(t testing.TB, files ...string) []ParsedMessage {
+	t.Helper()
+	inputs := make([]Input, len(files))
+	for i, f := range files {
+		inputs[i] = Input{File: f}
+	}
+	return CheckInputs(t, inputs...)
+}
+
+// CheckInputs is Check with continuation messages.
+func CheckInputs(t testing.TB, inputs ...Input) []ParsedMessage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+	defer cancel()
+	out, err := Run(ctx, inputs...)
+	if err != nil {
+		t.Fatalf("AI SDK conformance check failed:\n%v", err)
+	}
+	return out
+}
+
+// CheckStreams writes each stream body (e.g. an httptest response body) to a temporary file and checks it.
+func CheckStreams(t testing.TB, bodies ...[]byte) []ParsedMessage {
+	t.Helper()
+	dir := t.TempDir()
+	files := make([]string, len(bodies))
+	for i, b := range bodies {
+		files[i] = filepath.Join(dir, fmt.Sprintf("stream%03d.sse", i))
+		if err := os.WriteFile(files[i], b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return Check(t, files...)
+}
+
+// Run checks inputs with both SDK majors. The error carries the checker's diagnostics.
+func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
+	if len(inputs) == 0 {
+		return nil, errors.New("aisdktest: no streams to check")
+	}
+	dir, err := ToolsDir()
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "aisdktest")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+
+	var args []string
+	files := make([]string, len(inputs))
+	for i, in := range inputs {
+		if files[i], err = filepath.Abs(in.File); err != nil {
+			return nil, err
+		}
+		if in.Continues != nil {
+			b, err := json.Marshal(in.Continues)
+			if err != nil {
+				return nil, err
+			}
+			prev := filepath.Join(tmp, fmt.Sprintf("continues%03d.json", i))
+			if err := os.WriteFile(prev, b, 0o644); err != nil {
+				return nil, err
+			}
+			args = append(args, "--message", prev)
+		}
+		args = append(args, files[i])
+	}
+
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(dir, "run.sh")}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("aisdktest: %s: %w\n%s", cmd, err, stderr.Bytes())
+	}
+
+	got := map[[2]string]ParsedMessage{}
+	sc := bufio.NewScanner(&stdout)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var p ParsedMessage
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			return nil, fmt.Errorf("aisdktest: unreadable checker output %q: %w", sc.Bytes(), err)
+		}
+		got[[2]string{p.File, p.SDK}] = p
+	}
+	out := make([]ParsedMessage, 0, 2*len(files))
+	for _, f := range files {
+		for _, sdk := range []string{SDK6, SDK7} {
+			p, ok := got[[2]string{f, sdk}]
+			if !ok {
+				return nil, fmt.Errorf("aisdktest: no ai@%s result for %s\n%s", sdk, f, stderr.Bytes())
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// ToolsDir returns tools/aisdk of the module that contains the working directory (found by walking up to
+// go.mod).
+func ToolsDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			tools := filepath.Join(dir, "tools", "aisdk")
+			if _, err := os.Stat(filepath.Join(tools, "run.sh")); err != nil {
+				return "", fmt.Errorf("aisdktest: %w", err)
+			}
+			return tools, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("aisdktest: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,350 @@
+package uistream
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Segment bounds (DESIGN.md principle 6); config overrides them per deployment.
+const (
+	// DefaultSegmentInterval is the longest time a frame waits before its segment is written.
+	DefaultSegmentInterval = 500 * time.Millisecond
+	// DefaultMaxSegmentBytes bounds one segment's Data, far below DynamoDB's 400 KB item limit.
+	DefaultMaxSegmentBytes = 256 << 10
+)
+
+// CodeSegmenterClosed is the code of Flush errors after Close, and of the error Close reports when frames were
+// appended after it.
+const CodeSegmenterClosed = "segmenter_closed"
+
+// CodeSegmentWrite is the code of the errors Flush and Close return when a segment could not be written.
+const CodeSegmentWrite = "segment_write_failed"
+
+// Ticker is the periodic signal of a Segmenter; inject a fake in tests.
+type Ticker interface {
+	C() <-chan time.Time
+	Stop()
+}
+
+// NewRealTicker returns a Ticker backed by time.NewTicker.
+func NewRealTicker(d time.Duration) Ticker { return realTicker{time.NewTicker(d)} }
+
+type realTicker struct{ t *time.Ticker }
+
+func (r realTicker) C() <-chan time.Time { return r.t.C }
+func (r realTicker) Stop()               { r.t.Stop() }
+
+// SegmenterConfig configures a Segmenter.
+type SegmenterConfig struct {
+	ThreadID string
+	RunID    string
+	// StartSeq is the number of the first segment (0 for a new run).
+	StartSeq int64
+	// Write persists one segment, e.g. agent.Store.AppendSegment. It is called from a single goroutine, in Seq
+	// order; a failed segment is retried later with identical content, so Write must be idempotent on
+	// (RunID, Seq) as AppendSegment is. Required.
+	Write func(ctx context.Context, s agent.Segment) error
+	// Clock stamps CreatedAt/ExpiresAt. Required.
+	Clock agent.Clock
+	// Interval is the flush period; 0 means DefaultSegmentInterval.
+	Interval time.Duration
+	// MaxBytes bounds one segment's Data; 0 means DefaultMaxSegmentBytes.
+	MaxBytes int
+	// NewTicker makes the flush ticker; nil means NewRealTicker.
+	NewTicker func(time.Duration) Ticker
+	// Logger reports write failures; nil discards.
+	Logger *slog.Logger
+}
+
+// SegmenterStats counts what a Segmenter did.
+type SegmenterStats struct {
+	Segments      int64 // segments written
+	Bytes         int64 // bytes written
+	WriteFailures int64 // failed Write calls (each retried)
+	Dropped       int64 // bytes appended after Close (lost; a caller bug)
+}
+
+// Segmenter is a Sink that batches frames into numbered segments and writes them in the background: at
+// least every Interval, whenever a segment reaches MaxBytes, on Flush and on Close. Append never waits for
+// a write, so a slow store does not stall the stream; frames stay queued (and are retried after a failure)
+// until written, each exactly once and in order. Segments hold whole frames, except that a frame larger
+// than MaxBytes is split across consecutive segments (readers concatenate Data in Seq order).
+type Segmenter struct {
+	cfg       SegmenterConfig
+	ctx       context.Context
+	cancel    context.CancelFunc
+	ticker    Ticker
+	wake      chan struct{}
+	exited    chan struct{} // closed when the writer goroutine ends
+	closeDone chan struct{} // closed when the first Close has its result
+
+	mu       sync.Mutex
+	pending  []byte
+	queue    []agent.Segment // cut, not yet written, in Seq order
+	nextSeq  int64           // Seq of the next segment to cut
+	written  int64           // every Seq below this is written
+	closed   bool
+	stopped  bool  // the writer goroutine ended
+	errGen   int64 // bumps on every failed write
+	lastErr  error
+	progress chan struct{} // closed and replaced whenever written, errGen or stopped changes
+	stats    SegmenterStats
+	closeErr error
+}
+
+// NewSegmenter starts a Segmenter. ctx is used for every Write: pass one that outlives the cancellation of
+// the run (context.WithoutCancel) so the final segment is still written after a stop. Close must be called to
+// write the final segment and end the background goroutine.
+func NewSegmenter(ctx context.Context, cfg SegmenterConfig) (*Segmenter, error) {
+	if cfg.Write == nil || cfg.Clock == nil {
+		return nil, agent.E(agent.KindInternal, "invalid_config", "segmenter needs Write and Clock")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultSegmentInterval
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxSegmentBytes
+	}
+	if cfg.NewTicker == nil {
+		cfg.NewTicker = NewRealTicker
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Segmenter{
+		cfg:       cfg,
+		ctx:       ctx,
+		cancel:    cancel,
+		ticker:    cfg.NewTicker(cfg.Interval),
+		wake:      make(chan struct{}, 1),
+		exited:    make(chan struct{}),
+		closeDone: make(chan struct{}),
+		nextSeq:   cfg.StartSeq,
+		written:   cfg.StartSeq,
+		progress:  make(chan struct{}),
+	}
+	go s.run()
+	return s, nil
+}
+
+// Append copies frame into the current segment, cutting segments at MaxBytes.
+func (s *Segmenter) Append(frame []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		s.stats.Dropped += int64(len(frame))
+		return
+	}
+	cut := false
+	for len(frame) > 0 {
+		room := s.cfg.MaxBytes - len(s.pending)
+		if len(frame) <= room {
+			s.pending = append(s.pending, frame...)
+			break
+		}
+		if len(s.pending) > 0 && len(frame) <= s.cfg.MaxBytes {
+			// Start a new segment rather than split a frame that fits in one.
+			s.cutLocked(false)
+			cut = true
+			continue
+		}
+		s.pending = append(s.pending, frame[:room]...)
+		frame = frame[room:]
+		s.cutLocked(false)
+		cut = true
+	}
+	if cut {
+		s.signal()
+	}
+}
+
+// Flush cuts the frames appended so far into a segment and waits until every segment cut so far is written.
+// It returns early with the write error when a write fails meanwhile (the data stays queued and is retried),
+// or with ctx's error.
+func (s *Segmenter) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return agent.E(agent.KindInternal, CodeSegmenterClosed, "flush after close")
+	}
+	s.cutLocked(false)
+	target, gen := s.nextSeq, s.errGen
+	s.mu.Unlock()
+	s.signal()
+	return s.wait(ctx, target, gen, true)
+}
+
+// Close cuts the final segment (Final set; empty Data when nothing is pending), waits until it and every
+// earlier segment are written, retrying failed writes every Interval, then stops the background goroutine.
+// When ctx ends first, the pending writes are abandoned and Close returns an error. Later calls return the
+// first call's result.
+func (s *Segmenter) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.closeDone
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.closeErr
+	}
+	s.closed = true
+	s.cutLocked(true)
+	target := s.nextSeq
+	s.mu.Unlock()
+	s.signal()
+
+	err := s.wait(ctx, target, 0, false)
+	s.cancel()
+	<-s.exited
+	s.ticker.Stop()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer close(s.closeDone)
+	switch {
+	case err != nil:
+		s.closeErr = agent.Wrap(err, agent.KindUnavailable, CodeSegmentWrite,
+			"stream segments not written before close gave up (last write error: "+errString(s.lastErr)+")")
+	case s.stats.Dropped > 0:
+		s.closeErr = agent.E(agent.KindInternal, CodeSegmenterClosed, "%d bytes appended after close were dropped", s.stats.Dropped)
+	}
+	return s.closeErr
+}
+
+// Stats returns the counters so far.
+func (s *Segmenter) Stats() SegmenterStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// cutLocked moves the pending bytes into a queued segment. An empty segment is cut only when final.
+func (s *Segmenter) cutLocked(final bool) {
+	if len(s.pending) == 0 && !final {
+		return
+	}
+	now := s.cfg.Clock.Now()
+	s.queue = append(s.queue, agent.Segment{
+		ThreadID:  s.cfg.ThreadID,
+		RunID:     s.cfg.RunID,
+		Seq:       s.nextSeq,
+		Data:      s.pending,
+		Final:     final,
+		CreatedAt: now,
+		ExpiresAt: now.Add(agent.SegmentTTL),
+	})
+	s.nextSeq++
+	s.pending = nil
+}
+
+// signal wakes the writer without blocking.
+func (s *Segmenter) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// notifyLocked wakes every waiter.
+func (s *Segmenter) notifyLocked() {
+	close(s.progress)
+	s.progress = make(chan struct{})
+}
+
+// wait blocks until every segment below target is written. With failFast it also returns when a write fails
+// after errGen gen.
+func (s *Segmenter) wait(ctx context.Context, target, gen int64, failFast bool) error {
+	s.mu.Lock()
+	for {
+		switch {
+		case s.written >= target:
+			s.mu.Unlock()
+			return nil
+		case failFast && s.errGen != gen:
+			err := s.lastErr
+			s.mu.Unlock()
+			return agent.Wrap(err, agent.KindUnavailable, CodeSegmentWrite, "write stream segment")
+		case s.stopped:
+			s.mu.Unlock()
+			return agent.Wrap(context.Cause(s.ctx), agent.KindUnavailable, CodeSegmentWrite, "segmenter stopped")
+		}
+		ch := s.progress
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+	}
+}
+
+// run is the writer goroutine: it cuts a segment on every tick and writes queued segments in order.
+func (s *Segmenter) run() {
+	defer close(s.exited)
+	defer func() {
+		s.mu.Lock()
+		s.stopped = true
+		s.notifyLocked()
+		s.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.ticker.C():
+			s.mu.Lock()
+			s.cutLocked(false)
+			s.mu.Unlock()
+		case <-s.wake:
+		}
+		s.drain()
+	}
+}
+
+// drain writes queued segments until the queue is empty or a write fails (then the next tick or wake
+// retries the same segment).
+func (s *Segmenter) drain() {
+	for {
+		s.mu.Lock()
+		if len(s.queue) == 0 {
+			s.mu.Unlock()
+			return
+		}
+		seg := s.queue[0]
+		s.mu.Unlock()
+
+		err := s.cfg.Write(s.ctx, seg)
+
+		s.mu.Lock()
+		if err != nil {
+			s.lastErr = err
+			s.errGen++
+			s.stats.WriteFailures++
+			s.notifyLocked()
+			s.mu.Unlock()
+			s.cfg.Logger.LogAttrs(s.ctx, slog.LevelWarn, "stream segment write failed; will retry",
+				slog.String("runId", seg.RunID), slog.Int64("seq", seg.Seq), slog.Any("error", err))
+			return
+		}
+		s.queue[0] = agent.Segment{}
+		s.queue = s.queue[1:]
+		s.written = seg.Seq + 1
+		s.stats.Segments++
+		s.stats.Bytes += int64(len(seg.Data))
+		s.notifyLocked()
+		s.mu.Unlock()
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "none"
+	}
+	return err.Error()
+}

