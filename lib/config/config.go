@@ -50,7 +50,18 @@ type Config struct {
 	JWTIssuer       string        // AGENT_JWT_ISSUER (optional check)
 	JWTAudience     string        // AGENT_JWT_AUDIENCE (optional check)
 	LogLevel        string        // AGENT_LOG_LEVEL: debug|info|warn|error
+
+	// Lambda wiring. The functions read the two secrets from SSM SecureString parameters named here; the plain
+	// AGENT_SECRET and OPENAI_API_KEY above are fallbacks for local runs and tests, used only when the
+	// parameter name is unset.
+	TableName         string // TABLE_NAME: the DynamoDB table
+	SecretParam       string // AGENT_SECRET_PARAM: SSM parameter holding the application secret
+	OpenAIAPIKeyParam string // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
 }
+
+// SecretEnv names the variables that carry a secret in plain text. A deployment template must never set them:
+// in Lambda the secrets come from SSM (SecretParam, OpenAIAPIKeyParam).
+func SecretEnv() []string { return []string{"AGENT_SECRET", "OPENAI_API_KEY"} }
 
 // FromEnv reads the process environment.
 func FromEnv() (Config, error) { return Load(os.Getenv) }
@@ -66,6 +77,10 @@ func Load(getenv func(string) string) (Config, error) {
 		JWTIssuer:     getenv("AGENT_JWT_ISSUER"),
 		JWTAudience:   getenv("AGENT_JWT_AUDIENCE"),
 		LogLevel:      strOr(getenv("AGENT_LOG_LEVEL"), "info"),
+
+		TableName:         strings.TrimSpace(getenv("TABLE_NAME")),
+		SecretParam:       strings.TrimSpace(getenv("AGENT_SECRET_PARAM")),
+		OpenAIAPIKeyParam: strings.TrimSpace(getenv("OPENAI_API_KEY_PARAM")),
 	}
 	var errs []string
 	intVar := func(name string, def int, dst *int) {

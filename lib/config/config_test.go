@@ -25,6 +25,12 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("overrides not applied: %+v", c)
 				}
 			}},
+		{name: "lambda wiring", env: map[string]string{"TABLE_NAME": " t1 ", "AGENT_SECRET_PARAM": "/app/secret", "OPENAI_API_KEY_PARAM": "/app/openai"},
+			check: func(t *testing.T, c Config) {
+				if c.TableName != "t1" || c.SecretParam != "/app/secret" || c.OpenAIAPIKeyParam != "/app/openai" {
+					t.Fatalf("lambda wiring not read: %+v", c)
+				}
+			}},
 		{name: "bad int", env: map[string]string{"AGENT_MAX_STEPS": "many"}, wantErr: true},
 		{name: "zero steps", env: map[string]string{"AGENT_MAX_STEPS": "0"}, wantErr: true},
 		{name: "bad duration", env: map[string]string{"AGENT_RUN_TIMEOUT": "-1s"}, wantErr: true},

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/dynamo"
@@ -540,6 +542,86 @@ func TestListStaleClaims(t *testing.T) {
 	all, err := s.ListStaleClaims(ctx, t0.Add(2*time.Hour), 1000)
 	if err != nil || len(all) != n-1 {
 		t.Fatalf("ListStaleClaims(all) = %d claims (err %v), want %d", len(all), err, n-1)
+	}
+}
+
+// A FinishRun that died between its two writes left a finished run holding its claim; the next FinishRun of that
+// run is fenced but completes the release, without counting the usage twice.
+func TestFinishRunRepairsHalfFinishedRun(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	s := f.store
+	th := mustThread(t, s, "th-half", "u")
+	res, err := s.ClaimRun(ctx, claimReq(th.ID, "r1", t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first half of a FinishRun, done by hand: the run item says completed, the claim stays.
+	_, err = f.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(f.table),
+		Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "THREAD#" + th.ID}, "sk": &types.AttributeValueMemberS{Value: "RUN#r1"}},
+		UpdateExpression:          aws.String("SET #s = :s"),
+		ExpressionAttributeNames:  map[string]string{"#s": "status"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: "completed"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := res.Run
+	run.Status = agent.RunFailed
+	run.Usage = agent.Usage{InputTokens: 9}
+	if err := s.FinishRun(ctx, run); !agent.IsKind(err, agent.KindConflict) || agent.CodeOf(err) != agent.CodeRunFenced {
+		t.Fatalf("FinishRun of a finished run: %v, want run_fenced", err)
+	}
+	got, err := s.GetThread(ctx, th.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ActiveRun != nil || got.Usage != (agent.Usage{}) {
+		t.Fatalf("thread after repair: claim %+v usage %+v, want no claim and no usage", got.ActiveRun, got.Usage)
+	}
+	if r, _ := s.GetRun(ctx, th.ID, "r1"); r.Status != agent.RunCompleted {
+		t.Fatalf("run status = %s, want the first finish's completed", r.Status)
+	}
+	if stale, err := s.ListStaleClaims(ctx, t0.Add(time.Hour), 0); err != nil || len(stale) != 0 {
+		t.Fatalf("running index after repair: %v (err %v), want empty", stale, err)
+	}
+}
+
+// A claim whose run item cannot be written is given back, so the thread is not blocked until it goes stale.
+func TestClaimReleasedWhenRunItemFails(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	th := mustThread(t, f.store, "th-fail", "u")
+	// Same table, a client whose PutItem of run items fails before it is sent.
+	failing := dynamotest.Client(endpoint, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("failRunPut",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if p, ok := in.Parameters.(*dynamodb.PutItemInput); ok {
+						if sk, _ := p.Item["sk"].(*types.AttributeValueMemberS); sk != nil && strings.HasPrefix(sk.Value, "RUN#") {
+							return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("injected failure")
+						}
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	})
+	s := dynamo.New(failing, f.table)
+	if _, err := s.ClaimRun(ctx, claimReq(th.ID, "r1", t0)); err == nil {
+		t.Fatal("ClaimRun with a failing run put succeeded")
+	}
+	got, err := f.store.GetThread(ctx, th.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ActiveRun != nil || got.Epoch != 1 {
+		t.Fatalf("thread after failed claim: claim %+v epoch %d, want no claim (the epoch stays spent)", got.ActiveRun, got.Epoch)
+	}
+	if _, err := f.store.ClaimRun(ctx, claimReq(th.ID, "r2", t0)); err != nil {
+		t.Fatalf("ClaimRun after the failed one: %v", err)
 	}
 }
 

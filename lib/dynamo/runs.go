@@ -126,9 +126,40 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 		TableName: aws.String(s.table),
 		Item:      runItem(run),
 	}); err != nil {
+		// The caller sees a failed claim, so give the thread back rather than leave it blocked until the claim
+		// goes stale. Best effort, and fenced like any release: it removes only this claim.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := s.release(rctx, req.ThreadID, req.RunID, run.Epoch); rerr != nil {
+			s.log.WarnContext(ctx, "dynamo: releasing a claim whose run item failed", "thread", req.ThreadID, "run", req.RunID, "err", rerr)
+		}
 		return agent.ClaimResult{}, storeErr(err, "put run")
 	}
 	return agent.ClaimResult{Run: run, Previous: decodeClaim(res.Attributes)}, nil
+}
+
+// claimRemoval lists the claim attributes; removing them releases the claim and takes the thread out of the
+// running index in the same write.
+func claimRemoval(e *expr) string {
+	return strings.Join([]string{e.n(attrClaimRun), e.n(AttrClaimHeartbeat), e.n(AttrRunShard),
+		e.n(attrClaimCancel), e.n(attrCancelAt)}, ", ")
+}
+
+// release removes the claim if it still names runID at epoch; a claim that moved on is left alone (no error).
+func (s *Store) release(ctx context.Context, threadID, runID string, epoch int64) error {
+	e := newExpr()
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(threadPK(threadID), threadSK),
+		UpdateExpression:          aws.String("REMOVE " + claimRemoval(e)),
+		ConditionExpression:       aws.String(e.n(attrClaimRun) + " = " + e.v(avS(runID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(epoch))),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	})
+	if _, ok := conditionFailed(err); ok {
+		return nil
+	}
+	return storeErr(err, "release claim")
 }
 
 // Heartbeat: one UpdateItem on the thread,
@@ -194,6 +225,10 @@ func (s *Store) RequestCancel(ctx context.Context, threadID string, now time.Tim
 //
 // Only when that condition fails (the claim was taken over after going stale) does a third write add the usage
 // alone. Releasing removes the running-index keys, so the thread leaves the sparse index in the same write.
+//
+// The two items cannot change atomically without a transaction. A process that dies between the two writes leaves
+// a finished run whose claim is still held; any later FinishRun of that run (the reaper's, or a retry) is fenced
+// by the first write but, seeing the run terminal at the same epoch, performs the missing release.
 func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	if !run.Status.Terminal() {
 		return agent.E(agent.KindInvalid, "invalid_status", "FinishRun needs a terminal status, got %q", run.Status)
@@ -229,14 +264,23 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	}
 	cond := e.n(attrStatus) + " = " + e.v(avS(string(agent.RunRunning))) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(run.Epoch))
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(threadPK(run.ThreadID), runSK(run.ID)),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
+		TableName:                           aws.String(s.table),
+		Key:                                 key(threadPK(run.ThreadID), runSK(run.ID)),
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if _, ok := conditionFailed(err); ok {
+	if old, ok := conditionFailed(err); ok {
+		// The run is already over at this very epoch. If its claim is still held, an earlier FinishRun stopped
+		// between its two writes (the process died): finish that release now, without counting usage twice.
+		// A claim held by a finished run can only block the thread, so releasing it is always right.
+		if st := agent.RunStatus(getS(old, attrStatus)); st.Terminal() && getN(old, attrEpoch) == run.Epoch {
+			if err := s.release(ctx, run.ThreadID, run.ID, run.Epoch); err != nil {
+				return err
+			}
+		}
 		return agent.E(agent.KindConflict, agent.CodeRunFenced, "run %s is no longer running at epoch %d", run.ID, run.Epoch)
 	}
 	if err != nil {
@@ -246,8 +290,7 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	// Release and add usage in one write.
 	e = newExpr()
 	add := usageAdd(e, run.Usage)
-	update = "REMOVE " + strings.Join([]string{e.n(attrClaimRun), e.n(AttrClaimHeartbeat), e.n(AttrRunShard),
-		e.n(attrClaimCancel), e.n(attrCancelAt)}, ", ")
+	update = "REMOVE " + claimRemoval(e)
 	if add != "" {
 		update += " ADD " + add
 	}

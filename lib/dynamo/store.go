@@ -133,7 +133,7 @@ const (
 	prefixValPart = "VC#"
 )
 
-func threadPK(id string) string     { return "THREAD#" + id }
+func threadPK(id string) string      { return "THREAD#" + id }
 func segmentsPK(runID string) string { return "RUNSEG#" + runID }
 func valuesPK(ns string) string      { return "KV#" + ns }
 func msgSK(id string) string         { return prefixMsg + id }

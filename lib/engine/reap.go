@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/uistream"
 )
 
 // ReapRun finishes a run whose Lambda died (DESIGN.md "Reaper"): mark the run failed with code stale (fenced by
@@ -64,11 +65,11 @@ func (e *Engine) ReapRun(ctx context.Context, threadID, runID string, epoch int6
 		}
 		next = s.Seq + 1
 	}
-	data := encodeFrames(
-		chunk{"type": "error", "errorText": "The run stopped unexpectedly."},
-		chunk{"type": "finish", "finishReason": string(agent.FinishError)},
-	)
-	data = append(data, doneFrame...)
+	data, err := uistream.Frames(uistream.Error{ErrorText: "The run stopped unexpectedly."}, uistream.Finish{FinishReason: agent.FinishError})
+	if err != nil {
+		return err
+	}
+	data = uistream.AppendDone(data)
 	now := e.clock.Now()
 	return e.store.AppendSegment(ctx, agent.Segment{ThreadID: threadID, RunID: runID, Seq: next, Data: data, Final: true,
 		CreatedAt: now, ExpiresAt: now.Add(agent.SegmentTTL)})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/uistream"
 )
 
 var (
@@ -44,7 +45,7 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	s := &state{turn: t, out: out, log: log}
 	s.msg = agent.Message{ID: t.run.AssistantMessageID, Role: agent.RoleAssistant}
 	s.seq = t.nextSeq
-	out.send(chunk{"type": "start", "messageId": s.msg.ID, "messageMetadata": map[string]any{"runId": t.run.ID}})
+	out.send(uistream.Start{MessageID: s.msg.ID, Metadata: metadataJSON(map[string]any{"runId": t.run.ID})})
 
 	status, runErr := s.loop(runCtx)
 	stopHeartbeat()
@@ -53,9 +54,9 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	case errors.Is(cause, errFenced):
 		// Someone else owns the thread now (reaped or taken over): write nothing more to the store.
 		log.Warn("run fenced; stopping without writes")
-		out.send(chunk{"type": "error", "errorText": "This run was taken over and stopped."})
-		out.send(chunk{"type": "finish"})
-		out.close(false)
+		out.send(uistream.Error{ErrorText: "This run was taken over and stopped."})
+		out.send(uistream.Finish{FinishReason: agent.FinishError})
+		out.close()
 		t.run.Status = agent.RunFailed
 		t.run.Error = &agent.RunError{Code: agent.CodeRunFenced, Message: "the run lost its claim"}
 		return t.run
@@ -120,7 +121,7 @@ func (s *state) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 		}
 		s.steps++
 		begin := e.clock.Now()
-		s.out.send(chunk{"type": "start-step"})
+		s.out.send(uistream.StartStep{})
 		s.msg.Parts = append(s.msg.Parts, agent.EncodePart(agent.Part{Type: "step-start"}))
 		res, err := s.modelStep(ctx, step)
 		s.usage = s.usage.Add(res.Usage)
@@ -131,12 +132,12 @@ func (s *state) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 			if ctx.Err() != nil {
 				return agent.RunFailed, nil
 			}
-			s.out.send(chunk{"type": "finish-step"})
+			s.out.send(uistream.FinishStep{})
 			return agent.RunFailed, &agent.RunError{Code: agent.CodeOf(err), Message: err.Error()}
 		}
 		s.finishReason = res.FinishReason
 		pending := s.runTools(ctx, t, res.ToolCalls)
-		s.out.send(chunk{"type": "finish-step"})
+		s.out.send(uistream.FinishStep{})
 		s.persistDraft(ctx)
 		s.out.flush()
 		s.log.Info("step", "thread_id", t.thread.ID, "run_id", t.run.ID, "step", step, "tool_calls", len(res.ToolCalls),
@@ -172,33 +173,33 @@ func (s *state) modelStep(ctx context.Context, step int) (agent.ModelResult, err
 		case agent.EventTextDelta:
 			if !textOpen {
 				textOpen = true
-				s.out.send(chunk{"type": "text-start", "id": textID})
+				s.out.send(uistream.TextStart{ID: textID})
 			}
 			text += ev.Delta
-			s.out.send(chunk{"type": "text-delta", "id": textID, "delta": ev.Delta})
+			s.out.send(uistream.TextDelta{ID: textID, Delta: ev.Delta})
 		case agent.EventReasoningDelta:
 			if !reasonOpen {
 				reasonOpen = true
-				s.out.send(chunk{"type": "reasoning-start", "id": reasonID})
+				s.out.send(uistream.ReasoningStart{ID: reasonID})
 			}
 			reasoning += ev.Delta
-			s.out.send(chunk{"type": "reasoning-delta", "id": reasonID, "delta": ev.Delta})
+			s.out.send(uistream.ReasoningDelta{ID: reasonID, Delta: ev.Delta})
 		case agent.EventToolCallStart:
 			callIDs[ev.ToolIndex] = ev.ToolCallID
-			s.out.send(chunk{"type": "tool-input-start", "toolCallId": ev.ToolCallID, "toolName": ev.ToolName})
+			s.out.send(uistream.ToolInputStart{ToolCallID: ev.ToolCallID, ToolName: ev.ToolName})
 		case agent.EventToolCallDelta:
 			if id, ok := callIDs[ev.ToolIndex]; ok && ev.Delta != "" {
-				s.out.send(chunk{"type": "tool-input-delta", "toolCallId": id, "inputTextDelta": ev.Delta})
+				s.out.send(uistream.ToolInputDelta{ToolCallID: id, InputTextDelta: ev.Delta})
 			}
 		}
 		return nil
 	})
 	if reasonOpen {
-		s.out.send(chunk{"type": "reasoning-end", "id": reasonID})
+		s.out.send(uistream.ReasoningEnd{ID: reasonID})
 		s.msg.Parts = append(s.msg.Parts, agent.EncodePart(agent.Part{Type: "reasoning", Text: reasoning, State: "done"}))
 	}
 	if textOpen {
-		s.out.send(chunk{"type": "text-end", "id": textID})
+		s.out.send(uistream.TextEnd{ID: textID})
 		s.msg.Parts = append(s.msg.Parts, agent.EncodePart(agent.Part{Type: "text", Text: text, State: "done"}))
 	}
 	if err != nil {
@@ -234,7 +235,7 @@ func (s *state) runTools(ctx context.Context, t *Turn, calls []agent.ToolCall) (
 			// Keep the model's text so the transcript shows what it sent.
 			input, _ = json.Marshal(c.Arguments)
 		}
-		s.out.send(chunk{"type": "tool-input-available", "toolCallId": c.ID, "toolName": c.Name, "input": input})
+		s.out.send(uistream.ToolInputAvailable{ToolCallID: c.ID, ToolName: c.Name, Input: input})
 		part := agent.Part{Type: "tool-" + c.Name, ToolCallID: c.ID, State: agent.StateInputAvailable, Input: input}
 		s.msg.Parts = append(s.msg.Parts, agent.EncodePart(part))
 		partIdx[i] = len(s.msg.Parts) - 1
@@ -278,10 +279,10 @@ func (s *state) runTools(ctx context.Context, t *Turn, calls []agent.ToolCall) (
 		part, _ := agent.DecodePart(s.msg.Parts[partIdx[r.idx]])
 		if r.err != nil {
 			part.State, part.ErrorText = agent.StateOutputError, r.err.Error()
-			s.out.send(chunk{"type": "tool-output-error", "toolCallId": c.ID, "errorText": part.ErrorText})
+			s.out.send(uistream.ToolOutputError{ToolCallID: c.ID, ErrorText: part.ErrorText})
 		} else {
 			part.State, part.Output = agent.StateOutputAvailable, r.output
-			s.out.send(chunk{"type": "tool-output-available", "toolCallId": c.ID, "output": r.output})
+			s.out.send(uistream.ToolOutputAvailable{ToolCallID: c.ID, Output: r.output})
 		}
 		s.msg.Parts[partIdx[r.idx]] = agent.EncodePart(part)
 	}
@@ -311,8 +312,7 @@ func (s *state) persistDraft(ctx context.Context) {
 
 func (s *state) metadata(st agent.MessageStatus) json.RawMessage {
 	u := s.usage
-	b, _ := json.Marshal(agent.MessageMetadata{Status: st, RunID: s.turn.run.ID, Model: s.model, Usage: &u})
-	return b
+	return metadataJSON(agent.MessageMetadata{Status: st, RunID: s.turn.run.ID, Model: s.model, Usage: &u})
 }
 
 // finish persists the final message and the run outcome, releases the claim and ends the stream.
@@ -336,7 +336,7 @@ func (s *state) finish(ctx context.Context, status agent.RunStatus, runErr *agen
 		s.log.Info("finish run failed", "err", err.Error())
 	}
 	if runErr != nil {
-		s.out.send(chunk{"type": "error", "errorText": runErr.Message})
+		s.out.send(uistream.Error{ErrorText: runErr.Message})
 	}
 	finishReason := string(s.finishReason)
 	switch status {
@@ -349,9 +349,9 @@ func (s *state) finish(ctx context.Context, status agent.RunStatus, runErr *agen
 		finishReason = string(agent.FinishOther)
 	}
 	u := s.usage
-	s.out.send(chunk{"type": "finish", "finishReason": finishReason, "messageMetadata": map[string]any{
-		"runId": t.run.ID, "model": s.model, "status": msgStatus, "usage": u}})
-	s.out.close(true)
+	s.out.send(uistream.Finish{FinishReason: agent.FinishReason(finishReason), Metadata: metadataJSON(agent.MessageMetadata{
+		RunID: t.run.ID, Model: s.model, Status: msgStatus, Usage: &u})})
+	s.out.close()
 	e.log.Info("run finished", "thread_id", t.thread.ID, "run_id", t.run.ID, "status", status, "steps", s.steps,
 		"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens)
 	return t.run

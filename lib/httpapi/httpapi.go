@@ -12,18 +12,15 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/engine"
 )
 
-// Authenticator returns the authenticated subject of a request, or an *agent.Error of KindUnauthenticated.
+// Authenticator returns the authenticated principal of a request, or an *agent.Error of KindUnauthenticated.
+// *auth.Verifier implements it.
 type Authenticator interface {
-	Authenticate(r *http.Request) (subject string, err error)
+	Verify(ctx context.Context, r *http.Request) (auth.Principal, error)
 }
-
-// AuthFunc adapts a function to Authenticator.
-type AuthFunc func(r *http.Request) (string, error)
-
-func (f AuthFunc) Authenticate(r *http.Request) (string, error) { return f(r) }
 
 // Deps are what the handlers need.
 type Deps struct {
@@ -116,7 +113,7 @@ func subjectOf(ctx context.Context) string { s, _ := ctx.Value(ctxKey{}).(string
 
 func (s *server) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sub, err := s.Auth.Authenticate(r)
+		p, err := s.Auth.Verify(r.Context(), r)
 		if err != nil {
 			if agent.KindOf(err) != agent.KindUnauthenticated {
 				err = agent.Wrap(err, agent.KindUnauthenticated, "unauthenticated", "authentication failed")
@@ -124,7 +121,7 @@ func (s *server) authed(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, sub)))
+		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, p.Subject)))
 	}
 }
 

@@ -384,15 +384,13 @@ func TestCancel(t *testing.T) {
 	t.Run("during backoff", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		m := f.model(func(c *Config) { c.BackoffBase, c.BackoffMax = time.Hour, time.Hour })
 		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			// Cancel once the first attempt has failed and the adapter waits to retry.
-			for f.srv.Requests() == 0 {
-				time.Sleep(time.Millisecond)
-			}
-			cancel()
-		}()
+		defer cancel()
+		// The adapter logs the retry just before it waits an hour: cancelling there tests the wait.
+		m := f.model(func(c *Config) {
+			c.BackoffBase, c.BackoffMax = time.Hour, time.Hour
+			c.Logger = slog.New(cancelOnLog{cancel})
+		})
 		_, _, err := run(ctx, m, userReq("/error 503"))
 		requireError(t, err, agent.KindCanceled, agent.CodeRunCanceled, "canceled")
 		if f.srv.Requests() != 1 {
@@ -400,6 +398,14 @@ func TestCancel(t *testing.T) {
 		}
 	})
 }
+
+// cancelOnLog is a log handler that cancels a context when anything is logged.
+type cancelOnLog struct{ cancel context.CancelFunc }
+
+func (h cancelOnLog) Enabled(context.Context, slog.Level) bool  { return true }
+func (h cancelOnLog) Handle(context.Context, slog.Record) error { h.cancel(); return nil }
+func (h cancelOnLog) WithAttrs([]slog.Attr) slog.Handler        { return h }
+func (h cancelOnLog) WithGroup(string) slog.Handler             { return h }
 
 func TestEmitErrorAborts(t *testing.T) {
 	t.Parallel()

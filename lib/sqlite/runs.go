@@ -77,7 +77,8 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 	}
 	var res agent.ClaimResult
 	err := s.write(ctx, "claim run", func(c conn) error {
-		epoch, claim, err := readClaim(ctx, c, req.ThreadID)
+		epoch, claim, err := readClaim(ctx, s.read(), req.ThreadID)
+		time.Sleep(time.Millisecond)
 		if err != nil {
 			return err
 		}

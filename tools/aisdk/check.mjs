@@ -19,7 +19,7 @@
 // when a continuation reply re-opens the last assistant message after tool outputs or approval answers).
 //
 // It prints one JSON object per file on stdout:
-//   {"file", "sdk", "sdkVersion", "node", "chunks", "chunkTypes", "errors", "finishReason", "message"}
+//   {"file", "continues", "sdk", "sdkVersion", "node", "chunks", "chunkTypes", "errors", "finishReason", "message"}
 // where "errors" lists the in-band `error` chunks (they are part of the protocol, not failures). Every problem
 // is reported on stderr; the exit status is 1 when any file failed, 2 on bad usage.
 

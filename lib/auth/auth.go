@@ -1,0 +1,227 @@
+// Package auth authenticates requests: `Authorization: Bearer <JWT>`, HS256 with the application's shared
+// secret (RS256 through a JWKS URL can be added as another KeySource). The token's subject is the principal
+// that owns threads. It also mints the HS256 tokens `agentloop token` prints, and derives purpose-bound
+// sub-keys from the single application secret (DeriveKey).
+package auth
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Stable error codes; every Verify error is an *agent.Error of KindUnauthenticated with one of them.
+const (
+	CodeMissingToken = "missing_token" // no Authorization: Bearer header
+	CodeInvalidToken = "invalid_token" // malformed, bad signature, wrong algorithm, issuer, audience or subject
+	CodeTokenExpired = "token_expired" // exp is past (beyond the leeway)
+)
+
+// Bounds and defaults.
+const (
+	// DefaultLeeway absorbs clock skew between the token issuer and this server on exp, nbf and iat.
+	DefaultLeeway = 30 * time.Second
+	// MaxTokenBytes bounds the token a request may carry.
+	MaxTokenBytes = 8 << 10
+	// MinSecretBytes is the shortest HS256 secret accepted (RFC 7518 §3.2: at least the hash size).
+	MinSecretBytes = 32
+)
+
+// CodeWeakSecret is the code of the error for an HS256 secret shorter than MinSecretBytes.
+const CodeWeakSecret = "weak_secret"
+
+// Principal is the authenticated caller.
+type Principal struct {
+	Subject string
+}
+
+// KeySource supplies the verification keys of one signing scheme. HS256 is HMACKey; an RS256 JWKS source
+// (keys by kid, fetched and cached from a URL) would implement the same interface.
+type KeySource interface {
+	// Algorithms lists the JWS "alg" values this source verifies; tokens with any other alg are rejected before
+	// Key is called.
+	Algorithms() []string
+	// Key returns the key that verifies t's signature.
+	Key(ctx context.Context, t *jwt.Token) (any, error)
+}
+
+// HMACKey verifies HS256 tokens with a shared secret.
+type HMACKey struct {
+	Secret []byte
+}
+
+// Algorithms implements KeySource.
+func (HMACKey) Algorithms() []string { return []string{jwt.SigningMethodHS256.Alg()} }
+
+// Key implements KeySource. It checks the algorithm again, so the secret can never be used as the key of
+// another algorithm whatever the parser options (the RS256/HS256 confusion attack).
+func (k HMACKey) Key(_ context.Context, t *jwt.Token) (any, error) {
+	if t.Method != jwt.SigningMethodHS256 {
+		return nil, errors.New("unexpected signing method " + t.Method.Alg())
+	}
+	return k.Secret, nil
+}
+
+// Config configures a Verifier.
+type Config struct {
+	// Keys verifies signatures. Required.
+	Keys KeySource
+	// Clock is the time source for exp/nbf/iat. Required.
+	Clock agent.Clock
+	// Leeway for exp/nbf/iat; 0 means DefaultLeeway, negative means none.
+	Leeway time.Duration
+	// Issuer, when set, must equal the token's iss.
+	Issuer string
+	// Audience, when set, must be among the token's aud.
+	Audience string
+	// AllowNoExpiry accepts tokens without exp. By default exp is required: a token that never expires
+	// cannot be revoked short of rotating the secret.
+	AllowNoExpiry bool
+}
+
+// Verifier authenticates requests. It is safe for concurrent use.
+type Verifier struct {
+	keys   KeySource
+	parser *jwt.Parser
+}
+
+// NewVerifier checks cfg and returns a Verifier.
+func NewVerifier(cfg Config) (*Verifier, error) {
+	if cfg.Keys == nil || cfg.Clock == nil {
+		return nil, agent.E(agent.KindInternal, "invalid_config", "auth: Keys and Clock are required")
+	}
+	if k, ok := cfg.Keys.(HMACKey); ok && len(k.Secret) < MinSecretBytes {
+		return nil, agent.E(agent.KindInternal, CodeWeakSecret, "auth: HS256 secret has %d bytes, want at least %d", len(k.Secret), MinSecretBytes)
+	}
+	leeway := cfg.Leeway
+	switch {
+	case leeway == 0:
+		leeway = DefaultLeeway
+	case leeway < 0:
+		leeway = 0
+	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods(slices.Clone(cfg.Keys.Algorithms())),
+		jwt.WithTimeFunc(cfg.Clock.Now),
+		jwt.WithLeeway(leeway),
+		jwt.WithIssuedAt(),
+	}
+	if !cfg.AllowNoExpiry {
+		opts = append(opts, jwt.WithExpirationRequired())
+	}
+	if cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
+	}
+	if cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.Audience))
+	}
+	return &Verifier{keys: cfg.Keys, parser: jwt.NewParser(opts...)}, nil
+}
+
+// NewHS256Verifier is NewVerifier with an HMACKey and the default checks.
+func NewHS256Verifier(secret []byte, clock agent.Clock) (*Verifier, error) {
+	return NewVerifier(Config{Keys: HMACKey{Secret: secret}, Clock: clock})
+}
+
+// Verify authenticates r by its bearer token.
+func (v *Verifier) Verify(ctx context.Context, r *http.Request) (Principal, error) {
+	token, err := BearerToken(r)
+	if err != nil {
+		return Principal{}, err
+	}
+	return v.VerifyToken(ctx, token)
+}
+
+// VerifyToken authenticates a raw JWT.
+func (v *Verifier) VerifyToken(ctx context.Context, token string) (Principal, error) {
+	if len(token) > MaxTokenBytes {
+		return Principal{}, agent.E(agent.KindUnauthenticated, CodeInvalidToken, "token longer than %d bytes", MaxTokenBytes)
+	}
+	var claims jwt.RegisteredClaims
+	_, err := v.parser.ParseWithClaims(token, &claims, func(t *jwt.Token) (any, error) {
+		return v.keys.Key(ctx, t)
+	})
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return Principal{}, agent.Wrap(err, agent.KindUnauthenticated, CodeTokenExpired, "token expired")
+	case err != nil:
+		return Principal{}, agent.Wrap(err, agent.KindUnauthenticated, CodeInvalidToken, "invalid token")
+	case claims.Subject == "":
+		return Principal{}, agent.E(agent.KindUnauthenticated, CodeInvalidToken, "token has no subject")
+	}
+	return Principal{Subject: claims.Subject}, nil
+}
+
+// BearerToken extracts the token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
+func BearerToken(r *http.Request) (string, error) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		if h == "" {
+			return "", agent.E(agent.KindUnauthenticated, CodeMissingToken, "missing Authorization header")
+		}
+		return "", agent.E(agent.KindUnauthenticated, CodeMissingToken, "Authorization header is not a Bearer token")
+	}
+	return token, nil
+}
+
+// MintOption adds claims to a minted token.
+type MintOption func(*jwt.RegisteredClaims)
+
+// WithIssuer sets iss.
+func WithIssuer(iss string) MintOption { return func(c *jwt.RegisteredClaims) { c.Issuer = iss } }
+
+// WithAudience sets aud.
+func WithAudience(aud ...string) MintOption {
+	return func(c *jwt.RegisteredClaims) { c.Audience = slices.Clone(aud) }
+}
+
+// MintHS256 returns an HS256 JWT for subject, issued at now and expiring ttl later.
+func MintHS256(secret []byte, subject string, ttl time.Duration, now time.Time, opts ...MintOption) (string, error) {
+	switch {
+	case len(secret) < MinSecretBytes:
+		return "", agent.E(agent.KindInternal, CodeWeakSecret, "HS256 secret has %d bytes, want at least %d", len(secret), MinSecretBytes)
+	case subject == "":
+		return "", agent.E(agent.KindInvalid, "invalid_subject", "subject is required")
+	case ttl <= 0:
+		return "", agent.E(agent.KindInvalid, "invalid_ttl", "ttl must be positive, got %s", ttl)
+	}
+	claims := jwt.RegisteredClaims{
+		Subject:   subject,
+		IssuedAt:  jwt.NewNumericDate(now),
+		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+	}
+	for _, o := range opts {
+		o(&claims)
+	}
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+	if err != nil {
+		return "", agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sign token")
+	}
+	return s, nil
+}
+
+// DerivedKeyBytes is the length of DeriveKey's keys.
+const DerivedKeyBytes = 32
+
+// DeriveKey derives a 32-byte key for one purpose from the application secret with HKDF-SHA256 (RFC 5869,
+// no salt, label as info). Distinct labels give independent keys, so one secret serves token signing,
+// approval signatures and anything else without a key ever doing two jobs.
+func DeriveKey(secret []byte, label string) []byte {
+	key, err := hkdf.Key(sha256.New, secret, nil, label, DerivedKeyBytes)
+	if err != nil {
+		// hkdf.Key fails only for lengths above 255 hash blocks; 32 bytes is one block.
+		panic("auth: hkdf: " + err.Error())
+	}
+	return key
+}

@@ -1,0 +1,136 @@
+package dynamotest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// A template in the shape SAM templates take: short-form intrinsics everywhere, including inside the table's
+// own properties where the translation ignores them.
+const sample = `
+AWSTemplateFormatVersion: "2010-09-09"
+Transform: AWS::Serverless-2016-10-31
+Parameters:
+  Stage: {Type: String, Default: dev}
+Conditions:
+  IsProd: !Equals [!Ref Stage, prod]
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Environment:
+        Variables:
+          TABLE: !Ref Table
+          ARN: !GetAtt Table.Arn
+          STREAM: !GetAtt [Table, StreamArn]
+          NAME: !Sub "${AWS::StackName}-x"
+          JOINED: !Join ["-", [a, !Ref Stage]]
+  Table:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      TableName: !Sub "${AWS::StackName}-table"
+      BillingMode: PAY_PER_REQUEST
+      AttributeDefinitions:
+        - {AttributeName: pk, AttributeType: S}
+        - {AttributeName: sk, AttributeType: S}
+        - {AttributeName: g, AttributeType: N}
+      KeySchema:
+        - {AttributeName: pk, KeyType: HASH}
+        - {AttributeName: sk, KeyType: RANGE}
+      GlobalSecondaryIndexes:
+        - IndexName: byG
+          KeySchema: [{AttributeName: g, KeyType: HASH}]
+          Projection: {ProjectionType: INCLUDE, NonKeyAttributes: [a, b]}
+        - IndexName: plain
+          KeySchema: [{AttributeName: sk, KeyType: HASH}]
+          Projection: {}
+      TimeToLiveSpecification: {AttributeName: ttl, Enabled: true}
+      PointInTimeRecoverySpecification: {PointInTimeRecoveryEnabled: !If [IsProd, true, false]}
+`
+
+func TestParseTable(t *testing.T) {
+	t.Parallel()
+	spec, err := ParseTable([]byte(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := spec.Input
+	if in.BillingMode != types.BillingModePayPerRequest || in.ProvisionedThroughput != nil {
+		t.Fatalf("billing = %s %+v, want PAY_PER_REQUEST without throughput", in.BillingMode, in.ProvisionedThroughput)
+	}
+	if len(in.AttributeDefinitions) != 3 || aws.ToString(in.AttributeDefinitions[2].AttributeName) != "g" ||
+		in.AttributeDefinitions[2].AttributeType != types.ScalarAttributeTypeN {
+		t.Fatalf("attribute definitions = %+v", in.AttributeDefinitions)
+	}
+	if len(in.KeySchema) != 2 || in.KeySchema[0].KeyType != types.KeyTypeHash || aws.ToString(in.KeySchema[1].AttributeName) != "sk" {
+		t.Fatalf("key schema = %+v", in.KeySchema)
+	}
+	if len(in.GlobalSecondaryIndexes) != 2 {
+		t.Fatalf("%d GSIs, want 2", len(in.GlobalSecondaryIndexes))
+	}
+	g := in.GlobalSecondaryIndexes[0]
+	if aws.ToString(g.IndexName) != "byG" || g.Projection.ProjectionType != types.ProjectionTypeInclude ||
+		strings.Join(g.Projection.NonKeyAttributes, ",") != "a,b" {
+		t.Fatalf("GSI byG = %+v / %+v", g, g.Projection)
+	}
+	if p := in.GlobalSecondaryIndexes[1].Projection.ProjectionType; p != types.ProjectionTypeKeysOnly {
+		t.Fatalf("GSI without ProjectionType = %s, want CloudFormation's default KEYS_ONLY", p)
+	}
+	if spec.TTLAttribute != "ttl" {
+		t.Fatalf("TTL attribute = %q, want ttl", spec.TTLAttribute)
+	}
+	if in.TableName != nil {
+		t.Fatalf("TableName = %q, want unset (the caller names test tables)", aws.ToString(in.TableName))
+	}
+}
+
+func TestParseTableErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, template, want string
+	}{
+		{"no table", "Resources:\n  Other:\n    Type: AWS::SNS::Topic\n", "no \"Table\" resource"},
+		{"wrong type", "Resources:\n  Table:\n    Type: AWS::S3::Bucket\n", "not an AWS::DynamoDB::Table"},
+		{"no key schema", "Resources:\n  Table:\n    Type: AWS::DynamoDB::Table\n    Properties:\n      BillingMode: PAY_PER_REQUEST\n", "no KeySchema"},
+		{"intrinsic where a name belongs", "Resources:\n  Table:\n    Type: AWS::DynamoDB::Table\n    Properties:\n      KeySchema:\n        - {AttributeName: !Ref X, KeyType: HASH}\n", "cannot unmarshal"},
+		{"not yaml", "Resources: [", "template"},
+	}
+	for _, tc := range cases {
+		_, err := ParseTable([]byte(tc.template))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error = %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// The repository's template parses, and TTL is on: stream segments rely on it.
+func TestRepositoryTemplate(t *testing.T) {
+	t.Parallel()
+	path, err := TemplatePath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := LoadTable(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.TTLAttribute != "expiresAt" || len(spec.Input.GlobalSecondaryIndexes) != 2 {
+		t.Fatalf("template table: TTL %q, %d GSIs; want expiresAt and 2", spec.TTLAttribute, len(spec.Input.GlobalSecondaryIndexes))
+	}
+}
+
+func TestTailBufferKeepsTheEnd(t *testing.T) {
+	t.Parallel()
+	b := &tailBuffer{max: 8}
+	for _, s := range []string{"abc", "defgh", "ijkl"} {
+		if _, err := b.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.String(); got != "efghijkl" {
+		t.Fatalf("tail = %q, want efghijkl", got)
+	}
+}

@@ -1,0 +1,412 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/httpapi"
+	"github.com/agentloop/agentloop/lib/offline"
+	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/sqlite"
+	"github.com/agentloop/agentloop/lib/tools"
+)
+
+var secret = []byte("test-secret-test-secret-test-secret")
+
+type fixture struct {
+	url   string
+	store *sqlite.Store
+}
+
+// setup serves every route over the real stack (SQLite, openai adapter, offline endpoint, HS256 auth).
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db.sqlite"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	model := httptest.NewServer(offline.New(offline.WithWordDelay(20 * time.Millisecond)))
+	t.Cleanup(model.Close)
+	clock := agent.SystemClock{}
+	eng := engine.New(engine.Deps{Store: st, Clock: clock, Tools: tools.Demo(st, clock),
+		Model: openai.New(openai.Config{BaseURL: model.URL + "/v1/", Model: "offline", BackoffBase: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})},
+		engine.Config{Model: "offline", Heartbeat: 50 * time.Millisecond, SegmentFlush: 20 * time.Millisecond})
+	h := httpapi.New(httpapi.Deps{Engine: eng, Store: st, Clock: clock, Auth: authenticator(secret), MaxBodyBytes: 64 << 10,
+		ResumePoll: 10 * time.Millisecond})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &fixture{url: srv.URL, store: st}
+}
+
+func token(t *testing.T, sub string) string {
+	t.Helper()
+	tok, err := auth.MintHS256(secret, sub, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func (f *fixture) do(t *testing.T, method, path, tok string, body any) *http.Response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		js, _ := json.Marshal(b)
+		rd = bytes.NewReader(js)
+	}
+	req, _ := http.NewRequest(method, f.url+path, rd)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func chatBody(thread, msgID, text string) map[string]any {
+	return map[string]any{"id": thread, "trigger": "submit-message", "messages": []any{
+		map[string]any{"id": msgID, "role": "user", "parts": []any{map[string]any{"type": "text", "text": text}}},
+	}}
+}
+
+func readAll(t *testing.T, resp *http.Response) []byte {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func errorCode(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal(readAll(t, resp), &body); err != nil {
+		t.Fatalf("error body is not JSON: %v", err)
+	}
+	if body.Error.Message == "" {
+		t.Fatalf("error without message: %+v", body)
+	}
+	return body.Error.Code
+}
+
+func TestChatStreamsAndPersists(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tok := token(t, "alice")
+	resp := f.do(t, "POST", "/chat", tok, chatBody("t1", "u1", "hello world"))
+	if resp.StatusCode != 200 || resp.Header.Get("x-vercel-ai-ui-message-stream") != "v1" || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d headers %v", resp.StatusCode, resp.Header)
+	}
+	body := string(readAll(t, resp))
+	if !strings.Contains(body, `"delta":" hello"`) || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Fatalf("stream = %s", body)
+	}
+	resp = f.do(t, "GET", "/threads", tok, nil)
+	var list struct{ Threads []agent.Thread }
+	json.Unmarshal(readAll(t, resp), &list)
+	if len(list.Threads) != 1 || list.Threads[0].ID != "t1" || list.Threads[0].Title != "hello world" {
+		t.Fatalf("threads = %+v", list)
+	}
+	resp = f.do(t, "GET", "/threads/t1", tok, nil)
+	var view struct {
+		Thread   agent.Thread
+		Messages []agent.Message
+	}
+	json.Unmarshal(readAll(t, resp), &view)
+	if len(view.Messages) != 2 || view.Messages[1].Text() != "You said: hello world" || view.Messages[1].Meta().Status != agent.MessageCompleted {
+		t.Fatalf("thread view = %+v", view)
+	}
+	resp = f.do(t, "GET", "/threads/t1/runs", tok, nil)
+	var runs struct{ Runs []agent.Run }
+	json.Unmarshal(readAll(t, resp), &runs)
+	if len(runs.Runs) != 1 || runs.Runs[0].Status != agent.RunCompleted || runs.Runs[0].Usage.TotalTokens == 0 {
+		t.Fatalf("runs = %+v", runs)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	expired, _ := auth.MintHS256(secret, "alice", time.Minute, time.Now().Add(-time.Hour))
+	wrongKey, _ := auth.MintHS256([]byte("another-secret-another-secret-xx"), "alice", time.Hour, time.Now())
+	none := unsignedToken("alice")
+	tests := []struct {
+		name, header, code string
+	}{
+		{"missing", "", "missing_token"},
+		{"not bearer", "Basic YWxpY2U6eA==", "missing_token"},
+		{"bad signature", "Bearer " + wrongKey, "invalid_token"},
+		{"expired", "Bearer " + expired, "token_expired"},
+		{"alg none", "Bearer " + none, "invalid_token"},
+		{"garbage", "Bearer abc.def.ghi", "invalid_token"},
+	}
+	for _, tt := range tests {
+		for _, path := range []string{"GET /threads", "POST /chat"} {
+			t.Run(tt.name+" "+path, func(t *testing.T) {
+				method, p, _ := strings.Cut(path, " ")
+				req, _ := http.NewRequest(method, f.url+p, strings.NewReader(`{}`))
+				if tt.header != "" {
+					req.Header.Set("Authorization", tt.header)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != 401 {
+					t.Fatalf("status = %d", resp.StatusCode)
+				}
+				if code := errorCode(t, resp); code != tt.code {
+					t.Fatalf("code = %s, want %s", code, tt.code)
+				}
+			})
+		}
+	}
+	if resp := f.do(t, "GET", "/healthz", "", nil); resp.StatusCode != 200 {
+		t.Fatalf("healthz = %d", resp.StatusCode)
+	}
+}
+
+// unsignedToken builds an `alg: none` JWT by hand, as an attacker would.
+func unsignedToken(sub string) string {
+	enc := func(v any) string {
+		b, _ := json.Marshal(v)
+		return strings.TrimRight(base64URL(b), "=")
+	}
+	return enc(map[string]string{"alg": "none", "typ": "JWT"}) + "." + enc(map[string]any{"sub": sub, "exp": time.Now().Add(time.Hour).Unix()}) + "."
+}
+
+func TestOtherUsersThreadIsNotFound(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	alice, bob := token(t, "alice"), token(t, "bob")
+	readAll(t, f.do(t, "POST", "/chat", alice, chatBody("t1", "u1", "secret plans")))
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/threads/t1"}, {"GET", "/threads/t1/runs"}, {"PATCH", "/threads/t1"}, {"DELETE", "/threads/t1"},
+		{"POST", "/threads/t1/stop"}, {"GET", "/chat/t1/stream"},
+	} {
+		var body any
+		if r.method == "PATCH" {
+			body = map[string]any{"title": "mine"}
+		}
+		resp := f.do(t, r.method, r.path, bob, body)
+		if resp.StatusCode != 404 {
+			t.Fatalf("%s %s as bob = %d", r.method, r.path, resp.StatusCode)
+		}
+		if code := errorCode(t, resp); code != agent.CodeThreadNotFound {
+			t.Fatalf("%s %s code = %s", r.method, r.path, code)
+		}
+	}
+	resp := f.do(t, "POST", "/chat", bob, chatBody("t1", "u9", "let me in"))
+	if resp.StatusCode != 404 {
+		t.Fatalf("bob posting into alice's thread = %d", resp.StatusCode)
+	}
+	resp = f.do(t, "GET", "/threads", bob, nil)
+	if b := readAll(t, resp); !bytes.Contains(b, []byte(`"threads":[]`)) {
+		t.Fatalf("bob's list = %s", b)
+	}
+	msgs, _ := f.store.ListMessages(context.Background(), "t1")
+	if len(msgs) != 2 {
+		t.Fatalf("alice's thread changed: %d messages", len(msgs))
+	}
+}
+
+func TestBadRequestsWriteNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tok := token(t, "alice")
+	big := strings.Repeat("x", 70<<10)
+	tests := []struct {
+		name   string
+		body   any
+		status int
+		code   string
+	}{
+		{"malformed json", `{"id": "t1", "messages": [`, 400, "invalid_json"},
+		{"not an object", `[1,2]`, 400, "invalid_json"},
+		{"two values", `{"id":"t1"} {}`, 400, "invalid_json"},
+		{"missing id", map[string]any{"trigger": "submit-message", "messages": chatBody("x", "u1", "hi")["messages"]}, 400, "missing_id"},
+		{"missing trigger", map[string]any{"id": "t1", "messages": chatBody("x", "u1", "hi")["messages"]}, 400, "missing_trigger"},
+		{"unknown trigger", map[string]any{"id": "t1", "trigger": "resume", "messages": chatBody("x", "u1", "hi")["messages"]}, 400, engine.CodeInvalidTrigger},
+		{"missing messages", map[string]any{"id": "t1", "trigger": "submit-message"}, 400, "missing_messages"},
+		{"empty messages", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{}}, 400, engine.CodeMissingMessage},
+		{"assistant newest", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{
+			map[string]any{"id": "a1", "role": "assistant", "parts": []any{map[string]any{"type": "text", "text": "hi"}}}}}, 400, engine.CodeUserRequired},
+		{"system newest", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{
+			map[string]any{"id": "s1", "role": "system", "parts": []any{map[string]any{"type": "text", "text": "hi"}}}}}, 400, engine.CodeUserRequired},
+		{"message not an object", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{"hello"}}, 400, httpapi.CodeInvalidMessage},
+		{"part without type", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{
+			map[string]any{"id": "u1", "role": "user", "parts": []any{map[string]any{"text": "hi"}}}}}, 400, engine.CodeInvalidMessage},
+		{"no parts", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{
+			map[string]any{"id": "u1", "role": "user", "parts": []any{}}}}, 400, engine.CodeInvalidMessage},
+		{"missing message id", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{
+			map[string]any{"role": "user", "parts": []any{map[string]any{"type": "text", "text": "hi"}}}}}, 400, engine.CodeInvalidMessage},
+		{"bad thread id", chatBody("a/b", "u1", "hi"), 400, "invalid_thread_id"},
+		{"bad multitask", map[string]any{"id": "t1", "trigger": "submit-message", "multitask": "sometimes", "messages": chatBody("x", "u1", "hi")["messages"]}, 400, engine.CodeInvalidMultitask},
+		{"too large", chatBody("t1", "u1", big), 413, agent.CodeTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := f.do(t, "POST", "/chat", tok, tt.body)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status = %d, want %d (%s)", resp.StatusCode, tt.status, readAll(t, resp))
+			}
+			if code := errorCode(t, resp); code != tt.code {
+				t.Fatalf("code = %s, want %s", code, tt.code)
+			}
+		})
+	}
+	ths, err := f.store.ListThreads(context.Background(), "alice", 0)
+	if err != nil || len(ths) != 0 {
+		t.Fatalf("bad requests created threads: %+v %v", ths, err)
+	}
+}
+
+// 20 concurrent posts to one thread: exactly one stream, 19 run_active.
+func TestConcurrentPostsOneWinner(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tok := token(t, "alice")
+	readAll(t, f.do(t, "POST", "/chat", tok, chatBody("t1", "u0", "warm up")))
+	const n = 20
+	var wg sync.WaitGroup
+	statuses := make([]int, n)
+	codes := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := f.do(t, "POST", "/chat", tok, chatBody("t1", fmt.Sprintf("u%d", i+1), "/slow 50"))
+			statuses[i] = resp.StatusCode
+			if resp.StatusCode == 200 {
+				readAll(t, resp)
+			} else {
+				codes[i] = errorCode(t, resp)
+			}
+		}()
+	}
+	wg.Wait()
+	ok, conflict := 0, 0
+	for i := range n {
+		switch {
+		case statuses[i] == 200:
+			ok++
+		case statuses[i] == 409 && codes[i] == agent.CodeRunActive:
+			conflict++
+		default:
+			t.Errorf("request %d: %d %s", i, statuses[i], codes[i])
+		}
+	}
+	if ok != 1 || conflict != n-1 {
+		t.Fatalf("ok=%d conflict=%d", ok, conflict)
+	}
+	msgs, _ := f.store.ListMessages(context.Background(), "t1")
+	if len(msgs) != 4 {
+		t.Fatalf("want 4 messages (2 turns), got %d", len(msgs))
+	}
+}
+
+// GET /chat/{id}/stream: 204 when idle; during a run, the same stream (same message id) replayed and tailed.
+func TestResume(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tok := token(t, "alice")
+	readAll(t, f.do(t, "POST", "/chat", tok, chatBody("t1", "u0", "hi")))
+	if resp := f.do(t, "GET", "/chat/t1/stream", tok, nil); resp.StatusCode != 204 {
+		t.Fatalf("idle resume = %d", resp.StatusCode)
+	}
+	first := f.do(t, "POST", "/chat", tok, chatBody("t1", "u1", "/slow 15"))
+	var original []byte
+	done := make(chan struct{})
+	go func() { original = readAll(t, first); close(done) }()
+	time.Sleep(150 * time.Millisecond)
+	resp := f.do(t, "GET", "/chat/t1/stream", tok, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("resume = %d", resp.StatusCode)
+	}
+	resumed := readAll(t, resp)
+	<-done
+	if !bytes.Equal(resumed, original) {
+		t.Fatalf("resumed stream differs:\n%s\n---\n%s", resumed, original)
+	}
+}
+
+func TestStopPatchDelete(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tok := token(t, "alice")
+	if resp := f.do(t, "POST", "/threads/none/stop", tok, nil); resp.StatusCode != 404 {
+		t.Fatalf("stop unknown = %d", resp.StatusCode)
+	}
+	readAll(t, f.do(t, "POST", "/chat", tok, chatBody("t1", "u0", "hi")))
+	if resp := f.do(t, "POST", "/threads/t1/stop", tok, nil); resp.StatusCode != 409 || errorCode(t, resp) != agent.CodeNoActiveRun {
+		t.Fatalf("stop idle")
+	}
+	running := f.do(t, "POST", "/chat", tok, chatBody("t1", "u1", "/slow 100"))
+	time.Sleep(100 * time.Millisecond)
+	if resp := f.do(t, "DELETE", "/threads/t1", tok, nil); resp.StatusCode != 409 {
+		t.Fatalf("delete while running = %d", resp.StatusCode)
+	}
+	began := time.Now()
+	if resp := f.do(t, "POST", "/threads/t1/stop", tok, nil); resp.StatusCode != 202 {
+		t.Fatalf("stop = %d", resp.StatusCode)
+	}
+	readAll(t, running)
+	if time.Since(began) > 2*time.Second {
+		t.Fatalf("stop took %s", time.Since(began))
+	}
+	resp := f.do(t, "PATCH", "/threads/t1", tok, map[string]any{"title": "Renamed", "settings": map[string]any{"reviewTools": true}})
+	var patched struct{ Thread agent.Thread }
+	json.Unmarshal(readAll(t, resp), &patched)
+	if patched.Thread.Title != "Renamed" || !patched.Thread.Settings.ReviewTools {
+		t.Fatalf("patch = %+v", patched)
+	}
+	if resp := f.do(t, "PATCH", "/threads/t1", tok, map[string]any{"owner": "bob"}); resp.StatusCode != 400 {
+		t.Fatalf("patch unknown field = %d", resp.StatusCode)
+	}
+	if resp := f.do(t, "DELETE", "/threads/t1", tok, nil); resp.StatusCode != 204 {
+		t.Fatalf("delete = %d", resp.StatusCode)
+	}
+	if resp := f.do(t, "GET", "/threads/t1", tok, nil); resp.StatusCode != 404 {
+		t.Fatalf("get deleted = %d", resp.StatusCode)
+	}
+}
+
+func authenticator(secret []byte) httpapi.Authenticator {
+	v, err := auth.NewHS256Verifier(secret, agent.SystemClock{})
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func base64URL(b []byte) string { return base64.URLEncoding.EncodeToString(b) }
