@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -99,7 +100,7 @@ func (t *Turn) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, do
 type state struct {
 	turn  *Turn
 	out   *output
-	log   interface{ Info(string, ...any) }
+	log   *slog.Logger
 	msg   agent.Message
 	seq   int64
 	usage agent.Usage
@@ -140,7 +141,7 @@ func (s *state) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 		s.out.send(uistream.FinishStep{})
 		s.persistDraft(ctx)
 		s.out.flush()
-		s.log.Info("step", "thread_id", t.thread.ID, "run_id", t.run.ID, "step", step, "tool_calls", len(res.ToolCalls),
+		s.log.Info("step", "step", step, "tool_calls", len(res.ToolCalls),
 			"finish_reason", res.FinishReason, "input_tokens", res.Usage.InputTokens, "output_tokens", res.Usage.OutputTokens,
 			"ms", e.clock.Now().Sub(begin).Milliseconds())
 		if pending > 0 {
@@ -327,13 +328,13 @@ func (s *state) finish(ctx context.Context, status agent.RunStatus, runErr *agen
 	}
 	s.msg.Metadata = s.metadata(msgStatus)
 	if err := e.store.PutMessage(ctx, t.thread.ID, s.seq, s.msg, e.clock.Now()); err != nil {
-		s.log.Info("persist final message failed", "err", err.Error())
+		s.log.Error("persist final message", "err", err)
 	}
 	t.run.Status, t.run.Error, t.run.Usage, t.run.Steps, t.run.Model = status, runErr, s.usage, s.steps, s.model
 	t.run.FinishedAt = e.clock.Now()
 	t.run.UpdatedAt = t.run.FinishedAt
 	if err := e.store.FinishRun(ctx, t.run); err != nil {
-		s.log.Info("finish run failed", "err", err.Error())
+		s.log.Error("finish run", "err", err)
 	}
 	if runErr != nil {
 		s.out.send(uistream.Error{ErrorText: runErr.Message})
@@ -352,7 +353,7 @@ func (s *state) finish(ctx context.Context, status agent.RunStatus, runErr *agen
 	s.out.send(uistream.Finish{FinishReason: agent.FinishReason(finishReason), Metadata: metadataJSON(agent.MessageMetadata{
 		RunID: t.run.ID, Model: s.model, Status: msgStatus, Usage: &u})})
 	s.out.close()
-	e.log.Info("run finished", "thread_id", t.thread.ID, "run_id", t.run.ID, "status", status, "steps", s.steps,
+	s.log.Info("run finished", "status", status, "steps", s.steps,
 		"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens)
 	return t.run
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 
@@ -102,7 +103,7 @@ func TestLoadFromSSM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"s3cret", "sk-test", "s3cret"}; !equal(got, want) {
+	if want := []string{"s3cret", "sk-test", "s3cret"}; !slices.Equal(got, want) {
 		t.Fatalf("values = %q, want %q (a set parameter wins over the fallback)", got, want)
 	}
 	calls := f.calls()
@@ -111,7 +112,7 @@ func TestLoadFromSSM(t *testing.T) {
 		t.Fatalf("GetParameters calls = %d, want 1", len(calls))
 	}
 	c := calls[0]
-	if c.Target != "AmazonSSM.GetParameters" || !c.WithDecryption || !equal(c.Names, []string{"/app/secret", "/app/openai"}) {
+	if c.Target != "AmazonSSM.GetParameters" || !c.WithDecryption || !slices.Equal(c.Names, []string{"/app/secret", "/app/openai"}) {
 		t.Fatalf("request = %+v, want GetParameters of both names WithDecryption", c)
 	}
 }
@@ -163,7 +164,7 @@ func TestLoadFallbackWithoutSSM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !equal(got, []string{"plain", ""}) {
+	if !slices.Equal(got, []string{"plain", ""}) {
 		t.Fatalf("values = %q", got)
 	}
 	if _, err := ssmsecrets.Load(context.Background(), nil, ssmsecrets.Secret{Label: "x", Param: "/p"}); err == nil {
@@ -192,16 +193,4 @@ func TestLoadBatches(t *testing.T) {
 	if len(calls) != 2 || len(calls[0].Names) != 10 || len(calls[1].Names) != 2 {
 		t.Fatalf("calls = %+v, want batches of 10 and 2", calls)
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// setup builds the real binary once per test.
+func setup(t *testing.T) (bin, data string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin = filepath.Join(dir, "agentloop")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin, filepath.Join(dir, "data")
+}
+
+type devProc struct {
+	cmd   *exec.Cmd
+	url   string
+	token string
+}
+
+// startDev starts `agentloop dev` on a free port and reads the URL and dev token it prints.
+func startDev(t *testing.T, bin, data string) *devProc {
+	t.Helper()
+	cmd := exec.Command(bin, "dev", "--addr", "127.0.0.1:0", "--data", data)
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "AGENT_SECRET=")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p := &devProc{cmd: cmd}
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 64<<10)
+	var sawCurl bool
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "agentloop dev serving on "):
+			p.url = strings.TrimPrefix(line, "agentloop dev serving on ")
+		case strings.HasPrefix(line, "eyJ"):
+			p.token = line
+		case strings.HasPrefix(line, "curl -N "+p.url+"/chat"):
+			sawCurl = true
+		}
+		if sawCurl {
+			break
+		}
+	}
+	if p.url == "" || p.token == "" || !sawCurl {
+		t.Fatalf("dev banner incomplete: url=%q token=%t curl=%t", p.url, p.token != "", sawCurl)
+	}
+	go io.Copy(io.Discard, stdout)
+	return p
+}
+
+func (p *devProc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("dev exited with %v after SIGTERM", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("dev did not stop on SIGTERM")
+	}
+}
+
+func request(t *testing.T, method, url, tok, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// A reply streamed by one dev process is served by a new process on the same data directory, and a token
+// minted by `agentloop token` for that directory is accepted.
+func TestPersistenceAcrossRestarts(t *testing.T) {
+	bin, data := setup(t)
+	first := startDev(t, bin, data)
+	status, stream := request(t, "POST", first.url+"/chat", first.token,
+		`{"id":"restart","trigger":"submit-message","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"remember me"}]}]}`)
+	if status != 200 || !bytes.HasSuffix(stream, []byte("data: [DONE]\n\n")) {
+		t.Fatalf("first process: %d %s", status, stream)
+	}
+	first.stop(t)
+
+	second := startDev(t, bin, data)
+	out, err := exec.Command(bin, "token", "--user", "dev", "--data", data).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body := request(t, "GET", second.url+"/threads/restart", strings.TrimSpace(string(out)), "")
+	if status != 200 {
+		t.Fatalf("second process: %d %s", status, body)
+	}
+	var view struct {
+		Messages []struct {
+			Role  string
+			Parts []struct{ Type, Text string }
+		}
+	}
+	if err := json.Unmarshal(body, &view); err != nil {
+		t.Fatal(err)
+	}
+	if len(view.Messages) != 2 || view.Messages[1].Role != "assistant" || view.Messages[1].Parts[1].Text != "You said: remember me" {
+		t.Fatalf("thread after restart = %s", body)
+	}
+	// A token for another user does not see it.
+	other, _ := exec.Command(bin, "token", "--user", "eve", "--data", data).Output()
+	if status, _ := request(t, "GET", second.url+"/threads/restart", strings.TrimSpace(string(other)), ""); status != 404 {
+		t.Fatalf("other user: %d", status)
+	}
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "missing command"},
+		{"unknown command", []string{"serve"}, "unknown command"},
+		{"token without user", []string{"token", "--data", t.TempDir()}, "--user is required"},
+		{"token bad ttl", []string{"token", "--user", "a", "--ttl", "-1s", "--data", t.TempDir()}, "--ttl"},
+		{"dev bad flag", []string{"dev", "--port", "1"}, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), tt.args, &out, &errOut)
+			if err == nil || !strings.Contains(err.Error()+errOut.String(), tt.want) {
+				t.Fatalf("err = %v, stderr %q, want %q", err, errOut.String(), tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/lib/config"
+)
+
+// token prints a bearer token for --user that a dev server on the same data directory accepts.
+func token(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("agentloop token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	user := fs.String("user", "", "subject (user name) the token authenticates")
+	data := fs.String("data", defaultData, "data directory of the dev server")
+	ttl := fs.Duration("ttl", config.DefaultTokenTTL, "token lifetime")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *user == "" {
+		return errors.New("token: --user is required")
+	}
+	if *ttl <= 0 || *ttl > 365*24*time.Hour {
+		return errors.New("token: --ttl must be between 1s and 8760h")
+	}
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return err
+	}
+	secret, err := devSecret(*data, cfg.Secret)
+	if err != nil {
+		return err
+	}
+	tok, err := auth.MintHS256(secret, *user, *ttl, agent.SystemClock{}.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, tok)
+	return nil
+}
