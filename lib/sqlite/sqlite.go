@@ -105,7 +105,7 @@ func dsn(abs string) string {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(OFF)")
-	q.Set("_txlock", "deferred")
+	q.Set("_txlock", "immediate")
 	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: q.Encode()}
 	return u.String()
 }
@@ -202,6 +202,12 @@ func (s *Store) write(ctx context.Context, op string, fn func(c conn) error) err
 }
 
 func (s *Store) writeOnce(ctx context.Context, fn func(c conn) error) (err error) {
+	select {
+	case s.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.wsem }()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -39,11 +39,15 @@ func open(t testing.TB, path string) *sqlite.Store {
 	return s
 }
 
-var now = time.Date(2030, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
+// nowMillis is the fixed time these tests write at, as unix milliseconds.
+const nowMillis = 1893553445006
+
+// nowTime is nowMillis as a UTC time.
+func nowTime() time.Time { return time.UnixMilli(nowMillis).UTC() }
 
 func newThread(t testing.TB, s agent.Store, id string) agent.Thread {
 	t.Helper()
-	th, _, err := s.CreateThread(t.Context(), agent.Thread{ID: id, Owner: "u1", CreatedAt: now, UpdatedAt: now})
+	th, _, err := s.CreateThread(t.Context(), agent.Thread{ID: id, Owner: "u1", CreatedAt: nowTime(), UpdatedAt: nowTime()})
 	if err != nil {
 		t.Fatalf("CreateThread: %v", err)
 	}
@@ -67,7 +71,7 @@ func TestTwoStoresShareFile(t *testing.T) {
 		t.Fatalf("b.GetThread of a's thread: %v", err)
 	}
 	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
-	if err := b.PutMessage(ctx, "th1", 0, m, now); err != nil {
+	if err := b.PutMessage(ctx, "th1", 0, m, nowTime()); err != nil {
 		t.Fatalf("b.PutMessage: %v", err)
 	}
 	msgs, err := a.ListMessages(ctx, "th1")
@@ -87,7 +91,7 @@ func TestTwoStoresShareFile(t *testing.T) {
 		}
 		wg.Go(func() {
 			res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", RunID: fmt.Sprintf("run-%02d", i),
-				Trigger: agent.TriggerUser, Now: now, StaleAfter: 30 * time.Second})
+				Trigger: agent.TriggerUser, Now: nowTime(), StaleAfter: 30 * time.Second})
 			if err != nil {
 				if agent.CodeOf(err) != agent.CodeRunActive {
 					t.Errorf("ClaimRun: %v, want run_active", err)
@@ -105,7 +109,7 @@ func TestTwoStoresShareFile(t *testing.T) {
 	}
 	run := winners[0]
 	run.Status = agent.RunCompleted
-	run.FinishedAt = now.Add(time.Second)
+	run.FinishedAt = nowTime().Add(time.Second)
 	if err := a.FinishRun(ctx, run); err != nil {
 		t.Fatalf("a.FinishRun: %v", err)
 	}
@@ -199,7 +203,7 @@ func TestHelperClaimer(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			_, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: thread, RunID: fmt.Sprintf("%s-%d", prefix, i),
-				Trigger: agent.TriggerUser, Now: now, StaleAfter: 30 * time.Second})
+				Trigger: agent.TriggerUser, Now: nowTime(), StaleAfter: 30 * time.Second})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -270,7 +274,7 @@ func TestPutMessageRejectsInvalidJSON(t *testing.T) {
 		{"empty id", agent.Message{Role: agent.RoleUser}},
 	}
 	for _, tc := range cases {
-		err := s.PutMessage(t.Context(), "th1", 0, tc.m, now)
+		err := s.PutMessage(t.Context(), "th1", 0, tc.m, nowTime())
 		if !agent.IsKind(err, agent.KindInvalid) {
 			t.Errorf("%s: PutMessage error = %v, want KindInvalid", tc.name, err)
 		}
@@ -286,7 +290,7 @@ func TestPartSurroundingWhitespaceDropped(t *testing.T) {
 	s := setup(t)
 	newThread(t, s, "th1")
 	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(" \n{ \"type\": \"text\" }\t ")}}
-	if err := s.PutMessage(t.Context(), "th1", 0, m, now); err != nil {
+	if err := s.PutMessage(t.Context(), "th1", 0, m, nowTime()); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetMessage(t.Context(), "th1", "m1")
@@ -303,14 +307,14 @@ func TestFinishRunRejectsRunning(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	newThread(t, s, "th1")
-	res, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: "th1", RunID: "r1", Now: now, StaleAfter: time.Minute})
+	res, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: "th1", RunID: "r1", Now: nowTime(), StaleAfter: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.FinishRun(t.Context(), res.Run); !agent.IsKind(err, agent.KindInvalid) {
 		t.Fatalf("FinishRun(running) error = %v, want KindInvalid", err)
 	}
-	if _, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: "th1", RunID: "r1", Now: now.Add(time.Hour),
+	if _, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: "th1", RunID: "r1", Now: nowTime().Add(time.Hour),
 		StaleAfter: time.Minute}); agent.CodeOf(err) != sqlite.CodeRunExists {
 		t.Fatalf("ClaimRun with a used run id: error = %v, want %s", err, sqlite.CodeRunExists)
 	}

@@ -164,6 +164,13 @@ func testEpochIncreases(e *env) {
 	}
 	check(e.claim(th.ID, e.id("run"), now).Run, 4)
 	check(e.claim(th.ID, e.id("run"), now.Add(time.Hour)).Run, 5)
+
+	// The first claim takes the stored epoch + 1, also when a thread was created with an epoch.
+	seeded := agent.Thread{ID: e.id("th"), Owner: e.id("user"), Epoch: 41, CreatedAt: at(0), UpdatedAt: at(0)}
+	_, _, err := e.s.CreateThread(e.ctx, seeded)
+	must(t, err, "CreateThread(epoch 41)")
+	th = seeded
+	check(e.claim(th.ID, e.id("run"), at(0)).Run, 42)
 }
 
 // A claim is taken over only when its heartbeat is strictly older than StaleAfter.

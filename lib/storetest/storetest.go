@@ -7,7 +7,8 @@
 //
 // The suite is written against the agent.Store port only. Each leaf subtest calls newStore once and uses ids,
 // owners and namespaces that are unique to that subtest, so newStore may hand out a fresh store per call or the
-// same store (one shared table) every time; subtests run in parallel.
+// same store (one shared table) every time. Subtests run in parallel, so newStore may be called concurrently; the
+// caller's own test (and its t.Cleanup) outlives them all.
 //
 // What the suite requires beyond the Store doc comments, because callers rely on it:
 //

@@ -15,6 +15,7 @@ func threadTests() []test {
 		{"UpdateThreadUnknown", testUpdateThreadUnknown},
 		{"ListThreadsOrder", testListThreadsOrder},
 		{"ListThreadsDefaultLimit", testListThreadsDefaultLimit},
+		{"ListThreadsShowsClaimsAndUsage", testListThreadsFullRecords},
 		{"DeleteThreadCascades", testDeleteThreadCascades},
 		{"DeleteThreadUnknown", testDeleteThreadUnknown},
 	}
@@ -175,6 +176,36 @@ func testListThreadsDefaultLimit(e *env) {
 	must(t, err, "ListThreads(101)")
 	if len(got) != 101 {
 		t.Fatalf("ListThreads(limit 101) = %d threads, want 101", len(got))
+	}
+}
+
+// ListThreads returns whole threads (claim and usage included, as GetThread does), in the documented order
+// whatever a claim did to UpdatedAt.
+func testListThreadsFullRecords(e *env) {
+	t := e.t
+	owner := e.id("user")
+	base := e.id("th")
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, e.createThread(owner, fmt.Sprintf("%s-%d", base, i), at(time.Duration(i)*time.Second)).ID)
+	}
+	e.claim(ids[0], e.id("run"), at(time.Minute))
+	done := e.claim(ids[1], e.id("run"), at(time.Minute)).Run
+	e.finish(done, agent.RunCompleted, agent.Usage{InputTokens: 4, OutputTokens: 2, TotalTokens: 6}, at(2*time.Minute))
+
+	got, err := e.s.ListThreads(e.ctx, owner, 0)
+	must(t, err, "ListThreads")
+	if len(got) != len(ids) {
+		t.Fatalf("ListThreads = %d threads, want %d", len(got), len(ids))
+	}
+	for i, th := range got {
+		same(t, "ListThreads entry vs GetThread", th, e.getThread(th.ID))
+		if i > 0 {
+			prev := got[i-1]
+			if th.UpdatedAt.After(prev.UpdatedAt) || (th.UpdatedAt.Equal(prev.UpdatedAt) && th.ID > prev.ID) {
+				t.Fatalf("ListThreads order: %s (%v) after %s (%v)", th.ID, th.UpdatedAt, prev.ID, prev.UpdatedAt)
+			}
+		}
 	}
 }
 

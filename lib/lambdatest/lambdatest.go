@@ -1,0 +1,347 @@
+// Package lambdatest runs the Lambda form of agentloop in tests: it loads the function URL events of events/,
+// builds a function's `bootstrap` the way `make build` does (for any GOOS/GOARCH), builds the Lambda Runtime
+// Interface Emulator (RIE) from the Go module proxy, starts a bootstrap under it and invokes it, and splits a
+// streamed function URL reply into its prelude and body.
+//
+// The RIE buffers a streamed reply: an invoke answers, once the handler is done, with the raw bytes the function
+// streamed to the Runtime API, which for a RESPONSE_STREAM function URL is
+//
+//	{"statusCode":200,"headers":{...},"cookies":[...]} + 8 NUL bytes + body
+//
+// (the "application/vnd.awslambda.http-integration-response" framing that aws-lambda-go's lambdaurl writes).
+// SplitStreamingResponse checks and parses that framing.
+package lambdatest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+// RIEPackage is the emulator's main package and the pinned version, as `go install` takes it.
+const RIEPackage = "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@v0.0.0-20261030222936-bef5c4ba774d"
+
+// LambdaBuildFlags are the `go build` flags of a Lambda bootstrap (the Makefile's LAMBDA_GOFLAGS).
+var lambdaBuildFlags = []string{"-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w"}
+
+// LambdaBuildFlags returns the `go build` flags `make build` uses for a bootstrap.
+func LambdaBuildFlags() []string { return append([]string(nil), lambdaBuildFlags...) }
+
+// RepoRoot walks up from the working directory to the directory holding go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("lambdatest: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// placeholder matches the ${NAME} placeholders of the event files.
+var placeholder = regexp.MustCompile(`\$\{([A-Z_]+)\}`)
+
+// Event is one function URL request from events/, with its placeholders filled in.
+type Event struct {
+	// Raw is the JSON document, ready to post to the RIE.
+	Raw []byte
+	// Request is Raw decoded, ready for lambdaurl.Wrap's handler.
+	Request *events.LambdaFunctionURLRequest
+}
+
+// LoadEvent reads events/<name> and replaces every ${NAME} placeholder with vars[NAME]. A placeholder without a
+// value is an error, and so is a value that would need JSON escaping (the placeholders sit inside JSON strings,
+// some of them inside the JSON-encoded body string).
+func LoadEvent(name string, vars map[string]string) (Event, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return Event{}, err
+	}
+	data, err := os.ReadFile(filepath.Join(root, "events", name))
+	if err != nil {
+		return Event{}, err
+	}
+	var missing []string
+	out := placeholder.ReplaceAllFunc(data, func(m []byte) []byte {
+		key := string(placeholder.FindSubmatch(m)[1])
+		v, ok := vars[key]
+		if !ok {
+			missing = append(missing, key)
+			return m
+		}
+		return []byte(v)
+	})
+	if len(missing) > 0 {
+		return Event{}, fmt.Errorf("lambdatest: %s: no value for %s", name, strings.Join(missing, ", "))
+	}
+	for k, v := range vars {
+		if strings.ContainsAny(v, "\"\\\n\r\t") {
+			return Event{}, fmt.Errorf("lambdatest: value of %s needs JSON escaping: %q", k, v)
+		}
+	}
+	var req events.LambdaFunctionURLRequest
+	if err := json.Unmarshal(out, &req); err != nil {
+		return Event{}, fmt.Errorf("lambdatest: %s: %w", name, err)
+	}
+	return Event{Raw: out, Request: &req}, nil
+}
+
+// Build compiles the main package pkg (e.g. "./functions/chat") into dir/bootstrap with the Lambda build flags
+// for goos/goarch, CGO off, and returns the binary's path.
+func Build(ctx context.Context, pkg, dir, goos, goarch string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "bootstrap")
+	args := append([]string{"build"}, lambdaBuildFlags...)
+	args = append(args, "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, goBin(), args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("lambdatest: go build %s: %w\n%s", pkg, err, b)
+	}
+	return out, nil
+}
+
+// BuildRIE installs the emulator at RIEPackage into dir with `go install` (module mode, outside this module, so
+// go.mod is untouched) and returns its path.
+func BuildRIE(ctx context.Context, dir string) (string, error) {
+	cmd := exec.CommandContext(ctx, goBin(), "install", RIEPackage)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("lambdatest: go install %s: %w\n%s", RIEPackage, err, b)
+	}
+	return filepath.Join(dir, "aws-lambda-rie"), nil
+}
+
+// goBin is the go command of the toolchain running the tests, else the one on PATH.
+func goBin() string {
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	return "go"
+}
+
+// RIE is one running emulator with one function.
+type RIE struct {
+	// URL is the invoke endpoint.
+	URL string
+	// Started is when the emulator process was started.
+	Started time.Time
+
+	cmd  *exec.Cmd
+	logs *lockedBuffer
+	done chan struct{}
+	once sync.Once
+}
+
+// StartRIE starts the emulator at rie with bootstrap as the function. env is the whole environment the function
+// sees (the emulator passes its own environment on); AWS_LAMBDA_FUNCTION_TIMEOUT defaults to 900 s. The
+// function starts (its cold start) on the first invoke, as in Lambda.
+func StartRIE(rie, bootstrap string, env []string) (*RIE, error) {
+	invokePort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	apiPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(rie,
+		"--runtime-interface-emulator-address", "127.0.0.1:"+strconv.Itoa(invokePort),
+		"--runtime-api-address", "127.0.0.1:"+strconv.Itoa(apiPort),
+		bootstrap)
+	cmd.Dir = filepath.Dir(bootstrap)
+	if !hasKey(env, "AWS_LAMBDA_FUNCTION_TIMEOUT") {
+		env = append(env, "AWS_LAMBDA_FUNCTION_TIMEOUT=900")
+	}
+	cmd.Env = env
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	// Own process group, so Close ends the emulator and the bootstrap it started, and nothing else.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r := &RIE{URL: fmt.Sprintf("http://127.0.0.1:%d/2015-03-31/functions/function/invocations", invokePort),
+		cmd: cmd, logs: logs, done: make(chan struct{})}
+	r.Started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("lambdatest: start %s: %w", rie, err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(r.done)
+	}()
+	return r, nil
+}
+
+func hasKey(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// Invoke posts payload and returns the function's raw reply. Until the emulator listens, connection errors are
+// retried (the first call after StartRIE waits for it), up to ctx's deadline.
+func (r *RIE) Invoke(ctx context.Context, payload []byte) (status int, body []byte, err error) {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(payload))
+		if err != nil {
+			return 0, nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			return resp.StatusCode, b, err
+		}
+		select {
+		case <-r.done:
+			return 0, nil, fmt.Errorf("lambdatest: emulator exited: %s", r.Logs())
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("lambdatest: invoke: %w (last error %v)", ctx.Err(), err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Logs returns everything the emulator and the function wrote so far.
+func (r *RIE) Logs() string { return r.logs.String() }
+
+// initReport matches the emulator's report of the function's init phase.
+var initReport = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
+
+// InitDuration is the function's init phase (process start to its first call for an invoke) as the emulator
+// reported it, or 0 before the first invoke.
+func (r *RIE) InitDuration() time.Duration {
+	m := initReport.FindStringSubmatch(r.Logs())
+	if m == nil {
+		return 0
+	}
+	ms, _ := strconv.ParseFloat(m[1], 64)
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// FunctionLogs returns the function's JSON log records (the lines of the output that are JSON objects).
+func (r *RIE) FunctionLogs() []map[string]any {
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(r.Logs()))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// Close kills the emulator's process group (the emulator and the bootstrap) and waits for the emulator.
+func (r *RIE) Close() error {
+	r.once.Do(func() {
+		if r.cmd.Process != nil {
+			_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+		}
+		<-r.done
+	})
+	return nil
+}
+
+// Prelude is the head of a streamed function URL reply.
+type Prelude struct {
+	StatusCode int               `json:"statusCode"`
+	Headers    map[string]string `json:"headers"`
+	Cookies    []string          `json:"cookies"`
+}
+
+// preludeEnd separates the prelude from the body.
+var preludeEnd = make([]byte, 8)
+
+// SplitStreamingResponse parses raw as prelude JSON + 8 NUL bytes + body and checks the prelude: a JSON object
+// with a 1xx-5xx statusCode and nothing else before the separator.
+func SplitStreamingResponse(raw []byte) (Prelude, []byte, error) {
+	i := bytes.Index(raw, preludeEnd)
+	if i < 0 {
+		return Prelude{}, nil, fmt.Errorf("lambdatest: no 8-NUL prelude separator in %q", clip(raw))
+	}
+	var p Prelude
+	dec := json.NewDecoder(bytes.NewReader(raw[:i]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return Prelude{}, nil, fmt.Errorf("lambdatest: prelude %q: %w", clip(raw[:i]), err)
+	}
+	if dec.More() {
+		return Prelude{}, nil, fmt.Errorf("lambdatest: prelude %q has trailing data", clip(raw[:i]))
+	}
+	if p.StatusCode < 100 || p.StatusCode > 599 {
+		return Prelude{}, nil, fmt.Errorf("lambdatest: prelude status %d", p.StatusCode)
+	}
+	return p, raw[i+len(preludeEnd):], nil
+}
+
+func clip(b []byte) []byte {
+	if len(b) > 300 {
+		return b[:300]
+	}
+	return b
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
