@@ -37,7 +37,8 @@ type Store interface {
 	// FinishRun records run's terminal outcome (status, error, usage, steps, model, finishedAt) by compare-and-set:
 	// the stored run must still be running at run.Epoch, else KindConflict/CodeRunFenced and nothing changes. It
 	// then adds run.Usage to the thread's totals and releases the thread claim if (and only if) the claim still
-	// names run.ID at run.Epoch.
+	// names run.ID at run.Epoch; that release also sets the thread's UpdatedAt to run.FinishedAt (when set),
+	// so a thread moves up in ListThreads when a turn ends.
 	FinishRun(ctx context.Context, run Run) error
 	GetRun(ctx context.Context, threadID, runID string) (Run, error)
 	// ListRuns returns the thread's runs, oldest first (ties by id).

@@ -294,11 +294,16 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	if add != "" {
 		update += " ADD " + add
 	}
+	cond = e.n(attrClaimRun) + " = " + e.v(avS(run.ID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(run.Epoch))
+	if !run.FinishedAt.IsZero() {
+		// The thread moves up in its owner's list when a turn ends (recency is the byOwner index key).
+		update += " SET " + e.n(attrUpdatedAt) + " = " + e.v(avT(run.FinishedAt)) + ", " + e.n(AttrRecency) + " = " + e.v(avS(recency(run.FinishedAt, run.ThreadID)))
+	}
 	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.table),
 		Key:                       key(threadPK(run.ThreadID), threadSK),
 		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(e.n(attrClaimRun) + " = " + e.v(avS(run.ID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(run.Epoch))),
+		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),
 	})

@@ -220,7 +220,8 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 			return err
 		}
 		_, err = c.exec(ctx, `UPDATE threads SET claim_run_id = NULL, claim_epoch = NULL, claim_heartbeat_at = NULL,
-			claim_cancel = 0 WHERE id = ? AND claim_run_id = ? AND claim_epoch = ?`, run.ThreadID, run.ID, run.Epoch)
+			claim_cancel = 0, updated_at = coalesce(?, updated_at)
+			WHERE id = ? AND claim_run_id = ? AND claim_epoch = ?`, nullMillis(run.FinishedAt), run.ThreadID, run.ID, run.Epoch)
 		return err
 	})
 }

@@ -21,6 +21,7 @@ func runTests() []test {
 		{"RequestCancel", testRequestCancel},
 		{"FinishRunStatuses", testFinishRunStatuses},
 		{"FinishRunAddsUsage", testFinishRunAddsUsage},
+		{"FinishRunMovesThreadUp", testFinishRunMovesThreadUp},
 		{"FinishRunFenced", testFinishRunFenced},
 		{"FinishAfterTakeoverKeepsNewClaim", testFinishAfterTakeover},
 		{"ListRunsOrder", testListRunsOrder},
@@ -376,6 +377,24 @@ func testFinishRunAddsUsage(e *env) {
 		if got := e.getThread(th.ID).Usage; got != total {
 			t.Fatalf("thread usage after run %d = %+v, want %+v", i, got, total)
 		}
+	}
+}
+
+// A finished turn moves its thread to the top of its owner's list: the release sets UpdatedAt to FinishedAt.
+func testFinishRunMovesThreadUp(e *env) {
+	t := e.t
+	owner := e.id("owner")
+	older := e.createThread(owner, e.id("th"), at(time.Minute))
+	newer := e.createThread(owner, e.id("th"), at(2*time.Minute))
+	run := e.claim(older.ID, e.id("run"), at(3*time.Minute)).Run
+	e.finish(run, agent.RunCompleted, agent.Usage{}, at(4*time.Minute))
+	got, err := e.s.ListThreads(e.ctx, owner, 0)
+	must(t, err, "ListThreads")
+	if len(got) != 2 || got[0].ID != older.ID || got[1].ID != newer.ID {
+		t.Fatalf("ListThreads after a finished turn = %s, want %s first", show(got), older.ID)
+	}
+	if !got[0].UpdatedAt.Equal(at(4 * time.Minute)) {
+		t.Fatalf("UpdatedAt after finish = %s, want the run's FinishedAt %s", got[0].UpdatedAt, at(4*time.Minute))
 	}
 }
 
