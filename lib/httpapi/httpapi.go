@@ -58,29 +58,19 @@ func newServer(d Deps) *server {
 }
 
 // NewChat serves POST /chat and GET /chat/{threadId}/stream (the chat function URL).
-func NewChat(d Deps) http.Handler {
-	s := newServer(d)
-	mux := http.NewServeMux()
-	s.chatRoutes(mux)
-	s.fallback(mux)
-	return s.cors(mux)
-}
+func NewChat(d Deps) http.Handler { return newServer(d).handler((*server).chatRoutes) }
 
 // NewAPI serves /threads... and /healthz (the api function URL).
-func NewAPI(d Deps) http.Handler {
-	s := newServer(d)
-	mux := http.NewServeMux()
-	s.apiRoutes(mux)
-	s.fallback(mux)
-	return s.cors(mux)
-}
+func NewAPI(d Deps) http.Handler { return newServer(d).handler((*server).apiRoutes) }
 
 // New serves every route on one handler (the dev server).
-func New(d Deps) http.Handler {
-	s := newServer(d)
+func New(d Deps) http.Handler { return newServer(d).handler((*server).chatRoutes, (*server).apiRoutes) }
+
+func (s *server) handler(routes ...func(*server, *http.ServeMux)) http.Handler {
 	mux := http.NewServeMux()
-	s.chatRoutes(mux)
-	s.apiRoutes(mux)
+	for _, r := range routes {
+		r(s, mux)
+	}
 	s.fallback(mux)
 	return s.cors(mux)
 }

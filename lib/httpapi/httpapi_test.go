@@ -410,3 +410,38 @@ func authenticator(secret []byte) httpapi.Authenticator {
 }
 
 func base64URL(b []byte) string { return base64.URLEncoding.EncodeToString(b) }
+
+// The chat and api function URLs each serve only their own routes; unknown routes get the JSON error contract.
+func TestSplitHandlers(t *testing.T) {
+	t.Parallel()
+	d := httpapi.Deps{Auth: authenticator(secret), Clock: agent.SystemClock{}}
+	tok := token(t, "alice")
+	tests := []struct {
+		name    string
+		h       http.Handler
+		method  string
+		path    string
+		status  int
+		errCode string
+	}{
+		{"chat has no threads", httpapi.NewChat(d), "GET", "/threads", 404, "route_not_found"},
+		{"chat has no healthz", httpapi.NewChat(d), "GET", "/healthz", 404, "route_not_found"},
+		{"api has no chat", httpapi.NewAPI(d), "POST", "/chat", 404, "route_not_found"},
+		{"api healthz", httpapi.NewAPI(d), "GET", "/healthz", 200, ""},
+		{"wrong method", httpapi.NewAPI(d), "PUT", "/threads", 404, "route_not_found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(tt.method, tt.path, nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			tt.h.ServeHTTP(rec, req)
+			if rec.Code != tt.status {
+				t.Fatalf("status = %d, want %d", rec.Code, tt.status)
+			}
+			if tt.errCode != "" && !strings.Contains(rec.Body.String(), `"code":"`+tt.errCode+`"`) {
+				t.Fatalf("body = %s", rec.Body)
+			}
+		})
+	}
+}
