@@ -35,10 +35,10 @@ type devProc struct {
 }
 
 // startDev starts `agentloop dev` on a free port and reads the URL and dev token it prints.
-func startDev(t *testing.T, bin, data string) *devProc {
+func startDev(t *testing.T, bin, data string, env ...string) *devProc {
 	t.Helper()
 	cmd := exec.Command(bin, "dev", "--addr", "127.0.0.1:0", "--data", data)
-	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "AGENT_SECRET=")
+	cmd.Env = append(append(os.Environ(), "OPENAI_API_KEY=", "AGENT_SECRET="), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -164,5 +164,61 @@ func TestCommandLineErrors(t *testing.T) {
 				t.Fatalf("err = %v, stderr %q, want %q", err, errOut.String(), tt.want)
 			}
 		})
+	}
+}
+
+// kill -9 in the middle of a reply: after a restart, reading the thread reaps the dead run (failed, code stale),
+// keeps what was streamed, releases the claim, and the next message gets a normal reply.
+func TestKillMidRunAndRecover(t *testing.T) {
+	bin, data := setup(t)
+	env := []string{"AGENT_HEARTBEAT=100ms", "AGENT_STALE_AFTER=1s"}
+	first := startDev(t, bin, data, env...)
+	req, _ := http.NewRequest("POST", first.url+"/chat", strings.NewReader(
+		`{"id":"crash","trigger":"submit-message","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"/slow 100"}]}]}`))
+	req.Header.Set("Authorization", "Bearer "+first.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("post: %v", err)
+	}
+	buf := make([]byte, 4096)
+	got := 0
+	for !bytes.Contains(buf[:got], []byte("word3")) {
+		n, err := resp.Body.Read(buf[got:])
+		if err != nil {
+			t.Fatalf("stream ended early: %v", err)
+		}
+		got += n
+	}
+	time.Sleep(700 * time.Millisecond) // let a step-independent segment flush and heartbeats happen
+	_ = first.cmd.Process.Kill()
+	_ = first.cmd.Wait()
+	resp.Body.Close()
+
+	second := startDev(t, bin, data, env...)
+	time.Sleep(1500 * time.Millisecond) // the dead run's heartbeat is now older than AGENT_STALE_AFTER
+	status, body := request(t, "GET", second.url+"/threads/crash", second.token, "")
+	var view struct {
+		Thread struct {
+			ActiveRun *struct{ RunID string } `json:"activeRun"`
+		}
+		Messages []struct {
+			Role     string
+			Metadata struct{ Status string }
+		}
+	}
+	if err := json.Unmarshal(body, &view); err != nil || status != 200 {
+		t.Fatalf("get thread: %d %s", status, body)
+	}
+	if view.Thread.ActiveRun != nil {
+		t.Fatalf("claim of the dead run still held: %s", body)
+	}
+	status, body = request(t, "GET", second.url+"/threads/crash/runs", second.token, "")
+	if status != 200 || !bytes.Contains(body, []byte(`"status":"failed"`)) || !bytes.Contains(body, []byte(`"code":"stale"`)) {
+		t.Fatalf("runs after crash: %d %s", status, body)
+	}
+	status, stream := request(t, "POST", second.url+"/chat", second.token,
+		`{"id":"crash","trigger":"submit-message","messages":[{"id":"m2","role":"user","parts":[{"type":"text","text":"still there?"}]}]}`)
+	if status != 200 || !bytes.Contains(stream, []byte(`"finishReason":"stop"`)) {
+		t.Fatalf("post after recovery: %d %s", status, stream)
 	}
 }

@@ -445,3 +445,33 @@ func TestSplitHandlers(t *testing.T) {
 		})
 	}
 }
+
+// multitask "interrupt" stops the active run and starts the new one; the stopped reply is kept as canceled.
+func TestMultitaskInterrupt(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tok := token(t, "alice")
+	first := f.do(t, "POST", "/chat", tok, chatBody("t1", "u1", "/slow 200"))
+	done := make(chan []byte)
+	go func() { done <- readAll(t, first) }()
+	time.Sleep(100 * time.Millisecond)
+	body := chatBody("t1", "u2", "second")
+	body["multitask"] = "interrupt"
+	resp := f.do(t, "POST", "/chat", tok, body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("interrupting post = %d %s", resp.StatusCode, readAll(t, resp))
+	}
+	second := readAll(t, resp)
+	<-done
+	if !bytes.Contains(second, []byte("You said: second")) && !bytes.Contains(second, []byte(`"delta":" second"`)) {
+		t.Fatalf("second stream = %s", second)
+	}
+	runs, _ := f.store.ListRuns(context.Background(), "t1")
+	if len(runs) != 2 || runs[0].Status != agent.RunCanceled || runs[1].Status != agent.RunCompleted {
+		t.Fatalf("runs = %+v", runs)
+	}
+	msgs, _ := f.store.ListMessages(context.Background(), "t1")
+	if len(msgs) != 4 || msgs[1].Message.Meta().Status != agent.MessageCanceled {
+		t.Fatalf("messages = %d, first reply status %s", len(msgs), msgs[1].Message.Meta().Status)
+	}
+}
