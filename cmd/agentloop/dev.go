@@ -71,9 +71,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	}
 	clock := agent.SystemClock{}
 	model := openai.New(openai.Config{BaseURL: baseURL, APIKey: apiKey, Model: modelName, MaxOutputTokens: cfg.MaxOutputTokens,
-		RequestTimeout: cfg.ModelTimeout, MaxRetries: retries(cfg.ModelRetries), Logger: log})
+		RequestTimeout: cfg.ModelTimeout, MaxRetries: cfg.AdapterRetries(), Logger: log})
 	eng := engine.New(engine.Deps{Store: store, Model: model, Tools: tools.Demo(store, clock), Clock: clock, Logger: log},
-		engineConfig(cfg, modelName))
+		cfg.Engine(modelName))
 	verifier, err := auth.NewHS256Verifier(secret, clock)
 	if err != nil {
 		return err
@@ -111,20 +111,6 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return err
 	}
 	return nil
-}
-
-func engineConfig(c config.Config, model string) engine.Config {
-	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
-		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
-		SegmentFlush: c.SegmentFlush, ContextBytes: c.ContextBytes, MaxMessageBytes: c.MaxMessageBytes}
-}
-
-// retries maps the config's "0 means none" to the adapter's "negative means none".
-func retries(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 func modelSource(apiKey string) string {

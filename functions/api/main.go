@@ -33,7 +33,7 @@ func main() {
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	var h http.Handler
 	if err == nil {
-		h, err = setup(ctx, os.Getenv, awsCfg, log)
+		h, err = newHandler(ctx, os.Getenv, awsCfg, log)
 	}
 	cancel()
 	if err != nil {
@@ -43,8 +43,8 @@ func main() {
 	lambdaurl.Start(h)
 }
 
-// setup builds the API handler from the environment (getenv) and the AWS configuration.
-func setup(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (http.Handler, error) {
+// newHandler builds the API handler from the environment (getenv) and the AWS configuration.
+func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (http.Handler, error) {
 	cfg, err := config.Load(getenv)
 	if err != nil {
 		return nil, err

@@ -35,7 +35,7 @@ func main() {
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	var h http.Handler
 	if err == nil {
-		h, err = setup(ctx, os.Getenv, awsCfg, log)
+		h, err = newHandler(ctx, os.Getenv, awsCfg, log)
 	}
 	cancel()
 	if err != nil {
@@ -45,8 +45,8 @@ func main() {
 	lambdaurl.Start(h)
 }
 
-// setup builds the chat handler from the environment (getenv) and the AWS configuration.
-func setup(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (http.Handler, error) {
+// newHandler builds the chat handler from the environment (getenv) and the AWS configuration.
+func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (http.Handler, error) {
 	cfg, err := config.Load(getenv)
 	if err != nil {
 		return nil, err
@@ -67,16 +67,10 @@ func setup(ctx context.Context, getenv func(string) string, awsCfg aws.Config, l
 		return nil, err
 	}
 	store := dynamo.New(dynamodb.NewFromConfig(awsCfg), cfg.TableName, dynamo.WithLogger(log))
-	retries := cfg.ModelRetries
-	if retries == 0 {
-		retries = -1 // config: 0 means no retries; openai.Config: 0 means its default, negative means none
-	}
 	model := openai.New(openai.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: secrets[1], Model: cfg.Model,
-		MaxOutputTokens: cfg.MaxOutputTokens, RequestTimeout: cfg.ModelTimeout, MaxRetries: retries, Logger: log})
+		MaxOutputTokens: cfg.MaxOutputTokens, RequestTimeout: cfg.ModelTimeout, MaxRetries: cfg.AdapterRetries(), Logger: log})
 	eng := engine.New(engine.Deps{Store: store, Model: model, Tools: tools.Demo(store, clock), Clock: clock, Logger: log},
-		engine.Config{Model: cfg.Model, System: cfg.SystemPrompt, MaxSteps: cfg.MaxSteps, MaxOutputTokens: cfg.MaxOutputTokens,
-			RunTimeout: cfg.RunTimeout, ToolTimeout: cfg.ToolTimeout, Heartbeat: cfg.Heartbeat, StaleAfter: cfg.StaleAfter,
-			SegmentFlush: cfg.SegmentFlush, ContextBytes: cfg.ContextBytes, MaxMessageBytes: cfg.MaxMessageBytes})
+		cfg.Engine(cfg.Model))
 	log.Info("cold start", "table", cfg.TableName, "model", cfg.Model, "secrets_from_ssm", cfg.SecretParam != "")
 	return httpapi.NewChat(httpapi.Deps{Engine: eng, Store: store, Clock: clock, Logger: log,
 		Auth: verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil

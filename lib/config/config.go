@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentloop/agentloop/lib/engine"
 )
 
 // Defaults (DESIGN.md "Run lifecycle" and principle 6).
@@ -136,4 +138,21 @@ func strOr(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// Engine is the engine's share of the configuration; model is the model name actually used (the offline model
+// overrides AGENT_MODEL in `agentloop dev`).
+func (c Config) Engine(model string) engine.Config {
+	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
+		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
+		SegmentFlush: c.SegmentFlush, ContextBytes: c.ContextBytes, MaxMessageBytes: c.MaxMessageBytes}
+}
+
+// AdapterRetries is ModelRetries in the openai adapter's terms, where 0 means its default and a negative
+// number means none (here 0 means none).
+func (c Config) AdapterRetries() int {
+	if c.ModelRetries == 0 {
+		return -1
+	}
+	return c.ModelRetries
 }

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,16 +35,17 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/agentloop/agentloop/lib/uistream"
 )
 
 // RIEPackage is the emulator's main package and the pinned version, as `go install` takes it.
 const RIEPackage = "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@v0.0.0-20261030222936-bef5c4ba774d"
 
-// LambdaBuildFlags are the `go build` flags of a Lambda bootstrap (the Makefile's LAMBDA_GOFLAGS).
-var lambdaBuildFlags = []string{"-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w"}
-
-// LambdaBuildFlags returns the `go build` flags `make build` uses for a bootstrap.
-func LambdaBuildFlags() []string { return append([]string(nil), lambdaBuildFlags...) }
+// LambdaBuildFlags returns the `go build` flags of a Lambda bootstrap (the Makefile's LAMBDA_GOFLAGS).
+func LambdaBuildFlags() []string {
+	return []string{"-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w"}
+}
 
 // RepoRoot walks up from the working directory to the directory holding go.mod.
 func RepoRoot() (string, error) {
@@ -119,9 +121,9 @@ func Build(ctx context.Context, pkg, dir, goos, goarch string) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, "bootstrap")
-	args := append([]string{"build"}, lambdaBuildFlags...)
+	args := append([]string{"build"}, LambdaBuildFlags()...)
 	args = append(args, "-o", out, pkg)
-	cmd := exec.CommandContext(ctx, goBin(), args...)
+	cmd := exec.CommandContext(ctx, GoCommand(), args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -133,22 +135,21 @@ func Build(ctx context.Context, pkg, dir, goos, goarch string) (string, error) {
 // BuildRIE installs the emulator at RIEPackage into dir with `go install` (module mode, outside this module, so
 // go.mod is untouched) and returns its path.
 func BuildRIE(ctx context.Context, dir string) (string, error) {
-	cmd := exec.CommandContext(ctx, goBin(), "install", RIEPackage)
+	cmd := exec.CommandContext(ctx, GoCommand(), "install", RIEPackage)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("lambdatest: go install %s: %w\n%s", RIEPackage, err, b)
 	}
 	return filepath.Join(dir, "aws-lambda-rie"), nil
 }
 
-// goBin is the go command of the toolchain running the tests, else the one on PATH.
-func goBin() string {
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
+// GoCommand is the go command: the one on PATH, else the one of the toolchain that built the tests.
+func GoCommand() string {
+	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return "go"
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // RIE is one running emulator with one function.
@@ -230,7 +231,7 @@ func (r *RIE) Invoke(ctx context.Context, payload []byte) (status int, body []by
 			return 0, nil, fmt.Errorf("lambdatest: emulator exited: %s", r.Logs())
 		case <-ctx.Done():
 			return 0, nil, fmt.Errorf("lambdatest: invoke: %w (last error %v)", ctx.Err(), err)
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(time.Millisecond):
 		}
 	}
 }
@@ -289,12 +290,12 @@ type Prelude struct {
 }
 
 // preludeEnd separates the prelude from the body.
-var preludeEnd = make([]byte, 8)
+const preludeEnd = "\x00\x00\x00\x00\x00\x00\x00\x00"
 
 // SplitStreamingResponse parses raw as prelude JSON + 8 NUL bytes + body and checks the prelude: a JSON object
 // with a 1xx-5xx statusCode and nothing else before the separator.
 func SplitStreamingResponse(raw []byte) (Prelude, []byte, error) {
-	i := bytes.Index(raw, preludeEnd)
+	i := bytes.Index(raw, []byte(preludeEnd))
 	if i < 0 {
 		return Prelude{}, nil, fmt.Errorf("lambdatest: no 8-NUL prelude separator in %q", clip(raw))
 	}
@@ -344,4 +345,57 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Stream is a complete UI message stream, parsed.
+type Stream struct {
+	// Types lists the chunk types in order.
+	Types []string
+	// MessageID is the start chunk's messageId.
+	MessageID string
+	// Text concatenates the text-delta chunks.
+	Text string
+	// ErrorText is the errorText of an error chunk, if any.
+	ErrorText string
+}
+
+// ParseStream parses a whole UI message stream body and checks that it is complete: it begins with a start
+// chunk, holds a finish chunk, and ends with [DONE].
+func ParseStream(body []byte) (Stream, error) {
+	frames, done, err := uistream.ParseFrames(body)
+	if err != nil {
+		return Stream{}, fmt.Errorf("lambdatest: stream %q: %w", clip(body), err)
+	}
+	var s Stream
+	var text strings.Builder
+	for _, f := range frames {
+		var c struct {
+			Type      string `json:"type"`
+			MessageID string `json:"messageId"`
+			Delta     string `json:"delta"`
+			ErrorText string `json:"errorText"`
+		}
+		if err := json.Unmarshal(f, &c); err != nil {
+			return Stream{}, fmt.Errorf("lambdatest: chunk %s: %w", f, err)
+		}
+		s.Types = append(s.Types, c.Type)
+		switch c.Type {
+		case "start":
+			s.MessageID = c.MessageID
+		case "text-delta":
+			text.WriteString(c.Delta)
+		case "error":
+			s.ErrorText = c.ErrorText
+		}
+	}
+	s.Text = text.String()
+	switch {
+	case !done:
+		return s, fmt.Errorf("lambdatest: stream does not end with [DONE]: %q", clip(body))
+	case len(s.Types) == 0 || s.Types[0] != "start":
+		return s, fmt.Errorf("lambdatest: stream does not begin with start: %v", s.Types)
+	case !slices.Contains(s.Types, "finish"):
+		return s, fmt.Errorf("lambdatest: stream has no finish chunk: %v", s.Types)
+	}
+	return s, nil
 }

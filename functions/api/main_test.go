@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/lambdaurl"
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/lib/lambdatest"
+)
+
+const secret = "lambda-form-test-secret-0123456789abcdef"
+
+// setup builds the API handler as main does, from env alone. Nothing here reaches DynamoDB (the requests end
+// at auth or /healthz); lib/lambdatest runs the built bootstrap against DynamoDB Local.
+func setup(t *testing.T, env map[string]string) (http.Handler, error) {
+	t.Helper()
+	return newHandler(context.Background(), func(k string) string { return env[k] }, aws.Config{Region: "us-east-1"},
+		slog.New(slog.DiscardHandler))
+}
+
+// The API function needs no model: it starts with only its table and the application secret, so its role
+// never needs the OpenAI key.
+func TestNeedsNoModel(t *testing.T) {
+	t.Parallel()
+	h, err := setup(t, map[string]string{"TABLE_NAME": "t", "AGENT_SECRET": secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := lambdatest.LoadEvent("threads-list.json", map[string]string{"TOKEN": "not-a-jwt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		path       string
+		wantStatus int
+		wantCode   string
+	}{
+		{name: "threads with a bad token", path: "/threads", wantStatus: http.StatusUnauthorized, wantCode: auth.CodeInvalidToken},
+		{name: "healthz", path: "/healthz", wantStatus: http.StatusOK},
+		{name: "chat is not served here", path: "/chat", wantStatus: http.StatusNotFound, wantCode: "route_not_found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			req := *ev.Request
+			req.RawPath, req.RequestContext.HTTP.Path = tt.path, tt.path
+			resp, err := lambdaurl.Wrap(h)(context.Background(), &req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body struct{ Error struct{ Code string } }
+			if resp.StatusCode != tt.wantStatus || json.Unmarshal(b, &body) != nil || body.Error.Code != tt.wantCode {
+				t.Fatalf("got %d %s, want %d with code %q", resp.StatusCode, b, tt.wantStatus, tt.wantCode)
+			}
+		})
+	}
+}
+
+func TestNewHandlerRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		env  map[string]string
+	}{
+		{name: "no table", env: map[string]string{"AGENT_SECRET": secret}},
+		{name: "no secret", env: map[string]string{"TABLE_NAME": "t"}},
+		{name: "weak secret", env: map[string]string{"TABLE_NAME": "t", "AGENT_SECRET": "short"}},
+		{name: "bad bound", env: map[string]string{"TABLE_NAME": "t", "AGENT_SECRET": secret, "AGENT_STALE_AFTER": "-1s"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := setup(t, tt.env); err == nil {
+				t.Fatal("newHandler succeeded, want an error")
+			}
+		})
+	}
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdaurl"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
+	"github.com/agentloop/agentloop/lib/lambdatest"
+	"github.com/agentloop/agentloop/lib/offline"
+)
+
+const secret = "lambda-form-test-secret-0123456789abcdef"
+
+type fixture struct {
+	handler http.Handler
+	token   string
+	// release lets the gated model finish its reply.
+	release func()
+}
+
+// setup builds the chat handler exactly as main does (newHandler), over a fresh table in DynamoDB Local and the
+// offline model behind a gate: the model streams its first words, then holds the rest until release is called.
+// The gate makes "the handler is still running" a fact rather than a race.
+func setup(t *testing.T, endpoint string) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	table := "chat-" + strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-")
+	if err := dynamotest.CreateTable(ctx, dynamotest.Client(endpoint), table); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	model := httptest.NewServer(gated(offline.New(offline.WithWordDelay(time.Millisecond)), gate))
+	t.Cleanup(model.Close)
+	// Never leave the model blocked, whatever the test did. Cleanups run last-in first-out: this one runs before
+	// model.Close, which waits for the model's open replies.
+	t.Cleanup(release)
+
+	env := map[string]string{
+		"TABLE_NAME":          table,
+		"AGENT_SECRET":        secret,
+		"OPENAI_BASE_URL":     model.URL + "/v1/",
+		"AGENT_MODEL":         "offline",
+		"AGENT_SEGMENT_FLUSH": "20ms",
+	}
+	awsCfg := aws.Config{
+		Region:       dynamotest.Region,
+		BaseEndpoint: aws.String(endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider(dynamotest.AccessKey, dynamotest.SecretKey, ""),
+	}
+	h, err := newHandler(ctx, func(k string) string { return env[k] }, awsCfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := auth.MintHS256([]byte(secret), "alice", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{handler: h, token: tok, release: release}
+}
+
+// gated serves next, but once a reply has streamed a non-empty piece of content, every further write waits
+// until gate is closed.
+func gated(next http.Handler, gate <-chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&gateWriter{ResponseWriter: w, gate: gate}, r)
+	})
+}
+
+type gateWriter struct {
+	http.ResponseWriter
+	gate <-chan struct{}
+	hold bool
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	if g.hold {
+		<-g.gate
+	}
+	n, err := g.ResponseWriter.Write(p)
+	if bytes.Contains(p, []byte(`"content":"`)) && !bytes.Contains(p, []byte(`"content":""`)) {
+		g.hold = true
+	}
+	return n, err
+}
+
+func (g *gateWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// guard bounds every wait of these tests, so that a regression (a buffered reply, a stream that never ends)
+// fails the test instead of hanging it. It is no performance bound: the waits normally take milliseconds.
+const guard = 30 * time.Second
+
+// within runs fn and fails the test when it has not returned after guard.
+func within(t *testing.T, what string, fn func()) {
+	t.Helper()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		fn()
+	}()
+	select {
+	case <-finished:
+	case <-time.After(guard):
+		t.Fatalf("%s: still waiting after %s", what, guard)
+	}
+}
+
+// invoke runs one function URL request through lambdaurl.Wrap, as the Lambda runtime does. done is closed when
+// the http.Handler's ServeHTTP returns.
+func (f *fixture) invoke(t *testing.T, req *events.LambdaFunctionURLRequest) (resp *events.LambdaFunctionURLStreamingResponse, done <-chan struct{}) {
+	t.Helper()
+	finished := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(finished)
+		f.handler.ServeHTTP(w, r)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	var err error
+	within(t, "the response head", func() { resp, err = lambdaurl.Wrap(h)(ctx, req) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, finished
+}
+
+// readAll reads r to its end and waits for done.
+func readAll(t *testing.T, r io.Reader, done <-chan struct{}) []byte {
+	t.Helper()
+	var b []byte
+	var err error
+	within(t, "the end of the body", func() {
+		b, err = io.ReadAll(r)
+		<-done // the body's EOF comes from the handler's return
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (f *fixture) event(t *testing.T, name, thread, text string) *events.LambdaFunctionURLRequest {
+	t.Helper()
+	ev, err := lambdatest.LoadEvent(name, map[string]string{"TOKEN": f.token, "THREAD_ID": thread, "MESSAGE_ID": "msg-" + thread, "TEXT": text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev.Request
+}
+
+// nextChunk reads one SSE frame and returns its chunk type ("[DONE]" for the end marker) and the raw frame.
+func nextChunk(r *bufio.Reader) (typ string, frame string, err error) {
+	var b strings.Builder
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return "", b.String(), fmt.Errorf("stream ended inside a frame (read %q): %w", b.String(), err)
+		}
+		b.WriteString(line)
+		if line == "\n" {
+			break
+		}
+	}
+	payload := strings.TrimSuffix(strings.TrimPrefix(b.String(), "data: "), "\n\n")
+	if payload == "[DONE]" {
+		return payload, b.String(), nil
+	}
+	var c struct{ Type string }
+	if err := json.Unmarshal([]byte(payload), &c); err != nil {
+		return "", b.String(), fmt.Errorf("frame %q: %w", b.String(), err)
+	}
+	return c.Type, b.String(), nil
+}
+
+// untilText reads frames up to and including the first text-delta and returns them.
+func untilText(r *bufio.Reader) (string, error) {
+	var head strings.Builder
+	for {
+		typ, frame, err := nextChunk(r)
+		head.WriteString(frame)
+		switch {
+		case err != nil:
+			return head.String(), err
+		case typ == "text-delta":
+			return head.String(), nil
+		case typ == "finish" || typ == "[DONE]":
+			return head.String(), fmt.Errorf("reply ended before any text: %q", head.String())
+		}
+	}
+}
+
+// TestLambdaForm drives main's chat handler the way Lambda does (lambdaurl.Wrap with the events of events/),
+// against DynamoDB Local. One DynamoDB Local serves every subtest; each has its own table.
+func TestLambdaForm(t *testing.T) {
+	endpoint := dynamotest.Start(t)
+
+	// Chunks leave while the handler runs: the first text-delta is read from the streaming body while the model
+	// (gated) cannot have finished, so ServeHTTP has not returned. A resumed stream (GET /chat/{id}/stream)
+	// attached mid-run replays the same reply from its start; both end complete once the model goes on.
+	t.Run("streams before the handler returns", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, endpoint)
+		resp, done := f.invoke(t, f.event(t, "chat-post.json", "th-stream", "/slow 5"))
+		if resp.StatusCode != http.StatusOK || resp.Headers["Content-Type"] != "text/event-stream" ||
+			resp.Headers["X-Vercel-Ai-Ui-Message-Stream"] != "v1" {
+			t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Headers)
+		}
+		body := bufio.NewReader(resp.Body)
+		var head string
+		var err error
+		within(t, "the first text-delta", func() { head, err = untilText(body) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+			t.Fatal("ServeHTTP returned before the model finished: the reply was buffered, not streamed")
+		default:
+		}
+
+		resumed, resumeDone := f.invoke(t, f.event(t, "chat-stream.json", "th-stream", ""))
+		if resumed.StatusCode != http.StatusOK {
+			t.Fatalf("resume status %d, want 200 while the run is active", resumed.StatusCode)
+		}
+		f.release()
+
+		orig, err := lambdatest.ParseStream(append([]byte(head), readAll(t, body, done)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Fields(orig.Text); strings.Join(got, " ") != "word1 word2 word3 word4 word5" {
+			t.Fatalf("text = %q, want the five /slow words", orig.Text)
+		}
+		again, err := lambdatest.ParseStream(readAll(t, resumed.Body, resumeDone))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.MessageID != orig.MessageID || again.Text != orig.Text {
+			t.Fatalf("resumed reply = (%s, %q), want (%s, %q)", again.MessageID, again.Text, orig.MessageID, orig.Text)
+		}
+
+		// The run is over: nothing to resume.
+		idle, idleDone := f.invoke(t, f.event(t, "chat-stream.json", "th-stream", ""))
+		b := readAll(t, idle.Body, idleDone)
+		if idle.StatusCode != http.StatusNoContent || len(b) != 0 {
+			t.Fatalf("resume after the run: %d %q, want 204 and no body", idle.StatusCode, b)
+		}
+	})
+
+	// Errors before the first byte are plain JSON replies with their status in the prelude.
+	t.Run("rejects a bad token", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, endpoint)
+		f.token = "not-a-jwt"
+		resp, done := f.invoke(t, f.event(t, "chat-post.json", "th-unauth", "hello"))
+		b := readAll(t, resp.Body, done)
+		var e struct{ Error struct{ Code string } }
+		if resp.StatusCode != http.StatusUnauthorized || json.Unmarshal(b, &e) != nil || e.Error.Code != auth.CodeInvalidToken {
+			t.Fatalf("got %d %s, want 401 %s", resp.StatusCode, b, auth.CodeInvalidToken)
+		}
+	})
+}
+
+// newHandler refuses to start half-configured: a cold start that fails is visible at once in Lambda's init error,
+// while a function that starts without its table or secret would fail every request.
+func TestSetupRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"TABLE_NAME": "t", "AGENT_SECRET": secret}
+	tests := []struct {
+		name string
+		drop string
+		set  map[string]string
+	}{
+		{name: "no table", drop: "TABLE_NAME"},
+		{name: "no secret", drop: "AGENT_SECRET"},
+		{name: "weak secret", set: map[string]string{"AGENT_SECRET": "short"}},
+		{name: "bad bound", set: map[string]string{"AGENT_RUN_TIMEOUT": "forever"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{}
+			for k, v := range base {
+				if k != tt.drop {
+					env[k] = v
+				}
+			}
+			for k, v := range tt.set {
+				env[k] = v
+			}
+			_, err := newHandler(context.Background(), func(k string) string { return env[k] }, aws.Config{Region: "us-east-1"},
+				slog.New(slog.DiscardHandler))
+			if err == nil {
+				t.Fatal("newHandler succeeded, want an error")
+			}
+		})
+	}
+}

@@ -1,0 +1,708 @@
+package lambdatest_test
+
+import (
+	"context"
+	"debug/buildinfo"
+	"debug/elf"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/lambdatest"
+)
+
+const module = "github.com/agentloop/agentloop"
+
+// template is the part of template.yaml these tests read, with short-form intrinsics expanded to their long
+// forms ({"Ref": X}, {"Fn::GetAtt": [A, B]}, {"Fn::Sub": S}).
+type template struct {
+	Parameters map[string]map[string]any `yaml:"Parameters"`
+	Globals    struct {
+		Function map[string]any `yaml:"Function"`
+	} `yaml:"Globals"`
+	Resources map[string]struct {
+		Type       string         `yaml:"Type"`
+		Metadata   map[string]any `yaml:"Metadata"`
+		Properties map[string]any `yaml:"Properties"`
+	} `yaml:"Resources"`
+	Outputs map[string]struct {
+		Value any `yaml:"Value"`
+	} `yaml:"Outputs"`
+}
+
+// function is one AWS::Serverless::Function with the Globals applied, and the Go main package that the
+// Makefile's build-<LogicalId> target compiles for it.
+type function struct {
+	ID    string
+	Pkg   string // e.g. ./functions/chat
+	Props map[string]any
+	Env   map[string]any
+	Meta  map[string]any
+}
+
+type fixture struct {
+	root  string
+	tmpl  template
+	funcs []function
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	root, err := lambdatest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := parseTemplate(filepath.Join(root, "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{root: root, tmpl: tmpl}
+	for id, r := range tmpl.Resources {
+		if r.Type != "AWS::Serverless::Function" {
+			continue
+		}
+		props := map[string]any{}
+		for k, v := range tmpl.Globals.Function {
+			props[k] = v
+		}
+		for k, v := range r.Properties {
+			props[k] = v
+		}
+		env := map[string]any{}
+		for _, src := range []map[string]any{tmpl.Globals.Function, r.Properties} {
+			for k, v := range mapAt(src, "Environment", "Variables") {
+				env[k] = v
+			}
+		}
+		f.funcs = append(f.funcs, function{ID: id, Pkg: makeTargetPackage(makefile, id), Props: props, Env: env, Meta: r.Metadata})
+	}
+	slices.SortFunc(f.funcs, func(a, b function) int { return strings.Compare(a.ID, b.ID) })
+	if len(f.funcs) < 2 {
+		t.Fatalf("template has %d functions, want the chat and api functions", len(f.funcs))
+	}
+	return f
+}
+
+func parseTemplate(path string) (template, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return template{}, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return template{}, err
+	}
+	expandShortTags(&doc)
+	var t template
+	if err := doc.Decode(&t); err != nil {
+		return template{}, err
+	}
+	return t, nil
+}
+
+// expandShortTags rewrites CloudFormation short-form intrinsics to their long forms: `!Ref X` → {Ref: X},
+// `!GetAtt A.B` → {Fn::GetAtt: [A, B]}, `!Name v` → {Fn::Name: v}.
+func expandShortTags(n *yaml.Node) {
+	for _, c := range n.Content {
+		expandShortTags(c)
+	}
+	if !strings.HasPrefix(n.Tag, "!") || strings.HasPrefix(n.Tag, "!!") {
+		return
+	}
+	name := strings.TrimPrefix(n.Tag, "!")
+	inner := *n
+	inner.Tag = ""
+	switch name {
+	case "Ref", "Condition":
+	case "GetAtt":
+		name = "Fn::GetAtt"
+		if inner.Kind == yaml.ScalarNode {
+			res, attr, _ := strings.Cut(inner.Value, ".")
+			inner = yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{
+				{Kind: yaml.ScalarNode, Value: res}, {Kind: yaml.ScalarNode, Value: attr}}}
+		}
+	default:
+		name = "Fn::" + name
+	}
+	*n = yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{{Kind: yaml.ScalarNode, Value: name}, &inner}}
+}
+
+// makeTargetPackage returns the ./functions/... package that the Makefile's build-<id> target builds.
+func makeTargetPackage(makefile []byte, id string) string {
+	re := regexp.MustCompile(`(?m)^build-` + regexp.QuoteMeta(id) + `:[^\n]*\n(?:\t[^\n]*\n)*?\t[^\n]*?(\./functions/[a-z0-9_]+)`)
+	if m := re.FindSubmatch(makefile); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
+func mapAt(m map[string]any, path ...string) map[string]any {
+	for _, k := range path {
+		next, _ := m[k].(map[string]any)
+		if next == nil {
+			return nil
+		}
+		m = next
+	}
+	return m
+}
+
+func list(v any) []any {
+	switch v := v.(type) {
+	case []any:
+		return v
+	case nil:
+		return nil
+	default:
+		return []any{v}
+	}
+}
+
+func ref(name string) map[string]any { return map[string]any{"Ref": name} }
+
+func (f *fixture) function(t *testing.T, pkg string) function {
+	t.Helper()
+	for _, fn := range f.funcs {
+		if fn.Pkg == pkg {
+			return fn
+		}
+	}
+	t.Fatalf("no function in template.yaml builds %s", pkg)
+	return function{}
+}
+
+// Every function is an arm64 provided.al2023 bootstrap built by its own Makefile target, with JSON logs. The
+// URL functions (chat, api) stream (RESPONSE_STREAM), leave authentication to the application (AuthType NONE),
+// take CORS from the AllowedOrigins parameter, carry the post-2025 InvokeFunction permission for URL calls, and
+// have an output with their URL.
+func TestTemplateFunctions(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.function(t, "./functions/chat")
+	f.function(t, "./functions/api")
+	for _, fn := range f.funcs {
+		t.Run(fn.ID, func(t *testing.T) {
+			t.Parallel()
+			if fn.Pkg == "" {
+				t.Fatalf("Makefile has no build-%s target building a ./functions package", fn.ID)
+			}
+			checks := []struct {
+				what      string
+				got, want any
+			}{
+				{"Runtime", fn.Props["Runtime"], "provided.al2023"},
+				{"Architectures", fn.Props["Architectures"], []any{"arm64"}},
+				{"Handler", fn.Props["Handler"], "bootstrap"},
+				{"CodeUri", fn.Props["CodeUri"], "."},
+				{"Metadata.BuildMethod", fn.Meta["BuildMethod"], "makefile"},
+				{"LoggingConfig.LogFormat", mapAt(fn.Props, "LoggingConfig")["LogFormat"], "JSON"},
+			}
+			if url := mapAt(fn.Props, "FunctionUrlConfig"); url != nil {
+				checks = append(checks, []struct {
+					what      string
+					got, want any
+				}{
+					{"FunctionUrlConfig.InvokeMode", url["InvokeMode"], "RESPONSE_STREAM"},
+					{"FunctionUrlConfig.AuthType", url["AuthType"], "NONE"},
+					{"FunctionUrlConfig.Cors.AllowOrigins", mapAt(url, "Cors")["AllowOrigins"], ref("AllowedOrigins")},
+				}...)
+			}
+			for _, c := range checks {
+				if !reflect.DeepEqual(c.got, c.want) {
+					t.Errorf("%s = %#v, want %#v", c.what, c.got, c.want)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(f.root, fn.Pkg, "main.go")); err != nil {
+				t.Errorf("code path: %v", err)
+			}
+			if mapAt(fn.Props, "FunctionUrlConfig") == nil {
+				return
+			}
+			var permitted bool
+			for _, r := range f.tmpl.Resources {
+				p := r.Properties
+				if r.Type == "AWS::Lambda::Permission" && reflect.DeepEqual(p["FunctionName"], ref(fn.ID)) &&
+					p["Action"] == "lambda:InvokeFunction" && p["Principal"] == "*" && p["InvokedViaFunctionUrl"] == true {
+					permitted = true
+				}
+			}
+			if !permitted {
+				t.Errorf("no lambda:InvokeFunction permission with InvokedViaFunctionUrl for %s", fn.ID)
+			}
+			var exported bool
+			for _, o := range f.tmpl.Outputs {
+				if reflect.DeepEqual(o.Value, map[string]any{"Fn::GetAtt": []any{fn.ID + "Url", "FunctionUrl"}}) {
+					exported = true
+				}
+			}
+			if !exported {
+				t.Errorf("no output with %sUrl.FunctionUrl", fn.ID)
+			}
+		})
+	}
+	// Both HTTP functions are URL functions. The chat function outlives the run wall clock; the API answers
+	// quickly.
+	for _, pkg := range []string{"./functions/chat", "./functions/api"} {
+		if mapAt(f.function(t, pkg).Props, "FunctionUrlConfig") == nil {
+			t.Errorf("%s has no function URL", pkg)
+		}
+	}
+	if got := f.function(t, "./functions/chat").Props["Timeout"]; got != 900 {
+		t.Errorf("chat Timeout = %v, want 900", got)
+	}
+	if got, ok := f.function(t, "./functions/api").Props["Timeout"].(int); !ok || got > 60 {
+		t.Errorf("api Timeout = %v, want at most 60", got)
+	}
+}
+
+// `make build` (what `sam build` runs per function) yields, for each function, a stripped, static linux/arm64
+// bootstrap of the right main package built with lambda.norpc and -trimpath, without SQLite, plus a built
+// template that points each function at its artifact folder.
+func TestTemplateBuild(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatalf("make is needed to build the functions: %v", err)
+	}
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, makeBin, "--no-print-directory", "build", "BUILD_DIR="+out)
+	cmd.Dir = f.root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, b)
+	}
+	built, err := parseTemplate(filepath.Join(out, "template.yaml"))
+	if err != nil {
+		t.Fatalf("built template: %v", err)
+	}
+	for _, fn := range f.funcs {
+		t.Run(fn.ID, func(t *testing.T) {
+			bin := filepath.Join(out, fn.ID, "bootstrap")
+			if got := built.Resources[fn.ID].Properties["CodeUri"]; got != fn.ID {
+				t.Errorf("built template CodeUri = %v, want %s", got, fn.ID)
+			}
+			e, err := elf.Open(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if e.Machine != elf.EM_AARCH64 || e.Type != elf.ET_EXEC {
+				t.Errorf("ELF machine %v type %v, want an AArch64 executable", e.Machine, e.Type)
+			}
+			if e.Section(".symtab") != nil {
+				t.Error("bootstrap has a symbol table: built without -ldflags=-s")
+			}
+			info, err := buildinfo.ReadFile(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := module + strings.TrimPrefix(fn.Pkg, "."); info.Path != want {
+				t.Errorf("main package %s, want %s", info.Path, want)
+			}
+			settings := map[string]string{}
+			for _, s := range info.Settings {
+				settings[s.Key] = s.Value
+			}
+			for k, want := range map[string]string{"GOOS": "linux", "GOARCH": "arm64", "CGO_ENABLED": "0",
+				"-tags": "lambda.norpc", "-trimpath": "true"} {
+				if settings[k] != want {
+					t.Errorf("build setting %s = %q, want %q", k, settings[k], want)
+				}
+			}
+			for _, d := range info.Deps {
+				if strings.HasPrefix(d.Path, "modernc.org/") {
+					t.Errorf("bootstrap links %s: Lambda binaries must not link SQLite", d.Path)
+				}
+			}
+		})
+	}
+}
+
+// `go list -deps` of each function (as built for Lambda) names no SQLite package: the import graph itself keeps
+// SQLite out, not an accident of the linker.
+func TestNoSQLiteInFunctions(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, fn := range f.funcs {
+		t.Run(fn.ID, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(lambdatest.GoCommand(), "list", "-deps", "-tags", "lambda.norpc", fn.Pkg)
+			cmd.Dir = f.root
+			cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
+			b, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("go list: %v", err)
+			}
+			deps := strings.Fields(string(b))
+			if len(deps) == 0 {
+				t.Fatal("go list printed no packages")
+			}
+			for _, d := range deps {
+				if strings.HasPrefix(d, "modernc.org/sqlite") || d == module+"/lib/sqlite" {
+					t.Errorf("%s depends on %s", fn.Pkg, d)
+				}
+			}
+		})
+	}
+}
+
+// envRead returns the environment variables main reads: those config.Load asks for (recorded through its
+// getenv) plus any os.Getenv / os.LookupEnv literal in main.go itself.
+func envRead(t *testing.T, root, pkg string) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	if _, err := config.Load(func(k string) string { names[k] = true; return "" }); err != nil {
+		t.Fatalf("config.Load with an empty environment: %v", err)
+	}
+	file := parseMain(t, root, pkg)
+	ast.Inspect(file, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || len(call.Args) == 0 {
+			return true
+		}
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok || (sel.Sel.Name != "Getenv" && sel.Sel.Name != "LookupEnv") {
+			return true
+		}
+		if id, ok := sel.X.(*ast.Ident); ok && id.Name == "os" {
+			if lit, ok := call.Args[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				s, _ := strconv.Unquote(lit.Value)
+				names[s] = true
+			}
+		}
+		return true
+	})
+	return names
+}
+
+func parseMain(t *testing.T, root, pkg string) *ast.File {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, pkg, "main.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// configFields returns the config.Config fields main.go reads (cfg.X selectors).
+func configFields(t *testing.T, root, pkg string) map[string]bool {
+	t.Helper()
+	fields := map[string]bool{}
+	ast.Inspect(parseMain(t, root, pkg), func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == "cfg" {
+				fields[sel.Sel.Name] = true
+			}
+		}
+		return true
+	})
+	return fields
+}
+
+// fieldEnv maps each string field of config.Config to the variable it is read from, by loading an environment
+// in which every variable's value is its own name.
+func fieldEnv(t *testing.T) map[string]string {
+	t.Helper()
+	cfg, _ := config.Load(func(k string) string {
+		if strings.HasSuffix(k, "_PARAM") || k == "TABLE_NAME" {
+			return k
+		}
+		return ""
+	})
+	out := map[string]string{}
+	v := reflect.ValueOf(cfg)
+	for i := range v.NumField() {
+		if s, ok := v.Field(i).Interface().(string); ok && s != "" {
+			out[v.Type().Field(i).Name] = s
+		}
+	}
+	return out
+}
+
+// resolve turns a template env value into what Lambda would pass, with parameters at their defaults.
+func (f *fixture) resolve(t *testing.T, v any) string {
+	t.Helper()
+	switch v := v.(type) {
+	case string:
+		return v
+	case int:
+		return strconv.Itoa(v)
+	case map[string]any:
+		if name, ok := v["Ref"].(string); ok {
+			if name == "Table" {
+				return "agentloop-Table-0123"
+			}
+			if p, ok := f.tmpl.Parameters[name]; ok {
+				return fmt.Sprint(p["Default"])
+			}
+		}
+	}
+	t.Fatalf("cannot resolve env value %#v", v)
+	return ""
+}
+
+// Every variable a main reads is set by the template, the plain-text secret variables are not, and nothing
+// the template sets goes unread. The values, parameters at their defaults, form a valid configuration whose
+// bounds fit the functions: a run (and a resumed stream's tail) ends before the chat Lambda's timeout, and the
+// body limit is below the function URL's 6 MB.
+func TestTemplateEnv(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, fn := range f.funcs {
+		t.Run(fn.ID, func(t *testing.T) {
+			t.Parallel()
+			read := envRead(t, f.root, fn.Pkg)
+			for _, secret := range config.SecretEnv() {
+				if _, set := fn.Env[secret]; set {
+					t.Errorf("template sets %s: secrets must come from SSM, never from a plain variable", secret)
+				}
+				delete(read, secret)
+			}
+			for name := range read {
+				if _, set := fn.Env[name]; !set {
+					t.Errorf("main reads %s but the template does not set it", name)
+				}
+			}
+			env := map[string]string{}
+			for name, v := range fn.Env {
+				if !read[name] {
+					t.Errorf("template sets %s, which no code of %s reads", name, fn.Pkg)
+				}
+				env[name] = f.resolve(t, v)
+			}
+			cfg, err := config.Load(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatalf("the template's environment is not a valid configuration: %v", err)
+			}
+			if cfg.MaxBodyBytes > 6_000_000 {
+				t.Errorf("AGENT_MAX_BODY_BYTES = %d, above the 6 MB function URL request limit", cfg.MaxBodyBytes)
+			}
+			if fn.Pkg == "./functions/chat" {
+				timeout := time.Duration(fn.Props["Timeout"].(int)) * time.Second
+				// httpapi's resumed stream tails for at most RunTimeout + 1 min.
+				if cfg.RunTimeout+time.Minute > timeout {
+					t.Errorf("AGENT_RUN_TIMEOUT %s + 1 min exceeds the chat timeout %s", cfg.RunTimeout, timeout)
+				}
+			}
+		})
+	}
+}
+
+// dynamoOps lists the DynamoDB operations the adapter calls (client.X( and dynamodb.NewXPaginator( in its
+// non-test sources).
+func dynamoOps(t *testing.T, root string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "lib", "dynamo", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := regexp.MustCompile(`\bclient\.([A-Z][A-Za-z]+)\(`)
+	paginator := regexp.MustCompile(`\bdynamodb\.New([A-Z][A-Za-z]+)Paginator\(`)
+	seen := map[string]bool{}
+	for _, p := range files {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, re := range []*regexp.Regexp{call, paginator} {
+			for _, m := range re.FindAllSubmatch(src, -1) {
+				seen["dynamodb:"+string(m[1])] = true
+			}
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("found no DynamoDB calls in lib/dynamo")
+	}
+	ops := make([]string, 0, len(seen))
+	for op := range seen {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	return ops
+}
+
+var ssmParamArn = regexp.MustCompile(`^arn:\$\{AWS::Partition\}:ssm:\$\{AWS::Region\}:\$\{AWS::AccountId\}:parameter\$\{([A-Za-z0-9]+)\}$`)
+
+// Each function's policies are inline statements naming only this stack's table (and its indexes) with exactly
+// the item operations lib/dynamo uses, and only the SSM parameters (by name, from template parameters) whose
+// names the function's main reads. No wildcard resource, no managed policy, no Deny tricks.
+func TestTemplatePolicies(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ops := dynamoOps(t, f.root)
+	tableResources := []any{
+		map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}},
+		map[string]any{"Fn::Sub": "${Table.Arn}/index/*"},
+	}
+	envOf := fieldEnv(t)
+	for _, fn := range f.funcs {
+		t.Run(fn.ID, func(t *testing.T) {
+			t.Parallel()
+			// The SSM parameters this function needs: those behind the *_PARAM variables its main reads.
+			var wantParams []string
+			for field := range configFields(t, f.root, fn.Pkg) {
+				name := envOf[field]
+				if !strings.HasSuffix(name, "_PARAM") {
+					continue
+				}
+				r, _ := fn.Env[name].(map[string]any)
+				p, _ := r["Ref"].(string)
+				if _, ok := f.tmpl.Parameters[p]; !ok {
+					t.Fatalf("%s must be a Ref to a template parameter, got %#v", name, fn.Env[name])
+				}
+				wantParams = append(wantParams, p)
+			}
+			slices.Sort(wantParams)
+
+			var gotOps, gotParams []string
+			policies := list(fn.Props["Policies"])
+			if len(policies) == 0 {
+				t.Fatal("no Policies")
+			}
+			for _, p := range policies {
+				doc, ok := p.(map[string]any)
+				if !ok || doc["Statement"] == nil || len(doc) > 2 {
+					t.Fatalf("policy %#v is not an inline policy document (managed policies and SAM policy templates are too broad to check)", p)
+				}
+				for _, s := range list(doc["Statement"]) {
+					st, _ := s.(map[string]any)
+					if st["Effect"] != "Allow" || st["NotAction"] != nil || st["NotResource"] != nil || st["Condition"] != nil {
+						t.Errorf("statement %#v: want a plain Allow with Action and Resource", st)
+						continue
+					}
+					actions := list(st["Action"])
+					resources := list(st["Resource"])
+					var service string
+					for _, a := range actions {
+						s, _ := a.(string)
+						svc, op, _ := strings.Cut(s, ":")
+						if strings.Contains(op, "*") || (service != "" && svc != service) {
+							t.Errorf("statement %v: action %q (one service per statement, no wildcards)", st["Sid"], s)
+						}
+						service = svc
+						if svc == "dynamodb" {
+							gotOps = append(gotOps, s)
+						}
+					}
+					switch service {
+					case "dynamodb":
+						if !reflect.DeepEqual(resources, tableResources) {
+							t.Errorf("DynamoDB resources %#v, want only the table and its indexes %#v", resources, tableResources)
+						}
+					case "ssm":
+						if !reflect.DeepEqual(actions, []any{"ssm:GetParameters"}) {
+							t.Errorf("SSM actions %v, want only ssm:GetParameters (what ssmsecrets calls)", actions)
+						}
+						for _, r := range resources {
+							sub, _ := r.(map[string]any)
+							s, _ := sub["Fn::Sub"].(string)
+							m := ssmParamArn.FindStringSubmatch(s)
+							if m == nil {
+								t.Errorf("SSM resource %#v is not one named parameter of this template", r)
+								continue
+							}
+							gotParams = append(gotParams, m[1])
+						}
+					default:
+						t.Errorf("statement %v grants %v: only DynamoDB and SSM are expected", st["Sid"], actions)
+					}
+				}
+			}
+			slices.Sort(gotOps)
+			slices.Sort(gotParams)
+			if !slices.Equal(gotOps, ops) {
+				t.Errorf("DynamoDB actions %v, want exactly the operations lib/dynamo calls %v", gotOps, ops)
+			}
+			if !slices.Equal(gotParams, wantParams) {
+				t.Errorf("SSM parameters %v, want exactly the ones main reads %v", gotParams, wantParams)
+			}
+		})
+	}
+}
+
+// The SSM parameter names are template parameters that hold names, never values: they start with "/" (the
+// policy ARNs are built as ...:parameter${Name}), and no template parameter carries a secret value.
+func TestTemplateParameters(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	secretish := regexp.MustCompile(`(?i)secret|key|token|password`)
+	for name, p := range f.tmpl.Parameters {
+		if p["NoEcho"] == true {
+			t.Errorf("parameter %s is NoEcho: secrets belong in SSM, not in template parameters", name)
+		}
+		if !secretish.MatchString(name) {
+			continue
+		}
+		if !strings.HasSuffix(name, "ParameterName") {
+			t.Errorf("parameter %s looks like a secret value; pass an SSM parameter name (…ParameterName) instead", name)
+			continue
+		}
+		pattern, _ := p["AllowedPattern"].(string)
+		def, _ := p["Default"].(string)
+		if !strings.HasPrefix(pattern, "^/") || !regexp.MustCompile(pattern).MatchString(def) {
+			t.Errorf("parameter %s: AllowedPattern %q must require a leading / and accept the default %q", name, pattern, def)
+		}
+	}
+}
+
+// samconfig.toml deploys with sensible defaults: a stack name, IAM capability for the function roles, a managed
+// artifact bucket and a region.
+func TestSamconfig(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	data, err := os.ReadFile(filepath.Join(f.root, "samconfig.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{} // "section.key" → raw value
+	section := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok {
+				t.Fatalf("samconfig.toml: cannot read %q", line)
+			}
+			settings[section+"."+strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	for key, want := range map[string]string{
+		"default.global.parameters.stack_name":   `"agentloop"`,
+		"default.deploy.parameters.capabilities": `"CAPABILITY_IAM"`,
+		"default.deploy.parameters.resolve_s3":   "true",
+	} {
+		if settings[key] != want {
+			t.Errorf("%s = %q, want %q", key, settings[key], want)
+		}
+	}
+	if settings["default.deploy.parameters.region"] == "" {
+		t.Error("no default region")
+	}
+}
