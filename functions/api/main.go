@@ -5,69 +5,32 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"time"
 
-	"github.com/aws/aws-lambda-go/lambdacontext"
-	"github.com/aws/aws-lambda-go/lambdaurl"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
-	"github.com/agentloop/agentloop/lib/agent"
-	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/functions/internal/boot"
 	"github.com/agentloop/agentloop/lib/config"
-	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
 )
 
-func main() {
-	log := slog.New(lambdacontext.NewLogHandler())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	var h http.Handler
-	if err == nil {
-		h, err = newHandler(ctx, os.Getenv, awsCfg, log)
-	}
-	cancel()
-	if err != nil {
-		log.Error("cold start failed", "err", err)
-		os.Exit(1)
-	}
-	lambdaurl.Start(h)
-}
+func main() { boot.Start(newHandler) }
 
 // newHandler builds the API handler from the environment (getenv) and the AWS configuration.
 func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (http.Handler, error) {
-	cfg, err := config.Load(getenv)
+	b, err := boot.Load(ctx, getenv, awsCfg, log, func(cfg config.Config) []ssmsecrets.Secret {
+		return []ssmsecrets.Secret{{Label: "application secret", Param: cfg.SecretParam, Fallback: cfg.Secret}}
+	})
 	if err != nil {
 		return nil, err
 	}
-	if cfg.TableName == "" {
-		return nil, fmt.Errorf("TABLE_NAME is not set")
-	}
-	secrets, err := ssmsecrets.Load(ctx, ssm.NewFromConfig(awsCfg),
-		ssmsecrets.Secret{Label: "application secret", Param: cfg.SecretParam, Fallback: cfg.Secret})
-	if err != nil {
-		return nil, err
-	}
-	clock := agent.SystemClock{}
-	verifier, err := auth.NewVerifier(auth.Config{Keys: auth.HMACKey{Secret: []byte(secrets[0])}, Clock: clock,
-		Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience})
-	if err != nil {
-		return nil, err
-	}
-	store := dynamo.New(dynamodb.NewFromConfig(awsCfg), cfg.TableName, dynamo.WithLogger(log))
+	cfg := b.Config
 	// The engine only reaps stale runs here (a thread read finds its run dead); it never calls a model.
-	eng := engine.New(engine.Deps{Store: store, Clock: clock, Logger: log},
+	eng := engine.New(engine.Deps{Store: b.Store, Clock: b.Clock, Logger: log},
 		engine.Config{RunTimeout: cfg.RunTimeout, StaleAfter: cfg.StaleAfter, Heartbeat: cfg.Heartbeat})
-	log.Info("cold start", "table", cfg.TableName, "secrets_from_ssm", cfg.SecretParam != "")
-	return httpapi.NewAPI(httpapi.Deps{Engine: eng, Store: store, Clock: clock, Logger: log,
-		Auth: verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
+	return httpapi.NewAPI(httpapi.Deps{Engine: eng, Store: b.Store, Clock: b.Clock, Logger: log,
+		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
 }

@@ -1,27 +1,16 @@
 // Command chat is the chat Lambda: POST /chat and GET /chat/{threadId}/stream behind a RESPONSE_STREAM function
-// URL. It reads its configuration from the environment, its secrets from SSM at cold start (kept for the
-// container's life), and serves the same handler as `agentloop dev` through lambdaurl.
+// URL. It serves the same handler as `agentloop dev`, over DynamoDB and the configured OpenAI-compatible model.
 package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"time"
 
-	"github.com/aws/aws-lambda-go/lambdacontext"
-	"github.com/aws/aws-lambda-go/lambdaurl"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
-	"github.com/agentloop/agentloop/lib/agent"
-	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/functions/internal/boot"
 	"github.com/agentloop/agentloop/lib/config"
-	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/openai"
@@ -29,49 +18,24 @@ import (
 	"github.com/agentloop/agentloop/lib/tools"
 )
 
-func main() {
-	log := slog.New(lambdacontext.NewLogHandler())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	var h http.Handler
-	if err == nil {
-		h, err = newHandler(ctx, os.Getenv, awsCfg, log)
-	}
-	cancel()
-	if err != nil {
-		log.Error("cold start failed", "err", err)
-		os.Exit(1)
-	}
-	lambdaurl.Start(h)
-}
+func main() { boot.Start(newHandler) }
 
 // newHandler builds the chat handler from the environment (getenv) and the AWS configuration.
 func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (http.Handler, error) {
-	cfg, err := config.Load(getenv)
+	b, err := boot.Load(ctx, getenv, awsCfg, log, func(cfg config.Config) []ssmsecrets.Secret {
+		return []ssmsecrets.Secret{
+			{Label: "application secret", Param: cfg.SecretParam, Fallback: cfg.Secret},
+			{Label: "OpenAI API key", Param: cfg.OpenAIAPIKeyParam, Fallback: cfg.OpenAIAPIKey, Optional: true},
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	if cfg.TableName == "" {
-		return nil, fmt.Errorf("TABLE_NAME is not set")
-	}
-	secrets, err := ssmsecrets.Load(ctx, ssm.NewFromConfig(awsCfg),
-		ssmsecrets.Secret{Label: "application secret", Param: cfg.SecretParam, Fallback: cfg.Secret},
-		ssmsecrets.Secret{Label: "OpenAI API key", Param: cfg.OpenAIAPIKeyParam, Fallback: cfg.OpenAIAPIKey, Optional: true})
-	if err != nil {
-		return nil, err
-	}
-	clock := agent.SystemClock{}
-	verifier, err := auth.NewVerifier(auth.Config{Keys: auth.HMACKey{Secret: []byte(secrets[0])}, Clock: clock,
-		Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience})
-	if err != nil {
-		return nil, err
-	}
-	store := dynamo.New(dynamodb.NewFromConfig(awsCfg), cfg.TableName, dynamo.WithLogger(log))
-	model := openai.New(openai.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: secrets[1], Model: cfg.Model,
+	cfg := b.Config
+	model := openai.New(openai.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: b.Secrets[1], Model: cfg.Model,
 		MaxOutputTokens: cfg.MaxOutputTokens, RequestTimeout: cfg.ModelTimeout, MaxRetries: cfg.AdapterRetries(), Logger: log})
-	eng := engine.New(engine.Deps{Store: store, Model: model, Tools: tools.Demo(store, clock), Clock: clock, Logger: log},
+	eng := engine.New(engine.Deps{Store: b.Store, Model: model, Tools: tools.Demo(b.Store, b.Clock), Clock: b.Clock, Logger: log},
 		cfg.Engine(cfg.Model))
-	log.Info("cold start", "table", cfg.TableName, "model", cfg.Model, "secrets_from_ssm", cfg.SecretParam != "")
-	return httpapi.NewChat(httpapi.Deps{Engine: eng, Store: store, Clock: clock, Logger: log,
-		Auth: verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
+	return httpapi.NewChat(httpapi.Deps{Engine: eng, Store: b.Store, Clock: b.Clock, Logger: log,
+		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
 }
