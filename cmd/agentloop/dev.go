@@ -93,6 +93,8 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	fmt.Fprintf(stdout, "agentloop dev serving on %s\n  store: %s\n  model: %s (%s)\n  dev token (user %q, valid %s):\n    %s\n  try:\n    %s\n",
 		url, filepath.Join(*data, "agentloop.db"), modelName, modelSource(apiKey), devUser, config.DefaultTokenTTL, tok, curlLine(url, tok))
 
+	go reaper(ctx, eng, cfg.ReaperInterval, cfg.ReaperBatch, log)
+
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -111,6 +113,22 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return err
 	}
 	return nil
+}
+
+// reaper reaps runs whose process died, every interval until ctx ends (in AWS a scheduled function does this).
+func reaper(ctx context.Context, eng *engine.Engine, interval time.Duration, batch int, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := eng.ReapStale(ctx, batch); err != nil && ctx.Err() == nil {
+				log.Warn("reaper tick", "err", err)
+			}
+		}
+	}
 }
 
 func modelSource(apiKey string) string {

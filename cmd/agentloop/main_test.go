@@ -167,11 +167,11 @@ func TestCommandLineErrors(t *testing.T) {
 	}
 }
 
-// kill -9 in the middle of a reply: after a restart, reading the thread reaps the dead run (failed, code stale),
+// kill -9 in the middle of a reply: after a restart, the reaper ticker reaps the dead run (failed, code stale),
 // keeps what was streamed, releases the claim, and the next message gets a normal reply.
 func TestKillMidRunAndRecover(t *testing.T) {
 	bin, data := setup(t)
-	env := []string{"AGENT_HEARTBEAT=100ms", "AGENT_STALE_AFTER=1s"}
+	env := []string{"AGENT_HEARTBEAT=100ms", "AGENT_STALE_AFTER=1s", "AGENT_REAPER_INTERVAL=200ms"}
 	first := startDev(t, bin, data, env...)
 	req, _ := http.NewRequest("POST", first.url+"/chat", strings.NewReader(
 		`{"id":"crash","trigger":"submit-message","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"/slow 100"}]}]}`))
@@ -195,7 +195,19 @@ func TestKillMidRunAndRecover(t *testing.T) {
 	resp.Body.Close()
 
 	second := startDev(t, bin, data, env...)
-	time.Sleep(1500 * time.Millisecond) // the dead run's heartbeat is now older than AGENT_STALE_AFTER
+	// The reaper ticker (every 200 ms here) finds the dead run once its heartbeat is older than AGENT_STALE_AFTER;
+	// the thread list does not reap, so a released claim there is the ticker's work.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, list := request(t, "GET", second.url+"/threads", second.token, "")
+		if status == 200 && !bytes.Contains(list, []byte(`"activeRun"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reaper did not release the dead run's claim: %s", list)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	status, body := request(t, "GET", second.url+"/threads/crash", second.token, "")
 	var view struct {
 		Thread struct {

@@ -40,6 +40,9 @@ type Store interface {
 	// names run.ID at run.Epoch; that release also sets the thread's UpdatedAt to run.FinishedAt (when set),
 	// so a thread moves up in ListThreads when a turn ends.
 	FinishRun(ctx context.Context, run Run) error
+	// ListStaleClaims returns up to limit (<= 0: a store default of 100) active claims whose heartbeat is before
+	// before, in no promised order: the reaper's work list. It reads an index of claimed threads, never a scan.
+	ListStaleClaims(ctx context.Context, before time.Time, limit int) ([]StaleClaim, error)
 	GetRun(ctx context.Context, threadID, runID string) (Run, error)
 	// ListRuns returns the thread's runs, oldest first (ties by id).
 	ListRuns(ctx context.Context, threadID string) ([]Run, error)

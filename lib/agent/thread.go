@@ -38,6 +38,12 @@ type Claim struct {
 	CancelRequested bool      `json:"cancelRequested,omitempty"`
 }
 
+// StaleClaim is a claim found by the reaper, with its thread.
+type StaleClaim struct {
+	ThreadID string
+	Claim    Claim
+}
+
 // Stale reports whether the claim's heartbeat is older than staleAfter at now.
 func (c *Claim) Stale(now time.Time, staleAfter time.Duration) bool {
 	return c != nil && now.Sub(c.HeartbeatAt) > staleAfter

@@ -28,6 +28,8 @@ const (
 	DefaultMaxMessageBytes = 2 << 20
 	DefaultContextBytes    = 400_000 // model context budget after pruning, in bytes of transcript text
 	DefaultTokenTTL        = 24 * time.Hour
+	DefaultReaperInterval  = 5 * time.Second // agentloop dev's ticker; in AWS an EventBridge schedule runs the reaper
+	DefaultReaperBatch     = 100
 )
 
 // Config is everything the handlers and the engine read from the environment.
@@ -45,6 +47,8 @@ type Config struct {
 	Heartbeat       time.Duration // AGENT_HEARTBEAT
 	StaleAfter      time.Duration // AGENT_STALE_AFTER
 	SegmentFlush    time.Duration // AGENT_SEGMENT_FLUSH
+	ReaperInterval  time.Duration // AGENT_REAPER_INTERVAL
+	ReaperBatch     int           // AGENT_REAPER_BATCH
 	MaxBodyBytes    int64         // AGENT_MAX_BODY_BYTES
 	MaxMessageBytes int           // AGENT_MAX_MESSAGE_BYTES
 	ContextBytes    int           // AGENT_CONTEXT_BYTES
@@ -121,6 +125,8 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_HEARTBEAT", DefaultHeartbeat, &c.Heartbeat)
 	durVar("AGENT_STALE_AFTER", DefaultStaleAfter, &c.StaleAfter)
 	durVar("AGENT_SEGMENT_FLUSH", DefaultSegmentFlush, &c.SegmentFlush)
+	durVar("AGENT_REAPER_INTERVAL", DefaultReaperInterval, &c.ReaperInterval)
+	intVar("AGENT_REAPER_BATCH", DefaultReaperBatch, &c.ReaperBatch)
 	if c.MaxSteps == 0 {
 		errs = append(errs, "AGENT_MAX_STEPS must be at least 1")
 	}

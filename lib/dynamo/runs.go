@@ -375,10 +375,7 @@ func (s *Store) ListRuns(ctx context.Context, threadID string) ([]agent.Run, err
 }
 
 // StaleClaim is a thread whose run claim's heartbeat is older than a cutoff, as the running index reports it.
-type StaleClaim struct {
-	ThreadID string
-	Claim    agent.Claim
-}
+type StaleClaim = agent.StaleClaim
 
 // ListStaleClaims returns up to limit claims whose heartbeat is before cutoff, oldest first within each shard,
 // by querying every shard of the sparse running index (claimHeartbeatAt < :cutoff). It reads only threads that

@@ -400,3 +400,35 @@ func TestStaleTakeover(t *testing.T) {
 		t.Fatalf("final segment of the dead run = %+v", segs)
 	}
 }
+
+// The reaper tick finds a dead run through the store's index and reaps it; a live run is left alone.
+func TestReapStale(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(c *engine.Config) { c.StaleAfter = time.Second })
+	ctx := context.Background()
+	for _, id := range []string{"dead", "live"} {
+		if _, _, err := f.store.CreateThread(ctx, agent.Thread{ID: id, Owner: "alice", CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.store.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "dead", RunID: "run_dead", AssistantMessageID: "msg_dead", Now: time.Now().Add(-time.Minute), StaleAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "live", RunID: "run_live", AssistantMessageID: "msg_live", Now: time.Now(), StaleAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.eng.ReapStale(ctx, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("ReapStale = %d, %v; want 1 claim", n, err)
+	}
+	if run, _ := f.store.GetRun(ctx, "dead", "run_dead"); run.Status != agent.RunFailed || run.Error == nil || run.Error.Code != agent.CodeStale {
+		t.Fatalf("dead run = %+v", run)
+	}
+	f.idle(t, "dead")
+	if th, _ := f.store.GetThread(ctx, "live"); th.ActiveRun == nil {
+		t.Fatal("the live run was reaped")
+	}
+	if segs, _ := f.store.ListSegments(ctx, "run_dead", 0, time.Now()); len(segs) != 1 || !segs[0].Final {
+		t.Fatalf("final segment = %+v", segs)
+	}
+}

@@ -74,3 +74,23 @@ func (e *Engine) ReapRun(ctx context.Context, threadID, runID string, epoch int6
 	return e.store.AppendSegment(ctx, agent.Segment{ThreadID: threadID, RunID: runID, Seq: next, Data: data, Final: true,
 		CreatedAt: now, ExpiresAt: now.Add(agent.SegmentTTL)})
 }
+
+// ReapStale reaps up to limit runs whose claim's heartbeat is older than StaleAfter (the reaper's tick). It
+// returns how many claims it found; a failure on one run is logged and the others go on.
+func (e *Engine) ReapStale(ctx context.Context, limit int) (int, error) {
+	claims, err := e.store.ListStaleClaims(ctx, e.clock.Now().Add(-e.cfg.StaleAfter), limit)
+	if err != nil {
+		return 0, fmt.Errorf("reap: list stale claims: %w", err)
+	}
+	for _, sc := range claims {
+		if err := ctx.Err(); err != nil {
+			return len(claims), err
+		}
+		if err := e.ReapRun(ctx, sc.ThreadID, sc.Claim.RunID, sc.Claim.Epoch); err != nil {
+			e.log.Warn("reap", "thread_id", sc.ThreadID, "run_id", sc.Claim.RunID, "err", err)
+			continue
+		}
+		e.log.Info("reaped", "thread_id", sc.ThreadID, "run_id", sc.Claim.RunID, "epoch", sc.Claim.Epoch)
+	}
+	return len(claims), nil
+}

@@ -226,6 +226,31 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	})
 }
 
+// ListStaleClaims lists claims whose heartbeat is before before, oldest first, through the partial index of
+// claimed threads.
+func (s *Store) ListStaleClaims(ctx context.Context, before time.Time, limit int) ([]agent.StaleClaim, error) {
+	s.op()
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	rows, err := s.read().query(ctx, `SELECT id, claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel FROM threads
+		WHERE claim_run_id IS NOT NULL AND claim_heartbeat_at < ? ORDER BY claim_heartbeat_at, id LIMIT ?`, millis(before), limit)
+	if err != nil {
+		return nil, s.fail("list stale claims", err)
+	}
+	out, err := collect(rows, func(r scanner) (agent.StaleClaim, error) {
+		var sc agent.StaleClaim
+		var hb int64
+		err := r.Scan(&sc.ThreadID, &sc.Claim.RunID, &sc.Claim.Epoch, &hb, &sc.Claim.CancelRequested)
+		sc.Claim.HeartbeatAt = fromMillis(hb)
+		return sc, err
+	})
+	if err != nil {
+		return nil, s.fail("list stale claims", err)
+	}
+	return out, nil
+}
+
 // GetRun reads one run of a thread.
 func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, error) {
 	s.op()

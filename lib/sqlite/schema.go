@@ -33,6 +33,8 @@ var schema = []string{
 		claim_cancel       INTEGER NOT NULL DEFAULT 0
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
+	// The reaper's work list: only claimed threads are in this partial index.
+	`CREATE INDEX IF NOT EXISTS threads_claimed ON threads (claim_heartbeat_at) WHERE claim_run_id IS NOT NULL`,
 
 	`CREATE TABLE IF NOT EXISTS runs (
 		thread_id            TEXT NOT NULL,

@@ -25,6 +25,7 @@ func runTests() []test {
 		{"FinishRunFenced", testFinishRunFenced},
 		{"FinishAfterTakeoverKeepsNewClaim", testFinishAfterTakeover},
 		{"ListRunsOrder", testListRunsOrder},
+		{"ListStaleClaims", testListStaleClaims},
 		{"GetRunUnknown", testGetRunUnknown},
 	}
 }
@@ -497,4 +498,53 @@ func testGetRunUnknown(e *env) {
 	other := e.newThread()
 	_, err = e.s.GetRun(e.ctx, other.ID, run.ID)
 	wantErr(e.t, err, agent.KindNotFound, "", "GetRun(run of another thread)")
+}
+
+// ListStaleClaims finds exactly the claims whose heartbeat is older than the cutoff; a refreshed or released claim
+// drops out. The times sit ten days before every other case's, so a table shared with them holds nothing older.
+func testListStaleClaims(e *env) {
+	t := e.t
+	base := at(-10 * 24 * time.Hour)
+	var threads []agent.Thread
+	var runs []agent.Run
+	for i := range 5 {
+		th := e.newThread()
+		threads = append(threads, th)
+		runs = append(runs, e.claim(th.ID, e.id("run"), base.Add(time.Duration(i)*time.Minute)).Run)
+	}
+	cutoff := base.Add(3 * time.Minute)
+	mine := func(got []agent.StaleClaim) map[string]agent.Claim {
+		m := map[string]agent.Claim{}
+		for _, sc := range got {
+			for _, th := range threads {
+				if sc.ThreadID == th.ID {
+					m[th.ID] = sc.Claim
+				}
+			}
+		}
+		return m
+	}
+	got, err := e.s.ListStaleClaims(e.ctx, cutoff, 1000)
+	must(t, err, "ListStaleClaims")
+	found := mine(got)
+	for i, th := range threads {
+		c, ok := found[th.ID]
+		if stale := i < 3; ok != stale {
+			t.Fatalf("claim %d (heartbeat %s) listed = %t, want %t for cutoff %s", i, runs[i].CreatedAt, ok, stale, cutoff)
+		}
+		if ok {
+			same(t, fmt.Sprintf("stale claim %d", i), c, agent.Claim{RunID: runs[i].ID, Epoch: runs[i].Epoch, HeartbeatAt: runs[i].CreatedAt})
+		}
+	}
+	if limited, err := e.s.ListStaleClaims(e.ctx, cutoff, 2); err != nil || len(limited) > 2 {
+		t.Fatalf("ListStaleClaims(limit 2) = %d claims, %v", len(limited), err)
+	}
+	// A heartbeat refreshes claim 0; finishing run 1 releases its claim: only claim 2 stays stale.
+	must(t, e.s.Heartbeat(e.ctx, threads[0].ID, runs[0].ID, runs[0].Epoch, base.Add(time.Hour)), "Heartbeat")
+	e.finish(runs[1], agent.RunCompleted, agent.Usage{}, base.Add(time.Hour))
+	got, err = e.s.ListStaleClaims(e.ctx, cutoff, 1000)
+	must(t, err, "ListStaleClaims after refresh and release")
+	if found := mine(got); len(found) != 1 || found[threads[2].ID].RunID != runs[2].ID {
+		t.Fatalf("stale claims after refresh and release = %v, want only %s", found, threads[2].ID)
+	}
 }
