@@ -24,6 +24,7 @@ type fixture struct {
 	eng   *engine.Engine
 	store *sqlite.Store
 	model *offline.Server
+	llm   agent.Model // the openai adapter over model
 }
 
 // setup wires the real stack: SQLite store, the openai-go adapter, the offline endpoint over HTTP.
@@ -46,7 +47,7 @@ func setup(t *testing.T, mut func(*engine.Config)) *fixture {
 	}
 	clock := agent.SystemClock{}
 	eng := engine.New(engine.Deps{Store: st, Model: model, Tools: tools.Demo(st, clock), Clock: clock}, cfg)
-	return &fixture{eng: eng, store: st, model: srv}
+	return &fixture{eng: eng, store: st, model: srv, llm: model}
 }
 
 func userMsg(id, text string) *agent.Message {
