@@ -17,7 +17,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/agentloop/agentloop/lib/repo"
 	"github.com/agentloop/agentloop/lib/uistream"
 )
 
@@ -47,23 +47,8 @@ func LambdaBuildFlags() []string {
 	return []string{"-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w"}
 }
 
-// RepoRoot walks up from the working directory to the directory holding go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("lambdatest: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+// RepoRoot is the module root (repo.Root).
+func RepoRoot() (string, error) { return repo.Root() }
 
 // placeholder matches the ${NAME} placeholders of the event files.
 var placeholder = regexp.MustCompile(`\$\{([A-Z_]+)\}`)

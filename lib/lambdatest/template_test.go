@@ -19,8 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/agentloop/agentloop/lib/cfn"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/lambdatest"
 )
@@ -106,43 +105,15 @@ func parseTemplate(path string) (template, error) {
 	if err != nil {
 		return template{}, err
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	doc, err := cfn.Parse(data)
+	if err != nil {
 		return template{}, err
 	}
-	expandShortTags(&doc)
 	var t template
 	if err := doc.Decode(&t); err != nil {
 		return template{}, err
 	}
 	return t, nil
-}
-
-// expandShortTags rewrites CloudFormation short-form intrinsics to their long forms: `!Ref X` → {Ref: X},
-// `!GetAtt A.B` → {Fn::GetAtt: [A, B]}, `!Name v` → {Fn::Name: v}.
-func expandShortTags(n *yaml.Node) {
-	for _, c := range n.Content {
-		expandShortTags(c)
-	}
-	if !strings.HasPrefix(n.Tag, "!") || strings.HasPrefix(n.Tag, "!!") {
-		return
-	}
-	name := strings.TrimPrefix(n.Tag, "!")
-	inner := *n
-	inner.Tag = ""
-	switch name {
-	case "Ref", "Condition":
-	case "GetAtt":
-		name = "Fn::GetAtt"
-		if inner.Kind == yaml.ScalarNode {
-			res, attr, _ := strings.Cut(inner.Value, ".")
-			inner = yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{
-				{Kind: yaml.ScalarNode, Value: res}, {Kind: yaml.ScalarNode, Value: attr}}}
-		}
-	default:
-		name = "Fn::" + name
-	}
-	*n = yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{{Kind: yaml.ScalarNode, Value: name}, &inner}}
 }
 
 // makeTargetPackage returns the ./functions/... package that the Makefile's build-<id> target builds.

@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentloop/agentloop/lib/repo"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -137,23 +138,8 @@ func Client(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Client
 	return dynamodb.New(opts, optFns...)
 }
 
-// RepoRoot walks up from the working directory to the directory holding go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("dynamotest: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+// RepoRoot is the module root (repo.Root).
+func RepoRoot() (string, error) { return repo.Root() }
 
 // findJar returns DynamoDBLocal.jar inside the installed npm package; its folder name carries the release date.
 func findJar(dir string) string {

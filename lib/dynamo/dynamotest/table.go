@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/agentloop/agentloop/lib/cfn"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -82,11 +82,10 @@ func LoadTable(path string) (TableSpec, error) {
 // template's intrinsic-function short tags (!Ref, !Sub, !GetAtt, ...) are rewritten to their long forms first,
 // so templates that use them anywhere parse.
 func ParseTable(template []byte) (TableSpec, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(template, &doc); err != nil {
+	doc, err := cfn.Parse(template)
+	if err != nil {
 		return TableSpec{}, fmt.Errorf("dynamotest: template: %w", err)
 	}
-	expandShortTags(&doc)
 	var tmpl struct {
 		Resources map[string]struct {
 			Type       string    `yaml:"Type"`
@@ -175,37 +174,6 @@ func projection(p cfnProjection) *types.Projection {
 
 func throughput() *types.ProvisionedThroughput {
 	return &types.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(5), WriteCapacityUnits: aws.Int64(5)}
-}
-
-// expandShortTags rewrites CloudFormation short-form intrinsics in place: `!Ref X` becomes {Ref: X},
-// `!GetAtt A.B` becomes {Fn::GetAtt: [A, B]}, `!Condition C` becomes {Condition: C}, and any other `!Name v`
-// becomes {Fn::Name: v}.
-func expandShortTags(n *yaml.Node) {
-	for _, c := range n.Content {
-		expandShortTags(c)
-	}
-	if n.Tag == "" || !strings.HasPrefix(n.Tag, "!") || strings.HasPrefix(n.Tag, "!!") {
-		return
-	}
-	name := strings.TrimPrefix(n.Tag, "!")
-	inner := *n
-	inner.Tag = ""
-	switch name {
-	case "Ref", "Condition":
-	case "GetAtt":
-		name = "Fn::GetAtt"
-		if inner.Kind == yaml.ScalarNode {
-			res, attr, _ := strings.Cut(inner.Value, ".")
-			inner = yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{
-				{Kind: yaml.ScalarNode, Value: res}, {Kind: yaml.ScalarNode, Value: attr},
-			}}
-		}
-	default:
-		name = "Fn::" + name
-	}
-	*n = yaml.Node{Kind: yaml.MappingNode, Line: n.Line, Column: n.Column, Content: []*yaml.Node{
-		{Kind: yaml.ScalarNode, Value: name}, &inner,
-	}}
 }
 
 // CreateTable creates table name on client from template.yaml's Table resource, waits until it is active and

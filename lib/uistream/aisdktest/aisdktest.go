@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/repo"
 )
 
 // SDK majors every stream is checked with.
@@ -172,22 +173,13 @@ func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
 // ToolsDir returns tools/aisdk of the module that contains the working directory (found by walking up to
 // go.mod).
 func ToolsDir() (string, error) {
-	dir, err := os.Getwd()
+	root, err := repo.Root()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("aisdktest: %w", err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			tools := filepath.Join(dir, "tools", "aisdk")
-			if _, err := os.Stat(filepath.Join(tools, "run.sh")); err != nil {
-				return "", fmt.Errorf("aisdktest: %w", err)
-			}
-			return tools, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("aisdktest: no go.mod above the working directory")
-		}
-		dir = parent
+	tools := filepath.Join(root, "tools", "aisdk")
+	if _, err := os.Stat(filepath.Join(tools, "run.sh")); err != nil {
+		return "", fmt.Errorf("aisdktest: %w", err)
 	}
+	return tools, nil
 }
