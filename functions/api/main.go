@@ -29,8 +29,7 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 	}
 	cfg := b.Config
 	// The engine only reaps stale runs here (a thread read finds its run dead); it never calls a model.
-	eng := engine.New(engine.Deps{Store: b.Store, Clock: b.Clock, Logger: log},
-		engine.Config{RunTimeout: cfg.RunTimeout, StaleAfter: cfg.StaleAfter, Heartbeat: cfg.Heartbeat})
+	eng := engine.New(engine.Deps{Store: b.Store, Clock: b.Clock, Logger: log}, cfg.Engine(cfg.Model))
 	return httpapi.NewAPI(httpapi.Deps{Engine: eng, Store: b.Store, Clock: b.Clock, Logger: log,
 		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
 }

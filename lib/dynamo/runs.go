@@ -374,18 +374,15 @@ func (s *Store) ListRuns(ctx context.Context, threadID string) ([]agent.Run, err
 	return runs, nil
 }
 
-// StaleClaim is a thread whose run claim's heartbeat is older than a cutoff, as the running index reports it.
-type StaleClaim = agent.StaleClaim
-
 // ListStaleClaims returns up to limit claims whose heartbeat is before cutoff, oldest first within each shard,
 // by querying every shard of the sparse running index (claimHeartbeatAt < :cutoff). It reads only threads that
 // hold a claim: no scan. The index is eventually consistent, so the reaper must treat each entry as a hint and
 // re-check with conditional writes (FinishRun's epoch fence does exactly that).
-func (s *Store) ListStaleClaims(ctx context.Context, cutoff time.Time, limit int) ([]StaleClaim, error) {
+func (s *Store) ListStaleClaims(ctx context.Context, cutoff time.Time, limit int) ([]agent.StaleClaim, error) {
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	var out []StaleClaim
+	var out []agent.StaleClaim
 	for shard := 0; shard < s.runShards && len(out) < limit; shard++ {
 		e := newExpr()
 		in := &dynamodb.QueryInput{
@@ -402,7 +399,7 @@ func (s *Store) ListStaleClaims(ctx context.Context, cutoff time.Time, limit int
 				return errStopQuery
 			}
 			if c := decodeClaim(it); c != nil {
-				out = append(out, StaleClaim{ThreadID: strings.TrimPrefix(getS(it, AttrPK), "THREAD#"), Claim: *c})
+				out = append(out, agent.StaleClaim{ThreadID: strings.TrimPrefix(getS(it, AttrPK), "THREAD#"), Claim: *c})
 			}
 			return nil
 		})

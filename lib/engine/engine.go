@@ -6,7 +6,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -323,9 +322,6 @@ func (e *Engine) claim(ctx context.Context, threadID, runID string, trigger agen
 	req.Now = e.clock.Now()
 	res, err := e.store.ClaimRun(ctx, req)
 	if err == nil || multitask != MultitaskInterrupt || agent.CodeOf(err) != agent.CodeRunActive {
-		if agent.CodeOf(err) == agent.CodeRunActive {
-			return res, agent.Wrap(err, agent.KindConflict, agent.CodeRunActive, "a run is active on this thread")
-		}
 		return res, err
 	}
 	// interrupt: cancel the active run, then wait until it releases the claim (it stops within a heartbeat).
@@ -369,5 +365,3 @@ func sanitizeUser(m agent.Message) agent.Message {
 	copy(parts, m.Parts)
 	return agent.Message{ID: m.ID, Role: agent.RoleUser, Parts: parts}
 }
-
-var errFenced = errors.New("run fenced")

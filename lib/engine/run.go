@@ -17,6 +17,7 @@ import (
 var (
 	errCanceled   = errors.New("run canceled")
 	errRunTimeout = errors.New("run wall clock exceeded")
+	errFenced     = errors.New("run fenced")
 )
 
 // Stream runs the claimed turn to its end, writing the UI message stream to client (which may be io.Discard)
@@ -207,10 +208,7 @@ func (s *state) modelStep(ctx context.Context, step int) (agent.ModelResult, err
 		s.out.send(uistream.TextEnd{ID: textID})
 		s.msg.Parts = append(s.msg.Parts, agent.EncodePart(agent.Part{Type: "text", Text: text, State: "done"}))
 	}
-	if err != nil {
-		return res, err
-	}
-	return res, nil
+	return res, err
 }
 
 // toolResult is one finished tool execution.

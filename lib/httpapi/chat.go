@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -35,10 +34,6 @@ func decodeChat(r io.Reader, limit int64) (engine.Request, error) {
 	var req engine.Request
 	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return req, agent.E(agent.KindTooLarge, agent.CodeTooLarge, "request body exceeds %d bytes", limit)
-		}
 		return req, agent.Wrap(err, agent.KindInvalid, "unreadable_body", "could not read the request body")
 	}
 	if int64(len(data)) > limit {
@@ -73,7 +68,6 @@ func decodeChat(r io.Reader, limit int64) (engine.Request, error) {
 }
 
 func (s *server) postChat(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
 	req, err := decodeChat(r.Body, s.MaxBodyBytes)
 	if err != nil {
 		s.fail(w, r, err)
