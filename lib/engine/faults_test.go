@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -81,5 +82,55 @@ func TestTransientStoreFaults(t *testing.T) {
 	}
 	if !bytes.Equal(replay, buf.Bytes()) || !segs[len(segs)-1].Final {
 		t.Fatalf("persisted stream differs from the client's after faults:\n%s\n---\n%s", replay, buf.Bytes())
+	}
+}
+
+// racingFinish finishes the run as completed (as the live run itself would) just before the reaper's FinishRun.
+type racingFinish struct {
+	agent.Store
+	won agent.Run
+}
+
+func (r *racingFinish) FinishRun(ctx context.Context, run agent.Run) error {
+	if run.Error != nil && run.Error.Code == agent.CodeStale && r.won.ID == "" {
+		r.won = run
+		r.won.Status, r.won.Error = agent.RunCompleted, nil
+		if err := r.Store.FinishRun(ctx, r.won); err != nil {
+			return err
+		}
+	}
+	return r.Store.FinishRun(ctx, run)
+}
+
+// A reaper that loses the finish race to the run itself leaves the run's outcome, message and stream alone.
+func TestReapLosesFinishRace(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	if _, _, err := f.store.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	claim, err := f.store.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th", RunID: "run_1", AssistantMessageID: "msg_1", Now: time.Now().Add(-time.Minute), StaleAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := agent.Message{ID: "msg_1", Role: agent.RoleAssistant, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"all done"}`)},
+		Metadata: json.RawMessage(`{"status":"streaming"}`)}
+	if err := f.store.PutMessage(ctx, "th", 1, done, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rs := &racingFinish{Store: f.store}
+	eng := engine.New(engine.Deps{Store: rs, Model: f.llm}, engine.Config{StaleAfter: time.Second})
+	if err := eng.ReapRun(ctx, "th", "run_1", claim.Run.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	if run, _ := f.store.GetRun(ctx, "th", "run_1"); run.Status != agent.RunCompleted {
+		t.Fatalf("run = %+v, want the run's own completed outcome", run)
+	}
+	if rec, _ := f.store.GetMessage(ctx, "th", "msg_1"); rec.Message.Meta().Status != agent.MessageStreaming {
+		t.Fatalf("the reaper rewrote the message of a run it did not reap: %s", rec.Message.Metadata)
+	}
+	if segs, _ := f.store.ListSegments(ctx, "run_1", 0, time.Now()); len(segs) != 0 {
+		t.Fatalf("the reaper wrote a final segment for a run it did not reap: %d", len(segs))
 	}
 }

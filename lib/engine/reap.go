@@ -29,15 +29,19 @@ func (e *Engine) ReapRun(ctx context.Context, threadID, runID string, epoch int6
 		run.Status = agent.RunFailed
 		run.Error = &agent.RunError{Code: agent.CodeStale, Message: "the run stopped sending heartbeats"}
 		run.FinishedAt, run.UpdatedAt = now, now
-		if err := e.store.FinishRun(ctx, run); err != nil && agent.CodeOf(err) != agent.CodeRunFenced {
+		switch err := e.store.FinishRun(ctx, run); {
+		case err == nil:
+		case agent.CodeOf(err) == agent.CodeRunFenced:
+			// Someone finished it first (another reaper, or the run itself): go on only if that was a reap.
+			if run, err = e.store.GetRun(ctx, threadID, runID); err != nil {
+				return fmt.Errorf("reap: re-read run: %w", err)
+			}
+		default:
 			return fmt.Errorf("reap: finish run: %w", err)
 		}
 	}
 	if run.Status != agent.RunFailed || run.Error == nil || run.Error.Code != agent.CodeStale {
-		// Re-read: another reaper or the run itself may have finished it differently.
-		if run, err = e.store.GetRun(ctx, threadID, runID); err != nil || run.Error == nil || run.Error.Code != agent.CodeStale {
-			return err
-		}
+		return nil // the run ended on its own terms; its message and stream are its own
 	}
 	rec, err := e.store.GetMessage(ctx, threadID, run.AssistantMessageID)
 	switch {
