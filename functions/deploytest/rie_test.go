@@ -1,4 +1,4 @@
-package lambdatest_test
+package deploytest_test
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentloop/agentloop/functions/deploytest"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
-	"github.com/agentloop/agentloop/lib/lambdatest"
 	"github.com/agentloop/agentloop/lib/offline"
 )
 
@@ -55,12 +55,12 @@ func newEmulated(t testing.TB) *emulated {
 		paths[name] = new(string)
 	}
 	dirs := map[string]string{"chat": t.TempDir(), "api": t.TempDir()}
-	wg.Go(func() { rie, errs[0] = lambdatest.BuildRIE(ctx, t.TempDir()) })
+	wg.Go(func() { rie, errs[0] = deploytest.BuildRIE(ctx, t.TempDir()) })
 	wg.Go(func() {
 		// Host architecture: the emulator runs the bootstrap here, not on arm64.
-		*paths["chat"], errs[1] = lambdatest.Build(ctx, "./functions/chat", dirs["chat"], runtime.GOOS, runtime.GOARCH)
+		*paths["chat"], errs[1] = deploytest.Build(ctx, "./functions/chat", dirs["chat"], runtime.GOOS, runtime.GOARCH)
 		if errs[1] == nil {
-			*paths["api"], errs[2] = lambdatest.Build(ctx, "./functions/api", dirs["api"], runtime.GOOS, runtime.GOARCH)
+			*paths["api"], errs[2] = deploytest.Build(ctx, "./functions/api", dirs["api"], runtime.GOOS, runtime.GOARCH)
 		}
 	})
 	e.dynamo = dynamotest.Start(t)
@@ -119,9 +119,9 @@ func (e *emulated) env(name string) []string {
 	return append(env, "AGENT_SECRET="+appSecret)
 }
 
-func (e *emulated) start(t testing.TB, name string) *lambdatest.RIE {
+func (e *emulated) start(t testing.TB, name string) *deploytest.RIE {
 	t.Helper()
-	r, err := lambdatest.StartRIE(e.rie, e.bootstrap[name], e.env(name))
+	r, err := deploytest.StartRIE(e.rie, e.bootstrap[name], e.env(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func (e *emulated) start(t testing.TB, name string) *lambdatest.RIE {
 
 func (e *emulated) event(t testing.TB, file, thread, text string) []byte {
 	t.Helper()
-	ev, err := lambdatest.LoadEvent(file, map[string]string{"TOKEN": e.token, "THREAD_ID": thread, "MESSAGE_ID": "msg-" + thread, "TEXT": text})
+	ev, err := deploytest.LoadEvent(file, map[string]string{"TOKEN": e.token, "THREAD_ID": thread, "MESSAGE_ID": "msg-" + thread, "TEXT": text})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func (e *emulated) event(t testing.TB, file, thread, text string) []byte {
 }
 
 // invoke sends one event and splits the buffered streaming reply.
-func invoke(t testing.TB, r *lambdatest.RIE, payload []byte) (lambdatest.Prelude, []byte) {
+func invoke(t testing.TB, r *deploytest.RIE, payload []byte) (deploytest.Prelude, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -150,7 +150,7 @@ func invoke(t testing.TB, r *lambdatest.RIE, payload []byte) (lambdatest.Prelude
 	if status != http.StatusOK {
 		t.Fatalf("emulator answered %d: %s\nlogs:\n%s", status, raw, r.Logs())
 	}
-	p, body, err := lambdatest.SplitStreamingResponse(raw)
+	p, body, err := deploytest.SplitStreamingResponse(raw)
 	if err != nil {
 		t.Fatalf("%v\nlogs:\n%s", err, r.Logs())
 	}
@@ -170,7 +170,7 @@ func TestBootstrapUnderRIE(t *testing.T) {
 	if p.StatusCode != http.StatusOK || p.Headers["Content-Type"] != "text/event-stream" || p.Headers["X-Vercel-Ai-Ui-Message-Stream"] != "v1" {
 		t.Fatalf("prelude %+v", p)
 	}
-	s, err := lambdatest.ParseStream(body)
+	s, err := deploytest.ParseStream(body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestBootstrapUnderRIE(t *testing.T) {
 		t.Fatalf("SSM GetParameters calls %+v, want one for both names with decryption", calls)
 	}
 
-	for name, r := range map[string]*lambdatest.RIE{"chat": chat, "api": api} {
+	for name, r := range map[string]*deploytest.RIE{"chat": chat, "api": api} {
 		var coldStart map[string]any
 		for _, rec := range r.FunctionLogs() {
 			if rec["message"] == "cold start" {
@@ -244,7 +244,7 @@ func TestSplitStreamingResponse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p, body, err := lambdatest.SplitStreamingResponse([]byte(tt.raw))
+			p, body, err := deploytest.SplitStreamingResponse([]byte(tt.raw))
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
 			}
@@ -259,7 +259,7 @@ func TestSplitStreamingResponse(t *testing.T) {
 func TestLoadEvent(t *testing.T) {
 	t.Parallel()
 	vars := map[string]string{"TOKEN": "tok", "THREAD_ID": "th-1", "MESSAGE_ID": "m-1", "TEXT": "/slow 3"}
-	ev, err := lambdatest.LoadEvent("chat-post.json", vars)
+	ev, err := deploytest.LoadEvent("chat-post.json", vars)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,20 +278,20 @@ func TestLoadEvent(t *testing.T) {
 		body.ID != "th-1" || body.Trigger != "submit-message" || body.Messages[0].ID != "m-1" || body.Messages[0].Parts[0].Text != "/slow 3" {
 		t.Fatalf("event %+v body %+v", ev.Request, body)
 	}
-	if _, err := lambdatest.LoadEvent("chat-post.json", map[string]string{"TOKEN": "tok"}); err == nil {
+	if _, err := deploytest.LoadEvent("chat-post.json", map[string]string{"TOKEN": "tok"}); err == nil {
 		t.Error("missing placeholders accepted")
 	}
 	vars["TEXT"] = `say "hi"`
-	if _, err := lambdatest.LoadEvent("chat-post.json", vars); err == nil {
+	if _, err := deploytest.LoadEvent("chat-post.json", vars); err == nil {
 		t.Error("a value needing JSON escaping accepted")
 	}
-	root, _ := lambdatest.RepoRoot()
+	root, _ := deploytest.RepoRoot()
 	files, _ := filepath.Glob(filepath.Join(root, "events", "*.json"))
 	if len(files) < 3 {
 		t.Fatalf("events/ holds %d events, want POST /chat, GET /chat/{id}/stream and GET /threads", len(files))
 	}
 	for _, f := range files {
-		if _, err := lambdatest.LoadEvent(filepath.Base(f), vars2(f)); err != nil {
+		if _, err := deploytest.LoadEvent(filepath.Base(f), vars2(f)); err != nil {
 			t.Error(err)
 		}
 	}
@@ -362,7 +362,7 @@ func BenchmarkColdStart(b *testing.B) {
 	for _, name := range []string{"chat", "api"} {
 		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
-			arm, err := lambdatest.Build(context.Background(), "./functions/"+name, dir, "linux", "arm64")
+			arm, err := deploytest.Build(context.Background(), "./functions/"+name, dir, "linux", "arm64")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -372,7 +372,7 @@ func BenchmarkColdStart(b *testing.B) {
 			}
 			var init time.Duration
 			for b.Loop() {
-				r, err := lambdatest.StartRIE(e.rie, e.bootstrap[name], e.env(name))
+				r, err := deploytest.StartRIE(e.rie, e.bootstrap[name], e.env(name))
 				if err != nil {
 					b.Fatal(err)
 				}

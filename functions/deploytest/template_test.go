@@ -1,4 +1,4 @@
-package lambdatest_test
+package deploytest_test
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentloop/agentloop/lib/cfn"
+	"github.com/agentloop/agentloop/functions/deploytest"
+	"github.com/agentloop/agentloop/internal/cfn"
 	"github.com/agentloop/agentloop/lib/config"
-	"github.com/agentloop/agentloop/lib/lambdatest"
 )
 
 const module = "github.com/agentloop/agentloop"
@@ -61,7 +61,7 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	root, err := lambdatest.RepoRoot()
+	root, err := deploytest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func TestNoSQLiteInFunctions(t *testing.T) {
 	for _, fn := range f.funcs {
 		t.Run(fn.ID, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(lambdatest.GoCommand(), "list", "-deps", "-tags", "lambda.norpc", fn.Pkg)
+			cmd := exec.Command(deploytest.GoCommand(), "list", "-deps", "-tags", "lambda.norpc", fn.Pkg)
 			cmd.Dir = f.root
 			cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
 			b, err := cmd.Output()

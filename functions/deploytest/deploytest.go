@@ -1,4 +1,4 @@
-// Package lambdatest runs the Lambda form of agentloop in tests: it loads the function URL events of events/,
+// Package deploytest runs the Lambda form of agentloop in tests: it loads the function URL events of events/,
 // builds a function's `bootstrap` the way `make build` does (for any GOOS/GOARCH), builds the Lambda Runtime
 // Interface Emulator (RIE) from the Go module proxy, starts a bootstrap under it and invokes it, and splits a
 // streamed function URL reply into its prelude and body.
@@ -10,7 +10,7 @@
 //
 // (the "application/vnd.awslambda.http-integration-response" framing that aws-lambda-go's lambdaurl writes).
 // SplitStreamingResponse checks and parses that framing.
-package lambdatest
+package deploytest
 
 import (
 	"bufio"
@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,7 +34,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/agentloop/agentloop/lib/repo"
+	"github.com/agentloop/agentloop/internal/testenv"
 	"github.com/agentloop/agentloop/lib/uistream"
 )
 
@@ -48,7 +47,7 @@ func LambdaBuildFlags() []string {
 }
 
 // RepoRoot is the module root (repo.Root).
-func RepoRoot() (string, error) { return repo.Root() }
+func RepoRoot() (string, error) { return testenv.Root() }
 
 // placeholder matches the ${NAME} placeholders of the event files.
 var placeholder = regexp.MustCompile(`\$\{([A-Z_]+)\}`)
@@ -154,11 +153,11 @@ type RIE struct {
 // sees (the emulator passes its own environment on); AWS_LAMBDA_FUNCTION_TIMEOUT defaults to 900 s. The
 // function starts (its cold start) on the first invoke, as in Lambda.
 func StartRIE(rie, bootstrap string, env []string) (*RIE, error) {
-	invokePort, err := freePort()
+	invokePort, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	apiPort, err := freePort()
+	apiPort, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -304,15 +303,6 @@ func clip(b []byte) []byte {
 		return b[:300]
 	}
 	return b
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 type lockedBuffer struct {

@@ -1,6 +1,6 @@
-// Package repo locates the module root, so test helpers can find template.yaml, the pinned npm packages and
+// Package testenv locates the module root, so test helpers can find template.yaml, the pinned npm packages and
 // the Makefile from any package directory.
-package repo
+package testenv
 
 import (
 	"errors"

