@@ -62,6 +62,30 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is matches on codes, so errors.Is(err, ErrRunActive) holds for every *Error with code run_active, whatever
+// its message, kind or cause.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code != "" && t.Code == e.Code
+}
+
+// Public returns the code and a message safe to show a client: the error's own message for every kind but
+// internal, never the chain of causes (provider bodies, AWS request ids, keys: those go to the log).
+func Public(err error) (code, message string) {
+	var e *Error
+	if !errors.As(err, &e) || e.Kind == KindInternal {
+		return CodeInternal, "internal error"
+	}
+	code, message = e.Code, e.Message
+	if code == "" {
+		code = CodeInternal
+	}
+	if message == "" {
+		message = e.Kind.String()
+	}
+	return code, message
+}
+
 // E builds an *Error. The message may use fmt verbs.
 func E(kind Kind, code, format string, args ...any) *Error {
 	return &Error{Kind: kind, Code: code, Message: fmt.Sprintf(format, args...)}
@@ -92,23 +116,3 @@ func CodeOf(err error) string {
 
 // IsKind reports whether err carries kind k.
 func IsKind(err error, k Kind) bool { return err != nil && KindOf(err) == k }
-
-// Stable error codes shared by the store, the engine and the edge.
-const (
-	CodeNotFound        = "not_found"
-	CodeThreadNotFound  = "thread_not_found"
-	CodeRunNotFound     = "run_not_found"
-	CodeMessageNotFound = "message_not_found"
-	CodeRunActive       = "run_active"   // a fresh claim exists on the thread
-	CodeRunFenced       = "run_fenced"   // the caller's claim or epoch is no longer current
-	CodeRunCanceled     = "run_canceled" // the claim carries a cancel request
-	CodeNoActiveRun     = "no_active_run"
-	CodeAlreadyResolved = "already_resolved"
-	CodeTooLarge        = "request_too_large"
-	CodeInternal        = "internal"
-	CodeModelError      = "model_error"
-	CodeModelTimeout    = "model_timeout"
-	CodeStepLimit       = "step_limit"
-	CodeRunTimeout      = "run_timeout"
-	CodeStale           = "stale"
-)

@@ -44,9 +44,13 @@ type Run struct {
 	Model              string    `json:"model,omitempty"`
 	AssistantMessageID string    `json:"assistantMessageId"`
 	Epoch              int64     `json:"epoch"`
-	CreatedAt          time.Time `json:"createdAt"`
-	UpdatedAt          time.Time `json:"updatedAt"`
-	FinishedAt         time.Time `json:"finishedAt,omitzero"`
+	// FirstSeq and Reserved are the message positions the claim reserved for this run ([FirstSeq,
+	// FirstSeq+Reserved)); the run's new messages take them, the assistant message the last one.
+	FirstSeq   int64     `json:"-"`
+	Reserved   int       `json:"-"`
+	CreatedAt  time.Time `json:"createdAt"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
 }
 
 // ClaimRequest asks the store to make RunID the active run of ThreadID.
@@ -58,10 +62,19 @@ type ClaimRequest struct {
 	Now                time.Time
 	// StaleAfter: an existing claim whose heartbeat is older than this is taken over.
 	StaleAfter time.Duration
+	// Reserve is how many message positions the claim reserves for the run (at least 1).
+	Reserve int
 }
 
 // ClaimResult is the won claim. Previous is set when a stale claim was taken over; the caller must reap that run.
+// Run.FirstSeq and Run.Reserved are the reserved message positions.
 type ClaimResult struct {
 	Run      Run
 	Previous *Claim
 }
+
+// Fence is the run's fencing token for its writes.
+func (r Run) Fence() Fence { return Fence{RunID: r.ID, Epoch: r.Epoch} }
+
+// AssistantSeq is the position reserved for the run's assistant message (the last reserved one).
+func (r Run) AssistantSeq() int64 { return r.FirstSeq + int64(max(r.Reserved, 1)) - 1 }

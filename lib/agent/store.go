@@ -5,63 +5,141 @@ import (
 	"time"
 )
 
-// Store is the only truth. Every method is safe for concurrent use by many processes; every write that decides
-// ownership is a single conditional write (or one local transaction in embedded stores).
+// Store is the only truth: every port below, in one value. Each consumer takes the narrowest interface it uses
+// (the reaper: RunStore, MessageStore, SegmentStore; tools: ValueStore).
+//
+// Every method is safe for concurrent use by many processes; every write that decides ownership is a single
+// conditional write (or one local transaction in embedded stores).
 //
 // Error contract: reads of unknown ids return an *Error of KindNotFound; list reads of unknown parents return an
-// empty slice. Conditional failures return KindConflict with the codes named below.
+// empty slice. Conditional failures return KindConflict with the codes named below. Both stores refuse the same
+// bad input with the same code (the catalog in codes.go).
 type Store interface {
+	ThreadStore
+	RunStore
+	MessageStore
+	SegmentStore
+	ValueStore
+}
+
+// ThreadStore keeps threads. A thread being deleted is tombstoned first: from then on nothing can claim it,
+// create it again or write into it, and it reads as not found, until the delete has removed everything under it.
+type ThreadStore interface {
 	// CreateThread inserts t if no thread with t.ID exists. It returns the stored thread and whether this call
-	// created it; an existing thread is returned unchanged.
+	// created it; an existing thread is returned unchanged. A tombstoned id: KindConflict/CodeThreadDeleting.
 	CreateThread(ctx context.Context, t Thread) (Thread, bool, error)
+	// GetThread: unknown or tombstoned id is KindNotFound.
 	GetThread(ctx context.Context, id string) (Thread, error)
 	// ListThreads returns owner's threads, most recently updated first (ties by id descending), at most limit
-	// (limit <= 0 means a store default of 100).
+	// (limit <= 0 means DefaultListLimit). Tombstoned threads are left out.
 	ListThreads(ctx context.Context, owner string, limit int) ([]Thread, error)
-	// UpdateThread applies p and bumps UpdatedAt to now. Unknown id: KindNotFound.
+	// UpdateThread applies p and bumps UpdatedAt to now. Unknown or tombstoned id: KindNotFound.
 	UpdateThread(ctx context.Context, id string, p ThreadPatch, now time.Time) (Thread, error)
-	// DeleteThread removes the thread and everything under it (messages, runs, segments). Unknown id is a no-op.
+	// DeleteThread removes the thread and everything under it (messages, runs, segments): first a tombstone,
+	// written only when no claim is held (else KindConflict/CodeRunActive, and nothing changes); then the
+	// children; then the tombstone. A delete interrupted half way leaves the tombstone, and calling DeleteThread
+	// again finishes it. Unknown id is a no-op.
 	DeleteThread(ctx context.Context, id string) error
+}
 
+// DefaultListLimit is what list reads return when the caller passes no limit.
+const DefaultListLimit = 100
+
+// Fence names the run a write belongs to. Store writes a run makes after its claim carry it, so that once the run
+// has lost its claim (reaped, taken over) none of them can change what a reader sees.
+type Fence struct {
+	RunID string
+	Epoch int64
+}
+
+// RunStore keeps runs and the thread's active-run claim.
+type RunStore interface {
 	// ClaimRun makes req.RunID the active run of the thread if it has no claim or its claim is stale, in one
-	// conditional write, and records the run as running with epoch = thread.Epoch+1. Of concurrent claimers
-	// exactly one wins; the others get KindConflict/CodeRunActive. Unknown thread: KindNotFound.
+	// conditional write, records the run as running with epoch = thread.Epoch+1, and reserves req.Reserve message
+	// positions for it (ClaimResult.FirstSeq onwards; no other claim ever gets them). Of concurrent claimers
+	// exactly one wins; the others get KindConflict/CodeRunActive. A retry of a claim that already applied (same
+	// RunID, a lost response) returns the same result. Unknown thread: KindNotFound; tombstoned thread:
+	// KindConflict/CodeThreadDeleting.
 	ClaimRun(ctx context.Context, req ClaimRequest) (ClaimResult, error)
-	// Heartbeat refreshes the claim's heartbeat, fenced: the claim must still name runID at epoch and carry no
+	// Heartbeat refreshes the claim's heartbeat, fenced: the claim must still name f.RunID at f.Epoch and carry no
 	// cancel request. Otherwise KindConflict/CodeRunFenced, or KindCanceled/CodeRunCanceled when cancel was
-	// requested (the caller must then finish the run as canceled).
-	Heartbeat(ctx context.Context, threadID, runID string, epoch int64, now time.Time) error
-	// RequestCancel marks the thread's active claim as cancel-requested and returns it. No claim:
-	// KindConflict/CodeNoActiveRun.
-	RequestCancel(ctx context.Context, threadID string, now time.Time) (Claim, error)
+	// requested (the caller must then finish the run as canceled). A heartbeat does not move an index key every
+	// time (see the adapters' docs for what it costs).
+	Heartbeat(ctx context.Context, threadID string, f Fence, now time.Time) error
+	// RequestCancel marks the thread's active claim as cancel-requested and returns it. runID, when not empty,
+	// must name the active run. No claim (or another run's): KindConflict/CodeNoActiveRun.
+	RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (Claim, error)
 	// FinishRun records run's terminal outcome (status, error, usage, steps, model, finishedAt) by compare-and-set:
 	// the stored run must still be running at run.Epoch, else KindConflict/CodeRunFenced and nothing changes. It
-	// then adds run.Usage to the thread's totals and releases the thread claim if (and only if) the claim still
-	// names run.ID at run.Epoch; that release also sets the thread's UpdatedAt to run.FinishedAt (when set),
-	// so a thread moves up in ListThreads when a turn ends.
+	// then releases the thread claim if (and only if) the claim still names run.ID at run.Epoch, adding run.Usage
+	// to the thread's totals in that same write (so usage is added exactly once, by whichever write releases the
+	// claim); the release also sets the thread's UpdatedAt to run.FinishedAt (when set), so a thread moves up in
+	// ListThreads when a turn ends.
 	FinishRun(ctx context.Context, run Run) error
-	// ListStaleClaims returns up to limit (<= 0: a store default of 100) active claims whose heartbeat is before
-	// before, in no promised order: the reaper's work list. It reads an index of claimed threads, never a scan.
+	// ReleaseClaim is the reaper's decision: it releases the thread's claim on condition "still names req.RunID at
+	// req.Epoch, and the heartbeat is before req.StaleBefore" (zero StaleBefore: any heartbeat), adding req.Usage
+	// to the thread's totals in the same write. Otherwise KindConflict/CodeRunFenced and nothing changes; a live
+	// run keeps its claim.
+	ReleaseClaim(ctx context.Context, req ReleaseRequest) error
+	// ListStaleClaims returns up to limit (<= 0: DefaultListLimit) active claims whose heartbeat may be before
+	// before, in no promised order: the reaper's work list. It reads an index of claimed threads, never a scan. The
+	// index only nominates: it may lag, so callers re-check in the write that decides.
 	ListStaleClaims(ctx context.Context, before time.Time, limit int) ([]StaleClaim, error)
 	GetRun(ctx context.Context, threadID, runID string) (Run, error)
 	// ListRuns returns the thread's runs, oldest first (ties by id).
 	ListRuns(ctx context.Context, threadID string) ([]Run, error)
+}
 
-	// PutMessage upserts m by id. A new id is stored at position seq; an existing id keeps its position and
-	// creation time and takes m's content.
-	PutMessage(ctx context.Context, threadID string, seq int64, m Message, now time.Time) error
+// ReleaseRequest is the reaper's conditional release of a claim.
+type ReleaseRequest struct {
+	ThreadID    string
+	Fence       Fence
+	StaleBefore time.Time
+	Usage       Usage
+	Now         time.Time
+}
+
+// MessageStore keeps a thread's messages. Each stored message remembers the fence of its last writer and whether
+// that writer finalized it, so a fenced run's late write can neither overwrite a newer writer's message, nor
+// change a message finalized at its own epoch (by itself or by the reaper), nor re-create a deleted one.
+type MessageStore interface {
+	// PutMessage upserts w.Message by id. A new id is stored at position w.Seq; an existing id keeps its position
+	// and creation time and takes the new content. The write applies only when the stored message (if any, a
+	// deleted one included) was last written at an epoch below w.Fence.Epoch, or at the same epoch and not
+	// finalized; otherwise KindConflict/CodeRunFenced and nothing changes. w.Final finalizes the message at that
+	// epoch.
+	PutMessage(ctx context.Context, w MessageWrite) error
 	GetMessage(ctx context.Context, threadID, id string) (MessageRecord, error)
-	// ListMessages returns the thread's messages ordered by seq (ties by id).
+	// ListMessages returns the thread's messages ordered by seq (ties by id), deleted ones left out.
 	ListMessages(ctx context.Context, threadID string) ([]MessageRecord, error)
-	// DeleteMessage removes one message; unknown ids are a no-op.
-	DeleteMessage(ctx context.Context, threadID, id string) error
+	// DeleteMessage hides one message, fenced like PutMessage (the hidden message keeps its fence so a late
+	// writer cannot bring it back). Unknown ids are a no-op.
+	DeleteMessage(ctx context.Context, threadID, id string, f Fence) error
+}
 
+// MessageWrite is one fenced message upsert.
+type MessageWrite struct {
+	ThreadID string
+	Seq      int64
+	Message  Message
+	Fence    Fence
+	Final    bool
+	Now      time.Time
+}
+
+// SegmentStore keeps a run's stream segments.
+type SegmentStore interface {
 	// AppendSegment stores s insert-if-absent on (RunID, Seq): a repeated append of an existing seq is a no-op.
 	AppendSegment(ctx context.Context, s Segment) error
-	// ListSegments returns the run's segments with Seq >= from in order, skipping expired ones (ExpiresAt < now).
+	// ListSegments returns the run's segments with Seq >= from in order, up to and including the first final
+	// one (so nothing a fenced writer appends after the reaper's final segment is ever read), skipping expired
+	// ones (ExpiresAt < now).
 	ListSegments(ctx context.Context, runID string, from int64, now time.Time) ([]Segment, error)
+}
 
-	// Key/value area for tool state (the demo notes), scoped by namespace (e.g. "notes/<owner>").
+// ValueStore is the key/value area for tool state (the demo notes, tools' recorded effects), scoped by namespace
+// (e.g. "notes/<owner>").
+type ValueStore interface {
 	PutValue(ctx context.Context, ns, key string, value []byte) error
 	// GetValue: unknown key is KindNotFound.
 	GetValue(ctx context.Context, ns, key string) ([]byte, error)

@@ -1,0 +1,88 @@
+package agent
+
+// The one catalog of error codes a client can see. It is part of the HTTP contract: every error reply is
+// {"error": {"code": <one of these>, "message": <safe for a user>}} with the status its Kind maps to (lib/httpapi),
+// and run errors (GET /threads/{id}/runs, the stream's error chunk) carry the same codes. Codes are stable
+// snake_case identifiers; add new ones here, never rename one. Match with errors.Is against the Err values below.
+const (
+	// Not found (404). Another user's thread is reported exactly like a missing one.
+	CodeNotFound        = "not_found"
+	CodeThreadNotFound  = "thread_not_found"
+	CodeRunNotFound     = "run_not_found"
+	CodeMessageNotFound = "message_not_found"
+	CodeRouteNotFound   = "route_not_found"
+
+	// Conflict (409).
+	CodeRunActive        = "run_active"        // a fresh claim exists on the thread
+	CodeRunFenced        = "run_fenced"        // the caller's claim or epoch is no longer current
+	CodeNoActiveRun      = "no_active_run"     // stop: the thread has no active run (or not the named one)
+	CodeThreadDeleting   = "thread_deleting"   // the thread is being deleted
+	CodeDuplicateMessage = "duplicate_message" // the message id was already answered
+	CodeAlreadyResolved  = "already_resolved"  // an interrupt was already answered differently
+
+	// Canceled: the run's claim carries a cancel request (internal to a run), or the request went away (499).
+	CodeRunCanceled = "run_canceled"
+	CodeCanceled    = "canceled"
+
+	// Bad request (400).
+	CodeInvalidJSON        = "invalid_json"
+	CodeUnreadableBody     = "unreadable_body"
+	CodeMissingID          = "missing_id"
+	CodeMissingTrigger     = "missing_trigger"
+	CodeMissingMessages    = "missing_messages"
+	CodeMissingMessage     = "missing_message"
+	CodeInvalidThreadID    = "invalid_thread_id"
+	CodeInvalidTrigger     = "invalid_trigger"
+	CodeInvalidMultitask   = "invalid_multitask"
+	CodeInvalidMessage     = "invalid_message" // a message or part the store or the engine cannot accept
+	CodeUserRequired       = "user_message_required"
+	CodeNothingToRegen     = "nothing_to_regenerate"
+	CodeUnsupported        = "unsupported_message"
+	CodeInvalidLimit       = "invalid_limit"
+	CodeInvalidTitle       = "invalid_title"
+	CodeInvalidRunID       = "invalid_run_id"
+	CodeInvalidStatus      = "invalid_status"
+	CodeInvalidSegment     = "invalid_segment"
+	CodeInvalidSubject     = "invalid_subject"
+	CodeInvalidTTL         = "invalid_ttl"
+	CodeInvalidConfig      = "invalid_config"
+	CodeUnauthenticated    = "unauthenticated"
+	CodeMissingToken       = "missing_token"
+	CodeInvalidToken       = "invalid_token"
+	CodeTokenExpired       = "token_expired"
+	CodeWeakSecret         = "weak_secret"
+	CodeTooLarge           = "request_too_large" // the request body is over the limit (413)
+	CodeMessageTooLarge    = "message_too_large" // the newest message is over the limit or the model budget (413)
+	CodeStoreUnavailable   = "store_unavailable" // the store failed in a way that may pass on retry (503)
+	CodeModelError         = "model_error"       // the model provider refused or failed
+	CodeModelTimeout       = "model_timeout"     // no first token, or too long a gap between tokens
+	CodeStepLimit          = "step_limit"        // the run hit its step cap
+	CodeRunTimeout         = "run_timeout"       // the run hit its wall clock
+	CodeStale              = "stale"             // the run stopped sending heartbeats and was reaped
+	CodePersistFailed      = "persist_failed"    // the reply could not be stored
+	CodeInternal           = "internal"
+	CodeSecretUnavailable  = "secret_unavailable" // startup only
+	CodeSecretMissing      = "secret_missing"
+	CodeSecretNotSecure    = "secret_not_secure"
+	CodeSecretUnset        = "secret_unset"
+	CodeStoreCorrupt       = "store_corrupt"
+	CodeInvalidChunk       = "invalid_chunk"  // internal: a stream chunk the encoder refuses
+	CodeInvalidStream      = "invalid_stream" // internal: bytes that are not SSE frames
+	CodeClientGone         = "client_gone"
+	CodeStreamDone         = "stream_done"
+	CodeSegmenterClosed    = "segmenter_closed"
+	CodeSegmentWriteFailed = "segment_write_failed"
+)
+
+// Err values to match with errors.Is (codes compare equal; kinds and messages are not compared).
+var (
+	ErrNotFound         = &Error{Kind: KindNotFound, Code: CodeNotFound}
+	ErrThreadNotFound   = &Error{Kind: KindNotFound, Code: CodeThreadNotFound}
+	ErrRunActive        = &Error{Kind: KindConflict, Code: CodeRunActive}
+	ErrRunFenced        = &Error{Kind: KindConflict, Code: CodeRunFenced}
+	ErrRunCanceled      = &Error{Kind: KindCanceled, Code: CodeRunCanceled}
+	ErrNoActiveRun      = &Error{Kind: KindConflict, Code: CodeNoActiveRun}
+	ErrThreadDeleting   = &Error{Kind: KindConflict, Code: CodeThreadDeleting}
+	ErrDuplicateMessage = &Error{Kind: KindConflict, Code: CodeDuplicateMessage}
+	ErrStoreUnavailable = &Error{Kind: KindUnavailable, Code: CodeStoreUnavailable}
+)
