@@ -50,16 +50,18 @@ const (
 	EventTextDelta ModelEventType = iota + 1
 	EventReasoningDelta
 	EventToolCallStart // ToolCallID and ToolName are set
-	EventToolCallDelta // Delta is a fragment of the arguments JSON
+	EventToolCallDelta // ToolCallID is set; Delta is a fragment of the arguments JSON
+	EventToolCall      // the call is complete: ToolCallID, ToolName and Arguments (the whole JSON text) are set
 )
 
-// ModelEvent is one streamed delta.
+// ModelEvent is one streamed event. Data flows one way: the adapter emits events and the engine alone assembles
+// message parts from them; every tool event carries its call id.
 type ModelEvent struct {
 	Type       ModelEventType
 	Delta      string
-	ToolIndex  int
 	ToolCallID string
 	ToolName   string
+	Arguments  string
 }
 
 // FinishReason uses the AI SDK's names.
@@ -74,11 +76,9 @@ const (
 	FinishOther         FinishReason = "other"
 )
 
-// ModelResult is a finished completion.
+// ModelResult is how a finished completion ended. Its content arrived as events (one EventToolCall per call,
+// in the order the model made them, all before Stream returns).
 type ModelResult struct {
-	Text         string
-	Reasoning    string
-	ToolCalls    []ToolCall
 	FinishReason FinishReason
 	Usage        Usage
 	Model        string

@@ -30,7 +30,14 @@ type ToolInvocation struct {
 	RunID      string
 	ToolCallID string
 	Input      json.RawMessage
+	// IdempotencyKey is the same for every execution of one tool call (thread + tool call id), across retries,
+	// runs and crashes: a tool with side effects applies them at most once per key, and may record its outcome
+	// under it so that Recorded can report it after a crash (DESIGN principle 9).
+	IdempotencyKey string
 }
+
+// IdempotencyKey is the key of one tool call of a thread.
+func IdempotencyKey(threadID, toolCallID string) string { return threadID + "/" + toolCallID }
 
 // Tool is a Go value the engine offers to the model.
 type Tool struct {
@@ -44,6 +51,10 @@ type Tool struct {
 	// Execute runs a server tool (or acknowledges a job tool). Its output is any JSON value. An error becomes a
 	// tool-output-error the model sees; the run goes on.
 	Execute func(ctx context.Context, inv ToolInvocation) (json.RawMessage, error)
+	// Recorded, when set, reports the outcome an earlier execution recorded under inv.IdempotencyKey (ok false:
+	// the tool never ran to completion under that key). Recovery uses it so that a run that died after the tool
+	// ran but before its result was stored reports what really happened, not "not executed".
+	Recorded func(ctx context.Context, inv ToolInvocation) (output json.RawMessage, ok bool, err error)
 }
 
 // Spec is the model-facing description of t.
