@@ -1,13 +1,10 @@
 package uistream
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"testing"
-	"time"
 
-	"github.com/agentloop/agentloop/lib/agent"
 )
 
 type discardSink struct{}
@@ -41,31 +38,4 @@ func BenchmarkEncoderToolOutput(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "chunks/s")
-}
-
-// BenchmarkEncoderSegmenter adds the Segmenter as sink (segments written to a no-op store).
-func BenchmarkEncoderSegmenter(b *testing.B) {
-	s, err := NewSegmenter(context.Background(), SegmenterConfig{
-		ThreadID: "th", RunID: "run",
-		Write:    func(context.Context, agent.Segment) error { return nil },
-		Clock:    agent.SystemClock{},
-		Interval: 10 * time.Millisecond,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := NewEncoder(io.Discard, s)
-	c := TextDelta{ID: "txt_01jb2c3d4e5f6g7h8j9k", Delta: "hello "}
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := e.Encode(c); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "chunks/s")
-	b.StopTimer()
-	if err := s.Close(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(s.Stats().Segments), "segments")
 }

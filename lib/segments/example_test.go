@@ -1,4 +1,4 @@
-package uistream_test
+package segments_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/uistream"
 )
 
@@ -14,7 +15,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	var persisted []agent.Segment
-	seg, err := uistream.NewSegmenter(context.WithoutCancel(ctx), uistream.SegmenterConfig{
+	seg, err := segments.NewSegmenter(context.WithoutCancel(ctx), segments.SegmenterConfig{
 		ThreadID: "th_1",
 		RunID:    "run_1",
 		Clock:    agent.SystemClock{},

@@ -1,4 +1,4 @@
-package uistream
+package segments
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/uistream"
 )
 
 type fakeTicker struct{ c chan time.Time }
@@ -230,18 +231,18 @@ func TestSegmenterBoundsSegmentSize(t *testing.T) {
 	if err := s.Close(hangGuard(t)); err != nil {
 		t.Fatal(err)
 	}
-	segs := store.checkStream(t, 0, max, want)
-	// A frame that fits in one segment is never split.
+	segs := store.checkStream(t, 0, 200, want)
+	// No frame is ever split, and a segment exceeds max only when it is a single frame.
 	var bounds []int
 	off := 0
 	for _, seg := range segs {
 		off += len(seg.Data)
 		bounds = append(bounds, off)
+		if len(seg.Data) > max && !slices.ContainsFunc(frames, func(f [2]int) bool { return f[1]-f[0] == len(seg.Data) && f[1] == off }) {
+			t.Errorf("segment %d holds %d bytes and is not one frame", seg.Seq, len(seg.Data))
+		}
 	}
 	for i, f := range frames {
-		if f[1]-f[0] > max {
-			continue
-		}
 		for _, b := range bounds {
 			if f[0] < b && b < f[1] {
 				t.Errorf("frame %d [%d,%d) split at %d", i, f[0], f[1], b)
@@ -420,12 +421,21 @@ func TestEncoderWithSegmenter(t *testing.T) {
 	t.Parallel()
 	s, _, store := setupSegmenter(t, func(c *SegmenterConfig, _ *segStore) { c.MaxBytes = 128 })
 	rec := httptest.NewRecorder()
-	e := NewEncoder(rec, s)
-	for _, c := range samples()[1].chunks { // tool_roundtrip: two steps
+	e := uistream.NewEncoder(rec, s)
+	chunks := []uistream.Chunk{
+		uistream.Start{MessageID: "msg_1"}, uistream.StartStep{},
+		uistream.ToolInputStart{ToolCallID: "call_1", ToolName: "list_notes"},
+		uistream.ToolInputAvailable{ToolCallID: "call_1", ToolName: "list_notes", Input: []byte(`{}`)},
+		uistream.ToolOutputAvailable{ToolCallID: "call_1", Output: []byte(`{"notes":[]}`)},
+		uistream.FinishStep{}, uistream.StartStep{},
+		uistream.TextStart{ID: "t1"}, uistream.TextDelta{ID: "t1", Delta: "You have no notes."}, uistream.TextEnd{ID: "t1"},
+		uistream.FinishStep{}, uistream.Finish{FinishReason: agent.FinishStop},
+	}
+	for _, c := range chunks {
 		if err := e.Encode(c); err != nil {
 			t.Fatal(err)
 		}
-		if _, step := c.(FinishStep); step {
+		if _, step := c.(uistream.FinishStep); step {
 			if err := s.Flush(hangGuard(t)); err != nil {
 				t.Fatal(err)
 			}
@@ -435,5 +445,5 @@ func TestEncoderWithSegmenter(t *testing.T) {
 	if err := s.Close(hangGuard(t)); err != nil {
 		t.Fatal(err)
 	}
-	store.checkStream(t, 0, 128, rec.Body.Bytes())
+	store.checkStream(t, 0, 1<<20, rec.Body.Bytes())
 }

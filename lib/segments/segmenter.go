@@ -1,4 +1,4 @@
-package uistream
+package segments
 
 import (
 	"context"
@@ -13,16 +13,18 @@ import (
 const (
 	// DefaultSegmentInterval is the longest time a frame waits before its segment is written.
 	DefaultSegmentInterval = 500 * time.Millisecond
-	// DefaultMaxSegmentBytes bounds one segment's Data, far below DynamoDB's 400 KB item limit.
+	// DefaultMaxSegmentBytes is where a segment is cut (a single larger frame makes a larger segment).
 	DefaultMaxSegmentBytes = 256 << 10
+	// DefaultCloseTimeout bounds Close: a store that keeps refusing the final segment must not keep the HTTP
+	// response open after [DONE] (REVIEW L16).
+	DefaultCloseTimeout = 10 * time.Second
 )
 
-// CodeSegmenterClosed is the code of Flush errors after Close, and of the error Close reports when frames were
-// appended after it.
-const CodeSegmenterClosed = "segmenter_closed"
-
-// CodeSegmentWrite is the code of the errors Flush and Close return when a segment could not be written.
-const CodeSegmentWrite = "segment_write_failed"
+// Codes of the errors Flush and Close return (from the catalog in lib/agent).
+const (
+	CodeSegmenterClosed = agent.CodeSegmenterClosed
+	CodeSegmentWrite    = agent.CodeSegmentWriteFailed
+)
 
 // Ticker is the periodic signal of a Segmenter; inject a fake in tests.
 type Ticker interface {
@@ -71,8 +73,8 @@ type SegmenterStats struct {
 // Segmenter is a Sink that batches frames into numbered segments and writes them in the background: at
 // least every Interval, whenever a segment reaches MaxBytes, on Flush and on Close. Append never waits for
 // a write, so a slow store does not stall the stream; frames stay queued (and are retried after a failure)
-// until written, each exactly once and in order. Segments hold whole frames, except that a frame larger
-// than MaxBytes is split across consecutive segments (readers concatenate Data in Seq order).
+// until written, each exactly once and in order. Segments hold whole frames only: a frame larger than MaxBytes
+// is a segment of its own (readers concatenate Data in Seq order).
 type Segmenter struct {
 	cfg       SegmenterConfig
 	ctx       context.Context
@@ -101,7 +103,7 @@ type Segmenter struct {
 // write the final segment and end the background goroutine.
 func NewSegmenter(ctx context.Context, cfg SegmenterConfig) (*Segmenter, error) {
 	if cfg.Write == nil || cfg.Clock == nil {
-		return nil, agent.E(agent.KindInternal, "invalid_config", "segmenter needs Write and Clock")
+		return nil, agent.E(agent.KindInternal, agent.CodeInvalidConfig, "segmenter needs Write and Clock")
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultSegmentInterval
@@ -141,20 +143,15 @@ func (s *Segmenter) Append(frame []byte) {
 		return
 	}
 	cut := false
-	for len(frame) > 0 {
-		room := s.cfg.MaxBytes - len(s.pending)
-		if len(frame) <= room {
-			s.pending = append(s.pending, frame...)
-			break
-		}
-		if len(s.pending) > 0 && len(frame) <= s.cfg.MaxBytes {
-			// Start a new segment rather than split a frame that fits in one.
-			s.cutLocked(false)
-			cut = true
-			continue
-		}
-		s.pending = append(s.pending, frame[:room]...)
-		frame = frame[room:]
+	if len(s.pending) > 0 && len(s.pending)+len(frame) > s.cfg.MaxBytes {
+		s.cutLocked(false)
+		cut = true
+	}
+	// A frame is never split (REVIEW L17): a reader that stops between two segments, or a reaper that appends
+	// its final segment after the last one written, must always find whole frames. A frame larger than MaxBytes
+	// becomes a segment of its own; the stores keep large values under their item limits themselves.
+	s.pending = append(s.pending, frame...)
+	if len(s.pending) >= s.cfg.MaxBytes {
 		s.cutLocked(false)
 		cut = true
 	}
