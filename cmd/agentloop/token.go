@@ -10,6 +10,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/devserver"
 )
 
 // token prints a bearer token for --user that a dev server on the same data directory accepts.
@@ -32,7 +33,7 @@ func token(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	secret, err := devSecret(*data, cfg.Secret)
+	secret, err := devserver.Secret(*data, cfg.Secret)
 	if err != nil {
 		return err
 	}

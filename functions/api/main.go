@@ -12,9 +12,11 @@ import (
 
 	"github.com/agentloop/agentloop/functions/internal/boot"
 	"github.com/agentloop/agentloop/lib/config"
-	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httpapi"
+	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
+	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/tools"
 )
 
 func main() { boot.Start(newHandler) }
@@ -28,8 +30,8 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 		return nil, err
 	}
 	cfg := b.Config
-	// The engine only reaps stale runs here (a thread read finds its run dead); it never calls a model.
-	eng := engine.New(engine.Deps{Store: b.Store, Clock: b.Clock, Logger: log}, cfg.Engine(cfg.Model))
-	return httpapi.NewAPI(httpapi.Deps{Engine: eng, Store: b.Store, Clock: b.Clock, Logger: log,
-		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
+	// A thread read reaps a dead run lazily; the reaper asks the tools what they recorded, never a model.
+	rp := reaper.New(reaper.Deps{Store: b.Store, Tools: tools.Demo(b.Store, b.Clock), Clock: b.Clock, Logger: log}, cfg.Reaper())
+	th := threads.New(threads.Deps{Store: b.Store, Reaper: rp, Clock: b.Clock, Logger: log}, cfg.Threads())
+	return httpapi.NewAPI(httpapi.Deps{Threads: th, Clock: b.Clock, Logger: log, Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -14,7 +15,9 @@ import (
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
+	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/tools"
 )
 
@@ -32,10 +35,12 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 		return nil, err
 	}
 	cfg := b.Config
-	model := openai.New(openai.Config{BaseURL: cfg.OpenAIBaseURL, APIKey: b.Secrets[1], Model: cfg.Model,
-		MaxOutputTokens: cfg.MaxOutputTokens, RequestTimeout: cfg.ModelTimeout, MaxRetries: cfg.AdapterRetries(), Logger: log})
-	eng := engine.New(engine.Deps{Store: b.Store, Model: model, Tools: tools.Demo(b.Store, b.Clock), Clock: b.Clock, Logger: log},
-		cfg.Engine(cfg.Model))
-	return httpapi.NewChat(httpapi.Deps{Engine: eng, Store: b.Store, Clock: b.Clock, Logger: log,
+	model := cmp.Or(cfg.Model, config.DefaultModel)
+	toolset := tools.Demo(b.Store, b.Clock)
+	rp := reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Clock: b.Clock, Logger: log}, cfg.Reaper())
+	eng := engine.New(engine.Deps{Store: b.Store, Model: openai.New(cfg.OpenAI(cfg.OpenAIBaseURL, b.Secrets[1], model, log)),
+		Tools: toolset, Reaper: rp, Clock: b.Clock, Logger: log}, cfg.Engine(model))
+	th := threads.New(threads.Deps{Store: b.Store, Reaper: rp, Clock: b.Clock, Logger: log}, cfg.Threads())
+	return httpapi.NewChat(httpapi.Deps{Engine: eng, Threads: th, Clock: b.Clock, Logger: log,
 		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
 }

@@ -1,68 +1,65 @@
-// Package config reads every bound and setting from the environment, each with a named default, so the Lambda
-// functions and `agentloop dev` share one set of overrides. It only reads values; wiring stays in the mains.
+// Package config maps environment variables onto the components' configurations, so the Lambda functions and
+// `agentloop dev` share one set of overrides. It has no numbers of its own: an unset variable leaves the field
+// zero, and zero means "the owning component's default" everywhere (the defaults are written once, beside their
+// owners: engine, transcript, segments, reaper, threads, httpapi, openai). It only reads values; wiring stays
+// in the mains and lib/devserver.
 package config
 
 import (
+	"cmp"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/segments"
+	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/transcript"
 )
 
-// Defaults (DESIGN.md "Run lifecycle" and principle 6).
+// Defaults that belong to no component but the deployment itself.
 const (
-	DefaultModel           = "gpt-4o-mini"
-	DefaultMaxSteps        = 30
-	DefaultMaxOutputTokens = 8192
-	DefaultModelTimeout    = 120 * time.Second
-	DefaultModelRetries    = 2
-	DefaultRunTimeout      = 600 * time.Second
-	DefaultToolTimeout     = 30 * time.Second
-	DefaultHeartbeat       = time.Second
-	DefaultStaleAfter      = 30 * time.Second
-	DefaultSegmentFlush    = 500 * time.Millisecond
-	DefaultMaxBodyBytes    = 5 << 20 // below the 6 MB function URL request limit
-	DefaultMaxMessageBytes = 2 << 20
-	DefaultContextBytes    = 400_000 // model context budget after pruning, in bytes of transcript text
-	DefaultTokenTTL        = 24 * time.Hour
-	DefaultReaperInterval  = 5 * time.Second // agentloop dev's ticker; in AWS an EventBridge schedule runs the reaper
-	DefaultReaperBatch     = 100
+	DefaultModel    = "gpt-4o-mini"
+	DefaultTokenTTL = 24 * time.Hour
 )
 
-// Config is everything the handlers and the engine read from the environment.
+// Config is everything the handlers and the engine read from the environment. Zero means the owner's default.
 type Config struct {
-	Model           string        // AGENT_MODEL
-	OpenAIBaseURL   string        // OPENAI_BASE_URL
-	OpenAIAPIKey    string        // OPENAI_API_KEY
-	SystemPrompt    string        // AGENT_SYSTEM_PROMPT
-	MaxSteps        int           // AGENT_MAX_STEPS
-	MaxOutputTokens int           // AGENT_MAX_OUTPUT_TOKENS
-	ModelTimeout    time.Duration // AGENT_MODEL_TIMEOUT
-	ModelRetries    int           // AGENT_MODEL_RETRIES
-	RunTimeout      time.Duration // AGENT_RUN_TIMEOUT
-	ToolTimeout     time.Duration // AGENT_TOOL_TIMEOUT
-	Heartbeat       time.Duration // AGENT_HEARTBEAT
-	StaleAfter      time.Duration // AGENT_STALE_AFTER
-	SegmentFlush    time.Duration // AGENT_SEGMENT_FLUSH
-	ReaperInterval  time.Duration // AGENT_REAPER_INTERVAL
-	ReaperBatch     int           // AGENT_REAPER_BATCH
-	MaxBodyBytes    int64         // AGENT_MAX_BODY_BYTES
-	MaxMessageBytes int           // AGENT_MAX_MESSAGE_BYTES
-	ContextBytes    int           // AGENT_CONTEXT_BYTES
-	Secret          string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
-	JWTIssuer       string        // AGENT_JWT_ISSUER (optional check)
-	JWTAudience     string        // AGENT_JWT_AUDIENCE (optional check)
-	LogLevel        string        // AGENT_LOG_LEVEL: debug|info|warn|error
-
-	// Lambda wiring. The functions read the two secrets from SSM SecureString parameters named here; the plain
-	// AGENT_SECRET and OPENAI_API_KEY above are fallbacks for local runs and tests, used only when the
-	// parameter name is unset.
-	TableName         string // TABLE_NAME: the DynamoDB table
-	SecretParam       string // AGENT_SECRET_PARAM: SSM parameter holding the application secret
-	OpenAIAPIKeyParam string // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
+	Model             string        // AGENT_MODEL
+	OpenAIBaseURL     string        // OPENAI_BASE_URL
+	OpenAIAPIKey      string        // OPENAI_API_KEY
+	SystemPrompt      string        // AGENT_SYSTEM_PROMPT
+	MaxSteps          int           // AGENT_MAX_STEPS
+	MaxOutputTokens   int           // AGENT_MAX_OUTPUT_TOKENS
+	ModelTimeout      time.Duration // AGENT_MODEL_TIMEOUT: time to the first token
+	ModelIdleTimeout  time.Duration // AGENT_MODEL_IDLE_TIMEOUT: longest gap between two tokens
+	ModelRetries      *int          // AGENT_MODEL_RETRIES (0 means none; unset means the adapter's default)
+	RunTimeout        time.Duration // AGENT_RUN_TIMEOUT
+	ToolTimeout       time.Duration // AGENT_TOOL_TIMEOUT
+	Heartbeat         time.Duration // AGENT_HEARTBEAT
+	StaleAfter        time.Duration // AGENT_STALE_AFTER
+	CancelPoll        time.Duration // AGENT_CANCEL_POLL
+	SegmentFlush      time.Duration // AGENT_SEGMENT_FLUSH
+	ResumePollMax     time.Duration // AGENT_RESUME_POLL_MAX
+	ReaperInterval    time.Duration // AGENT_REAPER_INTERVAL
+	ReaperBatch       int           // AGENT_REAPER_BATCH
+	MaxBodyBytes      int64         // AGENT_MAX_BODY_BYTES
+	MaxMessageBytes   int           // AGENT_MAX_MESSAGE_BYTES
+	ContextBytes      int           // AGENT_CONTEXT_BYTES
+	ToolOutputBytes   int           // AGENT_TOOL_OUTPUT_BYTES
+	Secret            string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
+	JWTIssuer         string        // AGENT_JWT_ISSUER (optional check)
+	JWTAudience       string        // AGENT_JWT_AUDIENCE (optional check)
+	LogLevel          string        // AGENT_LOG_LEVEL: debug|info|warn|error
+	TableName         string        // TABLE_NAME: the DynamoDB table
+	SecretParam       string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
+	OpenAIAPIKeyParam string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
 }
 
 // SecretEnv names the variables that carry a secret in plain text. A deployment template must never set them:
@@ -75,33 +72,33 @@ func FromEnv() (Config, error) { return Load(os.Getenv) }
 // Load reads settings through getenv, so tests need no process environment.
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
-		Model:         strOr(getenv("AGENT_MODEL"), DefaultModel),
-		OpenAIBaseURL: getenv("OPENAI_BASE_URL"),
-		OpenAIAPIKey:  getenv("OPENAI_API_KEY"),
-		SystemPrompt:  getenv("AGENT_SYSTEM_PROMPT"),
-		Secret:        getenv("AGENT_SECRET"),
-		JWTIssuer:     getenv("AGENT_JWT_ISSUER"),
-		JWTAudience:   getenv("AGENT_JWT_AUDIENCE"),
-		LogLevel:      strOr(getenv("AGENT_LOG_LEVEL"), "info"),
-
+		Model:             strings.TrimSpace(getenv("AGENT_MODEL")),
+		OpenAIBaseURL:     getenv("OPENAI_BASE_URL"),
+		OpenAIAPIKey:      getenv("OPENAI_API_KEY"),
+		SystemPrompt:      getenv("AGENT_SYSTEM_PROMPT"),
+		Secret:            getenv("AGENT_SECRET"),
+		JWTIssuer:         getenv("AGENT_JWT_ISSUER"),
+		JWTAudience:       getenv("AGENT_JWT_AUDIENCE"),
+		LogLevel:          cmp.Or(strings.TrimSpace(getenv("AGENT_LOG_LEVEL")), "info"),
 		TableName:         strings.TrimSpace(getenv("TABLE_NAME")),
 		SecretParam:       strings.TrimSpace(getenv("AGENT_SECRET_PARAM")),
 		OpenAIAPIKeyParam: strings.TrimSpace(getenv("OPENAI_API_KEY_PARAM")),
 	}
 	var errs []string
-	intVar := func(name string, def int, dst *int) {
-		*dst = def
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				errs = append(errs, fmt.Sprintf("%s=%q: want a non-negative integer", name, v))
-				return
-			}
-			*dst = n
+	intVar := func(name string, dst *int, min int) bool {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return false
 		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < min {
+			errs = append(errs, fmt.Sprintf("%s=%q: want an integer of at least %d", name, v, min))
+			return false
+		}
+		*dst = n
+		return true
 	}
-	durVar := func(name string, def time.Duration, dst *time.Duration) {
-		*dst = def
+	durVar := func(name string, dst *time.Duration) {
 		if v := strings.TrimSpace(getenv(name)); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -111,27 +108,32 @@ func Load(getenv func(string) string) (Config, error) {
 			*dst = d
 		}
 	}
-	intVar("AGENT_MAX_STEPS", DefaultMaxSteps, &c.MaxSteps)
-	intVar("AGENT_MAX_OUTPUT_TOKENS", DefaultMaxOutputTokens, &c.MaxOutputTokens)
-	intVar("AGENT_MODEL_RETRIES", DefaultModelRetries, &c.ModelRetries)
-	intVar("AGENT_MAX_MESSAGE_BYTES", DefaultMaxMessageBytes, &c.MaxMessageBytes)
-	intVar("AGENT_CONTEXT_BYTES", DefaultContextBytes, &c.ContextBytes)
-	var body int
-	intVar("AGENT_MAX_BODY_BYTES", DefaultMaxBodyBytes, &body)
-	c.MaxBodyBytes = int64(body)
-	durVar("AGENT_MODEL_TIMEOUT", DefaultModelTimeout, &c.ModelTimeout)
-	durVar("AGENT_RUN_TIMEOUT", DefaultRunTimeout, &c.RunTimeout)
-	durVar("AGENT_TOOL_TIMEOUT", DefaultToolTimeout, &c.ToolTimeout)
-	durVar("AGENT_HEARTBEAT", DefaultHeartbeat, &c.Heartbeat)
-	durVar("AGENT_STALE_AFTER", DefaultStaleAfter, &c.StaleAfter)
-	durVar("AGENT_SEGMENT_FLUSH", DefaultSegmentFlush, &c.SegmentFlush)
-	durVar("AGENT_REAPER_INTERVAL", DefaultReaperInterval, &c.ReaperInterval)
-	intVar("AGENT_REAPER_BATCH", DefaultReaperBatch, &c.ReaperBatch)
-	if c.MaxSteps == 0 {
-		errs = append(errs, "AGENT_MAX_STEPS must be at least 1")
+	intVar("AGENT_MAX_STEPS", &c.MaxSteps, 1)
+	intVar("AGENT_MAX_OUTPUT_TOKENS", &c.MaxOutputTokens, 1)
+	var retries int
+	if intVar("AGENT_MODEL_RETRIES", &retries, 0) {
+		c.ModelRetries = &retries
 	}
-	if c.Heartbeat >= c.StaleAfter {
-		errs = append(errs, "AGENT_HEARTBEAT must be shorter than AGENT_STALE_AFTER")
+	intVar("AGENT_MAX_MESSAGE_BYTES", &c.MaxMessageBytes, 1)
+	intVar("AGENT_CONTEXT_BYTES", &c.ContextBytes, 1)
+	intVar("AGENT_TOOL_OUTPUT_BYTES", &c.ToolOutputBytes, 1)
+	var body int
+	if intVar("AGENT_MAX_BODY_BYTES", &body, 1) {
+		c.MaxBodyBytes = int64(body)
+	}
+	durVar("AGENT_MODEL_TIMEOUT", &c.ModelTimeout)
+	durVar("AGENT_MODEL_IDLE_TIMEOUT", &c.ModelIdleTimeout)
+	durVar("AGENT_RUN_TIMEOUT", &c.RunTimeout)
+	durVar("AGENT_TOOL_TIMEOUT", &c.ToolTimeout)
+	durVar("AGENT_HEARTBEAT", &c.Heartbeat)
+	durVar("AGENT_STALE_AFTER", &c.StaleAfter)
+	durVar("AGENT_CANCEL_POLL", &c.CancelPoll)
+	durVar("AGENT_SEGMENT_FLUSH", &c.SegmentFlush)
+	durVar("AGENT_RESUME_POLL_MAX", &c.ResumePollMax)
+	durVar("AGENT_REAPER_INTERVAL", &c.ReaperInterval)
+	intVar("AGENT_REAPER_BATCH", &c.ReaperBatch, 1)
+	if cmp.Or(c.Heartbeat, agent.DefaultHeartbeat) >= cmp.Or(c.StaleAfter, agent.DefaultStaleAfter)/2 {
+		errs = append(errs, "AGENT_HEARTBEAT must be shorter than half of AGENT_STALE_AFTER (a run stops itself when its heartbeats fail for that long)")
 	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("config: %s", strings.Join(errs, "; "))
@@ -139,26 +141,34 @@ func Load(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
-func strOr(v, def string) string {
-	if strings.TrimSpace(v) == "" {
-		return def
-	}
-	return v
-}
-
-// Engine is the engine's share of the configuration; model is the model name actually used (the offline model
-// overrides AGENT_MODEL in `agentloop dev`).
+// Engine is the engine's share; model is the model name actually used (the offline model overrides AGENT_MODEL
+// in `agentloop dev`).
 func (c Config) Engine(model string) engine.Config {
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
-		SegmentFlush: c.SegmentFlush, ContextBytes: c.ContextBytes, MaxMessageBytes: c.MaxMessageBytes}
+		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes,
+		Transcript: transcript.Config{BudgetBytes: c.ContextBytes, ToolOutputBytes: c.ToolOutputBytes}}
 }
 
-// AdapterRetries is ModelRetries in the openai adapter's terms, where 0 means its default and a negative
-// number means none (here 0 means none).
-func (c Config) AdapterRetries() int {
-	if c.ModelRetries == 0 {
-		return -1
+// Reaper is the reaper's share.
+func (c Config) Reaper() reaper.Config {
+	return reaper.Config{StaleAfter: c.StaleAfter, Interval: c.ReaperInterval, Batch: c.ReaperBatch}
+}
+
+// Threads is the thread service's share (resume readers included).
+func (c Config) Threads() threads.Config {
+	return threads.Config{StaleAfter: c.StaleAfter, Follow: segments.Follower{PollMax: c.ResumePollMax}}
+}
+
+// OpenAI is the model adapter's share, for the given endpoint, key and model name.
+func (c Config) OpenAI(baseURL, apiKey, model string, log *slog.Logger) openai.Config {
+	retries := 0 // the adapter's default
+	if c.ModelRetries != nil {
+		retries = *c.ModelRetries
+		if retries == 0 {
+			retries = -1 // the adapter's "none"
+		}
 	}
-	return c.ModelRetries
+	return openai.Config{BaseURL: baseURL, APIKey: apiKey, Model: model, MaxOutputTokens: c.MaxOutputTokens,
+		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: retries, Logger: log}
 }

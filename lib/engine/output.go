@@ -2,27 +2,29 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"io"
+	"sync/atomic"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/uistream"
 )
 
 // output fans every chunk out to the client (best effort: a gone client is ignored, the run goes on) and to
 // the run's stream segments (flushed at least every SegmentFlush, at step ends and at close).
 type output struct {
-	ctx context.Context
-	e   *Engine
-	run agent.Run
-	enc *uistream.Encoder
-	seg *uistream.Segmenter
+	ctx      context.Context
+	e        *Engine
+	run      agent.Run
+	enc      *uistream.Encoder
+	seg      *segments.Segmenter
+	detached atomic.Bool // the run lost its claim: nothing more goes to the store
 }
 
 func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer) *output {
 	o := &output{ctx: ctx, e: e, run: run}
-	seg, err := uistream.NewSegmenter(ctx, uistream.SegmenterConfig{ThreadID: run.ThreadID, RunID: run.ID,
-		Write: e.store.AppendSegment, Clock: e.clock, Interval: e.cfg.SegmentFlush, Logger: e.log})
+	seg, err := segments.NewSegmenter(ctx, segments.SegmenterConfig{ThreadID: run.ThreadID, RunID: run.ID,
+		Write: o.write, Clock: e.clock, Interval: e.cfg.SegmentFlush, Logger: e.log})
 	if err != nil {
 		// Only a configuration bug gets here; stream to the client without persistence rather than not at all.
 		e.log.Error("segmenter", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
@@ -33,6 +35,19 @@ func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer) 
 	o.enc = uistream.NewEncoder(client, seg)
 	return o
 }
+
+// write appends a segment unless the run was detached. Insert-if-absent makes a fenced run's segments unable
+// to overwrite anything, and readers stop at the first final segment, so nothing it appends after the reaper's
+// final segment is ever read; detaching just saves the writes.
+func (o *output) write(ctx context.Context, s agent.Segment) error {
+	if o.detached.Load() {
+		return nil
+	}
+	return o.e.store.AppendSegment(ctx, s)
+}
+
+// detach stops writing segments (the run lost its claim).
+func (o *output) detach() { o.detached.Store(true) }
 
 // send encodes c for the client and the segments.
 func (o *output) send(c uistream.Chunk) {
@@ -51,22 +66,16 @@ func (o *output) flush() {
 	}
 }
 
-// close ends the stream with [DONE] and writes the final segment.
+// close ends the stream with [DONE] and writes the final segment, giving up after the segments' close timeout
+// so a store that keeps refusing cannot hold the response open (REVIEW L16).
 func (o *output) close() {
 	o.enc.Done()
 	if o.seg == nil {
 		return
 	}
-	if err := o.seg.Close(o.ctx); err != nil {
+	ctx, cancel := context.WithTimeout(o.ctx, segments.DefaultCloseTimeout)
+	defer cancel()
+	if err := o.seg.Close(ctx); err != nil {
 		o.e.log.Warn("close segments", "thread_id", o.run.ThreadID, "run_id", o.run.ID, "err", err)
 	}
-}
-
-// metadataJSON marshals server-authored metadata; the values are plain structs and cannot fail.
-func metadataJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic("engine: metadata: " + err.Error())
-	}
-	return b
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
@@ -20,21 +19,22 @@ type chatBody struct {
 	Multitask string            `json:"multitask"`
 }
 
-// Stable request error codes.
+// The AI SDK's wire words: triggers sent by DefaultChatTransport, and our multitask extension.
 const (
-	CodeInvalidJSON     = "invalid_json"
-	CodeMissingID       = "missing_id"
-	CodeMissingTrigger  = "missing_trigger"
-	CodeMissingMessages = "missing_messages"
-	CodeInvalidMessage  = "invalid_message"
+	wireSubmit     = "submit-message"
+	wireRegenerate = "regenerate-message"
 )
 
-// decodeChat reads and validates the body shape; it reads only the newest message.
+var multitasks = map[string]engine.Multitask{"": engine.MultitaskReject, "reject": engine.MultitaskReject,
+	"interrupt": engine.MultitaskInterrupt}
+
+// decodeChat reads and validates the body shape and maps the wire words onto the engine's values; it reads only
+// the newest message.
 func decodeChat(r io.Reader, limit int64) (engine.Request, error) {
 	var req engine.Request
 	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
-		return req, agent.Wrap(err, agent.KindInvalid, "unreadable_body", "could not read the request body")
+		return req, agent.Wrap(err, agent.KindInvalid, agent.CodeUnreadableBody, "could not read the request body")
 	}
 	if int64(len(data)) > limit {
 		return req, agent.E(agent.KindTooLarge, agent.CodeTooLarge, "request body exceeds %d bytes", limit)
@@ -42,25 +42,41 @@ func decodeChat(r io.Reader, limit int64) (engine.Request, error) {
 	var body chatBody
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&body); err != nil {
-		return req, agent.E(agent.KindInvalid, CodeInvalidJSON, "the body is not a valid JSON object: %v", err)
+		return req, agent.E(agent.KindInvalid, agent.CodeInvalidJSON, "the body is not a valid JSON object: %v", err)
 	}
 	if dec.More() {
-		return req, agent.E(agent.KindInvalid, CodeInvalidJSON, "the body holds more than one JSON value")
+		return req, agent.E(agent.KindInvalid, agent.CodeInvalidJSON, "the body holds more than one JSON value")
 	}
 	if body.ID == nil || *body.ID == "" {
-		return req, agent.E(agent.KindInvalid, CodeMissingID, "id (the thread id) is required")
+		return req, agent.E(agent.KindInvalid, agent.CodeMissingID, "id (the thread id) is required")
 	}
 	if body.Trigger == nil || *body.Trigger == "" {
-		return req, agent.E(agent.KindInvalid, CodeMissingTrigger, "trigger is required (submit-message or regenerate-message)")
+		return req, agent.E(agent.KindInvalid, agent.CodeMissingTrigger, "trigger is required (submit-message or regenerate-message)")
 	}
-	req.ThreadID, req.Trigger, req.MessageID, req.Multitask = *body.ID, *body.Trigger, body.MessageID, body.Multitask
-	if body.Messages == nil && req.Trigger == engine.WireSubmit {
-		return req, agent.E(agent.KindInvalid, CodeMissingMessages, "messages is required")
+	req.ThreadID, req.ReplaceID = *body.ID, body.MessageID
+	switch *body.Trigger {
+	case wireSubmit:
+		req.Kind = engine.TurnSubmit
+	case wireRegenerate:
+		req.Kind = engine.TurnRegenerate
+	default:
+		return req, agent.E(agent.KindInvalid, agent.CodeInvalidTrigger, "trigger must be %q or %q, got %q", wireSubmit, wireRegenerate, *body.Trigger)
+	}
+	mt, ok := multitasks[body.Multitask]
+	switch {
+	case body.Multitask == "enqueue":
+		return req, agent.E(agent.KindInvalid, agent.CodeInvalidMultitask, "multitask %q is not supported yet; use reject or interrupt", body.Multitask)
+	case !ok:
+		return req, agent.E(agent.KindInvalid, agent.CodeInvalidMultitask, "multitask must be reject, interrupt or enqueue, got %q", body.Multitask)
+	}
+	req.Multitask = mt
+	if body.Messages == nil && req.Kind == engine.TurnSubmit {
+		return req, agent.E(agent.KindInvalid, agent.CodeMissingMessages, "messages is required")
 	}
 	if n := len(body.Messages); n > 0 {
 		var m agent.Message
 		if err := json.Unmarshal(body.Messages[n-1], &m); err != nil {
-			return req, agent.E(agent.KindInvalid, CodeInvalidMessage, "the newest message is not a valid UIMessage: %v", err)
+			return req, agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "the newest message is not a valid UIMessage: %v", err)
 		}
 		req.Message = &m
 	}
@@ -93,65 +109,21 @@ func setStreamHeaders(w http.ResponseWriter) {
 	h.Set("X-Accel-Buffering", "no")
 }
 
-// resumeStream replays the active run's segments from the start and tails new ones until the final segment.
+// resumeStream replays the active run's stream and follows it to its end; 204 when there is nothing to resume.
 func (s *server) resumeStream(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	th, err := s.ownedThread(r, r.PathValue("threadId"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if th.ActiveRun == nil {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	claim := *th.ActiveRun
 	rc := http.NewResponseController(w)
-	started := false
-	var next int64
-	deadline := time.Now().Add(s.Engine.Config().RunTimeout + time.Minute)
-	idleSince := time.Now()
-	for {
-		segs, err := s.Store.ListSegments(ctx, claim.RunID, next, s.Clock.Now())
-		if err != nil {
-			if !started {
-				s.fail(w, r, err)
-			}
-			return
-		}
-		for _, seg := range segs {
-			if !started {
-				setStreamHeaders(w)
-				w.WriteHeader(http.StatusOK)
-				started = true
-			}
-			if _, err := w.Write(seg.Data); err != nil {
-				return
-			}
-			_ = rc.Flush()
-			next = seg.Seq + 1
-			idleSince = time.Now()
-			if seg.Final {
-				return
-			}
-		}
-		if len(segs) == 0 && time.Since(idleSince) > s.Engine.Config().StaleAfter {
-			// Nothing new for a whole stale window: the run may have died. Reap it lazily, which writes the final
-			// segment this loop then reads.
-			if cur, err := s.Store.GetThread(ctx, th.ID); err == nil && cur.ActiveRun != nil && cur.ActiveRun.RunID == claim.RunID &&
-				cur.ActiveRun.Stale(s.Clock.Now(), s.Engine.Config().StaleAfter) {
-				_ = s.Engine.ReapRun(ctx, th.ID, claim.RunID, claim.Epoch)
-			}
-			idleSince = time.Now()
-		}
-		if time.Now().After(deadline) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(s.ResumePoll):
-		}
+	begin := func() {
+		setStreamHeaders(w)
+		w.WriteHeader(http.StatusOK)
+	}
+	active, err := s.Threads.Attach(r.Context(), subjectOf(r.Context()), r.PathValue("threadId"), begin, w, func() { _ = rc.Flush() })
+	switch {
+	case err != nil && !active:
+		s.fail(w, r, err)
+	case err != nil:
+		s.Logger.Info("resume ended early", "thread_id", r.PathValue("threadId"), "err", err)
+	case !active:
+		w.WriteHeader(http.StatusNoContent)
 	}
 }
 

@@ -21,13 +21,14 @@ func FuzzDecodeChat(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
+	eng := engine.New(engine.Deps{}, engine.Config{MaxMessageBytes: 1 << 15})
 	f.Fuzz(func(t *testing.T, body string) {
 		req, err := decodeChat(strings.NewReader(body), 1<<16)
 		if err == nil {
-			err = engine.Validate(req, 1<<15)
+			err = eng.Validate(req)
 		}
 		if err == nil {
-			if req.ThreadID == "" || (req.Trigger == engine.WireSubmit && req.Message == nil) {
+			if req.ThreadID == "" || (req.Kind == engine.TurnSubmit && req.Message == nil) {
 				t.Fatalf("accepted an incomplete request: %+v", req)
 			}
 			return
@@ -35,7 +36,7 @@ func FuzzDecodeChat(f *testing.F) {
 		if k := agent.KindOf(err); k != agent.KindInvalid && k != agent.KindTooLarge {
 			t.Fatalf("rejection of kind %s: %v", k, err)
 		}
-		if agent.CodeOf(err) == "internal" {
+		if agent.CodeOf(err) == agent.CodeInternal {
 			t.Fatalf("rejection without a code: %v", err)
 		}
 	})

@@ -4,16 +4,16 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/threads"
 )
 
 // Authenticator returns the authenticated principal of a request, or an *agent.Error of KindUnauthenticated.
@@ -22,19 +22,20 @@ type Authenticator interface {
 	Verify(ctx context.Context, r *http.Request) (auth.Principal, error)
 }
 
-// Deps are what the handlers need.
+// DefaultMaxBodyBytes bounds a request body: below the 6 MB function URL request limit.
+const DefaultMaxBodyBytes = 5 << 20
+
+// Deps are what the handlers need: the services they call, never a store.
 type Deps struct {
-	Engine *engine.Engine
-	Store  agent.Store
-	Auth   Authenticator
-	Clock  agent.Clock
-	Logger *slog.Logger
-	// MaxBodyBytes bounds a request body (413 above it).
+	Engine  *engine.Engine   // the chat routes
+	Threads *threads.Service // the thread routes and resume
+	Auth    Authenticator
+	Clock   agent.Clock
+	Logger  *slog.Logger
+	// MaxBodyBytes bounds a request body (413 above it); 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// AllowOrigins enables CORS for these origins ("*" for any). Empty: no CORS headers (function URLs add their own).
 	AllowOrigins []string
-	// ResumePoll is how often a resumed stream polls for new segments (default 100 ms).
-	ResumePoll time.Duration
 }
 
 type server struct {
@@ -48,12 +49,7 @@ func newServer(d Deps) *server {
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
-	if d.MaxBodyBytes <= 0 {
-		d.MaxBodyBytes = 5 << 20
-	}
-	if d.ResumePoll <= 0 {
-		d.ResumePoll = 100 * time.Millisecond
-	}
+	d.MaxBodyBytes = cmp.Or(d.MaxBodyBytes, DefaultMaxBodyBytes)
 	return &server{Deps: d}
 }
 
@@ -93,7 +89,7 @@ func (s *server) apiRoutes(mux *http.ServeMux) {
 // fallback turns the mux's plain-text 404/405 into the JSON error contract.
 func (s *server) fallback(mux *http.ServeMux) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, agent.E(agent.KindNotFound, "route_not_found", "no route for %s %s", r.Method, r.URL.Path))
+		writeError(w, agent.E(agent.KindNotFound, agent.CodeRouteNotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
 }
 
@@ -106,7 +102,7 @@ func (s *server) authed(h http.HandlerFunc) http.HandlerFunc {
 		p, err := s.Auth.Verify(r.Context(), r)
 		if err != nil {
 			if agent.KindOf(err) != agent.KindUnauthenticated {
-				err = agent.Wrap(err, agent.KindUnauthenticated, "unauthenticated", "authentication failed")
+				err = agent.Wrap(err, agent.KindUnauthenticated, agent.CodeUnauthenticated, "authentication failed")
 			}
 			writeError(w, err)
 			return
@@ -180,16 +176,8 @@ type errorBody struct {
 
 func writeError(w http.ResponseWriter, err error) {
 	var body errorBody
-	body.Error.Code = agent.CodeOf(err)
-	var ae *agent.Error
-	if errors.As(err, &ae) && ae.Kind != agent.KindInternal {
-		body.Error.Message = ae.Message
-		if body.Error.Message == "" {
-			body.Error.Message = ae.Error()
-		}
-	} else {
-		body.Error.Message = "internal error" // never leak internals
-	}
+	// Never the chain of causes: provider bodies, AWS request ids and keys go to the log only.
+	body.Error.Code, body.Error.Message = agent.Public(err)
 	status := statusOf(err)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer`)

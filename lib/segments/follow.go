@@ -135,3 +135,33 @@ func AppendFinal(ctx context.Context, store agent.SegmentStore, clock agent.Cloc
 	return store.AppendSegment(ctx, agent.Segment{ThreadID: threadID, RunID: runID, Seq: next, Data: data, Final: true,
 		CreatedAt: now, ExpiresAt: now.Add(agent.SegmentTTL)})
 }
+
+// EndOf is the end of a stream for a run that is over but whose own final segment is missing: an error end for
+// a failed run (with its safe message), a plain finish otherwise.
+func EndOf(run agent.Run) []byte {
+	status := map[agent.RunStatus]agent.MessageStatus{agent.RunCompleted: agent.MessageCompleted,
+		agent.RunInterrupted: agent.MessageInterrupted, agent.RunCanceled: agent.MessageCanceled}[run.Status]
+	u := run.Usage
+	md := agent.MessageMetadata{RunID: run.ID, Model: run.Model, Usage: &u, Status: status}
+	if status == "" {
+		md.Status = agent.MessageFailed
+		msg := "The run stopped unexpectedly."
+		if run.Error != nil && run.Error.Message != "" {
+			msg = run.Error.Message
+		}
+		return ErrorEnd(md, msg)
+	}
+	meta, err := json.Marshal(md)
+	if err != nil {
+		panic("segments: metadata: " + err.Error())
+	}
+	reason := agent.FinishStop
+	if run.Status == agent.RunCanceled {
+		reason = agent.FinishOther
+	}
+	data, err := uistream.Frames(uistream.Finish{FinishReason: reason, Metadata: meta})
+	if err != nil {
+		panic("segments: frames: " + err.Error())
+	}
+	return uistream.AppendDone(data)
+}

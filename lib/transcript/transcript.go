@@ -67,13 +67,10 @@ func NewHistory(msgs []agent.Message, cfg Config) *History {
 	return h
 }
 
-// Build returns the transcript for the next model call: the history, then the run's draft (the assistant
-// message in flight; nil or empty for the first step), pruned to the budget.
-func (h *History) Build(draft *agent.Message) []agent.ModelMessage {
-	var tail []agent.ModelMessage
-	if draft != nil {
-		tail = convert(*draft, h.cfg.ToolOutputBytes)
-	}
+// Build returns the transcript for the next model call: the history, then the run's draft (the parts of the
+// assistant message in flight, as the engine holds them; empty for the first step), pruned to the budget.
+func (h *History) Build(draft []agent.Part) []agent.ModelMessage {
+	tail := assistant(draft, h.cfg.ToolOutputBytes)
 	total := size(tail)
 	for _, s := range h.sizes {
 		total += s
@@ -143,42 +140,43 @@ func convert(m agent.Message, toolOutputBytes int) []agent.ModelMessage {
 		}
 		return []agent.ModelMessage{{Role: "user", Text: b.String()}}
 	case agent.RoleAssistant:
-		var out []agent.ModelMessage
-		var text strings.Builder
-		var calls []agent.ToolCall
-		var results []agent.ModelMessage
-		flush := func() {
-			if text.Len() > 0 || len(calls) > 0 {
-				out = append(out, agent.ModelMessage{Role: "assistant", Text: text.String(), ToolCalls: calls})
-				out = append(out, results...)
-			}
-			text.Reset()
-			calls, results = nil, nil
-		}
-		for _, raw := range m.Parts {
-			p, err := agent.DecodePart(raw)
-			if err != nil {
-				continue
-			}
-			switch {
-			case p.Type == "step-start":
-				flush()
-			case p.Type == "text":
-				text.WriteString(p.Text)
-			case agent.IsToolPart(p.Type):
-				args := "{}"
-				if len(p.Input) > 0 {
-					args = string(p.Input)
-				}
-				calls = append(calls, agent.ToolCall{ID: p.ToolCallID, Name: p.ToolNameOf(), Arguments: args})
-				results = append(results, agent.ModelMessage{Role: "tool", ToolCallID: p.ToolCallID,
-					Text: Cap(ResultText(p), toolOutputBytes)})
-			}
-		}
-		flush()
-		return out
+		return assistant(Decode(m.Parts), toolOutputBytes)
 	}
 	return nil
+}
+
+// assistant maps an assistant message's parts: one model message per step, each followed by its tool results.
+func assistant(parts []agent.Part, toolOutputBytes int) []agent.ModelMessage {
+	var out []agent.ModelMessage
+	var text strings.Builder
+	var calls []agent.ToolCall
+	var results []agent.ModelMessage
+	flush := func() {
+		if text.Len() > 0 || len(calls) > 0 {
+			out = append(out, agent.ModelMessage{Role: "assistant", Text: text.String(), ToolCalls: calls})
+			out = append(out, results...)
+		}
+		text.Reset()
+		calls, results = nil, nil
+	}
+	for _, p := range parts {
+		switch {
+		case p.Type == "step-start":
+			flush()
+		case p.Type == "text":
+			text.WriteString(p.Text)
+		case agent.IsToolPart(p.Type):
+			args := "{}"
+			if len(p.Input) > 0 {
+				args = string(p.Input)
+			}
+			calls = append(calls, agent.ToolCall{ID: p.ToolCallID, Name: p.ToolNameOf(), Arguments: args})
+			results = append(results, agent.ModelMessage{Role: "tool", ToolCallID: p.ToolCallID,
+				Text: Cap(ResultText(p), toolOutputBytes)})
+		}
+	}
+	flush()
+	return out
 }
 
 // ResultText is what the model sees as the result of a tool part.
@@ -223,13 +221,10 @@ func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // Synthesize gives every tool part without a result an output-error saying errorText (or, when outcome reports
 // one, the outcome the tool recorded), so a finished message never holds an orphan call. The text must be true
-// (principle 9): "not executed" only where the caller knows the tool never ran.
-func Synthesize(parts []json.RawMessage, errorText string, outcome func(p agent.Part) (json.RawMessage, bool)) []json.RawMessage {
-	out := make([]json.RawMessage, len(parts))
-	for i, raw := range parts {
-		out[i] = raw
-		p, err := agent.DecodePart(raw)
-		if err != nil || !agent.IsToolPart(p.Type) {
+// (principle 9): "not executed" only where the caller knows the tool never ran. parts is changed in place.
+func Synthesize(parts []agent.Part, errorText string, outcome func(p agent.Part) (json.RawMessage, bool)) []agent.Part {
+	for i, p := range parts {
+		if !agent.IsToolPart(p.Type) {
 			continue
 		}
 		switch p.State {
@@ -237,16 +232,30 @@ func Synthesize(parts []json.RawMessage, errorText string, outcome func(p agent.
 			continue
 		}
 		p.Approval = nil
-		if outcome != nil {
-			if o, ok := outcome(p); ok {
-				p.State, p.Output = agent.StateOutputAvailable, o
-				out[i] = agent.EncodePart(p)
-				continue
-			}
+		if o, ok := recorded(outcome, p); ok {
+			p.State, p.Output = agent.StateOutputAvailable, o
+		} else {
+			p.State, p.ErrorText = agent.StateOutputError, errorText
 		}
-		p.State = agent.StateOutputError
-		p.ErrorText = errorText
-		out[i] = agent.EncodePart(p)
+		parts[i] = p
 	}
-	return out
+	return parts
+}
+
+func recorded(outcome func(p agent.Part) (json.RawMessage, bool), p agent.Part) (json.RawMessage, bool) {
+	if outcome == nil {
+		return nil, false
+	}
+	return outcome(p)
+}
+
+// Decode decodes a stored message's parts (parts that are not JSON objects are skipped).
+func Decode(raw []json.RawMessage) []agent.Part {
+	parts := make([]agent.Part, 0, len(raw))
+	for _, r := range raw {
+		if p, err := agent.DecodePart(r); err == nil {
+			parts = append(parts, p)
+		}
+	}
+	return parts
 }

@@ -60,7 +60,7 @@ func TestBuild(t *testing.T) {
 	tests := []struct {
 		name    string
 		history []agent.Message
-		draft   *agent.Message
+		draft   []agent.Part
 		cfg     transcript.Config
 		// wantFirst is the text of the first message; wantUsers the number of user messages kept.
 		wantFirst string
@@ -71,10 +71,10 @@ func TestBuild(t *testing.T) {
 		// REVIEW H2: a huge tool output in the draft used to push the newest user message out, leaving [tool]; now
 		// the output is capped for the model, so the whole history fits again.
 		{name: "huge draft keeps the newest user message", history: []agent.Message{user("u1", "old"), user("u2", "list them")},
-			draft: ptr(toolTurn("a2", "c2", big)), wantFirst: "old", wantUsers: 2},
+			draft: parts(toolTurn("a2", "c2", big)), wantFirst: "old", wantUsers: 2},
 		// REVIEW H2, second scenario: a big newest user message with an empty draft (step 0) was dropped.
 		{name: "big user message at step 0", history: []agent.Message{user("u1", "old"), user("u2", big[:300_000])},
-			draft: &agent.Message{ID: "a2", Role: agent.RoleAssistant, Parts: []json.RawMessage{agent.EncodePart(agent.Part{Type: "step-start"})}},
+			draft: []agent.Part{{Type: "step-start"}},
 			cfg:   transcript.Config{BudgetBytes: 200_000}, wantFirst: big[:300_000], wantUsers: 1},
 		{name: "prunes old turns whole", history: []agent.Message{user("u1", big[:100]), toolTurn("a1", "c1", big[:5000]), user("u2", "now")},
 			cfg: transcript.Config{BudgetBytes: 1000}, wantFirst: "now", wantUsers: 1},
@@ -127,10 +127,10 @@ func TestCheckMessage(t *testing.T) {
 
 func TestSynthesize(t *testing.T) {
 	t.Parallel()
-	parts := []json.RawMessage{
-		agent.EncodePart(agent.Part{Type: "tool-add_note", ToolCallID: "c1", State: agent.StateInputAvailable, Input: json.RawMessage(`{}`)}),
-		agent.EncodePart(agent.Part{Type: "tool-list_notes", ToolCallID: "c2", State: agent.StateInputAvailable, Input: json.RawMessage(`{}`)}),
-		agent.EncodePart(agent.Part{Type: "tool-list_notes", ToolCallID: "c3", State: agent.StateOutputAvailable, Output: json.RawMessage(`1`)}),
+	parts := []agent.Part{
+		{Type: "tool-add_note", ToolCallID: "c1", State: agent.StateInputAvailable, Input: json.RawMessage(`{}`)},
+		{Type: "tool-list_notes", ToolCallID: "c2", State: agent.StateInputAvailable, Input: json.RawMessage(`{}`)},
+		{Type: "tool-list_notes", ToolCallID: "c3", State: agent.StateOutputAvailable, Output: json.RawMessage(`1`)},
 	}
 	got := transcript.Synthesize(parts, "unknown", func(p agent.Part) (json.RawMessage, bool) {
 		return json.RawMessage(`{"recorded":true}`), p.ToolCallID == "c1"
@@ -141,11 +141,11 @@ func TestSynthesize(t *testing.T) {
 		{agent.StateOutputAvailable, `1`, ""},
 	}
 	for i, w := range want {
-		p, _ := agent.DecodePart(got[i])
+		p := got[i]
 		if p.State != w.state || string(p.Output) != w.out || p.ErrorText != w.errText {
 			t.Errorf("part %d: %+v, want %+v", i, p, w)
 		}
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
+func parts(m agent.Message) []agent.Part { return transcript.Decode(m.Parts) }

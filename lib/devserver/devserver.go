@@ -1,0 +1,186 @@
+// Package devserver is the one composition of the local stack: SQLite, the offline model (or any
+// OpenAI-compatible endpoint), the engine with the demo tools, the reaper ticker and one handler serving every
+// route. `agentloop dev` runs it, and every test that needs the whole stack builds it here (with t.TempDir(), and
+// its store wrapped for fault injection when needed) instead of wiring it again.
+package devserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/httpapi"
+	"github.com/agentloop/agentloop/lib/offline"
+	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/sqlite"
+	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/tools"
+)
+
+// OfflineReplyDelay makes the offline model's replies arrive word by word, as a real model's do.
+const OfflineReplyDelay = 30 * time.Millisecond
+
+// Options configure a stack. Only Data (or Store) is required.
+type Options struct {
+	// Data is the directory holding the SQLite file and the HS256 dev secret.
+	Data string
+	// Config is the environment's configuration (config.FromEnv); the zero value means every default.
+	Config config.Config
+	// Wrap, when set, wraps the store every component uses (fault injection in tests).
+	Wrap func(agent.Store) agent.Store
+	// Offline options for the in-process offline model (used when Config.OpenAIAPIKey is empty).
+	Offline []offline.Option
+	// Tools replaces the demo tools when set (it receives the store's value area).
+	Tools func(agent.ValueStore, agent.Clock) []agent.Tool
+	Clock agent.Clock
+	IDs   agent.IDs
+	// Logger for every component; nil discards.
+	Logger *slog.Logger
+}
+
+// Stack is a running local backend.
+type Stack struct {
+	Handler   http.Handler
+	Store     agent.Store // as the components see it (wrapped when Options.Wrap is set)
+	SQLite    *sqlite.Store
+	Engine    *engine.Engine
+	Reaper    *reaper.Reaper
+	Threads   *threads.Service
+	ModelName string
+	ModelURL  string // the OpenAI-compatible base URL in use
+	Offline   bool   // whether ModelURL is the in-process offline endpoint
+	Secret    []byte
+	closers   []func()
+}
+
+// New builds the stack. Close releases it; Run serves the reaper ticker.
+func New(ctx context.Context, o Options) (s *Stack, err error) {
+	s = &Stack{}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	cfg := o.Config
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	clock := o.Clock
+	if clock == nil {
+		clock = agent.SystemClock{}
+	}
+	if s.Secret, err = Secret(o.Data, cfg.Secret); err != nil {
+		return s, err
+	}
+	if s.SQLite, err = sqlite.Open(ctx, filepath.Join(o.Data, "agentloop.db")); err != nil {
+		return s, err
+	}
+	s.closers = append(s.closers, func() { _ = s.SQLite.Close() })
+	s.Store = s.SQLite
+	if o.Wrap != nil {
+		s.Store = o.Wrap(s.SQLite)
+	}
+
+	s.ModelURL, s.ModelName = cfg.OpenAIBaseURL, cmpOr(cfg.Model, config.DefaultModel)
+	if cfg.OpenAIAPIKey == "" {
+		url, stop, err := offline.Start("127.0.0.1:0", append([]offline.Option{offline.WithReplyDelay(OfflineReplyDelay)}, o.Offline...)...)
+		if err != nil {
+			return s, err
+		}
+		s.closers = append(s.closers, stop)
+		s.ModelURL, s.ModelName, s.Offline = url, offline.DefaultModel, true
+	}
+	model := openai.New(cfg.OpenAI(s.ModelURL, cfg.OpenAIAPIKey, s.ModelName, log))
+
+	newTools := o.Tools
+	if newTools == nil {
+		newTools = func(v agent.ValueStore, c agent.Clock) []agent.Tool { return tools.Demo(v, c) }
+	}
+	toolset := newTools(s.Store, clock)
+	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Clock: clock, Logger: log}, cfg.Reaper())
+	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Reaper: s.Reaper, Clock: clock, IDs: o.IDs, Logger: log},
+		cfg.Engine(s.ModelName))
+	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Clock: clock, Logger: log}, cfg.Threads())
+	verifier, err := auth.NewHS256Verifier(s.Secret, clock)
+	if err != nil {
+		return s, err
+	}
+	s.Handler = httpapi.New(httpapi.Deps{Engine: s.Engine, Threads: s.Threads, Auth: verifier, Clock: clock, Logger: log,
+		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}})
+	return s, nil
+}
+
+// Run serves the reaper ticker until ctx ends (in AWS a scheduled function does this).
+func (s *Stack) Run(ctx context.Context) { s.Reaper.Run(ctx) }
+
+// Token mints a bearer token for user that the stack accepts.
+func (s *Stack) Token(user string, ttl time.Duration) (string, error) {
+	return auth.MintHS256(s.Secret, user, ttl, time.Now())
+}
+
+// Close stops the offline model and closes the store.
+func (s *Stack) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+func cmpOr(v, def string) string {
+	if strings.TrimSpace(v) == "" {
+		return def
+	}
+	return v
+}
+
+// Secret returns fromEnv when set, else the data directory's secret file, created on first use.
+func Secret(dir, fromEnv string) ([]byte, error) {
+	if fromEnv != "" {
+		return []byte(fromEnv), nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "secret")
+	if b, err := os.ReadFile(path); err == nil {
+		s := strings.TrimSpace(string(b))
+		if len(s) < 32 {
+			return nil, fmt.Errorf("%s: secret shorter than 32 bytes", path)
+		}
+		return []byte(s), nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	s := hex.EncodeToString(raw)
+	// O_EXCL: two processes starting at once agree on the first writer's secret.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return Secret(dir, "")
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s + "\n"); err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
+}

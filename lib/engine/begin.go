@@ -1,0 +1,271 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/segments"
+)
+
+// Turn is a claimed run whose turn is planned, ready to stream.
+type Turn struct {
+	e      *Engine
+	run    agent.Run
+	thread agent.Thread
+	owner  string
+	plan   turnPlan
+	// userWrite receives the result of storing the request's user message, which runs beside the first model
+	// request (the critical path before the model is the claim plus one read). Nil when there is none to store.
+	userWrite chan error
+}
+
+// Run returns the claimed run record.
+func (t *Turn) Run() agent.Run { return t.run }
+
+// turnPlan is what a turn kind decided, from the messages read after the claim.
+type turnPlan struct {
+	history  []agent.Message // what the model sees before the run's own draft
+	user     *agent.Message  // a new user message to store at the run's first reserved position
+	replaces string          // regenerate: the reply being replaced, hidden once the new one is stored
+}
+
+// Begin validates, claims the thread (creating it for a first message), reads the thread and plans the turn.
+// Any error is returned before a byte is streamed; a refused request writes nothing, and a failure after the
+// claim releases it.
+func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
+	if err := e.Validate(req); err != nil {
+		return nil, err
+	}
+	claim, err := e.claim(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner}
+	plan, err := t.readAndPlan(ctx, req)
+	if err != nil {
+		return nil, t.abort(ctx, err)
+	}
+	t.apply(ctx, plan)
+	e.log.Info("run claimed", "thread_id", t.thread.ID, "run_id", t.run.ID, "epoch", t.run.Epoch, "trigger", t.run.Trigger)
+	return t, nil
+}
+
+// reservedPositions is how many message positions a claim reserves: the user message and the reply.
+const reservedPositions = 2
+
+// claim takes the thread's run claim: creating the thread for a first message, reaping a stale claim in the way,
+// and cancelling the active run first when the request says interrupt.
+func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, error) {
+	trigger := agent.TriggerUser
+	if req.Kind == TurnRegenerate {
+		trigger = agent.TriggerRegenerate
+	}
+	runID := e.ids.New("run")
+	creq := agent.ClaimRequest{ThreadID: req.ThreadID, Owner: req.Owner, RunID: runID, Trigger: trigger,
+		AssistantMessageID: "msg_" + strings.TrimPrefix(runID, "run_"), Reserve: reservedPositions}
+	notFound := agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", req.ThreadID)
+	created, canceled, reaped := false, false, 0
+	var deadline time.Time
+	for {
+		creq.Now = e.clock.Now()
+		res, err := e.store.ClaimRun(ctx, creq)
+		switch {
+		case err == nil:
+			return res, nil
+		case agent.IsKind(err, agent.KindNotFound):
+			if req.Kind != TurnSubmit || created {
+				return res, notFound
+			}
+			now := e.clock.Now()
+			th, _, cerr := e.store.CreateThread(ctx, agent.Thread{ID: req.ThreadID, Owner: req.Owner,
+				Title: titleOf(req.Message), CreatedAt: now, UpdatedAt: now})
+			if cerr != nil {
+				return res, fmt.Errorf("create thread: %w", cerr)
+			}
+			if th.Owner != req.Owner {
+				return res, notFound // another user's thread does not exist for this caller
+			}
+			created = true
+			continue
+		case !errors.Is(err, agent.ErrRunActive):
+			return res, err
+		}
+		// A run holds the thread. A stale one is reaped (the reaper's conditional release decides), then we
+		// claim again; a live one is waited for only when the request interrupts it.
+		th, gerr := e.store.GetThread(ctx, req.ThreadID)
+		if gerr == nil && th.ActiveRun != nil && th.ActiveRun.Stale(e.clock.Now(), e.cfg.StaleAfter) && e.reaper != nil && reaped < 3 {
+			reaped++
+			if _, rerr := e.reaper.Reap(ctx, th.ID, *th.ActiveRun); rerr != nil {
+				e.log.Warn("reap stale run in the way", "thread_id", th.ID, "run_id", th.ActiveRun.RunID, "err", rerr)
+			}
+			continue
+		}
+		if req.Multitask != MultitaskInterrupt {
+			return res, err
+		}
+		if !canceled {
+			canceled = true
+			deadline = time.Now().Add(e.cfg.InterruptWait)
+			if _, cerr := e.store.RequestCancel(ctx, req.ThreadID, "", e.clock.Now()); cerr != nil && !errors.Is(cerr, agent.ErrNoActiveRun) {
+				return res, cerr
+			}
+		}
+		if time.Now().After(deadline) {
+			return res, agent.Wrap(err, agent.KindConflict, agent.CodeRunActive, "the active run did not stop in time")
+		}
+		select {
+		case <-ctx.Done():
+			return res, agent.Wrap(ctx.Err(), agent.KindCanceled, agent.CodeCanceled, "request canceled")
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// readAndPlan reads the thread's messages, now that the claim is ours, and plans the turn from them: duplicates
+// and regenerate targets are judged against what the store holds after every earlier run let go (REVIEW H1).
+func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
+	recs, err := t.e.store.ListMessages(ctx, t.thread.ID)
+	if err != nil {
+		return turnPlan{}, fmt.Errorf("list messages: %w", err)
+	}
+	msgs := make([]agent.Message, len(recs))
+	for i, r := range recs {
+		msgs[i] = r.Message
+	}
+	switch req.Kind {
+	case TurnRegenerate:
+		return planRegenerate(msgs, req.ReplaceID)
+	default:
+		return planSubmit(msgs, *req.Message)
+	}
+}
+
+// planSubmit answers a new user message; a re-post of the newest, unanswered message (its first attempt crashed
+// before the reply) runs again without storing it twice.
+func planSubmit(msgs []agent.Message, m agent.Message) (turnPlan, error) {
+	user := sanitizeUser(m)
+	for i, old := range msgs {
+		if old.ID != user.ID {
+			continue
+		}
+		if i != len(msgs)-1 || old.Role != agent.RoleUser {
+			return turnPlan{}, agent.E(agent.KindConflict, agent.CodeDuplicateMessage, "message %q was already answered", m.ID)
+		}
+		if !sameParts(old.Parts, user.Parts) {
+			return turnPlan{}, agent.E(agent.KindConflict, agent.CodeDuplicateMessage, "message %q was already sent with other content; send edits with a new id", m.ID)
+		}
+		return turnPlan{history: msgs}, nil
+	}
+	return turnPlan{history: append(msgs, user), user: &user}, nil
+}
+
+// planRegenerate answers the newest user message again. The reply it replaces stays stored until the new one
+// is (REVIEW: a failed regenerate must not lose the old reply); the model just does not see it.
+func planRegenerate(msgs []agent.Message, replaceID string) (turnPlan, error) {
+	last := len(msgs) - 1
+	if last < 0 {
+		return turnPlan{}, agent.E(agent.KindInvalid, agent.CodeNothingToRegen, "the thread has no messages")
+	}
+	if msgs[last].Role == agent.RoleAssistant {
+		if replaceID != "" && replaceID != msgs[last].ID {
+			return turnPlan{}, agent.E(agent.KindInvalid, agent.CodeNothingToRegen, "only the newest assistant message can be regenerated")
+		}
+		return turnPlan{history: msgs[:last], replaces: msgs[last].ID}, nil
+	}
+	if replaceID != "" {
+		return turnPlan{}, agent.E(agent.KindInvalid, agent.CodeNothingToRegen, "message %q is not the newest assistant message", replaceID)
+	}
+	return turnPlan{history: msgs}, nil
+}
+
+// apply starts the plan's writes: the user message goes to the run's first reserved position, beside the first
+// model request.
+func (t *Turn) apply(ctx context.Context, p turnPlan) {
+	t.plan = p
+	if p.user == nil {
+		return
+	}
+	t.userWrite = make(chan error, 1)
+	w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: t.run.FirstSeq, Message: *p.user, Fence: t.run.Fence(), Final: true}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		t.userWrite <- t.e.retry(ctx, func() error {
+			w.Now = t.e.clock.Now()
+			return t.e.store.PutMessage(ctx, w)
+		})
+	}()
+}
+
+// abort ends a claimed run that failed before streaming: record it failed, release the claim, and write a final
+// segment so a reader attached meanwhile ends too. It returns err for the caller.
+func (t *Turn) abort(ctx context.Context, err error) error {
+	e := t.e
+	ctx = context.WithoutCancel(ctx)
+	code, msg := agent.Public(err)
+	now := e.clock.Now()
+	t.run.Status, t.run.Error, t.run.FinishedAt, t.run.UpdatedAt = agent.RunFailed, &agent.RunError{Code: code, Message: msg}, now, now
+	if ferr := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); ferr != nil {
+		e.log.Error("release claim after failed begin", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", ferr)
+	}
+	end := segments.ErrorEnd(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageFailed}, msg)
+	if serr := segments.AppendFinal(ctx, e.store, e.clock, t.thread.ID, t.run.ID, end); serr != nil {
+		e.log.Warn("final segment after failed begin", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", serr)
+	}
+	if agent.KindOf(err) == agent.KindInternal {
+		e.log.Error("begin failed", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
+	}
+	return err
+}
+
+// sanitizeUser keeps only what a client may author on a user message: id, role, parts. Metadata is dropped
+// because the server authors it.
+func sanitizeUser(m agent.Message) agent.Message {
+	parts := make([]json.RawMessage, len(m.Parts))
+	copy(parts, m.Parts)
+	return agent.Message{ID: m.ID, Role: agent.RoleUser, Parts: parts}
+}
+
+func sameParts(a, b []json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !bytes.Equal(compact(a[i]), compact(b[i])) {
+			return false
+		}
+	}
+	return true
+}
+
+func compact(raw json.RawMessage) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	return b.Bytes()
+}
+
+// retry runs op until it succeeds, fails for good, or FinishRetry has passed: only transient store errors
+// (KindUnavailable) are retried, with capped backoff.
+func (e *Engine) retry(ctx context.Context, op func() error) error {
+	deadline := time.Now().Add(e.cfg.FinishRetry)
+	wait := 20 * time.Millisecond
+	for {
+		err := op()
+		if err == nil || agent.KindOf(err) != agent.KindUnavailable || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}

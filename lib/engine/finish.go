@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/transcript"
+	"github.com/agentloop/agentloop/lib/uistream"
+)
+
+var messageStatusOf = map[agent.RunStatus]agent.MessageStatus{
+	agent.RunCompleted: agent.MessageCompleted, agent.RunInterrupted: agent.MessageInterrupted,
+	agent.RunCanceled: agent.MessageCanceled, agent.RunFailed: agent.MessageFailed,
+}
+
+// finish stores the final message (fenced, finalized, retried), records the run's outcome and releases the claim
+// (adding usage in that same write), hides a regenerated reply, and ends the stream. A reply that could not be
+// stored is never reported completed: the run then keeps its claim, which goes stale, and the reaper recovers the
+// reply from the stream segments.
+func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *agent.RunError) agent.Run {
+	t, e := s.turn, s.turn.e
+	if t.userWrite != nil {
+		if err := <-t.userWrite; err != nil {
+			s.log.Error("store user message", "err", err)
+			if errors.Is(err, agent.ErrRunFenced) {
+				return s.abandon(errFenced)
+			}
+			status, runErr = agent.RunFailed, &agent.RunError{Code: agent.CodePersistFailed, Message: "Your message could not be saved; please send it again."}
+		}
+	}
+	if status != agent.RunInterrupted {
+		// These tools never started (the run stopped first), so "not executed" is true.
+		s.parts = transcript.Synthesize(s.parts, "Not executed: the run was "+string(status)+".", nil)
+	}
+	msgStatus := messageStatusOf[status]
+	if err := s.putMessage(ctx, msgStatus, true); err != nil {
+		if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errInDoubt) {
+			return s.abandon(errFenced)
+		}
+		s.log.Error("persist final message; leaving the run to the reaper", "err", err)
+		return s.unsaved()
+	}
+	t.run.Status, t.run.Error, t.run.Usage, t.run.Steps, t.run.Model = status, runErr, s.usage, s.steps, s.model
+	t.run.FinishedAt = e.clock.Now()
+	t.run.UpdatedAt = t.run.FinishedAt
+	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+		if errors.Is(err, agent.ErrRunFenced) {
+			return s.abandon(errFenced)
+		}
+		// The reaper finishes the run from its stored final message (the claim goes stale).
+		s.log.Error("finish run; leaving the run to the reaper", "err", err)
+	}
+	if old := t.plan.replaces; old != "" && status == agent.RunCompleted {
+		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, old, t.run.Fence()) }); err != nil {
+			s.log.Warn("hide regenerated reply", "message_id", old, "err", err)
+		}
+	}
+	s.end(msgStatus, runErr, finishReason(status, s.finishReason))
+	s.log.Info("agent.run", "status", status, "steps", s.steps, "model", s.model,
+		"input_tokens", s.usage.InputTokens, "output_tokens", s.usage.OutputTokens)
+	return t.run
+}
+
+// end sends the stream's last chunks: on an error, message-metadata first (the client stops reading at the
+// error chunk), then error and finish; and closes the stream (final segment, [DONE]).
+func (s *stepper) end(st agent.MessageStatus, runErr *agent.RunError, reason agent.FinishReason) {
+	u := s.usage
+	md := metadataJSON(agent.MessageMetadata{RunID: s.turn.run.ID, Model: s.model, Status: st, Usage: &u})
+	if runErr != nil {
+		s.out.send(uistream.MessageMetadata{Metadata: md})
+		s.out.send(uistream.Error{ErrorText: runErr.Message})
+	}
+	s.out.send(uistream.Finish{FinishReason: reason, Metadata: md})
+	s.out.close()
+}
+
+// abandon ends a run that lost its claim: it tells the client and writes nothing more to the store (not even a
+// segment: the reaper or the new claim holder owns the thread's story now).
+func (s *stepper) abandon(cause error) agent.Run {
+	t := s.turn
+	s.log.Warn("run lost its claim; stopping without writes", "cause", cause)
+	s.out.detach()
+	s.end(agent.MessageFailed, &agent.RunError{Code: agent.CodeRunFenced, Message: "This run was taken over and stopped."}, agent.FinishError)
+	t.run.Status = agent.RunFailed
+	t.run.Error = &agent.RunError{Code: agent.CodeRunFenced, Message: "the run lost its claim"}
+	return t.run
+}
+
+// unsaved ends a run whose reply could not be stored: the client learns it failed (never completed), the stream
+// segments keep the reply, and the claim is left to go stale so the reaper recovers the message from them.
+func (s *stepper) unsaved() agent.Run {
+	t := s.turn
+	runErr := &agent.RunError{Code: agent.CodePersistFailed, Message: "The reply could not be saved."}
+	s.end(agent.MessageFailed, runErr, agent.FinishError)
+	t.run.Status, t.run.Error = agent.RunFailed, runErr
+	return t.run
+}
+
+// finishReason is the finish chunk's reason: the model's, unless the run failed or was canceled.
+func finishReason(status agent.RunStatus, model agent.FinishReason) agent.FinishReason {
+	switch {
+	case status == agent.RunFailed:
+		return agent.FinishError
+	case status == agent.RunCanceled || model == "":
+		return agent.FinishOther
+	}
+	return model
+}

@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/uistream"
+)
+
+// toolResult is one finished (or abandoned) tool execution.
+type toolResult struct {
+	idx    int
+	output json.RawMessage
+	err    error
+}
+
+// runTools records the step's tool calls on the draft, runs server tools concurrently (each under the tool
+// timeout, which holds even for a tool that ignores its context) and returns how many calls wait for a human or
+// the client. No tool starts once the run's claim is in doubt.
+func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending int) {
+	t, e := s.turn, s.turn.e
+	if len(calls) == 0 {
+		return 0
+	}
+	partIdx := make([]int, len(calls))
+	results := make(chan toolResult, len(calls))
+	expect := 0 // results to collect
+	for i, c := range calls {
+		input := json.RawMessage(c.Arguments)
+		if len(input) == 0 {
+			input = json.RawMessage(`{}`)
+		}
+		validInput := json.Valid(input)
+		if !validInput {
+			// Keep the model's text so the transcript shows what it sent.
+			input, _ = json.Marshal(c.Arguments)
+		}
+		s.out.send(uistream.ToolInputAvailable{ToolCallID: c.ID, ToolName: c.Name, Input: input})
+		s.parts = append(s.parts, agent.Part{Type: "tool-" + c.Name, ToolCallID: c.ID, State: agent.StateInputAvailable, Input: input})
+		partIdx[i] = len(s.parts) - 1
+		tool, known := e.tools[c.Name]
+		switch {
+		case !known:
+			expect++
+			results <- toolResult{idx: i, err: fmt.Errorf("unknown tool %q", c.Name)}
+		case !validInput:
+			expect++
+			results <- toolResult{idx: i, err: fmt.Errorf("tool input is not valid JSON")}
+		case tool.Kind == agent.ToolClient || s.needsApproval(tool, input):
+			// Waits for the client (tool output) or a human (approval); the run ends interrupted.
+			pending++
+		case tool.Execute == nil:
+			expect++
+			results <- toolResult{idx: i, err: fmt.Errorf("tool %q cannot run on the server", c.Name)}
+		case ctx.Err() != nil || !s.guard.writable():
+			// Leave it without a result: finish marks it "not executed", which is true.
+		default:
+			expect++
+			inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, ToolCallID: c.ID, Input: input,
+				IdempotencyKey: agent.IdempotencyKey(t.thread.ID, c.ID)}
+			go s.execute(ctx, i, tool, inv, results)
+		}
+	}
+	for range expect {
+		r := <-results
+		c := calls[r.idx]
+		part := &s.parts[partIdx[r.idx]]
+		if r.err != nil {
+			part.State, part.ErrorText = agent.StateOutputError, r.err.Error()
+			s.out.send(uistream.ToolOutputError{ToolCallID: c.ID, ErrorText: part.ErrorText})
+		} else {
+			part.State, part.Output = agent.StateOutputAvailable, r.output
+			s.out.send(uistream.ToolOutputAvailable{ToolCallID: c.ID, Output: r.output})
+		}
+	}
+	return pending
+}
+
+// execute runs one server tool and always delivers exactly one result: the tool's own, or a timeout when the tool
+// does not return in time (the goroutine is then abandoned; a late result is dropped). A tool that returned its
+// output keeps it, even if the run was stopped a moment later (REVIEW L15).
+func (s *stepper) execute(ctx context.Context, idx int, tool agent.Tool, inv agent.ToolInvocation, results chan<- toolResult) {
+	e := s.turn.e
+	timeout := e.cfg.ToolTimeout
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	begin := time.Now()
+	done := make(chan toolResult, 1)
+	go func() {
+		out, err := tool.Execute(tctx, inv)
+		if err == nil && !json.Valid(out) {
+			err = fmt.Errorf("tool %q returned invalid JSON", tool.Name)
+		}
+		done <- toolResult{idx: idx, output: out, err: err}
+	}()
+	var r toolResult
+	select {
+	case r = <-done:
+		if errors.Is(r.err, context.DeadlineExceeded) {
+			r.err = fmt.Errorf("tool %q timed out after %s", tool.Name, timeout)
+		}
+	case <-tctx.Done():
+		// The tool ignores its context: give up on it (REVIEW L14), unless it answered at the same moment.
+		select {
+		case r = <-done:
+		default:
+			r = toolResult{idx: idx, err: fmt.Errorf("tool %q timed out after %s", tool.Name, timeout)}
+			if ctx.Err() != nil {
+				// The run stopped while the tool ran: what it did is unknown, and the result must not claim otherwise.
+				r.err = fmt.Errorf("tool %q was still running when the run stopped; its outcome is unknown", tool.Name)
+			}
+		}
+	}
+	outcome := "ok"
+	if r.err != nil {
+		outcome = "error"
+	}
+	s.log.Info("agent.tool", "tool", tool.Name, "tool_call_id", inv.ToolCallID, "outcome", outcome,
+		"ms", time.Since(begin).Milliseconds())
+	results <- r
+}
+
+func (s *stepper) needsApproval(tool agent.Tool, input json.RawMessage) bool {
+	if tool.NeedsApproval != nil && tool.NeedsApproval(input) {
+		return true
+	}
+	switch tool.Approval {
+	case agent.ApprovalAlways:
+		return true
+	case agent.ApprovalMutating:
+		return s.turn.thread.Settings.ReviewTools
+	}
+	return false
+}

@@ -1,0 +1,284 @@
+// Package reaper finishes runs whose process died (DESIGN.md "Reaper"). It finds claims whose heartbeat is
+// older than StaleAfter through the store's index of claimed threads, which only nominates: every decision is
+// re-checked in the write that makes it. For each nominee, in order, each step conditional and idempotent:
+//
+//  1. release the thread's claim on condition "still this run, same epoch, heartbeat before the cutoff", adding
+//     the run's usage (taken from its draft message) in that same write. This is the decision: a live run keeps
+//     its claim, and of two reapers only one releases. A claim whose run is missing or already terminal is
+//     released the same way;
+//  2. record the run's outcome: failed with code stale (fenced by epoch), or, when its final message was stored
+//     but its outcome was not, the status that message records;
+//  3. finalize the draft assistant message (fenced, finalized, so the dead run's late writes lose): failed, with
+//     the outcome each tool recorded under its idempotency key, or a truthful "result unknown" for a call
+//     without one. With no draft, the message is rebuilt from the run's stream segments;
+//  4. write a final segment so attached readers end.
+//
+// The same routine runs lazily when a claim finds a stale run in its way, and when a thread is read.
+package reaper
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/segments"
+	"github.com/agentloop/agentloop/lib/transcript"
+)
+
+// Defaults, written once here (lib/config maps env names onto Config).
+const (
+	// DefaultInterval is the sweep period of Run (the dev ticker). In AWS an EventBridge schedule calls Tick
+	// every minute instead.
+	DefaultInterval = 5 * time.Second
+	// DefaultBatch bounds one sweep.
+	DefaultBatch = 100
+)
+
+// Config is the reaper's own configuration. Zero values take the defaults.
+type Config struct {
+	StaleAfter time.Duration // agent.DefaultStaleAfter
+	Interval   time.Duration
+	Batch      int
+}
+
+// Store is what the reaper needs: runs and claims, messages, stream segments.
+type Store interface {
+	agent.RunStore
+	agent.MessageStore
+	agent.SegmentStore
+}
+
+// Deps are the reaper's ports. Tools are looked up for the outcomes they recorded.
+type Deps struct {
+	Store  Store
+	Tools  []agent.Tool
+	Clock  agent.Clock
+	Logger *slog.Logger
+}
+
+// Reaper reaps stale runs.
+type Reaper struct {
+	store Store
+	tools map[string]agent.Tool
+	clock agent.Clock
+	log   *slog.Logger
+	cfg   Config
+}
+
+// New builds a reaper.
+func New(d Deps, cfg Config) *Reaper {
+	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, agent.DefaultStaleAfter)
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
+	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
+	r := &Reaper{store: d.Store, clock: d.Clock, log: d.Logger, cfg: cfg, tools: map[string]agent.Tool{}}
+	if r.clock == nil {
+		r.clock = agent.SystemClock{}
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	for _, t := range d.Tools {
+		r.tools[t.Name] = t
+	}
+	return r
+}
+
+// Config returns the effective configuration.
+func (r *Reaper) Config() Config { return r.cfg }
+
+// Stats counts one sweep.
+type Stats struct {
+	Nominated int // claims the index named
+	Reaped    int // claims this sweep released
+}
+
+// Tick runs one sweep (the scheduled function calls it). A failure on one claim is logged and the others go on.
+func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
+	var st Stats
+	claims, err := r.store.ListStaleClaims(ctx, r.clock.Now().Add(-r.cfg.StaleAfter), r.cfg.Batch)
+	if err != nil {
+		return st, fmt.Errorf("reaper: list stale claims: %w", err)
+	}
+	st.Nominated = len(claims)
+	for _, sc := range claims {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		reaped, err := r.Reap(ctx, sc.ThreadID, sc.Claim)
+		if err != nil {
+			r.log.Warn("agent.reap", "thread_id", sc.ThreadID, "run_id", sc.Claim.RunID, "err", err)
+			continue
+		}
+		if reaped {
+			st.Reaped++
+		}
+	}
+	return st, nil
+}
+
+// Run sweeps every Interval until ctx ends (the dev ticker).
+func (r *Reaper) Run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("reaper tick", "err", err)
+			}
+		}
+	}
+}
+
+// Reap finishes the run that claim c names on thread threadID, if the claim is still there and stale. It
+// reports whether this call released the claim (false: the run is alive, or someone else reaped it).
+func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error) {
+	now := r.clock.Now()
+	fence := agent.Fence{RunID: c.RunID, Epoch: c.Epoch}
+	run, err := r.store.GetRun(ctx, threadID, c.RunID)
+	missing := agent.IsKind(err, agent.KindNotFound)
+	if err != nil && !missing {
+		return false, fmt.Errorf("reaper: get run: %w", err)
+	}
+	ours := !missing && run.Epoch == c.Epoch && run.Status == agent.RunRunning
+	usage := run.Usage // a terminal run's recorded usage; a running run's comes from its draft
+	var draft *agent.MessageRecord
+	if ours {
+		rec, err := r.store.GetMessage(ctx, threadID, run.AssistantMessageID)
+		switch {
+		case err == nil:
+			draft = &rec
+			if u := rec.Message.Meta().Usage; u != nil {
+				usage = *u
+			}
+		case !agent.IsKind(err, agent.KindNotFound):
+			return false, fmt.Errorf("reaper: get draft: %w", err)
+		}
+	}
+	if missing || run.Epoch != c.Epoch {
+		usage = agent.Usage{}
+	}
+	err = r.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: threadID, Fence: fence,
+		StaleBefore: now.Add(-r.cfg.StaleAfter), Usage: usage, Now: now})
+	if errors.Is(err, agent.ErrRunFenced) {
+		return false, nil // a live run, or another reaper decided first
+	}
+	if err != nil {
+		return false, fmt.Errorf("reaper: release claim: %w", err)
+	}
+	log := r.log.With("thread_id", threadID, "run_id", c.RunID, "epoch", c.Epoch)
+	if !ours {
+		if !missing && run.Status.Terminal() {
+			// Its outcome is stored but its stream may lack its end (a crash after the release was due).
+			r.endStream(ctx, run)
+		}
+		log.Info("agent.reap", "outcome", "released", "run_missing", missing)
+		return true, nil
+	}
+	if err := r.finishRun(ctx, run, draft, usage); err != nil {
+		return true, err
+	}
+	log.Info("agent.reap", "outcome", "reaped", "input_tokens", usage.InputTokens, "output_tokens", usage.OutputTokens)
+	return true, nil
+}
+
+// finishRun records the dead run's outcome, finalizes its message and ends its stream.
+func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.MessageRecord, usage agent.Usage) error {
+	now := r.clock.Now()
+	run.Status, run.Error = agent.RunFailed, &agent.RunError{Code: agent.CodeStale, Message: "The run stopped unexpectedly."}
+	finalMsg := draft != nil && draft.Message.Meta().Status != agent.MessageStreaming && draft.Message.Meta().Status != ""
+	if finalMsg {
+		// The final message is stored; only the outcome was lost. The run ended as its message says.
+		if st, ok := runStatusOf[draft.Message.Meta().Status]; ok && st != agent.RunFailed {
+			run.Status, run.Error = st, nil
+		}
+	}
+	run.Usage, run.FinishedAt, run.UpdatedAt = usage, now, now
+	if err := r.store.FinishRun(ctx, run); err != nil && !errors.Is(err, agent.ErrRunFenced) {
+		return fmt.Errorf("reaper: finish run: %w", err)
+	}
+	if !finalMsg {
+		if err := r.finalizeMessage(ctx, run, draft, usage); err != nil {
+			return err
+		}
+	}
+	r.endStream(ctx, run)
+	return nil
+}
+
+var runStatusOf = map[agent.MessageStatus]agent.RunStatus{
+	agent.MessageCompleted: agent.RunCompleted, agent.MessageInterrupted: agent.RunInterrupted,
+	agent.MessageCanceled: agent.RunCanceled, agent.MessageFailed: agent.RunFailed,
+}
+
+// finalizeMessage stores the dead run's assistant message as failed, fenced at the run's epoch and finalized, so
+// nothing the dead run might still write can change it.
+func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agent.MessageRecord, usage agent.Usage) error {
+	var parts []agent.Part
+	seq := run.AssistantSeq()
+	if draft != nil {
+		parts, seq = transcript.Decode(draft.Message.Parts), draft.Seq
+	}
+	if data, err := r.streamData(ctx, run.ID); err == nil {
+		// The segments may hold more than the draft (the step in flight, or a whole reply whose write failed).
+		if rebuilt := segments.Rebuild(data); len(rebuilt) > len(parts) {
+			parts = rebuilt
+		}
+	} else {
+		r.log.Warn("reaper: read segments", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
+	}
+	parts = transcript.Synthesize(parts, "Result unknown: the run stopped before this tool's result was stored.",
+		func(p agent.Part) (json.RawMessage, bool) { return r.recorded(ctx, run, p) })
+	raw := make([]json.RawMessage, len(parts))
+	for i, p := range parts {
+		raw[i] = agent.EncodePart(p)
+	}
+	md, _ := json.Marshal(agent.MessageMetadata{Status: agent.MessageFailed, RunID: run.ID, Model: run.Model, Usage: &usage})
+	err := r.store.PutMessage(ctx, agent.MessageWrite{ThreadID: run.ThreadID, Seq: seq, Fence: run.Fence(), Final: true,
+		Now: r.clock.Now(), Message: agent.Message{ID: run.AssistantMessageID, Role: agent.RoleAssistant, Parts: raw, Metadata: md}})
+	if err != nil && !errors.Is(err, agent.ErrRunFenced) {
+		return fmt.Errorf("reaper: finalize message: %w", err)
+	}
+	return nil
+}
+
+// recorded asks the tool for the outcome it recorded under the call's idempotency key.
+func (r *Reaper) recorded(ctx context.Context, run agent.Run, p agent.Part) (json.RawMessage, bool) {
+	t, ok := r.tools[p.ToolNameOf()]
+	if !ok || t.Recorded == nil {
+		return nil, false
+	}
+	out, ok, err := t.Recorded(ctx, agent.ToolInvocation{ThreadID: run.ThreadID, RunID: run.ID, ToolCallID: p.ToolCallID,
+		Input: p.Input, IdempotencyKey: agent.IdempotencyKey(run.ThreadID, p.ToolCallID)})
+	if err != nil {
+		r.log.Warn("reaper: tool outcome", "tool", t.Name, "tool_call_id", p.ToolCallID, "err", err)
+		return nil, false
+	}
+	return out, ok
+}
+
+func (r *Reaper) streamData(ctx context.Context, runID string) ([]byte, error) {
+	segs, err := r.store.ListSegments(ctx, runID, 0, r.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	var data []byte
+	for _, s := range segs {
+		data = append(data, s.Data...)
+	}
+	return data, nil
+}
+
+// endStream appends a final segment matching the run's outcome, unless one exists.
+func (r *Reaper) endStream(ctx context.Context, run agent.Run) {
+	if err := segments.AppendFinal(ctx, r.store, r.clock, run.ThreadID, run.ID, segments.EndOf(run)); err != nil {
+		r.log.Warn("reaper: final segment", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
+	}
+}

@@ -1,0 +1,269 @@
+// Package threads is a caller's view of their threads: ownership (another user's thread does not exist for the
+// caller, it is never forbidden), reads with lazy reaping, patch, delete, stop, runs, and attaching to a live
+// stream. The HTTP layer only decodes, calls this and maps errors; the rules live here.
+package threads
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/segments"
+)
+
+// Defaults, written once here.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 200
+	MaxTitleBytes    = 200
+)
+
+// Store is what the service reads and writes.
+type Store interface {
+	agent.ThreadStore
+	agent.RunStore
+	agent.MessageStore
+	agent.SegmentStore
+}
+
+// Reaper reaps a stale claim (lib/reaper).
+type Reaper interface {
+	Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error)
+}
+
+// Config bounds the service. Zero values take the defaults.
+type Config struct {
+	StaleAfter time.Duration // agent.DefaultStaleAfter
+	Follow     segments.Follower
+}
+
+// Service serves one caller's threads.
+type Service struct {
+	store  Store
+	reaper Reaper
+	clock  agent.Clock
+	log    *slog.Logger
+	cfg    Config
+}
+
+// Deps are the service's ports.
+type Deps struct {
+	Store  Store
+	Reaper Reaper
+	Clock  agent.Clock
+	Logger *slog.Logger
+}
+
+// New builds the service.
+func New(d Deps, cfg Config) *Service {
+	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, agent.DefaultStaleAfter)
+	s := &Service{store: d.Store, reaper: d.Reaper, clock: d.Clock, log: d.Logger, cfg: cfg}
+	if s.clock == nil {
+		s.clock = agent.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s
+}
+
+func notFound(id string) error {
+	return agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", id)
+}
+
+// owned loads a thread owner owns, reaping a stale claim on the way (DESIGN "Reaper": the routine runs lazily
+// when a thread is read).
+func (s *Service) owned(ctx context.Context, owner, id string) (agent.Thread, error) {
+	th, err := s.store.GetThread(ctx, id)
+	if agent.IsKind(err, agent.KindNotFound) || (err == nil && th.Owner != owner) {
+		return agent.Thread{}, notFound(id)
+	}
+	if err != nil {
+		return th, err
+	}
+	if c := th.ActiveRun; c != nil && c.Stale(s.clock.Now(), s.cfg.StaleAfter) && s.reaper != nil {
+		if reaped, err := s.reaper.Reap(ctx, th.ID, *c); err != nil {
+			s.log.Warn("lazy reap", "thread_id", th.ID, "run_id", c.RunID, "err", err)
+		} else if reaped {
+			if fresh, err := s.store.GetThread(ctx, id); err == nil {
+				th = fresh
+			}
+		}
+	}
+	return th, nil
+}
+
+// List returns the owner's threads, newest first. limit 0 means DefaultListLimit.
+func (s *Service) List(ctx context.Context, owner string, limit int) ([]agent.Thread, error) {
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return nil, agent.E(agent.KindInvalid, agent.CodeInvalidLimit, "limit must be an integer from 1 to %d", MaxListLimit)
+	}
+	ths, err := s.store.ListThreads(ctx, owner, limit)
+	if ths == nil {
+		ths = []agent.Thread{}
+	}
+	return ths, err
+}
+
+// View is one thread as its owner sees it.
+type View struct {
+	Thread     agent.Thread      `json:"thread"`
+	Messages   []agent.Message   `json:"messages"`
+	ActiveRun  *agent.Run        `json:"activeRun"`
+	Interrupts []agent.Interrupt `json:"interrupts"`
+	Jobs       []agent.Job       `json:"jobs"`
+}
+
+// Get returns the thread with its messages and active run.
+func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
+	th, err := s.owned(ctx, owner, id)
+	if err != nil {
+		return View{}, err
+	}
+	recs, err := s.store.ListMessages(ctx, th.ID)
+	if err != nil {
+		return View{}, err
+	}
+	v := View{Thread: th, Messages: make([]agent.Message, 0, len(recs)), Interrupts: []agent.Interrupt{}, Jobs: []agent.Job{}}
+	for _, rec := range recs {
+		v.Messages = append(v.Messages, rec.Message)
+	}
+	if th.ActiveRun != nil {
+		if run, err := s.store.GetRun(ctx, th.ID, th.ActiveRun.RunID); err == nil {
+			v.ActiveRun = &run
+		}
+	}
+	return v, nil
+}
+
+// Patch changes the title and settings.
+func (s *Service) Patch(ctx context.Context, owner, id string, p agent.ThreadPatch) (agent.Thread, error) {
+	if p.Title != nil {
+		t := strings.TrimSpace(*p.Title)
+		if len(t) > MaxTitleBytes {
+			return agent.Thread{}, agent.E(agent.KindInvalid, agent.CodeInvalidTitle, "title must be at most %d bytes", MaxTitleBytes)
+		}
+		p.Title = &t
+	}
+	th, err := s.owned(ctx, owner, id)
+	if err != nil {
+		return th, err
+	}
+	th, err = s.store.UpdateThread(ctx, th.ID, p, s.clock.Now())
+	if agent.IsKind(err, agent.KindNotFound) {
+		return th, notFound(id)
+	}
+	return th, err
+}
+
+// Delete removes the thread and everything under it. A thread with an active run is refused (409 run_active):
+// the store's tombstone write decides that, so a claim racing the delete cannot leave anything behind.
+func (s *Service) Delete(ctx context.Context, owner, id string) error {
+	th, err := s.owned(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	err = s.store.DeleteThread(ctx, th.ID)
+	if errors.Is(err, agent.ErrRunActive) {
+		return agent.E(agent.KindConflict, agent.CodeRunActive, "stop the active run before deleting the thread")
+	}
+	return err
+}
+
+// Stop asks the active run to stop (it finishes as canceled within a moment). runID, when set, must name the
+// active run, so a stop meant for one run never cancels the next.
+func (s *Service) Stop(ctx context.Context, owner, id, runID string) (string, error) {
+	th, err := s.owned(ctx, owner, id)
+	if err != nil {
+		return "", err
+	}
+	c, err := s.store.RequestCancel(ctx, th.ID, runID, s.clock.Now())
+	if errors.Is(err, agent.ErrNoActiveRun) {
+		if runID != "" {
+			return "", agent.E(agent.KindConflict, agent.CodeNoActiveRun, "run %q is not the thread's active run", runID)
+		}
+		return "", agent.E(agent.KindConflict, agent.CodeNoActiveRun, "the thread has no active run")
+	}
+	return c.RunID, err
+}
+
+// Runs lists the thread's runs, oldest first.
+func (s *Service) Runs(ctx context.Context, owner, id string) ([]agent.Run, error) {
+	th, err := s.owned(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := s.store.ListRuns(ctx, th.ID)
+	if runs == nil {
+		runs = []agent.Run{}
+	}
+	return runs, err
+}
+
+// Attach replays the active run's stream to w and follows it until it ends; begin is called once, before the
+// first byte (to send headers). A thread with no active run, one that does not exist yet, or another user's
+// (indistinguishable from not existing), has nothing to attach to: Attach returns false and writes nothing
+// (HTTP 204, which is what the AI SDK client expects of a resume with nothing to resume).
+func (s *Service) Attach(ctx context.Context, owner, id string, begin func(), w io.Writer, flush func()) (bool, error) {
+	th, err := s.owned(ctx, owner, id)
+	if agent.IsKind(err, agent.KindNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if th.ActiveRun == nil {
+		return false, nil
+	}
+	claim := *th.ActiveRun
+	f := s.cfg.Follow
+	f.Segments, f.Clock = s.store, s.clock
+	f.Ended = func(ctx context.Context) (bool, error) { return s.runEnded(ctx, th.ID, claim) }
+	started := false
+	out := writerFunc(func(p []byte) (int, error) {
+		if !started {
+			started = true
+			begin()
+		}
+		return w.Write(p)
+	})
+	_, err = f.Follow(ctx, claim.RunID, out, flush)
+	if !started && err == nil {
+		begin() // a run that ended without a byte still gets its (synthesized) end
+	}
+	return true, err
+}
+
+// runEnded reports whether the followed run is over; a stale claim is reaped on the way, which writes the final
+// segment the follower then reads.
+func (s *Service) runEnded(ctx context.Context, threadID string, c agent.Claim) (bool, error) {
+	th, err := s.store.GetThread(ctx, threadID)
+	if agent.IsKind(err, agent.KindNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	cur := th.ActiveRun
+	if cur == nil || cur.RunID != c.RunID || cur.Epoch != c.Epoch {
+		return true, nil
+	}
+	if cur.Stale(s.clock.Now(), s.cfg.StaleAfter) && s.reaper != nil {
+		if _, err := s.reaper.Reap(ctx, threadID, *cur); err != nil {
+			s.log.Warn("lazy reap (resume)", "thread_id", threadID, "run_id", c.RunID, "err", err)
+		}
+	}
+	return false, nil
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
