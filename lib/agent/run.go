@@ -55,7 +55,10 @@ type Run struct {
 
 // ClaimRequest asks the store to make RunID the active run of ThreadID.
 type ClaimRequest struct {
-	ThreadID           string
+	ThreadID string
+	// Owner must own the thread: the claim's condition checks it, and another owner's thread is reported exactly
+	// like a missing one (KindNotFound), so a turn needs no read before its claim.
+	Owner              string
 	RunID              string
 	Trigger            Trigger
 	AssistantMessageID string
@@ -71,6 +74,8 @@ type ClaimRequest struct {
 type ClaimResult struct {
 	Run      Run
 	Previous *Claim
+	// Thread is the thread as the claim left it (settings, usage, the new claim and epoch).
+	Thread Thread
 }
 
 // Fence is the run's fencing token for its writes.

@@ -58,8 +58,9 @@ type RunStore interface {
 	// conditional write, records the run as running with epoch = thread.Epoch+1, and reserves req.Reserve message
 	// positions for it (ClaimResult.FirstSeq onwards; no other claim ever gets them). Of concurrent claimers
 	// exactly one wins; the others get KindConflict/CodeRunActive. A retry of a claim that already applied (same
-	// RunID, a lost response) returns the same result. Unknown thread: KindNotFound; tombstoned thread:
-	// KindConflict/CodeThreadDeleting.
+	// RunID, a lost response) returns the same result. Unknown thread, or one whose owner is not req.Owner:
+	// KindNotFound (one and the same answer); tombstoned thread: KindConflict/CodeThreadDeleting.
+	// ClaimResult.Thread is the thread after the claim.
 	ClaimRun(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// Heartbeat refreshes the claim's heartbeat, fenced: the claim must still name f.RunID at f.Epoch and carry no
 	// cancel request. Otherwise KindConflict/CodeRunFenced, or KindCanceled/CodeRunCanceled when cancel was
