@@ -63,7 +63,8 @@ type ClaimRequest struct {
 	Trigger            Trigger
 	AssistantMessageID string
 	Now                time.Time
-	// StaleAfter: an existing claim whose heartbeat is older than this is taken over.
+	// StaleAfter: an existing claim whose heartbeat is older than this is taken over. Zero or negative: never
+	// (the caller reaps a stale claim first, so that the reaper's conditional release is the only reap decision).
 	StaleAfter time.Duration
 	// Reserve is how many message positions the claim reserves for the run (at least 1).
 	Reserve int

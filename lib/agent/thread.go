@@ -38,6 +38,13 @@ type Claim struct {
 	CancelRequested bool      `json:"cancelRequested,omitempty"`
 }
 
+// Claim timing defaults (DESIGN.md "Run lifecycle"), owned by the domain because the engine (which heartbeats),
+// the reaper (which reaps) and readers (which decide a writer is gone) must agree on them.
+const (
+	DefaultHeartbeat  = time.Second
+	DefaultStaleAfter = 30 * time.Second
+)
+
 // StaleClaim is a claim found by the reaper, with its thread.
 type StaleClaim struct {
 	ThreadID string
