@@ -52,7 +52,7 @@ func sameRecord(e *env, what string, got, want agent.MessageRecord) {
 
 func (e *env) put(threadID string, seq int64, m agent.Message, now time.Time) agent.MessageRecord {
 	e.t.Helper()
-	must(e.t, e.s.PutMessage(e.ctx, threadID, seq, m, now), "PutMessage "+m.ID)
+	must(e.t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: threadID, Seq: seq, Message: m, Fence: legacyFence, Now: now}), "PutMessage "+m.ID)
 	return agent.MessageRecord{ThreadID: threadID, Seq: seq, Message: m, CreatedAt: now, UpdatedAt: now}
 }
 
@@ -113,7 +113,7 @@ func testMessageUpsert(e *env) {
 	for i, m := range steps {
 		now := at(time.Duration(10+i) * time.Second)
 		// A different seq on upsert is ignored: the message keeps its position.
-		must(e.t, e.s.PutMessage(e.ctx, th.ID, 99, m, now), "PutMessage upsert")
+		must(e.t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: 99, Message: m, Fence: legacyFence, Now: now}), "PutMessage upsert")
 		want := draft
 		want.Message = m
 		want.UpdatedAt = now
@@ -182,14 +182,14 @@ func testDeleteMessage(e *env) {
 			ID: fmt.Sprintf("%s-m%d", th.ID, i), Role: agent.RoleUser, Parts: textParts("x"),
 		}, at(time.Duration(i)*time.Second)))
 	}
-	must(t, e.s.DeleteMessage(e.ctx, th.ID, recs[1].Message.ID), "DeleteMessage")
+	must(t, e.s.DeleteMessage(e.ctx, th.ID, recs[1].Message.ID, legacyFence), "DeleteMessage")
 	_, err := e.s.GetMessage(e.ctx, th.ID, recs[1].Message.ID)
 	wantErr(t, err, agent.KindNotFound, "", "GetMessage after delete")
 	e.wantMessages(th.ID, recs[0], recs[2])
 
-	must(t, e.s.DeleteMessage(e.ctx, th.ID, recs[1].Message.ID), "DeleteMessage again")
-	must(t, e.s.DeleteMessage(e.ctx, th.ID, e.id("msg")), "DeleteMessage(unknown id)")
-	must(t, e.s.DeleteMessage(e.ctx, e.id("th"), "m"), "DeleteMessage(unknown thread)")
+	must(t, e.s.DeleteMessage(e.ctx, th.ID, recs[1].Message.ID, legacyFence), "DeleteMessage again")
+	must(t, e.s.DeleteMessage(e.ctx, th.ID, e.id("msg"), legacyFence), "DeleteMessage(unknown id)")
+	must(t, e.s.DeleteMessage(e.ctx, e.id("th"), "m", legacyFence), "DeleteMessage(unknown thread)")
 	e.wantMessages(th.ID, recs[0], recs[2])
 
 	// Put after delete is a fresh insert: new position, new creation time.
@@ -246,7 +246,7 @@ func testMessageOneMegabyte(e *env) {
 
 	// Shrink it: the upsert replaces the whole megabyte.
 	small := agent.Message{ID: m.ID, Role: agent.RoleAssistant, Parts: textParts("truncated")}
-	must(t, e.s.PutMessage(e.ctx, th.ID, 1, small, at(time.Minute)), "PutMessage(shrink)")
+	must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: 1, Message: small, Fence: legacyFence, Now: at(time.Minute)}), "PutMessage(shrink)")
 	rec.Message = small
 	rec.UpdatedAt = at(time.Minute)
 	e.wantMessages(th.ID, user, rec, after)
@@ -255,7 +255,7 @@ func testMessageOneMegabyte(e *env) {
 	body2 := randomText(1<<20 + 12345)[12345:]
 	m.Parts[1] = agent.EncodePart(agent.Part{Type: "tool-fetch_page", ToolCallID: "call_1",
 		State: agent.StateOutputAvailable, Output: mustJSON(body2)})
-	must(t, e.s.PutMessage(e.ctx, th.ID, 1, m, at(2*time.Minute)), "PutMessage(grow)")
+	must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: 1, Message: m, Fence: legacyFence, Now: at(2 * time.Minute)}), "PutMessage(grow)")
 	rec.Message = m
 	rec.UpdatedAt = at(2 * time.Minute)
 	e.wantMessages(th.ID, user, rec, after)

@@ -138,12 +138,12 @@ func (e *env) getRun(threadID, runID string) agent.Run {
 	return r
 }
 
-// claim claims threadID for runID at now with the default staleAfter of 30 s and fails the test on error.
-func (e *env) claim(threadID, runID string, now time.Time) agent.ClaimResult {
+// claim claims th (as its owner) for runID at now with the default staleAfter of 30 s and fails the test on error.
+func (e *env) claim(th agent.Thread, runID string, now time.Time) agent.ClaimResult {
 	e.t.Helper()
-	res, err := e.s.ClaimRun(e.ctx, claimReq(threadID, runID, now))
+	res, err := e.s.ClaimRun(e.ctx, claimReq(th, runID, now))
 	if err != nil {
-		e.t.Fatalf("ClaimRun(%s, %s): %v", threadID, runID, err)
+		e.t.Fatalf("ClaimRun(%s, %s): %v", th.ID, runID, err)
 	}
 	return res
 }
@@ -151,9 +151,10 @@ func (e *env) claim(threadID, runID string, now time.Time) agent.ClaimResult {
 // staleAfter is the takeover threshold the suite claims with.
 const staleAfter = 30 * time.Second
 
-func claimReq(threadID, runID string, now time.Time) agent.ClaimRequest {
+func claimReq(th agent.Thread, runID string, now time.Time) agent.ClaimRequest {
 	return agent.ClaimRequest{
-		ThreadID:           threadID,
+		ThreadID:           th.ID,
+		Owner:              th.Owner,
 		RunID:              runID,
 		Trigger:            agent.TriggerUser,
 		AssistantMessageID: "msg_of_" + runID,
@@ -250,3 +251,6 @@ func sameBytes(t *testing.T, what string, got, want []byte) {
 	}
 	t.Fatalf("%s:\n got  %q\n want %q", what, got, want)
 }
+
+// legacyFence is the fence of cases written before messages were fenced: one writer, never final.
+var legacyFence = agent.Fence{RunID: "writer", Epoch: 1}

@@ -185,18 +185,18 @@ func testListThreadsFullRecords(e *env) {
 	t := e.t
 	owner := e.id("user")
 	base := e.id("th")
-	var ids []string
+	var ths []agent.Thread
 	for i := range 3 {
-		ids = append(ids, e.createThread(owner, fmt.Sprintf("%s-%d", base, i), at(time.Duration(i)*time.Second)).ID)
+		ths = append(ths, e.createThread(owner, fmt.Sprintf("%s-%d", base, i), at(time.Duration(i)*time.Second)))
 	}
-	e.claim(ids[0], e.id("run"), at(time.Minute))
-	done := e.claim(ids[1], e.id("run"), at(time.Minute)).Run
+	e.claim(ths[0], e.id("run"), at(time.Minute))
+	done := e.claim(ths[1], e.id("run"), at(time.Minute)).Run
 	e.finish(done, agent.RunCompleted, agent.Usage{InputTokens: 4, OutputTokens: 2, TotalTokens: 6}, at(2*time.Minute))
 
 	got, err := e.s.ListThreads(e.ctx, owner, 0)
 	must(t, err, "ListThreads")
-	if len(got) != len(ids) {
-		t.Fatalf("ListThreads = %d threads, want %d", len(got), len(ids))
+	if len(got) != len(ths) {
+		t.Fatalf("ListThreads = %d threads, want %d", len(got), len(ths))
 	}
 	for i, th := range got {
 		same(t, "ListThreads entry vs GetThread", th, e.getThread(th.ID))
@@ -215,11 +215,12 @@ func testDeleteThreadCascades(e *env) {
 	fill := func(th agent.Thread) (runIDs []string) {
 		for i := range 2 {
 			m := agent.Message{ID: fmt.Sprintf("%s-m%d", th.ID, i), Role: agent.RoleUser, Parts: textParts("hello")}
-			must(t, e.s.PutMessage(e.ctx, th.ID, int64(i), m, at(0)), "PutMessage")
+			must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: int64(i), Message: m, Fence: legacyFence, Now: at(0)}), "PutMessage")
 		}
-		r1 := e.claim(th.ID, th.ID+"-r1", at(time.Second)).Run
+		r1 := e.claim(th, th.ID+"-r1", at(time.Second)).Run
 		e.finish(r1, agent.RunCompleted, agent.Usage{InputTokens: 1}, at(2*time.Second))
-		r2 := e.claim(th.ID, th.ID+"-r2", at(3*time.Second)).Run
+		r2 := e.claim(th, th.ID+"-r2", at(3*time.Second)).Run
+		e.finish(r2, agent.RunFailed, agent.Usage{}, at(4*time.Second)) // a held claim would refuse the delete
 		for _, id := range []string{r1.ID, r2.ID} {
 			must(t, e.s.AppendSegment(e.ctx, segment(th.ID, id, 0, "data: x\n\n", false)), "AppendSegment")
 		}
