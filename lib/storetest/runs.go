@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"fmt"
+	"reflect"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,6 +30,17 @@ func runTests() []test {
 		c{"ListRunsOrder", testListRunsOrder},
 		c{"ListStaleClaims", testListStaleClaims},
 		c{"GetRunUnknown", testGetRunUnknown},
+		c{"ClaimWrongOwnerIsNotFound", testClaimWrongOwner},
+		c{"ClaimResultThread", testClaimResultThread},
+		c{"ClaimWithoutStaleAfterNeverTakesOver", testClaimNoStaleAfter},
+		c{"ClaimReservesPositions", testClaimReservesPositions},
+		c{"ClaimRetryIsIdempotent", testClaimRetry},
+		c{"RequestCancelNamedRun", testRequestCancelNamedRun},
+		c{"FinishRunRefusesNonTerminal", testFinishRunNonTerminal},
+		c{"ReleaseClaim", testReleaseClaim},
+		c{"ReleaseClaimWithoutRunRow", testReleaseClaimWithoutRun},
+		c{"ReleaseThenFinishCountsUsageOnce", testReleaseThenFinish},
+		c{"ListStaleClaimsDefaultLimit", testListStaleClaimsDefaultLimit},
 	)
 }
 
@@ -553,5 +566,407 @@ func testListStaleClaims(e *claims) {
 	must(t, err, "ListStaleClaims after refresh and release")
 	if found := mine(got); len(found) != 1 || found[threads[2].ID].RunID != runs[2].ID {
 		t.Fatalf("stale claims after refresh and release = %v, want only %s", found, threads[2].ID)
+	}
+}
+
+// Another owner's thread is reported exactly like a missing one, and the refused claim changes nothing.
+func testClaimWrongOwner(e *claims) {
+	t := e.t
+	th := newThread(e)
+	before := getThread(e, th.ID)
+	for _, owner := range []string{e.id("intruder"), ""} {
+		req := claimReq(th, e.id("run"), at(time.Second))
+		req.Owner = owner
+		_, err := e.s.ClaimRun(e.ctx, req)
+		wantErr(t, err, agent.KindNotFound, "", "ClaimRun as "+strconv.Quote(owner))
+		_, missing := e.s.ClaimRun(e.ctx, claimReq(agent.Thread{ID: e.id("th"), Owner: owner}, e.id("run"), at(0)))
+		if agent.CodeOf(err) != agent.CodeOf(missing) {
+			t.Fatalf("wrong owner answers %s, a missing thread %s: they must be one answer", agent.CodeOf(err), agent.CodeOf(missing))
+		}
+	}
+	same(t, "thread after refused claims", getThread(e, th.ID), before)
+	runs, err := e.s.ListRuns(e.ctx, th.ID)
+	must(t, err, "ListRuns")
+	if len(runs) != 0 {
+		t.Fatalf("refused claims left %d runs", len(runs))
+	}
+	// The owner still claims it, at the first epoch.
+	if got := claim(e, th, e.id("run"), at(2*time.Second)).Run; got.Epoch != 1 {
+		t.Fatalf("owner's claim after refused ones: epoch %d, want 1", got.Epoch)
+	}
+}
+
+// ClaimResult.Thread is the thread as the claim left it (a turn reads nothing else before it starts): the same as
+// GetThread right after, for a first claim, a claim on a thread with history, and a takeover.
+func testClaimResultThread(e *claims) {
+	t := e.t
+	th := newThread(e)
+	settings := agent.ThreadSettings{ReviewTools: true}
+	_, err := e.s.UpdateThread(e.ctx, th.ID, agent.ThreadPatch{Settings: &settings}, at(time.Second))
+	must(t, err, "UpdateThread")
+	steps := []time.Time{at(time.Minute), at(2 * time.Minute), at(time.Hour)}
+	for i, now := range steps {
+		res := claim(e, th, e.id("run"), now)
+		got := getThread(e, th.ID)
+		same(t, fmt.Sprintf("claim %d: ClaimResult.Thread", i), res.Thread, got)
+		same(t, fmt.Sprintf("claim %d: ClaimResult.Thread.ActiveRun", i), res.Thread.ActiveRun,
+			&agent.Claim{RunID: res.Run.ID, Epoch: res.Run.Epoch, HeartbeatAt: now})
+		if res.Thread.Settings != settings || res.Thread.Owner != th.Owner || res.Thread.Epoch != res.Run.Epoch {
+			t.Fatalf("claim %d: ClaimResult.Thread = %s, want the stored thread at epoch %d", i, show(res.Thread), res.Run.Epoch)
+		}
+		if i == 0 {
+			// Finish the first run with usage; the second claim's thread carries it. The third claim takes the
+			// second over (an hour later).
+			finish(e, res.Run, agent.RunCompleted, agent.Usage{InputTokens: 9, TotalTokens: 9}, now.Add(time.Second))
+		}
+		if i > 0 && res.Thread.Usage != (agent.Usage{InputTokens: 9, TotalTokens: 9}) {
+			t.Fatalf("claim %d: ClaimResult.Thread.Usage = %+v, want the finished run's", i, res.Thread.Usage)
+		}
+	}
+}
+
+// StaleAfter <= 0 means never take over: the caller reaps through ReleaseClaim first, so that the reaper's
+// conditional release is the only reap decision.
+func testClaimNoStaleAfter(e *claims) {
+	t := e.t
+	for _, sa := range []time.Duration{0, -time.Second} {
+		th := newThread(e)
+		first := claim(e, th, e.id("run"), at(0)).Run
+		before := getThread(e, th.ID)
+		req := claimReq(th, e.id("run"), at(24*time.Hour))
+		req.StaleAfter = sa
+		_, err := e.s.ClaimRun(e.ctx, req)
+		wantErr(t, err, agent.KindConflict, agent.CodeRunActive, fmt.Sprintf("ClaimRun(StaleAfter %v) of a day-old claim", sa))
+		same(t, "thread after the refused claim", getThread(e, th.ID), before)
+		// Once released, the same request claims at once.
+		must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: first.Fence(),
+			StaleBefore: at(time.Hour), Now: at(24 * time.Hour)}), "ReleaseClaim")
+		res, err := e.s.ClaimRun(e.ctx, req)
+		must(t, err, "ClaimRun after release")
+		if res.Previous != nil || res.Run.Epoch != 2 {
+			t.Fatalf("claim after release = %s, want epoch 2 and no previous claim", show(res))
+		}
+	}
+}
+
+// Every claim reserves its own message positions: Reserve of them (at least one), right after everything any
+// earlier claim reserved, whether the earlier run finished or was taken over; a refused claim reserves nothing.
+// The run row keeps them.
+func testClaimReservesPositions(e *claims) {
+	t := e.t
+	th := newThread(e)
+	cases := []struct {
+		reserve  int
+		takeover bool // claim an hour later without finishing the previous run
+	}{
+		{0, false}, // a thread's first claim starts at 0; no Reserve means one
+		{3, false},
+		{-2, false},
+		{2, true},
+		{5, true},
+		{1, false},
+	}
+	var (
+		next int64 // the first position no claim has reserved
+		prev agent.Run
+		now  = at(0)
+		all  []agent.Run
+	)
+	for i, tc := range cases {
+		if i > 0 {
+			// While prev holds the thread, a claim is refused and reserves nothing.
+			req := claimReq(th, e.id("run"), now)
+			req.Reserve = 50
+			_, err := e.s.ClaimRun(e.ctx, req)
+			wantErr(t, err, agent.KindConflict, agent.CodeRunActive, "refused claim")
+			if !tc.takeover {
+				finish(e, prev, agent.RunCompleted, agent.Usage{}, now.Add(time.Second))
+			}
+		}
+		now = now.Add(time.Hour)
+		req := claimReq(th, e.id("run"), now)
+		req.Reserve = tc.reserve
+		res, err := e.s.ClaimRun(e.ctx, req)
+		must(t, err, fmt.Sprintf("claim %d", i))
+		run := res.Run
+		want := max(tc.reserve, 1)
+		if run.FirstSeq != next || run.Reserved != want {
+			t.Fatalf("claim %d (Reserve %d): positions [%d,+%d), want [%d,+%d)", i, tc.reserve, run.FirstSeq, run.Reserved,
+				next, want)
+		}
+		if got := run.AssistantSeq(); got != next+int64(want)-1 {
+			t.Fatalf("claim %d: AssistantSeq = %d, want the last reserved position %d", i, got, next+int64(want)-1)
+		}
+		same(t, fmt.Sprintf("claim %d: GetRun", i), getRun(e, th.ID, run.ID), run)
+		next += int64(want)
+		prev = run
+		all = append(all, run)
+	}
+	// ListRuns carries the positions too.
+	runs, err := e.s.ListRuns(e.ctx, th.ID)
+	must(t, err, "ListRuns")
+	got := map[string]agent.Run{}
+	for _, r := range runs {
+		got[r.ID] = r
+	}
+	for _, r := range all {
+		if g := got[r.ID]; g.FirstSeq != r.FirstSeq || g.Reserved != r.Reserved {
+			t.Fatalf("ListRuns: run %s at [%d,+%d), want [%d,+%d)", r.ID, g.FirstSeq, g.Reserved, r.FirstSeq, r.Reserved)
+		}
+	}
+}
+
+// A claim whose response was lost is retried with the same RunID: the retry gets the same result (same epoch,
+// same positions, same Previous) and changes nothing, instead of run_active for a claim nobody runs (REVIEW L20).
+func testClaimRetry(e *claims) {
+	t := e.t
+	check := func(name string, th agent.Thread, req agent.ClaimRequest) {
+		t.Helper()
+		first, err := e.s.ClaimRun(e.ctx, req)
+		must(t, err, name+": ClaimRun")
+		after := getThread(e, th.ID)
+		retry := req
+		retry.Now = req.Now.Add(5 * time.Second) // the SDK retries a little later
+		retry.Reserve = req.Reserve + 7          // and whatever else the retry carries, the stored claim wins
+		for range 2 {
+			again, err := e.s.ClaimRun(e.ctx, retry)
+			must(t, err, name+": retried ClaimRun")
+			same(t, name+": retried ClaimResult", again, first)
+			same(t, name+": thread after retry", getThread(e, th.ID), after)
+		}
+		runs, err := e.s.ListRuns(e.ctx, th.ID)
+		must(t, err, name+": ListRuns")
+		if n := len(runs); n != 1 && n != 2 {
+			t.Fatalf("%s: %d runs after retries", name, n)
+		}
+		// The next claim's positions start after the first attempt's reservation, not the retry's.
+		finish(e, first.Run, agent.RunCompleted, agent.Usage{}, retry.Now.Add(time.Second))
+		next := claim(e, th, e.id("run"), retry.Now.Add(2*time.Second)).Run
+		if want := first.Run.FirstSeq + int64(first.Run.Reserved); next.FirstSeq != want || next.Epoch != first.Run.Epoch+1 {
+			t.Fatalf("%s: next claim at seq %d epoch %d, want %d and %d", name, next.FirstSeq, next.Epoch, want, first.Run.Epoch+1)
+		}
+	}
+
+	th := newThread(e)
+	req := claimReq(th, e.id("run"), at(time.Second))
+	req.Reserve = 2
+	check("idle thread", th, req)
+
+	// A takeover's retry still reports the claim it took over, so the caller reaps it.
+	th = newThread(e)
+	old := claim(e, th, e.id("run"), at(0)).Run
+	req = claimReq(th, e.id("run"), at(time.Hour))
+	check("takeover", th, req)
+	if got := getRun(e, th.ID, old.ID); got.Status != agent.RunRunning {
+		t.Fatalf("taken-over run status %s, want running until the caller reaps it", got.Status)
+	}
+}
+
+// Stop names the run it means: a stop that arrives after its run ended must not cancel the next one (REVIEW L19).
+func testRequestCancelNamedRun(e *claims) {
+	t := e.t
+	th := newThread(e)
+	a := claim(e, th, e.id("run"), at(0)).Run
+	_, err := e.s.RequestCancel(e.ctx, th.ID, e.id("run"), at(time.Second))
+	wantErr(t, err, agent.KindConflict, agent.CodeNoActiveRun, "RequestCancel(another run)")
+	same(t, "claim after a stop for another run", getThread(e, th.ID).ActiveRun,
+		&agent.Claim{RunID: a.ID, Epoch: 1, HeartbeatAt: at(0)})
+
+	finish(e, a, agent.RunCompleted, agent.Usage{}, at(2*time.Second))
+	c := claim(e, th, e.id("run"), at(3*time.Second)).Run
+	// The user pressed stop on a; it arrives while c runs.
+	_, err = e.s.RequestCancel(e.ctx, th.ID, a.ID, at(4*time.Second))
+	wantErr(t, err, agent.KindConflict, agent.CodeNoActiveRun, "RequestCancel(finished run) while another runs")
+	must(t, e.s.Heartbeat(e.ctx, th.ID, c.Fence(), at(5*time.Second)), "Heartbeat of the run a late stop missed")
+
+	got, err := e.s.RequestCancel(e.ctx, th.ID, c.ID, at(6*time.Second))
+	must(t, err, "RequestCancel(named active run)")
+	same(t, "RequestCancel result", got, agent.Claim{RunID: c.ID, Epoch: 2, HeartbeatAt: at(5 * time.Second), CancelRequested: true})
+	err = e.s.Heartbeat(e.ctx, th.ID, c.Fence(), at(7*time.Second))
+	wantErr(t, err, agent.KindCanceled, agent.CodeRunCanceled, "Heartbeat after a named stop")
+
+	_, err = e.s.RequestCancel(e.ctx, e.id("th"), "", at(0))
+	if err == nil {
+		t.Fatal("RequestCancel(unknown thread) succeeded")
+	}
+}
+
+// FinishRun records only terminal outcomes; anything else is refused with the catalog's code and changes nothing.
+func testFinishRunNonTerminal(e *claims) {
+	t := e.t
+	th := newThread(e)
+	run := claim(e, th, e.id("run"), at(0)).Run
+	beforeThread, beforeRun := getThread(e, th.ID), getRun(e, th.ID, run.ID)
+	for _, status := range []agent.RunStatus{agent.RunRunning, ""} {
+		bad := finished(run, status, agent.Usage{InputTokens: 100}, at(time.Minute))
+		err := e.s.FinishRun(e.ctx, bad)
+		wantErr(t, err, agent.KindInvalid, agent.CodeInvalidStatus, fmt.Sprintf("FinishRun(status %q)", status))
+	}
+	same(t, "run after refused finishes", getRun(e, th.ID, run.ID), beforeRun)
+	same(t, "thread after refused finishes", getThread(e, th.ID), beforeThread)
+}
+
+// ReleaseClaim is the reaper's decision, re-checked in the write: same run, same epoch, heartbeat strictly before
+// the cutoff. A live run keeps its claim; the release adds the usage its draft recorded.
+func testReleaseClaim(e *claims) {
+	usage := agent.Usage{InputTokens: 11, OutputTokens: 4, TotalTokens: 15, CachedInputTokens: 2}
+	cases := []struct {
+		name string
+		// arrange claims a thread and returns the release to try.
+		arrange  func(th agent.Thread) agent.ReleaseRequest
+		released bool
+	}{
+		{"heartbeat before the cutoff", func(th agent.Thread) agent.ReleaseRequest {
+			r := claim(e, th, e.id("run"), at(0)).Run
+			return agent.ReleaseRequest{ThreadID: th.ID, Fence: r.Fence(), StaleBefore: at(time.Millisecond)}
+		}, true},
+		{"zero cutoff releases any heartbeat", func(th agent.Thread) agent.ReleaseRequest {
+			r := claim(e, th, e.id("run"), at(time.Hour)).Run
+			return agent.ReleaseRequest{ThreadID: th.ID, Fence: r.Fence()}
+		}, true},
+		{"cancel-requested claim", func(th agent.Thread) agent.ReleaseRequest {
+			r := claim(e, th, e.id("run"), at(0)).Run
+			_, err := e.s.RequestCancel(e.ctx, th.ID, r.ID, at(time.Second))
+			must(e.t, err, "RequestCancel")
+			return agent.ReleaseRequest{ThreadID: th.ID, Fence: r.Fence(), StaleBefore: at(time.Minute)}
+		}, true},
+		{"heartbeat at the cutoff (a live run)", func(th agent.Thread) agent.ReleaseRequest {
+			r := claim(e, th, e.id("run"), at(0)).Run
+			must(e.t, e.s.Heartbeat(e.ctx, th.ID, r.Fence(), at(time.Minute)), "Heartbeat")
+			return agent.ReleaseRequest{ThreadID: th.ID, Fence: r.Fence(), StaleBefore: at(time.Minute)}
+		}, false},
+		{"heartbeat resumed after the index nominated it", func(th agent.Thread) agent.ReleaseRequest {
+			r := claim(e, th, e.id("run"), at(0)).Run
+			must(e.t, e.s.Heartbeat(e.ctx, th.ID, r.Fence(), at(2*time.Minute)), "Heartbeat")
+			return agent.ReleaseRequest{ThreadID: th.ID, Fence: r.Fence(), StaleBefore: at(time.Minute)}
+		}, false},
+		{"another run id", func(th agent.Thread) agent.ReleaseRequest {
+			r := claim(e, th, e.id("run"), at(0)).Run
+			return agent.ReleaseRequest{ThreadID: th.ID, Fence: agent.Fence{RunID: e.id("run"), Epoch: r.Epoch}}
+		}, false},
+		{"another epoch", func(th agent.Thread) agent.ReleaseRequest {
+			r := claim(e, th, e.id("run"), at(0)).Run
+			return agent.ReleaseRequest{ThreadID: th.ID, Fence: agent.Fence{RunID: r.ID, Epoch: r.Epoch + 1}}
+		}, false},
+		{"taken over", func(th agent.Thread) agent.ReleaseRequest {
+			r := claim(e, th, e.id("run"), at(0)).Run
+			claim(e, th, e.id("run"), at(time.Hour))
+			return agent.ReleaseRequest{ThreadID: th.ID, Fence: r.Fence()}
+		}, false},
+		{"already finished", func(th agent.Thread) agent.ReleaseRequest {
+			r := claim(e, th, e.id("run"), at(0)).Run
+			finish(e, r, agent.RunCompleted, agent.Usage{}, at(time.Second))
+			return agent.ReleaseRequest{ThreadID: th.ID, Fence: r.Fence()}
+		}, false},
+	}
+	for _, tc := range cases {
+		t := e.t
+		th := newThread(e)
+		req := tc.arrange(th)
+		req.Usage = usage
+		req.Now = at(2 * time.Hour)
+		before := getThread(e, th.ID)
+		err := e.s.ReleaseClaim(e.ctx, req)
+		if !tc.released {
+			wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, tc.name+": ReleaseClaim")
+			same(t, tc.name+": thread unchanged", getThread(e, th.ID), before)
+			continue
+		}
+		must(t, err, tc.name+": ReleaseClaim")
+		got := getThread(e, th.ID)
+		if got.ActiveRun != nil || got.Usage != before.Usage.Add(usage) || got.Epoch != before.Epoch {
+			t.Fatalf("%s: thread after release = %s, want idle at epoch %d with the draft's usage added", tc.name, show(got), before.Epoch)
+		}
+		// The released run is fenced; a second release changes nothing; the thread can be claimed at once.
+		err = e.s.Heartbeat(e.ctx, th.ID, req.Fence, at(2*time.Hour))
+		wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, tc.name+": Heartbeat after release")
+		err = e.s.ReleaseClaim(e.ctx, req)
+		wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, tc.name+": second ReleaseClaim")
+		if got := getThread(e, th.ID); got.Usage != before.Usage.Add(usage) {
+			t.Fatalf("%s: usage after a second release = %+v, want it added once", tc.name, got.Usage)
+		}
+		next := claimReq(th, e.id("run"), at(2*time.Hour))
+		next.StaleAfter = 0
+		res, err := e.s.ClaimRun(e.ctx, next)
+		must(t, err, tc.name+": ClaimRun after release")
+		if res.Previous != nil || res.Run.Epoch != req.Fence.Epoch+1 {
+			t.Fatalf("%s: claim after release = %s, want epoch %d and no previous", tc.name, show(res), req.Fence.Epoch+1)
+		}
+	}
+	err := e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: e.id("th"), Fence: agent.Fence{RunID: "r", Epoch: 1}})
+	wantErr(e.t, err, agent.KindConflict, agent.CodeRunFenced, "ReleaseClaim(unknown thread)")
+}
+
+// A claim whose run row is missing (a process that died between the claim and the run write, in a store where
+// those are two writes) is released the same way (REVIEW M2). The suite builds that state the one way the port
+// allows: a thread created with its claim.
+func testReleaseClaimWithoutRun(e *claims) {
+	t := e.t
+	ghost := agent.Claim{RunID: e.id("run"), Epoch: 4, HeartbeatAt: at(0)}
+	th := agent.Thread{ID: e.id("th"), Owner: e.id("user"), Epoch: 4, ActiveRun: &ghost, CreatedAt: at(0), UpdatedAt: at(0)}
+	got, created, err := e.s.CreateThread(e.ctx, th)
+	must(t, err, "CreateThread(with a claim)")
+	if !created || !reflect.DeepEqual(got.ActiveRun, &ghost) {
+		t.Fatalf("CreateThread(with a claim) = %s, %t; want the claim stored", show(got), created)
+	}
+	_, err = e.s.GetRun(e.ctx, th.ID, ghost.RunID)
+	wantErr(t, err, agent.KindNotFound, "", "GetRun(the claim's run)")
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: agent.Fence{RunID: ghost.RunID, Epoch: 4},
+		StaleBefore: at(time.Minute), Now: at(time.Minute)}), "ReleaseClaim(claim without a run)")
+	if got := getThread(e, th.ID); got.ActiveRun != nil || got.Epoch != 4 {
+		t.Fatalf("thread after release = %s, want idle at epoch 4", show(got))
+	}
+	if res := claim(e, th, e.id("run"), at(2*time.Minute)); res.Run.Epoch != 5 {
+		t.Fatalf("claim after release: epoch %d, want 5", res.Run.Epoch)
+	}
+}
+
+// The reaper's order: release the claim (adding the draft's usage), then record the run as failed. Usage reaches
+// the thread exactly once, through the release; the run keeps what FinishRun recorded.
+func testReleaseThenFinish(e *claims) {
+	t := e.t
+	th := newThread(e)
+	run := claim(e, th, e.id("run"), at(0)).Run
+	draft := agent.Usage{InputTokens: 40, OutputTokens: 10, TotalTokens: 50}
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: run.Fence(), StaleBefore: at(time.Minute),
+		Usage: draft, Now: at(time.Hour)}), "ReleaseClaim")
+	if got := getRun(e, th.ID, run.ID); got.Status != agent.RunRunning {
+		t.Fatalf("run after release: status %s, want running (the release decides, FinishRun records)", got.Status)
+	}
+	reaped := finished(run, agent.RunFailed, draft, at(time.Hour+time.Second))
+	reaped.Error = &agent.RunError{Code: agent.CodeStale, Message: "the run stopped sending heartbeats"}
+	must(t, e.s.FinishRun(e.ctx, reaped), "FinishRun(failed/stale)")
+	same(t, "reaped run", getRun(e, th.ID, run.ID), reaped)
+	if got := getThread(e, th.ID).Usage; got != draft {
+		t.Fatalf("thread usage = %+v, want the draft's %+v once", got, draft)
+	}
+	// A second reaper doing the same finds nothing to do and counts nothing.
+	err := e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: run.Fence(), Usage: draft})
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "second reaper's ReleaseClaim")
+	wantErr(t, e.s.FinishRun(e.ctx, reaped), agent.KindConflict, agent.CodeRunFenced, "second reaper's FinishRun")
+	if got := getThread(e, th.ID).Usage; got != draft {
+		t.Fatalf("thread usage after a second reaper = %+v, want %+v", got, draft)
+	}
+}
+
+// limit <= 0 means agent.DefaultListLimit. The claims sit twenty days back, older than any other case's, and there
+// are more of them than the default, so exactly the default comes back whatever else a shared table holds.
+func testListStaleClaimsDefaultLimit(e *claims) {
+	t := e.t
+	base := at(-20 * 24 * time.Hour)
+	for i := range agent.DefaultListLimit + 1 {
+		claim(e, newThread(e), e.id("run"), base.Add(time.Duration(i)*time.Millisecond))
+	}
+	for _, limit := range []int{0, -1} {
+		got, err := e.s.ListStaleClaims(e.ctx, base.Add(time.Second), limit)
+		must(t, err, "ListStaleClaims")
+		if len(got) != agent.DefaultListLimit {
+			t.Fatalf("ListStaleClaims(limit %d) = %d claims, want %d", limit, len(got), agent.DefaultListLimit)
+		}
+		for _, sc := range got {
+			if !sc.Claim.HeartbeatAt.Before(base.Add(time.Second)) {
+				t.Fatalf("ListStaleClaims nominated a claim with heartbeat %s, after the cutoff", sc.Claim.HeartbeatAt)
+			}
+		}
 	}
 }
