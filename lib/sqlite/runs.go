@@ -11,7 +11,7 @@ import (
 )
 
 const runCols = `thread_id, id, trigger, status, error, usage_input, usage_output, usage_total, usage_cached,
-	steps, model, assistant_message_id, epoch, created_at, updated_at, finished_at`
+	steps, model, assistant_message_id, epoch, created_at, updated_at, finished_at, first_seq, reserved`
 
 func scanRun(sc scanner) (agent.Run, error) {
 	var (
@@ -22,7 +22,7 @@ func scanRun(sc scanner) (agent.Run, error) {
 	)
 	err := sc.Scan(&r.ThreadID, &r.ID, &r.Trigger, &r.Status, &runErr,
 		&r.Usage.InputTokens, &r.Usage.OutputTokens, &r.Usage.TotalTokens, &r.Usage.CachedInputTokens,
-		&r.Steps, &r.Model, &r.AssistantMessageID, &r.Epoch, &created, &updated, &finished)
+		&r.Steps, &r.Model, &r.AssistantMessageID, &r.Epoch, &created, &updated, &finished, &r.FirstSeq, &r.Reserved)
 	if err != nil {
 		return agent.Run{}, err
 	}
@@ -42,72 +42,116 @@ func runNotFound(id string) error {
 	return agent.E(agent.KindNotFound, agent.CodeRunNotFound, "run %q not found", id)
 }
 
-func fenced(runID string, epoch int64) error {
-	return agent.E(agent.KindConflict, agent.CodeRunFenced, "run %q at epoch %d no longer holds the thread", runID, epoch)
+func fenced(f agent.Fence) error {
+	return agent.E(agent.KindConflict, agent.CodeRunFenced, "run %q at epoch %d no longer holds the thread", f.RunID, f.Epoch)
 }
 
-// readClaim reads a thread's epoch and claim inside a transaction.
-func readClaim(ctx context.Context, c conn, threadID string) (epoch int64, claim *agent.Claim, err error) {
+// claimRow is what a claim decision reads from the thread row.
+type claimRow struct {
+	owner string
+	epoch int64
+	// nextSeq is the first message position a claim may reserve: the thread's counter, or above its highest
+	// stored message if that is higher (messages written without a claim, files migrated from version 1).
+	nextSeq int64
+	claim   *agent.Claim
+}
+
+// readClaim reads a thread's epoch, message counter and claim inside a transaction, in one statement.
+func readClaim(ctx context.Context, c conn, threadID string) (claimRow, error) {
 	var (
+		row        claimRow
+		maxSeq     sql.NullInt64
 		runID      sql.NullString
 		claimEpoch sql.NullInt64
 		hb         sql.NullInt64
 		cancel     bool
 	)
-	err = c.queryRow(ctx, `SELECT epoch, claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel
-		FROM threads WHERE id = ?`, threadID).Scan(&epoch, &runID, &claimEpoch, &hb, &cancel)
+	err := c.queryRow(ctx, `SELECT owner, epoch, next_seq, (SELECT max(seq) FROM messages WHERE thread_id = threads.id),
+		claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel
+		FROM threads WHERE id = ?`, threadID).Scan(&row.owner, &row.epoch, &row.nextSeq, &maxSeq, &runID, &claimEpoch,
+		&hb, &cancel)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil, threadNotFound(threadID)
+		return claimRow{}, threadNotFound(threadID)
 	}
 	if err != nil {
-		return 0, nil, err
+		return claimRow{}, err
+	}
+	if maxSeq.Valid && maxSeq.Int64 >= row.nextSeq {
+		row.nextSeq = maxSeq.Int64 + 1
 	}
 	if runID.Valid {
-		claim = &agent.Claim{RunID: runID.String, Epoch: claimEpoch.Int64, HeartbeatAt: fromNullMillis(hb),
+		row.claim = &agent.Claim{RunID: runID.String, Epoch: claimEpoch.Int64, HeartbeatAt: fromNullMillis(hb),
 			CancelRequested: cancel}
 	}
-	return epoch, claim, nil
+	return row, nil
 }
 
-// ClaimRun makes req.RunID the thread's active run when the thread is idle or its claim is stale.
+// ClaimRun makes req.RunID the thread's active run when the thread is idle or its claim is stale (never when
+// req.StaleAfter <= 0), and reserves req.Reserve message positions (at least one) from the thread's counter, in
+// one transaction. A thread req.Owner does not own is not found, like a missing one. A claim whose RunID already
+// holds the thread is a retry and gets the stored result back (with the thread as it is now). A run id already recorded on the
+// thread that does not hold it (finished, or taken over) is refused with KindConflict/CodeRunFenced: run ids are
+// never reused, and a late retry of a claim that has since lost the thread must not start it again.
 func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.ClaimResult, error) {
 	s.op()
-	if req.ThreadID == "" || req.RunID == "" {
-		return agent.ClaimResult{}, agent.E(agent.KindInvalid, CodeInvalid, "claim needs a thread id and a run id")
+	if req.ThreadID == "" {
+		return agent.ClaimResult{}, agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "claim needs a thread id")
+	}
+	if req.RunID == "" {
+		return agent.ClaimResult{}, agent.E(agent.KindInvalid, agent.CodeInvalidRunID, "claim needs a run id")
 	}
 	var res agent.ClaimResult
 	err := s.write(ctx, "claim run", func(c conn) error {
-		epoch, claim, err := readClaim(ctx, c, req.ThreadID)
+		row, err := readClaim(ctx, c, req.ThreadID)
 		if err != nil {
 			return err
 		}
-		if claim != nil && !claim.Stale(req.Now, req.StaleAfter) {
-			return agent.E(agent.KindConflict, agent.CodeRunActive, "thread %q is running %q", req.ThreadID, claim.RunID)
+		if row.owner != req.Owner {
+			return threadNotFound(req.ThreadID)
 		}
-		epoch++
+		if row.claim != nil && row.claim.RunID == req.RunID {
+			res, err = readClaimResult(ctx, c, req.ThreadID, req.RunID)
+			return err
+		}
+		if row.claim != nil && (req.StaleAfter <= 0 || !row.claim.Stale(req.Now, req.StaleAfter)) {
+			return agent.E(agent.KindConflict, agent.CodeRunActive, "thread %q is running %q", req.ThreadID, row.claim.RunID)
+		}
+		epoch := row.epoch + 1
+		reserve := max(req.Reserve, 1)
 		now := millis(req.Now)
-		n, err := c.execN(ctx, `INSERT INTO runs (`+runCols+`)
-			VALUES (?, ?, ?, ?, NULL, 0, 0, 0, 0, 0, '', ?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING`,
+		var previous any
+		if row.claim != nil {
+			b, err := json.Marshal(row.claim)
+			if err != nil {
+				return err
+			}
+			previous = string(b)
+		}
+		n, err := c.execN(ctx, `INSERT INTO runs (`+runCols+`, previous)
+			VALUES (?, ?, ?, ?, NULL, 0, 0, 0, 0, 0, '', ?, ?, ?, ?, NULL, ?, ?, ?) ON CONFLICT DO NOTHING`,
 			req.ThreadID, req.RunID, string(req.Trigger), string(agent.RunRunning), req.AssistantMessageID,
-			epoch, now, now)
+			epoch, now, now, row.nextSeq, reserve, previous)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
-			return agent.E(agent.KindConflict, CodeRunExists, "run %q already exists", req.RunID)
+			return agent.E(agent.KindConflict, agent.CodeRunFenced, "run %q was claimed before and no longer holds thread %q",
+				req.RunID, req.ThreadID)
 		}
-		if _, err := c.exec(ctx, `UPDATE threads SET epoch = ?, claim_run_id = ?, claim_epoch = ?,
-			claim_heartbeat_at = ?, claim_cancel = 0 WHERE id = ?`,
-			epoch, req.RunID, epoch, now, req.ThreadID); err != nil {
+		th, err := scanThread(c.queryRow(ctx, `UPDATE threads SET epoch = ?, claim_run_id = ?, claim_epoch = ?,
+			claim_heartbeat_at = ?, claim_cancel = 0, next_seq = ? WHERE id = ? RETURNING `+threadCols,
+			epoch, req.RunID, epoch, now, row.nextSeq+int64(reserve), req.ThreadID))
+		if err != nil {
 			return err
 		}
 		res = agent.ClaimResult{
+			Thread: th,
 			Run: agent.Run{
 				ID: req.RunID, ThreadID: req.ThreadID, Trigger: req.Trigger, Status: agent.RunRunning,
-				AssistantMessageID: req.AssistantMessageID, Epoch: epoch,
+				AssistantMessageID: req.AssistantMessageID, Epoch: epoch, FirstSeq: row.nextSeq, Reserved: reserve,
 				CreatedAt: fromMillis(now), UpdatedAt: fromMillis(now),
 			},
-			Previous: claim,
+			Previous: row.claim,
 		}
 		return nil
 	})
@@ -117,45 +161,87 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 	return res, nil
 }
 
-// Heartbeat refreshes the claim's heartbeat if the claim still names runID at epoch and carries no cancel request.
-// A deleted thread fences its run like a lost claim does.
-func (s *Store) Heartbeat(ctx context.Context, threadID, runID string, epoch int64, now time.Time) error {
+// readClaimResult rebuilds the result of a claim that already applied from its run row.
+func readClaimResult(ctx context.Context, c conn, threadID, runID string) (agent.ClaimResult, error) {
+	var previous sql.NullString
+	run, err := scanRun(scanFunc(func(dest ...any) error {
+		return c.queryRow(ctx, `SELECT `+runCols+`, previous FROM runs WHERE thread_id = ? AND id = ?`,
+			threadID, runID).Scan(append(dest, &previous)...)
+	}))
+	if errors.Is(err, sql.ErrNoRows) {
+		// The claim and its run row are written in one transaction; a claim without its row is corruption.
+		return agent.ClaimResult{}, agent.E(agent.KindInternal, agent.CodeStoreCorrupt,
+			"thread %q is claimed by %q, which has no run row", threadID, runID)
+	}
+	if err != nil {
+		return agent.ClaimResult{}, err
+	}
+	th, err := scanThread(c.queryRow(ctx, `SELECT `+threadCols+` FROM threads WHERE id = ?`, threadID))
+	if err != nil {
+		return agent.ClaimResult{}, err
+	}
+	res := agent.ClaimResult{Run: run, Thread: th}
+	if previous.Valid {
+		res.Previous = &agent.Claim{}
+		if err := json.Unmarshal([]byte(previous.String), res.Previous); err != nil {
+			return agent.ClaimResult{}, err
+		}
+	}
+	return res, nil
+}
+
+// scanFunc adapts a function to scanner, so one scan function can read a row with extra trailing columns.
+type scanFunc func(dest ...any) error
+
+func (f scanFunc) Scan(dest ...any) error { return f(dest...) }
+
+// heartbeatSQL is the whole heartbeat: one UPDATE of one thread row. It sets only claim_heartbeat_at, which no
+// index contains (threads_claimed is keyed by id and filtered on claim_run_id), so it writes one table b-tree
+// page and no index page; TestHeartbeatWritesNoIndex pins that.
+const heartbeatSQL = `UPDATE threads SET claim_heartbeat_at = ?
+	WHERE id = ? AND claim_run_id = ? AND claim_epoch = ? AND claim_cancel = 0`
+
+// Heartbeat refreshes the claim's heartbeat if the claim still names f.RunID at f.Epoch and carries no cancel
+// request. A deleted thread fences its run like a lost claim does.
+func (s *Store) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
 	s.op()
 	return s.write(ctx, "heartbeat", func(c conn) error {
-		n, err := c.execN(ctx, `UPDATE threads SET claim_heartbeat_at = ?
-			WHERE id = ? AND claim_run_id = ? AND claim_epoch = ? AND claim_cancel = 0`,
-			millis(now), threadID, runID, epoch)
+		n, err := c.execN(ctx, heartbeatSQL, millis(now), threadID, f.RunID, f.Epoch)
 		if err != nil || n == 1 {
 			return err
 		}
 		// The condition failed; say why.
-		_, claim, err := readClaim(ctx, c, threadID)
-		var ae *agent.Error
-		if errors.As(err, &ae) && ae.Kind == agent.KindNotFound {
-			return fenced(runID, epoch) // the thread was deleted under the run
+		row, err := readClaim(ctx, c, threadID)
+		if errors.Is(err, agent.ErrThreadNotFound) {
+			return fenced(f) // the thread was deleted under the run
 		}
 		if err != nil {
 			return err
 		}
-		if claim != nil && claim.RunID == runID && claim.Epoch == epoch && claim.CancelRequested {
-			return agent.E(agent.KindCanceled, agent.CodeRunCanceled, "run %q was asked to stop", runID)
+		if cl := row.claim; cl != nil && cl.RunID == f.RunID && cl.Epoch == f.Epoch && cl.CancelRequested {
+			return agent.E(agent.KindCanceled, agent.CodeRunCanceled, "run %q was asked to stop", f.RunID)
 		}
-		return fenced(runID, epoch)
+		return fenced(f)
 	})
 }
 
 // RequestCancel marks the thread's active claim as cancel-requested and returns it; a repeated request returns
-// the same claim. Unknown thread: KindNotFound. now is not recorded (the claim has no field for it).
-func (s *Store) RequestCancel(ctx context.Context, threadID string, now time.Time) (agent.Claim, error) {
+// the same claim. runID, when set, must name the active run. Unknown thread: KindNotFound. now is not recorded
+// (the claim has no field for it).
+func (s *Store) RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (agent.Claim, error) {
 	s.op()
 	var out agent.Claim
 	err := s.write(ctx, "request cancel", func(c conn) error {
-		_, claim, err := readClaim(ctx, c, threadID)
+		row, err := readClaim(ctx, c, threadID)
 		if err != nil {
 			return err
 		}
+		claim := row.claim
 		if claim == nil {
 			return agent.E(agent.KindConflict, agent.CodeNoActiveRun, "thread %q has no active run", threadID)
+		}
+		if runID != "" && claim.RunID != runID {
+			return agent.E(agent.KindConflict, agent.CodeNoActiveRun, "run %q is not the active run of thread %q", runID, threadID)
 		}
 		if !claim.CancelRequested {
 			if _, err := c.exec(ctx, `UPDATE threads SET claim_cancel = 1 WHERE id = ?`, threadID); err != nil {
@@ -169,13 +255,26 @@ func (s *Store) RequestCancel(ctx context.Context, threadID string, now time.Tim
 	return out, err
 }
 
-// FinishRun records run's outcome by compare-and-set from running at run.Epoch, adds its usage to the thread and
-// releases the thread's claim if it still names the run at that epoch. The run's UpdatedAt is stored as given
-// (FinishedAt when zero); an unknown run is KindNotFound; a non-terminal status is KindInvalid.
+// releaseSQL releases a claim and adds usage in one UPDATE; the caller appends its condition.
+const releaseSQL = `UPDATE threads SET usage_input = usage_input + ?, usage_output = usage_output + ?,
+	usage_total = usage_total + ?, usage_cached = usage_cached + ?,
+	claim_run_id = NULL, claim_epoch = NULL, claim_heartbeat_at = NULL, claim_cancel = 0,
+	updated_at = coalesce(?, updated_at)
+	WHERE id = ? AND claim_run_id = ? AND claim_epoch = ?`
+
+func releaseArgs(threadID string, f agent.Fence, u agent.Usage, updated time.Time) []any {
+	return []any{u.InputTokens, u.OutputTokens, u.TotalTokens, u.CachedInputTokens, nullMillis(updated),
+		threadID, f.RunID, f.Epoch}
+}
+
+// FinishRun records run's outcome by compare-and-set from running at run.Epoch, then releases the thread's claim
+// if it still names the run at that epoch, adding the run's usage in that same UPDATE (a run whose claim was
+// already released or taken over adds nothing). The run's UpdatedAt is stored as given (FinishedAt when zero); an
+// unknown run is KindNotFound; a non-terminal status is KindInvalid/CodeInvalidStatus.
 func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	s.op()
 	if !run.Status.Terminal() {
-		return agent.E(agent.KindInvalid, CodeInvalid, "run %q: status %q is not terminal", run.ID, run.Status)
+		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "run %q: status %q is not terminal", run.ID, run.Status)
 	}
 	var runErr any
 	if run.Error != nil {
@@ -211,30 +310,47 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 			if err != nil {
 				return err
 			}
-			return fenced(run.ID, run.Epoch)
+			return fenced(run.Fence())
 		}
-		if _, err := c.exec(ctx, `UPDATE threads SET usage_input = usage_input + ?, usage_output = usage_output + ?,
-			usage_total = usage_total + ?, usage_cached = usage_cached + ? WHERE id = ?`,
-			run.Usage.InputTokens, run.Usage.OutputTokens, run.Usage.TotalTokens, run.Usage.CachedInputTokens,
-			run.ThreadID); err != nil {
-			return err
-		}
-		_, err = c.exec(ctx, `UPDATE threads SET claim_run_id = NULL, claim_epoch = NULL, claim_heartbeat_at = NULL,
-			claim_cancel = 0, updated_at = coalesce(?, updated_at)
-			WHERE id = ? AND claim_run_id = ? AND claim_epoch = ?`, nullMillis(run.FinishedAt), run.ThreadID, run.ID, run.Epoch)
+		_, err = c.exec(ctx, releaseSQL, releaseArgs(run.ThreadID, run.Fence(), run.Usage, run.FinishedAt)...)
 		return err
 	})
 }
 
-// ListStaleClaims lists claims whose heartbeat is before before, oldest first, through the partial index of
-// claimed threads.
+// ReleaseClaim releases the claim if it still names req.Fence and its heartbeat is before req.StaleBefore (any
+// heartbeat when zero), adding req.Usage and setting the thread's UpdatedAt to req.Now (when set) in the same
+// UPDATE. It looks only at the thread row, so a claim whose run row is missing or already terminal is released
+// the same way. Anything else, an unknown thread included, is KindConflict/CodeRunFenced.
+func (s *Store) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
+	s.op()
+	query, args := releaseSQL, releaseArgs(req.ThreadID, req.Fence, req.Usage, req.Now)
+	if !req.StaleBefore.IsZero() {
+		query += ` AND claim_heartbeat_at < ?`
+		args = append(args, millis(req.StaleBefore))
+	}
+	return s.write(ctx, "release claim", func(c conn) error {
+		n, err := c.execN(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fenced(req.Fence)
+		}
+		return nil
+	})
+}
+
+// ListStaleClaims lists claims whose heartbeat is before before, oldest first. It walks the partial index of
+// claimed threads (never the whole table) and compares each claimed row's heartbeat.
 func (s *Store) ListStaleClaims(ctx context.Context, before time.Time, limit int) ([]agent.StaleClaim, error) {
 	s.op()
 	if limit <= 0 {
-		limit = defaultListLimit
+		limit = agent.DefaultListLimit
 	}
-	rows, err := s.read().query(ctx, `SELECT id, claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel FROM threads
-		WHERE claim_run_id IS NOT NULL AND claim_heartbeat_at < ? ORDER BY claim_heartbeat_at, id LIMIT ?`, millis(before), limit)
+	rows, err := s.read().query(ctx, `SELECT id, claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel
+		FROM threads INDEXED BY threads_claimed
+		WHERE claim_run_id IS NOT NULL AND claim_heartbeat_at < ? ORDER BY claim_heartbeat_at, id LIMIT ?`,
+		millis(before), limit)
 	if err != nil {
 		return nil, s.fail("list stale claims", err)
 	}

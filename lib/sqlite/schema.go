@@ -8,13 +8,14 @@ import (
 )
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
-// misread.
-const schemaVersion = 1
+// misread; a file of an older version is migrated in place (see migrations).
+const schemaVersion = 2
 
-// schema creates every table and index; each statement is idempotent so concurrent first opens converge.
+// schema creates every table and index of the current version on a fresh file.
 var schema = []string{
 	// One row per thread. The active-run claim lives on the thread row (claim_run_id NULL when idle), so a claim
-	// is one conditional update of one row.
+	// is one conditional update of one row. next_seq is the first message position no claim has reserved yet;
+	// only ClaimRun advances it.
 	`CREATE TABLE IF NOT EXISTS threads (
 		id                 TEXT PRIMARY KEY,
 		owner              TEXT NOT NULL,
@@ -30,12 +31,14 @@ var schema = []string{
 		claim_run_id       TEXT,
 		claim_epoch        INTEGER,
 		claim_heartbeat_at INTEGER,
-		claim_cancel       INTEGER NOT NULL DEFAULT 0
+		claim_cancel       INTEGER NOT NULL DEFAULT 0,
+		next_seq           INTEGER NOT NULL DEFAULT 0
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
-	// The reaper's work list: only claimed threads are in this partial index.
-	`CREATE INDEX IF NOT EXISTS threads_claimed ON threads (claim_heartbeat_at) WHERE claim_run_id IS NOT NULL`,
+	claimedIndex,
 
+	// previous is the claim this run took over (JSON of agent.Claim, NULL when none), so that a retried claim
+	// returns the same ClaimResult.
 	`CREATE TABLE IF NOT EXISTS runs (
 		thread_id            TEXT NOT NULL,
 		id                   TEXT NOT NULL,
@@ -53,19 +56,29 @@ var schema = []string{
 		created_at           INTEGER NOT NULL,
 		updated_at           INTEGER NOT NULL,
 		finished_at          INTEGER,
+		first_seq            INTEGER NOT NULL DEFAULT 0,
+		reserved             INTEGER NOT NULL DEFAULT 0,
+		previous             TEXT,
 		PRIMARY KEY (thread_id, id)
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS runs_by_created ON runs (thread_id, created_at, id)`,
 
+	// writer_run_id and writer_epoch are the fence of the message's last writer, final whether that writer
+	// finalized it, deleted whether it is hidden (a deleted message keeps its row so a late writer cannot bring
+	// it back).
 	`CREATE TABLE IF NOT EXISTS messages (
-		thread_id  TEXT NOT NULL,
-		id         TEXT NOT NULL,
-		seq        INTEGER NOT NULL,
-		role       TEXT NOT NULL,
-		parts      TEXT NOT NULL, -- JSON array of the parts, each as given
-		metadata   TEXT,          -- as given, NULL when empty
-		created_at INTEGER NOT NULL,
-		updated_at INTEGER NOT NULL,
+		thread_id     TEXT NOT NULL,
+		id            TEXT NOT NULL,
+		seq           INTEGER NOT NULL,
+		role          TEXT NOT NULL,
+		parts         TEXT NOT NULL, -- JSON array of the parts, each as given
+		metadata      TEXT,          -- as given, NULL when empty
+		created_at    INTEGER NOT NULL,
+		updated_at    INTEGER NOT NULL,
+		writer_run_id TEXT NOT NULL DEFAULT '',
+		writer_epoch  INTEGER NOT NULL DEFAULT 0,
+		final         INTEGER NOT NULL DEFAULT 0,
+		deleted       INTEGER NOT NULL DEFAULT 0,
 		PRIMARY KEY (thread_id, id)
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS messages_by_seq ON messages (thread_id, seq, id)`,
@@ -91,7 +104,33 @@ var schema = []string{
 	) STRICT, WITHOUT ROWID`,
 }
 
-// migrate applies the schema in one write transaction.
+// claimedIndex is the reaper's work list: only claimed threads are in this partial index. Its key is the thread
+// id, not the heartbeat, so a heartbeat (which sets only claim_heartbeat_at) writes no index entry at all; the
+// price is that ListStaleClaims reads every claimed thread's row to compare heartbeats, which is as many rows as
+// there are runs in flight.
+const claimedIndex = `CREATE INDEX IF NOT EXISTS threads_claimed ON threads (id) WHERE claim_run_id IS NOT NULL`
+
+// migrations[v] takes a file from version v-1 to v.
+var migrations = map[int][]string{
+	2: {
+		`ALTER TABLE threads ADD COLUMN next_seq INTEGER NOT NULL DEFAULT 0`,
+		// Start every thread's counter above its messages (ClaimRun also checks, this keeps the column honest).
+		`UPDATE threads SET next_seq = coalesce((SELECT max(seq) + 1 FROM messages WHERE thread_id = threads.id), 0)`,
+		// Version 1 keyed the claimed index by heartbeat, so every heartbeat moved an index entry.
+		`DROP INDEX IF EXISTS threads_claimed`,
+		claimedIndex,
+		`ALTER TABLE runs ADD COLUMN first_seq INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE runs ADD COLUMN reserved INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE runs ADD COLUMN previous TEXT`,
+		`ALTER TABLE messages ADD COLUMN writer_run_id TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE messages ADD COLUMN writer_epoch INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE messages ADD COLUMN final INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE messages ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0`,
+	},
+}
+
+// migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent
+// first opens serialise and the second sees the first one's version).
 func (s *Store) migrate(ctx context.Context) error {
 	return s.write(ctx, "apply schema", func(c conn) error {
 		var version int
@@ -102,17 +141,23 @@ func (s *Store) migrate(ctx context.Context) error {
 			return agent.E(agent.KindInternal, agent.CodeInternal,
 				"sqlite: %s has schema version %d, this build knows up to %d", s.path, version, schemaVersion)
 		}
-		for _, stmt := range schema {
+		if version == schemaVersion {
+			return nil
+		}
+		stmts := schema
+		if version > 0 {
+			stmts = nil
+			for v := version + 1; v <= schemaVersion; v++ {
+				stmts = append(stmts, migrations[v]...)
+			}
+		}
+		for _, stmt := range stmts {
 			if _, err := c.exec(ctx, stmt); err != nil {
 				return err
 			}
 		}
-		if version < schemaVersion {
-			// PRAGMA takes no bound parameters; the value is a constant.
-			if _, err := c.exec(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
-				return err
-			}
-		}
-		return nil
+		// PRAGMA takes no bound parameters; the value is a constant.
+		_, err := c.exec(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion))
+		return err
 	})
 }

@@ -27,7 +27,10 @@ func scanSegment(sc scanner) (agent.Segment, error) {
 func (s *Store) AppendSegment(ctx context.Context, g agent.Segment) error {
 	s.op()
 	if g.RunID == "" {
-		return agent.E(agent.KindInvalid, CodeInvalid, "segment needs a run id")
+		return agent.E(agent.KindInvalid, agent.CodeInvalidSegment, "segment needs a run id")
+	}
+	if g.Seq < 0 {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidSegment, "segment seq %d is negative", g.Seq)
 	}
 	data := g.Data
 	if data == nil {
@@ -47,11 +50,15 @@ func (s *Store) AppendSegment(ctx context.Context, g agent.Segment) error {
 	})
 }
 
-// ListSegments returns the run's unexpired segments with Seq >= from, in order.
+// ListSegments returns the run's unexpired segments with Seq >= from, in order, up to and including the run's
+// first final segment (expired or not): whatever a fenced writer appended after the reaper's final segment is
+// never read.
 func (s *Store) ListSegments(ctx context.Context, runID string, from int64, now time.Time) ([]agent.Segment, error) {
 	s.op()
 	rows, err := s.read().query(ctx, `SELECT `+segmentCols+` FROM segments
-		WHERE run_id = ? AND seq >= ? AND expires_at >= ? ORDER BY seq`, runID, from, millis(now))
+		WHERE run_id = ?1 AND seq >= ?2 AND expires_at >= ?3
+			AND seq <= coalesce((SELECT min(seq) FROM segments WHERE run_id = ?1 AND final), 9223372036854775807)
+		ORDER BY seq`, runID, from, millis(now))
 	if err != nil {
 		return nil, s.fail("list segments", err)
 	}

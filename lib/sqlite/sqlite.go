@@ -45,20 +45,6 @@ const (
 	busyAttempts = 5
 	// maxOpenConns bounds the connection pool; writes use one connection at a time anyway.
 	maxOpenConns = 8
-	// defaultListLimit is ListThreads' limit when the caller passes limit <= 0.
-	defaultListLimit = 100
-)
-
-// Codes this adapter adds to the shared ones in package agent.
-const (
-	// CodeStoreBusy: the database file stayed locked by another process through every retry.
-	CodeStoreBusy = "store_busy"
-	// CodeInvalid: an id is empty, a message part is not valid JSON, or a run's outcome is not terminal.
-	CodeInvalid = "invalid"
-	// CodeRunExists: ClaimRun was given a run id that is already recorded.
-	CodeRunExists = "run_exists"
-	// CodeCanceled: the caller's context ended before the store answered.
-	CodeCanceled = "canceled"
 )
 
 // Store is an agent.Store on one SQLite file. It is safe for concurrent use by many goroutines, and several Stores
@@ -226,9 +212,9 @@ func (s *Store) fail(op string, err error) error {
 	case errors.As(err, &ae):
 		return err
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return agent.Wrap(err, agent.KindCanceled, CodeCanceled, "sqlite: "+op)
+		return agent.Wrap(err, agent.KindCanceled, agent.CodeCanceled, "sqlite: "+op)
 	case isBusy(err):
-		return agent.Wrap(err, agent.KindUnavailable, CodeStoreBusy, "sqlite: "+op)
+		return agent.Wrap(err, agent.KindUnavailable, agent.CodeStoreUnavailable, "sqlite: "+op)
 	default:
 		return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: "+op)
 	}

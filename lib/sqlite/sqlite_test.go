@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -71,7 +72,7 @@ func TestTwoStoresShareFile(t *testing.T) {
 		t.Fatalf("b.GetThread of a's thread: %v", err)
 	}
 	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
-	if err := b.PutMessage(ctx, "th1", 0, m, nowTime()); err != nil {
+	if err := b.PutMessage(ctx, agent.MessageWrite{ThreadID: "th1", Message: m, Fence: testFence, Now: nowTime()}); err != nil {
 		t.Fatalf("b.PutMessage: %v", err)
 	}
 	msgs, err := a.ListMessages(ctx, "th1")
@@ -90,7 +91,7 @@ func TestTwoStoresShareFile(t *testing.T) {
 			s = b
 		}
 		wg.Go(func() {
-			res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", RunID: fmt.Sprintf("run-%02d", i),
+			res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", Owner: "u1", RunID: fmt.Sprintf("run-%02d", i),
 				Trigger: agent.TriggerUser, Now: nowTime(), StaleAfter: 30 * time.Second})
 			if err != nil {
 				if agent.CodeOf(err) != agent.CodeRunActive {
@@ -202,7 +203,7 @@ func TestHelperClaimer(t *testing.T) {
 	)
 	for i := range n {
 		wg.Go(func() {
-			_, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: thread, RunID: fmt.Sprintf("%s-%d", prefix, i),
+			_, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: thread, Owner: "u1", RunID: fmt.Sprintf("%s-%d", prefix, i),
 				Trigger: agent.TriggerUser, Now: nowTime(), StaleAfter: 30 * time.Second})
 			mu.Lock()
 			defer mu.Unlock()
@@ -274,7 +275,7 @@ func TestPutMessageRejectsInvalidJSON(t *testing.T) {
 		{"empty id", agent.Message{Role: agent.RoleUser}},
 	}
 	for _, tc := range cases {
-		err := s.PutMessage(t.Context(), "th1", 0, tc.m, nowTime())
+		err := s.PutMessage(t.Context(), agent.MessageWrite{ThreadID: "th1", Message: tc.m, Fence: testFence, Now: nowTime()})
 		if !agent.IsKind(err, agent.KindInvalid) {
 			t.Errorf("%s: PutMessage error = %v, want KindInvalid", tc.name, err)
 		}
@@ -290,7 +291,7 @@ func TestPartSurroundingWhitespaceDropped(t *testing.T) {
 	s := setup(t)
 	newThread(t, s, "th1")
 	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(" \n{ \"type\": \"text\" }\t ")}}
-	if err := s.PutMessage(t.Context(), "th1", 0, m, nowTime()); err != nil {
+	if err := s.PutMessage(t.Context(), agent.MessageWrite{ThreadID: "th1", Message: m, Fence: testFence, Now: nowTime()}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetMessage(t.Context(), "th1", "m1")
@@ -302,21 +303,31 @@ func TestPartSurroundingWhitespaceDropped(t *testing.T) {
 	}
 }
 
-// FinishRun only takes terminal outcomes.
+// FinishRun only takes terminal outcomes, and a run id is never claimed twice: once its run is finished, a late
+// retry of its claim is refused as fenced instead of starting it again.
 func TestFinishRunRejectsRunning(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	newThread(t, s, "th1")
-	res, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: "th1", RunID: "r1", Now: nowTime(), StaleAfter: time.Minute})
+	req := agent.ClaimRequest{ThreadID: "th1", Owner: "u1", RunID: "r1", Now: nowTime(), StaleAfter: time.Minute}
+	res, err := s.ClaimRun(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishRun(t.Context(), res.Run); !agent.IsKind(err, agent.KindInvalid) {
-		t.Fatalf("FinishRun(running) error = %v, want KindInvalid", err)
+	if err := s.FinishRun(t.Context(), res.Run); !errors.Is(err, &agent.Error{Code: agent.CodeInvalidStatus}) {
+		t.Fatalf("FinishRun(running) error = %v, want %s", err, agent.CodeInvalidStatus)
 	}
-	if _, err := s.ClaimRun(t.Context(), agent.ClaimRequest{ThreadID: "th1", RunID: "r1", Now: nowTime().Add(time.Hour),
-		StaleAfter: time.Minute}); agent.CodeOf(err) != sqlite.CodeRunExists {
-		t.Fatalf("ClaimRun with a used run id: error = %v, want %s", err, sqlite.CodeRunExists)
+	run := res.Run
+	run.Status = agent.RunCompleted
+	if err := s.FinishRun(t.Context(), run); err != nil {
+		t.Fatal(err)
+	}
+	req.Now = nowTime().Add(time.Hour)
+	if _, err := s.ClaimRun(t.Context(), req); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("ClaimRun with a finished run's id: error = %v, want %s", err, agent.CodeRunFenced)
+	}
+	if th, err := s.GetThread(t.Context(), "th1"); err != nil || th.ActiveRun != nil || th.Epoch != 1 {
+		t.Fatalf("thread after the refused claim = %+v, %v; want idle at epoch 1", th, err)
 	}
 }
 
@@ -337,3 +348,6 @@ func TestCanceledContext(t *testing.T) {
 		t.Errorf("GetValue after canceled put: error = %v, want KindNotFound", err)
 	}
 }
+
+// testFence is the fence of this file's message writes: one writer that never finalizes.
+var testFence = agent.Fence{RunID: "r1", Epoch: 1}

@@ -60,7 +60,7 @@ func threadNotFound(id string) error {
 func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread, bool, error) {
 	s.op()
 	if t.ID == "" {
-		return agent.Thread{}, false, agent.E(agent.KindInvalid, CodeInvalid, "thread id is empty")
+		return agent.Thread{}, false, agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "thread id is empty")
 	}
 	settings, err := json.Marshal(t.Settings)
 	if err != nil {
@@ -106,7 +106,7 @@ func (s *Store) GetThread(ctx context.Context, id string) (agent.Thread, error) 
 func (s *Store) ListThreads(ctx context.Context, owner string, limit int) ([]agent.Thread, error) {
 	s.op()
 	if limit <= 0 {
-		limit = defaultListLimit
+		limit = agent.DefaultListLimit
 	}
 	rows, err := s.read().query(ctx, `SELECT `+threadCols+` FROM threads WHERE owner = ?
 		ORDER BY updated_at DESC, id DESC LIMIT ?`, owner, limit)
@@ -148,10 +148,24 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 	return th, err
 }
 
-// DeleteThread removes the thread with its messages, runs and segments.
+// DeleteThread removes the thread with its messages, runs and segments, in one transaction: the claim check and
+// every delete commit together or not at all. That transaction is the tombstone of the port's contract: no other
+// connection can see the thread half deleted, claim it or write into it while the delete runs, and a delete
+// killed half way leaves everything as it was (calling it again does the whole delete). A held claim, even a
+// stale one, refuses the delete with KindConflict/CodeRunActive (the reaper or a takeover frees it first). The
+// children are deleted even when the thread row is gone, so a repeated delete also clears what an interrupted
+// older version of this store may have left behind.
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	s.op()
 	return s.write(ctx, "delete thread", func(c conn) error {
+		var claimRun sql.NullString
+		err := c.queryRow(ctx, `SELECT claim_run_id FROM threads WHERE id = ?`, id).Scan(&claimRun)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if claimRun.Valid {
+			return agent.E(agent.KindConflict, agent.CodeRunActive, "thread %q is running %q", id, claimRun.String)
+		}
 		for _, stmt := range []string{
 			// Segments by thread, and by the thread's runs in case a segment was written without its thread id.
 			`DELETE FROM segments WHERE thread_id = ?1 OR run_id IN (SELECT id FROM runs WHERE thread_id = ?1)`,

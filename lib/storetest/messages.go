@@ -11,15 +11,24 @@ import (
 )
 
 func messageTests() []test {
-	return []test{
-		{"OrderedBySeq", testMessagesOrderedBySeq},
-		{"UpsertKeepsPosition", testMessageUpsert},
-		{"RawPartsByteForByte", testMessageRawParts},
-		{"Unknown", testMessageUnknown},
-		{"DeleteMessage", testDeleteMessage},
-		{"OneMegabyte", testMessageOneMegabyte},
-	}
+	type c = leaf[agent.MessageStore]
+	return group(messagePort,
+		c{"OrderedBySeq", testMessagesOrderedBySeq},
+		c{"UpsertKeepsPosition", testMessageUpsert},
+		c{"RawPartsByteForByte", testMessageRawParts},
+		c{"Unknown", testMessageUnknown},
+		c{"DeleteMessage", testDeleteMessage},
+		c{"OneMegabyte", testMessageOneMegabyte},
+		c{"Fenced", testMessageFenced},
+		c{"DeleteFenced", testDeleteMessageFenced},
+		c{"InvalidRefused", testMessageInvalid},
+	)
 }
+
+type messages = env[agent.MessageStore]
+
+// writer is the fence of cases about content rather than fencing: one run that never finalizes.
+var writer = agent.Fence{RunID: "writer", Epoch: 1}
 
 func textParts(texts ...string) []json.RawMessage {
 	out := make([]json.RawMessage, len(texts))
@@ -30,7 +39,7 @@ func textParts(texts ...string) []json.RawMessage {
 }
 
 // sameRecord compares a stored message with the expected one; parts and metadata byte for byte.
-func sameRecord(e *env, what string, got, want agent.MessageRecord) {
+func sameRecord[S any](e *env[S], what string, got, want agent.MessageRecord) {
 	e.t.Helper()
 	t := e.t
 	if got.ThreadID != want.ThreadID || got.Seq != want.Seq || got.Message.ID != want.Message.ID ||
@@ -50,13 +59,22 @@ func sameRecord(e *env, what string, got, want agent.MessageRecord) {
 	sameBytes(t, what+": metadata", got.Message.Metadata, want.Message.Metadata)
 }
 
-func (e *env) put(threadID string, seq int64, m agent.Message, now time.Time) agent.MessageRecord {
+// put writes m as a new message at seq (by writer) and returns the record it must read back as.
+func put[S agent.MessageStore](e *env[S], threadID string, seq int64, m agent.Message, now time.Time) agent.MessageRecord {
 	e.t.Helper()
-	must(e.t, e.s.PutMessage(e.ctx, threadID, seq, m, now), "PutMessage "+m.ID)
+	return putAs(e, writer, false, threadID, seq, m, now)
+}
+
+// putAs writes m as a new message at seq with fence f (final when final is set).
+func putAs[S agent.MessageStore](e *env[S], f agent.Fence, final bool, threadID string, seq int64, m agent.Message,
+	now time.Time) agent.MessageRecord {
+	e.t.Helper()
+	w := agent.MessageWrite{ThreadID: threadID, Seq: seq, Message: m, Fence: f, Final: final, Now: now}
+	must(e.t, e.s.PutMessage(e.ctx, w), "PutMessage "+m.ID)
 	return agent.MessageRecord{ThreadID: threadID, Seq: seq, Message: m, CreatedAt: now, UpdatedAt: now}
 }
 
-func (e *env) wantMessages(threadID string, want ...agent.MessageRecord) {
+func wantMessages[S agent.MessageStore](e *env[S], threadID string, want ...agent.MessageRecord) {
 	e.t.Helper()
 	got, err := e.s.ListMessages(e.ctx, threadID)
 	must(e.t, err, "ListMessages")
@@ -73,17 +91,17 @@ func (e *env) wantMessages(threadID string, want ...agent.MessageRecord) {
 }
 
 // Messages come back by seq whatever order they were written in; equal seqs are ordered by id.
-func testMessagesOrderedBySeq(e *env) {
-	th := e.newThread()
+func testMessagesOrderedBySeq(e *messages) {
+	th := agent.Thread{ID: e.id("th")} // the message port asks for no thread row
 	msg := func(id string, role agent.Role) agent.Message {
 		return agent.Message{ID: th.ID + "-" + id, Role: role, Parts: textParts("text of " + id)}
 	}
-	r2 := e.put(th.ID, 2, msg("c", agent.RoleUser), at(1*time.Second))
-	r0 := e.put(th.ID, 0, msg("b", agent.RoleUser), at(2*time.Second))
-	r1 := e.put(th.ID, 1, msg("a", agent.RoleAssistant), at(3*time.Second))
-	r3b := e.put(th.ID, 3, msg("y", agent.RoleUser), at(4*time.Second))
-	r3a := e.put(th.ID, 3, msg("x", agent.RoleUser), at(5*time.Second))
-	e.wantMessages(th.ID, r0, r1, r2, r3a, r3b)
+	r2 := put(e, th.ID, 2, msg("c", agent.RoleUser), at(1*time.Second))
+	r0 := put(e, th.ID, 0, msg("b", agent.RoleUser), at(2*time.Second))
+	r1 := put(e, th.ID, 1, msg("a", agent.RoleAssistant), at(3*time.Second))
+	r3b := put(e, th.ID, 3, msg("y", agent.RoleUser), at(4*time.Second))
+	r3a := put(e, th.ID, 3, msg("x", agent.RoleUser), at(5*time.Second))
+	wantMessages(e, th.ID, r0, r1, r2, r3a, r3b)
 
 	got, err := e.s.GetMessage(e.ctx, th.ID, r1.Message.ID)
 	must(e.t, err, "GetMessage")
@@ -93,14 +111,14 @@ func testMessagesOrderedBySeq(e *env) {
 
 // The engine rewrites its draft assistant message after every step: the message keeps its place and creation time
 // and takes the new content, metadata included.
-func testMessageUpsert(e *env) {
-	th := e.newThread()
+func testMessageUpsert(e *messages) {
+	th := agent.Thread{ID: e.id("th")} // the message port asks for no thread row
 	id := th.ID + "-asst"
-	user := e.put(th.ID, 0, agent.Message{ID: th.ID + "-user", Role: agent.RoleUser, Parts: textParts("hi")}, at(0))
-	draft := e.put(th.ID, 1, agent.Message{
+	user := put(e, th.ID, 0, agent.Message{ID: th.ID + "-user", Role: agent.RoleUser, Parts: textParts("hi")}, at(0))
+	draft := put(e, th.ID, 1, agent.Message{
 		ID: id, Role: agent.RoleAssistant, Parts: textParts("dra"), Metadata: json.RawMessage(`{"status":"streaming"}`),
 	}, at(time.Second))
-	later := e.put(th.ID, 2, agent.Message{ID: th.ID + "-later", Role: agent.RoleUser, Parts: textParts("next")}, at(2*time.Second))
+	later := put(e, th.ID, 2, agent.Message{ID: th.ID + "-later", Role: agent.RoleUser, Parts: textParts("next")}, at(2*time.Second))
 
 	steps := []agent.Message{
 		{ID: id, Role: agent.RoleAssistant, Parts: append(textParts("draft"), json.RawMessage(`{"type":"step-start"}`)),
@@ -113,20 +131,20 @@ func testMessageUpsert(e *env) {
 	for i, m := range steps {
 		now := at(time.Duration(10+i) * time.Second)
 		// A different seq on upsert is ignored: the message keeps its position.
-		must(e.t, e.s.PutMessage(e.ctx, th.ID, 99, m, now), "PutMessage upsert")
+		must(e.t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: 99, Message: m, Fence: writer, Now: now}), "PutMessage upsert")
 		want := draft
 		want.Message = m
 		want.UpdatedAt = now
 		got, err := e.s.GetMessage(e.ctx, th.ID, id)
 		must(e.t, err, "GetMessage")
 		sameRecord(e, fmt.Sprintf("upsert %d", i), got, want)
-		e.wantMessages(th.ID, user, want, later)
+		wantMessages(e, th.ID, user, want, later)
 	}
 }
 
 // Parts the engine does not understand must come back exactly as the client sent them.
-func testMessageRawParts(e *env) {
-	th := e.newThread()
+func testMessageRawParts(e *messages) {
+	th := agent.Thread{ID: e.id("th")} // the message port asks for no thread row
 	parts := []json.RawMessage{
 		json.RawMessage(`{"type":"text","text":"<b>bold</b> & \u00e9 é \ud83c\udf89 🎉 \"q\" \\ \/"}`),
 		json.RawMessage(`{ "type" : "data-weather" ,	"data" : { "z" : 1, "a" : [1.0, 2e3, -0.0, 1E-7, 10000000000000000000001] } , "id":"w1" }`),
@@ -139,28 +157,28 @@ func testMessageRawParts(e *env) {
 		ID: th.ID + "-m", Role: agent.RoleAssistant, Parts: parts,
 		Metadata: json.RawMessage(`{"status":"completed",  "custom": {"b":2, "a":[true,false,null]}}`),
 	}
-	rec := e.put(th.ID, 0, m, at(0))
+	rec := put(e, th.ID, 0, m, at(0))
 	got, err := e.s.GetMessage(e.ctx, th.ID, m.ID)
 	must(e.t, err, "GetMessage")
 	sameRecord(e, "GetMessage", got, rec)
-	e.wantMessages(th.ID, rec)
+	wantMessages(e, th.ID, rec)
 
 	// Empty parts and no metadata are fine too.
-	empty := e.put(th.ID, 1, agent.Message{ID: th.ID + "-empty", Role: agent.RoleUser}, at(time.Second))
-	e.wantMessages(th.ID, rec, empty)
+	empty := put(e, th.ID, 1, agent.Message{ID: th.ID + "-empty", Role: agent.RoleUser}, at(time.Second))
+	wantMessages(e, th.ID, rec, empty)
 }
 
-func testMessageUnknown(e *env) {
+func testMessageUnknown(e *messages) {
 	t := e.t
 	_, err := e.s.GetMessage(e.ctx, e.id("th"), "m1")
 	wantErr(t, err, agent.KindNotFound, "", "GetMessage(unknown thread)")
-	th := e.newThread()
+	th := agent.Thread{ID: e.id("th")} // the message port asks for no thread row
 	_, err = e.s.GetMessage(e.ctx, th.ID, e.id("msg"))
 	wantErr(t, err, agent.KindNotFound, "", "GetMessage(unknown id)")
 
 	// A message is found only under its own thread.
-	m := e.put(th.ID, 0, agent.Message{ID: e.id("msg"), Role: agent.RoleUser, Parts: textParts("x")}, at(0))
-	other := e.newThread()
+	m := put(e, th.ID, 0, agent.Message{ID: e.id("msg"), Role: agent.RoleUser, Parts: textParts("x")}, at(0))
+	other := agent.Thread{ID: e.id("th")}
 	_, err = e.s.GetMessage(e.ctx, other.ID, m.Message.ID)
 	wantErr(t, err, agent.KindNotFound, "", "GetMessage(message of another thread)")
 
@@ -173,28 +191,28 @@ func testMessageUnknown(e *env) {
 	}
 }
 
-func testDeleteMessage(e *env) {
+func testDeleteMessage(e *messages) {
 	t := e.t
-	th := e.newThread()
+	th := agent.Thread{ID: e.id("th")} // the message port asks for no thread row
 	var recs []agent.MessageRecord
 	for i := range 3 {
-		recs = append(recs, e.put(th.ID, int64(i), agent.Message{
+		recs = append(recs, put(e, th.ID, int64(i), agent.Message{
 			ID: fmt.Sprintf("%s-m%d", th.ID, i), Role: agent.RoleUser, Parts: textParts("x"),
 		}, at(time.Duration(i)*time.Second)))
 	}
-	must(t, e.s.DeleteMessage(e.ctx, th.ID, recs[1].Message.ID), "DeleteMessage")
+	must(t, e.s.DeleteMessage(e.ctx, th.ID, recs[1].Message.ID, writer), "DeleteMessage")
 	_, err := e.s.GetMessage(e.ctx, th.ID, recs[1].Message.ID)
 	wantErr(t, err, agent.KindNotFound, "", "GetMessage after delete")
-	e.wantMessages(th.ID, recs[0], recs[2])
+	wantMessages(e, th.ID, recs[0], recs[2])
 
-	must(t, e.s.DeleteMessage(e.ctx, th.ID, recs[1].Message.ID), "DeleteMessage again")
-	must(t, e.s.DeleteMessage(e.ctx, th.ID, e.id("msg")), "DeleteMessage(unknown id)")
-	must(t, e.s.DeleteMessage(e.ctx, e.id("th"), "m"), "DeleteMessage(unknown thread)")
-	e.wantMessages(th.ID, recs[0], recs[2])
+	must(t, e.s.DeleteMessage(e.ctx, th.ID, recs[1].Message.ID, writer), "DeleteMessage again")
+	must(t, e.s.DeleteMessage(e.ctx, th.ID, e.id("msg"), writer), "DeleteMessage(unknown id)")
+	must(t, e.s.DeleteMessage(e.ctx, e.id("th"), "m", writer), "DeleteMessage(unknown thread)")
+	wantMessages(e, th.ID, recs[0], recs[2])
 
 	// Put after delete is a fresh insert: new position, new creation time.
-	again := e.put(th.ID, 5, recs[1].Message, at(time.Minute))
-	e.wantMessages(th.ID, recs[0], recs[2], again)
+	again := put(e, th.ID, 5, recs[1].Message, at(time.Minute))
+	wantMessages(e, th.ID, recs[0], recs[2], again)
 }
 
 // randomText returns at least n bytes of varied text: ASCII, JSON metacharacters, control characters and
@@ -211,9 +229,9 @@ func randomText(n int) string {
 }
 
 // A tool that returns a megabyte (a fetched page) must round-trip, and shrinking it again must leave nothing behind.
-func testMessageOneMegabyte(e *env) {
+func testMessageOneMegabyte(e *messages) {
 	t := e.t
-	th := e.newThread()
+	th := agent.Thread{ID: e.id("th")} // the message port asks for no thread row
 	body := randomText(1 << 20)
 	big := agent.EncodePart(agent.Part{
 		Type: "tool-fetch_page", ToolCallID: "call_1", State: agent.StateOutputAvailable,
@@ -228,9 +246,9 @@ func testMessageOneMegabyte(e *env) {
 		Parts:    []json.RawMessage{json.RawMessage(`{"type":"step-start"}`), big, textParts("done")[0]},
 		Metadata: json.RawMessage(`{"status":"completed"}`),
 	}
-	user := e.put(th.ID, 0, agent.Message{ID: th.ID + "-user", Role: agent.RoleUser, Parts: textParts("fetch it")}, at(0))
-	rec := e.put(th.ID, 1, m, at(time.Second))
-	after := e.put(th.ID, 2, agent.Message{ID: th.ID + "-after", Role: agent.RoleUser, Parts: textParts("thanks")}, at(2*time.Second))
+	user := put(e, th.ID, 0, agent.Message{ID: th.ID + "-user", Role: agent.RoleUser, Parts: textParts("fetch it")}, at(0))
+	rec := put(e, th.ID, 1, m, at(time.Second))
+	after := put(e, th.ID, 2, agent.Message{ID: th.ID + "-after", Role: agent.RoleUser, Parts: textParts("thanks")}, at(2*time.Second))
 
 	got, err := e.s.GetMessage(e.ctx, th.ID, m.ID)
 	must(t, err, "GetMessage(big)")
@@ -242,23 +260,23 @@ func testMessageOneMegabyte(e *env) {
 	if out["content"] != body {
 		t.Fatal("decoded tool output differs from the original text")
 	}
-	e.wantMessages(th.ID, user, rec, after)
+	wantMessages(e, th.ID, user, rec, after)
 
 	// Shrink it: the upsert replaces the whole megabyte.
 	small := agent.Message{ID: m.ID, Role: agent.RoleAssistant, Parts: textParts("truncated")}
-	must(t, e.s.PutMessage(e.ctx, th.ID, 1, small, at(time.Minute)), "PutMessage(shrink)")
+	must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: 1, Message: small, Fence: writer, Now: at(time.Minute)}), "PutMessage(shrink)")
 	rec.Message = small
 	rec.UpdatedAt = at(time.Minute)
-	e.wantMessages(th.ID, user, rec, after)
+	wantMessages(e, th.ID, user, rec, after)
 
 	// And grow it again with different content.
 	body2 := randomText(1<<20 + 12345)[12345:]
 	m.Parts[1] = agent.EncodePart(agent.Part{Type: "tool-fetch_page", ToolCallID: "call_1",
 		State: agent.StateOutputAvailable, Output: mustJSON(body2)})
-	must(t, e.s.PutMessage(e.ctx, th.ID, 1, m, at(2*time.Minute)), "PutMessage(grow)")
+	must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: 1, Message: m, Fence: writer, Now: at(2 * time.Minute)}), "PutMessage(grow)")
 	rec.Message = m
 	rec.UpdatedAt = at(2 * time.Minute)
-	e.wantMessages(th.ID, user, rec, after)
+	wantMessages(e, th.ID, user, rec, after)
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -267,4 +285,166 @@ func mustJSON(v any) json.RawMessage {
 		panic(err)
 	}
 	return b
+}
+
+// fenceStep is one write in a fencing scenario.
+type fenceStep struct {
+	op    string // "put" or "delete"
+	fence agent.Fence
+	final bool
+	// refused: the write must fail with run_fenced and change nothing.
+	refused bool
+}
+
+// runSteps applies steps to message id (each put with distinct content) and checks after each one that a
+// refused write changed nothing and an applied one is what readers see. It returns the record readers see at the
+// end (ok false when the message is hidden).
+func runSteps(e *messages, threadID, id string, steps []fenceStep) (rec agent.MessageRecord, ok bool) {
+	e.t.Helper()
+	for i, st := range steps {
+		what := fmt.Sprintf("step %d (%s at epoch %d, final %t)", i, st.op, st.fence.Epoch, st.final)
+		now := at(time.Duration(i+1) * time.Second)
+		m := agent.Message{ID: id, Role: agent.RoleAssistant, Parts: textParts(fmt.Sprintf("content of step %d", i)),
+			Metadata: json.RawMessage(fmt.Sprintf(`{"runId":%q}`, st.fence.RunID))}
+		var err error
+		switch st.op {
+		case "put":
+			err = e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: threadID, Seq: int64(10 + i), Message: m,
+				Fence: st.fence, Final: st.final, Now: now})
+		case "delete":
+			err = e.s.DeleteMessage(e.ctx, threadID, id, st.fence)
+		default:
+			e.t.Fatalf("%s: unknown op", what)
+		}
+		if st.refused {
+			wantErr(e.t, err, agent.KindConflict, agent.CodeRunFenced, what)
+		} else {
+			must(e.t, err, what)
+			switch {
+			case st.op == "delete":
+				ok = false
+			case ok:
+				// An upsert of a visible message keeps its position and creation time.
+				rec.Message, rec.UpdatedAt = m, now
+			default:
+				// A new message, or one brought back after a delete, sits where this writer put it.
+				rec = agent.MessageRecord{ThreadID: threadID, Seq: int64(10 + i), Message: m, CreatedAt: now, UpdatedAt: now}
+				ok = true
+			}
+		}
+		got, err := e.s.GetMessage(e.ctx, threadID, id)
+		if ok {
+			must(e.t, err, what+": GetMessage")
+			sameRecord(e, what+": GetMessage", got, rec)
+			wantMessages(e, threadID, rec)
+		} else {
+			wantErr(e.t, err, agent.KindNotFound, "", what+": GetMessage of a deleted message")
+			wantMessages(e, threadID)
+		}
+	}
+	return rec, ok
+}
+
+// A message remembers its last writer's epoch and whether that writer finalized it: a run that lost its claim
+// cannot overwrite what a newer run (or the reaper, finalizing at the dead run's epoch) wrote.
+func testMessageFenced(e *messages) {
+	r1 := agent.Fence{RunID: "run-1", Epoch: 1}
+	r2 := agent.Fence{RunID: "run-2", Epoch: 2}
+	r3 := agent.Fence{RunID: "run-3", Epoch: 3}
+	put := func(f agent.Fence, final, refused bool) fenceStep {
+		return fenceStep{op: "put", fence: f, final: final, refused: refused}
+	}
+	cases := []struct {
+		name  string
+		steps []fenceStep
+	}{
+		{"drafts then final at one epoch", []fenceStep{put(r2, false, false), put(r2, false, false), put(r2, true, false)}},
+		{"zombie at a lower epoch is refused", []fenceStep{put(r2, false, false), put(r1, false, true), put(r1, true, true)}},
+		{"same epoch after final is refused", []fenceStep{put(r2, true, false), put(r2, false, true), put(r2, true, true)}},
+		{"reaper finalizes at the dead run's epoch, the zombie is refused", []fenceStep{
+			put(r2, false, false), // the run's draft
+			put(r2, true, false),  // the reaper: failed, with synthesized results
+			put(r2, false, true),  // the run, still alive, writes its next draft
+		}},
+		{"higher epoch overwrites a final message (a continuation run)", []fenceStep{
+			put(r1, true, false), put(r2, false, false), put(r2, true, false), put(r3, false, false),
+		}},
+		{"first write at a lower epoch than a later one", []fenceStep{put(r1, false, false), put(r3, false, false), put(r2, false, true)}},
+	}
+	for _, tc := range cases {
+		th := e.id("th")
+		runSteps(e, th, e.id("msg"), tc.steps)
+	}
+}
+
+// A deleted message keeps its fence: a late writer at a lower epoch cannot bring it back, and a delete is fenced
+// like a write.
+func testDeleteMessageFenced(e *messages) {
+	r1 := agent.Fence{RunID: "run-1", Epoch: 1}
+	r2 := agent.Fence{RunID: "run-2", Epoch: 2}
+	r3 := agent.Fence{RunID: "run-3", Epoch: 3}
+	put := func(f agent.Fence, final, refused bool) fenceStep {
+		return fenceStep{op: "put", fence: f, final: final, refused: refused}
+	}
+	del := func(f agent.Fence, refused bool) fenceStep {
+		return fenceStep{op: "delete", fence: f, refused: refused}
+	}
+	cases := []struct {
+		name  string
+		steps []fenceStep
+	}{
+		// Regenerate: run 2 deletes run 1's reply; run 1, a zombie, tries to write it again.
+		{"a lower epoch cannot re-create a deleted message", []fenceStep{
+			put(r1, false, false), del(r2, false), put(r1, false, true), put(r1, true, true),
+		}},
+		{"a lower epoch cannot delete", []fenceStep{put(r2, false, false), del(r1, true)}},
+		{"a finalized message cannot be deleted at its own epoch", []fenceStep{put(r2, true, false), del(r2, true)}},
+		{"a higher epoch deletes a final message", []fenceStep{put(r1, true, false), del(r2, false), del(r2, false)}},
+		{"the deleter's epoch may write it again, as a new message", []fenceStep{
+			put(r1, false, false), del(r2, false), put(r2, false, false),
+		}},
+		{"a higher epoch brings a deleted message back, as a new message", []fenceStep{
+			put(r1, true, false), del(r2, false), put(r1, false, true), put(r3, true, false), put(r2, false, true),
+		}},
+	}
+	for _, tc := range cases {
+		runSteps(e, e.id("th"), e.id("msg"), tc.steps)
+	}
+	// Deleting an unknown message is a no-op at any epoch, and leaves nothing that fences a later write.
+	th, id := e.id("th"), e.id("msg")
+	must(e.t, e.s.DeleteMessage(e.ctx, th, id, r3), "DeleteMessage(unknown id)")
+	runSteps(e, th, id, []fenceStep{put(r1, false, false)})
+}
+
+// Bad messages are refused with the catalog's code, the same in every store, and nothing is stored.
+func testMessageInvalid(e *messages) {
+	th := e.id("th")
+	text := textParts("ok")[0]
+	cases := []struct {
+		name string
+		w    agent.MessageWrite
+		code string
+	}{
+		{"truncated part", agent.MessageWrite{Message: agent.Message{ID: "m1", Role: agent.RoleUser,
+			Parts: []json.RawMessage{text, json.RawMessage(`{"type":`)}}}, agent.CodeInvalidMessage},
+		{"empty part", agent.MessageWrite{Message: agent.Message{ID: "m1", Role: agent.RoleUser,
+			Parts: []json.RawMessage{nil}}}, agent.CodeInvalidMessage},
+		{"part that is not JSON", agent.MessageWrite{Message: agent.Message{ID: "m1", Role: agent.RoleUser,
+			Parts: []json.RawMessage{json.RawMessage(`hello`)}}}, agent.CodeInvalidMessage},
+		{"metadata that is not JSON", agent.MessageWrite{Message: agent.Message{ID: "m1", Role: agent.RoleAssistant,
+			Parts: []json.RawMessage{text}, Metadata: json.RawMessage(`{"status":`)}}, agent.CodeInvalidMessage},
+		{"no message id", agent.MessageWrite{Message: agent.Message{Role: agent.RoleUser,
+			Parts: []json.RawMessage{text}}}, agent.CodeInvalidMessage},
+		{"no thread id", agent.MessageWrite{Message: agent.Message{ID: "m1", Role: agent.RoleUser,
+			Parts: []json.RawMessage{text}}}, agent.CodeInvalidThreadID},
+	}
+	for _, tc := range cases {
+		w := tc.w
+		if tc.code != agent.CodeInvalidThreadID {
+			w.ThreadID = th
+		}
+		w.Fence, w.Now = writer, at(0)
+		wantErr(e.t, e.s.PutMessage(e.ctx, w), agent.KindInvalid, tc.code, tc.name+": PutMessage")
+	}
+	wantMessages(e, th)
 }

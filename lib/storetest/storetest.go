@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Messages", messageTests()},
 		{"Segments", segmentTests()},
 		{"Values", valueTests()},
+		{"Store", storeTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -57,38 +58,66 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 			for _, tc := range g.tests {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
-					tc.fn(setup(t, newStore))
+					s := newStore(t)
+					if s == nil {
+						t.Fatal("newStore returned nil")
+					}
+					tc.run(t, s)
 				})
 			}
 		})
 	}
 }
 
-// test is one leaf of the suite.
+// test is one leaf of the suite, ready to run against a whole store.
 type test struct {
 	name string
-	fn   func(e *env)
+	run  func(t *testing.T, s agent.Store)
 }
 
-// env is what a leaf test works with: its store, a context that ends with the test, and unique ids.
-type env struct {
+// leaf is a case written against the port S it exercises: S is the narrowest interface the case needs, so a
+// case cannot lean on a method outside it.
+type leaf[S any] struct {
+	name string
+	fn   func(e *env[S])
+}
+
+// group turns cases written against S into tests; narrow is the (compile-time checked) conversion from the whole
+// store to S.
+func group[S any](narrow func(agent.Store) S, leaves ...leaf[S]) []test {
+	out := make([]test, len(leaves))
+	for i, l := range leaves {
+		out[i] = test{name: l.name, run: func(t *testing.T, s agent.Store) {
+			l.fn(&env[S]{t: t, ctx: t.Context(), s: narrow(s), ids: agent.RandomIDs{Clock: fakeClock{}}})
+		}}
+	}
+	return out
+}
+
+// claimStore is what claim cases need: threads to claim, and the runs.
+type claimStore interface {
+	agent.ThreadStore
+	agent.RunStore
+}
+
+// The narrowing conversions group takes.
+func threadPort(s agent.Store) agent.ThreadStore   { return s }
+func claimPort(s agent.Store) claimStore           { return s }
+func messagePort(s agent.Store) agent.MessageStore { return s }
+func segmentPort(s agent.Store) agent.SegmentStore { return s }
+func valuePort(s agent.Store) agent.ValueStore     { return s }
+func wholeStore(s agent.Store) agent.Store         { return s }
+
+// env is what a leaf works with: its store (as the port S), a context that ends with the test, and unique ids.
+type env[S any] struct {
 	t   *testing.T
 	ctx context.Context
-	s   agent.Store
+	s   S
 	ids agent.IDs
 }
 
-func setup(t *testing.T, newStore func(t *testing.T) agent.Store) *env {
-	t.Helper()
-	s := newStore(t)
-	if s == nil {
-		t.Fatal("newStore returned nil")
-	}
-	return &env{t: t, ctx: t.Context(), s: s, ids: agent.RandomIDs{Clock: fakeClock{}}}
-}
-
 // id returns an id no other subtest (or earlier run against a persistent table) uses.
-func (e *env) id(prefix string) string { return e.ids.New(prefix) }
+func (e *env[S]) id(prefix string) string { return e.ids.New(prefix) }
 
 // fakeClock is the suite's fixed clock. Its reading has a non-zero millisecond part so that a store which drops
 // milliseconds fails the comparisons.
@@ -101,13 +130,15 @@ func (fakeClock) Now() time.Time {
 // at returns the fake clock's reading plus d.
 func at(d time.Duration) time.Time { return fakeClock{}.Now().Add(d) }
 
+// The helpers below are generic over the case's port: each asks only for the interface it calls.
+
 // newThread creates a fresh thread of a fresh owner, created and updated at at(0).
-func (e *env) newThread() agent.Thread {
+func newThread[S agent.ThreadStore](e *env[S]) agent.Thread {
 	e.t.Helper()
-	return e.createThread(e.id("user"), e.id("th"), at(0))
+	return createThread(e, e.id("user"), e.id("th"), at(0))
 }
 
-func (e *env) createThread(owner, id string, updated time.Time) agent.Thread {
+func createThread[S agent.ThreadStore](e *env[S], owner, id string, updated time.Time) agent.Thread {
 	e.t.Helper()
 	th := agent.Thread{ID: id, Owner: owner, Title: "title of " + id, CreatedAt: at(0), UpdatedAt: updated}
 	got, created, err := e.s.CreateThread(e.ctx, th)
@@ -120,7 +151,7 @@ func (e *env) createThread(owner, id string, updated time.Time) agent.Thread {
 	return got
 }
 
-func (e *env) getThread(id string) agent.Thread {
+func getThread[S agent.ThreadStore](e *env[S], id string) agent.Thread {
 	e.t.Helper()
 	th, err := e.s.GetThread(e.ctx, id)
 	if err != nil {
@@ -129,7 +160,7 @@ func (e *env) getThread(id string) agent.Thread {
 	return th
 }
 
-func (e *env) getRun(threadID, runID string) agent.Run {
+func getRun[S agent.RunStore](e *env[S], threadID, runID string) agent.Run {
 	e.t.Helper()
 	r, err := e.s.GetRun(e.ctx, threadID, runID)
 	if err != nil {
@@ -138,12 +169,12 @@ func (e *env) getRun(threadID, runID string) agent.Run {
 	return r
 }
 
-// claim claims threadID for runID at now with the default staleAfter of 30 s and fails the test on error.
-func (e *env) claim(threadID, runID string, now time.Time) agent.ClaimResult {
+// claim claims th (as its owner) for runID at now with the default staleAfter of 30 s and fails the test on error.
+func claim[S agent.RunStore](e *env[S], th agent.Thread, runID string, now time.Time) agent.ClaimResult {
 	e.t.Helper()
-	res, err := e.s.ClaimRun(e.ctx, claimReq(threadID, runID, now))
+	res, err := e.s.ClaimRun(e.ctx, claimReq(th, runID, now))
 	if err != nil {
-		e.t.Fatalf("ClaimRun(%s, %s): %v", threadID, runID, err)
+		e.t.Fatalf("ClaimRun(%s, %s): %v", th.ID, runID, err)
 	}
 	return res
 }
@@ -151,9 +182,10 @@ func (e *env) claim(threadID, runID string, now time.Time) agent.ClaimResult {
 // staleAfter is the takeover threshold the suite claims with.
 const staleAfter = 30 * time.Second
 
-func claimReq(threadID, runID string, now time.Time) agent.ClaimRequest {
+func claimReq(th agent.Thread, runID string, now time.Time) agent.ClaimRequest {
 	return agent.ClaimRequest{
-		ThreadID:           threadID,
+		ThreadID:           th.ID,
+		Owner:              th.Owner,
 		RunID:              runID,
 		Trigger:            agent.TriggerUser,
 		AssistantMessageID: "msg_of_" + runID,
@@ -163,7 +195,7 @@ func claimReq(threadID, runID string, now time.Time) agent.ClaimRequest {
 }
 
 // finish finishes run (as returned by a claim) with status at now and fails the test on error.
-func (e *env) finish(run agent.Run, status agent.RunStatus, usage agent.Usage, now time.Time) agent.Run {
+func finish[S agent.RunStore](e *env[S], run agent.Run, status agent.RunStatus, usage agent.Usage, now time.Time) agent.Run {
 	e.t.Helper()
 	run = finished(run, status, usage, now)
 	if err := e.s.FinishRun(e.ctx, run); err != nil {
@@ -189,14 +221,15 @@ func must(t *testing.T, err error, what string) {
 	}
 }
 
-// wantErr checks that err carries an *agent.Error of kind (and of code, unless code is empty).
+// wantErr checks that err carries an *agent.Error of kind and, unless code is empty, matches code with errors.Is
+// (as callers match, e.g. errors.Is(err, agent.ErrRunActive)).
 func wantErr(t *testing.T, err error, kind agent.Kind, code, what string) {
 	t.Helper()
 	var ae *agent.Error
 	if !errors.As(err, &ae) {
-		t.Fatalf("%s: error = %v (%T), want *agent.Error %s/%s", what, err, err, kind, code)
+		t.Fatalf("%s: error = %v (%T), want *agent.Error %s/%s", what, err, err, kind, orAny(code))
 	}
-	if ae.Kind != kind || (code != "" && ae.Code != code) {
+	if ae.Kind != kind || (code != "" && !errors.Is(err, &agent.Error{Code: code})) {
 		t.Fatalf("%s: error = %s/%s (%v), want %s/%s", what, ae.Kind, ae.Code, err, kind, orAny(code))
 	}
 }

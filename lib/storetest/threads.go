@@ -8,21 +8,30 @@ import (
 )
 
 func threadTests() []test {
-	return []test{
-		{"CreateThreadInsertIfAbsent", testCreateThreadInsertIfAbsent},
-		{"GetThreadUnknown", testGetThreadUnknown},
-		{"UpdateThread", testUpdateThread},
-		{"UpdateThreadUnknown", testUpdateThreadUnknown},
-		{"ListThreadsOrder", testListThreadsOrder},
-		{"ListThreadsDefaultLimit", testListThreadsDefaultLimit},
-		{"ListThreadsShowsClaimsAndUsage", testListThreadsFullRecords},
-		{"DeleteThreadCascades", testDeleteThreadCascades},
-		{"DeleteThreadUnknown", testDeleteThreadUnknown},
-	}
+	type c = leaf[agent.ThreadStore]
+	tests := group(threadPort,
+		c{"CreateThreadInsertIfAbsent", testCreateThreadInsertIfAbsent},
+		c{"GetThreadUnknown", testGetThreadUnknown},
+		c{"UpdateThread", testUpdateThread},
+		c{"UpdateThreadUnknown", testUpdateThreadUnknown},
+		c{"ListThreadsOrder", testListThreadsOrder},
+		c{"ListThreadsDefaultLimit", testListThreadsDefaultLimit},
+		c{"DeleteThreadUnknown", testDeleteThreadUnknown},
+	)
+	tests = append(tests, group(claimPort,
+		leaf[claimStore]{"ListThreadsShowsClaimsAndUsage", testListThreadsFullRecords},
+	)...)
+	// Deleting a thread is about everything under it.
+	type all = leaf[agent.Store]
+	return append(tests, group(wholeStore,
+		all{"DeleteThreadCascades", testDeleteThreadCascades},
+	)...)
 }
 
+type threads = env[agent.ThreadStore]
+
 // A retried create (a double-submitted first message) must converge on the first record, whatever the retry carries.
-func testCreateThreadInsertIfAbsent(e *env) {
+func testCreateThreadInsertIfAbsent(e *threads) {
 	t := e.t
 	th := agent.Thread{
 		ID:        e.id("th"),
@@ -39,7 +48,7 @@ func testCreateThreadInsertIfAbsent(e *env) {
 	}
 	same(t, "CreateThread result", got, th)
 	wantUTC(t, "CreateThread result", got.CreatedAt, got.UpdatedAt)
-	same(t, "GetThread after create", e.getThread(th.ID), th)
+	same(t, "GetThread after create", getThread(e, th.ID), th)
 
 	again := th
 	again.Owner = e.id("intruder")
@@ -53,15 +62,15 @@ func testCreateThreadInsertIfAbsent(e *env) {
 		t.Fatal("CreateThread of an existing id: created = true")
 	}
 	same(t, "CreateThread of an existing id returns the stored thread", got, th)
-	same(t, "GetThread after second create", e.getThread(th.ID), th)
+	same(t, "GetThread after second create", getThread(e, th.ID), th)
 }
 
-func testGetThreadUnknown(e *env) {
+func testGetThreadUnknown(e *threads) {
 	_, err := e.s.GetThread(e.ctx, e.id("th"))
 	wantErr(e.t, err, agent.KindNotFound, "", "GetThread(unknown)")
 }
 
-func testUpdateThread(e *env) {
+func testUpdateThread(e *threads) {
 	title := func(s string) *string { return &s }
 	review := &agent.ThreadSettings{ReviewTools: true}
 	cases := []struct {
@@ -79,7 +88,7 @@ func testUpdateThread(e *env) {
 		}},
 	}
 	for _, tc := range cases {
-		th := e.newThread()
+		th := newThread(e)
 		now := at(time.Minute)
 		want := th
 		tc.edit(&want)
@@ -87,11 +96,11 @@ func testUpdateThread(e *env) {
 		got, err := e.s.UpdateThread(e.ctx, th.ID, tc.patch, now)
 		must(e.t, err, tc.name+": UpdateThread")
 		same(e.t, tc.name+": UpdateThread result", got, want)
-		same(e.t, tc.name+": GetThread after update", e.getThread(th.ID), want)
+		same(e.t, tc.name+": GetThread after update", getThread(e, th.ID), want)
 	}
 }
 
-func testUpdateThreadUnknown(e *env) {
+func testUpdateThreadUnknown(e *threads) {
 	title := "x"
 	_, err := e.s.UpdateThread(e.ctx, e.id("th"), agent.ThreadPatch{Title: &title}, at(0))
 	wantErr(e.t, err, agent.KindNotFound, "", "UpdateThread(unknown)")
@@ -99,17 +108,17 @@ func testUpdateThreadUnknown(e *env) {
 
 // ListThreads is the sidebar: newest-updated first, ties broken by id descending so pages are stable, one
 // owner only.
-func testListThreadsOrder(e *env) {
+func testListThreadsOrder(e *threads) {
 	t := e.t
 	owner := e.id("user")
 	base := e.id("th")
 	updated := map[string]time.Duration{"a": 1 * time.Second, "b": 3 * time.Second, "c": 2 * time.Second, "d": 3 * time.Second, "e": 0}
 	stored := map[string]agent.Thread{}
 	for _, k := range []string{"a", "b", "c", "d", "e"} {
-		stored[k] = e.createThread(owner, base+"-"+k, at(updated[k]))
+		stored[k] = createThread(e, owner, base+"-"+k, at(updated[k]))
 	}
 	// Another owner's newer thread must not show up.
-	e.createThread(e.id("other"), base+"-z", at(time.Hour))
+	createThread(e, e.id("other"), base+"-z", at(time.Hour))
 
 	want := func(keys ...string) []agent.Thread {
 		out := make([]agent.Thread, len(keys))
@@ -155,12 +164,12 @@ func testListThreadsOrder(e *env) {
 }
 
 // limit <= 0 means 100: the 101st (oldest) thread is left out.
-func testListThreadsDefaultLimit(e *env) {
+func testListThreadsDefaultLimit(e *threads) {
 	t := e.t
 	owner := e.id("user")
 	base := e.id("th")
 	for i := range 101 {
-		e.createThread(owner, fmt.Sprintf("%s-%03d", base, i), at(time.Duration(i)*time.Second))
+		createThread(e, owner, fmt.Sprintf("%s-%03d", base, i), at(time.Duration(i)*time.Second))
 	}
 	for _, limit := range []int{0, -5} {
 		got, err := e.s.ListThreads(e.ctx, owner, limit)
@@ -181,25 +190,25 @@ func testListThreadsDefaultLimit(e *env) {
 
 // ListThreads returns whole threads (claim and usage included, as GetThread does), in the documented order
 // whatever a claim did to UpdatedAt.
-func testListThreadsFullRecords(e *env) {
+func testListThreadsFullRecords(e *claims) {
 	t := e.t
 	owner := e.id("user")
 	base := e.id("th")
-	var ids []string
+	var ths []agent.Thread
 	for i := range 3 {
-		ids = append(ids, e.createThread(owner, fmt.Sprintf("%s-%d", base, i), at(time.Duration(i)*time.Second)).ID)
+		ths = append(ths, createThread(e, owner, fmt.Sprintf("%s-%d", base, i), at(time.Duration(i)*time.Second)))
 	}
-	e.claim(ids[0], e.id("run"), at(time.Minute))
-	done := e.claim(ids[1], e.id("run"), at(time.Minute)).Run
-	e.finish(done, agent.RunCompleted, agent.Usage{InputTokens: 4, OutputTokens: 2, TotalTokens: 6}, at(2*time.Minute))
+	claim(e, ths[0], e.id("run"), at(time.Minute))
+	done := claim(e, ths[1], e.id("run"), at(time.Minute)).Run
+	finish(e, done, agent.RunCompleted, agent.Usage{InputTokens: 4, OutputTokens: 2, TotalTokens: 6}, at(2*time.Minute))
 
 	got, err := e.s.ListThreads(e.ctx, owner, 0)
 	must(t, err, "ListThreads")
-	if len(got) != len(ids) {
-		t.Fatalf("ListThreads = %d threads, want %d", len(got), len(ids))
+	if len(got) != len(ths) {
+		t.Fatalf("ListThreads = %d threads, want %d", len(got), len(ths))
 	}
 	for i, th := range got {
-		same(t, "ListThreads entry vs GetThread", th, e.getThread(th.ID))
+		same(t, "ListThreads entry vs GetThread", th, getThread(e, th.ID))
 		if i > 0 {
 			prev := got[i-1]
 			if th.UpdatedAt.After(prev.UpdatedAt) || (th.UpdatedAt.Equal(prev.UpdatedAt) && th.ID > prev.ID) {
@@ -210,24 +219,25 @@ func testListThreadsFullRecords(e *env) {
 }
 
 // DeleteThread removes everything under the thread and nothing of its neighbour; the id can then be used afresh.
-func testDeleteThreadCascades(e *env) {
+func testDeleteThreadCascades(e *env[agent.Store]) {
 	t := e.t
 	fill := func(th agent.Thread) (runIDs []string) {
 		for i := range 2 {
 			m := agent.Message{ID: fmt.Sprintf("%s-m%d", th.ID, i), Role: agent.RoleUser, Parts: textParts("hello")}
-			must(t, e.s.PutMessage(e.ctx, th.ID, int64(i), m, at(0)), "PutMessage")
+			must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: int64(i), Message: m, Fence: writer, Now: at(0)}), "PutMessage")
 		}
-		r1 := e.claim(th.ID, th.ID+"-r1", at(time.Second)).Run
-		e.finish(r1, agent.RunCompleted, agent.Usage{InputTokens: 1}, at(2*time.Second))
-		r2 := e.claim(th.ID, th.ID+"-r2", at(3*time.Second)).Run
+		r1 := claim(e, th, th.ID+"-r1", at(time.Second)).Run
+		finish(e, r1, agent.RunCompleted, agent.Usage{InputTokens: 1}, at(2*time.Second))
+		r2 := claim(e, th, th.ID+"-r2", at(3*time.Second)).Run
+		finish(e, r2, agent.RunFailed, agent.Usage{}, at(4*time.Second)) // a held claim would refuse the delete
 		for _, id := range []string{r1.ID, r2.ID} {
 			must(t, e.s.AppendSegment(e.ctx, segment(th.ID, id, 0, "data: x\n\n", false)), "AppendSegment")
 		}
 		return []string{r1.ID, r2.ID}
 	}
-	th := e.newThread()
+	th := newThread(e)
 	runs := fill(th)
-	neighbour := e.newThread()
+	neighbour := newThread(e)
 	neighbourRuns := fill(neighbour)
 
 	must(t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
@@ -257,7 +267,7 @@ func testDeleteThreadCascades(e *env) {
 	}
 
 	// The neighbour is untouched.
-	e.getThread(neighbour.ID)
+	getThread(e, neighbour.ID)
 	msgs, err = e.s.ListMessages(e.ctx, neighbour.ID)
 	must(t, err, "ListMessages(neighbour)")
 	rs, err2 := e.s.ListRuns(e.ctx, neighbour.ID)
@@ -289,6 +299,6 @@ func testDeleteThreadCascades(e *env) {
 	}
 }
 
-func testDeleteThreadUnknown(e *env) {
+func testDeleteThreadUnknown(e *threads) {
 	must(e.t, e.s.DeleteThread(e.ctx, e.id("th")), "DeleteThread(unknown)")
 }

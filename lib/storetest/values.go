@@ -5,14 +5,14 @@ import (
 )
 
 func valueTests() []test {
-	return []test{
-		{"PutGetListDelete", testValues},
-		{"NamespacesIsolated", testValueNamespaces},
-		{"OpaqueBytes", testValueBytes},
-	}
+	return group(valuePort,
+		leaf[agent.ValueStore]{"PutGetListDelete", testValues},
+		leaf[agent.ValueStore]{"NamespacesIsolated", testValueNamespaces},
+		leaf[agent.ValueStore]{"OpaqueBytes", testValueBytes},
+	)
 }
 
-func (e *env) wantValues(ns string, want ...agent.KV) {
+func wantValues(e *env[agent.ValueStore], ns string, want ...agent.KV) {
 	e.t.Helper()
 	got, err := e.s.ListValues(e.ctx, ns)
 	must(e.t, err, "ListValues")
@@ -27,40 +27,40 @@ func (e *env) wantValues(ns string, want ...agent.KV) {
 	}
 }
 
-func (e *env) wantValue(ns, key string, want []byte) {
+func wantValue(e *env[agent.ValueStore], ns, key string, want []byte) {
 	e.t.Helper()
 	got, err := e.s.GetValue(e.ctx, ns, key)
 	must(e.t, err, "GetValue("+ns+", "+key+")")
 	sameBytes(e.t, "GetValue("+ns+", "+key+")", got, want)
 }
 
-func testValues(e *env) {
+func testValues(e *env[agent.ValueStore]) {
 	t := e.t
 	ns := "notes/" + e.id("user")
 	for _, k := range []string{"b", "a", "c"} {
 		must(t, e.s.PutValue(e.ctx, ns, k, []byte("value "+k)), "PutValue")
 	}
-	e.wantValue(ns, "a", []byte("value a"))
-	e.wantValues(ns, agent.KV{Key: "a", Value: []byte("value a")}, agent.KV{Key: "b", Value: []byte("value b")},
+	wantValue(e, ns, "a", []byte("value a"))
+	wantValues(e, ns, agent.KV{Key: "a", Value: []byte("value a")}, agent.KV{Key: "b", Value: []byte("value b")},
 		agent.KV{Key: "c", Value: []byte("value c")})
 
 	must(t, e.s.PutValue(e.ctx, ns, "b", []byte("new b")), "PutValue(overwrite)")
-	e.wantValue(ns, "b", []byte("new b"))
+	wantValue(e, ns, "b", []byte("new b"))
 
 	must(t, e.s.DeleteValue(e.ctx, ns, "a"), "DeleteValue")
 	_, err := e.s.GetValue(e.ctx, ns, "a")
 	wantErr(t, err, agent.KindNotFound, "", "GetValue after delete")
 	must(t, e.s.DeleteValue(e.ctx, ns, "a"), "DeleteValue again")
 	must(t, e.s.DeleteValue(e.ctx, "notes/"+e.id("nobody"), "a"), "DeleteValue(unknown namespace)")
-	e.wantValues(ns, agent.KV{Key: "b", Value: []byte("new b")}, agent.KV{Key: "c", Value: []byte("value c")})
+	wantValues(e, ns, agent.KV{Key: "b", Value: []byte("new b")}, agent.KV{Key: "c", Value: []byte("value c")})
 
 	_, err = e.s.GetValue(e.ctx, ns, "zzz")
 	wantErr(t, err, agent.KindNotFound, "", "GetValue(unknown key)")
-	e.wantValues("notes/" + e.id("nobody"))
+	wantValues(e, "notes/"+e.id("nobody"))
 }
 
 // Namespaces that share a prefix must not leak into each other (a begins_with query would).
-func testValueNamespaces(e *env) {
+func testValueNamespaces(e *env[agent.ValueStore]) {
 	t := e.t
 	ns := "notes/" + e.id("user")
 	spaces := []string{ns, ns + "0", ns + "/sub", "x" + ns}
@@ -68,17 +68,17 @@ func testValueNamespaces(e *env) {
 		must(t, e.s.PutValue(e.ctx, s, "k", []byte("in "+s)), "PutValue")
 	}
 	for _, s := range spaces {
-		e.wantValue(s, "k", []byte("in "+s))
-		e.wantValues(s, agent.KV{Key: "k", Value: []byte("in " + s)})
+		wantValue(e, s, "k", []byte("in "+s))
+		wantValues(e, s, agent.KV{Key: "k", Value: []byte("in " + s)})
 	}
 	must(t, e.s.DeleteValue(e.ctx, ns, "k"), "DeleteValue")
-	e.wantValues(ns)
+	wantValues(e, ns)
 	for _, s := range spaces[1:] {
-		e.wantValue(s, "k", []byte("in "+s))
+		wantValue(e, s, "k", []byte("in "+s))
 	}
 }
 
-func testValueBytes(e *env) {
+func testValueBytes(e *env[agent.ValueStore]) {
 	t := e.t
 	ns := "bin/" + e.id("user")
 	all := make([]byte, 256)
@@ -88,8 +88,8 @@ func testValueBytes(e *env) {
 	must(t, e.s.PutValue(e.ctx, ns, "all", all), "PutValue(all bytes)")
 	must(t, e.s.PutValue(e.ctx, ns, "empty", []byte{}), "PutValue(empty)")
 	must(t, e.s.PutValue(e.ctx, ns, "ünï/cødé key", []byte(`{"json":true}`)), "PutValue(unicode key)")
-	e.wantValue(ns, "all", all)
-	e.wantValue(ns, "empty", nil)
-	e.wantValues(ns, agent.KV{Key: "all", Value: all}, agent.KV{Key: "empty"},
+	wantValue(e, ns, "all", all)
+	wantValue(e, ns, "empty", nil)
+	wantValues(e, ns, agent.KV{Key: "all", Value: all}, agent.KV{Key: "empty"},
 		agent.KV{Key: "ünï/cødé key", Value: []byte(`{"json":true}`)})
 }

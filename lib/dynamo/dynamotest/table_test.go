@@ -1,10 +1,17 @@
 package dynamotest
 
 import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -132,5 +139,97 @@ func TestTailBufferKeepsTheEnd(t *testing.T) {
 	}
 	if got := b.String(); got != "efghijkl" {
 		t.Fatalf("tail = %q, want efghijkl", got)
+	}
+}
+
+// fakeDynamo answers the control-plane calls Create makes with bodies in the shape DynamoDB's JSON protocol uses
+// (the API reference's response syntax), and records each request's target and body. ttlAnswer is what
+// UpdateTimeToLive gets: status and body.
+func fakeDynamo(t *testing.T, ttlStatus int, ttlBody string) (*httptest.Server, *[]string, *string) {
+	t.Helper()
+	var targets []string
+	var ttlReq string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
+		mu.Lock()
+		targets = append(targets, op)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		table := `{"TableName":"t","TableStatus":"ACTIVE","KeySchema":[{"AttributeName":"pk","KeyType":"HASH"}],` +
+			`"GlobalSecondaryIndexes":[{"IndexName":"running","IndexStatus":"ACTIVE"}]}`
+		switch op {
+		case "CreateTable":
+			_, _ = io.WriteString(w, `{"TableDescription":`+strings.Replace(table, "ACTIVE", "CREATING", 1)+`}`)
+		case "DescribeTable":
+			_, _ = io.WriteString(w, `{"Table":`+table+`}`)
+		case "UpdateTimeToLive":
+			mu.Lock()
+			ttlReq = string(body)
+			mu.Unlock()
+			w.WriteHeader(ttlStatus)
+			_, _ = io.WriteString(w, ttlBody)
+		default:
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"__type":"com.amazon.coral.service#UnknownOperationException"}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &targets, &ttlReq
+}
+
+// dynalite has no UpdateTimeToLive, so the TTL half of Create is checked here against DynamoDB's answers: a
+// success switches TTL on (with the template's attribute, enabled), UnknownOperationException (dynalite's answer,
+// byte for byte) is tolerated and reported as "no TTL", and any other error fails the create.
+func TestCreateEnablesTTL(t *testing.T) {
+	t.Parallel()
+	spec, err := ParseTable([]byte(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		status  int
+		body    string
+		wantTTL bool
+		wantErr string
+	}{
+		{"DynamoDB", 200, `{"TimeToLiveSpecification":{"AttributeName":"ttl","Enabled":true}}`, true, ""},
+		{"dynalite", 400, `{"__type":"com.amazon.coral.service#UnknownOperationException"}`, false, ""},
+		{"refused", 400, `{"__type":"com.amazon.coral.validate#ValidationException","message":"TimeToLive is already enabled"}`, false, "enable TTL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv, targets, ttlReq := fakeDynamo(t, tc.status, tc.body)
+			ttl, err := spec.Create(context.Background(), Client(srv.URL, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }), "t")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Create: %v, want an error mentioning %q", err, tc.wantErr)
+				}
+			} else if err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+			if ttl != tc.wantTTL {
+				t.Fatalf("Create reported ttl=%v, want %v", ttl, tc.wantTTL)
+			}
+			if got := strings.Join(*targets, ","); got != "CreateTable,DescribeTable,UpdateTimeToLive" {
+				t.Fatalf("requests = %s", got)
+			}
+			var sent struct {
+				TableName               string
+				TimeToLiveSpecification struct {
+					AttributeName string
+					Enabled       bool
+				}
+			}
+			if err := json.Unmarshal([]byte(*ttlReq), &sent); err != nil {
+				t.Fatal(err)
+			}
+			if sent.TableName != "t" || sent.TimeToLiveSpecification.AttributeName != "ttl" || !sent.TimeToLiveSpecification.Enabled {
+				t.Fatalf("UpdateTimeToLive sent %s, want table t, attribute ttl, enabled", *ttlReq)
+			}
+		})
 	}
 }
