@@ -41,8 +41,13 @@ type Options struct {
 	Config config.Config
 	// Wrap, when set, wraps the store every component uses (fault injection in tests).
 	Wrap func(agent.Store) agent.Store
-	// Offline options for the in-process offline model (used when Config.OpenAIAPIKey is empty).
+	// Offline options for the in-process offline model (used when Config.OpenAIAPIKey is empty and ModelURL is
+	// not set).
 	Offline []offline.Option
+	// ModelURL, when set, is the OpenAI-compatible endpoint to use (tests serve their own offline.Server).
+	ModelURL string
+	// OpenAI, when set, adjusts the model adapter's configuration (tests shorten retry backoff).
+	OpenAI func(*openai.Config)
 	// Tools replaces the demo tools when set (it receives the store's value area).
 	Tools func(agent.ValueStore, agent.Clock) []agent.Tool
 	Clock agent.Clock
@@ -96,7 +101,10 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 
 	s.ModelURL, s.ModelName = cfg.OpenAIBaseURL, cmpOr(cfg.Model, config.DefaultModel)
-	if cfg.OpenAIAPIKey == "" {
+	switch {
+	case o.ModelURL != "":
+		s.ModelURL, s.ModelName, s.Offline = o.ModelURL, offline.DefaultModel, cfg.OpenAIAPIKey == ""
+	case cfg.OpenAIAPIKey == "":
 		url, stop, err := offline.Start("127.0.0.1:0", append([]offline.Option{offline.WithReplyDelay(OfflineReplyDelay)}, o.Offline...)...)
 		if err != nil {
 			return s, err
@@ -104,7 +112,11 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		s.closers = append(s.closers, stop)
 		s.ModelURL, s.ModelName, s.Offline = url, offline.DefaultModel, true
 	}
-	model := openai.New(cfg.OpenAI(s.ModelURL, cfg.OpenAIAPIKey, s.ModelName, log))
+	mcfg := cfg.OpenAI(s.ModelURL, cfg.OpenAIAPIKey, s.ModelName, log)
+	if o.OpenAI != nil {
+		o.OpenAI(&mcfg)
+	}
+	model := openai.New(mcfg)
 
 	newTools := o.Tools
 	if newTools == nil {

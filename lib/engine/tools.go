@@ -97,23 +97,19 @@ func (s *stepper) execute(ctx context.Context, idx int, tool agent.Tool, inv age
 		}
 		done <- toolResult{idx: idx, output: out, err: err}
 	}()
+	// Wait for the tool's own answer until its deadline, even when the run is stopped meanwhile (the tool's
+	// context is canceled then, and a tool that returned its output keeps it: REVIEW L15). Past the deadline the
+	// tool is abandoned, even one that ignores its context (REVIEW L14); a late answer is dropped.
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	var r toolResult
 	select {
 	case r = <-done:
 		if errors.Is(r.err, context.DeadlineExceeded) {
 			r.err = fmt.Errorf("tool %q timed out after %s", tool.Name, timeout)
 		}
-	case <-tctx.Done():
-		// The tool ignores its context: give up on it (REVIEW L14), unless it answered at the same moment.
-		select {
-		case r = <-done:
-		default:
-			r = toolResult{idx: idx, err: fmt.Errorf("tool %q timed out after %s", tool.Name, timeout)}
-			if ctx.Err() != nil {
-				// The run stopped while the tool ran: what it did is unknown, and the result must not claim otherwise.
-				r.err = fmt.Errorf("tool %q was still running when the run stopped; its outcome is unknown", tool.Name)
-			}
-		}
+	case <-timer.C:
+		r = toolResult{idx: idx, err: fmt.Errorf("tool %q timed out after %s; its outcome is unknown", tool.Name, timeout)}
 	}
 	outcome := "ok"
 	if r.err != nil {

@@ -1,38 +1,16 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
-	"github.com/agentloop/agentloop/lib/engine"
-	"github.com/agentloop/agentloop/lib/offline"
-	"github.com/agentloop/agentloop/lib/openai"
-	"github.com/agentloop/agentloop/lib/sqlite"
+	"github.com/agentloop/agentloop/lib/config"
 )
-
-// setupTools is setup with extra test tools.
-func setupTools(t *testing.T, cfg engine.Config, extra ...agent.Tool) (*engine.Engine, *sqlite.Store) {
-	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	hs := httptest.NewServer(offline.New(offline.WithWordDelay(20 * time.Millisecond)))
-	t.Cleanup(hs.Close)
-	model := openai.New(openai.Config{BaseURL: hs.URL + "/v1/", Model: "offline", BackoffBase: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	cfg.Model = "offline"
-	return engine.New(engine.Deps{Store: st, Model: model, Tools: extra}, cfg), st
-}
 
 var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
@@ -55,17 +33,12 @@ func TestServerToolsRunConcurrently(t *testing.T) {
 			}
 			return json.RawMessage(`"met"`), nil
 		}}
-	eng, st := setupTools(t, engine.Config{ToolTimeout: 10 * time.Second}, rendezvous)
-	tr, err := eng.Begin(context.Background(), engine.Request{Owner: "a", ThreadID: "th", Trigger: engine.WireSubmit,
-		Message: userMsg("u1", "/tool meet {}\n/tool meet {}")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := tr.Stream(context.Background(), &bytes.Buffer{})
+	f := setup(t, withTools(rendezvous), withConfig(func(c *config.Config) { c.ToolTimeout = 10 * time.Second }))
+	run, _ := f.run(t, submit("th", "u1", "/tool meet {}\n/tool meet {}"))
 	if run.Status != agent.RunCompleted {
 		t.Fatalf("run = %+v", run)
 	}
-	rec, _ := st.GetMessage(context.Background(), "th", run.AssistantMessageID)
+	rec, _ := f.store.GetMessage(context.Background(), "th", run.AssistantMessageID)
 	outputs := 0
 	for _, raw := range rec.Message.Parts {
 		if p, _ := agent.DecodePart(raw); p.Type == "tool-meet" && p.State == agent.StateOutputAvailable {
@@ -85,29 +58,20 @@ func TestToolTimeout(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}}
-	eng, _ := setupTools(t, engine.Config{ToolTimeout: 50 * time.Millisecond}, stuck)
-	tr, err := eng.Begin(context.Background(), engine.Request{Owner: "a", ThreadID: "th", Trigger: engine.WireSubmit, Message: userMsg("u1", "/tool stuck {}")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	run := tr.Stream(context.Background(), &buf)
-	chunks := parseSSE(t, buf.Bytes())
-	if run.Status != agent.RunCompleted || count(chunks, "tool-output-error") != 1 || !strings.Contains(buf.String(), "timed out") {
-		t.Fatalf("run %s, stream %s", run.Status, buf.String())
+	f := setup(t, withTools(stuck), withConfig(func(c *config.Config) { c.ToolTimeout = 50 * time.Millisecond }))
+	run, raw := f.run(t, submit("th", "u1", "/tool stuck {}"))
+	chunks := parseSSE(t, raw)
+	if run.Status != agent.RunCompleted || count(chunks, "tool-output-error") != 1 || !strings.Contains(string(raw), "timed out") {
+		t.Fatalf("run %s, stream %s", run.Status, raw)
 	}
 }
 
 // The whole-run wall clock ends a long reply as failed/run_timeout, with the partial text kept.
 func TestRunWallClock(t *testing.T) {
 	t.Parallel()
-	eng, st := setupTools(t, engine.Config{RunTimeout: 300 * time.Millisecond})
-	tr, err := eng.Begin(context.Background(), engine.Request{Owner: "a", ThreadID: "th", Trigger: engine.WireSubmit, Message: userMsg("u1", "/slow 200")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	run := tr.Stream(context.Background(), &buf)
+	f := setup(t, withConfig(func(c *config.Config) { c.RunTimeout = 300 * time.Millisecond }))
+	st := f.store
+	run, _ := f.run(t, submit("th", "u1", "/slow 200"))
 	if run.Status != agent.RunFailed || run.Error == nil || run.Error.Code != agent.CodeRunTimeout {
 		t.Fatalf("run = %+v", run)
 	}
@@ -124,9 +88,10 @@ func TestRunWallClock(t *testing.T) {
 // A client that goes away does not stop the run: it finishes and persists.
 func TestClientDisconnectDoesNotStopRun(t *testing.T) {
 	t.Parallel()
-	eng, st := setupTools(t, engine.Config{})
+	f := setup(t)
+	st := f.store
 	ctx, cancel := context.WithCancel(context.Background())
-	tr, err := eng.Begin(ctx, engine.Request{Owner: "a", ThreadID: "th", Trigger: engine.WireSubmit, Message: userMsg("u1", "/slow 5")})
+	tr, err := f.eng.Begin(ctx, submit("th", "u1", "/slow 5"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,3 +106,75 @@ func TestClientDisconnectDoesNotStopRun(t *testing.T) {
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("client gone") }
+
+// A tool that ignores its context cannot hold the run past its timeout (REVIEW L14).
+func TestToolIgnoringContextTimesOut(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	deaf := agent.Tool{Name: "deaf", Description: "ignores its context", InputSchema: emptySchema, Kind: agent.ToolServer,
+		Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+			<-release
+			return json.RawMessage(`"late"`), nil
+		}}
+	f := setup(t, withTools(deaf), withConfig(func(c *config.Config) { c.ToolTimeout = 50 * time.Millisecond }))
+	done := make(chan agent.Run, 1)
+	go func() { run, _ := f.run(t, submit("th", "u1", "/tool deaf {}")); done <- run }()
+	select {
+	case run := <-done:
+		rec, _ := f.store.GetMessage(context.Background(), "th", run.AssistantMessageID)
+		if run.Status != agent.RunCompleted || !strings.Contains(string(rec.Message.Parts[1]), "timed out") {
+			t.Fatalf("run %s, parts %s", run.Status, rec.Message.Parts)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a tool that ignores its context held the run")
+	}
+}
+
+// A tool that returned its output keeps it, even when the run is stopped a moment later (REVIEW L15).
+func TestToolOutputSurvivesStop(t *testing.T) {
+	t.Parallel()
+	var f *fixture
+	stopper := agent.Tool{Name: "stopper", Description: "stops its own run, then succeeds", InputSchema: emptySchema, Kind: agent.ToolServer,
+		Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+			if _, err := f.store.RequestCancel(ctx, inv.ThreadID, inv.RunID, time.Now()); err != nil {
+				return nil, err
+			}
+			time.Sleep(100 * time.Millisecond) // the stop is seen meanwhile
+			return json.RawMessage(`"done"`), nil
+		}}
+	f = setup(t, withTools(stopper))
+	run, _ := f.run(t, submit("th", "u1", "/tool stopper {}"))
+	rec, _ := f.store.GetMessage(context.Background(), "th", run.AssistantMessageID)
+	var found bool
+	for _, raw := range rec.Message.Parts {
+		if p, _ := agent.DecodePart(raw); p.Type == "tool-stopper" {
+			found = p.State == agent.StateOutputAvailable && string(p.Output) == `"done"`
+		}
+	}
+	if run.Status != agent.RunCanceled || !found {
+		t.Fatalf("run %s, parts %s", run.Status, rec.Message.Parts)
+	}
+}
+
+// Every tool invocation carries the thread + tool call idempotency key.
+func TestToolsGetIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	keys := make(chan string, 1)
+	keyed := agent.Tool{Name: "keyed", Description: "reports its key", InputSchema: emptySchema, Kind: agent.ToolServer,
+		Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+			keys <- inv.IdempotencyKey
+			return json.RawMessage(`1`), nil
+		}}
+	f := setup(t, withTools(keyed))
+	run, chunks := f.turn(t, "th", "u1", "/tool keyed {}")
+	var callID string
+	for _, c := range chunks {
+		if c["type"] == "tool-input-available" {
+			callID = c["toolCallId"].(string)
+		}
+	}
+	if got := <-keys; run.Status != agent.RunCompleted || got != agent.IdempotencyKey("th", callID) {
+		t.Fatalf("key %q, want %q", got, agent.IdempotencyKey("th", callID))
+	}
+}
