@@ -1,0 +1,251 @@
+package reaper_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/sqlite"
+	"github.com/agentloop/agentloop/lib/tools"
+)
+
+const staleAfter = time.Second
+
+// missingRuns hides every run item, as after a crash between DynamoDB's claim write and its run write.
+type missingRuns struct{ *sqlite.Store }
+
+func (missingRuns) GetRun(ctx context.Context, threadID, runID string) (agent.Run, error) {
+	return agent.Run{}, agent.E(agent.KindNotFound, agent.CodeRunNotFound, "run %s not found", runID)
+}
+
+type fixture struct {
+	store *sqlite.Store
+	r     *reaper.Reaper
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clock := agent.SystemClock{}
+	return &fixture{store: st, r: reaper.New(reaper.Deps{Store: st, Tools: tools.Demo(st, clock), Clock: clock}, reaper.Config{StaleAfter: staleAfter})}
+}
+
+// claim creates thread id (owner alice) and claims it for runID with a heartbeat at hb.
+func (f *fixture) claim(t *testing.T, id, runID string, hb time.Time) agent.Run {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, err := f.store.CreateThread(ctx, agent.Thread{ID: id, Owner: "alice", CreatedAt: hb, UpdatedAt: hb}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.store.ClaimRun(ctx, agent.ClaimRequest{ThreadID: id, Owner: "alice", RunID: runID, AssistantMessageID: "msg_" + runID, Now: hb, Reserve: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Run
+}
+
+func (f *fixture) draft(t *testing.T, run agent.Run, md string, parts ...string) {
+	t.Helper()
+	var raw []json.RawMessage
+	for _, p := range parts {
+		raw = append(raw, json.RawMessage(p))
+	}
+	err := f.store.PutMessage(context.Background(), agent.MessageWrite{ThreadID: run.ThreadID, Seq: run.AssistantSeq(), Fence: run.Fence(), Now: time.Now(),
+		Message: agent.Message{ID: run.AssistantMessageID, Role: agent.RoleAssistant, Parts: raw, Metadata: json.RawMessage(md)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) idle(t *testing.T, id string) agent.Thread {
+	t.Helper()
+	th, err := f.store.GetThread(context.Background(), id)
+	if err != nil || th.ActiveRun != nil {
+		t.Fatalf("thread %s: %+v %v, want the claim released", id, th.ActiveRun, err)
+	}
+	return th
+}
+
+func finalSegment(t *testing.T, st *sqlite.Store, runID string) []byte {
+	t.Helper()
+	segs, err := st.ListSegments(context.Background(), runID, 0, time.Now())
+	if err != nil || len(segs) == 0 || !segs[len(segs)-1].Final {
+		t.Fatalf("segments of %s: %d %v, want a final one", runID, len(segs), err)
+	}
+	return segs[len(segs)-1].Data
+}
+
+// A tick finds a dead run through the index and reaps it: failed/stale, usage from its draft counted once on
+// the thread, the draft finalized with a truthful result for the call that has none, a final segment written.
+// A live run is left alone.
+func TestTickReapsDeadRunsOnly(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	dead := f.claim(t, "dead", "run_dead", time.Now().Add(-time.Minute))
+	f.draft(t, dead, `{"status":"streaming","usage":{"inputTokens":7,"outputTokens":3,"totalTokens":10,"cachedInputTokens":0}}`,
+		`{"type":"step-start"}`, `{"type":"tool-list_notes","toolCallId":"c1","state":"input-available","input":{}}`)
+	f.claim(t, "live", "run_live", time.Now())
+	st, err := f.r.Tick(ctx)
+	if err != nil || st.Reaped != 1 {
+		t.Fatalf("Tick = %+v, %v; want 1 reaped", st, err)
+	}
+	run, _ := f.store.GetRun(ctx, "dead", "run_dead")
+	if run.Status != agent.RunFailed || run.Error == nil || run.Error.Code != agent.CodeStale || run.Usage.TotalTokens != 10 {
+		t.Fatalf("dead run = %+v", run)
+	}
+	if th := f.idle(t, "dead"); th.Usage.TotalTokens != 10 {
+		t.Fatalf("thread usage %+v, want the draft's 10 tokens (REVIEW L/M12)", th.Usage)
+	}
+	rec, _ := f.store.GetMessage(ctx, "dead", "msg_run_dead")
+	p, _ := agent.DecodePart(rec.Message.Parts[1])
+	if rec.Message.Meta().Status != agent.MessageFailed || p.State != agent.StateOutputError || !bytes.Contains([]byte(p.ErrorText), []byte("unknown")) {
+		t.Fatalf("dead draft not finalized truthfully: %s %s", rec.Message.Metadata, rec.Message.Parts[1])
+	}
+	if !bytes.Contains(finalSegment(t, f.store, "run_dead"), []byte(`"type":"finish"`)) {
+		t.Fatal("final segment lacks finish")
+	}
+	if th, _ := f.store.GetThread(ctx, "live"); th.ActiveRun == nil {
+		t.Fatal("the live run was reaped")
+	}
+}
+
+// REVIEW M2: a claim whose run item is missing, or already terminal, is released too (it used to block the
+// thread until a POST took it over).
+func TestReleasesClaimsOfMissingOrFinishedRuns(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	// Terminal run whose release was lost: FinishRun's run write applied, its thread write did not.
+	done := f.claim(t, "done", "run_done", old)
+	done.Status, done.Usage, done.FinishedAt = agent.RunCompleted, agent.Usage{TotalTokens: 5}, old
+	if err := f.store.FinishRun(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	// A claim whose run item was never written (DynamoDB: a crash between the claim's two writes).
+	ghost := f.claim(t, "ghost", "run_ghost", old)
+	r := reaper.New(reaper.Deps{Store: missingRuns{f.store}, Clock: agent.SystemClock{}}, reaper.Config{StaleAfter: staleAfter})
+	if ok, err := r.Reap(ctx, "ghost", agent.Claim{RunID: "run_other", Epoch: ghost.Epoch, HeartbeatAt: old}); err != nil || ok {
+		t.Fatalf("a reap naming another run: %v %v", ok, err)
+	}
+	if th, _ := f.store.GetThread(ctx, "ghost"); th.ActiveRun == nil {
+		t.Fatal("a reap naming another run released the claim")
+	}
+	if ok, err := r.Reap(ctx, "ghost", agent.Claim{RunID: ghost.ID, Epoch: ghost.Epoch, HeartbeatAt: old}); err != nil || !ok {
+		t.Fatalf("reap of a claim without a run: %v %v", ok, err)
+	}
+	f.idle(t, "ghost")
+	th, _ := f.store.GetThread(ctx, "done")
+	if th.ActiveRun != nil {
+		if ok, err := f.r.Reap(ctx, "done", *th.ActiveRun); err != nil || !ok {
+			t.Fatalf("reap done: %v %v", ok, err)
+		}
+	}
+	if th := f.idle(t, "done"); th.Usage.TotalTokens != 5 {
+		t.Fatalf("usage of the finished run: %+v, want 5 counted once", th.Usage)
+	}
+}
+
+// REVIEW M9: the reaper decides in its write. A claim whose heartbeat moved on after the index nominated it keeps
+// its claim; of several reapers racing for one dead run exactly one reaps it.
+func TestReapDecidesInItsWrite(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	live := f.claim(t, "live", "run_live", old)
+	nominee := agent.Claim{RunID: live.ID, Epoch: live.Epoch, HeartbeatAt: old}
+	if err := f.store.Heartbeat(ctx, "live", live.Fence(), time.Now()); err != nil { // the run came back
+		t.Fatal(err)
+	}
+	if ok, err := f.r.Reap(ctx, "live", nominee); err != nil || ok {
+		t.Fatalf("reaped a live run: %v %v", ok, err)
+	}
+	if run, _ := f.store.GetRun(ctx, "live", live.ID); run.Status != agent.RunRunning {
+		t.Fatalf("live run = %s", run.Status)
+	}
+
+	dead := f.claim(t, "dead", "run_dead", old)
+	f.draft(t, dead, `{"status":"streaming","usage":{"inputTokens":1,"outputTokens":1,"totalTokens":2,"cachedInputTokens":0}}`, `{"type":"text","text":"partial"}`)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	reaped := 0
+	for range 8 {
+		wg.Go(func() {
+			ok, err := f.r.Reap(ctx, "dead", agent.Claim{RunID: dead.ID, Epoch: dead.Epoch, HeartbeatAt: old})
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				reaped++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if th := f.idle(t, "dead"); reaped != 1 || th.Usage.TotalTokens != 2 {
+		t.Fatalf("%d reapers reaped; thread usage %+v (want 1 and 2 tokens)", reaped, th.Usage)
+	}
+}
+
+// A dead run whose final message was stored (only its outcome was lost) ends as its message says, and the
+// message is left as the run wrote it.
+func TestFinalMessageStoredOutcomeLost(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	run := f.claim(t, "th", "run_1", time.Now().Add(-time.Minute))
+	err := f.store.PutMessage(ctx, agent.MessageWrite{ThreadID: "th", Seq: run.AssistantSeq(), Fence: run.Fence(), Final: true, Now: time.Now(),
+		Message: agent.Message{ID: run.AssistantMessageID, Role: agent.RoleAssistant, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"all done"}`)},
+			Metadata: json.RawMessage(`{"status":"completed","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3,"cachedInputTokens":0}}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := f.r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: time.Now().Add(-time.Minute)}); err != nil || !ok {
+		t.Fatalf("reap: %v %v", ok, err)
+	}
+	got, _ := f.store.GetRun(ctx, "th", run.ID)
+	rec, _ := f.store.GetMessage(ctx, "th", run.AssistantMessageID)
+	if got.Status != agent.RunCompleted || rec.Message.Meta().Status != agent.MessageCompleted || f.idle(t, "th").Usage.TotalTokens != 3 {
+		t.Fatalf("run %s, message %s", got.Status, rec.Message.Metadata)
+	}
+}
+
+// Principle 9: a call whose tool recorded its outcome under the idempotency key gets that outcome, not "unknown".
+func TestRecoveryReportsRecordedOutcome(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	run := f.claim(t, "th", "run_1", time.Now().Add(-time.Minute))
+	add := tools.Demo(f.store, agent.SystemClock{})[0]
+	if add.Name != "add_note" || add.Recorded == nil {
+		t.Skip("the demo add_note tool records no outcome yet")
+	}
+	inv := agent.ToolInvocation{ThreadID: "th", Owner: "alice", RunID: run.ID, ToolCallID: "c1", Input: json.RawMessage(`{"text":"milk"}`),
+		IdempotencyKey: agent.IdempotencyKey("th", "c1")}
+	out, err := add.Execute(ctx, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.draft(t, run, `{"status":"streaming"}`, `{"type":"tool-add_note","toolCallId":"c1","state":"input-available","input":{"text":"milk"}}`)
+	if ok, err := f.r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: time.Now().Add(-time.Minute)}); err != nil || !ok {
+		t.Fatalf("reap: %v %v", ok, err)
+	}
+	rec, _ := f.store.GetMessage(ctx, "th", run.AssistantMessageID)
+	p, _ := agent.DecodePart(rec.Message.Parts[0])
+	if p.State != agent.StateOutputAvailable || !bytes.Equal(p.Output, out) {
+		t.Fatalf("recovered part %s, want the recorded output %s", rec.Message.Parts[0], out)
+	}
+}
