@@ -13,12 +13,30 @@ func TestLoad(t *testing.T) {
 		wantErr bool
 		check   func(t *testing.T, c Config)
 	}{
-		{name: "defaults", env: nil, check: func(t *testing.T, c Config) {
-			if c.MaxSteps != DefaultMaxSteps || c.RunTimeout != DefaultRunTimeout || c.StaleAfter != DefaultStaleAfter ||
-				c.MaxBodyBytes != DefaultMaxBodyBytes || c.Model != DefaultModel || c.ModelRetries != DefaultModelRetries {
-				t.Fatalf("defaults not applied: %+v", c)
+		// Unset means zero, and zero means the owning component's default: config has no numbers of its own.
+		{name: "unset is zero", env: nil, check: func(t *testing.T, c Config) {
+			if c.MaxSteps != 0 || c.RunTimeout != 0 || c.StaleAfter != 0 || c.MaxBodyBytes != 0 || c.Model != "" || c.ModelRetries != nil {
+				t.Fatalf("unset values not zero: %+v", c)
+			}
+			if e := c.Engine("m"); e.MaxSteps != 0 || e.Transcript.BudgetBytes != 0 {
+				t.Fatalf("engine config not zero: %+v", e)
+			}
+			if o := c.OpenAI("u", "k", "m", nil); o.MaxRetries != 0 {
+				t.Fatalf("adapter retries %d, want 0 (the adapter's default)", o.MaxRetries)
 			}
 		}},
+		{name: "zero retries means none", env: map[string]string{"AGENT_MODEL_RETRIES": "0"}, check: func(t *testing.T, c Config) {
+			if o := c.OpenAI("u", "k", "m", nil); o.MaxRetries >= 0 {
+				t.Fatalf("adapter retries %d, want negative (none)", o.MaxRetries)
+			}
+		}},
+		{name: "component configs", env: map[string]string{"AGENT_STALE_AFTER": "10s", "AGENT_REAPER_BATCH": "7", "AGENT_CONTEXT_BYTES": "1000"},
+			check: func(t *testing.T, c Config) {
+				if c.Reaper().StaleAfter != 10*time.Second || c.Reaper().Batch != 7 || c.Threads().StaleAfter != 10*time.Second ||
+					c.Engine("m").StaleAfter != 10*time.Second || c.Engine("m").Transcript.BudgetBytes != 1000 {
+					t.Fatalf("component configs: %+v %+v", c.Reaper(), c.Engine("m"))
+				}
+			}},
 		{name: "overrides", env: map[string]string{"AGENT_MAX_STEPS": "3", "AGENT_RUN_TIMEOUT": "5s", "AGENT_MODEL": "m1", "AGENT_MAX_BODY_BYTES": "100"},
 			check: func(t *testing.T, c Config) {
 				if c.MaxSteps != 3 || c.RunTimeout != 5*time.Second || c.Model != "m1" || c.MaxBodyBytes != 100 {
@@ -35,6 +53,7 @@ func TestLoad(t *testing.T) {
 		{name: "zero steps", env: map[string]string{"AGENT_MAX_STEPS": "0"}, wantErr: true},
 		{name: "bad duration", env: map[string]string{"AGENT_RUN_TIMEOUT": "-1s"}, wantErr: true},
 		{name: "heartbeat not below stale", env: map[string]string{"AGENT_HEARTBEAT": "40s"}, wantErr: true},
+		{name: "heartbeat not below half of stale", env: map[string]string{"AGENT_HEARTBEAT": "2s", "AGENT_STALE_AFTER": "3s"}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,179 @@
+package threads_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/segments"
+	"github.com/agentloop/agentloop/lib/sqlite"
+	"github.com/agentloop/agentloop/lib/threads"
+)
+
+const staleAfter = 500 * time.Millisecond
+
+type fixture struct {
+	store *sqlite.Store
+	svc   *threads.Service
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clock := agent.SystemClock{}
+	rp := reaper.New(reaper.Deps{Store: st, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
+	svc := threads.New(threads.Deps{Store: st, Reaper: rp, Clock: clock}, threads.Config{StaleAfter: staleAfter,
+		Follow: segments.Follower{PollMin: 5 * time.Millisecond, PollMax: 20 * time.Millisecond, EndGrace: 100 * time.Millisecond}})
+	return &fixture{store: st, svc: svc}
+}
+
+// claim creates thread th (owner alice) with a running run whose heartbeat is at hb.
+func (f *fixture) claim(t *testing.T, hb time.Time) agent.Run {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, err := f.store.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: hb, UpdatedAt: hb}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.store.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th", Owner: "alice", RunID: "run_1", AssistantMessageID: "msg_1", Now: hb, Reserve: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Run
+}
+
+func (f *fixture) segment(t *testing.T, seq int64, data string, final bool) {
+	t.Helper()
+	now := time.Now()
+	if err := f.store.AppendSegment(context.Background(), agent.Segment{ThreadID: "th", RunID: "run_1", Seq: seq, Data: []byte(data),
+		Final: final, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// attach follows the thread's stream as alice, bounded so a reader that never ends fails the test.
+func (f *fixture) attach(t *testing.T, ctx context.Context) (bool, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var buf bytes.Buffer
+	began := 0
+	active, err := f.svc.Attach(ctx, "alice", "th", func() { began++ }, &buf, func() {})
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the reader never ended; it read %q", buf.String())
+	}
+	if active && err == nil && began != 1 {
+		t.Fatalf("begin called %d times", began)
+	}
+	return active, buf.String(), err
+}
+
+const step = "data: {\"type\":\"start\",\"messageId\":\"msg_1\"}\n\n"
+
+// REVIEW M10: a reader always ends with finish and [DONE], whatever happened to the writer.
+func TestAttachAlwaysEnds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		arrange func(t *testing.T, f *fixture, run agent.Run)
+		want    string // a substring of the end
+	}{
+		{"final segment written", func(t *testing.T, f *fixture, run agent.Run) {
+			f.segment(t, 0, step, false)
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				f.segment(t, 1, "data: {\"type\":\"finish\"}\n\ndata: [DONE]\n\n", true)
+			}()
+		}, `{"type":"finish"}`},
+		// The writer released its claim and died before its final segment.
+		{"run over without a final segment", func(t *testing.T, f *fixture, run agent.Run) {
+			f.segment(t, 0, step, false)
+			run.Status, run.FinishedAt = agent.RunCompleted, time.Now()
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				if err := f.store.FinishRun(context.Background(), run); err != nil {
+					t.Error(err)
+				}
+			}()
+		}, `"type":"finish"`},
+		// The writer died holding its claim: the reader reaps it once stale, which writes the final segment.
+		{"writer died", func(t *testing.T, f *fixture, run agent.Run) { f.segment(t, 0, step, false) }, "stopped unexpectedly"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			run := f.claim(t, time.Now())
+			tc.arrange(t, f, run)
+			active, got, err := f.attach(t, context.Background())
+			if !active || err != nil || !strings.HasPrefix(got, step) || !strings.Contains(got, tc.want) || !strings.HasSuffix(got, "data: [DONE]\n\n") {
+				t.Fatalf("attach: active %v err %v\n%s", active, err, got)
+			}
+		})
+	}
+}
+
+// A reader whose client went away stops.
+func TestAttachStopsWhenTheClientIsGone(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.claim(t, time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if _, _, err := f.attach(t, ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want canceled", err)
+	}
+}
+
+// Nothing to attach to: no run, no thread, or another user's thread (indistinguishable from none).
+func TestAttachNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if active, _, err := f.attach(t, context.Background()); active || err != nil {
+		t.Fatalf("unknown thread: %v %v", active, err)
+	}
+	f.claim(t, time.Now())
+	if active, err := f.svc.Attach(context.Background(), "bob", "th", func() {}, &bytes.Buffer{}, func() {}); active || err != nil {
+		t.Fatalf("another user's thread: %v %v", active, err)
+	}
+}
+
+// A thread read reaps a stale claim lazily; stop names a run; delete refuses a thread with an active run.
+func TestGetStopDelete(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	run := f.claim(t, time.Now())
+	if _, err := f.svc.Stop(ctx, "alice", "th", "run_other"); !errors.Is(err, agent.ErrNoActiveRun) {
+		t.Fatalf("stop of another run: %v (REVIEW L19: it must not cancel the current one)", err)
+	}
+	if err := f.svc.Delete(ctx, "alice", "th"); !errors.Is(err, agent.ErrRunActive) {
+		t.Fatalf("delete with an active run: %v", err)
+	}
+	if id, err := f.svc.Stop(ctx, "alice", "th", run.ID); err != nil || id != run.ID {
+		t.Fatalf("stop: %q %v", id, err)
+	}
+	time.Sleep(staleAfter + 50*time.Millisecond)
+	v, err := f.svc.Get(ctx, "alice", "th")
+	if err != nil || v.Thread.ActiveRun != nil {
+		t.Fatalf("get did not reap the stale claim: %+v %v", v.Thread.ActiveRun, err)
+	}
+	if err := f.svc.Delete(ctx, "alice", "th"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Get(ctx, "alice", "th"); !errors.Is(err, agent.ErrThreadNotFound) {
+		t.Fatalf("deleted thread: %v", err)
+	}
+	if _, err := f.svc.List(ctx, "alice", 500); !errors.Is(err, &agent.Error{Code: agent.CodeInvalidLimit}) {
+		t.Fatalf("limit 500: %v", err)
+	}
+}
