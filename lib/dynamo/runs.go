@@ -201,7 +201,7 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 		// goes stale. Best effort, and fenced like any release: it removes only this claim.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, rerr := s.release(rctx, agent.ReleaseRequest{ThreadID: req.ThreadID, Fence: result.Run.Fence()}); rerr != nil && !isConditionFailed(rerr) {
+		if rerr := s.release(rctx, agent.ReleaseRequest{ThreadID: req.ThreadID, Fence: result.Run.Fence()}); rerr != nil && !isConditionFailed(rerr) {
 			s.log.WarnContext(ctx, "dynamo: releasing a claim whose run item failed", "thread", req.ThreadID, "run", req.RunID, "err", rerr)
 		}
 		return agent.ClaimResult{}, err
@@ -266,7 +266,7 @@ func claimRemoval(e *expr) string {
 //
 // so usage is added exactly once, by whichever write releases the claim. It returns the raw SDK error, so callers
 // can tell a failed condition (isConditionFailed) from a failed request.
-func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) (item, error) {
+func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
 	e := newExpr()
 	update := "REMOVE " + claimRemoval(e)
 	if add := usageAdd(e, req.Usage); add != "" {
@@ -281,19 +281,15 @@ func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) (item, er
 	if !req.StaleBefore.IsZero() {
 		cond += " AND " + e.n(AttrClaimHeartbeat) + " < " + e.v(avT(req.StaleBefore))
 	}
-	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.table),
 		Key:                       key(threadPK(req.ThreadID), threadSK),
 		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),
-		ReturnValues:              types.ReturnValueAllNew,
 	})
-	if err != nil {
-		return nil, err
-	}
-	return res.Attributes, nil
+	return err
 }
 
 // Heartbeat: one UpdateItem on the thread,
@@ -450,7 +446,7 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 		return storeErr(err, "finish run")
 	}
 
-	_, err = s.release(ctx, agent.ReleaseRequest{ThreadID: run.ThreadID, Fence: run.Fence(), Usage: run.Usage, Now: run.FinishedAt})
+	err = s.release(ctx, agent.ReleaseRequest{ThreadID: run.ThreadID, Fence: run.Fence(), Usage: run.Usage, Now: run.FinishedAt})
 	switch {
 	case err == nil:
 		return nil
@@ -467,7 +463,7 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 // is missing or already terminal is released the same way. Anything else, an unknown thread included, is
 // run_fenced and changes nothing.
 func (s *Store) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
-	_, err := s.release(ctx, req)
+	err := s.release(ctx, req)
 	if isConditionFailed(err) {
 		return fenced(req.Fence)
 	}
