@@ -93,7 +93,7 @@ func TestTwoStoresShareFile(t *testing.T) {
 			res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", Owner: "u1", RunID: fmt.Sprintf("run-%02d", i),
 				Trigger: agent.TriggerUser, Now: nowTime(), StaleAfter: 30 * time.Second})
 			if err != nil {
-				if agent.CodeOf(err) != agent.CodeRunActive {
+				if !errors.Is(err, agent.ErrRunActive) {
 					t.Errorf("ClaimRun: %v, want run_active", err)
 				}
 				return
@@ -209,7 +209,7 @@ func TestHelperClaimer(t *testing.T) {
 			switch {
 			case err == nil:
 				won++
-			case agent.CodeOf(err) == agent.CodeRunActive:
+			case errors.Is(err, agent.ErrRunActive):
 				lost++
 			default:
 				t.Errorf("ClaimRun: %v", err)
