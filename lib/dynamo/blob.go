@@ -67,10 +67,10 @@ func (s *Store) pack(data []byte, text bool, pk string, chunkSK chunkKeyFunc, ex
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if _, err := zw.Write(data); err != nil {
-		return packed{}, agent.Wrap(err, agent.KindInternal, CodeStoreError, "gzip")
+		return packed{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "gzip")
 	}
 	if err := zw.Close(); err != nil {
-		return packed{}, agent.Wrap(err, agent.KindInternal, CodeStoreError, "gzip")
+		return packed{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "gzip")
 	}
 	// Incompressible data (already compressed, random) is stored raw rather than grown by gzip framing.
 	if buf.Len() < len(data) {
@@ -143,8 +143,14 @@ func (s *Store) dropChunks(ctx context.Context, old item, pk string, chunkSK chu
 }
 
 // errTornRead says a head pointed at chunks that are gone: a writer replaced the value between our reads of the
-// head and of its chunks. The caller re-reads the head.
-var errTornRead = agent.E(agent.KindUnavailable, CodeStoreUnavailable, "value replaced while reading")
+// head and of its chunks. The caller re-reads the head; one that gives up returns it wrapped by tornRead. (A plain
+// sentinel, not an *agent.Error: those match by code, and every unavailable error shares this one's.)
+var errTornRead = errors.New("dynamo: value replaced while reading")
+
+// tornRead is what a reader returns when the value kept changing under it: a retry may pass.
+func tornRead(what string) error {
+	return agent.Wrap(errTornRead, agent.KindUnavailable, agent.CodeStoreUnavailable, what+" kept changing while read")
+}
 
 // unpack returns the value a head holds. chunks holds prefetched chunk items (see batchGet); nil fetches them.
 func (s *Store) unpack(ctx context.Context, head item, pk string, chunkSK chunkKeyFunc, chunks map[string]item) ([]byte, error) {
@@ -164,7 +170,7 @@ func (s *Store) unpack(ctx context.Context, head item, pk string, chunkSK chunkK
 			}
 			b, _ := c[attrData].(*types.AttributeValueMemberB)
 			if b == nil {
-				return nil, agent.E(agent.KindInternal, CodeCorrupt, "chunk %s has no data", getS(k, AttrSK))
+				return nil, agent.E(agent.KindInternal, agent.CodeStoreCorrupt, "chunk %s has no data", getS(k, AttrSK))
 			}
 			payload = append(payload, b.Value...)
 		}
@@ -177,7 +183,7 @@ func (s *Store) unpack(ctx context.Context, head item, pk string, chunkSK chunkK
 		case nil:
 			payload = []byte{}
 		default:
-			return nil, agent.E(agent.KindInternal, CodeCorrupt, "item %s: body has type %T", getS(head, AttrSK), v)
+			return nil, agent.E(agent.KindInternal, agent.CodeStoreCorrupt, "item %s: body has type %T", getS(head, AttrSK), v)
 		}
 	}
 	if getS(head, attrEnc) != encGzip {
@@ -185,11 +191,11 @@ func (s *Store) unpack(ctx context.Context, head item, pk string, chunkSK chunkK
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(payload))
 	if err != nil {
-		return nil, agent.Wrap(err, agent.KindInternal, CodeCorrupt, "gunzip "+getS(head, AttrSK))
+		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeStoreCorrupt, "gunzip "+getS(head, AttrSK))
 	}
 	out, err := io.ReadAll(zr)
 	if err != nil {
-		return nil, agent.Wrap(err, agent.KindInternal, CodeCorrupt, "gunzip "+getS(head, AttrSK))
+		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeStoreCorrupt, "gunzip "+getS(head, AttrSK))
 	}
 	return out, nil
 }
@@ -245,6 +251,9 @@ func (s *Store) readAll(ctx context.Context, heads []item, pk string, chunkSK fu
 			}
 			heads[i] = h
 			b, err = s.unpack(ctx, h, pk, chunkSK(h), nil)
+		}
+		if errors.Is(err, errTornRead) {
+			return nil, tornRead(getS(h, AttrSK))
 		}
 		if err != nil {
 			return nil, err

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -19,6 +18,11 @@ import (
 const (
 	attrRole = "role"
 	attrSeq  = "seq"
+	// The fence of the message's last writer, and whether that writer finalized it (final = true, else absent).
+	attrWriterRun   = "writerRunId"
+	attrWriterEpoch = "writerEpoch"
+	// attrHidden marks a deleted message: the head stays as a tombstone with its writer's fence and no content.
+	attrHidden = "hidden"
 )
 
 // envelope is a message body as stored: parts and metadata. It is assembled by hand rather than with
@@ -35,7 +39,7 @@ func encodeBody(m agent.Message) ([]byte, error) {
 		b.WriteString(`"parts":[`)
 		for i, p := range m.Parts {
 			if !json.Valid(p) {
-				return nil, agent.E(agent.KindInvalid, "invalid_message", "message %s: part %d is not valid JSON", m.ID, i)
+				return nil, agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "message %s: part %d is not valid JSON", m.ID, i)
 			}
 			if i > 0 {
 				b.WriteByte(',')
@@ -44,9 +48,9 @@ func encodeBody(m agent.Message) ([]byte, error) {
 		}
 		b.WriteByte(']')
 	}
-	if m.Metadata != nil {
+	if len(m.Metadata) > 0 {
 		if !json.Valid(m.Metadata) {
-			return nil, agent.E(agent.KindInvalid, "invalid_message", "message %s: metadata is not valid JSON", m.ID)
+			return nil, agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "message %s: metadata is not valid JSON", m.ID)
 		}
 		if m.Parts != nil {
 			b.WriteByte(',')
@@ -61,7 +65,7 @@ func encodeBody(m agent.Message) ([]byte, error) {
 func decodeMessage(head item, body []byte) (agent.MessageRecord, error) {
 	var env envelope
 	if err := json.Unmarshal(body, &env); err != nil {
-		return agent.MessageRecord{}, agent.Wrap(err, agent.KindInternal, CodeCorrupt, "message "+getS(head, attrID))
+		return agent.MessageRecord{}, agent.Wrap(err, agent.KindInternal, agent.CodeStoreCorrupt, "message "+getS(head, attrID))
 	}
 	return agent.MessageRecord{
 		ThreadID: getS(head, attrThreadID),
@@ -77,16 +81,44 @@ func decodeMessage(head item, body []byte) (agent.MessageRecord, error) {
 	}, nil
 }
 
-// PutMessage upserts the message head with one UpdateItem that keeps position and creation time
-// (SET seq = if_not_exists(seq, :seq), createdAt = if_not_exists(createdAt, :now)). A body too large for one
-// item is written as chunk items first, under a fresh version id; the head switches to that version in its one
-// write, and the chunks of the version it replaced (returned as UPDATED_OLD) are deleted after.
-func (s *Store) PutMessage(ctx context.Context, threadID string, seq int64, m agent.Message, now time.Time) error {
+// fenceCond is the condition that fences every message head write: the write applies to a new id, to a message
+// last written at a lower epoch (or by this store before fences existed), or at the same epoch by a writer that
+// did not finalize it.
+func fenceCond(e *expr, f agent.Fence) string {
+	ep := e.v(avN(f.Epoch))
+	return "attribute_not_exists(" + e.n(AttrPK) + ") OR attribute_not_exists(" + e.n(attrWriterEpoch) + ") OR " +
+		e.n(attrWriterEpoch) + " < " + ep + " OR (" + e.n(attrWriterEpoch) + " = " + ep + " AND attribute_not_exists(" +
+		e.n(attrFinal) + "))"
+}
+
+func messageFenced(id string, f agent.Fence) error {
+	return agent.E(agent.KindConflict, agent.CodeRunFenced,
+		"message %s was written by a newer run, or finalized, before run %s at epoch %d", id, f.RunID, f.Epoch)
+}
+
+// PutMessage upserts the message head with one UpdateItem, fenced by fenceCond. The head keeps position and
+// creation time (SET seq = if_not_exists(seq, :seq), createdAt = if_not_exists(createdAt, :now)); a deleted
+// message has neither (DeleteMessage removes them), so one brought back by a newer writer is a new message at the
+// position given. A body too large for one item is written as chunk items first, under a fresh version id; the
+// fenced head write switches to that version, and the chunks of the version it replaced (UPDATED_OLD) are deleted
+// after. A refused head write deletes the chunks it would have pointed at.
+//
+// A final write whose answer was lost fails its own retry (the message is now final at this epoch). The failed
+// condition's item tells that apart from a real fence: final, at this fence, with this content, is our write.
+func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
+	m := w.Message
+	if w.ThreadID == "" {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "message needs a thread id")
+	}
+	if m.ID == "" {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "message needs an id")
+	}
 	body, err := encodeBody(m)
 	if err != nil {
 		return err
 	}
-	pk := threadPK(threadID)
+	pk := threadPK(w.ThreadID)
+	k := key(pk, msgSK(m.ID))
 	chunkSK := msgChunkSK(m.ID)
 	p, err := s.pack(body, true, pk, chunkSK, nil)
 	if err != nil {
@@ -99,13 +131,20 @@ func (s *Store) PutMessage(ctx context.Context, threadID string, seq int64, m ag
 	sets := []string{
 		e.n(attrKind) + " = " + e.v(avS("msg")),
 		e.n(attrID) + " = " + e.v(avS(m.ID)),
-		e.n(attrThreadID) + " = " + e.v(avS(threadID)),
+		e.n(attrThreadID) + " = " + e.v(avS(w.ThreadID)),
 		e.n(attrRole) + " = " + e.v(avS(string(m.Role))),
-		e.n(attrSeq) + " = if_not_exists(" + e.n(attrSeq) + ", " + e.v(avN(seq)) + ")",
-		e.n(attrCreatedAt) + " = if_not_exists(" + e.n(attrCreatedAt) + ", " + e.v(avT(now)) + ")",
-		e.n(attrUpdatedAt) + " = " + e.v(avT(now)),
+		e.n(attrSeq) + " = if_not_exists(" + e.n(attrSeq) + ", " + e.v(avN(w.Seq)) + ")",
+		e.n(attrCreatedAt) + " = if_not_exists(" + e.n(attrCreatedAt) + ", " + e.v(avT(w.Now)) + ")",
+		e.n(attrUpdatedAt) + " = " + e.v(avT(w.Now)),
+		e.n(attrWriterRun) + " = " + e.v(avS(w.Fence.RunID)),
+		e.n(attrWriterEpoch) + " = " + e.v(avN(w.Fence.Epoch)),
 	}
-	var removes []string
+	removes := []string{e.n(attrHidden)}
+	if w.Final {
+		sets = append(sets, e.n(attrFinal)+" = "+e.v(avBool(true)))
+	} else {
+		removes = append(removes, e.n(attrFinal))
+	}
 	for _, a := range blobAttrs {
 		if v, ok := p.attrs[a]; ok {
 			sets = append(sets, e.n(a)+" = "+e.v(v))
@@ -115,24 +154,64 @@ func (s *Store) PutMessage(ctx context.Context, threadID string, seq int64, m ag
 	}
 	update := "SET " + strings.Join(sets, ", ") + " REMOVE " + strings.Join(removes, ", ")
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(pk, msgSK(m.ID)),
-		UpdateExpression:          aws.String(update),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
-		ReturnValues:              types.ReturnValueUpdatedOld,
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(fenceCond(e, w.Fence)),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValues:                        types.ReturnValueUpdatedOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if err != nil {
+	if err == nil {
+		s.dropChunks(ctx, res.Attributes, pk, chunkSK, p.ver)
+		return nil
+	}
+	if !isConditionFailed(err) {
+		// The write may or may not have applied; the chunks stay (a reader may already need them), and an
+		// unreferenced set is removed with the thread.
 		return storeErr(err, "put message")
 	}
-	s.dropChunks(ctx, res.Attributes, pk, chunkSK, p.ver)
-	return nil
+	old, err := s.failedItem(ctx, err, k)
+	if err != nil {
+		return err
+	}
+	if p.ver == "" || getS(old, attrVer) != p.ver {
+		s.dropChunks(ctx, p.attrs, pk, chunkSK, "") // chunks of ours that no head points at
+	}
+	ours, err := s.isOwnFinalWrite(ctx, old, w, body)
+	if err != nil {
+		return err
+	}
+	if ours {
+		return nil
+	}
+	return messageFenced(m.ID, w.Fence)
+}
+
+// isOwnFinalWrite reports whether head is the result of this very final write (an earlier attempt of it).
+func (s *Store) isOwnFinalWrite(ctx context.Context, head item, w agent.MessageWrite, body []byte) (bool, error) {
+	if !w.Final || len(head) == 0 || has(head, attrHidden) || !getBool(head, attrFinal) ||
+		getS(head, attrWriterRun) != w.Fence.RunID || getN(head, attrWriterEpoch) != w.Fence.Epoch ||
+		getS(head, attrRole) != string(w.Message.Role) {
+		return false, nil
+	}
+	pk := threadPK(w.ThreadID)
+	stored, err := s.unpack(ctx, head, pk, msgChunkSK(w.Message.ID), nil)
+	if errors.Is(err, errTornRead) {
+		return false, nil // its chunks are gone, so it was replaced: not ours to claim
+	}
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(stored, body), nil
 }
 
 func messageNotFound(threadID, id string) error {
 	return agent.E(agent.KindNotFound, agent.CodeMessageNotFound, "message %s of thread %q not found", id, threadID)
 }
 
+// GetMessage reads the head (and its chunks); a deleted message is not found.
 func (s *Store) GetMessage(ctx context.Context, threadID, id string) (agent.MessageRecord, error) {
 	pk := threadPK(threadID)
 	k := key(pk, msgSK(id))
@@ -142,12 +221,15 @@ func (s *Store) GetMessage(ctx context.Context, threadID, id string) (agent.Mess
 		if err != nil {
 			return agent.MessageRecord{}, err
 		}
-		if head == nil {
+		if head == nil || has(head, attrHidden) {
 			return agent.MessageRecord{}, messageNotFound(threadID, id)
 		}
 		body, err := s.unpack(ctx, head, pk, msgChunkSK(id), nil)
-		if errors.Is(err, errTornRead) && attempt < 5 {
-			continue
+		if errors.Is(err, errTornRead) {
+			if attempt < 5 {
+				continue
+			}
+			return agent.MessageRecord{}, tornRead("message " + id)
 		}
 		if err != nil {
 			return agent.MessageRecord{}, err
@@ -157,12 +239,14 @@ func (s *Store) GetMessage(ctx context.Context, threadID, id string) (agent.Mess
 }
 
 // ListMessages is one Query over the thread's MSG# heads (plus one BatchGetItem for the chunks of large
-// messages, if any), ordered by seq then id.
+// messages, if any), ordered by seq then id; deleted messages are left out.
 func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.MessageRecord, error) {
 	pk := threadPK(threadID)
 	var heads []item
 	if err := s.queryPrefix(ctx, pk, prefixMsg, false, func(it item) error {
-		heads = append(heads, it)
+		if !has(it, attrHidden) {
+			heads = append(heads, it)
+		}
 		return nil
 	}); err != nil {
 		return nil, err
@@ -177,7 +261,7 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 	}
 	out := make([]agent.MessageRecord, 0, len(heads))
 	for i, h := range heads {
-		if h == nil {
+		if h == nil || has(h, attrHidden) { // deleted while we read
 			continue
 		}
 		r, err := decodeMessage(h, bodies[i])
@@ -195,14 +279,41 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 	return out, nil
 }
 
-// DeleteMessage deletes the head (returning it) and then the chunks it pointed at.
-func (s *Store) DeleteMessage(ctx context.Context, threadID, id string) error {
+// DeleteMessage hides the message with one UpdateItem fenced like PutMessage (plus attribute_exists(pk): an
+// unknown id stays unknown): SET hidden, the deleter's fence; REMOVE the content, seq, createdAt and final. The
+// head stays as a tombstone so a late writer at a lower epoch cannot bring the message back; the chunks of a
+// large body are deleted after (UPDATED_OLD names them).
+func (s *Store) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
 	pk := threadPK(threadID)
-	res, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:    aws.String(s.table),
-		Key:          key(pk, msgSK(id)),
-		ReturnValues: types.ReturnValueAllOld,
+	k := key(pk, msgSK(id))
+	e := newExpr()
+	removes := []string{e.n(attrSeq), e.n(attrCreatedAt), e.n(attrFinal)}
+	for _, a := range blobAttrs {
+		removes = append(removes, e.n(a))
+	}
+	update := "SET " + e.n(attrHidden) + " = " + e.v(avBool(true)) + ", " + e.n(attrWriterRun) + " = " + e.v(avS(f.RunID)) +
+		", " + e.n(attrWriterEpoch) + " = " + e.v(avN(f.Epoch)) + " REMOVE " + strings.Join(removes, ", ")
+	cond := "attribute_exists(" + e.n(AttrPK) + ") AND (" + fenceCond(e, f) + ")"
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValues:                        types.ReturnValueUpdatedOld,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
+	if isConditionFailed(err) {
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return err
+		}
+		if len(old) == 0 {
+			return nil // unknown id: a no-op
+		}
+		return messageFenced(id, f)
+	}
 	if err != nil {
 		return storeErr(err, "delete message")
 	}

@@ -1,6 +1,7 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
 	"sort"
 	"strconv"
@@ -25,6 +26,8 @@ const (
 	attrModel      = "model"
 	attrAssistant  = "assistantMessageId"
 	attrFinishedAt = "finishedAt"
+	attrFirstSeq   = "firstSeq" // the first message position the claim reserved for the run
+	attrReserved   = "reserved" // how many positions it reserved
 )
 
 func runItem(r agent.Run) item {
@@ -45,6 +48,8 @@ func runItem(r agent.Run) item {
 	}
 	it[attrAssistant] = avS(r.AssistantMessageID)
 	it[attrEpoch] = avN(r.Epoch)
+	it[attrFirstSeq] = avN(r.FirstSeq)
+	it[attrReserved] = avN(int64(r.Reserved))
 	it[attrCreatedAt] = avT(r.CreatedAt)
 	it[attrUpdatedAt] = avT(r.UpdatedAt)
 	if !r.FinishedAt.IsZero() {
@@ -64,6 +69,8 @@ func decodeRun(it item) agent.Run {
 		Model:              getS(it, attrModel),
 		AssistantMessageID: getS(it, attrAssistant),
 		Epoch:              getN(it, attrEpoch),
+		FirstSeq:           getN(it, attrFirstSeq),
+		Reserved:           int(getN(it, attrReserved)),
 		CreatedAt:          getT(it, attrCreatedAt),
 		UpdatedAt:          getT(it, attrUpdatedAt),
 		FinishedAt:         getT(it, attrFinishedAt),
@@ -74,140 +81,286 @@ func decodeRun(it item) agent.Run {
 	return r
 }
 
+func runNotFound(threadID, runID string) error {
+	return agent.E(agent.KindNotFound, agent.CodeRunNotFound, "run %s of thread %q not found", runID, threadID)
+}
+
+func fenced(f agent.Fence) error {
+	return agent.E(agent.KindConflict, agent.CodeRunFenced, "run %s at epoch %d no longer holds its thread", f.RunID, f.Epoch)
+}
+
 // ClaimRun is two writes. The first decides ownership: one UpdateItem on the thread item,
 //
-//	condition: attribute_exists(pk) AND (attribute_not_exists(claimRunId) OR claimHeartbeatAt < :now-staleAfter)
-//	update:    SET claimRunId, claimHeartbeatAt, runShard  REMOVE claimCancel, claimCancelAt  ADD epoch 1
+//	condition: attribute_exists(pk) AND attribute_not_exists(deleting) AND owner = :owner
+//	           AND (attribute_not_exists(claimRunId) OR claimHeartbeatAt < :now-staleAfter)
+//	update:    SET claimRunId, claimHeartbeatAt, claimBucket, runShard,
+//	               claimPrevRunId = if_not_exists(claimRunId, ""), claimPrevHeartbeatAt = ..., claimPrevCancel = ...
+//	           REMOVE claimCancel  ADD epoch 1, nextSeq :reserve
+//	returns:   ALL_NEW
 //
-// returning the old item, which yields the new epoch (old+1) and, on a stale takeover, the previous claim. The
-// second write puts the run item. Nothing reads the run item to decide ownership (heartbeats fence on the
-// thread), so a crash between the two leaves a claim that goes stale and is taken over, never a split brain.
+// The new item is the whole answer: the thread after the claim, the new epoch, the reserved positions
+// (nextSeq-reserve onwards: ADD makes the reservation part of the deciding write, so no other claim can get them)
+// and the claim taken over (copied into claimPrev* by the same write; right-hand sides read the item as it was
+// before the update). With StaleAfter <= 0 the heartbeat clause is left out: every claim is live.
+//
+// The second write puts the run item, conditioned on attribute_not_exists(pk). Nothing reads the run item to
+// decide ownership (heartbeats fence on the thread), so a crash between the two leaves a claim that goes stale
+// and is reaped, never a split brain.
+//
+// Retries (REVIEW L20). A failed condition is classified from the item it was checked against (see failedItem):
+// no item or another owner is not found, a tombstone is thread_deleting, a claim naming req.RunID is this very
+// claim applied by an earlier attempt whose answer was lost (an SDK retry, or the caller's), and anything else is
+// run_active. A recognised claim is answered from the stored item and goes on to the run write; a run write that
+// fails its condition on a run item at the same epoch is the same kind of retry and returns the stored run. A run
+// item at another epoch means the run id ran before and lost the thread since: the fresh claim is given back and
+// the caller gets run_fenced, as a run id is never started twice.
 func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.ClaimResult, error) {
+	if req.ThreadID == "" {
+		return agent.ClaimResult{}, agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "claim needs a thread id")
+	}
+	if req.RunID == "" {
+		return agent.ClaimResult{}, agent.E(agent.KindInvalid, agent.CodeInvalidRunID, "claim needs a run id")
+	}
+	reserve := int64(max(req.Reserve, 1))
+	k := key(threadPK(req.ThreadID), threadSK)
 	e := newExpr()
-	cutoff := req.Now.Add(-req.StaleAfter)
-	cond := "attribute_exists(" + e.n(AttrPK) + ") AND (attribute_not_exists(" + e.n(attrClaimRun) + ") OR " +
-		e.n(AttrClaimHeartbeat) + " < " + e.v(avT(cutoff)) + ")"
-	update := "SET " + e.n(attrClaimRun) + " = " + e.v(avS(req.RunID)) + ", " +
-		e.n(AttrClaimHeartbeat) + " = " + e.v(avT(req.Now)) + ", " +
-		e.n(AttrRunShard) + " = " + e.v(avS(s.runShard(req.ThreadID))) +
-		" REMOVE " + e.n(attrClaimCancel) + ", " + e.n(attrCancelAt) +
-		" ADD " + e.n(attrEpoch) + " " + e.v(avN(1))
+	owner := "attribute_not_exists(" + e.n(AttrOwner) + ")"
+	if req.Owner != "" {
+		owner = e.n(AttrOwner) + " = " + e.v(avS(req.Owner))
+	}
+	free := "attribute_not_exists(" + e.n(attrClaimRun) + ")"
+	if req.StaleAfter > 0 {
+		free = "(" + free + " OR " + e.n(AttrClaimHeartbeat) + " < " + e.v(avT(req.Now.Add(-req.StaleAfter))) + ")"
+	}
+	cond := "attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e) + " AND " + owner + " AND " + free
+	none := e.v(avS(""))
+	update := "SET " + strings.Join([]string{
+		e.n(attrClaimRun) + " = " + e.v(avS(req.RunID)),
+		e.n(AttrClaimHeartbeat) + " = " + e.v(avT(req.Now)),
+		e.n(AttrClaimBucket) + " = " + e.v(avS(s.bucketOf(req.Now))),
+		e.n(AttrRunShard) + " = " + e.v(avS(s.runShard(req.ThreadID))),
+		e.n(attrPrevRun) + " = if_not_exists(" + e.n(attrClaimRun) + ", " + none + ")",
+		e.n(attrPrevHeartbeat) + " = if_not_exists(" + e.n(AttrClaimHeartbeat) + ", " + none + ")",
+		e.n(attrPrevCancel) + " = if_not_exists(" + e.n(attrClaimCancel) + ", " + e.v(avBool(false)) + ")",
+	}, ", ") +
+		" REMOVE " + e.n(attrClaimCancel) +
+		" ADD " + e.n(attrEpoch) + " " + e.v(avN(1)) + ", " + e.n(attrNextSeq) + " " + e.v(avN(reserve))
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
-		Key:                                 key(threadPK(req.ThreadID), threadSK),
+		Key:                                 k,
 		UpdateExpression:                    aws.String(update),
 		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            e.attrNames(),
-		ExpressionAttributeValues:           e.attrValues(),
-		ReturnValues:                        types.ReturnValueAllOld,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if old, ok := conditionFailed(err); ok {
-		if len(old) == 0 {
-			return agent.ClaimResult{}, threadNotFound(req.ThreadID)
-		}
-		c := decodeClaim(old)
-		return agent.ClaimResult{}, agent.E(agent.KindConflict, agent.CodeRunActive, "thread %q is running %s", req.ThreadID, c.RunID)
-	}
-	if err != nil {
-		return agent.ClaimResult{}, storeErr(err, "claim run")
-	}
-	run := agent.Run{
-		ID:                 req.RunID,
-		ThreadID:           req.ThreadID,
-		Trigger:            req.Trigger,
-		Status:             agent.RunRunning,
-		AssistantMessageID: req.AssistantMessageID,
-		Epoch:              getN(res.Attributes, attrEpoch) + 1,
-		CreatedAt:          req.Now,
-		UpdatedAt:          req.Now,
-	}
-	if _, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(s.table),
-		Item:      runItem(run),
-	}); err != nil {
-		// The caller sees a failed claim, so give the thread back rather than leave it blocked until the claim
-		// goes stale. Best effort, and fenced like any release: it removes only this claim.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if rerr := s.release(rctx, req.ThreadID, req.RunID, run.Epoch); rerr != nil {
-			s.log.WarnContext(ctx, "dynamo: releasing a claim whose run item failed", "thread", req.ThreadID, "run", req.RunID, "err", rerr)
-		}
-		return agent.ClaimResult{}, storeErr(err, "put run")
-	}
-	return agent.ClaimResult{Run: run, Previous: decodeClaim(res.Attributes)}, nil
-}
-
-// claimRemoval lists the claim attributes; removing them releases the claim and takes the thread out of the
-// running index in the same write.
-func claimRemoval(e *expr) string {
-	return strings.Join([]string{e.n(attrClaimRun), e.n(AttrClaimHeartbeat), e.n(AttrRunShard),
-		e.n(attrClaimCancel), e.n(attrCancelAt)}, ", ")
-}
-
-// release removes the claim if it still names runID at epoch; a claim that moved on is left alone (no error).
-func (s *Store) release(ctx context.Context, threadID, runID string, epoch int64) error {
-	e := newExpr()
-	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(threadPK(threadID), threadSK),
-		UpdateExpression:          aws.String("REMOVE " + claimRemoval(e)),
-		ConditionExpression:       aws.String(e.n(attrClaimRun) + " = " + e.v(avS(runID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(epoch))),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
-	})
-	if _, ok := conditionFailed(err); ok {
-		return nil
-	}
-	return storeErr(err, "release claim")
-}
-
-// Heartbeat: one UpdateItem on the thread,
-//
-//	condition: claimRunId = :run AND epoch = :epoch AND attribute_not_exists(claimCancel)
-//	update:    SET claimHeartbeatAt = :now
-//
-// which also moves the thread within the running index. On failure the old item (ALL_OLD) tells a cancel
-// request on our own claim apart from a lost claim.
-func (s *Store) Heartbeat(ctx context.Context, threadID, runID string, epoch int64, now time.Time) error {
-	e := newExpr()
-	cond := e.n(attrClaimRun) + " = " + e.v(avS(runID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(epoch)) +
-		" AND attribute_not_exists(" + e.n(attrClaimCancel) + ")"
-	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 key(threadPK(threadID), threadSK),
-		UpdateExpression:                    aws.String("SET " + e.n(AttrClaimHeartbeat) + " = " + e.v(avT(now))),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            e.attrNames(),
-		ExpressionAttributeValues:           e.attrValues(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if old, ok := conditionFailed(err); ok {
-		if c := decodeClaim(old); c != nil && c.RunID == runID && c.Epoch == epoch && c.CancelRequested {
-			return agent.E(agent.KindCanceled, agent.CodeRunCanceled, "run %s was canceled", runID)
-		}
-		return agent.E(agent.KindConflict, agent.CodeRunFenced, "run %s no longer holds thread %q at epoch %d", runID, threadID, epoch)
-	}
-	return storeErr(err, "heartbeat")
-}
-
-// RequestCancel: one UpdateItem on the thread, condition attribute_exists(claimRunId), SET claimCancel = true.
-func (s *Store) RequestCancel(ctx context.Context, threadID string, now time.Time) (agent.Claim, error) {
-	e := newExpr()
-	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(s.table),
-		Key:       key(threadPK(threadID), threadSK),
-		UpdateExpression: aws.String("SET " + e.n(attrClaimCancel) + " = " + e.v(avBool(true)) + ", " +
-			e.n(attrCancelAt) + " = " + e.v(avT(now))),
-		ConditionExpression:                 aws.String("attribute_exists(" + e.n(attrClaimRun) + ")"),
 		ExpressionAttributeNames:            e.attrNames(),
 		ExpressionAttributeValues:           e.attrValues(),
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if old, ok := conditionFailed(err); ok {
-		if len(old) == 0 {
+	var claimed item
+	switch {
+	case err == nil:
+		claimed = res.Attributes
+	case isConditionFailed(err):
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return agent.ClaimResult{}, err
+		}
+		switch {
+		case len(old) == 0 || getS(old, AttrOwner) != req.Owner:
+			return agent.ClaimResult{}, threadNotFound(req.ThreadID)
+		case has(old, attrDeleting):
+			return agent.ClaimResult{}, threadDeleting(req.ThreadID)
+		case getS(old, attrClaimRun) == req.RunID:
+			claimed = old // our own claim, applied by an earlier attempt
+		default:
+			return agent.ClaimResult{}, agent.E(agent.KindConflict, agent.CodeRunActive, "thread %q is running %s", req.ThreadID, getS(old, attrClaimRun))
+		}
+	default:
+		return agent.ClaimResult{}, storeErr(err, "claim run")
+	}
+
+	epoch := getN(claimed, attrEpoch)
+	result := agent.ClaimResult{
+		Run: agent.Run{
+			ID:                 req.RunID,
+			ThreadID:           req.ThreadID,
+			Trigger:            req.Trigger,
+			Status:             agent.RunRunning,
+			AssistantMessageID: req.AssistantMessageID,
+			Epoch:              epoch,
+			FirstSeq:           getN(claimed, attrNextSeq) - reserve,
+			Reserved:           int(reserve),
+			CreatedAt:          req.Now,
+			UpdatedAt:          req.Now,
+		},
+		Previous: decodePrevious(claimed, epoch),
+		Thread:   decodeThread(claimed),
+	}
+	stored, err := s.putRun(ctx, result.Run)
+	if err != nil {
+		// The caller sees a failed claim, so give the thread back rather than leave it blocked until the claim
+		// goes stale. Best effort, and fenced like any release: it removes only this claim.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := s.release(rctx, agent.ReleaseRequest{ThreadID: req.ThreadID, Fence: result.Run.Fence()}); rerr != nil && !isConditionFailed(rerr) {
+			s.log.WarnContext(ctx, "dynamo: releasing a claim whose run item failed", "thread", req.ThreadID, "run", req.RunID, "err", rerr)
+		}
+		return agent.ClaimResult{}, err
+	}
+	result.Run = stored
+	return result, nil
+}
+
+// putRun writes a new run item insert-if-absent and returns the stored run: r itself, or the run an earlier
+// attempt of the same claim stored (same epoch). A run item at another epoch is run_fenced.
+func (s *Store) putRun(ctx context.Context, r agent.Run) (agent.Run, error) {
+	k := key(threadPK(r.ThreadID), runSK(r.ID))
+	e := newExpr()
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.table),
+		Item:                                runItem(r),
+		ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
+		ExpressionAttributeNames:            e.attrNames(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return r, nil
+	}
+	if !isConditionFailed(err) {
+		return agent.Run{}, storeErr(err, "put run")
+	}
+	old, err := s.failedItem(ctx, err, k)
+	if err != nil {
+		return agent.Run{}, err
+	}
+	if len(old) > 0 && getN(old, attrEpoch) == r.Epoch {
+		return decodeRun(old), nil
+	}
+	return agent.Run{}, agent.E(agent.KindConflict, agent.CodeRunFenced, "run %s was claimed before and no longer holds thread %q", r.ID, r.ThreadID)
+}
+
+// decodePrevious reads the claim a claim took over from its claimPrev* copies; nil when it took over none.
+func decodePrevious(it item, epoch int64) *agent.Claim {
+	run := getS(it, attrPrevRun)
+	if run == "" {
+		return nil
+	}
+	return &agent.Claim{RunID: run, Epoch: epoch - 1, HeartbeatAt: getT(it, attrPrevHeartbeat), CancelRequested: getBool(it, attrPrevCancel)}
+}
+
+// claimRemoval lists the claim attributes; removing them releases the claim and takes the thread out of the
+// running index in the same write.
+func claimRemoval(e *expr) string {
+	names := []string{attrClaimRun, AttrClaimHeartbeat, AttrClaimBucket, AttrRunShard, attrClaimCancel,
+		attrPrevRun, attrPrevHeartbeat, attrPrevCancel}
+	for i, n := range names {
+		names[i] = e.n(n)
+	}
+	return strings.Join(names, ", ")
+}
+
+// release is the one release write (FinishRun's second half, ReleaseClaim, a failed claim's give-back): one
+// UpdateItem on the thread,
+//
+//	condition: claimRunId = :run AND epoch = :epoch [AND claimHeartbeatAt < :staleBefore]
+//	update:    REMOVE <claim attributes>  ADD usage*  [SET updatedAt, recency]
+//
+// so usage is added exactly once, by whichever write releases the claim. It returns the raw SDK error, so callers
+// can tell a failed condition (isConditionFailed) from a failed request.
+func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
+	e := newExpr()
+	update := "REMOVE " + claimRemoval(e)
+	if add := usageAdd(e, req.Usage); add != "" {
+		update += " ADD " + add
+	}
+	if !req.Now.IsZero() {
+		// The thread moves up in its owner's list when a turn ends (recency is the byOwner index key).
+		update += " SET " + e.n(attrUpdatedAt) + " = " + e.v(avT(req.Now)) + ", " + e.n(AttrRecency) + " = " +
+			e.v(avS(recency(req.Now, req.ThreadID)))
+	}
+	cond := e.n(attrClaimRun) + " = " + e.v(avS(req.Fence.RunID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(req.Fence.Epoch))
+	if !req.StaleBefore.IsZero() {
+		cond += " AND " + e.n(AttrClaimHeartbeat) + " < " + e.v(avT(req.StaleBefore))
+	}
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(threadPK(req.ThreadID), threadSK),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	})
+	return err
+}
+
+// Heartbeat: one UpdateItem on the thread,
+//
+//	condition: claimRunId = :run AND epoch = :epoch AND attribute_not_exists(claimCancel)
+//	update:    SET claimHeartbeatAt = :now, claimBucket = :bucket
+//
+// claimHeartbeatAt is in no index, and claimBucket (the running index's sort key) is the heartbeat rounded down to
+// the bucket (10 s): within a bucket the write leaves it as it was, and DynamoDB writes to a GSI only when an
+// update changes an attribute the index holds. So a heartbeat is one table write (1 WCU for a thread item up to
+// 1 KB), and once per bucket the index pays a delete and a put: 1.2 WCU per second in all (TestHeartbeatCost).
+// On failure the item (failedItem) tells a cancel request on our own claim apart from a lost claim.
+func (s *Store) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
+	k := key(threadPK(threadID), threadSK)
+	e := newExpr()
+	cond := e.n(attrClaimRun) + " = " + e.v(avS(f.RunID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(f.Epoch)) +
+		" AND attribute_not_exists(" + e.n(attrClaimCancel) + ")"
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.table),
+		Key:       k,
+		UpdateExpression: aws.String("SET " + e.n(AttrClaimHeartbeat) + " = " + e.v(avT(now)) + ", " +
+			e.n(AttrClaimBucket) + " = " + e.v(avS(s.bucketOf(now)))),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if !isConditionFailed(err) {
+		return storeErr(err, "heartbeat")
+	}
+	// A cancel request is only ever lifted by a new claim, so a later read that still shows our claim shows
+	// the cancel that failed the condition.
+	old, err := s.failedItem(ctx, err, k)
+	if err != nil {
+		return err
+	}
+	if c := decodeClaim(old); c != nil && c.RunID == f.RunID && c.Epoch == f.Epoch && c.CancelRequested {
+		return agent.E(agent.KindCanceled, agent.CodeRunCanceled, "run %s was canceled", f.RunID)
+	}
+	return fenced(f)
+}
+
+// RequestCancel: one UpdateItem on the thread, condition attribute_exists(claimRunId) [AND claimRunId = :run],
+// SET claimCancel = true, returning the claim (ALL_NEW). A repeated request returns the same claim.
+func (s *Store) RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (agent.Claim, error) {
+	k := key(threadPK(threadID), threadSK)
+	e := newExpr()
+	cond := "attribute_exists(" + e.n(attrClaimRun) + ")"
+	if runID != "" {
+		cond += " AND " + e.n(attrClaimRun) + " = " + e.v(avS(runID))
+	}
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String("SET " + e.n(attrClaimCancel) + " = " + e.v(avBool(true))),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if isConditionFailed(err) {
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return agent.Claim{}, err
+		}
+		if !live(old) {
 			return agent.Claim{}, threadNotFound(threadID)
+		}
+		if runID != "" && has(old, attrClaimRun) {
+			return agent.Claim{}, agent.E(agent.KindConflict, agent.CodeNoActiveRun, "run %s is not the active run of thread %q", runID, threadID)
 		}
 		return agent.Claim{}, agent.E(agent.KindConflict, agent.CodeNoActiveRun, "thread %q has no active run", threadID)
 	}
@@ -217,22 +370,21 @@ func (s *Store) RequestCancel(ctx context.Context, threadID string, now time.Tim
 	return *decodeClaim(res.Attributes), nil
 }
 
-// FinishRun is a compare-and-set on the run item (condition: status = running AND epoch = :epoch), then one
-// UpdateItem on the thread that adds the usage and releases the claim,
+// FinishRun is a compare-and-set on the run item (condition: status = running AND epoch = :epoch), then the
+// release write (see release): the claim goes, and the usage is added, only if the claim still names the run at
+// its epoch. A run whose claim was released or taken over meanwhile is recorded and adds nothing.
 //
-//	condition: claimRunId = :run AND epoch = :epoch
-//	update:    ADD usage*  REMOVE claimRunId, claimHeartbeatAt, runShard, claimCancel, claimCancelAt
-//
-// Only when that condition fails (the claim was taken over after going stale) does a third write add the usage
-// alone. Releasing removes the running-index keys, so the thread leaves the sparse index in the same write.
-//
-// The two items cannot change atomically without a transaction. A process that dies between the two writes leaves
-// a finished run whose claim is still held; any later FinishRun of that run (the reaper's, or a retry) is fenced
-// by the first write but, seeing the run terminal at the same epoch, performs the missing release.
+// The two items cannot change atomically without a transaction. If the first write applied and its answer was
+// lost (the SDK retries it and the condition fails), or the process died between the two writes and FinishRun is
+// called again, the run item already holds this very outcome at this epoch: the release is then done now, and
+// the call succeeds only if that release applies (so a second FinishRun of a finished run is still run_fenced,
+// and usage is never added twice: only a release adds it, and only one release can apply). Otherwise a failed
+// compare-and-set is run_fenced (or not found) and nothing changes.
 func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	if !run.Status.Terminal() {
-		return agent.E(agent.KindInvalid, "invalid_status", "FinishRun needs a terminal status, got %q", run.Status)
+		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "FinishRun needs a terminal status, got %q", run.Status)
 	}
+	k := key(threadPK(run.ThreadID), runSK(run.ID))
 	e := newExpr()
 	sets := []string{
 		e.n(attrStatus) + " = " + e.v(avS(string(run.Status))),
@@ -241,11 +393,16 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 		e.n(attrUsageOut) + " = " + e.v(avN(run.Usage.OutputTokens)),
 		e.n(attrUsageTotal) + " = " + e.v(avN(run.Usage.TotalTokens)),
 		e.n(attrUsageCached) + " = " + e.v(avN(run.Usage.CachedInputTokens)),
-		e.n(attrUpdatedAt) + " = " + e.v(avT(run.UpdatedAt)),
 	}
 	var removes []string
+	// UpdatedAt as given, else the finish time, else left as stored.
+	if updated := cmp.Or(run.UpdatedAt, run.FinishedAt); !updated.IsZero() {
+		sets = append(sets, e.n(attrUpdatedAt)+" = "+e.v(avT(updated)))
+	}
 	if run.Model != "" {
 		sets = append(sets, e.n(attrModel)+" = "+e.v(avS(run.Model)))
+	} else {
+		removes = append(removes, e.n(attrModel))
 	}
 	if run.FinishedAt.IsZero() {
 		removes = append(removes, e.n(attrFinishedAt))
@@ -265,69 +422,52 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	cond := e.n(attrStatus) + " = " + e.v(avS(string(agent.RunRunning))) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(run.Epoch))
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
-		Key:                                 key(threadPK(run.ThreadID), runSK(run.ID)),
+		Key:                                 k,
 		UpdateExpression:                    aws.String(update),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            e.attrNames(),
 		ExpressionAttributeValues:           e.attrValues(),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if old, ok := conditionFailed(err); ok {
-		// The run is already over at this very epoch. If its claim is still held, an earlier FinishRun stopped
-		// between its two writes (the process died): finish that release now, without counting usage twice.
-		// A claim held by a finished run can only block the thread, so releasing it is always right.
-		if st := agent.RunStatus(getS(old, attrStatus)); st.Terminal() && getN(old, attrEpoch) == run.Epoch {
-			if err := s.release(ctx, run.ThreadID, run.ID, run.Epoch); err != nil {
-				return err
-			}
+	retried := false
+	if isConditionFailed(err) {
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return err
 		}
-		return agent.E(agent.KindConflict, agent.CodeRunFenced, "run %s is no longer running at epoch %d", run.ID, run.Epoch)
-	}
-	if err != nil {
+		if len(old) == 0 {
+			return runNotFound(run.ThreadID, run.ID)
+		}
+		if getS(old, attrStatus) != string(run.Status) || getN(old, attrEpoch) != run.Epoch {
+			return fenced(run.Fence())
+		}
+		retried = true // this outcome is already recorded: only the release may be missing
+	} else if err != nil {
 		return storeErr(err, "finish run")
 	}
 
-	// Release and add usage in one write.
-	e = newExpr()
-	add := usageAdd(e, run.Usage)
-	update = "REMOVE " + claimRemoval(e)
-	if add != "" {
-		update += " ADD " + add
-	}
-	cond = e.n(attrClaimRun) + " = " + e.v(avS(run.ID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(run.Epoch))
-	if !run.FinishedAt.IsZero() {
-		// The thread moves up in its owner's list when a turn ends (recency is the byOwner index key).
-		update += " SET " + e.n(attrUpdatedAt) + " = " + e.v(avT(run.FinishedAt)) + ", " + e.n(AttrRecency) + " = " + e.v(avS(recency(run.FinishedAt, run.ThreadID)))
-	}
-	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(threadPK(run.ThreadID), threadSK),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
-	})
-	if _, ok := conditionFailed(err); !ok {
-		return storeErr(err, "release claim")
-	}
-	if add == "" {
+	err = s.release(ctx, agent.ReleaseRequest{ThreadID: run.ThreadID, Fence: run.Fence(), Usage: run.Usage, Now: run.FinishedAt})
+	switch {
+	case err == nil:
 		return nil
+	case isConditionFailed(err) && retried:
+		return fenced(run.Fence())
+	case isConditionFailed(err):
+		return nil // the claim moved on (released or taken over): the outcome is recorded, nothing to release
 	}
-	// The claim moved on: the usage still counts.
-	e = newExpr()
-	add = usageAdd(e, run.Usage)
-	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(threadPK(run.ThreadID), threadSK),
-		UpdateExpression:          aws.String("ADD " + add),
-		ConditionExpression:       aws.String("attribute_exists(" + e.n(AttrPK) + ")"),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
-	})
-	if _, ok := conditionFailed(err); ok {
-		return nil // thread deleted under the run: nothing to add to
+	return storeErr(err, "release claim")
+}
+
+// ReleaseClaim is the reaper's decision, one release write (see release) conditioned on the claim still naming
+// req.Fence with a heartbeat before req.StaleBefore. It looks only at the thread item, so a claim whose run item
+// is missing or already terminal is released the same way. Anything else, an unknown thread included, is
+// run_fenced and changes nothing.
+func (s *Store) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
+	err := s.release(ctx, req)
+	if isConditionFailed(err) {
+		return fenced(req.Fence)
 	}
-	return storeErr(err, "add usage")
+	return storeErr(err, "release claim")
 }
 
 // usageAdd renders the ADD clause for non-zero usage counters; "" when all are zero.
@@ -350,7 +490,7 @@ func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, 
 		return agent.Run{}, err
 	}
 	if it == nil {
-		return agent.Run{}, agent.E(agent.KindNotFound, agent.CodeRunNotFound, "run %s of thread %q not found", runID, threadID)
+		return agent.Run{}, runNotFound(threadID, runID)
 	}
 	return decodeRun(it), nil
 }
@@ -374,32 +514,54 @@ func (s *Store) ListRuns(ctx context.Context, threadID string) ([]agent.Run, err
 	return runs, nil
 }
 
-// ListStaleClaims returns up to limit claims whose heartbeat is before cutoff, oldest first within each shard,
-// by querying every shard of the sparse running index (claimHeartbeatAt < :cutoff). It reads only threads that
-// hold a claim: no scan. The index is eventually consistent, so the reaper must treat each entry as a hint and
-// re-check with conditional writes (FinishRun's epoch fence does exactly that).
-func (s *Store) ListStaleClaims(ctx context.Context, cutoff time.Time, limit int) ([]agent.StaleClaim, error) {
+// ListStaleClaims reads the sparse running index, which holds only claimed threads, keys only: one Query per shard
+// for claimBucket < :before. The bucket is the heartbeat rounded down, so every claim with a heartbeat before
+// `before` is among the answers, along with claims up to one bucket (10 s) fresher. The nominees' thread items are
+// then read with strongly consistent BatchGetItem requests (one per 100) and only claims whose exact heartbeat is
+// before `before` are returned, with their exact claim. The work is proportional to the claimed threads near or
+// past the cutoff, never to the table (finished runs are not in the index; BenchmarkReaperSweep). The answers are
+// still only nominations: the index may lag, and a claim may be refreshed right after the read, so callers
+// decide in a conditional write (ReleaseClaim). Results are ordered by heartbeat, then thread id.
+func (s *Store) ListStaleClaims(ctx context.Context, before time.Time, limit int) ([]agent.StaleClaim, error) {
 	if limit <= 0 {
-		limit = defaultListLimit
+		limit = agent.DefaultListLimit
 	}
-	var out []agent.StaleClaim
+	out := []agent.StaleClaim{}
+	var nominees []item
+	check := func() error {
+		got, err := s.batchGet(ctx, nominees)
+		if err != nil {
+			return err
+		}
+		nominees = nominees[:0]
+		for _, it := range got {
+			if c := decodeClaim(it); c != nil && c.HeartbeatAt.Before(before) {
+				out = append(out, agent.StaleClaim{ThreadID: getS(it, attrID), Claim: *c})
+			}
+		}
+		return nil
+	}
 	for shard := 0; shard < s.runShards && len(out) < limit; shard++ {
 		e := newExpr()
 		in := &dynamodb.QueryInput{
 			TableName: aws.String(s.table),
 			IndexName: aws.String(IndexRunning),
 			KeyConditionExpression: aws.String(e.n(AttrRunShard) + " = " + e.v(avS("RUN#"+strconv.Itoa(shard))) + " AND " +
-				e.n(AttrClaimHeartbeat) + " < " + e.v(avT(cutoff))),
+				e.n(AttrClaimBucket) + " < " + e.v(avT(before))),
 			ExpressionAttributeNames:  e.attrNames(),
 			ExpressionAttributeValues: e.attrValues(),
-			Limit:                     aws.Int32(int32(min(limit-len(out), 1000))),
+			Limit:                     aws.Int32(1000),
 		}
 		err := s.query(ctx, in, func(it item) error {
-			if len(out) >= limit {
-				return errStopQuery
-			}
-			if c := decodeClaim(it); c != nil {
-				out = append(out, agent.StaleClaim{ThreadID: strings.TrimPrefix(getS(it, AttrPK), "THREAD#"), Claim: *c})
+			nominees = append(nominees, key(getS(it, AttrPK), getS(it, AttrSK)))
+			if len(nominees) >= limit-len(out) {
+				// Enough nominees to possibly fill the answer: check them before reading on.
+				if err := check(); err != nil {
+					return err
+				}
+				if len(out) >= limit {
+					return errStopQuery
+				}
 			}
 			return nil
 		})
@@ -407,5 +569,16 @@ func (s *Store) ListStaleClaims(ctx context.Context, cutoff time.Time, limit int
 			return nil, err
 		}
 	}
-	return out, nil
+	if len(nominees) > 0 && len(out) < limit {
+		if err := check(); err != nil {
+			return nil, err
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Claim.HeartbeatAt.Equal(out[j].Claim.HeartbeatAt) {
+			return out[i].Claim.HeartbeatAt.Before(out[j].Claim.HeartbeatAt)
+		}
+		return out[i].ThreadID < out[j].ThreadID
+	})
+	return out[:min(len(out), limit)], nil
 }

@@ -3,7 +3,6 @@ package dynamo
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -27,13 +26,23 @@ func ttlSeconds(t time.Time) int64 {
 	return sec
 }
 
+// finalSK is the run's end-of-stream marker: the lowest seq of a final segment, written when a final segment is
+// appended. It sorts after every SEG#<20 digits> key ('~' is above the digits) and before every SEGC# chunk key
+// ('#' is below 'C'), so the one Query ListSegments makes over [SEG#<from>, finalSK] reads it last, at the cost of
+// one tiny item, and a reader that starts past the end learns where the stream ended.
+const finalSK = prefixSeg + "~final"
+
 // AppendSegment: one PutItem with attribute_not_exists(pk) on SEG#<seq> in the run's segment partition. A
 // repeated append finds the item there and is a no-op. A segment too large for one item (the encoder bounds
 // them to 256 KiB, so only gzip-resistant data near that bound) has its chunks written first and deleted again if
-// the append turns out to be a repeat.
+// the append turns out to be a repeat. A final segment then lowers the run's end marker to its seq (one more
+// UpdateItem, once per run, conditioned on the marker being absent or higher).
 func (s *Store) AppendSegment(ctx context.Context, seg agent.Segment) error {
+	if seg.RunID == "" {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidSegment, "segment needs a run id")
+	}
 	if seg.Seq < 0 {
-		return agent.E(agent.KindInvalid, "invalid_segment", "segment seq %d is negative", seg.Seq)
+		return agent.E(agent.KindInvalid, agent.CodeInvalidSegment, "segment seq %d is negative", seg.Seq)
 	}
 	pk := segmentsPK(seg.RunID)
 	chunkSK := segChunkSK(seg.Seq)
@@ -69,9 +78,35 @@ func (s *Store) AppendSegment(ctx context.Context, seg agent.Segment) error {
 		ConditionExpression:      aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
 		ExpressionAttributeNames: e.attrNames(),
 	})
-	if _, ok := conditionFailed(err); ok {
+	if isConditionFailed(err) {
 		s.dropChunks(ctx, p.attrs, pk, chunkSK, "")
-		return nil
+		// A repeat: the first append may have died before its marker write, so a final segment writes it again.
+		err = nil
+	}
+	if err != nil || !seg.Final {
+		return storeErr(err, "append segment")
+	}
+	return s.markFinal(ctx, seg, ttl)
+}
+
+// markFinal lowers the run's end marker to seg.Seq.
+func (s *Store) markFinal(ctx context.Context, seg agent.Segment, ttl item) error {
+	e := newExpr()
+	seq := e.v(avN(seg.Seq))
+	update := "SET " + e.n(attrSeq) + " = " + seq + ", " + e.n(attrKind) + " = " + e.v(avS("segfinal"))
+	if v, ok := ttl[AttrExpiresAt]; ok {
+		update += ", " + e.n(AttrExpiresAt) + " = " + e.v(v)
+	}
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(segmentsPK(seg.RunID), finalSK),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String("attribute_not_exists(" + e.n(attrSeq) + ") OR " + e.n(attrSeq) + " > " + seq),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	})
+	if isConditionFailed(err) {
+		return nil // an earlier final segment already ends the stream
 	}
 	return storeErr(err, "append segment")
 }
@@ -88,27 +123,44 @@ func decodeSegment(it item, data []byte) agent.Segment {
 	}
 }
 
-// ListSegments is one Query on the run's segment partition, sk BETWEEN SEG#<from> AND SEG#<max>. Items past
-// their expiry that the TTL sweeper has not removed yet (it may lag by days) are dropped here.
+// ListSegments is one Query on the run's segment partition, sk BETWEEN SEG#<from> AND the end marker, in seq
+// order. It returns segments up to the first final one (expired or not): nothing a fenced writer appended after
+// the reaper's final segment is returned. The marker (read last) says whether the stream ended even before
+// `from`, in which case there is nothing to return. Segments after a final one are still read (never returned)
+// on the way to the marker; only a fenced writer leaves any. Items past their expiry that the TTL
+// sweeper has not removed yet (it may lag by days) are dropped here.
 func (s *Store) ListSegments(ctx context.Context, runID string, from int64, now time.Time) ([]agent.Segment, error) {
 	pk := segmentsPK(runID)
+	from = max(from, 0)
 	e := newExpr()
 	in := &dynamodb.QueryInput{
 		KeyConditionExpression: aws.String(e.n(AttrPK) + " = " + e.v(avS(pk)) + " AND " + e.n(AttrSK) + " BETWEEN " +
-			e.v(avS(segSK(max(from, 0)))) + " AND " + e.v(avS(segSK(math.MaxInt64)))),
+			e.v(avS(segSK(from))) + " AND " + e.v(avS(finalSK))),
 	}
 	in.ExpressionAttributeNames = e.attrNames()
 	in.ExpressionAttributeValues = e.attrValues()
 	var heads []item
+	endedBefore, ended := false, false
 	err := s.query(ctx, in, func(it item) error {
-		if has(it, attrExpires) && getT(it, attrExpires).Before(now) {
-			return nil
+		switch {
+		case getS(it, AttrSK) == finalSK:
+			endedBefore = getN(it, attrSeq) < from
+		case ended:
+			// After the first final segment in range: a fenced writer's. Read past (the marker comes last, and
+			// may say the stream ended even before `from`), never returned.
+		case !has(it, attrExpires) || !getT(it, attrExpires).Before(now):
+			heads = append(heads, it)
+			fallthrough
+		default:
+			ended = getBool(it, attrFinal)
 		}
-		heads = append(heads, it)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if endedBefore {
+		return []agent.Segment{}, nil
 	}
 	// Segments are written once and never replaced, so a torn read cannot happen; reread only guards against
 	// chunks that are missing for good (a crashed append), which then surfaces as an error.
@@ -116,7 +168,7 @@ func (s *Store) ListSegments(ctx context.Context, runID string, from int64, now 
 		func(h item) chunkKeyFunc { return segChunkSK(getN(h, attrSeq)) },
 		func(ctx context.Context, h item) (item, error) { return s.getItem(ctx, key(pk, getS(h, AttrSK))) })
 	if errors.Is(err, errTornRead) {
-		return nil, agent.E(agent.KindInternal, CodeCorrupt, "run %s: a segment's chunks are missing", runID)
+		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeStoreCorrupt, "run "+runID+": a segment's chunks are missing")
 	}
 	if err != nil {
 		return nil, err

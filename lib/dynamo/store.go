@@ -20,37 +20,37 @@ import (
 // Names shared with template.yaml and infra/DYNAMODB.md. Changing one means changing the template too.
 const (
 	// IndexRunning is the sparse GSI over threads that hold a run claim: partition key AttrRunShard, sort key
-	// AttrClaimHeartbeat.
+	// AttrClaimBucket, keys only. See ListStaleClaims for why its sort key is a coarse bucket and not the heartbeat.
 	IndexRunning = "running"
 	// IndexByOwner is the GSI over threads by owner, most recent first: partition key AttrOwner, sort key
 	// AttrRecency.
 	IndexByOwner = "byOwner"
 
-	AttrPK             = "pk"
-	AttrSK             = "sk"
-	AttrOwner          = "owner"
-	AttrRecency        = "recency"          // "<updatedAt>#<thread id>"
-	AttrRunShard       = "runShard"         // "RUN#<n>", present only while a claim exists
-	AttrClaimHeartbeat = "claimHeartbeatAt" // present only while a claim exists
+	AttrPK       = "pk"
+	AttrSK       = "sk"
+	AttrOwner    = "owner"
+	AttrRecency  = "recency"  // "<updatedAt>#<thread id>"
+	AttrRunShard = "runShard" // "RUN#<n>", present only while a claim exists
+	// AttrClaimBucket is the claim's heartbeat rounded down to the heartbeat bucket (DefaultHeartbeatBucket),
+	// present only while a claim exists. It is the running index's sort key; the exact heartbeat lives in
+	// AttrClaimHeartbeat, which no index contains.
+	AttrClaimBucket = "claimBucket"
+	// AttrClaimHeartbeat is the exact heartbeat of the claim (not an index key, not projected).
+	AttrClaimHeartbeat = "claimHeartbeatAt"
 	// AttrExpiresAt is the table's TTL attribute, epoch seconds.
 	AttrExpiresAt = "expiresAt"
 
 	// DefaultRunShards is how many partitions the running index spreads claims over. The reaper must query the
 	// same number (see ListStaleClaims).
 	DefaultRunShards = 16
+	// DefaultHeartbeatBucket is the granularity of the running index's sort key: a heartbeat moves the thread in
+	// the index (an index delete and put) only when it crosses into a new bucket, once per bucket per run.
+	DefaultHeartbeatBucket = 10 * time.Second
 	// MaxItemBytes is DynamoDB's item size limit.
 	MaxItemBytes = 400 * 1024
 )
 
-// Stable error codes of this adapter (in addition to the agent codes).
 const (
-	CodeStoreUnavailable = "store_unavailable"
-	CodeStoreError       = "store_error"
-	CodeCorrupt          = "store_corrupt"
-)
-
-const (
-	defaultListLimit = 100
 	// maxRunErrorBytes bounds a run's stored error message: it is prose for humans, and an unbounded one could
 	// push the run item past the item limit.
 	maxRunErrorBytes = 16 * 1024
@@ -66,6 +66,7 @@ type Store struct {
 	ids       agent.IDs
 	log       *slog.Logger
 	runShards int
+	bucket    time.Duration
 	blob      blobLimits
 }
 
@@ -84,6 +85,17 @@ func WithRunShards(n int) Option {
 	return func(s *Store) {
 		if n > 0 {
 			s.runShards = n
+		}
+	}
+}
+
+// WithHeartbeatBucket sets the granularity of the running index's sort key (default DefaultHeartbeatBucket).
+// Writers need not agree on it: the bucket is always at or below the heartbeat, which is all ListStaleClaims
+// relies on.
+func WithHeartbeatBucket(d time.Duration) Option {
+	return func(s *Store) {
+		if d > 0 {
+			s.bucket = d
 		}
 	}
 }
@@ -110,6 +122,7 @@ func New(client *dynamodb.Client, table string, opts ...Option) *Store {
 		ids:       agent.RandomIDs{},
 		log:       slog.Default(),
 		runShards: DefaultRunShards,
+		bucket:    DefaultHeartbeatBucket,
 		blob:      blobLimits{compressAbove: defaultCompressAbove, chunkBytes: defaultChunkBytes},
 	}
 	for _, o := range opts {
@@ -150,6 +163,10 @@ func padSeq(seq int64) string {
 
 func key(pk, sk string) item { return item{AttrPK: avS(pk), AttrSK: avS(sk)} }
 
+// bucketOf is the running index's sort key for a heartbeat at t: t rounded down to the bucket, so it never
+// exceeds the heartbeat.
+func (s *Store) bucketOf(t time.Time) string { return fmtTime(t.UTC().Truncate(s.bucket)) }
+
 // runShard spreads claims over the running index: hash(thread id) mod shards.
 func (s *Store) runShard(threadID string) string {
 	h := fnv.New32a()
@@ -168,31 +185,41 @@ func storeErr(err error, op string) error {
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return agent.Wrap(err, agent.KindCanceled, "canceled", "dynamo "+op)
+		return agent.Wrap(err, agent.KindCanceled, agent.CodeCanceled, "dynamo "+op)
 	}
 	var api smithy.APIError
 	if errors.As(err, &api) {
 		switch api.ErrorCode() {
 		case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
 			"InternalServerError", "ServiceUnavailable", "TransactionConflictException", "LimitExceededException":
-			return agent.Wrap(err, agent.KindUnavailable, CodeStoreUnavailable, "dynamo "+op)
+			return agent.Wrap(err, agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo "+op)
 		case "ResourceNotFoundException":
-			return agent.Wrap(err, agent.KindInternal, CodeStoreError, "dynamo "+op+": table missing")
+			return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "dynamo "+op+": table missing")
 		}
-		return agent.Wrap(err, agent.KindInternal, CodeStoreError, "dynamo "+op)
+		return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "dynamo "+op)
 	}
 	// No API error: the request never got an answer (connection refused, reset, timeout).
-	return agent.Wrap(err, agent.KindUnavailable, CodeStoreUnavailable, "dynamo "+op)
+	return agent.Wrap(err, agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo "+op)
 }
 
-// conditionFailed reports whether err is a failed ConditionExpression and returns the item DynamoDB sent back
-// (ReturnValuesOnConditionCheckFailure ALL_OLD; empty when the item does not exist).
-func conditionFailed(err error) (item, bool) {
+// isConditionFailed reports whether err is a failed ConditionExpression.
+func isConditionFailed(err error) bool {
 	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
-		return cf.Item, true
+	return errors.As(err, &cf)
+}
+
+// failedItem returns the item a failed conditional write was checked against, to tell why it failed. DynamoDB
+// sends it with the failure when the request asked for ReturnValuesOnConditionCheckFailure=ALL_OLD and the item
+// exists, at no extra cost. When the failure carries none (the item does not exist, or the server does not
+// implement the parameter, as dynalite does not), one strongly consistent GetItem reads it; nil means there is no
+// item. The read may see a later state than the one the condition saw, which the callers' classifications
+// tolerate (each says how).
+func (s *Store) failedItem(ctx context.Context, err error, k item) (item, error) {
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) && len(cf.Item) > 0 {
+		return cf.Item, nil
 	}
-	return nil, false
+	return s.getItem(ctx, k)
 }
 
 // guardSize refuses an item that DynamoDB would refuse, with an error a caller can map to 413.
@@ -272,7 +299,7 @@ func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error
 		for attempt := 0; len(batch) > 0; attempt++ {
 			if attempt > 0 {
 				if attempt > 10 {
-					return agent.E(agent.KindUnavailable, CodeStoreUnavailable, "dynamo batch write: %d requests left unprocessed", len(batch))
+					return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo batch write: %d requests left unprocessed", len(batch))
 				}
 				if err := sleep(ctx, backoff(attempt)); err != nil {
 					return storeErr(err, "batch write")
@@ -301,7 +328,7 @@ func (s *Store) batchGet(ctx context.Context, keys []item) (map[string]item, err
 		for attempt := 0; len(batch) > 0; attempt++ {
 			if attempt > 0 {
 				if attempt > 10 {
-					return nil, agent.E(agent.KindUnavailable, CodeStoreUnavailable, "dynamo batch get: %d keys left unprocessed", len(batch))
+					return nil, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo batch get: %d keys left unprocessed", len(batch))
 				}
 				if err := sleep(ctx, backoff(attempt)); err != nil {
 					return nil, storeErr(err, "batch get")

@@ -23,8 +23,19 @@ const (
 	attrUpdatedAt   = "updatedAt"
 	attrEpoch       = "epoch"
 	attrClaimRun    = "claimRunId"
-	attrClaimCancel = "claimCancel"   // true when a cancel was requested; absent otherwise
-	attrCancelAt    = "claimCancelAt" // when the cancel was requested
+	attrClaimCancel = "claimCancel" // true when a cancel was requested; absent otherwise
+	// The claim this claim took over (a stale one), copied inside the claim's own write so that a retried claim
+	// can report it (ClaimResult.Previous) after the first attempt's answer was lost. Present only while claimed;
+	// an empty attrPrevRun means the claim took over nothing. The previous epoch is always epoch-1.
+	attrPrevRun       = "claimPrevRunId"
+	attrPrevHeartbeat = "claimPrevHeartbeatAt"
+	attrPrevCancel    = "claimPrevCancel"
+	// attrNextSeq is the thread's message position counter: each claim takes Reserve positions from it with ADD
+	// in the claim's own write. Absent means 0.
+	attrNextSeq = "nextSeq"
+	// attrDeleting is the delete tombstone: set (true) first by DeleteThread, and from then on the thread reads as
+	// missing and nothing can claim or create it until the delete removes the item.
+	attrDeleting = "deleting"
 	attrUsageIn     = "usageInput"
 	attrUsageOut    = "usageOutput"
 	attrUsageTotal  = "usageTotal"
@@ -72,6 +83,7 @@ func (s *Store) threadItem(t agent.Thread) item {
 	if c := t.ActiveRun; c != nil {
 		it[attrClaimRun] = avS(c.RunID)
 		it[AttrClaimHeartbeat] = avT(c.HeartbeatAt)
+		it[AttrClaimBucket] = avS(s.bucketOf(c.HeartbeatAt))
 		it[AttrRunShard] = avS(s.runShard(t.ID))
 		if c.CancelRequested {
 			it[attrClaimCancel] = avBool(true)
@@ -116,41 +128,68 @@ func threadNotFound(id string) error {
 	return agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", id)
 }
 
-// CreateThread: one PutItem conditioned on attribute_not_exists(pk). On a lost race DynamoDB returns the
-// existing item with the failure (ALL_OLD), so the existing thread costs no second read.
+func threadDeleting(id string) error {
+	return agent.E(agent.KindConflict, agent.CodeThreadDeleting, "thread %q is being deleted", id)
+}
+
+// live reports whether a thread item exists and is not tombstoned: the only threads the store shows.
+func live(it item) bool { return len(it) > 0 && !has(it, attrDeleting) }
+
+// notDeleting is the condition fragment every write that must not touch a tombstoned thread carries.
+func notDeleting(e *expr) string { return "attribute_not_exists(" + e.n(attrDeleting) + ")" }
+
+// CreateThread: one PutItem conditioned on attribute_not_exists(pk), so it never overwrites a thread or a
+// tombstone. On a lost race DynamoDB returns the existing item with the failure (ALL_OLD), so the existing thread
+// costs no second read; a server that does not (dynalite) costs one GetItem.
 func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread, bool, error) {
+	if t.ID == "" {
+		return agent.Thread{}, false, agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "thread id is empty")
+	}
 	it := s.threadItem(t)
 	if err := guardSize(it, maxThreadBytes, "thread"); err != nil {
 		return agent.Thread{}, false, err
 	}
-	e := newExpr()
-	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                           aws.String(s.table),
-		Item:                                it,
-		ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
-		ExpressionAttributeNames:            e.attrNames(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if old, ok := conditionFailed(err); ok {
-		if len(old) == 0 {
-			// Deleted between the failed condition and now: report the current state.
-			got, err := s.GetThread(ctx, t.ID)
-			return got, false, err
+	k := key(threadPK(t.ID), threadSK)
+	// The item can vanish between the failed put and the read that explains it (a delete finishing): then the
+	// put is simply tried again.
+	for attempt := 0; ; attempt++ {
+		e := newExpr()
+		_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName:                           aws.String(s.table),
+			Item:                                it,
+			ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
+			ExpressionAttributeNames:            e.attrNames(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		if err == nil {
+			return decodeThread(it), true, nil
+		}
+		if !isConditionFailed(err) {
+			return agent.Thread{}, false, storeErr(err, "create thread")
+		}
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return agent.Thread{}, false, err
+		}
+		switch {
+		case len(old) == 0 && attempt < 3:
+			continue
+		case len(old) == 0:
+			return agent.Thread{}, false, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "thread %q keeps appearing and vanishing", t.ID)
+		case has(old, attrDeleting):
+			return agent.Thread{}, false, threadDeleting(t.ID)
 		}
 		return decodeThread(old), false, nil
 	}
-	if err != nil {
-		return agent.Thread{}, false, storeErr(err, "create thread")
-	}
-	return decodeThread(it), true, nil
 }
 
+// GetThread is one strongly consistent GetItem; a tombstoned thread is not found.
 func (s *Store) GetThread(ctx context.Context, id string) (agent.Thread, error) {
 	it, err := s.getItem(ctx, key(threadPK(id), threadSK))
 	if err != nil {
 		return agent.Thread{}, err
 	}
-	if it == nil {
+	if !live(it) {
 		return agent.Thread{}, threadNotFound(id)
 	}
 	return decodeThread(it), nil
@@ -159,11 +198,11 @@ func (s *Store) GetThread(ctx context.Context, id string) (agent.Thread, error) 
 // ListThreads queries the keys-only owner index newest first, then reads the thread items themselves with one
 // strongly consistent BatchGetItem. GSI reads are eventually consistent in DynamoDB: a thread created or renamed a
 // moment ago may be missing from the index or still in its old place for a fraction of a second (the items
-// returned are current, and re-sorted by their current updatedAt; a thread deleted meanwhile is dropped). DynamoDB
-// Local applies index updates synchronously, which the conformance suite relies on.
+// returned are current, and re-sorted by their current updatedAt; a thread deleted or tombstoned meanwhile is
+// dropped). dynalite applies index updates synchronously, which the conformance suite relies on.
 func (s *Store) ListThreads(ctx context.Context, owner string, limit int) ([]agent.Thread, error) {
 	if limit <= 0 {
-		limit = defaultListLimit
+		limit = agent.DefaultListLimit
 	}
 	out := []agent.Thread{}
 	if owner == "" {
@@ -200,7 +239,7 @@ func (s *Store) ListThreads(ctx context.Context, owner string, limit int) ([]age
 		return nil, err
 	}
 	for _, it := range got {
-		if t := decodeThread(it); t.Owner == owner {
+		if t := decodeThread(it); live(it) && t.Owner == owner {
 			out = append(out, t)
 		}
 	}
@@ -213,7 +252,8 @@ func (s *Store) ListThreads(ctx context.Context, owner string, limit int) ([]age
 	return out, nil
 }
 
-// UpdateThread: one UpdateItem conditioned on attribute_exists(pk), returning the new item.
+// UpdateThread: one UpdateItem conditioned on attribute_exists(pk) AND attribute_not_exists(deleting), returning
+// the new item.
 func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch, now time.Time) (agent.Thread, error) {
 	e := newExpr()
 	sets := []string{
@@ -233,12 +273,12 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 		TableName:                 aws.String(s.table),
 		Key:                       key(threadPK(id), threadSK),
 		UpdateExpression:          aws.String("SET " + strings.Join(sets, ", ")),
-		ConditionExpression:       aws.String("attribute_exists(" + e.n(AttrPK) + ")"),
+		ConditionExpression:       aws.String("attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e)),
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),
 		ReturnValues:              types.ReturnValueAllNew,
 	})
-	if _, ok := conditionFailed(err); ok {
+	if isConditionFailed(err) {
 		return agent.Thread{}, threadNotFound(id)
 	}
 	if err != nil {
@@ -247,14 +287,51 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 	return decodeThread(res.Attributes), nil
 }
 
-// DeleteThread lists the thread partition (messages, message chunks, runs) and, through the run items, each
-// run's segment partition, all with key-only queries; deletes them with BatchWriteItem; and deletes the thread
-// item itself last, so an interrupted delete leaves a visible thread that a retry finishes.
+// DeleteThread is the tombstone protocol (infra/DYNAMODB.md, "Deleting a thread"):
+//
+//  1. one UpdateItem on the thread: SET deleting = true REMOVE recency, condition attribute_exists(pk) AND
+//     attribute_not_exists(claimRunId). A held claim (even a stale one: the reaper frees it first) refuses the
+//     delete with run_active and nothing changes. From here on the thread reads as missing, CreateThread and
+//     ClaimRun refuse it (their conditions), and it has left the byOwner index (recency is its sort key);
+//  2. the children: one key-only Query of the thread partition (messages, chunks, runs) and one per run for its
+//     segment partition, deleted with BatchWriteItem, segments first (the run items lead to them);
+//  3. the tombstone itself, DeleteItem conditioned on attribute_exists(deleting).
+//
+// A delete interrupted anywhere leaves the tombstone (or nothing), and calling DeleteThread again redoes the
+// missing steps. For an unknown id step 1 fails on a missing item: the partition is swept all the same (that is
+// one Query when it is empty), so a repeated delete also removes whatever a fenced writer left behind.
 func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	pk := threadPK(id)
+	k := key(pk, threadSK)
+	e := newExpr()
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(s.table),
+		Key:              k,
+		UpdateExpression: aws.String("SET " + e.n(attrDeleting) + " = " + e.v(avBool(true)) + " REMOVE " + e.n(AttrRecency)),
+		ConditionExpression: aws.String("attribute_exists(" + e.n(AttrPK) + ") AND attribute_not_exists(" +
+			e.n(attrClaimRun) + ")"),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	tombstoned := err == nil
+	if isConditionFailed(err) {
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return err
+		}
+		// An item means a claim failed the condition (the read may already see it released: the caller's next
+		// call then succeeds). No item (unknown id, or a delete that finished meanwhile): sweep below.
+		if len(old) > 0 {
+			return agent.E(agent.KindConflict, agent.CodeRunActive, "thread %q is running %s", id, getS(old, attrClaimRun))
+		}
+	} else if err != nil {
+		return storeErr(err, "delete thread")
+	}
+
 	var under []types.WriteRequest
 	var runs []string
-	err := s.queryPrefix(ctx, pk, "", true, func(it item) error {
+	err = s.queryPrefix(ctx, pk, "", true, func(it item) error {
 		sk := getS(it, AttrSK)
 		if sk == threadSK {
 			return nil
@@ -285,9 +362,18 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	if err := s.batchWrite(ctx, under); err != nil {
 		return err
 	}
+	if !tombstoned {
+		return nil
+	}
+	e = newExpr()
 	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: aws.String(s.table),
-		Key:       key(pk, threadSK),
+		TableName:                aws.String(s.table),
+		Key:                      k,
+		ConditionExpression:      aws.String("attribute_exists(" + e.n(attrDeleting) + ")"),
+		ExpressionAttributeNames: e.attrNames(),
 	})
+	if isConditionFailed(err) {
+		return nil // another DeleteThread removed the tombstone first
+	}
 	return storeErr(err, "delete thread")
 }

@@ -62,8 +62,11 @@ func (s *Store) GetValue(ctx context.Context, ns, k string) ([]byte, error) {
 			return nil, agent.E(agent.KindNotFound, agent.CodeNotFound, "key %q not found in %q", k, ns)
 		}
 		v, err := s.unpack(ctx, head, pk, valChunkSK(k), nil)
-		if errors.Is(err, errTornRead) && attempt < 5 {
-			continue
+		if errors.Is(err, errTornRead) {
+			if attempt < 5 {
+				continue
+			}
+			return nil, tornRead("value " + k)
 		}
 		return v, err
 	}

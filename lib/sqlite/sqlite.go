@@ -1,5 +1,5 @@
 // Package sqlite is the embedded agent.Store: one SQLite file, driven by the pure-Go modernc.org/sqlite (no cgo),
-// used by `agentloop dev` and by tests that want a real store without AWS.
+// used by `agentloop dev` and by tests that want a real store without AWS. It passes lib/storetest.
 //
 // Concurrency. The file is opened in WAL mode, so readers never block the writer. Every write, conditional or
 // not, is one transaction started with BEGIN IMMEDIATE: it takes the file's write lock before it reads, so two
@@ -7,14 +7,34 @@
 // first one's claim. Within one *Store the write transactions queue on a channel (waiting honours the context) so
 // they do not spin in SQLite's busy handler; across processes SQLite's busy timeout waits for the lock, and a
 // transaction that still fails with SQLITE_BUSY or SQLITE_LOCKED is rolled back and retried a few times before it
-// is reported as KindUnavailable. Reads run outside transactions; each read is a single statement and so sees one
-// consistent snapshot.
+// is reported as KindUnavailable/CodeStoreUnavailable. A context that ends first is KindCanceled/CodeCanceled.
+// Reads run outside transactions; each read is a single statement and so sees one consistent snapshot.
+//
+// Ownership. The claim lives on the thread row, with the thread's epoch and its message counter (next_seq): a
+// claim is one transaction that checks owner and claim, reserves positions from the counter (starting above the
+// highest stored message, so files of version 1 and messages written without a claim never collide) and
+// records the run with the claim it took over, so a retried claim returns the same result. FinishRun and
+// ReleaseClaim release the claim and add usage in one UPDATE of the thread row, so usage is counted by the write
+// that releases and by no other. DeleteThread is one transaction: its claim check and every delete commit
+// together, so no reader ever sees a half-deleted (tombstoned) thread, and CodeThreadDeleting never comes from
+// this store.
+//
+// Fencing. Each message row keeps its last writer's run id and epoch, whether that writer finalized it, and
+// whether it is deleted; PutMessage and DeleteMessage are one upsert or update whose condition compares those
+// with the write's fence (see putMessageSQL). A deleted message keeps its row (content dropped) so a late writer
+// cannot bring it back; the rows go with DeleteThread.
+//
+// Cost. A heartbeat is one UPDATE of one thread row that sets only claim_heartbeat_at, which no index holds: the
+// claimed-threads index (the reaper's work list) is keyed by thread id, so heartbeats write one table page and no
+// index entry (TestHeartbeatWritesNoIndex). The price is paid by ListStaleClaims, which reads the row of every
+// claimed thread (as many as there are runs in flight) to compare heartbeats.
 //
 // Storage. Times are unix milliseconds (INTEGER) and come back as UTC times with millisecond precision; a zero
 // FinishedAt is NULL. A message's parts are kept as one JSON array (TEXT) whose elements are the parts' bytes as
-// given, so every part round-trips byte for byte; only whitespace around a whole part is dropped, and a part that
-// is not valid JSON is rejected with KindInvalid. Metadata, segment data and values are kept as given.
-// Expired segments are skipped on read and deleted when a run appends its first segment (seq 0).
+// given, so every part round-trips byte for byte; only whitespace around a whole part is dropped. A part or
+// metadata that is not valid JSON is refused with KindInvalid/CodeInvalidMessage. Metadata, segment data and
+// values are kept as given. Expired segments are skipped on read and deleted when a run appends its first
+// segment (seq 0).
 //
 // Durability: synchronous=NORMAL in WAL mode survives a killed process (kill -9) but may lose the last
 // transactions on power loss, which is the right trade for a development store.
@@ -61,7 +81,10 @@ type Store struct {
 var _ agent.Store = (*Store)(nil)
 
 // Open opens (creating it and its parent directory if needed) the SQLite file at path and applies the schema.
-func Open(ctx context.Context, path string) (*Store, error) {
+func Open(ctx context.Context, path string) (*Store, error) { return open(ctx, path, busyTimeout) }
+
+// open is Open with SQLite's busy timeout as a parameter (tests shorten it).
+func open(ctx context.Context, path string, busy time.Duration) (*Store, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: resolve path")
@@ -69,7 +92,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: create data directory")
 	}
-	db, err := sql.Open("sqlite", dsn(abs))
+	db, err := sql.Open("sqlite", dsn(abs, busy))
 	if err != nil {
 		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: open")
 	}
@@ -85,9 +108,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 // dsn builds the driver's connection string: a file: URI (so any path is safe) with the per-connection pragmas and
 // BEGIN IMMEDIATE for every read-write transaction.
-func dsn(abs string) string {
+func dsn(abs string, busy time.Duration) string {
 	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(OFF)")

@@ -5,10 +5,15 @@
 //		storetest.Run(t, func(t *testing.T) agent.Store { return openTestStore(t) })
 //	}
 //
-// The suite is written against the agent.Store port only. Each leaf subtest calls newStore once and uses ids,
-// owners and namespaces that are unique to that subtest, so newStore may hand out a fresh store per call or the
-// same store (one shared table) every time. Subtests run in parallel, so newStore may be called concurrently; the
-// caller's own test (and its t.Cleanup) outlives them all.
+// The suite depends on the documented port only (lib/agent and the standard library). Each case is written against
+// the narrowest interface it exercises: value cases take an agent.ValueStore, segment cases an agent.SegmentStore,
+// message cases an agent.MessageStore, claim cases a ThreadStore plus RunStore, and only the cases that span
+// entities (a thread's delete against its claims and children, canceled contexts) the whole agent.Store. Run hands
+// each case the store newStore returned, narrowed to that interface.
+//
+// Each leaf subtest calls newStore once and uses ids, owners and namespaces that are unique to that subtest, so
+// newStore may hand out a fresh store per call or the same store (one shared table) every time. Subtests run in
+// parallel, so newStore may be called concurrently; the caller's own test (and its t.Cleanup) outlives them all.
 //
 // What the suite requires beyond the Store doc comments, because callers rely on it:
 //
@@ -18,11 +23,24 @@
 //   - Message parts and metadata round-trip byte for byte: whitespace, key order, number spelling and escapes inside a
 //     part are kept. (The suite never passes a part with whitespace around the JSON value; a store may drop that.)
 //     Parts or metadata of length zero may come back as nil or empty.
+//   - Messages need no thread row: the message cases write under thread ids that were never created.
+//   - A message brought back after a delete (by a writer the fence lets through) is a new message: it takes the
+//     write's seq and creation time, not the deleted one's.
+//   - CreateThread stores the thread as given, its Epoch and ActiveRun included: that is how the suite builds a
+//     claim whose run row is missing, to check that ReleaseClaim frees it.
 //   - Segment data and KV values are opaque bytes: any byte sequence, including invalid UTF-8, round-trips.
 //   - List methods return an empty (possibly nil) slice and no error for unknown parents.
 //   - A claim sets the run's CreatedAt and UpdatedAt to the claim time; FinishRun stores the run's UpdatedAt as
-//     given. Neither is required to touch the thread's UpdatedAt, and the suite does not look at it after claims.
-//   - Errors are *agent.Error values (possibly wrapped); not-found codes are not pinned, conflict codes are.
+//     given. Neither a claim nor ReleaseClaim is required to touch the thread's UpdatedAt.
+//   - ReleaseClaim of an unknown thread is KindConflict/CodeRunFenced, like any release whose condition fails.
+//   - Errors are *agent.Error values (possibly wrapped), matched with errors.Is on their code. Not-found codes are
+//     not pinned (a claim on another owner's thread must answer exactly as one on a missing thread); conflict,
+//     invalid-input, unavailable and canceled codes are: both stores refuse the same bad input with the same code
+//     from lib/agent's catalog.
+//
+// What the suite cannot reach through the port, and each adapter tests on its own: a delete interrupted after its
+// tombstone (CodeThreadDeleting from CreateThread and ClaimRun; SQLite deletes in one transaction and has no such
+// state), a store that stays busy through its retries (CodeStoreUnavailable), and how much a heartbeat writes.
 package storetest
 
 import (

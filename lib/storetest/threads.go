@@ -25,6 +25,9 @@ func threadTests() []test {
 	type all = leaf[agent.Store]
 	return append(tests, group(wholeStore,
 		all{"DeleteThreadCascades", testDeleteThreadCascades},
+		all{"DeleteThreadRefusedWhileClaimed", testDeleteThreadClaimed},
+		all{"DeleteThreadThenRecreateIsEmpty", testDeleteThreadRecreate},
+		all{"DeleteThreadRacesClaims", testDeleteThreadRace},
 	)...)
 }
 

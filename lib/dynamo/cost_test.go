@@ -1,0 +1,149 @@
+package dynamo_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/dynamo"
+	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
+)
+
+// measureIndexes turns on the counter's own index accounting for f's table (dynalite reports no index write
+// units), reading items through a client the counter is not registered on.
+func measureIndexes(tb testing.TB, f *fixture) {
+	tb.Helper()
+	path, err := dynamotest.TemplatePath()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	spec, err := dynamotest.LoadTable(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f.counter.MeasureIndexWrites(dynamotest.Client(endpoint), f.table, []string{dynamo.AttrPK, dynamo.AttrSK},
+		spec.Input.GlobalSecondaryIndexes)
+}
+
+// realisticThread is a thread the size the HTTP layer allows in practice: a 16-character useChat id, an
+// identity-provider subject, an 80-byte title.
+func realisticThread(tb testing.TB, s *dynamo.Store) agent.Thread {
+	tb.Helper()
+	th, _, err := s.CreateThread(context.Background(), agent.Thread{ID: "Xk3j9Lm2Qp8Rt5Vw", Owner: "auth0|64f1c2e9a8b7d6c5e4f3a2b1",
+		Title: strings.Repeat("t", 80), CreatedAt: t0, UpdatedAt: t0})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return th
+}
+
+// What a running thread costs per second of streaming, in DynamoDB write units, indexes included (DESIGN: at
+// most 2). The 1 s heartbeat writes the thread item (1 WCU: it is well under 1 KB) and moves the thread in the
+// running index only when the heartbeat crosses into a new 10 s bucket (an index delete and put, 1 WCU each): 60
+// heartbeats cost 60 + 6×2 = 72 WCU, 1.2 WCU per second. The control at the end moves the index key on every
+// write, as the heartbeat did before the bucket, and must see 2 index writes per write: the accounting is not
+// blind to index writes.
+func TestHeartbeatCost(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	measureIndexes(t, f)
+	ctx := context.Background()
+	s := f.store
+	th := realisticThread(t, s)
+	req := claimReq(th.ID, "run_01jd8x5q3w9m2k7v4c6b1n0zt", t0)
+	req.Owner = th.Owner
+	res, err := s.ClaimRun(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.counter.Reset()
+	const seconds = 60
+	for i := 1; i <= seconds; i++ {
+		if err := s.Heartbeat(ctx, th.ID, res.Run.Fence(), t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := f.counter.Counts()
+	crossings := int64(0) // bucket boundaries passed in (t0, t0+60s]
+	for i := 1; i <= seconds; i++ {
+		prev, now := t0.Add(time.Duration(i-1)*time.Second), t0.Add(time.Duration(i)*time.Second)
+		if !prev.Truncate(dynamo.DefaultHeartbeatBucket).Equal(now.Truncate(dynamo.DefaultHeartbeatBucket)) {
+			crossings++
+		}
+	}
+	if c.Writes != seconds || c.TableWriteUnits != seconds {
+		t.Errorf("%d heartbeats: %d writes, %.1f table WCU; want %d and %d (1 WCU each)", seconds, c.Writes, c.TableWriteUnits, seconds, seconds)
+	}
+	if c.IndexWrites != 2*crossings || c.IndexWriteUnits != float64(2*crossings) {
+		t.Errorf("%d heartbeats: %d index writes, %.1f index WCU; want %d (a delete and a put per bucket crossing)",
+			seconds, c.IndexWrites, c.IndexWriteUnits, 2*crossings)
+	}
+	perSecond := c.WriteUnits() / seconds
+	if perSecond > 2 {
+		t.Errorf("a streaming second costs %.2f WCU in heartbeats, want at most 2", perSecond)
+	}
+	t.Logf("heartbeat: %.2f WCU per heartbeat on the table, %.2f WCU/s with the running index (%d index writes in %d s)",
+		c.TableWriteUnits/seconds, perSecond, c.IndexWrites, seconds)
+
+	// Control: the same write moving the index key every time.
+	f.counter.Reset()
+	for i := 1; i <= 5; i++ {
+		_, err := f.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(f.table),
+			Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "THREAD#" + th.ID}, "sk": &types.AttributeValueMemberS{Value: "THREAD"}},
+			UpdateExpression:          aws.String("SET " + dynamo.AttrClaimBucket + " = :b"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":b": &types.AttributeValueMemberS{Value: fmt.Sprintf("moved-%d", i)}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := f.counter.Counts(); c.IndexWrites != 10 || c.IndexWriteUnits != 10 {
+		t.Fatalf("5 writes moving the index key: %d index writes (%.1f WCU), want 10", c.IndexWrites, c.IndexWriteUnits)
+	}
+}
+
+// The counter's index accounting follows DynamoDB's rules on the table's two indexes: a thread entering the
+// running index (claim) is one put, leaving it (release) one delete, a title change touches no index (byOwner is
+// keys only and the title is no key), a rename of the sort key of byOwner (UpdateThread moves recency) is a delete
+// and a put.
+func TestCounterIndexRules(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	measureIndexes(t, f)
+	ctx := context.Background()
+	s := f.store
+	th := thread(t, s, "th-rules")
+	step := func(name string, want int64, op func() error) {
+		t.Helper()
+		before := f.counter.Counts()
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if d := f.counter.Counts().Sub(before); d.IndexWrites != want {
+			t.Errorf("%s: %d index writes, want %d", name, d.IndexWrites, want)
+		}
+	}
+	var run agent.Run
+	step("ClaimRun (thread enters running; the run item is in no index)", 1, func() error {
+		res, err := s.ClaimRun(ctx, claimReq(th.ID, "r1", t0))
+		run = res.Run
+		return err
+	})
+	step("UpdateThread (byOwner sort key moves)", 2, func() error {
+		_, err := s.UpdateThread(ctx, th.ID, agent.ThreadPatch{}, t0.Add(time.Second))
+		return err
+	})
+	step("RequestCancel (no index attribute)", 0, func() error { _, err := s.RequestCancel(ctx, th.ID, "", t0); return err })
+	step("FinishRun without a finish time (leaves running only)", 1, func() error {
+		run.Status = agent.RunCanceled
+		return s.FinishRun(ctx, run)
+	})
+}
