@@ -5,172 +5,297 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
-	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/devserver"
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
-	"github.com/agentloop/agentloop/lib/engine"
-	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/offline"
-	"github.com/agentloop/agentloop/lib/openai"
-	"github.com/agentloop/agentloop/lib/sqlite"
-	"github.com/agentloop/agentloop/lib/tools"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
-var secret = []byte("bench-secret-bench-secret-bench-secret")
-
-// modelClock records when the offline endpoint finished writing each response (its last byte).
-type modelClock struct {
-	mu   sync.Mutex
-	last time.Time
-	h    http.Handler
+// probe timestamps one turn at a time: when the handler received the POST, when the model endpoint received its
+// first request of the turn and finished its last response, and how many store calls had started by then.
+type probe struct {
+	mu           sync.Mutex
+	received     time.Time
+	modelAt      time.Time // first model request of the current turn
+	lastByte     time.Time
+	callsAtModel int64
+	ddbAtModel   int64
+	calls        atomic.Int64 // store calls started in the current turn
+	total        atomic.Int64 // store calls started
+	ddb          func() int64 // DynamoDB requests so far (nil on SQLite)
+	model        http.Handler
 }
 
-func (m *modelClock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	m.h.ServeHTTP(w, r)
-	m.mu.Lock()
-	m.last = time.Now()
-	m.mu.Unlock()
+func (p *probe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	if p.modelAt.IsZero() {
+		p.modelAt = time.Now()
+		p.callsAtModel = p.calls.Load()
+		if p.ddb != nil {
+			p.ddbAtModel = p.ddb()
+		}
+	}
+	p.mu.Unlock()
+	p.model.ServeHTTP(w, r)
+	p.mu.Lock()
+	p.lastByte = time.Now()
+	p.mu.Unlock()
 }
 
-func (m *modelClock) lastByte() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.last
+// counting counts the store calls on a turn's way to the model (thread, claim, messages), embedding the port;
+// heartbeats, segments and the finish are not counted here.
+func (p *probe) count() { p.calls.Add(1); p.total.Add(1) }
+
+type counting struct {
+	agent.Store
+	p *probe
+}
+
+func (c counting) ClaimRun(ctx context.Context, r agent.ClaimRequest) (agent.ClaimResult, error) {
+	c.p.count()
+	return c.Store.ClaimRun(ctx, r)
+}
+func (c counting) ListMessages(ctx context.Context, id string) ([]agent.MessageRecord, error) {
+	c.p.count()
+	return c.Store.ListMessages(ctx, id)
+}
+func (c counting) GetThread(ctx context.Context, id string) (agent.Thread, error) {
+	c.p.count()
+	return c.Store.GetThread(ctx, id)
+}
+func (c counting) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread, bool, error) {
+	c.p.count()
+	return c.Store.CreateThread(ctx, t)
+}
+func (c counting) PutMessage(ctx context.Context, w agent.MessageWrite) error {
+	c.p.count()
+	return c.Store.PutMessage(ctx, w)
 }
 
 type stack struct {
 	url   string
 	token string
-	model *modelClock
+	probe *probe
+	store agent.Store
 }
 
-// setup serves the handlers over store with the offline model behind the real openai adapter.
-func setup(b *testing.B, store agent.Store, maxSteps int) *stack {
+// setup serves the whole local stack (lib/devserver) over store, the offline model behind the real adapter.
+func setup(b *testing.B, store agent.Store, ddb func() int64, cfg config.Config) *stack {
 	b.Helper()
-	mc := &modelClock{h: offline.New()}
-	ms := httptest.NewServer(mc)
+	p := &probe{model: offline.New(), ddb: ddb}
+	ms := httptest.NewServer(p)
 	b.Cleanup(ms.Close)
-	clock := agent.SystemClock{}
-	log := slog.New(slog.DiscardHandler)
-	eng := engine.New(engine.Deps{Store: store, Clock: clock, Tools: tools.Demo(store, clock), Logger: log,
-		Model: openai.New(openai.Config{BaseURL: ms.URL + "/v1/", Model: "offline", Logger: log})},
-		engine.Config{Model: "offline", MaxSteps: maxSteps})
-	v, err := auth.NewHS256Verifier(secret, clock)
+	cfg.Secret = "bench-secret-bench-secret-bench-secret"
+	st, err := devserver.New(context.Background(), devserver.Options{Data: b.TempDir(), Store: store, ModelURL: ms.URL + "/v1/", Config: cfg,
+		Wrap: func(s agent.Store) agent.Store { return counting{Store: s, p: p} }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Deps{Engine: eng, Store: store, Auth: v, Clock: clock, Logger: log}))
+	b.Cleanup(st.Close)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/chat" {
+			p.mu.Lock()
+			p.received, p.modelAt = time.Now(), time.Time{}
+			p.calls.Store(0)
+			if ddb != nil {
+				p.ddbAtModel = 0
+			}
+			p.mu.Unlock()
+		}
+		st.Handler.ServeHTTP(w, r)
+	}))
 	b.Cleanup(srv.Close)
-	tok, err := auth.MintHS256(secret, "bench", time.Hour, time.Now())
+	tok, err := st.Token("bench", time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &stack{url: srv.URL, token: tok, model: mc}
+	return &stack{url: srv.URL, token: tok, probe: p, store: st.Store}
 }
 
-// turn posts one user message and reads the stream to its end; it returns the time between the model
-// endpoint's last byte and the client's last byte.
-func (s *stack) turn(b *testing.B, thread, msgID, text string) time.Duration {
-	body := fmt.Sprintf(`{"id":%q,"trigger":"submit-message","messages":[{"id":%q,"role":"user","parts":[{"type":"text","text":%q}]}]}`, thread, msgID, text)
-	req, _ := http.NewRequest("POST", s.url+"/chat", strings.NewReader(body))
+// sample is what one turn measured.
+type sample struct {
+	overhead     time.Duration // model's last byte → client's last byte
+	toModel      time.Duration // request received → first model request received
+	callsToModel int64         // store calls started before the model request
+	ddbToModel   int64         // DynamoDB requests sent before the model request
+	frames       int
+}
+
+func (s *stack) post(b *testing.B, path, body string) *http.Response {
+	req, _ := http.NewRequest("POST", s.url+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return resp
+}
+
+func chat(thread, msgID, text string) string {
+	return fmt.Sprintf(`{"id":%q,"trigger":"submit-message","messages":[{"id":%q,"role":"user","parts":[{"type":"text","text":%q}]}]}`, thread, msgID, text)
+}
+
+// turn posts one user message and reads the stream to its end.
+func (s *stack) turn(b *testing.B, thread, msgID, text string) sample {
+	resp := s.post(b, "/chat", chat(thread, msgID, text))
 	data, err := io.ReadAll(resp.Body)
 	end := time.Now()
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != 200 || !bytes.HasSuffix(data, []byte("data: [DONE]\n\n")) {
 		b.Fatalf("turn: %d %v %s", resp.StatusCode, err, data)
 	}
-	return end.Sub(s.model.lastByte())
+	p := s.probe
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return sample{overhead: end.Sub(p.lastByte), toModel: p.modelAt.Sub(p.received), callsToModel: p.callsAtModel,
+		ddbToModel: p.ddbAtModel, frames: bytes.Count(data, []byte("data: "))}
 }
 
-func report(b *testing.B, overheads []time.Duration) {
-	slices.Sort(overheads)
-	pct := func(p float64) float64 {
-		i := int(p * float64(len(overheads)-1))
-		return float64(overheads[i].Microseconds())
+func pct(ds []time.Duration, p float64) float64 {
+	slices.Sort(ds)
+	return float64(ds[int(p*float64(len(ds)-1))].Microseconds())
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// run runs b.N turns of text (on 10 threads, so that most turns land on a thread with history) and reports:
+// overhead p50/p99 (model's last byte → client's last byte), request → model request p50/p99, the store calls
+// (and DynamoDB requests) made before the model request, store calls per turn, and CPU time per streamed chunk
+// (the whole process: client, handler, engine, store and offline model).
+func (s *stack) run(b *testing.B, text string, ops func() int64) {
+	var over, toModel []time.Duration
+	var calls, ddb, frames int64
+	ops0 := ops()
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sm := s.turn(b, fmt.Sprintf("t%d", i%10), fmt.Sprintf("m%d", i), text)
+		over, toModel = append(over, sm.overhead), append(toModel, sm.toModel)
+		if i >= 10 { // existing threads only: a thread's first message also creates it
+			calls, ddb = max(calls, sm.callsToModel), max(ddb, sm.ddbToModel)
+		}
+		frames += int64(sm.frames)
 	}
-	b.ReportMetric(pct(0.50), "p50-overhead-µs")
-	b.ReportMetric(pct(0.99), "p99-overhead-µs")
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	b.ReportMetric(pct(over, 0.50), "p50-overhead-µs")
+	b.ReportMetric(pct(over, 0.99), "p99-overhead-µs")
+	b.ReportMetric(pct(toModel, 0.50), "p50-to-model-µs")
+	b.ReportMetric(pct(toModel, 0.99), "p99-to-model-µs")
+	b.ReportMetric(float64(calls), "store-calls-before-model")
+	if s.probe.ddb != nil {
+		b.ReportMetric(float64(ddb), "ddb-requests-before-model")
+	}
+	b.ReportMetric(float64(ops()-ops0)/float64(b.N), "counted-store-calls/turn")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(frames), "cpu-ns/chunk")
 }
 
-// BenchmarkTurnSQLite: a plain reply through the whole local stack. Reports the per-turn overhead over the
-// model (model's last byte → client's last byte) and store operations (Store method calls) per turn.
+var turns = []struct {
+	name, text string
+	steps      int
+}{
+	{"plain", "hello benchmark, how are you today", 30},
+	{"tool-3-steps", `/loop list_notes {}`, 3},
+}
+
+// BenchmarkTurnSQLite: whole turns through the local stack on SQLite.
 func BenchmarkTurnSQLite(b *testing.B) {
-	for _, tc := range []struct {
-		name, text string
-		steps      int
-	}{
-		{"plain", "hello benchmark, how are you today", 30},
-		{"tool-3-steps", `/loop list_notes {}`, 3},
-	} {
+	for _, tc := range turns {
 		b.Run(tc.name, func(b *testing.B) {
-			st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			s := setup(b, st, tc.steps)
-			overheads := make([]time.Duration, 0, b.N)
-			ops0 := st.Ops()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				overheads = append(overheads, s.turn(b, fmt.Sprintf("t%d", i%50), fmt.Sprintf("m%d", i), tc.text))
-			}
-			b.StopTimer()
-			report(b, overheads)
-			b.ReportMetric(float64(st.Ops()-ops0)/float64(b.N), "store-ops/turn")
+			s := setup(b, nil, nil, config.Config{MaxSteps: tc.steps})
+			s.run(b, tc.text, s.probe.total.Load)
 		})
 	}
 }
 
-// BenchmarkTurnDynamo: the same turns against DynamoDB Local, counting DynamoDB requests with SDK middleware.
-// The 3-step tool turn uses /loop with a step cap of 3 (two tool rounds and a third tool step).
-func BenchmarkTurnDynamo(b *testing.B) {
+func dynamoStack(b *testing.B, cfg config.Config) (*stack, *dynamo.Counter) {
 	endpoint := dynamotest.Start(b)
 	counter := &dynamo.Counter{}
 	client := dynamotest.Client(endpoint, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, counter.Register) })
-	for _, tc := range []struct {
-		name, text string
-		steps      int
-	}{
-		{"plain", "hello benchmark, how are you today", 30},
-		{"tool-3-steps", `/loop list_notes {}`, 3},
-	} {
+	table := fmt.Sprintf("bench_%d", time.Now().UnixNano())
+	if err := dynamotest.CreateTable(context.Background(), client, table); err != nil {
+		b.Fatal(err)
+	}
+	s := setup(b, dynamo.New(client, table), func() int64 { c := counter.Counts(); return c.Reads + c.Writes }, cfg)
+	return s, counter
+}
+
+// BenchmarkTurnDynamo: the same turns against dynalite, counting DynamoDB requests with SDK middleware.
+func BenchmarkTurnDynamo(b *testing.B) {
+	for _, tc := range turns {
 		b.Run(tc.name, func(b *testing.B) {
-			table := fmt.Sprintf("bench_%d", time.Now().UnixNano())
-			if err := dynamotest.CreateTable(context.Background(), client, table); err != nil {
-				b.Fatal(err)
-			}
-			st := dynamo.New(client, table)
-			s := setup(b, st, tc.steps)
-			overheads := make([]time.Duration, 0, b.N)
+			s, counter := dynamoStack(b, config.Config{MaxSteps: tc.steps})
 			counter.Reset()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				overheads = append(overheads, s.turn(b, fmt.Sprintf("t%d", i%50), fmt.Sprintf("m%d", i), tc.text))
-			}
-			b.StopTimer()
+			s.run(b, tc.text, s.probe.total.Load)
 			c := counter.Counts()
-			report(b, overheads)
 			b.ReportMetric(float64(c.Reads)/float64(b.N), "ddb-reads/turn")
 			b.ReportMetric(float64(c.Writes)/float64(b.N), "ddb-writes/turn")
 		})
 	}
+}
+
+// BenchmarkStreamingCostDynamo: one 20 s reply (/slow 200: a word every 100 ms), and the DynamoDB write units it
+// cost per streaming second: heartbeats, segments, the run's index writes, messages and claim, all included.
+// Run with -benchtime 1x (make bench does).
+func BenchmarkStreamingCostDynamo(b *testing.B) {
+	s, counter := dynamoStack(b, config.Config{})
+	counter.Reset()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		s.turn(b, fmt.Sprintf("slow%d", i), fmt.Sprintf("m%d", i), "/slow 200")
+	}
+	secs := time.Since(start).Seconds()
+	c := counter.Counts()
+	b.ReportMetric(c.WriteUnits()/secs, "wcu/s")
+	b.ReportMetric(c.IndexWriteUnits/secs, "index-wcu/s")
+	b.ReportMetric(float64(c.ByOperation["UpdateItem"])/secs, "updates/s")
+	b.ReportMetric(float64(c.ByOperation["PutItem"])/secs, "puts/s")
+	b.ReportMetric(c.ReadUnits/secs, "rcu/s")
+}
+
+// BenchmarkStop: how long after a stop request a streaming reply ends (the client reads finish), and how much
+// text still arrived after the stop was accepted.
+func BenchmarkStop(b *testing.B) {
+	s := setup(b, nil, nil, config.Config{})
+	var lat []time.Duration
+	var after int
+	for i := 0; i < b.N; i++ {
+		thread := fmt.Sprintf("stop%d", i)
+		resp := s.post(b, "/chat", chat(thread, "m", "/slow 1000"))
+		buf := make([]byte, 64<<10)
+		if _, err := resp.Body.Read(buf); err != nil { // the reply has started
+			b.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond)
+		stopped := time.Now()
+		if r := s.post(b, "/threads/"+thread+"/stop", ""); r.StatusCode != 202 {
+			b.Fatalf("stop = %d", r.StatusCode)
+		}
+		rest, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		// The finish chunk is the end; [DONE] follows at once.
+		lat = append(lat, time.Since(stopped))
+		after += bytes.Count(rest, []byte(`"type":"text-delta"`))
+	}
+	b.ReportMetric(pct(lat, 0.50), "p50-stop-µs")
+	b.ReportMetric(pct(lat, 0.99), "p99-stop-µs")
+	b.ReportMetric(float64(after)/float64(b.N), "words-after-stop")
 }

@@ -39,6 +39,8 @@ type Options struct {
 	Data string
 	// Config is the environment's configuration (config.FromEnv); the zero value means every default.
 	Config config.Config
+	// Store, when set, is used instead of opening SQLite in Data (benchmarks run the stack over DynamoDB).
+	Store agent.Store
 	// Wrap, when set, wraps the store every component uses (fault injection in tests).
 	Wrap func(agent.Store) agent.Store
 	// Offline options for the in-process offline model (used when Config.OpenAIAPIKey is empty and ModelURL is
@@ -59,8 +61,8 @@ type Options struct {
 // Stack is a running local backend.
 type Stack struct {
 	Handler   http.Handler
-	Store     agent.Store // as the components see it (wrapped when Options.Wrap is set)
-	SQLite    *sqlite.Store
+	Store     agent.Store   // as the components see it (wrapped when Options.Wrap is set)
+	SQLite    *sqlite.Store // nil when Options.Store was given
 	Engine    *engine.Engine
 	Reaper    *reaper.Reaper
 	Threads   *threads.Service
@@ -91,13 +93,16 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.Secret, err = Secret(o.Data, cfg.Secret); err != nil {
 		return s, err
 	}
-	if s.SQLite, err = sqlite.Open(ctx, filepath.Join(o.Data, "agentloop.db")); err != nil {
-		return s, err
+	s.Store = o.Store
+	if s.Store == nil {
+		if s.SQLite, err = sqlite.Open(ctx, filepath.Join(o.Data, "agentloop.db")); err != nil {
+			return s, err
+		}
+		s.closers = append(s.closers, func() { _ = s.SQLite.Close() })
+		s.Store = s.SQLite
 	}
-	s.closers = append(s.closers, func() { _ = s.SQLite.Close() })
-	s.Store = s.SQLite
 	if o.Wrap != nil {
-		s.Store = o.Wrap(s.SQLite)
+		s.Store = o.Wrap(s.Store)
 	}
 
 	s.ModelURL, s.ModelName = cfg.OpenAIBaseURL, cmpOr(cfg.Model, config.DefaultModel)
