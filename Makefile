@@ -33,14 +33,20 @@ vet:
 test-go:
 	$(GO) test -count=1 -timeout 30m ./...
 
-# The concurrent core again under the race detector (claims, heartbeats, the encoder and segmenter, handlers).
+# The concurrent core again under the race detector (claims, heartbeats, the guard, the encoder and segmenter,
+# readers, the reaper, handlers, the fault-schedule simulation).
+RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reaper ./lib/threads ./lib/sqlite \
+	./lib/storetest ./lib/openai ./lib/offline
 test-race:
-	$(GO) test -race -count=1 -timeout 20m ./lib/engine ./lib/httpapi ./lib/uistream ./lib/sqlite ./lib/storetest ./lib/openai ./lib/offline
+	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
 
 ## bench: performance numbers (see README)
-# Whole-turn benchmarks run a fixed 300 turns each so that p99 means something; the rest run for 2 s each.
+# Whole-turn benchmarks run a fixed 300 turns each so that p99 means something (stops: 50; the 20 s streaming
+# reply: once); the rest run for 2 s each.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 300x -count 1 ./internal/benchmarks
+	$(GO) test -run '^$$' -bench 'Turn' -benchtime 300x -count 1 ./internal/benchmarks
+	$(GO) test -run '^$$' -bench 'Stop' -benchtime 50x -count 1 ./internal/benchmarks
+	$(GO) test -run '^$$' -bench 'StreamingCost' -benchtime 1x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 $$($(GO) list ./... | grep -v /internal/benchmarks)
 
 ## build: an arm64 `bootstrap` per Lambda function, in sam build's layout: $(BUILD_DIR)/<LogicalId>/bootstrap and

@@ -32,7 +32,8 @@ type probe struct {
 	modelAt      time.Time // first model request of the current turn
 	lastByte     time.Time
 	callsAtModel int64
-	ddbAtModel   int64
+	ddbAtModel   int64 // DynamoDB requests between the POST and the model request
+	ddbAtStart   int64
 	calls        atomic.Int64 // store calls started in the current turn
 	total        atomic.Int64 // store calls started
 	ddb          func() int64 // DynamoDB requests so far (nil on SQLite)
@@ -45,7 +46,7 @@ func (p *probe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.modelAt = time.Now()
 		p.callsAtModel = p.calls.Load()
 		if p.ddb != nil {
-			p.ddbAtModel = p.ddb()
+			p.ddbAtModel = p.ddb() - p.ddbAtStart
 		}
 	}
 	p.mu.Unlock()
@@ -111,7 +112,7 @@ func setup(b *testing.B, store agent.Store, ddb func() int64, cfg config.Config)
 			p.received, p.modelAt = time.Now(), time.Time{}
 			p.calls.Store(0)
 			if ddb != nil {
-				p.ddbAtModel = 0
+				p.ddbAtModel, p.ddbAtStart = 0, ddb()
 			}
 			p.mu.Unlock()
 		}

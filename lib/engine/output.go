@@ -19,6 +19,8 @@ type output struct {
 	enc      *uistream.Encoder
 	seg      *segments.Segmenter
 	detached atomic.Bool // the run lost its claim: nothing more goes to the store
+	// writable, once the run's guard runs, reports whether the claim is still ours (nil before).
+	writable func() bool
 }
 
 func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer) *output {
@@ -40,7 +42,7 @@ func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer) 
 // to overwrite anything, and readers stop at the first final segment, so nothing it appends after the reaper's
 // final segment is ever read; detaching just saves the writes.
 func (o *output) write(ctx context.Context, s agent.Segment) error {
-	if o.detached.Load() {
+	if o.detached.Load() || (o.writable != nil && !o.writable()) {
 		return nil
 	}
 	return o.e.store.AppendSegment(ctx, s)

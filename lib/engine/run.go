@@ -31,6 +31,7 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 		log:     e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID),
 		history: transcript.NewHistory(t.plan.history, e.cfg.Transcript)}
 	s.guard = startGuard(runCtx, t, cancelRun)
+	s.out.writable = s.guard.writable
 	s.out.send(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: metadataJSON(map[string]any{"runId": t.run.ID})})
 
 	status, runErr := s.loop(runCtx)
