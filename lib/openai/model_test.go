@@ -953,3 +953,37 @@ func TestErrorsAreSafeForUsers(t *testing.T) {
 		})
 	}
 }
+
+// TestInvalidTranscript: a transcript the provider would refuse (here REVIEW H2's lone tool message, and an
+// unanswered call) comes back from the offline model as OpenAI's 400, which surfaces as model_error, is not
+// retried, and keeps the provider's reason in the cause for the logs.
+func TestInvalidTranscript(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		msgs []agent.ModelMessage
+		why  string
+	}{
+		{"lone tool message", []agent.ModelMessage{{Role: "tool", ToolCallID: "call_1", Text: "out"}},
+			"must be a response to a preceeding message with 'tool_calls'"},
+		{"unanswered call", []agent.ModelMessage{
+			{Role: "user", Text: "hi"},
+			{Role: "assistant", ToolCalls: []agent.ToolCall{{ID: "call_1", Name: "a", Arguments: "{}"}}},
+			{Role: "user", Text: "again"},
+		}, "did not have response messages: call_1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			_, events, err := run(context.Background(), f.model(nil), agent.ModelRequest{Messages: tt.msgs})
+			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.why)
+			if code, msg := agent.Public(err); code != agent.CodeModelError || msg != "the model provider returned HTTP 400" {
+				t.Fatalf("public (%q, %q)", code, msg)
+			}
+			if f.srv.Requests() != 1 || len(events) != 0 {
+				t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+			}
+		})
+	}
+}
