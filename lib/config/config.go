@@ -10,15 +10,13 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/openai"
 )
 
 // Defaults (DESIGN.md "Run lifecycle" and principle 6).
 const (
 	DefaultModel           = "gpt-4o-mini"
 	DefaultMaxSteps        = 30
-	DefaultMaxOutputTokens = 8192
-	DefaultModelTimeout    = 120 * time.Second
-	DefaultModelRetries    = 2
 	DefaultRunTimeout      = 600 * time.Second
 	DefaultToolTimeout     = 30 * time.Second
 	DefaultHeartbeat       = time.Second
@@ -32,16 +30,34 @@ const (
 	DefaultReaperBatch     = 100
 )
 
+// The model's defaults are the openai adapter's own, written once there; they are named here only so that
+// every env variable's default can be read in one place.
+const (
+	DefaultMaxOutputTokens        = openai.DefaultMaxOutputTokens
+	DefaultModelFirstTokenTimeout = openai.DefaultFirstTokenTimeout
+	DefaultModelIdleTimeout       = openai.DefaultIdleTimeout
+	DefaultModelRetries           = openai.DefaultMaxRetries
+)
+
 // Config is everything the handlers and the engine read from the environment.
 type Config struct {
-	Model           string        // AGENT_MODEL
-	OpenAIBaseURL   string        // OPENAI_BASE_URL
-	OpenAIAPIKey    string        // OPENAI_API_KEY
-	SystemPrompt    string        // AGENT_SYSTEM_PROMPT
-	MaxSteps        int           // AGENT_MAX_STEPS
-	MaxOutputTokens int           // AGENT_MAX_OUTPUT_TOKENS
-	ModelTimeout    time.Duration // AGENT_MODEL_TIMEOUT
-	ModelRetries    int           // AGENT_MODEL_RETRIES
+	Model           string // AGENT_MODEL
+	OpenAIBaseURL   string // OPENAI_BASE_URL
+	OpenAIAPIKey    string // OPENAI_API_KEY
+	SystemPrompt    string // AGENT_SYSTEM_PROMPT
+	MaxSteps        int    // AGENT_MAX_STEPS
+	MaxOutputTokens int    // AGENT_MAX_OUTPUT_TOKENS
+
+	// The model adapter's bounds and compatibility switches; lib/openai owns their defaults. The first-token
+	// timeout keeps AGENT_MODEL_TIMEOUT, its name from when it bounded the whole stream; nothing bounds the whole
+	// stream now but the run's wall clock. OPENAI_MAX_TOKENS_FIELD is not "..._PARAM": that suffix names SSM
+	// parameters here.
+	ModelFirstTokenTimeout time.Duration // AGENT_MODEL_TIMEOUT
+	ModelIdleTimeout       time.Duration // AGENT_MODEL_IDLE_TIMEOUT
+	ModelRetries           int           // AGENT_MODEL_RETRIES (0: none)
+	ModelMaxTokensField    string        // OPENAI_MAX_TOKENS_FIELD: max_completion_tokens (default), max_tokens, none
+	ModelStreamUsage       bool          // OPENAI_STREAM_USAGE: false leaves stream_options out (default true)
+
 	RunTimeout      time.Duration // AGENT_RUN_TIMEOUT
 	ToolTimeout     time.Duration // AGENT_TOOL_TIMEOUT
 	Heartbeat       time.Duration // AGENT_HEARTBEAT
@@ -119,7 +135,23 @@ func Load(getenv func(string) string) (Config, error) {
 	var body int
 	intVar("AGENT_MAX_BODY_BYTES", DefaultMaxBodyBytes, &body)
 	c.MaxBodyBytes = int64(body)
-	durVar("AGENT_MODEL_TIMEOUT", DefaultModelTimeout, &c.ModelTimeout)
+	durVar("AGENT_MODEL_TIMEOUT", DefaultModelFirstTokenTimeout, &c.ModelFirstTokenTimeout)
+	durVar("AGENT_MODEL_IDLE_TIMEOUT", DefaultModelIdleTimeout, &c.ModelIdleTimeout)
+	switch v := strings.TrimSpace(getenv("OPENAI_MAX_TOKENS_FIELD")); v {
+	case "", openai.MaxCompletionTokens, openai.MaxTokens, openai.MaxTokensNone:
+		c.ModelMaxTokensField = v
+	default:
+		errs = append(errs, fmt.Sprintf("OPENAI_MAX_TOKENS_FIELD=%q: want %s, %s or %s", v,
+			openai.MaxCompletionTokens, openai.MaxTokens, openai.MaxTokensNone))
+	}
+	c.ModelStreamUsage = true
+	if v := strings.TrimSpace(getenv("OPENAI_STREAM_USAGE")); v != "" {
+		if b, err := strconv.ParseBool(v); err == nil {
+			c.ModelStreamUsage = b
+		} else {
+			errs = append(errs, fmt.Sprintf("OPENAI_STREAM_USAGE=%q: want true or false", v))
+		}
+	}
 	durVar("AGENT_RUN_TIMEOUT", DefaultRunTimeout, &c.RunTimeout)
 	durVar("AGENT_TOOL_TIMEOUT", DefaultToolTimeout, &c.ToolTimeout)
 	durVar("AGENT_HEARTBEAT", DefaultHeartbeat, &c.Heartbeat)
@@ -152,6 +184,16 @@ func (c Config) Engine(model string) engine.Config {
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
 		SegmentFlush: c.SegmentFlush, ContextBytes: c.ContextBytes, MaxMessageBytes: c.MaxMessageBytes}
+}
+
+// OpenAI is the openai adapter's share of the configuration. baseURL, apiKey and model are passed in because
+// the caller decides them: the key comes from SSM in Lambda, and `agentloop dev` points at the offline model.
+func (c Config) OpenAI(baseURL, apiKey, model string) openai.Config {
+	return openai.Config{
+		BaseURL: baseURL, APIKey: apiKey, Model: model, MaxOutputTokens: c.MaxOutputTokens,
+		FirstTokenTimeout: c.ModelFirstTokenTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: c.AdapterRetries(),
+		MaxTokensParam: c.ModelMaxTokensField, OmitStreamOptions: !c.ModelStreamUsage,
+	}
 }
 
 // AdapterRetries is ModelRetries in the openai adapter's terms, where 0 means its default and a negative
