@@ -31,35 +31,39 @@ const (
 
 // Config is everything the handlers and the engine read from the environment. Zero means the owner's default.
 type Config struct {
-	Model             string        // AGENT_MODEL
-	OpenAIBaseURL     string        // OPENAI_BASE_URL
-	OpenAIAPIKey      string        // OPENAI_API_KEY
-	SystemPrompt      string        // AGENT_SYSTEM_PROMPT
-	MaxSteps          int           // AGENT_MAX_STEPS
-	MaxOutputTokens   int           // AGENT_MAX_OUTPUT_TOKENS
-	ModelTimeout      time.Duration // AGENT_MODEL_TIMEOUT: time to the first token
-	ModelIdleTimeout  time.Duration // AGENT_MODEL_IDLE_TIMEOUT: longest gap between two tokens
-	ModelRetries      *int          // AGENT_MODEL_RETRIES (0 means none; unset means the adapter's default)
-	RunTimeout        time.Duration // AGENT_RUN_TIMEOUT
-	ToolTimeout       time.Duration // AGENT_TOOL_TIMEOUT
-	Heartbeat         time.Duration // AGENT_HEARTBEAT
-	StaleAfter        time.Duration // AGENT_STALE_AFTER
-	CancelPoll        time.Duration // AGENT_CANCEL_POLL
-	SegmentFlush      time.Duration // AGENT_SEGMENT_FLUSH
-	ResumePollMax     time.Duration // AGENT_RESUME_POLL_MAX
-	ReaperInterval    time.Duration // AGENT_REAPER_INTERVAL
-	ReaperBatch       int           // AGENT_REAPER_BATCH
-	MaxBodyBytes      int64         // AGENT_MAX_BODY_BYTES
-	MaxMessageBytes   int           // AGENT_MAX_MESSAGE_BYTES
-	ContextBytes      int           // AGENT_CONTEXT_BYTES
-	ToolOutputBytes   int           // AGENT_TOOL_OUTPUT_BYTES
-	Secret            string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
-	JWTIssuer         string        // AGENT_JWT_ISSUER (optional check)
-	JWTAudience       string        // AGENT_JWT_AUDIENCE (optional check)
-	LogLevel          string        // AGENT_LOG_LEVEL: debug|info|warn|error
-	TableName         string        // TABLE_NAME: the DynamoDB table
-	SecretParam       string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
-	OpenAIAPIKeyParam string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
+	Model            string        // AGENT_MODEL
+	OpenAIBaseURL    string        // OPENAI_BASE_URL
+	OpenAIAPIKey     string        // OPENAI_API_KEY
+	SystemPrompt     string        // AGENT_SYSTEM_PROMPT
+	MaxSteps         int           // AGENT_MAX_STEPS
+	MaxOutputTokens  int           // AGENT_MAX_OUTPUT_TOKENS
+	ModelTimeout     time.Duration // AGENT_MODEL_TIMEOUT: time to the first token
+	ModelIdleTimeout time.Duration // AGENT_MODEL_IDLE_TIMEOUT: longest gap between two tokens
+	ModelRetries     *int          // AGENT_MODEL_RETRIES (0 means none; unset means the adapter's default)
+	// OPENAI_MAX_TOKENS_FIELD: max_completion_tokens (default), max_tokens or none, for OpenAI-compatible servers
+	// that refuse the newer field. (Not "..._PARAM": that suffix names SSM parameters here.)
+	ModelMaxTokensField  string
+	ModelOmitStreamUsage bool          // OPENAI_STREAM_USAGE=false leaves stream_options out, for servers that refuse it
+	RunTimeout           time.Duration // AGENT_RUN_TIMEOUT
+	ToolTimeout          time.Duration // AGENT_TOOL_TIMEOUT
+	Heartbeat            time.Duration // AGENT_HEARTBEAT
+	StaleAfter           time.Duration // AGENT_STALE_AFTER
+	CancelPoll           time.Duration // AGENT_CANCEL_POLL
+	SegmentFlush         time.Duration // AGENT_SEGMENT_FLUSH
+	ResumePollMax        time.Duration // AGENT_RESUME_POLL_MAX
+	ReaperInterval       time.Duration // AGENT_REAPER_INTERVAL
+	ReaperBatch          int           // AGENT_REAPER_BATCH
+	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
+	MaxMessageBytes      int           // AGENT_MAX_MESSAGE_BYTES
+	ContextBytes         int           // AGENT_CONTEXT_BYTES
+	ToolOutputBytes      int           // AGENT_TOOL_OUTPUT_BYTES
+	Secret               string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
+	JWTIssuer            string        // AGENT_JWT_ISSUER (optional check)
+	JWTAudience          string        // AGENT_JWT_AUDIENCE (optional check)
+	LogLevel             string        // AGENT_LOG_LEVEL: debug|info|warn|error
+	TableName            string        // TABLE_NAME: the DynamoDB table
+	SecretParam          string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
+	OpenAIAPIKeyParam    string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
 }
 
 // SecretEnv names the variables that carry a secret in plain text. A deployment template must never set them:
@@ -121,6 +125,20 @@ func Load(getenv func(string) string) (Config, error) {
 	if intVar("AGENT_MAX_BODY_BYTES", &body, 1) {
 		c.MaxBodyBytes = int64(body)
 	}
+	switch v := strings.TrimSpace(getenv("OPENAI_MAX_TOKENS_FIELD")); v {
+	case "", openai.MaxCompletionTokens, openai.MaxTokens, openai.MaxTokensNone:
+		c.ModelMaxTokensField = v
+	default:
+		errs = append(errs, fmt.Sprintf("OPENAI_MAX_TOKENS_FIELD=%q: want %s, %s or %s", v,
+			openai.MaxCompletionTokens, openai.MaxTokens, openai.MaxTokensNone))
+	}
+	if v := strings.TrimSpace(getenv("OPENAI_STREAM_USAGE")); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("OPENAI_STREAM_USAGE=%q: want true or false", v))
+		}
+		c.ModelOmitStreamUsage = err == nil && !b
+	}
 	durVar("AGENT_MODEL_TIMEOUT", &c.ModelTimeout)
 	durVar("AGENT_MODEL_IDLE_TIMEOUT", &c.ModelIdleTimeout)
 	durVar("AGENT_RUN_TIMEOUT", &c.RunTimeout)
@@ -170,5 +188,6 @@ func (c Config) OpenAI(baseURL, apiKey, model string, log *slog.Logger) openai.C
 		}
 	}
 	return openai.Config{BaseURL: baseURL, APIKey: apiKey, Model: model, MaxOutputTokens: c.MaxOutputTokens,
-		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: retries, Logger: log}
+		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: retries, Logger: log,
+		MaxTokensParam: c.ModelMaxTokensField, OmitStreamOptions: c.ModelOmitStreamUsage}
 }

@@ -3,6 +3,8 @@ package config
 import (
 	"testing"
 	"time"
+
+	"github.com/agentloop/agentloop/lib/openai"
 )
 
 func TestLoad(t *testing.T) {
@@ -49,6 +51,30 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("lambda wiring not read: %+v", c)
 				}
 			}},
+		{name: "model overrides", env: map[string]string{
+			"AGENT_MODEL_TIMEOUT": "7s", "AGENT_MODEL_IDLE_TIMEOUT": "9s", "AGENT_MODEL_RETRIES": "0",
+			"OPENAI_MAX_TOKENS_FIELD": "max_tokens", "OPENAI_STREAM_USAGE": "false",
+		}, check: func(t *testing.T, c Config) {
+			// AGENT_MODEL_TIMEOUT keeps working, as the time to the first token.
+			got := c.OpenAI("http://base/v1/", "sk", "m", nil)
+			want := openai.Config{
+				BaseURL: "http://base/v1/", APIKey: "sk", Model: "m",
+				FirstTokenTimeout: 7 * time.Second, IdleTimeout: 9 * time.Second,
+				MaxRetries:     -1, // AGENT_MODEL_RETRIES=0 means none; the adapter's zero would mean its default
+				MaxTokensParam: openai.MaxTokens, OmitStreamOptions: true,
+			}
+			if got != want {
+				t.Fatalf("openai config %+v, want %+v", got, want)
+			}
+		}},
+		{name: "retries carried to the adapter", env: map[string]string{"AGENT_MODEL_RETRIES": "4"}, check: func(t *testing.T, c Config) {
+			if got := c.OpenAI("", "", "m", nil); got.MaxRetries != 4 || got.FirstTokenTimeout != 0 {
+				t.Fatalf("openai config %+v", got)
+			}
+		}},
+		{name: "unknown max tokens field", env: map[string]string{"OPENAI_MAX_TOKENS_FIELD": "max_output_tokens"}, wantErr: true},
+		{name: "bad stream usage", env: map[string]string{"OPENAI_STREAM_USAGE": "sometimes"}, wantErr: true},
+		{name: "bad idle timeout", env: map[string]string{"AGENT_MODEL_IDLE_TIMEOUT": "0s"}, wantErr: true},
 		{name: "bad int", env: map[string]string{"AGENT_MAX_STEPS": "many"}, wantErr: true},
 		{name: "zero steps", env: map[string]string{"AGENT_MAX_STEPS": "0"}, wantErr: true},
 		{name: "bad duration", env: map[string]string{"AGENT_RUN_TIMEOUT": "-1s"}, wantErr: true},

@@ -8,7 +8,29 @@
 //	GET  /v1/models             one model, "offline"
 //
 // The "/v1" prefix is optional. The API key is ignored. Errors use OpenAI's body shape
-// {"error":{"message","type","code"}}.
+// {"error":{"message","type","param","code"}} (param and code null when they name nothing).
+//
+// # Validation (as the provider does)
+//
+// Every chat completion request is checked before it is answered, and an invalid one is answered 400 with
+// type "invalid_request_error" and OpenAI's own message, param and code for the case (so a test that sees this
+// answer would have seen the same one from OpenAI; DESIGN principle 5). In the order they are checked:
+//
+//	the body          is a JSON object
+//	model             present, a non-empty string ("you must provide a model parameter")
+//	messages          present, an array, not empty
+//	each message      an object with a known role: system, developer, user, assistant, tool (not the deprecated
+//	                  "function"); content a string or an array of parts: text, image_url or file for user,
+//	                  text (and refusal for assistant) for the others, each part carrying its payload field;
+//	                  content required except on an assistant message with tool_calls; an assistant message
+//	                  with neither is refused; tool_calls entries have an id, type "function", a function name
+//	                  and string arguments; a tool message has a tool_call_id
+//	tools             when present: a non-empty array of {type: "function", function: {name, parameters?}},
+//	                  name matching ^[a-zA-Z0-9_-]+$ and at most 64 characters, parameters an object
+//	the transcript    an assistant message with tool_calls is followed, before any other role, by tool
+//	                  messages answering each of its ids (in any order); a tool message answers a call of the
+//	                  assistant message right before its run of tool messages ("messages with role 'tool' must
+//	                  be a response to a preceeding message with 'tool_calls'", OpenAI's spelling)
 //
 // # Behaviour (a public contract: engine and end-to-end tests rely on it)
 //
@@ -51,5 +73,5 @@
 // plus one per message and one per tool call. prompt_tokens counts the request's messages (text and tool-call
 // arguments); completion_tokens counts the reply's reasoning, text and tool calls; total_tokens is their sum;
 // prompt_tokens_details.cached_tokens counts every message but the last, as if the provider had cached the
-// previous request's prefix. The reply's model echoes the request's model, or "offline" when it is empty.
+// previous request's prefix. The reply's model echoes the request's model.
 package offline

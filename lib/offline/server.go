@@ -128,24 +128,20 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
 		return
 	}
+	if bad := validate(body); bad != nil {
+		writeJSON(w, http.StatusBadRequest, bad.body())
+		return
+	}
+	// Validated: the body decodes into the wire shapes.
 	var req wireRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		return
-	}
 	var msgs []wireMessage
-	if len(req.Messages) > 0 {
-		if err := json.Unmarshal(req.Messages, &msgs); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid messages: "+err.Error())
-			return
-		}
-	}
-	if len(msgs) == 0 {
-		writeError(w, http.StatusBadRequest, "messages must not be empty")
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid request: "+err.Error())
 		return
 	}
-	if req.Model == "" {
-		req.Model = DefaultModel
+	if err := json.Unmarshal(req.Messages, &msgs); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid messages: "+err.Error())
+		return
 	}
 
 	rep, reqHash := s.plan(msgs)
@@ -306,9 +302,8 @@ func (o output) stream(ctx context.Context, w http.ResponseWriter, rep reply) {
 		panic(http.ErrAbortHandler)
 	}
 	if rep.failAfter > 0 {
-		send(errorBody{Error: errorDetail{
-			Message: rep.message, Type: errorType(rep.failAfter), Code: strconv.Itoa(rep.failAfter),
-		}})
+		code := strconv.Itoa(rep.failAfter)
+		send(errorBody{Error: errorDetail{Message: rep.message, Type: errorType(rep.failAfter), Code: &code}})
 		return
 	}
 	for i, c := range rep.calls {
@@ -386,9 +381,8 @@ func errorType(status int) string {
 }
 
 func writeError(w http.ResponseWriter, status int, message string) {
-	writeJSON(w, status, errorBody{Error: errorDetail{
-		Message: message, Type: errorType(status), Code: strconv.Itoa(status),
-	}})
+	code := strconv.Itoa(status)
+	writeJSON(w, status, errorBody{Error: errorDetail{Message: message, Type: errorType(status), Code: &code}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

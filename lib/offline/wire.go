@@ -135,10 +135,12 @@ type errorBody struct {
 	Error errorDetail `json:"error"`
 }
 
+// errorDetail is OpenAI's error object; param and code are null when they name nothing.
 type errorDetail struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
-	Code    string `json:"code"`
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
 }
 
 type modelList struct {

@@ -8,26 +8,27 @@ import (
 	oai "github.com/openai/openai-go/v3"
 )
 
-// accumulator emits the deltas of one streamed completion and assembles its result. Only choice 0 is read: the
-// adapter never asks for more than one.
+// accumulator turns the chunks of one streamed completion into agent events. Data flows one way (DESIGN "Models
+// and tools"): text and reasoning deltas are forwarded and forgotten, since the engine alone assembles message
+// parts. The only thing assembled here is each tool call's arguments, because the port promises one complete
+// EventToolCall per call. Only choice 0 is read: the adapter never asks for more than one.
 type accumulator struct {
 	emit    func(agent.ModelEvent) error
 	ids     agent.IDs
 	emitted bool // at least one event went out: the attempt can no longer be retried
 
-	model     string
-	text      strings.Builder
-	reasoning strings.Builder
-	calls     []*toolCall
-	byIndex   map[int64]int // provider tool call index → position in calls
-	finish    string
-	usage     agent.Usage
+	model   string
+	calls   []*toolCall
+	byIndex map[int64]*toolCall // provider tool call index → the newest call at that index
+	finish  string
+	usage   agent.Usage
 }
 
 type toolCall struct {
-	id, name string
-	args     strings.Builder
-	started  bool // the start event went out
+	id      string
+	name    string
+	args    strings.Builder // fragments appended as they arrive: linear, whatever the number of fragments
+	started bool            // the start event went out
 }
 
 // reasoningFields are the delta fields in which OpenAI-compatible providers stream reasoning text.
@@ -77,7 +78,6 @@ func (a *accumulator) delta(d oai.ChatCompletionChunkChoiceDelta) error {
 		}
 		var s string
 		if raw := f.Raw(); raw != "" && raw != "null" && json.Unmarshal([]byte(raw), &s) == nil && s != "" {
-			a.reasoning.WriteString(s)
 			if err := a.send(agent.ModelEvent{Type: agent.EventReasoningDelta, Delta: s}); err != nil {
 				return err
 			}
@@ -87,7 +87,6 @@ func (a *accumulator) delta(d oai.ChatCompletionChunkChoiceDelta) error {
 		if s == "" {
 			continue
 		}
-		a.text.WriteString(s)
 		if err := a.send(agent.ModelEvent{Type: agent.EventTextDelta, Delta: s}); err != nil {
 			return err
 		}
@@ -100,29 +99,31 @@ func (a *accumulator) delta(d oai.ChatCompletionChunkChoiceDelta) error {
 	return nil
 }
 
+// toolDelta folds one tool call fragment in. Calls are told apart by index, as OpenAI streams them; a fragment
+// that names a different id at an index already in use starts a new call, because some compatible servers
+// (older Ollama and Gemini's compatibility layer) send every parallel call at index 0.
 func (a *accumulator) toolDelta(tc oai.ChatCompletionChunkChoiceDeltaToolCall) error {
 	if a.byIndex == nil {
-		a.byIndex = map[int64]int{}
+		a.byIndex = map[int64]*toolCall{}
 	}
-	pos, ok := a.byIndex[tc.Index]
-	if !ok {
-		pos = len(a.calls)
-		a.byIndex[tc.Index] = pos
-		a.calls = append(a.calls, &toolCall{})
+	call := a.byIndex[tc.Index]
+	if call == nil || (tc.ID != "" && call.id != "" && tc.ID != call.id) {
+		call = &toolCall{}
+		a.byIndex[tc.Index] = call
+		a.calls = append(a.calls, call)
 	}
-	call := a.calls[pos]
 	if call.id == "" {
 		call.id = tc.ID
 	}
 	if !call.started {
-		call.name += tc.Function.Name
+		call.name += tc.Function.Name // names come whole in practice; only fragments before the start are joined
 	}
 	call.args.WriteString(tc.Function.Arguments)
 	if call.started {
 		if tc.Function.Arguments == "" {
 			return nil
 		}
-		return a.send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolIndex: pos, ToolCallID: call.id, Delta: tc.Function.Arguments})
+		return a.send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: call.id, Delta: tc.Function.Arguments})
 	}
 	if call.name == "" {
 		return nil // arguments before the name: keep them until the name arrives
@@ -131,38 +132,39 @@ func (a *accumulator) toolDelta(tc oai.ChatCompletionChunkChoiceDeltaToolCall) e
 		call.id = a.ids.New("call")
 	}
 	call.started = true
-	if err := a.send(agent.ModelEvent{Type: agent.EventToolCallStart, ToolIndex: pos, ToolCallID: call.id, ToolName: call.name}); err != nil {
+	if err := a.send(agent.ModelEvent{Type: agent.EventToolCallStart, ToolCallID: call.id, ToolName: call.name}); err != nil {
 		return err
 	}
 	if call.args.Len() == 0 {
 		return nil
 	}
-	return a.send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolIndex: pos, ToolCallID: call.id, Delta: call.args.String()})
+	return a.send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: call.id, Delta: call.args.String()})
 }
 
-// result assembles the finished completion.
-func (a *accumulator) result() agent.ModelResult {
-	res := agent.ModelResult{
-		Text:         a.text.String(),
-		Reasoning:    a.reasoning.String(),
-		FinishReason: finishReason(a.finish),
-		Usage:        a.usage,
-		Model:        a.model,
-	}
+// finishCalls emits one EventToolCall per announced call, in the order the model made them. It runs once the
+// stream has ended with a finish reason: only then are the arguments known to be whole.
+func (a *accumulator) finishCalls() error {
 	for _, c := range a.calls {
 		if !c.started {
 			continue // a call that never got a name cannot be run; it was never announced either
 		}
 		args := c.args.String()
 		if strings.TrimSpace(args) == "" {
-			args = "{}"
+			args = "{}" // providers send no fragments for a call without arguments; "" is not JSON
 		}
-		res.ToolCalls = append(res.ToolCalls, agent.ToolCall{ID: c.id, Name: c.name, Arguments: args})
+		if err := a.send(agent.ModelEvent{Type: agent.EventToolCall, ToolCallID: c.id, ToolName: c.name, Arguments: args}); err != nil {
+			return err
+		}
 	}
-	return res
+	return nil
 }
 
-// partial is what was assembled before the stream failed.
+// result is how the completion ended.
+func (a *accumulator) result() agent.ModelResult {
+	return agent.ModelResult{FinishReason: finishReason(a.finish), Usage: a.usage, Model: a.model}
+}
+
+// partial is how a failed completion ended: what usage and model it reported before it failed.
 func (a *accumulator) partial() agent.ModelResult {
 	res := a.result()
 	res.FinishReason = agent.FinishError

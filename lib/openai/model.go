@@ -2,18 +2,40 @@
 // github.com/openai/openai-go/v3: OpenAI itself, the in-process offline model (package offline), or any provider
 // that speaks the same wire format.
 //
-// One Stream call is one streamed completion with stream_options.include_usage. Deltas are emitted as they
-// arrive: text, reasoning (the "reasoning_content" or "reasoning" delta field that DeepSeek, vLLM, Ollama and
-// OpenRouter send), and tool calls (a start event with id and name, then argument fragments). The assembled
-// result maps the finish reason to the AI SDK's names and reports usage including cached prompt tokens.
+// # Events
 //
-// Reliability: every attempt has its own timeout (Config.RequestTimeout, covering the whole stream). The SDK's
-// own retries are off; this package retries, with exponential backoff and jitter (honouring a provider's
-// Retry-After up to 30 s), on HTTP 429, HTTP 5xx, connection failures, truncated streams and attempt timeouts —
-// and only while nothing has been emitted. Once a delta was emitted, an error is returned as is, together with
-// the partial result. Errors are *agent.Error: KindUnavailable with CodeModelError (the message carries the HTTP
-// status and the provider's message) or CodeModelTimeout; KindCanceled when ctx ends (the code is that of an
-// *agent.Error cause of ctx, else agent.CodeRunCanceled). An error returned by emit is returned unchanged.
+// One Stream call is one streamed completion. Data flows one way: deltas are emitted as they arrive and never
+// assembled here (the engine alone builds message parts from the events): text, reasoning (the
+// "reasoning_content" or "reasoning" delta field that DeepSeek, vLLM, Ollama and OpenRouter send), and tool calls
+// (EventToolCallStart with id and name, then EventToolCallDelta argument fragments, every one carrying the call
+// id). The only thing assembled is each call's arguments, so that once the stream has ended with a finish reason
+// one EventToolCall per call goes out, in the order the model made them, with the whole arguments text ("{}" when
+// the model sent none). A call that never got a name is never announced. The result maps the finish reason to the
+// AI SDK's names and reports usage including cached prompt tokens.
+//
+// # Timeouts and retries
+//
+// An attempt fails with code model_timeout when no chunk arrives within Config.FirstTokenTimeout of sending the
+// request, or when, after the first chunk, no chunk arrives for Config.IdleTimeout (time spent in emit does not
+// count: a slow client is not a stalled model). Nothing caps the whole stream: a long reply that keeps streaming
+// is never cut, and the run's wall clock bounds it. The SDK's own retries are off; this package retries, with
+// exponential backoff and jitter (honouring a provider's Retry-After up to 30 s), on HTTP 429, HTTP 5xx,
+// connection failures, truncated streams and timeouts, and only while nothing has been emitted. Once an event was
+// emitted, an error is returned as is.
+//
+// # Errors
+//
+// Errors are *agent.Error whose Message is safe to show a user and names no provider text, base URL or key (e.g.
+// "the model provider returned HTTP 401"); the cause, with the provider's own message, stays in Err for the logs.
+// KindUnavailable with CodeModelError or CodeModelTimeout; KindCanceled when ctx ends (the code is that of an
+// *agent.Error cause of ctx, else agent.CodeRunCanceled); KindInternal for a request that cannot be built. An
+// error returned by emit is returned unchanged.
+//
+// # Compatibility
+//
+// Some "OpenAI-compatible" servers refuse max_completion_tokens or stream_options: Config.MaxTokensParam and
+// Config.OmitStreamOptions turn them into max_tokens or leave them out. Usage then reads zero unless the server
+// reports it anyway.
 package openai
 
 import (
@@ -26,6 +48,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -35,17 +58,26 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 )
 
-// Defaults for the zero values of Config.
+// Defaults for the zero values of Config (DESIGN "Run lifecycle"). lib/config refers to these; nothing else
+// repeats the numbers.
 const (
-	DefaultBaseURL         = "https://api.openai.com/v1/"
-	DefaultMaxOutputTokens = 8192
-	DefaultRequestTimeout  = 120 * time.Second
-	DefaultMaxRetries      = 2
-	DefaultBackoffBase     = 500 * time.Millisecond
-	DefaultBackoffMax      = 8 * time.Second
+	DefaultBaseURL           = "https://api.openai.com/v1/"
+	DefaultMaxOutputTokens   = 8192
+	DefaultFirstTokenTimeout = 120 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxRetries        = 2
+	DefaultBackoffBase       = 500 * time.Millisecond
+	DefaultBackoffMax        = 8 * time.Second
 
 	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
 	maxRetryAfter = 30 * time.Second
+)
+
+// Values of Config.MaxTokensParam.
+const (
+	MaxCompletionTokens = "max_completion_tokens" // the default: what OpenAI documents
+	MaxTokens           = "max_tokens"            // the older name, for servers that predate max_completion_tokens
+	MaxTokensNone       = "none"                  // send no output bound (the server's own applies)
 )
 
 // Config configures a Model. Zero values take the defaults above.
@@ -55,15 +87,22 @@ type Config struct {
 	APIKey  string
 	// Model is used when a request names none (AGENT_MODEL).
 	Model string
-	// MaxOutputTokens is used when a request sets none (max_completion_tokens).
+	// MaxOutputTokens is used when a request sets none.
 	MaxOutputTokens int
-	// RequestTimeout bounds one attempt, from sending the request to the end of the stream.
-	RequestTimeout time.Duration
+	// FirstTokenTimeout bounds the wait from sending a request to its first chunk.
+	FirstTokenTimeout time.Duration
+	// IdleTimeout bounds the gap between two chunks after the first.
+	IdleTimeout time.Duration
 	// MaxRetries is the number of retries after the first attempt; 0 means DefaultMaxRetries, negative means none.
 	MaxRetries int
 	// BackoffBase is the wait before the first retry; it doubles per retry up to BackoffMax, with jitter.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// MaxTokensParam is the request field that carries the output bound: MaxCompletionTokens (default),
+	// MaxTokens or MaxTokensNone.
+	MaxTokensParam string
+	// OmitStreamOptions leaves stream_options.include_usage out, for servers that refuse it.
+	OmitStreamOptions bool
 	// HTTPClient sends the requests (default http.DefaultClient).
 	HTTPClient *http.Client
 	// IDs names tool calls that a provider streams without an id (default agent.RandomIDs).
@@ -82,14 +121,16 @@ var _ agent.Model = (*Model)(nil)
 
 // New returns a Model for cfg. It does not read the environment: every setting comes from cfg.
 func New(cfg Config) *Model {
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
+	cfg.BaseURL = cmpOr(cfg.BaseURL, DefaultBaseURL)
+	cfg.MaxTokensParam = cmpOr(cfg.MaxTokensParam, MaxCompletionTokens)
 	if cfg.MaxOutputTokens <= 0 {
 		cfg.MaxOutputTokens = DefaultMaxOutputTokens
 	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+	if cfg.FirstTokenTimeout <= 0 {
+		cfg.FirstTokenTimeout = DefaultFirstTokenTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	switch {
 	case cfg.MaxRetries == 0:
@@ -123,8 +164,18 @@ func New(cfg Config) *Model {
 	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...)}
 }
 
-// errAttemptTimeout is the cause of an attempt's context when its RequestTimeout passes.
-var errAttemptTimeout = errors.New("model request timeout")
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// The causes an attempt's context is cancelled with when the stream goes quiet.
+var (
+	errFirstTokenTimeout = errors.New("no first chunk within the first-token timeout")
+	errIdleTimeout       = errors.New("no chunk within the idle timeout")
+)
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
@@ -160,47 +211,101 @@ type failure struct {
 	retryAfter time.Duration // the provider's requested wait, 0 when it named none
 }
 
+// watchdog cancels an attempt whose stream goes quiet: no first chunk within first, or, after it, no chunk for
+// idle. Only time spent waiting on the provider counts: the clock is stopped while a chunk is being handled.
+type watchdog struct {
+	timer   *time.Timer
+	idle    time.Duration
+	started atomic.Bool // a chunk arrived: the idle timeout applies from now on
+}
+
+func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration) *watchdog {
+	w := &watchdog{idle: idle}
+	w.timer = time.AfterFunc(first, func() {
+		if w.started.Load() {
+			cancel(errIdleTimeout)
+		} else {
+			cancel(errFirstTokenTimeout)
+		}
+	})
+	return w
+}
+
+// arrived stops the clock for a chunk being handled. When the timer has fired already the attempt is cancelled
+// and the stream will report it; started stays as it was so the cause names the right timeout.
+func (w *watchdog) arrived() bool {
+	if !w.timer.Stop() {
+		return false
+	}
+	w.started.Store(true)
+	return true
+}
+
+// waiting restarts the clock for the gap before the next chunk.
+func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
+
+func (w *watchdog) stop() { w.timer.Stop() }
+
 func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
-	actx, cancel := context.WithTimeoutCause(ctx, m.cfg.RequestTimeout, errAttemptTimeout)
-	defer cancel()
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
+	defer dog.stop()
 	stream := m.chat.NewStreaming(actx, params)
 	defer stream.Close()
 
 	acc := accumulator{emit: emit, ids: m.cfg.IDs, model: params.Model}
+	timedOut := false
 	for stream.Next() {
+		if !dog.arrived() {
+			timedOut = true // the timer fired as this chunk came in: the attempt is over
+			break
+		}
 		if err := acc.add(stream.Current()); err != nil {
 			return acc.partial(), &failure{err: err}
 		}
+		dog.waiting()
 	}
-	if err := stream.Err(); err != nil {
+	err := stream.Err()
+	if timedOut {
+		<-actx.Done() // the timer's func may still be on its way to cancel
+		err = context.Cause(actx)
+	}
+	if err != nil {
 		return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
 	}
+	dog.stop()
 	if acc.finish == "" {
 		// The body ended without a finish reason: a proxy or the provider cut the stream short.
-		err := agent.E(agent.KindUnavailable, agent.CodeModelError, "model stream ended before the model finished")
+		err := agent.E(agent.KindUnavailable, agent.CodeModelError, "the model stream ended before the model finished")
 		return acc.partial(), &failure{err: err, retry: !acc.emitted}
+	}
+	if err := acc.finishCalls(); err != nil {
+		return acc.partial(), &failure{err: err}
 	}
 	return acc.result(), nil
 }
 
-// classify turns an attempt's error into an *agent.Error and says whether it may be retried.
+// classify turns an attempt's error into an *agent.Error with a message safe for a user, and says whether it
+// may be retried. What the provider said goes into the cause, for the logs only.
 func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *failure {
 	if ctx.Err() != nil {
 		return &failure{err: canceled(ctx)}
 	}
-	if errors.Is(context.Cause(actx), errAttemptTimeout) {
-		msg := fmt.Sprintf("model request timed out after %s", m.cfg.RequestTimeout)
-		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+	switch cause := context.Cause(actx); {
+	case errors.Is(cause, errFirstTokenTimeout):
+		msg := fmt.Sprintf("the model sent nothing within %s", m.cfg.FirstTokenTimeout)
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+	case errors.Is(cause, errIdleTimeout):
+		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
 	}
 	var apiErr *oai.Error
 	if errors.As(err, &apiErr) {
-		msg := fmt.Sprintf("model request failed with HTTP %d", apiErr.StatusCode)
-		if apiErr.Message != "" {
-			msg += ": " + apiErr.Message
-		}
+		msg := fmt.Sprintf("the model provider returned HTTP %d", apiErr.StatusCode)
 		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500
 		return &failure{
-			err:        agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, msg),
+			err:        agent.Wrap(providerSaid(err, apiErr.Message), agent.KindUnavailable, agent.CodeModelError, msg),
 			retry:      transient && !emitted,
 			retryAfter: retryAfter(apiErr.Response),
 		}
@@ -209,15 +314,26 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 	if errors.As(err, &streamErr) {
 		// An error event inside a 200 stream: the provider gave up mid-completion. Not retried: it is not
 		// one of the transient classes, and usually follows emitted deltas anyway.
-		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "model stream failed: "+streamErrorMessage(streamErr))}
+		return &failure{err: agent.Wrap(providerSaid(err, streamErrorMessage(streamErr)), agent.KindUnavailable,
+			agent.CodeModelError, "the model provider failed mid-stream")}
 	}
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) {
-		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "model sent a malformed chunk")}
+		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the model provider sent a malformed chunk")}
 	}
-	// What is left failed below HTTP: refused or reset connections, a body cut mid-stream.
-	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "model connection failed"), retry: !emitted}
+	// What is left failed below HTTP: refused or reset connections, a body cut mid-stream. The cause names the
+	// address; the message does not.
+	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
+}
+
+// providerSaid keeps the provider's own message beside err for the logs (openai-go's errors print only the
+// status).
+func providerSaid(err error, said string) error {
+	if said == "" {
+		return err
+	}
+	return fmt.Errorf("%w (provider said: %s)", err, said)
 }
 
 // canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
@@ -290,11 +406,16 @@ func (m *Model) params(req agent.ModelRequest) (oai.ChatCompletionNewParams, err
 	if err != nil {
 		return oai.ChatCompletionNewParams{}, err
 	}
-	p := oai.ChatCompletionNewParams{
-		Model:               model,
-		Messages:            msgs,
-		MaxCompletionTokens: oai.Int(int64(maxTokens)),
-		StreamOptions:       oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
+	p := oai.ChatCompletionNewParams{Model: model, Messages: msgs}
+	switch m.cfg.MaxTokensParam {
+	case MaxTokens:
+		p.MaxTokens = oai.Int(int64(maxTokens))
+	case MaxTokensNone:
+	default:
+		p.MaxCompletionTokens = oai.Int(int64(maxTokens))
+	}
+	if !m.cfg.OmitStreamOptions {
+		p.StreamOptions = oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)}
 	}
 	for _, t := range req.Tools {
 		fn := shared.FunctionDefinitionParam{Name: t.Name}

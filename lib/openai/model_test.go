@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +100,17 @@ func textOf(events []agent.ModelEvent, typ agent.ModelEventType) string {
 	return b.String()
 }
 
+// callsOf returns the complete calls (EventToolCall) in the order they were emitted.
+func callsOf(events []agent.ModelEvent) []agent.ToolCall {
+	var out []agent.ToolCall
+	for _, ev := range events {
+		if ev.Type == agent.EventToolCall {
+			out = append(out, agent.ToolCall{ID: ev.ToolCallID, Name: ev.ToolName, Arguments: ev.Arguments})
+		}
+	}
+	return out
+}
+
 func requireError(t *testing.T, err error, kind agent.Kind, code string, contains string) {
 	t.Helper()
 	var ae *agent.Error
@@ -118,17 +131,16 @@ func TestPlainReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := agent.ModelResult{
-		Text:         "You said: hello world",
 		FinishReason: agent.FinishStop,
 		Model:        "test-model",
 		// The offline estimate: prompt 1 message + 2 words, reply 4 words.
 		Usage: agent.Usage{InputTokens: 3, OutputTokens: 4, TotalTokens: 7},
 	}
-	if res.Text != want.Text || res.FinishReason != want.FinishReason || res.Model != want.Model ||
-		res.Usage != want.Usage || len(res.ToolCalls) != 0 || res.Reasoning != "" {
+	if res != want {
 		t.Fatalf("result %+v, want %+v", res, want)
 	}
-	if len(events) != 4 || textOf(events, agent.EventTextDelta) != want.Text {
+	// One text delta per word, forwarded as they came; nothing else.
+	if len(events) != 4 || textOf(events, agent.EventTextDelta) != "You said: hello world" {
 		t.Fatalf("events %+v", events)
 	}
 
@@ -164,20 +176,29 @@ func TestToolCallRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.FinishReason != agent.FinishToolCalls || len(res.ToolCalls) != 1 || res.Text != "" {
-		t.Fatalf("result %+v", res)
+	if res.FinishReason != agent.FinishToolCalls || textOf(events, agent.EventTextDelta) != "" {
+		t.Fatalf("result %+v, events %+v", res, events)
 	}
-	call := res.ToolCalls[0]
+	calls := callsOf(events)
+	if len(calls) != 1 {
+		t.Fatalf("complete calls %+v", calls)
+	}
+	call := calls[0]
 	if call.Name != "add_note" || call.Arguments != `{"text":"buy milk"}` || !strings.HasPrefix(call.ID, "call_") {
 		t.Fatalf("call %+v", call)
 	}
-	start := events[0]
-	if start.Type != agent.EventToolCallStart || start.ToolCallID != call.ID || start.ToolName != "add_note" || start.ToolIndex != 0 {
+	// The shape of the stream: start, argument fragments, then the complete call last. Every event names the
+	// call by id, so the engine never maps indexes.
+	start, last := events[0], events[len(events)-1]
+	if start.Type != agent.EventToolCallStart || start.ToolCallID != call.ID || start.ToolName != "add_note" {
 		t.Fatalf("first event %+v", start)
 	}
+	if last.Type != agent.EventToolCall {
+		t.Fatalf("last event %+v, want the complete call", last)
+	}
 	deltas := 0
-	for _, ev := range events[1:] {
-		if ev.Type != agent.EventToolCallDelta || ev.ToolIndex != 0 || ev.ToolCallID != call.ID {
+	for _, ev := range events[1 : len(events)-1] {
+		if ev.Type != agent.EventToolCallDelta || ev.ToolCallID != call.ID {
 			t.Fatalf("event %+v", ev)
 		}
 		deltas++
@@ -203,16 +224,16 @@ func TestToolCallRoundTrip(t *testing.T) {
 	// Second request: the transcript carries the assistant's call and its result. The offline model names the
 	// tool by matching the result's call id against the assistant message, so the answer proves both went out.
 	req.Messages = append(req.Messages,
-		agent.ModelMessage{Role: "assistant", ToolCalls: res.ToolCalls},
+		agent.ModelMessage{Role: "assistant", ToolCalls: calls},
 		agent.ModelMessage{Role: "tool", ToolCallID: call.ID, Text: `{"id":"n1"}`},
 	)
 	res, events, err = run(context.Background(), m, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `Tool add_note returned: {"id":"n1"}`; res.Text != want || res.FinishReason != agent.FinishStop ||
-		textOf(events, agent.EventTextDelta) != want {
-		t.Fatalf("result %+v", res)
+	if want := `Tool add_note returned: {"id":"n1"}`; res.FinishReason != agent.FinishStop ||
+		textOf(events, agent.EventTextDelta) != want || len(callsOf(events)) != 0 {
+		t.Fatalf("result %+v events %+v", res, events)
 	}
 	msgs, _ := f.lastBody(t)["messages"].([]any)
 	if len(msgs) != 4 || msgs[0].(map[string]any)["role"] != "system" || msgs[3].(map[string]any)["tool_call_id"] != call.ID {
@@ -223,22 +244,130 @@ func TestToolCallRoundTrip(t *testing.T) {
 func TestParallelToolCalls(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	res, events, err := run(context.Background(), f.model(nil), userReq(`/tool a {} /tool b {"x":1}`))
+	_, events, err := run(context.Background(), f.model(nil), userReq(`/tool a {} /tool b {"x":1}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.ToolCalls) != 2 || res.ToolCalls[0].Name != "a" || res.ToolCalls[1].Arguments != `{"x":1}` ||
-		res.ToolCalls[0].ID == res.ToolCalls[1].ID {
-		t.Fatalf("calls %+v", res.ToolCalls)
+	calls := callsOf(events)
+	if len(calls) != 2 || calls[0].Name != "a" || calls[0].Arguments != "{}" || calls[1].Name != "b" ||
+		calls[1].Arguments != `{"x":1}` || calls[0].ID == calls[1].ID {
+		t.Fatalf("calls %+v", calls)
 	}
-	var starts []int
+	// Each fragment belongs to the call its id names.
+	args := map[string]string{}
 	for _, ev := range events {
-		if ev.Type == agent.EventToolCallStart {
-			starts = append(starts, ev.ToolIndex)
+		if ev.Type == agent.EventToolCallDelta {
+			args[ev.ToolCallID] += ev.Delta
 		}
 	}
-	if len(starts) != 2 || starts[0] != 0 || starts[1] != 1 {
-		t.Fatalf("start events at indexes %v", starts)
+	if args[calls[0].ID] != "{}" || args[calls[1].ID] != `{"x":1}` {
+		t.Fatalf("fragments by id %v", args)
+	}
+}
+
+// sse serves one scripted stream: each chunk as an SSE data line, then [DONE].
+func sse(t *testing.T, chunks ...string) string {
+	t.Helper()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range chunks {
+			io.WriteString(w, "data: "+c+"\n\n")
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(ts.Close)
+	return ts.URL + "/v1/"
+}
+
+// TestProviderToolCallShapes covers tool call streams that OpenAI itself does not send but compatible servers do.
+func TestProviderToolCallShapes(t *testing.T) {
+	t.Parallel()
+	const head = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	chunk := func(delta string) string { return head + delta + `}]}` }
+	finish := head + `{},"finish_reason":"tool_calls"}]}`
+	tests := []struct {
+		name   string
+		chunks []string
+		want   []agent.ToolCall
+	}{
+		{
+			"every call at index 0, told apart by id",
+			[]string{
+				chunk(`{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"a","arguments":"{\"x\":"}}]}`),
+				chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}`),
+				chunk(`{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"b","arguments":"{}"}}]}`),
+				finish,
+			},
+			[]agent.ToolCall{{ID: "call_a", Name: "a", Arguments: `{"x":1}`}, {ID: "call_b", Name: "b", Arguments: "{}"}},
+		},
+		{
+			"arguments before the name, no id, no arguments at all",
+			[]string{
+				chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"q\""}}]}`),
+				chunk(`{"tool_calls":[{"index":0,"function":{"name":"search","arguments":":1}"}}]}`),
+				chunk(`{"tool_calls":[{"index":1,"id":"call_2","function":{"name":"ping"}}]}`),
+				finish,
+			},
+			[]agent.ToolCall{{ID: "call_gen1", Name: "search", Arguments: `{"q":1}`}, {ID: "call_2", Name: "ping", Arguments: "{}"}},
+		},
+		{
+			"a call that never gets a name is never announced",
+			[]string{chunk(`{"tool_calls":[{"index":0,"id":"call_x","function":{"arguments":"{}"}}]}`), finish},
+			nil,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := New(Config{BaseURL: sse(t, tt.chunks...), Model: "m", IDs: &seqIDs{}, Logger: slog.New(slog.DiscardHandler)})
+			res, events, err := run(context.Background(), m, userReq("hi"))
+			if err != nil || res.FinishReason != agent.FinishToolCalls {
+				t.Fatalf("result %+v err %v", res, err)
+			}
+			if got := callsOf(events); !slices.Equal(got, tt.want) {
+				t.Fatalf("calls %+v, want %+v", got, tt.want)
+			}
+			// Starts and fragments agree with the complete calls.
+			args := map[string]string{}
+			for _, ev := range events {
+				switch ev.Type {
+				case agent.EventToolCallStart:
+					args[ev.ToolCallID] = ""
+				case agent.EventToolCallDelta:
+					args[ev.ToolCallID] += ev.Delta
+				}
+			}
+			if len(args) != len(tt.want) {
+				t.Fatalf("started %v, want %d calls", args, len(tt.want))
+			}
+			for _, c := range tt.want {
+				if a, ok := args[c.ID]; !ok || (a != c.Arguments && !(a == "" && c.Arguments == "{}")) {
+					t.Fatalf("fragments of %s = %q, want %q", c.ID, a, c.Arguments)
+				}
+			}
+		})
+	}
+}
+
+// seqIDs hands out call_gen1, call_gen2, ...
+type seqIDs struct{ n atomic.Int64 }
+
+func (s *seqIDs) New(prefix string) string { return fmt.Sprintf("%s_gen%d", prefix, s.n.Add(1)) }
+
+func TestToolCallsOnlyAfterFinish(t *testing.T) {
+	t.Parallel()
+	// A stream cut after a call's arguments: the call is not known to be whole, so no EventToolCall goes out.
+	f := setup(t)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","function":{"name":"a","arguments":"{}"}}]}}]}`+"\n\n")
+	}))
+	t.Cleanup(ts.Close)
+	m := f.model(func(c *Config) { c.BaseURL = ts.URL + "/v1/" })
+	res, events, err := run(context.Background(), m, userReq("hi"))
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "ended before the model finished")
+	if res.FinishReason != agent.FinishError || len(callsOf(events)) != 0 || len(events) != 2 {
+		t.Fatalf("result %+v events %+v", res, events)
 	}
 }
 
@@ -281,7 +410,7 @@ func TestRetries(t *testing.T) {
 		{"retries off", "/flaky 1 500", -1, 1, "HTTP 500"},
 		{"client error is not retried", "/error 400", 0, 1, "HTTP 400"},
 		{"auth error is not retried", "/error 401", 0, 1, "HTTP 401"},
-		{"error before the first event is retried", "/drop 0", 0, 3, "model connection failed"},
+		{"error before the first event is retried", "/drop 0", 0, 3, "connection to the model provider failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -293,7 +422,7 @@ func TestRetries(t *testing.T) {
 				t.Fatalf("requests = %d, want %d", got, tt.requests)
 			}
 			if tt.wantErr == "" {
-				if err != nil || res.Text != "You said: "+tt.text || textOf(events, agent.EventTextDelta) != res.Text {
+				if err != nil || res.FinishReason != agent.FinishStop || textOf(events, agent.EventTextDelta) != "You said: "+tt.text {
 					t.Fatalf("result %+v err %v", res, err)
 				}
 				return
@@ -311,8 +440,8 @@ func TestErrorMidStream(t *testing.T) {
 	tests := []struct {
 		name, text, contains string
 	}{
-		{"error event", "/error 500 after 3", "code 500"},
-		{"connection cut", "/drop 3", "model connection failed"},
+		{"error event", "/error 500 after 3", "code 500"}, // the provider's words, in the cause for the logs
+		{"connection cut", "/drop 3", "connection to the model provider failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -327,26 +456,82 @@ func TestErrorMidStream(t *testing.T) {
 			if textOf(events, agent.EventTextDelta) != "word1 word2 word3" {
 				t.Fatalf("events %+v", events)
 			}
-			if res.Text != "word1 word2 word3" || res.FinishReason != agent.FinishError {
+			if res.FinishReason != agent.FinishError || res.Model != "test-model" {
 				t.Fatalf("partial result %+v", res)
 			}
 		})
 	}
 }
 
-func TestRequestTimeout(t *testing.T) {
-	t.Parallel()
-	// An hour per word: the first word never comes within the 50 ms attempt timeout.
-	f := setup(t, offline.WithWordDelay(time.Hour))
-	m := f.model(func(c *Config) {
-		c.RequestTimeout = 50 * time.Millisecond
-		c.MaxRetries = 1
+// stallFirst delays the offline model's answer, headers included, by d (or until the client goes away): a
+// provider that accepted the request and has not started answering. It counts the requests it receives.
+func stallFirst(d time.Duration, n *atomic.Int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		// net/http notices a client that went away only once the body has been read.
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		select {
+		case <-time.After(d):
+			next.ServeHTTP(w, r)
+		case <-r.Context().Done():
+		}
 	})
-	_, events, err := run(context.Background(), m, userReq("/slow 2"))
-	requireError(t, err, agent.KindUnavailable, agent.CodeModelTimeout, "timed out")
-	// Nothing was emitted, so the timed-out attempt was retried once.
-	if f.srv.Requests() != 2 || len(events) != 0 {
-		t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+}
+
+func TestTimeouts(t *testing.T) {
+	t.Parallel()
+	const limit = 100 * time.Millisecond // both timeouts; the stream gaps below are 10 ms
+	tests := []struct {
+		name      string
+		wordDelay time.Duration
+		stall     time.Duration // before the answer starts
+		text      string
+		emitDelay time.Duration // time the consumer takes per event
+		wantErr   string        // "" for success; else a part of the timeout message
+		requests  int64
+	}{
+		// 30 words 10 ms apart last 300 ms, longer than both timeouts, but never pause for 100 ms: a long reply
+		// that keeps streaming is never cut.
+		{name: "slow stream that never stalls", wordDelay: 10 * time.Millisecond, text: "/slow 30", requests: 1},
+		// A consumer slower than the idle gap (a client reading slowly) is not a stalled model.
+		{name: "slow consumer", wordDelay: time.Millisecond, text: "/slow 3", emitDelay: 2 * limit, requests: 1},
+		// No first chunk: nothing was emitted, so the attempt is retried once, then fails.
+		{name: "stalled first token", stall: time.Hour, text: "hi", wantErr: "sent nothing within 100ms", requests: 2},
+		// The reasoning delta goes out at once, then the first word never comes: a stall mid-stream, after an
+		// emit, so there is no retry.
+		{name: "stalled mid-stream", wordDelay: time.Hour, text: "/think /slow 2", wantErr: "stalled for 100ms", requests: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var requests atomic.Int64
+			ts := httptest.NewServer(stallFirst(tt.stall, &requests, offline.New(offline.WithWordDelay(tt.wordDelay))))
+			t.Cleanup(ts.Close)
+			m := New(Config{
+				BaseURL: ts.URL + "/v1/", Model: "m", FirstTokenTimeout: limit, IdleTimeout: limit, MaxRetries: 1,
+				BackoffBase: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+			})
+			var events []agent.ModelEvent
+			res, err := m.Stream(context.Background(), userReq(tt.text), func(ev agent.ModelEvent) error {
+				events = append(events, ev)
+				time.Sleep(tt.emitDelay)
+				return nil
+			})
+			if n := requests.Load(); n != tt.requests {
+				t.Fatalf("requests = %d, want %d", n, tt.requests)
+			}
+			if tt.wantErr == "" {
+				if err != nil || res.FinishReason != agent.FinishStop {
+					t.Fatalf("result %+v err %v", res, err)
+				}
+				return
+			}
+			requireError(t, err, agent.KindUnavailable, agent.CodeModelTimeout, tt.wantErr)
+			if code, msg := agent.Public(err); code != agent.CodeModelTimeout || !strings.Contains(msg, tt.wantErr) {
+				t.Fatalf("public %q %q", code, msg)
+			}
+		})
 	}
 }
 
@@ -428,9 +613,9 @@ func TestReasoning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Reasoning != "Thinking about: why" || res.Text != "You said: why" ||
-		textOf(events, agent.EventReasoningDelta) != res.Reasoning {
-		t.Fatalf("result %+v", res)
+	if res.FinishReason != agent.FinishStop || textOf(events, agent.EventReasoningDelta) != "Thinking about: why" ||
+		textOf(events, agent.EventTextDelta) != "You said: why" {
+		t.Fatalf("result %+v events %+v", res, events)
 	}
 	if events[0].Type != agent.EventReasoningDelta || events[len(events)-1].Type != agent.EventTextDelta {
 		t.Fatalf("reasoning must come first: %+v", events)
@@ -441,21 +626,70 @@ func TestOutputTokenLimit(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	m := f.model(func(c *Config) { c.MaxOutputTokens = 2 })
-	res, _, err := run(context.Background(), m, userReq("one two three"))
+	res, events, err := run(context.Background(), m, userReq("one two three"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Text != "You said:" || res.FinishReason != agent.FinishLength {
-		t.Fatalf("result %+v", res)
+	if textOf(events, agent.EventTextDelta) != "You said:" || res.FinishReason != agent.FinishLength {
+		t.Fatalf("result %+v events %+v", res, events)
 	}
 	// A request's own limit wins over the config's.
 	req := userReq("one two three")
 	req.MaxOutputTokens = 3
-	if res, _, err = run(context.Background(), m, req); err != nil || res.Text != "You said: one" {
+	if res, events, err = run(context.Background(), m, req); err != nil || textOf(events, agent.EventTextDelta) != "You said: one" {
 		t.Fatalf("result %+v err %v", res, err)
 	}
 	if got := f.lastBody(t)["max_completion_tokens"]; got != float64(3) {
 		t.Fatalf("max_completion_tokens %v", got)
+	}
+}
+
+// TestCompatibility covers the request fields some compatible servers refuse (REVIEW "Provider compatibility").
+func TestCompatibility(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		change        func(*Config)
+		wantField     string // the field that carries the bound, "" for none
+		streamOptions bool
+	}{
+		{"defaults", nil, "max_completion_tokens", true},
+		{"max_tokens", func(c *Config) { c.MaxTokensParam = MaxTokens }, "max_tokens", true},
+		{"no bound", func(c *Config) { c.MaxTokensParam = MaxTokensNone }, "", true},
+		{"no stream options", func(c *Config) { c.OmitStreamOptions = true }, "max_completion_tokens", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			m := f.model(func(c *Config) {
+				c.MaxOutputTokens = 2
+				if tt.change != nil {
+					tt.change(c)
+				}
+			})
+			res, events, err := run(context.Background(), m, userReq("one two three"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := f.lastBody(t)
+			for _, field := range []string{"max_completion_tokens", "max_tokens"} {
+				if _, sent := body[field]; sent != (field == tt.wantField) {
+					t.Fatalf("%s sent = %v in %v", field, sent, body)
+				}
+			}
+			if _, sent := body["stream_options"]; sent != tt.streamOptions {
+				t.Fatalf("stream_options sent = %v", sent)
+			}
+			// The offline model honours either field, and reports usage only when asked.
+			cut := tt.wantField != ""
+			if (res.FinishReason == agent.FinishLength) != cut || (textOf(events, agent.EventTextDelta) == "You said:") != cut {
+				t.Fatalf("result %+v, text %q", res, textOf(events, agent.EventTextDelta))
+			}
+			if (res.Usage.TotalTokens > 0) != tt.streamOptions {
+				t.Fatalf("usage %+v", res.Usage)
+			}
+		})
 	}
 }
 
@@ -496,7 +730,7 @@ func TestConnectionRefused(t *testing.T) {
 		Logger:      slog.New(slog.DiscardHandler),
 	})
 	_, _, err = run(context.Background(), m, userReq("hi"))
-	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "model connection failed")
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "connection to the model provider failed")
 	if transport.n.Load() != 1+DefaultMaxRetries {
 		t.Fatalf("round trips = %d, want %d", transport.n.Load(), 1+DefaultMaxRetries)
 	}
@@ -537,8 +771,8 @@ func TestOfflineStart(t *testing.T) {
 	}
 	defer stop()
 	m := New(Config{BaseURL: base, Model: "offline", Logger: slog.New(slog.DiscardHandler)})
-	res, _, err := run(context.Background(), m, userReq("ping"))
-	if err != nil || res.Text != "You said: ping" || res.Model != "offline" {
+	res, events, err := run(context.Background(), m, userReq("ping"))
+	if err != nil || textOf(events, agent.EventTextDelta) != "You said: ping" || res.Model != "offline" {
 		t.Fatalf("result %+v err %v", res, err)
 	}
 }
@@ -552,9 +786,9 @@ func TestConcurrentStreams(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			text := strings.Repeat("w ", i+1)
-			res, _, err := run(context.Background(), m, userReq(text))
-			if err == nil && res.Text != "You said: "+strings.TrimSpace(text) {
-				err = errors.New("wrong text " + res.Text)
+			_, events, err := run(context.Background(), m, userReq(text))
+			if got := textOf(events, agent.EventTextDelta); err == nil && got != "You said: "+strings.TrimSpace(text) {
+				err = errors.New("wrong text " + got)
 			}
 			errs <- err
 		})
@@ -646,5 +880,110 @@ func BenchmarkStream(b *testing.B) {
 		if err != nil || res.FinishReason != agent.FinishStop {
 			b.Fatalf("result %+v err %v", res, err)
 		}
+	}
+}
+
+// TestErrorsAreSafeForUsers: what a client sees (agent.Public) is a catalog code and a fixed sentence; the
+// provider's body, the base URL and the key reach only the cause, for the logs (REVIEW L/M11).
+func TestErrorsAreSafeForUsers(t *testing.T) {
+	t.Parallel()
+	const key = "sk-proj-secret-abcd"
+	// OpenAI's own 401 body quotes the masked key.
+	providerBody := `{"error":{"message":"Incorrect API key provided: sk-proj-****abcd. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
+	refused := func(t *testing.T) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return "http://" + ln.Addr().String() + "/v1/"
+	}
+	tests := []struct {
+		name    string
+		baseURL func(t *testing.T) string
+		text    string
+		code    string
+		message string // the whole public message
+		logsSay string // a part of the cause chain that the logs need
+	}{
+		{
+			name: "HTTP 401 with the provider's body",
+			baseURL: func(t *testing.T) string {
+				ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusUnauthorized)
+					io.WriteString(w, providerBody)
+				}))
+				t.Cleanup(ts.Close)
+				return ts.URL + "/v1/"
+			},
+			text: "hi", code: agent.CodeModelError, message: "the model provider returned HTTP 401",
+			logsSay: "Incorrect API key provided",
+		},
+		{
+			name: "error event mid-stream", baseURL: func(t *testing.T) string { return setup(t).url },
+			text: "/error 500 after 1", code: agent.CodeModelError, message: "the model provider failed mid-stream",
+			logsSay: "injected error 500",
+		},
+		{
+			name: "connection refused", baseURL: refused,
+			text: "hi", code: agent.CodeModelError, message: "the connection to the model provider failed",
+			logsSay: "connection refused",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			base := tt.baseURL(t)
+			m := New(Config{BaseURL: base, APIKey: key, Model: "m", MaxRetries: -1, Logger: slog.New(slog.DiscardHandler)})
+			_, _, err := run(context.Background(), m, userReq(tt.text))
+			code, msg := agent.Public(err)
+			if code != tt.code || msg != tt.message {
+				t.Fatalf("public (%q, %q), want (%q, %q)", code, msg, tt.code, tt.message)
+			}
+			host := strings.TrimPrefix(strings.TrimSuffix(base, "/v1/"), "http://")
+			for _, secret := range []string{host, key, "sk-", "Incorrect API key", "injected"} {
+				if strings.Contains(msg, secret) {
+					t.Fatalf("public message %q contains %q", msg, secret)
+				}
+			}
+			if !strings.Contains(err.Error(), tt.logsSay) {
+				t.Fatalf("the cause %q lost %q, which the logs need", err, tt.logsSay)
+			}
+		})
+	}
+}
+
+// TestInvalidTranscript: a transcript the provider would refuse (here REVIEW H2's lone tool message, and an
+// unanswered call) comes back from the offline model as OpenAI's 400, which surfaces as model_error, is not
+// retried, and keeps the provider's reason in the cause for the logs.
+func TestInvalidTranscript(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		msgs []agent.ModelMessage
+		why  string
+	}{
+		{"lone tool message", []agent.ModelMessage{{Role: "tool", ToolCallID: "call_1", Text: "out"}},
+			"must be a response to a preceeding message with 'tool_calls'"},
+		{"unanswered call", []agent.ModelMessage{
+			{Role: "user", Text: "hi"},
+			{Role: "assistant", ToolCalls: []agent.ToolCall{{ID: "call_1", Name: "a", Arguments: "{}"}}},
+			{Role: "user", Text: "again"},
+		}, "did not have response messages: call_1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			_, events, err := run(context.Background(), f.model(nil), agent.ModelRequest{Messages: tt.msgs})
+			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.why)
+			if code, msg := agent.Public(err); code != agent.CodeModelError || msg != "the model provider returned HTTP 400" {
+				t.Fatalf("public (%q, %q)", code, msg)
+			}
+			if f.srv.Requests() != 1 || len(events) != 0 {
+				t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+			}
+		})
 	}
 }

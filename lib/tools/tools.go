@@ -1,10 +1,28 @@
 // Package tools holds the demo tool set offered to the model: add_note, list_notes, delete_note (needs approval),
-// ask_user_question (a client tool). Notes live in the store's key/value area under "notes/<owner>", keyed by an id
-// derived from the tool call id, so a retried call converges instead of adding a second note.
+// ask_user_question (a client tool). Notes live in the store's key/value area (agent.ValueStore, the narrow port)
+// under "notes/<owner>".
+//
+// # A crash never lies (DESIGN principle 9)
+//
+// Every execution of one tool call carries the same agent.ToolInvocation.IdempotencyKey (thread + tool call id),
+// across retries, runs and crashes. The tools with side effects use it twice:
+//
+//   - add_note derives the note's id from the key, so a re-executed call finds its note instead of adding a
+//     second one, in whichever thread the same provider call id turns up (REVIEW L22);
+//   - add_note and delete_note record their outcome under the key in "effects/<owner>", and a re-executed call
+//     returns the recorded output without touching the notes again (a re-run add_note does not bring back a note
+//     deleted since; a re-run delete_note reports what it deleted rather than "no such note"). Tool.Recorded reads
+//     the same records, so recovery after a crash reports what really happened.
+//
+// Writes are ordered so that every record tells the truth: add_note writes the note, then its effect record;
+// delete_note records its intent, deletes, then records that it is done. Recorded settles the window between two
+// writes by looking at the note itself.
 package tools
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,14 +32,6 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
-
-// KV is the part of agent.Store the notes tools use.
-type KV interface {
-	PutValue(ctx context.Context, ns, key string, value []byte) error
-	GetValue(ctx context.Context, ns, key string) ([]byte, error)
-	ListValues(ctx context.Context, ns string) ([]agent.KV, error)
-	DeleteValue(ctx context.Context, ns, key string) error
-}
 
 // MaxNoteBytes bounds one note's text.
 const MaxNoteBytes = 16 << 10
@@ -33,15 +43,84 @@ type Note struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
-// Demo returns the demo tool set over kv, using clock for note timestamps.
-func Demo(kv KV, clock agent.Clock) []agent.Tool {
-	return []agent.Tool{AddNote(kv, clock), ListNotes(kv), DeleteNote(kv), AskUserQuestion()}
+// Demo returns the demo tool set over values, using clock for note timestamps.
+func Demo(values agent.ValueStore, clock agent.Clock) []agent.Tool {
+	return []agent.Tool{AddNote(values, clock), ListNotes(values), DeleteNote(values), AskUserQuestion()}
 }
 
-func notesNS(owner string) string { return "notes/" + owner }
+func notesNS(owner string) string   { return "notes/" + owner }
+func effectsNS(owner string) string { return "effects/" + owner }
 
-// AddNote stores a note for the thread's owner.
-func AddNote(kv KV, clock agent.Clock) agent.Tool {
+// idempotencyKey is the invocation's key; an engine that predates the field gets the same key derived here. A
+// side effect without a key could not be made idempotent, so it is refused.
+func idempotencyKey(inv agent.ToolInvocation) (string, error) {
+	if inv.IdempotencyKey != "" {
+		return inv.IdempotencyKey, nil
+	}
+	if inv.ThreadID == "" || inv.ToolCallID == "" {
+		return "", errors.New("the call has no idempotency key")
+	}
+	return agent.IdempotencyKey(inv.ThreadID, inv.ToolCallID), nil
+}
+
+// noteID is the id of the note a call adds: a digest of the call's key, so it is scoped by thread and call, and
+// short, and gives nothing of the thread id away to the model.
+func noteID(key string) string {
+	sum := sha256.Sum256([]byte("add_note\x00" + key))
+	return "note_" + hex.EncodeToString(sum[:8])
+}
+
+// effect is what a tool records under a call's key.
+type effect struct {
+	State  string          `json:"state"`            // effectPending or effectDone
+	Target string          `json:"target,omitempty"` // the note the effect is about
+	Output json.RawMessage `json:"output,omitempty"` // the call's output, once done
+}
+
+const (
+	effectPending = "pending" // the effect may have been applied; the target's state decides
+	effectDone    = "done"
+)
+
+// effects reads and writes the records of one owner.
+type effects struct{ values agent.ValueStore }
+
+// get returns the call's record; ok is false when there is none.
+func (e effects) get(ctx context.Context, owner, key string) (effect, bool, error) {
+	b, err := e.values.GetValue(ctx, effectsNS(owner), key)
+	if agent.IsKind(err, agent.KindNotFound) {
+		return effect{}, false, nil
+	}
+	if err != nil {
+		return effect{}, false, err
+	}
+	var ef effect
+	if err := json.Unmarshal(b, &ef); err != nil {
+		return effect{}, false, fmt.Errorf("effect record %s: %w", key, err)
+	}
+	return ef, true, nil
+}
+
+func (e effects) put(ctx context.Context, owner, key string, ef effect) error {
+	b, err := json.Marshal(ef)
+	if err != nil {
+		return err
+	}
+	return e.values.PutValue(ctx, effectsNS(owner), key, b)
+}
+
+// note reads one note; ok is false when it does not exist.
+func note(ctx context.Context, values agent.ValueStore, owner, id string) (json.RawMessage, bool, error) {
+	b, err := values.GetValue(ctx, notesNS(owner), id)
+	if agent.IsKind(err, agent.KindNotFound) {
+		return nil, false, nil
+	}
+	return b, err == nil, err
+}
+
+// AddNote stores a note for the thread's owner, at most once per tool call.
+func AddNote(values agent.ValueStore, clock agent.Clock) agent.Tool {
+	fx := effects{values}
 	return agent.Tool{
 		Name:        "add_note",
 		Description: "Save a short note for the user. Returns the stored note.",
@@ -62,33 +141,58 @@ func AddNote(kv KV, clock agent.Clock) agent.Tool {
 			if len(in.Text) > MaxNoteBytes {
 				return nil, fmt.Errorf("text is %d bytes, the limit is %d", len(in.Text), MaxNoteBytes)
 			}
-			id := "note_" + inv.ToolCallID
-			if old, err := kv.GetValue(ctx, notesNS(inv.Owner), id); err == nil {
-				return old, nil // a retried call: the note exists already
-			} else if !agent.IsKind(err, agent.KindNotFound) {
-				return nil, err
-			}
-			b, err := json.Marshal(Note{ID: id, Text: in.Text, CreatedAt: clock.Now()})
+			key, err := idempotencyKey(inv)
 			if err != nil {
 				return nil, err
 			}
-			if err := kv.PutValue(ctx, notesNS(inv.Owner), id, b); err != nil {
+			if ef, ok, err := fx.get(ctx, inv.Owner, key); err != nil {
+				return nil, err
+			} else if ok && ef.State == effectDone {
+				return ef.Output, nil // executed before: the same answer, and the notes stay as they are
+			}
+			id := noteID(key)
+			out, exists, err := note(ctx, values, inv.Owner, id)
+			if err != nil {
 				return nil, err
 			}
-			return b, nil
+			if !exists {
+				// A crash between this write and the record below leaves the note, which the next execution
+				// (or Recorded) finds by its id.
+				if out, err = json.Marshal(Note{ID: id, Text: in.Text, CreatedAt: clock.Now()}); err != nil {
+					return nil, err
+				}
+				if err := values.PutValue(ctx, notesNS(inv.Owner), id, out); err != nil {
+					return nil, err
+				}
+			}
+			if err := fx.put(ctx, inv.Owner, key, effect{State: effectDone, Target: id, Output: out}); err != nil {
+				return nil, err
+			}
+			return out, nil
+		},
+		Recorded: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, bool, error) {
+			key, err := idempotencyKey(inv)
+			if err != nil {
+				return nil, false, err
+			}
+			if ef, ok, err := fx.get(ctx, inv.Owner, key); err != nil || (ok && ef.State == effectDone) {
+				return ef.Output, err == nil, err
+			}
+			// No record: the note, if it exists, was written by this call just before a crash.
+			return note(ctx, values, inv.Owner, noteID(key))
 		},
 	}
 }
 
 // ListNotes lists the owner's notes, oldest first.
-func ListNotes(kv KV) agent.Tool {
+func ListNotes(values agent.ValueStore) agent.Tool {
 	return agent.Tool{
 		Name:        "list_notes",
 		Description: "List the user's saved notes.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
 		Kind:        agent.ToolServer,
 		Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
-			kvs, err := kv.ListValues(ctx, notesNS(inv.Owner))
+			kvs, err := values.ListValues(ctx, notesNS(inv.Owner))
 			if err != nil {
 				return nil, err
 			}
@@ -105,8 +209,24 @@ func ListNotes(kv KV) agent.Tool {
 	}
 }
 
-// DeleteNote deletes a note by id; it always needs the user's approval.
-func DeleteNote(kv KV) agent.Tool {
+// DeleteNote deletes a note by id, at most once per tool call; it always needs the user's approval.
+func DeleteNote(values agent.ValueStore) agent.Tool {
+	fx := effects{values}
+	deleted := func(id string) json.RawMessage {
+		b, _ := json.Marshal(map[string]any{"deleted": id})
+		return b
+	}
+	// finish applies a recorded intent: the delete is idempotent, and "done" is recorded only after it.
+	finish := func(ctx context.Context, owner, key, id string) (json.RawMessage, error) {
+		if err := values.DeleteValue(ctx, notesNS(owner), id); err != nil {
+			return nil, err
+		}
+		out := deleted(id)
+		if err := fx.put(ctx, owner, key, effect{State: effectDone, Target: id, Output: out}); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	return agent.Tool{
 		Name:        "delete_note",
 		Description: "Delete one of the user's notes by id. The user must approve.",
@@ -120,16 +240,47 @@ func DeleteNote(kv KV) agent.Tool {
 			if err := json.Unmarshal(inv.Input, &in); err != nil || in.ID == "" {
 				return nil, errors.New(`input must be {"id": string}`)
 			}
-			if _, err := kv.GetValue(ctx, notesNS(inv.Owner), in.ID); err != nil {
-				if agent.IsKind(err, agent.KindNotFound) {
-					return nil, fmt.Errorf("no note with id %q", in.ID)
-				}
+			key, err := idempotencyKey(inv)
+			if err != nil {
 				return nil, err
 			}
-			if err := kv.DeleteValue(ctx, notesNS(inv.Owner), in.ID); err != nil {
+			ef, ok, err := fx.get(ctx, inv.Owner, key)
+			switch {
+			case err != nil:
+				return nil, err
+			case ok && ef.State == effectDone:
+				return ef.Output, nil
+			case ok: // pending: an earlier execution may have deleted the note already; finish its work
+				return finish(ctx, inv.Owner, key, ef.Target)
+			}
+			if _, exists, err := note(ctx, values, inv.Owner, in.ID); err != nil {
+				return nil, err
+			} else if !exists {
+				return nil, fmt.Errorf("no note with id %q", in.ID)
+			}
+			// The intent first: once the note is gone, nothing else would show that this call removed it.
+			if err := fx.put(ctx, inv.Owner, key, effect{State: effectPending, Target: in.ID}); err != nil {
 				return nil, err
 			}
-			return json.Marshal(map[string]any{"deleted": in.ID})
+			return finish(ctx, inv.Owner, key, in.ID)
+		},
+		Recorded: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, bool, error) {
+			key, err := idempotencyKey(inv)
+			if err != nil {
+				return nil, false, err
+			}
+			ef, ok, err := fx.get(ctx, inv.Owner, key)
+			if err != nil || !ok {
+				return nil, false, err
+			}
+			if ef.State == effectDone {
+				return ef.Output, true, nil
+			}
+			// Pending: the note's absence says the delete went through; its presence, that it did not.
+			if _, exists, err := note(ctx, values, inv.Owner, ef.Target); err != nil || exists {
+				return nil, false, err
+			}
+			return deleted(ef.Target), true, nil
 		},
 	}
 }
