@@ -46,8 +46,10 @@ type Config struct {
 	Batch      int
 }
 
-// Store is what the reaper needs: runs and claims, messages, stream segments.
+// Store is what the reaper needs: runs and claims, messages, stream segments, and threads (a tool's recorded
+// outcome is looked up under the thread's owner).
 type Store interface {
+	agent.ThreadStore
 	agent.RunStore
 	agent.MessageStore
 	agent.SegmentStore
@@ -234,8 +236,16 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 	} else {
 		r.log.Warn("reaper: read segments", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
 	}
+	owner := ""
 	parts = transcript.Synthesize(parts, "Result unknown: the run stopped before this tool's result was stored.",
-		func(p agent.Part) (json.RawMessage, bool) { return r.recorded(ctx, run, p) })
+		func(p agent.Part) (json.RawMessage, bool) {
+			if owner == "" {
+				if th, err := r.store.GetThread(ctx, run.ThreadID); err == nil {
+					owner = th.Owner
+				}
+			}
+			return r.recorded(ctx, run, owner, p)
+		})
 	raw := make([]json.RawMessage, len(parts))
 	for i, p := range parts {
 		raw[i] = agent.EncodePart(p)
@@ -250,12 +260,12 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 }
 
 // recorded asks the tool for the outcome it recorded under the call's idempotency key.
-func (r *Reaper) recorded(ctx context.Context, run agent.Run, p agent.Part) (json.RawMessage, bool) {
+func (r *Reaper) recorded(ctx context.Context, run agent.Run, owner string, p agent.Part) (json.RawMessage, bool) {
 	t, ok := r.tools[p.ToolNameOf()]
 	if !ok || t.Recorded == nil {
 		return nil, false
 	}
-	out, ok, err := t.Recorded(ctx, agent.ToolInvocation{ThreadID: run.ThreadID, RunID: run.ID, ToolCallID: p.ToolCallID,
+	out, ok, err := t.Recorded(ctx, agent.ToolInvocation{ThreadID: run.ThreadID, Owner: owner, RunID: run.ID, ToolCallID: p.ToolCallID,
 		Input: p.Input, IdempotencyKey: agent.IdempotencyKey(run.ThreadID, p.ToolCallID)})
 	if err != nil {
 		r.log.Warn("reaper: tool outcome", "tool", t.Name, "tool_call_id", p.ToolCallID, "err", err)

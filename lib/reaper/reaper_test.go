@@ -230,9 +230,6 @@ func TestRecoveryReportsRecordedOutcome(t *testing.T) {
 	ctx := context.Background()
 	run := f.claim(t, "th", "run_1", time.Now().Add(-time.Minute))
 	add := tools.Demo(f.store, agent.SystemClock{})[0]
-	if add.Name != "add_note" || add.Recorded == nil {
-		t.Skip("the demo add_note tool records no outcome yet")
-	}
 	inv := agent.ToolInvocation{ThreadID: "th", Owner: "alice", RunID: run.ID, ToolCallID: "c1", Input: json.RawMessage(`{"text":"milk"}`),
 		IdempotencyKey: agent.IdempotencyKey("th", "c1")}
 	out, err := add.Execute(ctx, inv)
