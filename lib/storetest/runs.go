@@ -35,6 +35,7 @@ func runTests() []test {
 		c{"ClaimWithoutStaleAfterNeverTakesOver", testClaimNoStaleAfter},
 		c{"ClaimReservesPositions", testClaimReservesPositions},
 		c{"ClaimRetryIsIdempotent", testClaimRetry},
+		c{"ClaimConcurrentRetriesConverge", testClaimConcurrentRetries},
 		c{"RequestCancelNamedRun", testRequestCancelNamedRun},
 		c{"FinishRunRefusesNonTerminal", testFinishRunNonTerminal},
 		c{"ReleaseClaim", testReleaseClaim},
@@ -761,6 +762,44 @@ func testClaimRetry(e *claims) {
 	if got := getRun(e, th.ID, old.ID); got.Status != agent.RunRunning {
 		t.Fatalf("taken-over run status %s, want running until the caller reaps it", got.Status)
 	}
+}
+
+// The SDK's retries of one claim can overlap the first attempt: however they interleave, the claim applies once
+// (one epoch, one reservation, one run) and every attempt gets that one result.
+func testClaimConcurrentRetries(e *claims) {
+	t := e.t
+	th := newThread(e)
+	req := claimReq(th, e.id("run"), at(time.Second))
+	req.Reserve = 3
+	const attempts = 12
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results = make([]agent.ClaimResult, attempts)
+		errs    = make([]error, attempts)
+	)
+	for i := range attempts {
+		wg.Go(func() {
+			<-start
+			r := req
+			r.Now = req.Now.Add(time.Duration(i) * time.Millisecond)
+			results[i], errs[i] = e.s.ClaimRun(e.ctx, r)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range attempts {
+		must(t, errs[i], fmt.Sprintf("attempt %d", i))
+		// Nothing heartbeats in between, so even the thread in every result is the same.
+		same(t, fmt.Sprintf("attempt %d's result", i), results[i], results[0])
+	}
+	if got := results[0].Run; got.Epoch != 1 || got.FirstSeq != 0 || got.Reserved != 3 {
+		t.Fatalf("converged claim = %s, want epoch 1 at [0,+3)", show(got))
+	}
+	same(t, "thread after the retries", getThread(e, th.ID), results[0].Thread)
+	runs, err := e.s.ListRuns(e.ctx, th.ID)
+	must(t, err, "ListRuns")
+	same(t, "runs after the retries", runs, []agent.Run{results[0].Run})
 }
 
 // Stop names the run it means: a stop that arrives after its run ended must not cancel the next one (REVIEW L19).
