@@ -351,7 +351,7 @@ func testRequestCancel(e *claims) {
 		&agent.Claim{RunID: next.ID, Epoch: 2, HeartbeatAt: at(6 * time.Second), CancelRequested: true})
 	same(t, "claim after takeover", getThread(e, th.ID).ActiveRun,
 		&agent.Claim{RunID: last.Run.ID, Epoch: 3, HeartbeatAt: at(time.Hour)})
-	must(t, e.s.Heartbeat(e.ctx, th.ID, agent.Fence{RunID: last.Run.ID, Epoch: 3}, at(time.Hour+time.Second)), "Heartbeat after takeover")
+	must(t, e.s.Heartbeat(e.ctx, th.ID, last.Run.Fence(), at(time.Hour+time.Second)), "Heartbeat after takeover")
 }
 
 // Every terminal status, with or without an error, round-trips and releases the claim.
@@ -554,14 +554,15 @@ func testListStaleClaims(e *claims) {
 			t.Fatalf("claim %d (heartbeat %s) listed = %t, want %t for cutoff %s", i, runs[i].CreatedAt, ok, stale, cutoff)
 		}
 		if ok {
-			same(t, fmt.Sprintf("stale claim %d", i), c, agent.Claim{RunID: runs[i].ID, Epoch: runs[i].Epoch, HeartbeatAt: runs[i].CreatedAt})
+			want := agent.Claim{RunID: runs[i].ID, Epoch: runs[i].Epoch, HeartbeatAt: runs[i].CreatedAt}
+			same(t, fmt.Sprintf("stale claim %d", i), c, want)
 		}
 	}
 	if limited, err := e.s.ListStaleClaims(e.ctx, cutoff, 2); err != nil || len(limited) > 2 {
 		t.Fatalf("ListStaleClaims(limit 2) = %d claims, %v", len(limited), err)
 	}
 	// A heartbeat refreshes claim 0; finishing run 1 releases its claim: only claim 2 stays stale.
-	must(t, e.s.Heartbeat(e.ctx, threads[0].ID, agent.Fence{RunID: runs[0].ID, Epoch: runs[0].Epoch}, base.Add(time.Hour)), "Heartbeat")
+	must(t, e.s.Heartbeat(e.ctx, threads[0].ID, runs[0].Fence(), base.Add(time.Hour)), "Heartbeat")
 	finish(e, runs[1], agent.RunCompleted, agent.Usage{}, base.Add(time.Hour))
 	got, err = e.s.ListStaleClaims(e.ctx, cutoff, 1000)
 	must(t, err, "ListStaleClaims after refresh and release")
@@ -915,7 +916,8 @@ func testReleaseClaim(e *claims) {
 		must(t, err, tc.name+": ReleaseClaim")
 		got := getThread(e, th.ID)
 		if got.ActiveRun != nil || got.Usage != before.Usage.Add(usage) || got.Epoch != before.Epoch {
-			t.Fatalf("%s: thread after release = %s, want idle at epoch %d with the draft's usage added", tc.name, show(got), before.Epoch)
+			t.Fatalf("%s: thread after release = %s, want idle at epoch %d with the draft's usage added",
+				tc.name, show(got), before.Epoch)
 		}
 		// The released run is fenced; a second release changes nothing; the thread can be claimed at once.
 		err = e.s.Heartbeat(e.ctx, th.ID, req.Fence, at(2*time.Hour))
