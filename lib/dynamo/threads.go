@@ -35,7 +35,7 @@ const (
 	attrNextSeq = "nextSeq"
 	// attrDeleting is the delete tombstone: set (true) first by DeleteThread, and from then on the thread reads as
 	// missing and nothing can claim or create it until the delete removes the item.
-	attrDeleting = "deleting"
+	attrDeleting    = "deleting"
 	attrUsageIn     = "usageInput"
 	attrUsageOut    = "usageOutput"
 	attrUsageTotal  = "usageTotal"
