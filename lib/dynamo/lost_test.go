@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -12,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/dynamo"
@@ -179,4 +182,43 @@ func TestLostAnswersConverge(t *testing.T) {
 			t.Fatalf("thread = %+v (%v), want released with the usage added once", got, err)
 		}
 	})
+}
+
+// A thread written before the message counter existed (no nextSeq, messages numbered from 0 by the old engine)
+// gets positions far above the old ones on its first claim, so new messages sort after the old transcript without
+// the claim reading it.
+func TestLegacyThreadPositions(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	th := thread(t, f.store, "th-legacy")
+	_, err := f.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(f.table),
+		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "THREAD#" + th.ID}, "sk": &types.AttributeValueMemberS{Value: "THREAD"}},
+		UpdateExpression: aws.String("REMOVE nextSeq"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		m := agent.Message{ID: fmt.Sprintf("old%d", i), Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"x"}`)}}
+		if err := f.store.PutMessage(ctx, msgWrite(th.ID, int64(i), m, agent.Fence{}, false, t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := f.store.ClaimRun(ctx, claimReq(th.ID, "r1", t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Run.FirstSeq != 1<<40 {
+		t.Fatalf("FirstSeq of a legacy thread's first claim = %d, want 2^40", res.Run.FirstSeq)
+	}
+	m := agent.Message{ID: "new", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"y"}`)}}
+	if err := f.store.PutMessage(ctx, msgWrite(th.ID, res.Run.FirstSeq, m, res.Run.Fence(), true, t0)); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := f.store.ListMessages(ctx, th.ID)
+	if err != nil || len(msgs) != 4 || msgs[3].Message.ID != "new" {
+		t.Fatalf("ListMessages = %d messages (%v), want the new one last", len(msgs), err)
+	}
 }
