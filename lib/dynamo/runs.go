@@ -106,9 +106,9 @@ func fenced(f agent.Fence) error {
 //
 // The new item is the whole answer: the thread after the claim, the new epoch, the reserved positions
 // (nextSeq-reserve onwards: the reservation is part of the deciding write, so no other claim can get them; a
-// thread from before the counter starts at legacySeqBase)
-// and the claim taken over (copied into claimPrev* by the same write; right-hand sides read the item as it was
-// before the update). With StaleAfter <= 0 the heartbeat clause is left out: every claim is live.
+// thread from before the counter starts at legacySeqBase) and the claim taken over (copied into claimPrev* by the
+// same write; right-hand sides read the item as it was before the update). With StaleAfter <= 0 the heartbeat
+// clause is left out: every claim is live.
 //
 // The second write puts the run item, conditioned on attribute_not_exists(pk). Nothing reads the run item to
 // decide ownership (heartbeats fence on the thread), so a crash between the two leaves a claim that goes stale
