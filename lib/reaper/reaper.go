@@ -170,7 +170,13 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 	err = r.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: threadID, Fence: fence,
 		StaleBefore: now.Add(-r.cfg.StaleAfter), Usage: usage, Now: now})
 	if errors.Is(err, agent.ErrRunFenced) {
-		return false, nil // a live run, or another reaper decided first
+		// A live run, or another reaper decided first, or our own release applied and only its answer was lost
+		// (the SDK's retry then finds the claim gone). In the last two cases the claim no longer names the run
+		// while its item still says running: finish it, idempotently, so it is not left running forever.
+		if ours && r.released(ctx, threadID, fence) {
+			return false, r.finishRun(ctx, run, draft, usage)
+		}
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("reaper: release claim: %w", err)
@@ -189,6 +195,15 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 	}
 	log.Info("agent.reap", "outcome", "reaped", "input_tokens", usage.InputTokens, "output_tokens", usage.OutputTokens)
 	return true, nil
+}
+
+// released reports whether the thread's claim has moved past fence (released, or held by a later run).
+func (r *Reaper) released(ctx context.Context, threadID string, f agent.Fence) bool {
+	th, err := r.store.GetThread(ctx, threadID)
+	if agent.IsKind(err, agent.KindNotFound) {
+		return true
+	}
+	return err == nil && (th.ActiveRun == nil || th.ActiveRun.RunID != f.RunID || th.ActiveRun.Epoch != f.Epoch)
 }
 
 // finishRun records the dead run's outcome, finalizes its message and ends its stream.

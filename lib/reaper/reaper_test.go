@@ -246,3 +246,38 @@ func TestRecoveryReportsRecordedOutcome(t *testing.T) {
 		t.Fatalf("recovered part %s, want the recorded output %s", rec.Message.Parts[0], out)
 	}
 }
+
+// lostRelease applies the first ReleaseClaim and then answers run_fenced, as an SDK retry after a lost answer
+// does (the retry finds the claim gone).
+type lostRelease struct {
+	*sqlite.Store
+	once sync.Once
+}
+
+func (l *lostRelease) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
+	err := l.Store.ReleaseClaim(ctx, req)
+	applied := false
+	l.once.Do(func() { applied = err == nil })
+	if applied {
+		return agent.E(agent.KindConflict, agent.CodeRunFenced, "the retry found the claim gone")
+	}
+	return err
+}
+
+// A reap whose release applied but whose answer was lost still finishes the run (it was left running forever).
+func TestReapAfterLostReleaseAnswer(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	run := f.claim(t, "th", "run_1", old)
+	r := reaper.New(reaper.Deps{Store: &lostRelease{Store: f.store}, Clock: agent.SystemClock{}}, reaper.Config{StaleAfter: staleAfter})
+	if _, err := r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err != nil {
+		t.Fatal(err)
+	}
+	f.idle(t, "th")
+	if got, _ := f.store.GetRun(ctx, "th", run.ID); got.Status != agent.RunFailed || got.Error == nil || got.Error.Code != agent.CodeStale {
+		t.Fatalf("run = %+v, want failed/stale", got)
+	}
+	finalSegment(t, f.store, run.ID)
+}
