@@ -174,7 +174,9 @@ func TestHeartbeatFailuresStopTheRun(t *testing.T) {
 func TestSegmentCloseIsBounded(t *testing.T) {
 	t.Parallel()
 	fs := newFaulty(func(method string, n int, final bool) bool { return method == "AppendSegment" })
-	f := setup(t, withStore(fs.wrap))
+	// A long staleAfter, so that only the close timeout can end the wait (a run also stops writing once its
+	// claim is in doubt, at half of staleAfter).
+	f := setup(t, withStore(fs.wrap), withConfig(func(c *config.Config) { c.StaleAfter = time.Minute }))
 	f.eng = engineWith(t, f, func(c *engine.Config) { c.CloseTimeout = 200 * time.Millisecond })
 	start := time.Now()
 	run, client := f.run(t, submit("th", "u1", "hello"))
