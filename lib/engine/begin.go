@@ -138,6 +138,7 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	for i, r := range recs {
 		msgs[i] = r.Message
 	}
+	msgs = agent.Visible(msgs)
 	switch req.Kind {
 	case TurnRegenerate:
 		return planRegenerate(msgs, req.ReplaceID)

@@ -209,3 +209,32 @@ func TestFailedBeginEndsItsStream(t *testing.T) {
 	}
 	f.idle(t, "th")
 }
+
+// A regenerate that crashed after storing its new reply, before hiding the old one, shows one reply, not both:
+// the new reply names the one it replaces.
+func TestRegenerateCrashBeforeHidingShowsOneReply(t *testing.T) {
+	t.Parallel()
+	fs := newFaulty(func(string, int, bool) bool { return false })
+	f := setup(t, withStore(func(s agent.Store) agent.Store { fs.Store = s; return deleteFails{fs} }))
+	first, _ := f.turn(t, "th", "u1", "hello")
+	run, _ := f.run(t, engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnRegenerate})
+	if run.Status != agent.RunCompleted || len(f.messages(t, "th")) != 3 {
+		t.Fatalf("regenerate %s; stored %v", run.Status, ids(f.messages(t, "th")))
+	}
+	v, err := f.stack.Threads.Get(context.Background(), "alice", "th")
+	if err != nil || len(v.Messages) != 2 || v.Messages[1].ID != run.AssistantMessageID {
+		t.Fatalf("visible %v, want u1 and the new reply (not %s)", ids(v.Messages), first.AssistantMessageID)
+	}
+	// The next regenerate replaces the new reply, and the model never sees the old one.
+	again, _ := f.run(t, engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnRegenerate, ReplaceID: run.AssistantMessageID})
+	if again.Status != agent.RunCompleted {
+		t.Fatalf("second regenerate %s", again.Status)
+	}
+}
+
+// deleteFails fails every DeleteMessage for good (a crash between the new reply and hiding the old one).
+type deleteFails struct{ *faultyStore }
+
+func (d deleteFails) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
+	return agent.E(agent.KindInternal, agent.CodeInternal, "injected: the process died before hiding %s", id)
+}

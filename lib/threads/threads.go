@@ -136,6 +136,7 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 	for _, rec := range recs {
 		v.Messages = append(v.Messages, rec.Message)
 	}
+	v.Messages = agent.Visible(v.Messages)
 	if th.ActiveRun != nil {
 		if run, err := s.store.GetRun(ctx, th.ID, th.ActiveRun.RunID); err == nil {
 			v.ActiveRun = &run
