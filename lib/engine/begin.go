@@ -139,6 +139,11 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 		msgs[i] = r.Message
 	}
 	msgs = agent.Visible(msgs)
+	if t.e.reaper != nil {
+		// Rare: a streaming message whose run lost its claim without being finished. Finish it now, so the thread
+		// does not keep a "streaming" reply forever (the transcript is provider-valid either way).
+		t.e.reaper.Orphans(ctx, t.thread.ID, t.run.ID, msgs)
+	}
 	switch req.Kind {
 	case TurnRegenerate:
 		return planRegenerate(msgs, req.ReplaceID)

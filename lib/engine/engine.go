@@ -80,6 +80,8 @@ type Store interface {
 // run in its way, so that the reaper's conditional release stays the only reap decision.
 type Reaper interface {
 	Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error)
+	// Orphans finishes the runs of streaming messages that no claim names any more (a reaper died half way).
+	Orphans(ctx context.Context, threadID, active string, msgs []agent.Message)
 }
 
 // Engine runs turns. It holds no per-thread state: everything lives in the store.

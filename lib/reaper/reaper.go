@@ -197,6 +197,51 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 	return true, nil
 }
 
+// ReapOrphan finishes a run that is still recorded as running although no claim names it any more: a reaper
+// that died between its release (the decision) and the run's outcome leaves exactly that, and no later sweep can
+// find it through the index of claims. Readers that meet such a run's "streaming" message call this. It does
+// nothing for a run that is finished, missing, or still holds its claim.
+func (r *Reaper) ReapOrphan(ctx context.Context, threadID, runID string) error {
+	run, err := r.store.GetRun(ctx, threadID, runID)
+	if agent.IsKind(err, agent.KindNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reaper: get run: %w", err)
+	}
+	if run.Status != agent.RunRunning || !r.released(ctx, threadID, run.Fence()) {
+		return nil
+	}
+	var draft *agent.MessageRecord
+	usage := run.Usage
+	rec, err := r.store.GetMessage(ctx, threadID, run.AssistantMessageID)
+	switch {
+	case err == nil:
+		draft = &rec
+		if u := rec.Message.Meta().Usage; u != nil {
+			usage = *u
+		}
+	case !agent.IsKind(err, agent.KindNotFound):
+		return fmt.Errorf("reaper: get draft: %w", err)
+	}
+	r.log.Info("agent.reap", "thread_id", threadID, "run_id", runID, "outcome", "orphan")
+	return r.finishRun(ctx, run, draft, usage)
+}
+
+// Orphans finishes the runs of msgs' streaming assistant messages that hold no claim (see ReapOrphan); active
+// names the run that holds the thread's claim now, if any.
+func (r *Reaper) Orphans(ctx context.Context, threadID, active string, msgs []agent.Message) {
+	for _, m := range msgs {
+		md := m.Meta()
+		if m.Role != agent.RoleAssistant || md.Status != agent.MessageStreaming || md.RunID == "" || md.RunID == active {
+			continue
+		}
+		if err := r.ReapOrphan(ctx, threadID, md.RunID); err != nil {
+			r.log.Warn("agent.reap", "thread_id", threadID, "run_id", md.RunID, "outcome", "orphan", "err", err)
+		}
+	}
+}
+
 // released reports whether the thread's claim has moved past fence (released, or held by a later run).
 func (r *Reaper) released(ctx context.Context, threadID string, f agent.Fence) bool {
 	th, err := r.store.GetThread(ctx, threadID)

@@ -34,6 +34,7 @@ type Store interface {
 // Reaper reaps a stale claim (lib/reaper).
 type Reaper interface {
 	Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error)
+	Orphans(ctx context.Context, threadID, active string, msgs []agent.Message)
 }
 
 // Config bounds the service. Zero values take the defaults.
@@ -137,6 +138,13 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 		v.Messages = append(v.Messages, rec.Message)
 	}
 	v.Messages = agent.Visible(v.Messages)
+	if s.reaper != nil {
+		active := ""
+		if th.ActiveRun != nil {
+			active = th.ActiveRun.RunID
+		}
+		s.reaper.Orphans(ctx, th.ID, active, v.Messages) // what it finishes shows on the next read
+	}
 	if th.ActiveRun != nil {
 		if run, err := s.store.GetRun(ctx, th.ID, th.ActiveRun.RunID); err == nil {
 			v.ActiveRun = &run
