@@ -81,7 +81,7 @@ type Store interface {
 type Reaper interface {
 	Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error)
 	// Orphans finishes the runs of streaming messages that no claim names any more (a reaper died half way).
-	Orphans(ctx context.Context, threadID, active string, msgs []agent.Message)
+	Orphans(ctx context.Context, threadID, active string, msgs []agent.Message) int
 }
 
 // Engine runs turns. It holds no per-thread state: everything lives in the store.

@@ -209,7 +209,7 @@ func (r *Reaper) ReapOrphan(ctx context.Context, threadID, runID string) error {
 	if err != nil {
 		return fmt.Errorf("reaper: get run: %w", err)
 	}
-	if run.Status != agent.RunRunning || !r.released(ctx, threadID, run.Fence()) {
+	if !r.released(ctx, threadID, run.Fence()) {
 		return nil
 	}
 	var draft *agent.MessageRecord
@@ -218,28 +218,43 @@ func (r *Reaper) ReapOrphan(ctx context.Context, threadID, runID string) error {
 	switch {
 	case err == nil:
 		draft = &rec
-		if u := rec.Message.Meta().Usage; u != nil {
+		if u := rec.Message.Meta().Usage; u != nil && run.Status == agent.RunRunning {
 			usage = *u
 		}
 	case !agent.IsKind(err, agent.KindNotFound):
 		return fmt.Errorf("reaper: get draft: %w", err)
 	}
-	r.log.Info("agent.reap", "thread_id", threadID, "run_id", runID, "outcome", "orphan")
-	return r.finishRun(ctx, run, draft, usage)
+	switch {
+	case run.Status == agent.RunRunning:
+		r.log.Info("agent.reap", "thread_id", threadID, "run_id", runID, "outcome", "orphan")
+		return r.finishRun(ctx, run, draft, usage)
+	case run.Status == agent.RunFailed && run.Error != nil && run.Error.Code == agent.CodeStale &&
+		draft != nil && draft.Message.Meta().Status == agent.MessageStreaming:
+		// The reaper recorded the outcome and died before the message and the stream's end.
+		r.log.Info("agent.reap", "thread_id", threadID, "run_id", runID, "outcome", "orphan message")
+		if err := r.finalizeMessage(ctx, run, draft, run.Usage); err != nil {
+			return err
+		}
+		r.endStream(ctx, run)
+	}
+	return nil
 }
 
 // Orphans finishes the runs of msgs' streaming assistant messages that hold no claim (see ReapOrphan); active
-// names the run that holds the thread's claim now, if any.
-func (r *Reaper) Orphans(ctx context.Context, threadID, active string, msgs []agent.Message) {
+// names the run that holds the thread's claim now, if any. It reports how many such messages it looked at.
+func (r *Reaper) Orphans(ctx context.Context, threadID, active string, msgs []agent.Message) int {
+	n := 0
 	for _, m := range msgs {
 		md := m.Meta()
 		if m.Role != agent.RoleAssistant || md.Status != agent.MessageStreaming || md.RunID == "" || md.RunID == active {
 			continue
 		}
+		n++
 		if err := r.ReapOrphan(ctx, threadID, md.RunID); err != nil {
 			r.log.Warn("agent.reap", "thread_id", threadID, "run_id", md.RunID, "outcome", "orphan", "err", err)
 		}
 	}
+	return n
 }
 
 // released reports whether the thread's claim has moved past fence (released, or held by a later run).
