@@ -112,7 +112,11 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, err
 		if !canceled {
 			canceled = true
 			deadline = time.Now().Add(e.cfg.InterruptWait)
-			if _, cerr := e.store.RequestCancel(ctx, req.ThreadID, "", e.clock.Now()); cerr != nil && !errors.Is(cerr, agent.ErrNoActiveRun) {
+			active := "" // cancel the run we saw, never one that took the thread since
+			if gerr == nil && th.ActiveRun != nil {
+				active = th.ActiveRun.RunID
+			}
+			if _, cerr := e.store.RequestCancel(ctx, req.ThreadID, active, e.clock.Now()); cerr != nil && !errors.Is(cerr, agent.ErrNoActiveRun) {
 				return res, cerr
 			}
 		}
