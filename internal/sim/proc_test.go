@@ -250,7 +250,6 @@ func (p *proc) ownRun() string {
 	return p.runID
 }
 
-
 func (p *proc) claimed(r agent.Run) {
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()

@@ -36,7 +36,9 @@ const (
 
 type ctxKey struct{}
 
-func withPhase(ctx context.Context, ph phase) context.Context { return context.WithValue(ctx, ctxKey{}, ph) }
+func withPhase(ctx context.Context, ph phase) context.Context {
+	return context.WithValue(ctx, ctxKey{}, ph)
+}
 
 func phaseOf(ctx context.Context) phase {
 	ph, _ := ctx.Value(ctxKey{}).(phase)
