@@ -143,7 +143,9 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if !p.parkModel(endsLoop) {
 		return agent.ModelResult{}, errDead
 	}
-	if err := ctx.Err(); err != nil {
+	// Half the time a reply that was complete when the run was stopped is returned anyway (its last bytes were
+	// already in flight), so the engine meets tool calls it must not start: "not executed".
+	if err := ctx.Err(); err != nil && (p.id+step)%2 == 0 {
 		return agent.ModelResult{}, err
 	}
 	reason := agent.FinishStop

@@ -333,27 +333,25 @@ func TestReplayIsExact(t *testing.T) {
 }
 
 func replayOnce(t *testing.T, seed uint64) {
-	{
-		var traces [2]string
-		for i := range traces {
-			base := sqliteStores(t, int(seed)*2+i)
-			w := newWorld(seed, base, true)
-			err := w.run()
-			close(w.released)
-			if err != nil {
-				t.Fatalf("seed %d: %v", seed, err)
-			}
-			traces[i] = w.dump()
+	var traces [2]string
+	for i := range traces {
+		base := sqliteStores(t, int(seed)*2+i)
+		w := newWorld(seed, base, true)
+		err := w.run()
+		close(w.released)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
 		}
-		if traces[0] != traces[1] {
-			a, b := strings.Split(traces[0], "\n"), strings.Split(traces[1], "\n")
-			for i := range min(len(a), len(b)) {
-				if a[i] != b[i] {
-					t.Fatalf("seed %d does not replay exactly; line %d:\n  first:  %s\n  second: %s", seed, i+1, a[i], b[i])
-				}
+		traces[i] = w.dump()
+	}
+	if traces[0] != traces[1] {
+		a, b := strings.Split(traces[0], "\n"), strings.Split(traces[1], "\n")
+		for i := range min(len(a), len(b)) {
+			if a[i] != b[i] {
+				t.Fatalf("seed %d does not replay exactly; line %d:\n  first:  %s\n  second: %s", seed, i+1, a[i], b[i])
 			}
-			t.Fatalf("seed %d does not replay exactly: %d lines, then %d", seed, len(a), len(b))
 		}
+		t.Fatalf("seed %d does not replay exactly: %d lines, then %d", seed, len(a), len(b))
 	}
 }
 
