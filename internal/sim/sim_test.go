@@ -144,9 +144,36 @@ func sqliteStores(t testing.TB, worker int) agent.Store {
 	return s
 }
 
+// dynalite is started once per test binary (TestMain stops it): benchmarks call their function once per b.N.
+var (
+	dynaliteOnce sync.Once
+	dynaliteSrv  *dynamotest.Server
+	dynaliteErr  error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if dynaliteSrv != nil {
+		_ = dynaliteSrv.Close()
+	}
+	os.Exit(code)
+}
+
 func dynamoStores(t testing.TB) storeFactory {
-	endpoint := dynamotest.Start(t)
-	client := dynamotest.Client(endpoint)
+	t.Helper()
+	dynaliteOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		dynaliteSrv, dynaliteErr = dynamotest.Launch(ctx)
+	})
+	if dynaliteErr != nil {
+		if dynamotest.SkipRequested() {
+			t.Skipf("dynalite unavailable (%s=1): %v", dynamotest.SkipEnv, dynaliteErr)
+		}
+		t.Fatalf("dynalite: %v (set %s=1 to skip)", dynaliteErr, dynamotest.SkipEnv)
+	}
+	client := dynamotest.Client(dynaliteSrv.Endpoint)
 	table := fmt.Sprintf("agentloop-sim-%d", time.Now().UnixNano())
 	if err := dynamotest.CreateTable(context.Background(), client, table); err != nil {
 		t.Fatal(err)
