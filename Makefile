@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: dev test test-go test-race vet deps node-deps bench build clean
+.PHONY: dev test test-go test-race vet deps node-deps bench build clean soak
 
 ## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set)
 dev:
@@ -39,6 +39,12 @@ RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reap
 	./lib/storetest ./lib/openai ./lib/offline
 test-race:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
+
+## soak: the fault-schedule simulation (internal/sim) with random seeds, for SIM_DURATION (default 10m) split
+## between SQLite and DynamoDB (dynalite); a failing seed is printed with the command that replays it
+SIM_DURATION ?= 10m
+soak: deps
+	SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./internal/sim
 
 ## bench: performance numbers (see README)
 # Whole-turn benchmarks run a fixed 300 turns each so that p99 means something (stops: 50; the 20 s streaming

@@ -1,0 +1,352 @@
+package sim
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/threads"
+)
+
+// proc is one simulated process: a Lambda invocation (a POST /chat, a stop, a delete, a reaper sweep) with its
+// own engine, reaper, tools and threads service over its own procStore. Processes never share memory, only the
+// store, exactly as invocations of the deployed system do; a crash kills one process.
+//
+// A process is a coroutine of the scheduler: its goroutines run only between a grant and the process's next
+// report (parked, done, dead), so at any moment at most one process touches the store and the order of every
+// store call of a schedule is a function of the seed.
+type proc struct {
+	w    *world
+	id   int
+	name string
+	rng  *rand.Rand // fault decisions, drawn once per counted store call, in order
+
+	eng    *engine.Engine
+	reaper *reaper.Reaper
+	svc    *threads.Service
+	store  *procStore
+	script []stepScript // the model's replies, step by step (post and regenerate processes)
+
+	resume    chan struct{} // grants the main goroutine (parked in the model or in a claim retry)
+	uwResume  chan struct{} // grants the user-message write
+	uwArrived chan struct{} // closed when the user-message write first reaches the store
+
+	// Fault plan.
+	crashAt    int // the store call (from 1) that kills the process; 0: never
+	crashAfter bool
+	faultRate  float64
+	lostFrac   float64 // of injected write faults, the share that hit after the write applied
+
+	// Everything below is guarded by w.mu.
+	calls        int
+	consecFaults map[string]int
+	dead         bool
+	done         bool // the main goroutine returned
+	parkedAt     string
+	claims       int
+	runID        string
+	run          agent.Run
+	listing      []string // message ids Begin's ListMessages returned
+	expectUW     bool
+	uwSeen       bool
+	uwPending    bool
+	uwDone       bool
+	runCtx       context.Context // the run's context, as the model received it
+	lastOK       time.Time       // the guard's view: claim time or last accepted heartbeat
+	step         int             // model calls so far
+	nextEndsLoop bool            // the model's next grant returns a result that ends the run loop
+	armed        map[callKind]bool
+	awaitSettle  map[callKind]bool
+	settled      chan struct{}
+	guardDone    chan error
+	toolGates    map[string]chan struct{}
+	toolNext     map[string]string
+	releasedOwn  bool // the run's own FinishRun released its claim
+	inReap       bool // the process released a claim as a reaper and has not finished that reap yet
+	inDoubt      bool // the sim expects the guard to stop the run as in doubt
+	result       *agent.Run
+	beginErr     error
+}
+
+func (w *world) newProc(name string, crashable bool) *proc {
+	w.nextProc++
+	p := &proc{w: w, id: w.nextProc, name: name, resume: make(chan struct{}), uwResume: make(chan struct{}),
+		uwArrived: make(chan struct{}), consecFaults: map[string]int{}, armed: map[callKind]bool{},
+		awaitSettle: map[callKind]bool{}}
+	p.name = name + "#" + itoa(p.id)
+	p.rng = rand.New(rand.NewPCG(w.seed, uint64(p.id)))
+	if crashable && w.rng.Float64() < w.plan.crashProb {
+		p.crashAt = 1 + w.rng.IntN(w.plan.crashWindow)
+		p.crashAfter = w.rng.IntN(2) == 0
+	}
+	if w.rng.Float64() < w.plan.faultyProcs {
+		p.faultRate = w.plan.faultRate
+		p.lostFrac = w.plan.lostFrac
+	}
+	p.store = &procStore{Store: w.base, p: p}
+	tools := w.toolset(p)
+	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: tools, Clock: w.clock}, reaper.Config{StaleAfter: w.ecfg.StaleAfter})
+	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: w.clock, IDs: w.ids}, w.ecfg)
+	p.svc = threads.New(threads.Deps{Store: p.store, Reaper: p.reaper, Clock: w.clock}, threads.Config{StaleAfter: w.ecfg.StaleAfter})
+	w.procs = append(w.procs, p)
+	if p.crashAt > 0 || p.faultRate > 0 {
+		w.tracef("  %s: crashAt=%d after=%v faultRate=%.2f", p.name, p.crashAt, p.crashAfter, p.faultRate)
+	}
+	return p
+}
+
+func (p *proc) isDead() bool {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	return p.dead
+}
+
+// parkDead blocks a dead process's call until the schedule is over (a dead Lambda's calls never return).
+func (p *proc) parkDead() error {
+	<-p.w.released
+	return errDead
+}
+
+func (p *proc) die() {
+	p.w.mu.Lock()
+	p.dead = true
+	p.w.mu.Unlock()
+	p.w.reports <- report{p, repDead}
+}
+
+// report tells the scheduler where the process stopped. A dead process reports nothing more.
+func (p *proc) report(k repKind) {
+	p.w.mu.Lock()
+	dead := p.dead
+	p.w.mu.Unlock()
+	if dead {
+		return
+	}
+	p.w.reports <- report{p, k}
+}
+
+// parkMain parks the main goroutine until the scheduler grants it; false when the process died meanwhile.
+func (p *proc) parkMain(where string) bool {
+	w := p.w
+	w.mu.Lock()
+	if p.dead {
+		w.mu.Unlock()
+		return false
+	}
+	p.parkedAt = where
+	w.mu.Unlock()
+	w.reports <- report{p, repParked}
+	select {
+	case <-p.resume:
+		return true
+	case <-w.released:
+		return false
+	}
+}
+
+// parkUserWrite parks the user-message write: the scheduler decides when it reaches the store relative to the
+// model's events (the engine runs it beside the first model request).
+func (p *proc) parkUserWrite() bool {
+	w := p.w
+	w.mu.Lock()
+	if p.dead {
+		w.mu.Unlock()
+		return false
+	}
+	p.uwPending = true
+	first := !p.uwSeen
+	p.uwSeen = true
+	w.mu.Unlock()
+	if first {
+		close(p.uwArrived) // the scheduler is still inside the main goroutine's advance: no report
+	} else {
+		w.reports <- report{p, repUWParked}
+	}
+	select {
+	case <-p.uwResume:
+		w.mu.Lock()
+		p.uwPending = false
+		w.mu.Unlock()
+		return true
+	case <-w.released:
+		return false
+	}
+}
+
+// nextCall counts a store call and draws its fate.
+//
+// Unless the sim explores the known gaps (-gaps), two fates are left out because they hit bugs the sim found
+// (see the regression list in sim_test.go): a crash or a transient fault between a reaper's release of a claim
+// and the end of that reap (a crash moves to the first call after it), a lost response on the release itself, and
+// a lost response on a finalizing message write.
+func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost bool) {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p.calls++
+	n = p.calls
+	r1, r2 := p.rng.Float64(), p.rng.Float64()
+	switch method {
+	case "GetRun", "ClaimRun", "GetThread", "ListStaleClaims", "DeleteThread", "RequestCancel":
+		p.inReap = false // the reap that released a claim is over: its process moved on
+	}
+	if p.crashAt == n && (p.inReap || method == "ReleaseClaim" && p.crashAfter) && !w.gaps {
+		p.crashAt++
+	}
+	if p.crashAt == n {
+		return n, true, p.crashAfter, false, false
+	}
+	// At most two faults in a row per method: the engine's retries (real-time backoff) then succeed.
+	if write && r1 < p.faultRate && p.consecFaults[method] < 2 && (w.gaps || !p.inReap) {
+		p.consecFaults[method]++
+		return n, false, false, true, r2 < p.lostFrac && (w.gaps || !final && method != "ReleaseClaim")
+	}
+	p.consecFaults[method] = 0
+	return n, false, false, false, false
+}
+
+// takeArm lets one guard call through when the scheduler armed it. The first unarmed call after an armed one
+// proves the guard goroutine handled the armed call's result (it loops to its next tick only afterwards).
+func (p *proc) takeArm(k callKind) bool {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p.dead {
+		return false
+	}
+	if p.armed[k] {
+		p.armed[k] = false
+		return true
+	}
+	if p.awaitSettle[k] {
+		p.awaitSettle[k] = false
+		close(p.settled)
+	}
+	return false
+}
+
+func (p *proc) afterCall(k callKind, err error) {
+	switch k {
+	case callHeartbeat, callPoll:
+		p.guardDone <- err
+	case callUserWrite:
+		if agent.KindOf(err) != agent.KindUnavailable {
+			p.w.mu.Lock()
+			p.uwDone = true
+			p.w.mu.Unlock()
+			p.report(repUWDone)
+		} // a transient error: the engine retries, and the next attempt parks again
+	}
+}
+
+func (p *proc) ownRun() string {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	return p.runID
+}
+
+func (p *proc) claimed(r agent.Run) {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	p.runID, p.run = r.ID, r
+	p.lastOK = p.w.clock.Now()
+}
+
+func (p *proc) heartbeatOK(now time.Time) {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	p.lastOK = now
+}
+
+func (p *proc) listed(rs []agent.MessageRecord) {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	p.listing = p.listing[:0]
+	for _, r := range rs {
+		p.listing = append(p.listing, r.Message.ID)
+	}
+}
+
+// modelCalled records the run's context and step for the scheduler, and sets up the tool turnstile of the
+// step: server tools run one after another in call order (the engine starts them concurrently; the sim
+// serializes them so their store calls keep a deterministic order).
+func (p *proc) modelCalled(ctx context.Context, sc stepScript) int {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p.runCtx == nil {
+		p.runCtx = ctx
+		p.lastOK = w.clock.Now() // the guard starts with the stream, at the same virtual instant
+	}
+	step := p.step
+	p.step++
+	p.toolGates, p.toolNext = map[string]chan struct{}{}, map[string]string{}
+	prev := ""
+	for i, c := range sc.calls {
+		if !c.executes() {
+			continue
+		}
+		id := callID(p.id, step, i)
+		p.toolGates[id] = make(chan struct{})
+		if prev == "" {
+			close(p.toolGates[id])
+		} else {
+			p.toolNext[prev] = id
+		}
+		prev = id
+	}
+	return step
+}
+
+// toolTurn waits until the call may run; the returned func lets the next one go.
+func (p *proc) toolTurn(callID string) func() {
+	p.w.mu.Lock()
+	gate := p.toolGates[callID]
+	p.w.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-p.w.released:
+		}
+	}
+	return func() {
+		p.w.mu.Lock()
+		defer p.w.mu.Unlock()
+		if next, ok := p.toolNext[callID]; ok {
+			close(p.toolGates[next])
+		}
+	}
+}
+
+func (p *proc) liveStream() bool {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !p.dead && !p.done && p.runCtx != nil && p.runCtx.Err() == nil && p.parkedAt == "model"
+}
+
+// mayFinish reports whether the next grant of the main goroutine may end the run loop, after which the engine
+// waits for the user-message write (so that write must not be parked then).
+func (p *proc) mayFinish() bool {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return p.runCtx != nil && (p.runCtx.Err() != nil || p.nextEndsLoop)
+}
+
+func itoa(i int) string { return string(appendInt(nil, i)) }
+
+func appendInt(b []byte, i int) []byte {
+	if i >= 10 {
+		b = appendInt(b, i/10)
+	}
+	return append(b, byte('0'+i%10))
+}
+
+var _ = slices.Contains[[]string]
+var _ sync.Mutex

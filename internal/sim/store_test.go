@@ -1,0 +1,396 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// procStore is one process's view of the store: every component of a simulated process (its engine, its
+// reaper, its tools, its threads service) talks to the shared underlying store through it. It is where the sim
+//
+//   - crashes the process at its Nth store call (before or after that call applies): the call and every later one
+//     of that process park until the schedule ends, as the calls of a dead Lambda never return; a new process
+//     over the same underlying store carries on;
+//   - injects transient KindUnavailable errors on writes, sometimes after the write applied (a lost response,
+//     which the AWS SDK's own retries turn into a second attempt);
+//   - gates the engine's background work (heartbeats, cancel polls) so it reaches the store only when the
+//     scheduler says so, and parks the user-message write and claim retries so the scheduler orders them;
+//   - checks, on every write a run makes under its own fence, that the run still held the thread's claim when
+//     that write took effect (DESIGN principle 8).
+type procStore struct {
+	agent.Store // the underlying store; only reached through call
+	p           *proc
+}
+
+type phase int
+
+const (
+	phaseOp     phase = iota // a threads-service or reaper call
+	phaseBegin               // engine.Begin, and the user-message write it starts
+	phaseStream              // Turn.Stream: the run loop, its guard, its segmenter, its tools
+)
+
+type ctxKey struct{}
+
+func withPhase(ctx context.Context, ph phase) context.Context {
+	return context.WithValue(ctx, ctxKey{}, ph)
+}
+
+func phaseOf(ctx context.Context) phase {
+	ph, _ := ctx.Value(ctxKey{}).(phase)
+	return ph
+}
+
+// errDead is what a dead process's calls return once the schedule is over and its goroutines are let go (they
+// never reach the store again).
+var errDead = errors.New("sim: process is dead")
+
+// callKind classifies a store call for the gates.
+type callKind int
+
+const (
+	callPlain     callKind = iota
+	callHeartbeat          // the guard's heartbeat (Stream phase)
+	callPoll               // the guard's cancel poll (GetThread in the Stream phase)
+	callUserWrite          // the user message write Begin starts beside the first model request
+	callClaim              // a ClaimRun of Begin after its first (waiting for a run to let go)
+)
+
+// call runs one store call of the process through the gates, the crash point and the fault injector.
+// own is the fence of a write the process's run makes under its own claim (nil otherwise).
+func (s *procStore) call(ctx context.Context, method string, write bool, kind callKind, own *agent.Fence, threadID string, do func() error) error {
+	return s.callD(ctx, method, write, false, kind, own, threadID, func() string { return threadID }, do)
+}
+
+// callD is call with a description of the call for the trace; final marks a finalizing message write.
+func (s *procStore) callD(ctx context.Context, method string, write, final bool, kind callKind, own *agent.Fence, threadID string, detail func() string, do func() error) error {
+	p, w := s.p, s.p.w
+	if p.isDead() {
+		return p.parkDead()
+	}
+	switch kind {
+	case callHeartbeat, callPoll:
+		if !p.takeArm(kind) {
+			// Not armed: the guard's tick is lost on the way, like a heartbeat that times out. It costs nothing
+			// and is not a store call.
+			return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: guard tick not scheduled")
+		}
+	case callUserWrite:
+		if !p.parkUserWrite() {
+			return p.parkDead()
+		}
+	}
+	n, crash, after, fault, lost := p.nextCall(method, write, final)
+	if crash && !after {
+		w.tracef("  %s: CRASH before call %d (%s)", p.name, n, method)
+		p.die()
+		return p.parkDead()
+	}
+	if fault && !lost {
+		w.tracef("    %s: %s %s -> injected fault", p.name, method, detail())
+		w.countFault(method)
+		p.afterCall(kind, errInjected)
+		return errInjected
+	}
+	var before agent.Thread
+	var beforeOK bool
+	if own != nil {
+		before, beforeOK = w.threadOf(threadID)
+	}
+	err := do()
+	if own != nil {
+		w.checkOwnWrite(p, method, *own, threadID, before, beforeOK, err)
+	}
+	if write && kind != callHeartbeat && kind != callPoll {
+		w.tracef("    %s: %s %s -> %s", p.name, method, detail(), errStr(err))
+	}
+	if crash {
+		w.tracef("  %s: CRASH after call %d (%s) applied: %v", p.name, n, method, errStr(err))
+		p.die()
+		return p.parkDead()
+	}
+	if fault && lost && err == nil {
+		w.tracef("    %s: (the response of that %s is lost: injected fault)", p.name, method)
+		w.countFault(method + "(lost response)")
+		p.afterCall(kind, errInjected)
+		return errInjected
+	}
+	p.afterCall(kind, err)
+	if kind == callClaim && errors.Is(err, agent.ErrRunActive) {
+		// Begin found the thread busy. It parks here, after the answer, not before its next attempt: a call
+		// is instantaneous in virtual time (the engine stamps it with the clock just before), time passes
+		// between calls.
+		if !p.parkMain("claim retry") {
+			return p.parkDead()
+		}
+	}
+	return err
+}
+
+var errInjected = agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: injected transient fault")
+
+func errStr(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+func (s *procStore) ownFence(ctx context.Context, f agent.Fence) *agent.Fence {
+	if rid := s.p.ownRun(); rid != "" && f.RunID == rid && phaseOf(ctx) != phaseOp {
+		return &f
+	}
+	return nil
+}
+
+// ThreadStore.
+
+func (s *procStore) CreateThread(ctx context.Context, t agent.Thread) (th agent.Thread, created bool, err error) {
+	err = s.call(ctx, "CreateThread", true, callPlain, nil, t.ID, func() error {
+		var e error
+		th, created, e = s.Store.CreateThread(ctx, t)
+		return e
+	})
+	return th, created, err
+}
+
+func (s *procStore) GetThread(ctx context.Context, id string) (th agent.Thread, err error) {
+	kind := callPlain
+	if phaseOf(ctx) == phaseStream {
+		kind = callPoll // the run loop itself never reads the thread; only the guard does
+	}
+	err = s.call(ctx, "GetThread", false, kind, nil, id, func() error {
+		var e error
+		th, e = s.Store.GetThread(ctx, id)
+		return e
+	})
+	return th, err
+}
+
+func (s *procStore) ListThreads(ctx context.Context, owner string, limit int) (ths []agent.Thread, err error) {
+	err = s.call(ctx, "ListThreads", false, callPlain, nil, "", func() error {
+		var e error
+		ths, e = s.Store.ListThreads(ctx, owner, limit)
+		return e
+	})
+	return ths, err
+}
+
+func (s *procStore) UpdateThread(ctx context.Context, id string, pt agent.ThreadPatch, now time.Time) (th agent.Thread, err error) {
+	err = s.call(ctx, "UpdateThread", true, callPlain, nil, id, func() error {
+		var e error
+		th, e = s.Store.UpdateThread(ctx, id, pt, now)
+		return e
+	})
+	return th, err
+}
+
+func (s *procStore) DeleteThread(ctx context.Context, id string) error {
+	return s.call(ctx, "DeleteThread", true, callPlain, nil, id, func() error {
+		err := s.Store.DeleteThread(ctx, id)
+		if err == nil {
+			s.p.w.threadDeleted(id) // even if the process dies before it hears back
+		}
+		return err
+	})
+}
+
+// RunStore.
+
+func (s *procStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res agent.ClaimResult, err error) {
+	kind := callPlain
+	if phaseOf(ctx) == phaseBegin {
+		kind = callClaim
+	}
+	detail := func() string { return fmt.Sprintf("%s run=%s -> epoch %d", req.ThreadID, req.RunID, res.Run.Epoch) }
+	err = s.callD(ctx, "ClaimRun", true, false, kind, nil, req.ThreadID, detail, func() error {
+		var e error
+		res, e = s.Store.ClaimRun(ctx, req)
+		if e == nil {
+			s.p.claimed(res.Run)
+		}
+		return e
+	})
+	return res, err
+}
+
+func (s *procStore) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
+	if !now.Equal(s.p.w.clock.Now()) {
+		// A tick that read the clock before the scheduler moved it: lost on the way, like an unarmed one, so
+		// that an armed heartbeat always carries the current virtual time.
+		return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: stale guard tick")
+	}
+	err := s.call(ctx, "Heartbeat", true, callHeartbeat, nil, threadID, func() error {
+		return s.Store.Heartbeat(ctx, threadID, f, now)
+	})
+	if err == nil {
+		s.p.heartbeatOK(now)
+	}
+	return err
+}
+
+func (s *procStore) RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (c agent.Claim, err error) {
+	err = s.call(ctx, "RequestCancel", true, callPlain, nil, threadID, func() error {
+		var e error
+		c, e = s.Store.RequestCancel(ctx, threadID, runID, now)
+		return e
+	})
+	return c, err
+}
+
+func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
+	detail := func() string { return fmt.Sprintf("%s %s@%d %s", run.ThreadID, run.ID, run.Epoch, run.Status) }
+	return s.callD(ctx, "FinishRun", true, false, callPlain, s.ownFence(ctx, run.Fence()), run.ThreadID, detail, func() error {
+		return s.Store.FinishRun(ctx, run)
+	})
+}
+
+func (s *procStore) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
+	return s.call(ctx, "ReleaseClaim", true, callPlain, nil, req.ThreadID, func() error {
+		err := s.Store.ReleaseClaim(ctx, req)
+		if err == nil {
+			s.p.w.mu.Lock()
+			s.p.inReap = true
+			s.p.w.mu.Unlock()
+		}
+		return err
+	})
+}
+
+func (s *procStore) ListStaleClaims(ctx context.Context, before time.Time, limit int) (cs []agent.StaleClaim, err error) {
+	err = s.call(ctx, "ListStaleClaims", false, callPlain, nil, "", func() error {
+		var e error
+		cs, e = s.Store.ListStaleClaims(ctx, before, limit)
+		return e
+	})
+	// Other batches' schedules share the store: the reaper of this schedule only sees this schedule's threads
+	// (a failed schedule may leave claims behind, which must not leak into the next one).
+	kept := cs[:0:0]
+	for _, c := range cs {
+		if s.p.w.ours(c.ThreadID) {
+			kept = append(kept, c)
+		}
+	}
+	return kept, err
+}
+
+func (s *procStore) GetRun(ctx context.Context, threadID, runID string) (r agent.Run, err error) {
+	err = s.call(ctx, "GetRun", false, callPlain, nil, threadID, func() error {
+		var e error
+		r, e = s.Store.GetRun(ctx, threadID, runID)
+		return e
+	})
+	return r, err
+}
+
+func (s *procStore) ListRuns(ctx context.Context, threadID string) (rs []agent.Run, err error) {
+	err = s.call(ctx, "ListRuns", false, callPlain, nil, threadID, func() error {
+		var e error
+		rs, e = s.Store.ListRuns(ctx, threadID)
+		return e
+	})
+	return rs, err
+}
+
+// MessageStore.
+
+func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error {
+	kind := callPlain
+	if phaseOf(ctx) == phaseBegin && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() {
+		kind = callUserWrite
+	}
+	detail := func() string {
+		return fmt.Sprintf("%s/%s %s seq=%d fence=%s@%d final=%v %s", mw.ThreadID, mw.Message.ID, mw.Message.Role, mw.Seq,
+			mw.Fence.RunID, mw.Fence.Epoch, mw.Final, mw.Message.Meta().Status)
+	}
+	return s.callD(ctx, "PutMessage", true, mw.Final, kind, s.ownFence(ctx, mw.Fence), mw.ThreadID, detail, func() error {
+		return s.Store.PutMessage(ctx, mw)
+	})
+}
+
+func (s *procStore) GetMessage(ctx context.Context, threadID, id string) (r agent.MessageRecord, err error) {
+	err = s.call(ctx, "GetMessage", false, callPlain, nil, threadID, func() error {
+		var e error
+		r, e = s.Store.GetMessage(ctx, threadID, id)
+		return e
+	})
+	return r, err
+}
+
+func (s *procStore) ListMessages(ctx context.Context, threadID string) (rs []agent.MessageRecord, err error) {
+	err = s.call(ctx, "ListMessages", false, callPlain, nil, threadID, func() error {
+		var e error
+		rs, e = s.Store.ListMessages(ctx, threadID)
+		return e
+	})
+	if err == nil && phaseOf(ctx) == phaseBegin {
+		s.p.listed(rs)
+	}
+	return rs, err
+}
+
+func (s *procStore) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
+	return s.call(ctx, "DeleteMessage", true, callPlain, s.ownFence(ctx, f), threadID, func() error {
+		return s.Store.DeleteMessage(ctx, threadID, id, f)
+	})
+}
+
+// SegmentStore.
+
+func (s *procStore) AppendSegment(ctx context.Context, seg agent.Segment) error {
+	// Faults on segments hit only a segment's first attempt, and never the final one: the segmenter retries a
+	// failed segment at its next wake only (its interval timer is switched off here), so a fault on the retry
+	// inside Close would hold the run for segments.DefaultCloseTimeout of real time.
+	key := fmt.Sprintf("%s/%d", seg.RunID, seg.Seq)
+	first := s.p.w.firstSegmentAttempt(key)
+	return s.call(ctx, "AppendSegment", first && !seg.Final, callPlain, nil, seg.ThreadID, func() error {
+		return s.Store.AppendSegment(ctx, seg)
+	})
+}
+
+func (s *procStore) ListSegments(ctx context.Context, runID string, from int64, now time.Time) (ss []agent.Segment, err error) {
+	err = s.call(ctx, "ListSegments", false, callPlain, nil, "", func() error {
+		var e error
+		ss, e = s.Store.ListSegments(ctx, runID, from, now)
+		return e
+	})
+	return ss, err
+}
+
+// ValueStore.
+
+func (s *procStore) PutValue(ctx context.Context, ns, key string, value []byte) error {
+	return s.call(ctx, "PutValue", true, callPlain, nil, "", func() error {
+		err := s.Store.PutValue(ctx, ns, key, value)
+		if err == nil {
+			s.p.w.valuePut(ns, key)
+		}
+		return err
+	})
+}
+
+func (s *procStore) GetValue(ctx context.Context, ns, key string) (b []byte, err error) {
+	err = s.call(ctx, "GetValue", false, callPlain, nil, "", func() error {
+		var e error
+		b, e = s.Store.GetValue(ctx, ns, key)
+		return e
+	})
+	return b, err
+}
+
+func (s *procStore) ListValues(ctx context.Context, ns string) (kv []agent.KV, err error) {
+	err = s.call(ctx, "ListValues", false, callPlain, nil, "", func() error {
+		var e error
+		kv, e = s.Store.ListValues(ctx, ns)
+		return e
+	})
+	return kv, err
+}
+
+func (s *procStore) DeleteValue(ctx context.Context, ns, key string) error {
+	return s.call(ctx, "DeleteValue", true, callPlain, nil, "", func() error { return s.Store.DeleteValue(ctx, ns, key) })
+}

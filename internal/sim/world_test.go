@@ -1,0 +1,417 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/engine"
+)
+
+// vclock is the virtual clock: it moves only when the scheduler advances it, so "time passing" (heartbeats
+// going stale, a claim in doubt, the reaper's cutoff) happens at chosen points of a schedule.
+type vclock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *vclock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *vclock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d).Truncate(time.Millisecond)
+}
+
+// seqIDs makes ids that are unique per schedule and sort in creation order (ListRuns orders ties by id).
+type seqIDs struct {
+	mu     sync.Mutex
+	prefix string
+	n      int
+}
+
+func (s *seqIDs) New(prefix string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	return fmt.Sprintf("%s_%s%05d", prefix, s.prefix, s.n)
+}
+
+type repKind int
+
+const (
+	repParked   repKind = iota + 1 // the main goroutine parked (in the model, or before a claim retry)
+	repDone                        // the main goroutine returned
+	repDead                        // the process crashed
+	repUWParked                    // the user-message write parked again (a retry after a transient fault)
+	repUWDone                      // the user-message write returned for good
+)
+
+type report struct {
+	p    *proc
+	kind repKind
+}
+
+// plan is the per-schedule dial of the fault mix, drawn from the seed.
+type plan struct {
+	crashProb   float64
+	crashWindow int
+	faultyProcs float64
+	faultRate   float64
+	lostFrac    float64
+}
+
+// world is one schedule: the underlying store, the virtual clock, the processes, and what the checks need.
+type world struct {
+	seed  uint64
+	rng   *rand.Rand
+	base  agent.Store
+	clock *vclock
+	ids   *seqIDs
+	ecfg  engine.Config
+	plan  plan
+	owner string
+	gaps  bool // explore the windows the engine is known not to close (see the report in sim_test.go)
+
+	reports  chan report
+	released chan struct{} // closed when the schedule is over: dead processes' calls return errDead
+
+	mu       sync.Mutex
+	nextProc int
+	procs    []*proc
+	threads  []*simThread
+	trace    []string
+	violates []string
+	faults   map[string]int
+	segTries map[string]int
+	effects  map[string]int // applied PutValue count per ns/key
+	refused  int            // own-fence writes the store refused as run_fenced (the fence working)
+	stats    stats
+}
+
+// simThread is what the sim knows of one thread of the schedule.
+type simThread struct {
+	id       string
+	gen      int // bumped by every successful delete
+	msgs     int
+	posted   []postedMsg
+	accepted []acceptedMsg
+}
+
+type postedMsg struct {
+	id, text string
+}
+
+type acceptedMsg struct {
+	id   string
+	gen  int
+	proc *proc
+}
+
+type stats struct {
+	ops, crashes, accepted, zombieRefused int
+}
+
+func (w *world) tracef(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.trace = append(w.trace, fmt.Sprintf(format, args...))
+}
+
+func (w *world) violate(inv, format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.violates = append(w.violates, inv+": "+fmt.Sprintf(format, args...))
+}
+
+func (w *world) countFault(method string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.faults[method]++
+}
+
+func (w *world) firstSegmentAttempt(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.segTries[key]++
+	return w.segTries[key] == 1
+}
+
+func (w *world) valuePut(ns, key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.effects[ns+"\x00"+key]++
+}
+
+func (w *world) ours(threadID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range w.threads {
+		if t.id == threadID {
+			return true
+		}
+	}
+	return false
+}
+
+// threadOf reads the thread from the underlying store (never faulted); ok is false when it does not exist.
+func (w *world) threadOf(threadID string) (agent.Thread, bool) {
+	th, err := w.base.GetThread(context.Background(), threadID)
+	return th, err == nil
+}
+
+func (w *world) claimOf(threadID string) (*agent.Claim, bool) {
+	th, ok := w.threadOf(threadID)
+	return th.ActiveRun, ok
+}
+
+// checkOwnWrite is invariant "at most one run's writes take effect per thread at a time": a write a run makes
+// under its own fence may take effect only while the thread's claim names that run at that epoch, or after the
+// run released the claim itself and before anyone claimed again (the engine hides a regenerated reply after its
+// FinishRun). The check runs in the process's own goroutine, between the read of the thread and the write,
+// while every other process is parked, so nothing can change the claim in between.
+func (w *world) checkOwnWrite(p *proc, method string, f agent.Fence, threadID string, before agent.Thread, exists bool, err error) {
+	if errors.Is(err, agent.ErrRunFenced) {
+		w.mu.Lock()
+		w.refused++
+		w.mu.Unlock()
+		return
+	}
+	c := before.ActiveRun
+	ours := exists && c != nil && c.RunID == f.RunID && c.Epoch == f.Epoch
+	if err != nil {
+		return
+	}
+	if ours {
+		if method == "FinishRun" {
+			w.mu.Lock()
+			p.releasedOwn = true
+			w.mu.Unlock()
+		}
+		return
+	}
+	w.mu.Lock()
+	afterOwnRelease := p.releasedOwn && exists && c == nil && before.Epoch == f.Epoch
+	w.mu.Unlock()
+	if afterOwnRelease {
+		return
+	}
+	claim := "none"
+	if !exists {
+		claim = "thread gone"
+	} else if c != nil {
+		claim = fmt.Sprintf("%s@%d", c.RunID, c.Epoch)
+	}
+	w.violate("one-writer", "%s: %s by run %s@%d took effect on thread %s while the claim was %s (thread epoch %d)", p.name, method, f.RunID, f.Epoch, threadID, claim, before.Epoch)
+}
+
+// await waits for p's next report. Only p runs, so any other report is a bug in the sim.
+func (w *world) await(p *proc, want ...repKind) (repKind, error) {
+	select {
+	case r := <-w.reports:
+		if r.p != p {
+			return 0, fmt.Errorf("sim: report %d from %s while advancing %s", r.kind, r.p.name, p.name)
+		}
+		ok := false
+		for _, k := range want {
+			ok = ok || k == r.kind
+		}
+		if !ok {
+			return 0, fmt.Errorf("sim: unexpected report %d from %s (want %v)", r.kind, p.name, want)
+		}
+		w.mu.Lock()
+		switch r.kind {
+		case repDone:
+			p.done = true
+		case repDead:
+			w.stats.crashes++
+		}
+		w.mu.Unlock()
+		return r.kind, nil
+	case <-time.After(30 * time.Second):
+		return 0, fmt.Errorf("sim: %s did not report within 30s (deadlock; parked at %q)", p.name, p.parkedAt)
+	}
+}
+
+// start runs fn as p's main goroutine and waits for its first report.
+func (w *world) start(p *proc, fn func()) error {
+	go func() {
+		fn()
+		p.report(repDone)
+	}()
+	_, err := w.await(p, repParked, repDone, repDead)
+	return err
+}
+
+// advanceMain grants p's main goroutine until its next report. When that grant may end the run loop, the
+// user-message write goes first: the engine waits for it then, invisibly to the sim.
+func (w *world) advanceMain(p *proc) error {
+	for w.uwPending(p) && p.mayFinish() {
+		if err := w.advanceUW(p); err != nil {
+			return err
+		}
+	}
+	if p.isDead() {
+		return nil
+	}
+	p.resume <- struct{}{}
+	_, err := w.await(p, repParked, repDone, repDead)
+	return err
+}
+
+func (w *world) uwPending(p *proc) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return p.uwPending && !p.dead
+}
+
+// advanceUW lets the parked user-message write reach the store, and waits until it parks again (a retry) or
+// returns for good.
+func (w *world) advanceUW(p *proc) error {
+	p.uwResume <- struct{}{}
+	_, err := w.await(p, repUWParked, repUWDone, repDead)
+	return err
+}
+
+// guardTick lets one heartbeat (or one cancel poll) of p's guard reach the store, then waits until the guard
+// handled the answer: it ticks again (and is refused), or the run's context is canceled.
+func (w *world) guardTick(p *proc, k callKind) error {
+	w.mu.Lock()
+	p.armed[k] = true
+	p.awaitSettle[k] = true
+	p.settled = make(chan struct{})
+	p.guardDone = make(chan error, 1)
+	ctx, settled, done := p.runCtx, p.settled, p.guardDone
+	w.mu.Unlock()
+	timeout := time.After(30 * time.Second)
+	select {
+	case err := <-done:
+		w.tracef("  %s: guard %v -> %s", p.name, kindName(k), errStr(err))
+	case r := <-w.reports:
+		if r.p != p || r.kind != repDead {
+			return fmt.Errorf("sim: report %d from %s during a guard tick of %s", r.kind, r.p.name, p.name)
+		}
+		w.mu.Lock()
+		w.stats.crashes++
+		w.mu.Unlock()
+		return nil
+	case <-ctx.Done():
+		// The guard stopped before its next tick reached the store (in doubt): nothing was called.
+		w.mu.Lock()
+		p.armed[k], p.awaitSettle[k] = false, false
+		w.mu.Unlock()
+		return nil
+	case <-timeout:
+		return fmt.Errorf("sim: guard of %s never ticked", p.name)
+	}
+	select {
+	case <-settled:
+	case <-ctx.Done():
+		w.mu.Lock()
+		p.awaitSettle[k] = false
+		w.mu.Unlock()
+	case <-timeout:
+		return fmt.Errorf("sim: guard of %s did not settle", p.name)
+	}
+	return nil
+}
+
+func kindName(k callKind) string {
+	if k == callHeartbeat {
+		return "heartbeat"
+	}
+	return "cancel poll"
+}
+
+// advanceClock moves virtual time on. A streaming run whose last accepted heartbeat is now more than half of
+// staleAfter ago stops itself (its guard ticks in real time and finds it in doubt); the sim waits for that, so
+// the next step sees the run stopped, whatever the Go scheduler did.
+func (w *world) advanceClock(d time.Duration) error {
+	// Who will be in doubt is decided before the clock moves: the guards read it in real time, and one may stop
+	// its run before the sim looked.
+	now := w.clock.Now().Add(d).Truncate(time.Millisecond)
+	var doubt []context.Context
+	for _, p := range w.procs {
+		w.mu.Lock()
+		// A run already stopping (canceled) is in doubt too: its final writes check the claim's age first.
+		if !p.dead && !p.done && p.runCtx != nil && now.Sub(p.lastOK) > w.ecfg.StaleAfter/2 {
+			p.inDoubt = true
+			if p.runCtx.Err() == nil {
+				doubt = append(doubt, p.runCtx)
+			}
+		}
+		w.mu.Unlock()
+	}
+	w.clock.advance(d)
+	w.tracef("clock +%s -> %s", d, now.Format("15:04:05.000"))
+	for _, ctx := range doubt {
+		select {
+		case <-ctx.Done():
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("sim: a run did not stop itself in doubt")
+		}
+	}
+	return nil
+}
+
+// live lists the processes the scheduler can still advance, in creation order.
+func (w *world) liveMains() []*proc {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ps []*proc
+	for _, p := range w.procs {
+		if !p.dead && !p.done {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+func (w *world) pendingUWs() []*proc {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ps []*proc
+	for _, p := range w.procs {
+		if !p.dead && p.uwPending {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+func (w *world) liveStreams() []*proc {
+	var ps []*proc
+	for _, p := range w.liveMains() {
+		if p.liveStream() {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+func (w *world) dump() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var b strings.Builder
+	for _, l := range w.trace {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	fs := make([]string, 0, len(w.faults))
+	for k, v := range w.faults {
+		fs = append(fs, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(fs)
+	fmt.Fprintf(&b, "faults: %s\n", strings.Join(fs, " "))
+	return b.String()
+}
