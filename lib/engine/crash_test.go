@@ -352,12 +352,12 @@ func (c *crashStore) DeleteValue(ctx context.Context, ns, key string) error {
 	return c.write(storeCall{method: "DeleteValue", ns: ns}, func() error { return c.Store.DeleteValue(ctx, ns, key) })
 }
 
-// crashBackend opens "processes" over one durable store: each call of stack is a new process (its own engine,
-// reaper and store handle) over the same data; wrap (optional) is the crash wrapper of that process.
+// crashBackend is one kind of durable store. start makes a fresh one for a row and returns how to start a
+// "process" over it: each call is a new stack (its own engine, reaper, tools and store handle) over the same data,
+// crashing as cs says (nil: a process that does not crash).
 type crashBackend struct {
-	name       string
-	staleAfter time.Duration
-	start      func(t *testing.T) func(t *testing.T, cs *crashStore) *devserver.Stack
+	name  string
+	start func(t *testing.T) func(t *testing.T, cs *crashStore) *devserver.Stack
 }
 
 // crashModel serves the offline model over HTTP, replies arriving piece by piece so that heartbeats and segment
@@ -369,9 +369,9 @@ func crashModel(t *testing.T) string {
 	return hs.URL + "/v1/"
 }
 
-func crashOptions(modelURL, data string, staleAfter time.Duration) devserver.Options {
+func crashOptions(modelURL, data string) devserver.Options {
 	return devserver.Options{Data: data, ModelURL: modelURL,
-		Config: config.Config{Heartbeat: crashHeartbeat, StaleAfter: staleAfter, SegmentFlush: 20 * time.Millisecond,
+		Config: config.Config{Heartbeat: crashHeartbeat, StaleAfter: crashStaleAfter, SegmentFlush: 20 * time.Millisecond,
 			CancelPoll: 20 * time.Millisecond},
 		OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond; c.MaxRetries = 2 }}
 }
@@ -407,10 +407,10 @@ func newCrashStack(t *testing.T, o devserver.Options, name string) *devserver.St
 }
 
 // sqliteBackend: a second process opens the same SQLite file (devserver.New with the same Data directory).
-var sqliteBackend = crashBackend{name: "sqlite", staleAfter: crashStaleAfter, start: func(t *testing.T) func(*testing.T, *crashStore) *devserver.Stack {
+var sqliteBackend = crashBackend{name: "sqlite", start: func(t *testing.T) func(*testing.T, *crashStore) *devserver.Stack {
 	data, model := t.TempDir(), crashModel(t)
 	return func(t *testing.T, cs *crashStore) *devserver.Stack {
-		o := crashOptions(model, data, crashStaleAfter)
+		o := crashOptions(model, data)
 		name := "recovering process"
 		if cs != nil {
 			o.Wrap, name = cs.wrap, "crashing process"
@@ -423,7 +423,7 @@ var sqliteBackend = crashBackend{name: "sqlite", staleAfter: crashStaleAfter, st
 func dynamoBackend(endpoint string) crashBackend {
 	var mu sync.Mutex
 	tables := 0
-	return crashBackend{name: "dynamo", staleAfter: crashStaleAfter, start: func(t *testing.T) func(*testing.T, *crashStore) *devserver.Stack {
+	return crashBackend{name: "dynamo", start: func(t *testing.T) func(*testing.T, *crashStore) *devserver.Stack {
 		mu.Lock()
 		tables++
 		table := fmt.Sprintf("crash%d_%d", time.Now().UnixNano(), tables)
@@ -433,7 +433,7 @@ func dynamoBackend(endpoint string) crashBackend {
 		}
 		model := crashModel(t)
 		return func(t *testing.T, cs *crashStore) *devserver.Stack {
-			o := crashOptions(model, t.TempDir(), crashStaleAfter)
+			o := crashOptions(model, t.TempDir())
 			client, name := dynamotest.Client(endpoint), "recovering process"
 			if cs != nil {
 				o.Wrap, name = cs.wrap, "crashing process"
@@ -621,7 +621,7 @@ func crashTable() []crashRow {
 		{name: "takeover/W6 final PutMessage", text: plainText, point: atFinal, user: wantYes, reply: agent.RunCompleted, takeover: true},
 
 		// A regenerate of u0's reply: the old reply is kept until the new one is stored and the run completed, and
-		// then hidden, so the thread shows exactly one reply to u0 however the crash fell.
+		// then hidden (see oneReplyToU0).
 		{name: "regen/mid-step first AppendSegment", regen: true, point: atFirstSegment, reply: agent.RunFailed, check: oneReplyToU0},
 		{name: "regen/W6 final PutMessage", regen: true, point: atFinal, reply: agent.RunCompleted, check: oneReplyToU0},
 		{name: "regen/W7 FinishRun", regen: true, point: atFinishRun, reply: agent.RunCompleted, check: oneReplyToU0},
@@ -711,12 +711,16 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 		t.Fatalf("the crash point %s was never reached", row.point)
 	}
 
-	time.Sleep(time.Until(crashAt.Add(b.staleAfter + 50*time.Millisecond)))
+	time.Sleep(time.Until(crashAt.Add(crashStaleAfter + 50*time.Millisecond)))
 	if row.point.dynamoRequest != "" {
 		// The claim is stored, the run item is not.
-		th, err := process(t, nil).Store.GetThread(ctx, crashThread)
+		p := process(t, nil)
+		th, err := p.Store.GetThread(ctx, crashThread)
 		if err != nil || th.ActiveRun == nil {
 			t.Fatalf("no claim after a crash between the claim's two writes: %+v %v", th.ActiveRun, err)
+		}
+		if runs, err := p.Store.ListRuns(ctx, crashThread); err != nil || len(runs) != 0 {
+			t.Fatalf("a run item after a crash between the claim's two writes: %+v %v", runs, err)
 		}
 	}
 	if row.reaperCrash != nil {
