@@ -49,6 +49,30 @@ type MessageMetadata struct {
 	RunID  string        `json:"runId,omitempty"`
 	Model  string        `json:"model,omitempty"`
 	Usage  *Usage        `json:"usage,omitempty"`
+	// Replaces names the reply a regenerate replaced. The old reply is hidden right after this one is stored;
+	// until then (or when a crash came between), Visible leaves it out.
+	Replaces string `json:"replaces,omitempty"`
+}
+
+// Visible leaves out every message that a later completed message replaces (a regenerate whose old reply was
+// not yet hidden), keeping the order.
+func Visible(msgs []Message) []Message {
+	replaced := map[string]bool{}
+	for _, m := range msgs {
+		if md := m.Meta(); md.Replaces != "" && md.Status == MessageCompleted {
+			replaced[md.Replaces] = true
+		}
+	}
+	if len(replaced) == 0 {
+		return msgs
+	}
+	out := make([]Message, 0, len(msgs))
+	for _, m := range msgs {
+		if !replaced[m.ID] {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Part is the decoded form of the part types the engine reads and writes. Fields that a type does not use stay

@@ -21,9 +21,9 @@ import (
 
 // Stable error codes; every Verify error is an *agent.Error of KindUnauthenticated with one of them.
 const (
-	CodeMissingToken = "missing_token" // no Authorization: Bearer header
-	CodeInvalidToken = "invalid_token" // malformed, bad signature, wrong algorithm, issuer, audience or subject
-	CodeTokenExpired = "token_expired" // exp is past (beyond the leeway)
+	CodeMissingToken = agent.CodeMissingToken // no Authorization: Bearer header
+	CodeInvalidToken = agent.CodeInvalidToken // malformed, bad signature, wrong algorithm, issuer, audience or subject
+	CodeTokenExpired = agent.CodeTokenExpired // exp is past (beyond the leeway)
 )
 
 // Bounds and defaults.
@@ -37,7 +37,7 @@ const (
 )
 
 // CodeWeakSecret is the code of the error for an HS256 secret shorter than MinSecretBytes.
-const CodeWeakSecret = "weak_secret"
+const CodeWeakSecret = agent.CodeWeakSecret
 
 // Principal is the authenticated caller.
 type Principal struct {
@@ -97,7 +97,7 @@ type Verifier struct {
 // NewVerifier checks cfg and returns a Verifier.
 func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Keys == nil || cfg.Clock == nil {
-		return nil, agent.E(agent.KindInternal, "invalid_config", "auth: Keys and Clock are required")
+		return nil, agent.E(agent.KindInternal, agent.CodeInvalidConfig, "auth: Keys and Clock are required")
 	}
 	if k, ok := cfg.Keys.(HMACKey); ok && len(k.Secret) < MinSecretBytes {
 		return nil, agent.E(agent.KindInternal, CodeWeakSecret, "auth: HS256 secret has %d bytes, want at least %d", len(k.Secret), MinSecretBytes)
@@ -192,9 +192,9 @@ func MintHS256(secret []byte, subject string, ttl time.Duration, now time.Time, 
 	case len(secret) < MinSecretBytes:
 		return "", agent.E(agent.KindInternal, CodeWeakSecret, "HS256 secret has %d bytes, want at least %d", len(secret), MinSecretBytes)
 	case subject == "":
-		return "", agent.E(agent.KindInvalid, "invalid_subject", "subject is required")
+		return "", agent.E(agent.KindInvalid, agent.CodeInvalidSubject, "subject is required")
 	case ttl <= 0:
-		return "", agent.E(agent.KindInvalid, "invalid_ttl", "ttl must be positive, got %s", ttl)
+		return "", agent.E(agent.KindInvalid, agent.CodeInvalidTTL, "ttl must be positive, got %s", ttl)
 	}
 	claims := jwt.RegisteredClaims{
 		Subject:   subject,

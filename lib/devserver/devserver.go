@@ -66,6 +66,8 @@ type Stack struct {
 	Engine    *engine.Engine
 	Reaper    *reaper.Reaper
 	Threads   *threads.Service
+	Model     agent.Model
+	Tools     []agent.Tool
 	ModelName string
 	ModelURL  string // the OpenAI-compatible base URL in use
 	Offline   bool   // whether ModelURL is the in-process offline endpoint
@@ -122,12 +124,14 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		o.OpenAI(&mcfg)
 	}
 	model := openai.New(mcfg)
+	s.Model = model
 
 	newTools := o.Tools
 	if newTools == nil {
 		newTools = func(v agent.ValueStore, c agent.Clock) []agent.Tool { return tools.Demo(v, c) }
 	}
 	toolset := newTools(s.Store, clock)
+	s.Tools = toolset
 	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Clock: clock, Logger: log}, cfg.Reaper())
 	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Reaper: s.Reaper, Clock: clock, IDs: o.IDs, Logger: log},
 		cfg.Engine(s.ModelName))

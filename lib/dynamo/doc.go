@@ -1,24 +1,35 @@
 // Package dynamo is the agent.Store adapter over one DynamoDB table (single-table design; the table is the Table
-// resource of template.yaml, and infra/DYNAMODB.md documents every item and access pattern in full).
+// resource of template.yaml, and infra/DYNAMODB.md documents every item, access pattern and condition in full).
 //
 // # Items
 //
 //	item            pk                 sk                              notes
-//	thread          THREAD#<id>        THREAD                          claim fields live here (see below)
-//	message head    THREAD#<id>        MSG#<messageId>                 seq, role, body
+//	thread          THREAD#<id>        THREAD                          claim, message counter, delete tombstone
+//	message head    THREAD#<id>        MSG#<messageId>                 seq, role, body, writer's fence, final/hidden
 //	message chunk   THREAD#<id>        MSGC#<messageId>#<ver>#<nnnn>   a slice of a large body
-//	run             THREAD#<id>        RUN#<runId>
+//	run             THREAD#<id>        RUN#<runId>                     outcome, epoch, reserved positions
 //	segment         RUNSEG#<runId>     SEG#<seq, 20 digits>            TTL expiresAt
+//	stream end      RUNSEG#<runId>     SEG#~final                      lowest seq of a stored final segment
 //	segment chunk   RUNSEG#<runId>     SEGC#<seq>#<ver>#<nnnn>         TTL expiresAt
 //	value           KV#<namespace>     V#<key>
 //	value chunk     KV#<namespace>     VC#<key>#<ver>#<nnnn>
 //
 // The active-run claim is a set of top-level attributes on the thread item (claimRunId, claimHeartbeatAt,
-// claimCancel, and runShard = "RUN#<fnv32a(thread id) mod 16>"); its epoch is the thread's epoch, which only a
-// claim advances. They are top-level rather than a nested map because runShard and claimHeartbeatAt are the keys
-// of the sparse "running" index, and index keys must be top-level attributes. Claim, heartbeat, cancel and
-// release are each one conditional UpdateItem on that one item. The "byOwner" index (owner, recency =
+// claimBucket, runShard = "RUN#<fnv32a(thread id) mod 16>", claimCancel, and the claim it took over in claimPrev*);
+// its epoch is the thread's epoch, which only a claim advances, and each claim also takes its message positions
+// from the thread's nextSeq counter with ADD in the same write. runShard and claimBucket (the heartbeat rounded down
+// to 10 s) are the keys of the sparse, keys-only "running" index; the exact heartbeat is in no index, so the 1 s
+// heartbeat moves the index entry once per 10 s, not every second (1.2 WCU per second in all). Claim, heartbeat,
+// cancel and release are each one conditional UpdateItem on that one item. The "byOwner" index (owner, recency =
 // "<updatedAt>#<id>") lists a user's threads; it is keys-only, and ListThreads reads the items it names.
+//
+// A thread being deleted carries deleting = true (the tombstone, written only when no claim is held): it reads as
+// missing, and CreateThread and ClaimRun refuse it in their conditions, until DeleteThread has removed everything
+// under it and then the tombstone.
+//
+// Message heads remember their last writer's fence (writerRunId, writerEpoch) and whether it finalized them
+// (final); every head write is conditioned on it, so a fenced run can change nothing a reader sees. A deleted
+// message stays as a hidden head with its fence.
 //
 // Runs and messages live in the thread partition, so DeleteThread finds everything with one key-only Query, plus
 // one per run for its segment partition. Segments get a partition per run because ListSegments knows only the
@@ -26,6 +37,15 @@
 //
 // Every timestamp is stored as a fixed-width UTC string with nanoseconds (2006-01-02T15:04:05.000000000Z), so
 // string order is time order and times round-trip exactly.
+//
+// # Failed conditions
+//
+// Every conditional write that must say why it failed (run_active, run_canceled, run_fenced, thread_deleting, not
+// found, or "this is my own earlier attempt") asks for ReturnValuesOnConditionCheckFailure=ALL_OLD and classifies
+// the failure from the item DynamoDB returns with it. When the failure carries no item (the item does not exist,
+// or the server ignores the parameter, as dynalite does) one strongly consistent GetItem reads it instead. So the
+// adapter is correct with and without the parameter; a retried write whose first attempt applied (a lost answer)
+// is recognised from that item and converges (ClaimRun's two writes, a final PutMessage, FinishRun).
 //
 // # Large values
 //
@@ -46,12 +66,14 @@
 // # Consistency
 //
 // Base-table reads are strongly consistent. The two indexes are eventually consistent in DynamoDB: ListThreads may
-// miss a thread created a moment ago (the items it returns are re-read and current), and ListStaleClaims returns
-// hints that the reaper re-checks with the epoch-fenced FinishRun. DynamoDB Local updates indexes synchronously.
+// miss a thread created a moment ago (the items it returns are re-read and current), and ListStaleClaims re-reads
+// the threads the running index names and returns only claims whose exact heartbeat is stale, still only as
+// nominations that the reaper's ReleaseClaim re-checks in its condition. dynalite updates indexes synchronously.
 //
-// # Requests
+// # Requests and capacity
 //
-// Counter is an SDK middleware that counts requests per operation; the tests pin the budget of each method and
-// the benchmarks report requests per turn (claim 2 writes, heartbeat 1, finish 2, message upsert 1, segment 1,
-// transcript load 1 read).
+// Counter is an SDK middleware that counts requests per operation and the capacity units they consume (as the
+// server reports them; index write units computed by DynamoDB's rules where the server reports none, as dynalite
+// does). The tests pin the budget of each method (TestRequestCounts) and the heartbeat's cost (TestHeartbeatCost);
+// the benchmarks report requests and units per turn, per heartbeat and per reaper sweep.
 package dynamo

@@ -825,9 +825,11 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	}
 }
 
-// BenchmarkClaimFinish measures the ownership round trip of one run: claim (2 writes) and finish (2 writes).
+// BenchmarkClaimFinish measures the ownership round trip of one run: claim (2 writes) and finish (2 writes), with
+// the write units they cost, indexes included.
 func BenchmarkClaimFinish(b *testing.B) {
 	f := setup(b)
+	measureIndexes(b, f)
 	ctx := context.Background()
 	s := f.store
 	th := thread(b, s, "th-bench")
@@ -853,9 +855,11 @@ func BenchmarkClaimFinish(b *testing.B) {
 
 // BenchmarkTurn replays the store traffic of one typical turn as the engine drives it: claim, save the user
 // message, load the transcript, three heartbeats, two step upserts of the assistant message, three stream
-// segments, finish. It reports DynamoDB requests per turn.
+// segments (the last one final, which also writes the stream's end marker), finish. It reports DynamoDB requests
+// and capacity units per turn, indexes included.
 func BenchmarkTurn(b *testing.B) {
 	f := setup(b)
+	measureIndexes(b, f)
 	ctx := context.Background()
 	s := f.store
 	th := thread(b, s, "th-turn")
@@ -915,4 +919,30 @@ func reportRequests(b *testing.B, c dynamo.Counts, n int) {
 	}
 	b.ReportMetric(float64(c.Reads)/float64(n), "reads/op")
 	b.ReportMetric(float64(c.Writes)/float64(n), "writes/op")
+	b.ReportMetric(c.ReadUnits/float64(n), "RCU/op")
+	b.ReportMetric(c.WriteUnits()/float64(n), "WCU/op")
+}
+
+// BenchmarkHeartbeat: one heartbeat a second on a realistic thread; WCU/op includes the running index's share
+// (a delete and a put each time the heartbeat crosses into a new 10 s bucket).
+func BenchmarkHeartbeat(b *testing.B) {
+	f := setup(b)
+	measureIndexes(b, f)
+	ctx := context.Background()
+	th := realisticThread(b, f.store)
+	req := claimReq(th.ID, "r1", t0)
+	req.Owner = th.Owner
+	res, err := f.store.ClaimRun(ctx, req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.counter.Reset()
+	i := 0
+	for b.Loop() {
+		i++
+		if err := f.store.Heartbeat(ctx, th.ID, res.Run.Fence(), t0.Add(time.Duration(i)*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRequests(b, f.counter.Counts(), i)
 }

@@ -81,6 +81,11 @@ func decodeRun(it item) agent.Run {
 	return r
 }
 
+// legacySeqBase is where the message counter of a thread written before the counter existed starts: far above any
+// position the engine of that time assigned (it numbered a thread's messages from 0, one by one), so new messages
+// sort after the old ones without reading them, and far below 2^53, so positions stay exact in JSON clients.
+const legacySeqBase = 1 << 40
+
 func runNotFound(threadID, runID string) error {
 	return agent.E(agent.KindNotFound, agent.CodeRunNotFound, "run %s of thread %q not found", runID, threadID)
 }
@@ -95,13 +100,15 @@ func fenced(f agent.Fence) error {
 //	           AND (attribute_not_exists(claimRunId) OR claimHeartbeatAt < :now-staleAfter)
 //	update:    SET claimRunId, claimHeartbeatAt, claimBucket, runShard,
 //	               claimPrevRunId = if_not_exists(claimRunId, ""), claimPrevHeartbeatAt = ..., claimPrevCancel = ...
-//	           REMOVE claimCancel  ADD epoch 1, nextSeq :reserve
+//	               nextSeq = if_not_exists(nextSeq, 2^40) + :reserve
+//	           REMOVE claimCancel  ADD epoch 1
 //	returns:   ALL_NEW
 //
 // The new item is the whole answer: the thread after the claim, the new epoch, the reserved positions
-// (nextSeq-reserve onwards: ADD makes the reservation part of the deciding write, so no other claim can get them)
-// and the claim taken over (copied into claimPrev* by the same write; right-hand sides read the item as it was
-// before the update). With StaleAfter <= 0 the heartbeat clause is left out: every claim is live.
+// (nextSeq-reserve onwards: the reservation is part of the deciding write, so no other claim can get them; a
+// thread from before the counter starts at legacySeqBase) and the claim taken over (copied into claimPrev* by the
+// same write; right-hand sides read the item as it was before the update). With StaleAfter <= 0 the heartbeat
+// clause is left out: every claim is live.
 //
 // The second write puts the run item, conditioned on attribute_not_exists(pk). Nothing reads the run item to
 // decide ownership (heartbeats fence on the thread), so a crash between the two leaves a claim that goes stale
@@ -143,8 +150,9 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 		e.n(attrPrevHeartbeat) + " = if_not_exists(" + e.n(AttrClaimHeartbeat) + ", " + none + ")",
 		e.n(attrPrevCancel) + " = if_not_exists(" + e.n(attrClaimCancel) + ", " + e.v(avBool(false)) + ")",
 	}, ", ") +
+		", " + e.n(attrNextSeq) + " = if_not_exists(" + e.n(attrNextSeq) + ", " + e.v(avN(legacySeqBase)) + ") + " + e.v(avN(reserve)) +
 		" REMOVE " + e.n(attrClaimCancel) +
-		" ADD " + e.n(attrEpoch) + " " + e.v(avN(1)) + ", " + e.n(attrNextSeq) + " " + e.v(avN(reserve))
+		" ADD " + e.n(attrEpoch) + " " + e.v(avN(1))
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 k,

@@ -3,10 +3,12 @@ package dynamo
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
@@ -73,15 +75,24 @@ func (s *Store) AppendSegment(ctx context.Context, seg agent.Segment) error {
 	}
 	e := newExpr()
 	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(s.table),
-		Item:                     it,
-		ConditionExpression:      aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
-		ExpressionAttributeNames: e.attrNames(),
+		TableName:                           aws.String(s.table),
+		Item:                                it,
+		ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
+		ExpressionAttributeNames:            e.attrNames(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if isConditionFailed(err) {
 		s.dropChunks(ctx, p.attrs, pk, chunkSK, "")
-		// A repeat: the first append may have died before its marker write, so a final segment writes it again.
-		err = nil
+		if !seg.Final {
+			return nil
+		}
+		// A repeat of a final segment: the first append may have died before its marker write, so the marker is
+		// written again, but only if the stored segment is final (another writer's segment may hold the seq).
+		stored, err := s.failedItem(ctx, err, key(pk, segSK(seg.Seq)))
+		if err != nil || !getBool(stored, attrFinal) {
+			return err
+		}
+		return s.markFinal(ctx, seg, ttl)
 	}
 	if err != nil || !seg.Final {
 		return storeErr(err, "append segment")
@@ -125,10 +136,10 @@ func decodeSegment(it item, data []byte) agent.Segment {
 
 // ListSegments is one Query on the run's segment partition, sk BETWEEN SEG#<from> AND the end marker, in seq
 // order. It returns segments up to the first final one (expired or not): nothing a fenced writer appended after
-// the reaper's final segment is returned. The marker (read last) says whether the stream ended even before
-// `from`, in which case there is nothing to return. Segments after a final one are still read (never returned)
-// on the way to the marker; only a fenced writer leaves any. Items past their expiry that the TTL
-// sweeper has not removed yet (it may lag by days) are dropped here.
+// the reaper's final segment is returned. The end marker, read last, bounds the answer too: it holds the lowest
+// seq of a stored final segment, so a reader that starts past the end gets nothing. Segments after a final one
+// are still read (never returned) on the way to the marker; only a fenced writer leaves any. Items past their
+// expiry that the TTL sweeper has not removed yet (it may lag by days) are dropped here.
 func (s *Store) ListSegments(ctx context.Context, runID string, from int64, now time.Time) ([]agent.Segment, error) {
 	pk := segmentsPK(runID)
 	from = max(from, 0)
@@ -140,11 +151,11 @@ func (s *Store) ListSegments(ctx context.Context, runID string, from int64, now 
 	in.ExpressionAttributeNames = e.attrNames()
 	in.ExpressionAttributeValues = e.attrValues()
 	var heads []item
-	endedBefore, ended := false, false
+	end, ended := int64(math.MaxInt64), false
 	err := s.query(ctx, in, func(it item) error {
 		switch {
 		case getS(it, AttrSK) == finalSK:
-			endedBefore = getN(it, attrSeq) < from
+			end = getN(it, attrSeq)
 		case ended:
 			// After the first final segment in range: a fenced writer's. Read past (the marker comes last, and
 			// may say the stream ended even before `from`), never returned.
@@ -159,8 +170,10 @@ func (s *Store) ListSegments(ctx context.Context, runID string, from int64, now 
 	if err != nil {
 		return nil, err
 	}
-	if endedBefore {
-		return []agent.Segment{}, nil
+	// The marker is the lowest seq of a stored final segment: nothing after it is the run's stream (a final
+	// segment of a fenced writer in range after the marker's, or the marker pointing before `from`).
+	for len(heads) > 0 && getN(heads[len(heads)-1], attrSeq) > end {
+		heads = heads[:len(heads)-1]
 	}
 	// Segments are written once and never replaced, so a torn read cannot happen; reread only guards against
 	// chunks that are missing for good (a crashed append), which then surfaces as an error.

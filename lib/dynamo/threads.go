@@ -30,12 +30,13 @@ const (
 	attrPrevRun       = "claimPrevRunId"
 	attrPrevHeartbeat = "claimPrevHeartbeatAt"
 	attrPrevCancel    = "claimPrevCancel"
-	// attrNextSeq is the thread's message position counter: each claim takes Reserve positions from it with ADD
-	// in the claim's own write. Absent means 0.
+	// attrNextSeq is the thread's message position counter: each claim takes Reserve positions from it in the
+	// claim's own write. CreateThread starts it at 0; a thread item without it was written before the counter
+	// existed, and its first claim starts it at legacySeqBase.
 	attrNextSeq = "nextSeq"
 	// attrDeleting is the delete tombstone: set (true) first by DeleteThread, and from then on the thread reads as
 	// missing and nothing can claim or create it until the delete removes the item.
-	attrDeleting = "deleting"
+	attrDeleting    = "deleting"
 	attrUsageIn     = "usageInput"
 	attrUsageOut    = "usageOutput"
 	attrUsageTotal  = "usageTotal"
@@ -80,6 +81,7 @@ func (s *Store) threadItem(t agent.Thread) item {
 	it[attrCreatedAt] = avT(t.CreatedAt)
 	it[attrUpdatedAt] = avT(t.UpdatedAt)
 	it[attrEpoch] = avN(t.Epoch)
+	it[attrNextSeq] = avN(0)
 	if c := t.ActiveRun; c != nil {
 		it[attrClaimRun] = avS(c.RunID)
 		it[AttrClaimHeartbeat] = avT(c.HeartbeatAt)

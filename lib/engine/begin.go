@@ -112,7 +112,11 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, err
 		if !canceled {
 			canceled = true
 			deadline = time.Now().Add(e.cfg.InterruptWait)
-			if _, cerr := e.store.RequestCancel(ctx, req.ThreadID, "", e.clock.Now()); cerr != nil && !errors.Is(cerr, agent.ErrNoActiveRun) {
+			active := "" // cancel the run we saw, never one that took the thread since
+			if gerr == nil && th.ActiveRun != nil {
+				active = th.ActiveRun.RunID
+			}
+			if _, cerr := e.store.RequestCancel(ctx, req.ThreadID, active, e.clock.Now()); cerr != nil && !errors.Is(cerr, agent.ErrNoActiveRun) {
 				return res, cerr
 			}
 		}
@@ -137,6 +141,12 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	msgs := make([]agent.Message, len(recs))
 	for i, r := range recs {
 		msgs[i] = r.Message
+	}
+	msgs = agent.Visible(msgs)
+	if t.e.reaper != nil {
+		// Rare: a streaming message whose run lost its claim without being finished. Finish it now, so the thread
+		// does not keep a "streaming" reply forever (the transcript is provider-valid either way).
+		t.e.reaper.Orphans(ctx, t.thread.ID, t.run.ID, msgs)
 	}
 	switch req.Kind {
 	case TurnRegenerate:

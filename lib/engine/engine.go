@@ -21,7 +21,6 @@ import (
 // Defaults, written once here (lib/config maps env names onto Config).
 const (
 	DefaultMaxSteps        = 30
-	DefaultMaxOutputTokens = 8192
 	DefaultRunTimeout      = 600 * time.Second // below the chat Lambda's 900 s timeout
 	DefaultToolTimeout     = 30 * time.Second
 	DefaultMaxMessageBytes = 2 << 20
@@ -39,7 +38,7 @@ type Config struct {
 	Model           string
 	System          string
 	MaxSteps        int
-	MaxOutputTokens int
+	MaxOutputTokens int // zero: the model adapter's default
 	RunTimeout      time.Duration
 	ToolTimeout     time.Duration
 	Heartbeat       time.Duration // agent.DefaultHeartbeat
@@ -49,12 +48,12 @@ type Config struct {
 	FinishRetry     time.Duration
 	MaxMessageBytes int
 	SegmentFlush    time.Duration // segments.DefaultSegmentInterval
+	CloseTimeout    time.Duration // segments.DefaultCloseTimeout: how long the final segment may take
 	Transcript      transcript.Config
 }
 
 func (c Config) withDefaults() Config {
 	c.MaxSteps = cmp.Or(c.MaxSteps, DefaultMaxSteps)
-	c.MaxOutputTokens = cmp.Or(c.MaxOutputTokens, DefaultMaxOutputTokens)
 	c.RunTimeout = cmp.Or(c.RunTimeout, DefaultRunTimeout)
 	c.ToolTimeout = cmp.Or(c.ToolTimeout, DefaultToolTimeout)
 	c.Heartbeat = cmp.Or(c.Heartbeat, agent.DefaultHeartbeat)
@@ -64,6 +63,7 @@ func (c Config) withDefaults() Config {
 	c.FinishRetry = cmp.Or(c.FinishRetry, DefaultFinishRetry)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
 	c.SegmentFlush = cmp.Or(c.SegmentFlush, segments.DefaultSegmentInterval)
+	c.CloseTimeout = cmp.Or(c.CloseTimeout, segments.DefaultCloseTimeout)
 	return c
 }
 
@@ -80,6 +80,8 @@ type Store interface {
 // run in its way, so that the reaper's conditional release stays the only reap decision.
 type Reaper interface {
 	Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error)
+	// Orphans finishes the runs of streaming messages that no claim names any more (a reaper died half way).
+	Orphans(ctx context.Context, threadID, active string, msgs []agent.Message) int
 }
 
 // Engine runs turns. It holds no per-thread state: everything lives in the store.

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/engine"
 )
 
 // faultyStore wraps the real store and fails chosen calls with a transient error, the way a throttled or briefly
@@ -165,4 +167,74 @@ func TestHeartbeatFailuresStopTheRun(t *testing.T) {
 	if fs.calls["FinishRun"] != 0 {
 		t.Fatal("a run in doubt recorded its outcome")
 	}
+}
+
+// A store that keeps refusing segments cannot hold the response open: closing the stream gives up after the
+// close timeout (REVIEW L16: Close used to retry forever, keeping useChat "streaming" until the Lambda timeout).
+func TestSegmentCloseIsBounded(t *testing.T) {
+	t.Parallel()
+	fs := newFaulty(func(method string, n int, final bool) bool { return method == "AppendSegment" })
+	// A long staleAfter, so that only the close timeout can end the wait (a run also stops writing once its
+	// claim is in doubt, at half of staleAfter).
+	f := setup(t, withStore(fs.wrap), withConfig(func(c *config.Config) { c.StaleAfter = time.Minute }))
+	f.eng = engineWith(t, f, func(c *engine.Config) { c.CloseTimeout = 200 * time.Millisecond })
+	start := time.Now()
+	run, client := f.run(t, submit("th", "u1", "hello"))
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("the turn took %s with a store refusing segments", el)
+	}
+	if run.Status != agent.RunCompleted || !strings.HasSuffix(string(client), "data: [DONE]\n\n") {
+		t.Fatalf("run %s, stream %q", run.Status, tail(string(client)))
+	}
+}
+
+// A turn that fails after its claim (here: a re-post whose content differs, found only once the messages are
+// read) releases the claim and writes a final segment, so a reader attached meanwhile ends too (REVIEW M10).
+func TestFailedBeginEndsItsStream(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if run, _ := f.turn(t, "th", "u1", "hello"); run.Status != agent.RunCompleted {
+		t.Fatal(run.Status)
+	}
+	if _, err := f.eng.Begin(context.Background(), submit("th", "u1", "other text")); !errors.Is(err, agent.ErrDuplicateMessage) {
+		t.Fatalf("begin: %v", err)
+	}
+	runs, _ := f.store.ListRuns(context.Background(), "th")
+	last := runs[len(runs)-1]
+	if len(runs) != 2 || last.Status != agent.RunFailed {
+		t.Fatalf("runs %+v", runs)
+	}
+	if data := f.segments(t, last.ID); !strings.Contains(string(data), `"type":"finish"`) {
+		t.Fatalf("no final segment for the failed begin: %q", data)
+	}
+	f.idle(t, "th")
+}
+
+// A regenerate that crashed after storing its new reply, before hiding the old one, shows one reply, not both:
+// the new reply names the one it replaces.
+func TestRegenerateCrashBeforeHidingShowsOneReply(t *testing.T) {
+	t.Parallel()
+	fs := newFaulty(func(string, int, bool) bool { return false })
+	f := setup(t, withStore(func(s agent.Store) agent.Store { fs.Store = s; return deleteFails{fs} }))
+	first, _ := f.turn(t, "th", "u1", "hello")
+	run, _ := f.run(t, engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnRegenerate})
+	if run.Status != agent.RunCompleted || len(f.messages(t, "th")) != 3 {
+		t.Fatalf("regenerate %s; stored %v", run.Status, ids(f.messages(t, "th")))
+	}
+	v, err := f.stack.Threads.Get(context.Background(), "alice", "th")
+	if err != nil || len(v.Messages) != 2 || v.Messages[1].ID != run.AssistantMessageID {
+		t.Fatalf("visible %v, want u1 and the new reply (not %s)", ids(v.Messages), first.AssistantMessageID)
+	}
+	// The next regenerate replaces the new reply, and the model never sees the old one.
+	again, _ := f.run(t, engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnRegenerate, ReplaceID: run.AssistantMessageID})
+	if again.Status != agent.RunCompleted {
+		t.Fatalf("second regenerate %s", again.Status)
+	}
+}
+
+// deleteFails fails every DeleteMessage for good (a crash between the new reply and hiding the old one).
+type deleteFails struct{ *faultyStore }
+
+func (d deleteFails) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
+	return agent.E(agent.KindInternal, agent.CodeInternal, "injected: the process died before hiding %s", id)
 }

@@ -34,8 +34,8 @@ type guard struct {
 func startGuard(ctx context.Context, t *Turn, cancel context.CancelCauseFunc) *guard {
 	g := &guard{t: t, cancel: cancel, done: make(chan struct{}), lastOK: t.e.clock.Now()}
 	g.wg.Add(2)
-	go g.heartbeat(ctx)
-	go g.pollCancel(ctx)
+	go g.every(ctx, t.e.cfg.Heartbeat, func() bool { return g.heartbeat(ctx) })
+	go g.every(ctx, t.e.cfg.CancelPoll, func() bool { return g.pollCancel(ctx) })
 	return g
 }
 
@@ -67,10 +67,10 @@ func (g *guard) lose(cause error) {
 	g.cancel(cause)
 }
 
-func (g *guard) heartbeat(ctx context.Context) {
+// every calls beat each period until it returns false, the guard stops, or ctx ends.
+func (g *guard) every(ctx context.Context, period time.Duration, beat func() bool) {
 	defer g.wg.Done()
-	e, t := g.t.e, g.t
-	tick := time.NewTicker(e.cfg.Heartbeat)
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
 		select {
@@ -80,55 +80,53 @@ func (g *guard) heartbeat(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if !g.writable() {
+		if !beat() {
 			return
-		}
-		now := e.clock.Now()
-		err := e.store.Heartbeat(ctx, t.thread.ID, t.run.Fence(), now)
-		switch {
-		case err == nil:
-			g.mu.Lock()
-			g.lastOK = now
-			g.mu.Unlock()
-		case errors.Is(err, agent.ErrRunCanceled):
-			g.cancel(errCanceled)
-		case errors.Is(err, agent.ErrRunFenced):
-			g.lose(errFenced)
-			return
-		default:
-			// Transient: the next tick tries again; writable() stops the run once the claim is in doubt.
-			e.log.Warn("heartbeat failed", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
 		}
 	}
 }
 
-// pollCancel reads the claim between heartbeats. It never writes.
-func (g *guard) pollCancel(ctx context.Context) {
-	defer g.wg.Done()
+// heartbeat writes the fenced heartbeat; false once the run must stop.
+func (g *guard) heartbeat(ctx context.Context) bool {
 	e, t := g.t.e, g.t
-	tick := time.NewTicker(e.cfg.CancelPoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-g.done:
-			return
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		th, err := e.store.GetThread(ctx, t.thread.ID)
-		switch {
-		case err != nil && agent.IsKind(err, agent.KindNotFound):
-			g.lose(errFenced)
-			return
-		case err != nil:
-			continue
-		case th.ActiveRun == nil || th.ActiveRun.RunID != t.run.ID || th.ActiveRun.Epoch != t.run.Epoch:
-			g.lose(errFenced)
-			return
-		case th.ActiveRun.CancelRequested:
-			g.cancel(errCanceled)
-			return
-		}
+	if !g.writable() {
+		return false
 	}
+	now := e.clock.Now()
+	err := e.store.Heartbeat(ctx, t.thread.ID, t.run.Fence(), now)
+	switch {
+	case err == nil:
+		g.mu.Lock()
+		g.lastOK = now
+		g.mu.Unlock()
+	case errors.Is(err, agent.ErrRunCanceled):
+		g.cancel(errCanceled)
+	case errors.Is(err, agent.ErrRunFenced):
+		g.lose(errFenced)
+		return false
+	default:
+		// Transient: the next tick tries again; writable() stops the run once the claim is in doubt.
+		e.log.Warn("heartbeat failed", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
+	}
+	return true
+}
+
+// pollCancel reads the claim between heartbeats (it never writes); false once the run must stop.
+func (g *guard) pollCancel(ctx context.Context) bool {
+	e, t := g.t.e, g.t
+	th, err := e.store.GetThread(ctx, t.thread.ID)
+	switch {
+	case err != nil && agent.IsKind(err, agent.KindNotFound):
+		g.lose(errFenced)
+		return false
+	case err != nil:
+		return true
+	case th.ActiveRun == nil || th.ActiveRun.RunID != t.run.ID || th.ActiveRun.Epoch != t.run.Epoch:
+		g.lose(errFenced)
+		return false
+	case th.ActiveRun.CancelRequested:
+		g.cancel(errCanceled)
+		return false
+	}
+	return true
 }

@@ -75,7 +75,7 @@ func (o *output) close() {
 	if o.seg == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, segments.DefaultCloseTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, o.e.cfg.CloseTimeout)
 	defer cancel()
 	if err := o.seg.Close(ctx); err != nil {
 		o.e.log.Warn("close segments", "thread_id", o.run.ThreadID, "run_id", o.run.ID, "err", err)

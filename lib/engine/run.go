@@ -181,7 +181,8 @@ func (s *stepper) message(st agent.MessageStatus) agent.Message {
 	}
 	u := s.usage
 	return agent.Message{ID: s.turn.run.AssistantMessageID, Role: agent.RoleAssistant, Parts: parts,
-		Metadata: metadataJSON(agent.MessageMetadata{Status: st, RunID: s.turn.run.ID, Model: s.model, Usage: &u})}
+		Metadata: metadataJSON(agent.MessageMetadata{Status: st, RunID: s.turn.run.ID, Model: s.model, Usage: &u,
+			Replaces: s.turn.plan.replaces})}
 }
 
 // putMessage writes the draft, fenced with the run's claim. A fenced write stops the run: someone else owns

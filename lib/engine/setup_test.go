@@ -63,6 +63,15 @@ func setup(t *testing.T, opts ...option) *fixture {
 	return &fixture{stack: stack, eng: stack.Engine, store: stack.Store, model: srv}
 }
 
+// engineWith builds a second engine over the fixture's store, model and tools with an adjusted engine config
+// (for settings the environment does not carry).
+func engineWith(t *testing.T, f *fixture, mut func(*engine.Config)) *engine.Engine {
+	t.Helper()
+	cfg := f.eng.Config()
+	mut(&cfg)
+	return engine.New(engine.Deps{Store: f.store, Model: f.stack.Model, Tools: f.stack.Tools, Reaper: f.stack.Reaper}, cfg)
+}
+
 func userMsg(id, text string) *agent.Message {
 	p, _ := json.Marshal(map[string]string{"type": "text", "text": text})
 	return &agent.Message{ID: id, Role: agent.RoleUser, Parts: []json.RawMessage{p}}

@@ -497,10 +497,12 @@ func TestTimeouts(t *testing.T) {
 		// A consumer slower than the idle gap (a client reading slowly) is not a stalled model.
 		{name: "slow consumer", wordDelay: time.Millisecond, text: "/slow 3", emitDelay: 2 * limit, requests: 1},
 		// No first chunk: nothing was emitted, so the attempt is retried once, then fails.
-		{name: "stalled first token", stall: time.Hour, text: "hi", wantErr: "sent nothing within 100ms", requests: 2},
+		// The stalls are long against the 100 ms timeouts but bounded, so that a server handler that misses the
+		// client going away (seen under load) cannot hold httptest.Server.Close, and the test, for long.
+		{name: "stalled first token", stall: 3 * time.Second, text: "hi", wantErr: "sent nothing within 100ms", requests: 2},
 		// The reasoning delta goes out at once, then the first word never comes: a stall mid-stream, after an
 		// emit, so there is no retry.
-		{name: "stalled mid-stream", wordDelay: time.Hour, text: "/think /slow 2", wantErr: "stalled for 100ms", requests: 1},
+		{name: "stalled mid-stream", wordDelay: 3 * time.Second, text: "/think /slow 2", wantErr: "stalled for 100ms", requests: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

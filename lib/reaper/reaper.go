@@ -46,8 +46,10 @@ type Config struct {
 	Batch      int
 }
 
-// Store is what the reaper needs: runs and claims, messages, stream segments.
+// Store is what the reaper needs: runs and claims, messages, stream segments, and threads (a tool's recorded
+// outcome is looked up under the thread's owner).
 type Store interface {
+	agent.ThreadStore
 	agent.RunStore
 	agent.MessageStore
 	agent.SegmentStore
@@ -168,7 +170,13 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 	err = r.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: threadID, Fence: fence,
 		StaleBefore: now.Add(-r.cfg.StaleAfter), Usage: usage, Now: now})
 	if errors.Is(err, agent.ErrRunFenced) {
-		return false, nil // a live run, or another reaper decided first
+		// A live run, or another reaper decided first, or our own release applied and only its answer was lost
+		// (the SDK's retry then finds the claim gone). In the last two cases the claim no longer names the run
+		// while its item still says running: finish it, idempotently, so it is not left running forever.
+		if ours && r.released(ctx, threadID, fence) {
+			return false, r.finishRun(ctx, run, draft, usage)
+		}
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("reaper: release claim: %w", err)
@@ -187,6 +195,75 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 	}
 	log.Info("agent.reap", "outcome", "reaped", "input_tokens", usage.InputTokens, "output_tokens", usage.OutputTokens)
 	return true, nil
+}
+
+// ReapOrphan finishes a run that is still recorded as running although no claim names it any more: a reaper
+// that died between its release (the decision) and the run's outcome leaves exactly that, and no later sweep can
+// find it through the index of claims. Readers that meet such a run's "streaming" message call this. It does
+// nothing for a run that is finished, missing, or still holds its claim.
+func (r *Reaper) ReapOrphan(ctx context.Context, threadID, runID string) error {
+	run, err := r.store.GetRun(ctx, threadID, runID)
+	if agent.IsKind(err, agent.KindNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reaper: get run: %w", err)
+	}
+	if !r.released(ctx, threadID, run.Fence()) {
+		return nil
+	}
+	var draft *agent.MessageRecord
+	usage := run.Usage
+	rec, err := r.store.GetMessage(ctx, threadID, run.AssistantMessageID)
+	switch {
+	case err == nil:
+		draft = &rec
+		if u := rec.Message.Meta().Usage; u != nil && run.Status == agent.RunRunning {
+			usage = *u
+		}
+	case !agent.IsKind(err, agent.KindNotFound):
+		return fmt.Errorf("reaper: get draft: %w", err)
+	}
+	switch {
+	case run.Status == agent.RunRunning:
+		r.log.Info("agent.reap", "thread_id", threadID, "run_id", runID, "outcome", "orphan")
+		return r.finishRun(ctx, run, draft, usage)
+	case run.Status == agent.RunFailed && run.Error != nil && run.Error.Code == agent.CodeStale &&
+		draft != nil && draft.Message.Meta().Status == agent.MessageStreaming:
+		// The reaper recorded the outcome and died before the message and the stream's end.
+		r.log.Info("agent.reap", "thread_id", threadID, "run_id", runID, "outcome", "orphan message")
+		if err := r.finalizeMessage(ctx, run, draft, run.Usage); err != nil {
+			return err
+		}
+		r.endStream(ctx, run)
+	}
+	return nil
+}
+
+// Orphans finishes the runs of msgs' streaming assistant messages that hold no claim (see ReapOrphan); active
+// names the run that holds the thread's claim now, if any. It reports how many such messages it looked at.
+func (r *Reaper) Orphans(ctx context.Context, threadID, active string, msgs []agent.Message) int {
+	n := 0
+	for _, m := range msgs {
+		md := m.Meta()
+		if m.Role != agent.RoleAssistant || md.Status != agent.MessageStreaming || md.RunID == "" || md.RunID == active {
+			continue
+		}
+		n++
+		if err := r.ReapOrphan(ctx, threadID, md.RunID); err != nil {
+			r.log.Warn("agent.reap", "thread_id", threadID, "run_id", md.RunID, "outcome", "orphan", "err", err)
+		}
+	}
+	return n
+}
+
+// released reports whether the thread's claim has moved past fence (released, or held by a later run).
+func (r *Reaper) released(ctx context.Context, threadID string, f agent.Fence) bool {
+	th, err := r.store.GetThread(ctx, threadID)
+	if agent.IsKind(err, agent.KindNotFound) {
+		return true
+	}
+	return err == nil && (th.ActiveRun == nil || th.ActiveRun.RunID != f.RunID || th.ActiveRun.Epoch != f.Epoch)
 }
 
 // finishRun records the dead run's outcome, finalizes its message and ends its stream.
@@ -234,8 +311,16 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 	} else {
 		r.log.Warn("reaper: read segments", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
 	}
+	owner := ""
 	parts = transcript.Synthesize(parts, "Result unknown: the run stopped before this tool's result was stored.",
-		func(p agent.Part) (json.RawMessage, bool) { return r.recorded(ctx, run, p) })
+		func(p agent.Part) (json.RawMessage, bool) {
+			if owner == "" {
+				if th, err := r.store.GetThread(ctx, run.ThreadID); err == nil {
+					owner = th.Owner
+				}
+			}
+			return r.recorded(ctx, run, owner, p)
+		})
 	raw := make([]json.RawMessage, len(parts))
 	for i, p := range parts {
 		raw[i] = agent.EncodePart(p)
@@ -250,12 +335,12 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 }
 
 // recorded asks the tool for the outcome it recorded under the call's idempotency key.
-func (r *Reaper) recorded(ctx context.Context, run agent.Run, p agent.Part) (json.RawMessage, bool) {
+func (r *Reaper) recorded(ctx context.Context, run agent.Run, owner string, p agent.Part) (json.RawMessage, bool) {
 	t, ok := r.tools[p.ToolNameOf()]
 	if !ok || t.Recorded == nil {
 		return nil, false
 	}
-	out, ok, err := t.Recorded(ctx, agent.ToolInvocation{ThreadID: run.ThreadID, RunID: run.ID, ToolCallID: p.ToolCallID,
+	out, ok, err := t.Recorded(ctx, agent.ToolInvocation{ThreadID: run.ThreadID, Owner: owner, RunID: run.ID, ToolCallID: p.ToolCallID,
 		Input: p.Input, IdempotencyKey: agent.IdempotencyKey(run.ThreadID, p.ToolCallID)})
 	if err != nil {
 		r.log.Warn("reaper: tool outcome", "tool", t.Name, "tool_call_id", p.ToolCallID, "err", err)

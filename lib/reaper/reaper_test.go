@@ -230,9 +230,6 @@ func TestRecoveryReportsRecordedOutcome(t *testing.T) {
 	ctx := context.Background()
 	run := f.claim(t, "th", "run_1", time.Now().Add(-time.Minute))
 	add := tools.Demo(f.store, agent.SystemClock{})[0]
-	if add.Name != "add_note" || add.Recorded == nil {
-		t.Skip("the demo add_note tool records no outcome yet")
-	}
 	inv := agent.ToolInvocation{ThreadID: "th", Owner: "alice", RunID: run.ID, ToolCallID: "c1", Input: json.RawMessage(`{"text":"milk"}`),
 		IdempotencyKey: agent.IdempotencyKey("th", "c1")}
 	out, err := add.Execute(ctx, inv)
@@ -247,5 +244,76 @@ func TestRecoveryReportsRecordedOutcome(t *testing.T) {
 	p, _ := agent.DecodePart(rec.Message.Parts[0])
 	if p.State != agent.StateOutputAvailable || !bytes.Equal(p.Output, out) {
 		t.Fatalf("recovered part %s, want the recorded output %s", rec.Message.Parts[0], out)
+	}
+}
+
+// lostRelease applies the first ReleaseClaim and then answers run_fenced, as an SDK retry after a lost answer
+// does (the retry finds the claim gone).
+type lostRelease struct {
+	*sqlite.Store
+	once sync.Once
+}
+
+func (l *lostRelease) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
+	err := l.Store.ReleaseClaim(ctx, req)
+	applied := false
+	l.once.Do(func() { applied = err == nil })
+	if applied {
+		return agent.E(agent.KindConflict, agent.CodeRunFenced, "the retry found the claim gone")
+	}
+	return err
+}
+
+// A reap whose release applied but whose answer was lost still finishes the run (it was left running forever).
+func TestReapAfterLostReleaseAnswer(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	run := f.claim(t, "th", "run_1", old)
+	r := reaper.New(reaper.Deps{Store: &lostRelease{Store: f.store}, Clock: agent.SystemClock{}}, reaper.Config{StaleAfter: staleAfter})
+	if _, err := r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err != nil {
+		t.Fatal(err)
+	}
+	f.idle(t, "th")
+	if got, _ := f.store.GetRun(ctx, "th", run.ID); got.Status != agent.RunFailed || got.Error == nil || got.Error.Code != agent.CodeStale {
+		t.Fatalf("run = %+v, want failed/stale", got)
+	}
+	finalSegment(t, f.store, run.ID)
+}
+
+// diesAfterRelease is a reaper store that dies right after the release applied (the reaper's process ends).
+type diesAfterRelease struct{ *sqlite.Store }
+
+func (d diesAfterRelease) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
+	if err := d.Store.ReleaseClaim(ctx, req); err != nil {
+		return err
+	}
+	return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "the reaper's process died")
+}
+
+// A reaper that dies between its release and the run's outcome leaves a run that no claim names; a reader that
+// meets its streaming message finishes it (no sweep can find it: the index holds claims only).
+func TestOrphanIsFinishedByItsReader(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	run := f.claim(t, "th", "run_1", old)
+	f.draft(t, run, `{"status":"streaming","runId":"run_1","usage":{"inputTokens":1,"outputTokens":1,"totalTokens":2,"cachedInputTokens":0}}`,
+		`{"type":"tool-list_notes","toolCallId":"c1","state":"input-available","input":{}}`)
+	dying := reaper.New(reaper.Deps{Store: diesAfterRelease{f.store}, Clock: agent.SystemClock{}}, reaper.Config{StaleAfter: staleAfter})
+	if _, err := dying.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err == nil {
+		t.Fatal("the dying reaper reported success")
+	}
+	if got, _ := f.store.GetRun(ctx, "th", run.ID); got.Status != agent.RunRunning {
+		t.Fatalf("setup: run %s", got.Status)
+	}
+	rec, _ := f.store.GetMessage(ctx, "th", run.AssistantMessageID)
+	f.r.Orphans(ctx, "th", "", []agent.Message{rec.Message})
+	got, _ := f.store.GetRun(ctx, "th", run.ID)
+	rec, _ = f.store.GetMessage(ctx, "th", run.AssistantMessageID)
+	if got.Status != agent.RunFailed || rec.Message.Meta().Status != agent.MessageFailed || f.idle(t, "th").Usage.TotalTokens != 2 {
+		t.Fatalf("orphan: run %s, message %s", got.Status, rec.Message.Metadata)
 	}
 }

@@ -78,7 +78,8 @@ func BenchmarkPutMessage(b *testing.B) {
 				if !tc.upsert {
 					m.ID = fmt.Sprintf("m-%d", i)
 				}
-				if err := s.PutMessage(ctx, agent.MessageWrite{ThreadID: "th1", Seq: int64(i), Message: m, Fence: fence, Now: nowTime()}); err != nil {
+				w := agent.MessageWrite{ThreadID: "th1", Seq: int64(i), Message: m, Fence: fence, Now: nowTime()}
+				if err := s.PutMessage(ctx, w); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -89,9 +89,9 @@ func readClaim(ctx context.Context, c conn, threadID string) (claimRow, error) {
 // ClaimRun makes req.RunID the thread's active run when the thread is idle or its claim is stale (never when
 // req.StaleAfter <= 0), and reserves req.Reserve message positions (at least one) from the thread's counter, in
 // one transaction. A thread req.Owner does not own is not found, like a missing one. A claim whose RunID already
-// holds the thread is a retry and gets the stored result back (with the thread as it is now). A run id already recorded on the
-// thread that does not hold it (finished, or taken over) is refused with KindConflict/CodeRunFenced: run ids are
-// never reused, and a late retry of a claim that has since lost the thread must not start it again.
+// holds the thread is a retry and gets the stored result back (with the thread as it is now). A run id already
+// recorded on the thread that does not hold it (finished, or taken over) is refused with KindConflict/CodeRunFenced:
+// run ids are never reused, and a late retry of a claim that has since lost the thread must not start it again.
 func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.ClaimResult, error) {
 	s.op()
 	if req.ThreadID == "" {
@@ -169,7 +169,8 @@ func readClaimResult(ctx context.Context, c conn, threadID, runID string) (agent
 			threadID, runID).Scan(append(dest, &previous)...)
 	}))
 	if errors.Is(err, sql.ErrNoRows) {
-		// The claim and its run row are written in one transaction; a claim without its row is corruption.
+		// ClaimRun writes the claim and its run row in one transaction; a claim without its row was stored as
+		// given by CreateThread, or the file is damaged. Either way there is no result to repeat.
 		return agent.ClaimResult{}, agent.E(agent.KindInternal, agent.CodeStoreCorrupt,
 			"thread %q is claimed by %q, which has no run row", threadID, runID)
 	}

@@ -71,7 +71,8 @@ func TestTwoStoresShareFile(t *testing.T) {
 		t.Fatalf("b.GetThread of a's thread: %v", err)
 	}
 	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
-	if err := b.PutMessage(ctx, agent.MessageWrite{ThreadID: "th1", Message: m, Fence: testFence, Now: nowTime()}); err != nil {
+	w := agent.MessageWrite{ThreadID: "th1", Message: m, Fence: testFence, Now: nowTime()}
+	if err := b.PutMessage(ctx, w); err != nil {
 		t.Fatalf("b.PutMessage: %v", err)
 	}
 	msgs, err := a.ListMessages(ctx, "th1")
@@ -267,7 +268,8 @@ func TestPartSurroundingWhitespaceDropped(t *testing.T) {
 	s := setup(t)
 	newThread(t, s, "th1")
 	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(" \n{ \"type\": \"text\" }\t ")}}
-	if err := s.PutMessage(t.Context(), agent.MessageWrite{ThreadID: "th1", Message: m, Fence: testFence, Now: nowTime()}); err != nil {
+	w := agent.MessageWrite{ThreadID: "th1", Message: m, Fence: testFence, Now: nowTime()}
+	if err := s.PutMessage(t.Context(), w); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetMessage(t.Context(), "th1", "m1")
@@ -316,7 +318,8 @@ func TestClaimStartsAboveExistingMessages(t *testing.T) {
 	newThread(t, s, "th1")
 	for _, seq := range []int64{3, 0, 7} {
 		m := agent.Message{ID: fmt.Sprintf("m%d", seq), Role: agent.RoleUser}
-		if err := s.PutMessage(ctx, agent.MessageWrite{ThreadID: "th1", Seq: seq, Message: m, Fence: testFence, Now: nowTime()}); err != nil {
+		w := agent.MessageWrite{ThreadID: "th1", Seq: seq, Message: m, Fence: testFence, Now: nowTime()}
+		if err := s.PutMessage(ctx, w); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,10 +22,10 @@ import (
 
 // Stable error codes; every Load error is an *agent.Error with one of them.
 const (
-	CodeUnavailable = "secret_unavailable" // the SSM request failed (KindUnavailable)
-	CodeMissing     = "secret_missing"     // a named parameter does not exist or is empty
-	CodeNotSecure   = "secret_not_secure"  // a named parameter is not a SecureString
-	CodeUnset       = "secret_unset"       // a required secret has neither a parameter name nor a fallback value
+	CodeUnavailable = agent.CodeSecretUnavailable // the SSM request failed (KindUnavailable)
+	CodeMissing     = agent.CodeSecretMissing     // a named parameter does not exist or is empty
+	CodeNotSecure   = agent.CodeSecretNotSecure   // a named parameter is not a SecureString
+	CodeUnset       = agent.CodeSecretUnset       // a required secret has neither a parameter name nor a fallback value
 )
 
 // maxNamesPerCall is SSM's limit on the names of one GetParameters request.

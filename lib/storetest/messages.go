@@ -59,6 +59,11 @@ func sameRecord[S any](e *env[S], what string, got, want agent.MessageRecord) {
 	sameBytes(t, what+": metadata", got.Message.Metadata, want.Message.Metadata)
 }
 
+// byWriter is m's upsert at seq by writer.
+func byWriter(threadID string, seq int64, m agent.Message, now time.Time) agent.MessageWrite {
+	return agent.MessageWrite{ThreadID: threadID, Seq: seq, Message: m, Fence: writer, Now: now}
+}
+
 // put writes m as a new message at seq (by writer) and returns the record it must read back as.
 func put[S agent.MessageStore](e *env[S], threadID string, seq int64, m agent.Message, now time.Time) agent.MessageRecord {
 	e.t.Helper()
@@ -131,7 +136,7 @@ func testMessageUpsert(e *messages) {
 	for i, m := range steps {
 		now := at(time.Duration(10+i) * time.Second)
 		// A different seq on upsert is ignored: the message keeps its position.
-		must(e.t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: 99, Message: m, Fence: writer, Now: now}), "PutMessage upsert")
+		must(e.t, e.s.PutMessage(e.ctx, byWriter(th.ID, 99, m, now)), "PutMessage upsert")
 		want := draft
 		want.Message = m
 		want.UpdatedAt = now
@@ -264,7 +269,7 @@ func testMessageOneMegabyte(e *messages) {
 
 	// Shrink it: the upsert replaces the whole megabyte.
 	small := agent.Message{ID: m.ID, Role: agent.RoleAssistant, Parts: textParts("truncated")}
-	must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: 1, Message: small, Fence: writer, Now: at(time.Minute)}), "PutMessage(shrink)")
+	must(t, e.s.PutMessage(e.ctx, byWriter(th.ID, 1, small, at(time.Minute))), "PutMessage(shrink)")
 	rec.Message = small
 	rec.UpdatedAt = at(time.Minute)
 	wantMessages(e, th.ID, user, rec, after)
@@ -273,7 +278,7 @@ func testMessageOneMegabyte(e *messages) {
 	body2 := randomText(1<<20 + 12345)[12345:]
 	m.Parts[1] = agent.EncodePart(agent.Part{Type: "tool-fetch_page", ToolCallID: "call_1",
 		State: agent.StateOutputAvailable, Output: mustJSON(body2)})
-	must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: 1, Message: m, Fence: writer, Now: at(2 * time.Minute)}), "PutMessage(grow)")
+	must(t, e.s.PutMessage(e.ctx, byWriter(th.ID, 1, m, at(2*time.Minute))), "PutMessage(grow)")
 	rec.Message = m
 	rec.UpdatedAt = at(2 * time.Minute)
 	wantMessages(e, th.ID, user, rec, after)
@@ -369,7 +374,9 @@ func testMessageFenced(e *messages) {
 		{"higher epoch overwrites a final message (a continuation run)", []fenceStep{
 			put(r1, true, false), put(r2, false, false), put(r2, true, false), put(r3, false, false),
 		}},
-		{"first write at a lower epoch than a later one", []fenceStep{put(r1, false, false), put(r3, false, false), put(r2, false, true)}},
+		{"first write at a lower epoch than a later one", []fenceStep{
+			put(r1, false, false), put(r3, false, false), put(r2, false, true),
+		}},
 	}
 	for _, tc := range cases {
 		th := e.id("th")

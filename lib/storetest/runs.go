@@ -35,6 +35,7 @@ func runTests() []test {
 		c{"ClaimWithoutStaleAfterNeverTakesOver", testClaimNoStaleAfter},
 		c{"ClaimReservesPositions", testClaimReservesPositions},
 		c{"ClaimRetryIsIdempotent", testClaimRetry},
+		c{"ClaimConcurrentRetriesConverge", testClaimConcurrentRetries},
 		c{"RequestCancelNamedRun", testRequestCancelNamedRun},
 		c{"FinishRunRefusesNonTerminal", testFinishRunNonTerminal},
 		c{"ReleaseClaim", testReleaseClaim},
@@ -350,7 +351,7 @@ func testRequestCancel(e *claims) {
 		&agent.Claim{RunID: next.ID, Epoch: 2, HeartbeatAt: at(6 * time.Second), CancelRequested: true})
 	same(t, "claim after takeover", getThread(e, th.ID).ActiveRun,
 		&agent.Claim{RunID: last.Run.ID, Epoch: 3, HeartbeatAt: at(time.Hour)})
-	must(t, e.s.Heartbeat(e.ctx, th.ID, agent.Fence{RunID: last.Run.ID, Epoch: 3}, at(time.Hour+time.Second)), "Heartbeat after takeover")
+	must(t, e.s.Heartbeat(e.ctx, th.ID, last.Run.Fence(), at(time.Hour+time.Second)), "Heartbeat after takeover")
 }
 
 // Every terminal status, with or without an error, round-trips and releases the claim.
@@ -553,14 +554,15 @@ func testListStaleClaims(e *claims) {
 			t.Fatalf("claim %d (heartbeat %s) listed = %t, want %t for cutoff %s", i, runs[i].CreatedAt, ok, stale, cutoff)
 		}
 		if ok {
-			same(t, fmt.Sprintf("stale claim %d", i), c, agent.Claim{RunID: runs[i].ID, Epoch: runs[i].Epoch, HeartbeatAt: runs[i].CreatedAt})
+			want := agent.Claim{RunID: runs[i].ID, Epoch: runs[i].Epoch, HeartbeatAt: runs[i].CreatedAt}
+			same(t, fmt.Sprintf("stale claim %d", i), c, want)
 		}
 	}
 	if limited, err := e.s.ListStaleClaims(e.ctx, cutoff, 2); err != nil || len(limited) > 2 {
 		t.Fatalf("ListStaleClaims(limit 2) = %d claims, %v", len(limited), err)
 	}
 	// A heartbeat refreshes claim 0; finishing run 1 releases its claim: only claim 2 stays stale.
-	must(t, e.s.Heartbeat(e.ctx, threads[0].ID, agent.Fence{RunID: runs[0].ID, Epoch: runs[0].Epoch}, base.Add(time.Hour)), "Heartbeat")
+	must(t, e.s.Heartbeat(e.ctx, threads[0].ID, runs[0].Fence(), base.Add(time.Hour)), "Heartbeat")
 	finish(e, runs[1], agent.RunCompleted, agent.Usage{}, base.Add(time.Hour))
 	got, err = e.s.ListStaleClaims(e.ctx, cutoff, 1000)
 	must(t, err, "ListStaleClaims after refresh and release")
@@ -720,7 +722,8 @@ func testClaimReservesPositions(e *claims) {
 // same positions, same Previous) and changes nothing, instead of run_active for a claim nobody runs (REVIEW L20).
 func testClaimRetry(e *claims) {
 	t := e.t
-	check := func(name string, th agent.Thread, req agent.ClaimRequest) {
+	// check claims with req, retries it, and checks the thread then holds wantRuns runs (the retry adds none).
+	check := func(name string, th agent.Thread, req agent.ClaimRequest, wantRuns int) {
 		t.Helper()
 		first, err := e.s.ClaimRun(e.ctx, req)
 		must(t, err, name+": ClaimRun")
@@ -736,8 +739,8 @@ func testClaimRetry(e *claims) {
 		}
 		runs, err := e.s.ListRuns(e.ctx, th.ID)
 		must(t, err, name+": ListRuns")
-		if n := len(runs); n != 1 && n != 2 {
-			t.Fatalf("%s: %d runs after retries", name, n)
+		if len(runs) != wantRuns {
+			t.Fatalf("%s: %d runs after retries, want %d", name, len(runs), wantRuns)
 		}
 		// The next claim's positions start after the first attempt's reservation, not the retry's.
 		finish(e, first.Run, agent.RunCompleted, agent.Usage{}, retry.Now.Add(time.Second))
@@ -750,16 +753,54 @@ func testClaimRetry(e *claims) {
 	th := newThread(e)
 	req := claimReq(th, e.id("run"), at(time.Second))
 	req.Reserve = 2
-	check("idle thread", th, req)
+	check("idle thread", th, req, 1)
 
 	// A takeover's retry still reports the claim it took over, so the caller reaps it.
 	th = newThread(e)
 	old := claim(e, th, e.id("run"), at(0)).Run
 	req = claimReq(th, e.id("run"), at(time.Hour))
-	check("takeover", th, req)
+	check("takeover", th, req, 2)
 	if got := getRun(e, th.ID, old.ID); got.Status != agent.RunRunning {
 		t.Fatalf("taken-over run status %s, want running until the caller reaps it", got.Status)
 	}
+}
+
+// The SDK's retries of one claim can overlap the first attempt: however they interleave, the claim applies once
+// (one epoch, one reservation, one run) and every attempt gets that one result.
+func testClaimConcurrentRetries(e *claims) {
+	t := e.t
+	th := newThread(e)
+	req := claimReq(th, e.id("run"), at(time.Second))
+	req.Reserve = 3
+	const attempts = 12
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results = make([]agent.ClaimResult, attempts)
+		errs    = make([]error, attempts)
+	)
+	for i := range attempts {
+		wg.Go(func() {
+			<-start
+			r := req
+			r.Now = req.Now.Add(time.Duration(i) * time.Millisecond)
+			results[i], errs[i] = e.s.ClaimRun(e.ctx, r)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range attempts {
+		must(t, errs[i], fmt.Sprintf("attempt %d", i))
+		// Nothing heartbeats in between, so even the thread in every result is the same.
+		same(t, fmt.Sprintf("attempt %d's result", i), results[i], results[0])
+	}
+	if got := results[0].Run; got.Epoch != 1 || got.FirstSeq != 0 || got.Reserved != 3 {
+		t.Fatalf("converged claim = %s, want epoch 1 at [0,+3)", show(got))
+	}
+	same(t, "thread after the retries", getThread(e, th.ID), results[0].Thread)
+	runs, err := e.s.ListRuns(e.ctx, th.ID)
+	must(t, err, "ListRuns")
+	same(t, "runs after the retries", runs, []agent.Run{results[0].Run})
 }
 
 // Stop names the run it means: a stop that arrives after its run ended must not cancel the next one (REVIEW L19).
@@ -875,7 +916,8 @@ func testReleaseClaim(e *claims) {
 		must(t, err, tc.name+": ReleaseClaim")
 		got := getThread(e, th.ID)
 		if got.ActiveRun != nil || got.Usage != before.Usage.Add(usage) || got.Epoch != before.Epoch {
-			t.Fatalf("%s: thread after release = %s, want idle at epoch %d with the draft's usage added", tc.name, show(got), before.Epoch)
+			t.Fatalf("%s: thread after release = %s, want idle at epoch %d with the draft's usage added",
+				tc.name, show(got), before.Epoch)
 		}
 		// The released run is fenced; a second release changes nothing; the thread can be claimed at once.
 		err = e.s.Heartbeat(e.ctx, th.ID, req.Fence, at(2*time.Hour))

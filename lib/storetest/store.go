@@ -180,7 +180,8 @@ func testDeleteThreadRecreate(e *whole) {
 		seq := run.FirstSeq + int64(i)
 		must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: seq, Message: m, Fence: run.Fence(),
 			Now: at(2 * time.Hour)}), "PutMessage(old id) in the re-created thread")
-		want = append(want, agent.MessageRecord{ThreadID: th.ID, Seq: seq, Message: m, CreatedAt: at(2 * time.Hour), UpdatedAt: at(2 * time.Hour)})
+		want = append(want, agent.MessageRecord{ThreadID: th.ID, Seq: seq, Message: m,
+			CreatedAt: at(2 * time.Hour), UpdatedAt: at(2 * time.Hour)})
 	}
 	wantMessages(e, th.ID, want...)
 	if u := getThread(e, th.ID).Usage; u != (agent.Usage{}) {

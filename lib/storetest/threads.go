@@ -21,7 +21,8 @@ func threadTests() []test {
 	tests = append(tests, group(claimPort,
 		leaf[claimStore]{"ListThreadsShowsClaimsAndUsage", testListThreadsFullRecords},
 	)...)
-	// Deleting a thread is about everything under it.
+	// Deleting a thread is about everything under it (the cases after the first are in store.go, beside the
+	// helpers that read a whole thread).
 	type all = leaf[agent.Store]
 	return append(tests, group(wholeStore,
 		all{"DeleteThreadCascades", testDeleteThreadCascades},
@@ -227,7 +228,7 @@ func testDeleteThreadCascades(e *env[agent.Store]) {
 	fill := func(th agent.Thread) (runIDs []string) {
 		for i := range 2 {
 			m := agent.Message{ID: fmt.Sprintf("%s-m%d", th.ID, i), Role: agent.RoleUser, Parts: textParts("hello")}
-			must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: int64(i), Message: m, Fence: writer, Now: at(0)}), "PutMessage")
+			must(t, e.s.PutMessage(e.ctx, byWriter(th.ID, int64(i), m, at(0))), "PutMessage")
 		}
 		r1 := claim(e, th, th.ID+"-r1", at(time.Second)).Run
 		finish(e, r1, agent.RunCompleted, agent.Usage{InputTokens: 1}, at(2*time.Second))

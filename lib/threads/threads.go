@@ -34,6 +34,7 @@ type Store interface {
 // Reaper reaps a stale claim (lib/reaper).
 type Reaper interface {
 	Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error)
+	Orphans(ctx context.Context, threadID, active string, msgs []agent.Message) int
 }
 
 // Config bounds the service. Zero values take the defaults.
@@ -128,20 +129,45 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
-	recs, err := s.store.ListMessages(ctx, th.ID)
+	msgs, err := s.messages(ctx, th.ID)
 	if err != nil {
 		return View{}, err
 	}
-	v := View{Thread: th, Messages: make([]agent.Message, 0, len(recs)), Interrupts: []agent.Interrupt{}, Jobs: []agent.Job{}}
-	for _, rec := range recs {
-		v.Messages = append(v.Messages, rec.Message)
+	if s.reaper != nil {
+		active := ""
+		if th.ActiveRun != nil {
+			active = th.ActiveRun.RunID
+		}
+		// Rare: a streaming reply whose run no claim names (a reaper died half way). Finish it, then read again.
+		if s.reaper.Orphans(ctx, th.ID, active, msgs) > 0 {
+			if msgs, err = s.messages(ctx, th.ID); err != nil {
+				return View{}, err
+			}
+			if fresh, err := s.store.GetThread(ctx, th.ID); err == nil {
+				th = fresh
+			}
+		}
 	}
+	v := View{Thread: th, Messages: msgs, Interrupts: []agent.Interrupt{}, Jobs: []agent.Job{}}
 	if th.ActiveRun != nil {
 		if run, err := s.store.GetRun(ctx, th.ID, th.ActiveRun.RunID); err == nil {
 			v.ActiveRun = &run
 		}
 	}
 	return v, nil
+}
+
+// messages reads the thread's visible messages.
+func (s *Service) messages(ctx context.Context, id string) ([]agent.Message, error) {
+	recs, err := s.store.ListMessages(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]agent.Message, 0, len(recs))
+	for _, rec := range recs {
+		msgs = append(msgs, rec.Message)
+	}
+	return agent.Visible(msgs), nil
 }
 
 // Patch changes the title and settings.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"testing"
-
 )
 
 type discardSink struct{}

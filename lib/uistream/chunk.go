@@ -10,7 +10,7 @@ import (
 // CodeInvalidChunk is the code of the error returned for a chunk that cannot be encoded: a required id is
 // empty, a raw JSON value is malformed, a data chunk type lacks its "data-" prefix. It is always a bug in the
 // caller, so the error kind is KindInternal.
-const CodeInvalidChunk = "invalid_chunk"
+const CodeInvalidChunk = agent.CodeInvalidChunk
 
 // Chunk is one UI message stream chunk. The set is closed: only the types of this package implement it, and
 // each emits only fields that both the ai@6 and the ai@7 client schemas declare.

@@ -21,10 +21,10 @@ type Sink interface {
 const DefaultClientWriteTimeout = 10 * time.Second
 
 // CodeClientGone is the code of ClientErr: the client connection failed, the stream goes on for the sink.
-const CodeClientGone = "client_gone"
+const CodeClientGone = agent.CodeClientGone
 
 // CodeStreamDone is the code of the error returned by Encode after Done.
-const CodeStreamDone = "stream_done"
+const CodeStreamDone = agent.CodeStreamDone
 
 // EncoderOption configures an Encoder.
 type EncoderOption func(*Encoder)

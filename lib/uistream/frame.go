@@ -63,7 +63,7 @@ func Frames(chunks ...Chunk) ([]byte, error) {
 }
 
 // CodeInvalidStream is the code of ParseFrames errors.
-const CodeInvalidStream = "invalid_stream"
+const CodeInvalidStream = agent.CodeInvalidStream
 
 // ParseFrames splits a complete stream body (as written by an Encoder, or replayed from segments) into the
 // JSON payloads of its chunks, and reports whether it ended with [DONE]. It accepts exactly the format this
