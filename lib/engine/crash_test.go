@@ -523,17 +523,12 @@ const (
 )
 
 const (
-	bugRecordedOwner = "lib/reaper/reaper.go recorded() calls Tool.Recorded without ToolInvocation.Owner, so add_note " +
-		"looks for its record in effects/ and its note in notes/ (owner \"\") instead of effects/alice and notes/alice, " +
-		"and the recovered message says \"Result unknown\" for a note that exists (principle 9)"
-	bugRegenHide = "the regenerated-away reply is hidden only by the live run, after FinishRun (lib/engine/finish.go, " +
-		"t.plan.replaces is held in memory only): a crash after the new reply's final PutMessage (the reaper completes " +
-		"the run from it) or after FinishRun (claim released, nothing left to recover) leaves both replies visible"
-	bugReaperCrash = "lib/reaper/reaper.go Reap releases the claim first (the decision), then records the run's " +
-		"outcome, finalizes the draft and ends the stream in the same process only: a reaper that dies after " +
-		"ReleaseClaim leaves the run running and the draft streaming for good, and one that dies after FinishRun " +
-		"leaves the draft streaming (nothing nominates a thread without a claim again, and the next claim does not " +
-		"look at older runs)"
+	bugToolBeforeDurable = "a tool's effect can be durable while nothing that names its call is: runTools " +
+		"(lib/engine/tools.go) starts the tool as soon as the model's call arrives, without waiting for the user " +
+		"message's write (started beside the model request, lib/engine/begin.go apply) or flushing the segment " +
+		"holding the call, so a crash then (e.g. at the user message's write, which may complete after the tool " +
+		"ran) leaves a note that no message reports, and the next turn does not know it exists (principle 9, " +
+		"REVIEW W4)"
 )
 
 func written(role agent.Role, final bool) func(storeCall) bool {
@@ -557,18 +552,8 @@ var (
 func crashRows() []crashRow {
 	rows := crashTable()
 	for i, r := range rows {
-		switch {
-		case r.text == toolText:
-			rows[i].bugs = map[string]string{checkRecorded: bugRecordedOwner}
-		case r.regen:
-			rows[i].bugs = map[string]string{checkRegenHide: bugRegenHide}
-		}
-		if r.reaperCrash != nil {
-			if rows[i].bugs == nil {
-				rows[i].bugs = map[string]string{}
-			}
-			rows[i].bugs[checkTerminal] = bugReaperCrash
-			rows[i].bugs[checkUsage] = bugReaperCrash // the release added the draft's usage; the run never records it
+		if r.text == toolText && r.point.settle == 0 {
+			rows[i].bugs = map[string]string{checkRecorded: bugToolBeforeDurable}
 		}
 	}
 	return rows
@@ -807,17 +792,12 @@ func readView(t *testing.T, s *devserver.Stack, prior agent.Run, later ...string
 	t.Helper()
 	ctx := context.Background()
 	v := view{prior: prior}
-	var err error
-	if v.thread, err = s.Store.GetThread(ctx, crashThread); err != nil {
+	// The thread as a client reads it (GET /threads/{id}): a replaced reply left out, an orphaned one finished.
+	tv, err := s.Threads.Get(ctx, "alice", crashThread)
+	if err != nil {
 		t.Fatalf("get thread: %v", err)
 	}
-	recs, err := s.Store.ListMessages(ctx, crashThread)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range recs {
-		v.msgs = append(v.msgs, r.Message)
-	}
+	v.thread, v.msgs = tv.Thread, tv.Messages
 	if v.runs, err = s.Store.ListRuns(ctx, crashThread); err != nil {
 		t.Fatal(err)
 	}
