@@ -20,9 +20,15 @@ type Turn struct {
 	thread agent.Thread
 	owner  string
 	plan   turnPlan
+	// claimedAt is the clock time of the claim: the claim is ours for staleAfter from its last heartbeat, and
+	// this is the first one.
+	claimedAt time.Time
 	// userWrite receives the result of storing the request's user message, which runs beside the first model
 	// request (the critical path before the model is the claim plus one read). Nil when there is none to store.
+	// It is awaited before anything else is written or any tool runs.
 	userWrite chan error
+	userErr   error
+	userDone  bool
 }
 
 // Run returns the claimed run record.
@@ -46,7 +52,10 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner}
+	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claim.Run.CreatedAt}
+	if t.claimedAt.IsZero() {
+		t.claimedAt = e.clock.Now()
+	}
 	plan, err := t.readAndPlan(ctx, req)
 	if err != nil {
 		return nil, t.abort(ctx, err)
@@ -205,11 +214,48 @@ func (t *Turn) apply(ctx context.Context, p turnPlan) {
 	w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: t.run.FirstSeq, Message: *p.user, Fence: t.run.Fence(), Final: true}
 	ctx = context.WithoutCancel(ctx)
 	go func() {
-		t.userWrite <- t.e.retry(ctx, func() error {
-			w.Now = t.e.clock.Now()
-			return t.e.store.PutMessage(ctx, w)
-		})
+		// A write of a new message id passes the store's message-level fence, so the claim is checked here: a
+		// process that paused for half of staleAfter since its claim must not write (a reaper may own the
+		// thread by now, or a delete may have emptied it).
+		if t.e.clock.Now().Sub(t.claimedAt) > t.e.cfg.StaleAfter/2 {
+			t.userWrite <- errInDoubt
+			return
+		}
+		t.userWrite <- t.e.putFinal(ctx, w)
 	}()
+}
+
+// awaitUser waits for the user message's write (once); every later write and every tool waits for it, so nothing
+// the run does can outlive a user message that was never stored.
+func (t *Turn) awaitUser() error {
+	if t.userWrite != nil && !t.userDone {
+		t.userErr, t.userDone = <-t.userWrite, true
+	}
+	return t.userErr
+}
+
+// putFinal writes a finalized message, retried on transient errors. A retry that finds the message finalized at
+// our own epoch with our own content was preceded by a write that applied and lost its answer: that is success.
+func (e *Engine) putFinal(ctx context.Context, w agent.MessageWrite) error {
+	transient := false
+	err := e.retry(ctx, func() error {
+		w.Now = e.clock.Now()
+		err := e.store.PutMessage(ctx, w)
+		if agent.KindOf(err) == agent.KindUnavailable {
+			transient = true
+		}
+		return err
+	})
+	if transient && errors.Is(err, agent.ErrRunFenced) {
+		if rec, gerr := e.store.GetMessage(ctx, w.ThreadID, w.Message.ID); gerr == nil && sameMessage(rec.Message, w.Message) {
+			return nil
+		}
+	}
+	return err
+}
+
+func sameMessage(a, b agent.Message) bool {
+	return a.Role == b.Role && sameParts(a.Parts, b.Parts) && bytes.Equal(compact(a.Metadata), compact(b.Metadata))
 }
 
 // abort ends a claimed run that failed before streaming: record it failed, release the claim, and write a final

@@ -20,14 +20,21 @@ var messageStatusOf = map[agent.RunStatus]agent.MessageStatus{
 // reply from the stream segments.
 func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *agent.RunError) agent.Run {
 	t, e := s.turn, s.turn.e
-	if t.userWrite != nil {
-		if err := <-t.userWrite; err != nil {
-			s.log.Error("store user message", "err", err)
-			if errors.Is(err, agent.ErrRunFenced) {
-				return s.abandon(errFenced)
-			}
-			status, runErr = agent.RunFailed, &agent.RunError{Code: agent.CodePersistFailed, Message: "Your message could not be saved; please send it again."}
+	if err := t.awaitUser(); err != nil {
+		s.log.Error("store user message", "err", err)
+		if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errInDoubt) {
+			return s.abandon(errFenced)
 		}
+		// The reply has nothing to answer: leave no message, release the claim, tell the client.
+		runErr := &agent.RunError{Code: agent.CodePersistFailed, Message: "Your message could not be saved; please send it again."}
+		t.run.Status, t.run.Error, t.run.Usage, t.run.Steps, t.run.Model = agent.RunFailed, runErr, s.usage, s.steps, s.model
+		t.run.FinishedAt = e.clock.Now()
+		t.run.UpdatedAt = t.run.FinishedAt
+		if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+			s.log.Error("finish run", "err", err)
+		}
+		s.end(agent.MessageFailed, runErr, agent.FinishError)
+		return t.run
 	}
 	if status != agent.RunInterrupted {
 		// These tools never started (the run stopped first), so "not executed" is true.

@@ -32,7 +32,7 @@ type guard struct {
 }
 
 func startGuard(ctx context.Context, t *Turn, cancel context.CancelCauseFunc) *guard {
-	g := &guard{t: t, cancel: cancel, done: make(chan struct{}), lastOK: t.e.clock.Now()}
+	g := &guard{t: t, cancel: cancel, done: make(chan struct{}), lastOK: t.claimedAt}
 	g.wg.Add(2)
 	go g.every(ctx, t.e.cfg.Heartbeat, func() bool { return g.heartbeat(ctx) })
 	go g.every(ctx, t.e.cfg.CancelPoll, func() bool { return g.pollCancel(ctx) })

@@ -192,11 +192,19 @@ func (s *stepper) putMessage(ctx context.Context, st agent.MessageStatus, final 
 	if !s.guard.writable() {
 		return errInDoubt
 	}
+	if err := t.awaitUser(); err != nil {
+		return err
+	}
 	w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: t.run.AssistantSeq(), Message: s.message(st), Fence: t.run.Fence(), Final: final}
-	err := e.retry(ctx, func() error {
-		w.Now = e.clock.Now()
-		return e.store.PutMessage(ctx, w)
-	})
+	var err error
+	if final {
+		err = e.putFinal(ctx, w)
+	} else {
+		err = e.retry(ctx, func() error {
+			w.Now = e.clock.Now()
+			return e.store.PutMessage(ctx, w)
+		})
+	}
 	if errors.Is(err, agent.ErrRunFenced) {
 		s.guard.lose(errFenced)
 	}

@@ -11,6 +11,13 @@ import (
 	"github.com/agentloop/agentloop/lib/uistream"
 )
 
+// pendingCall is a server tool call about to run.
+type pendingCall struct {
+	idx  int
+	tool agent.Tool
+	inv  agent.ToolInvocation
+}
+
 // toolResult is one finished (or abandoned) tool execution.
 type toolResult struct {
 	idx    int
@@ -29,6 +36,7 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 	partIdx := make([]int, len(calls))
 	results := make(chan toolResult, len(calls))
 	expect := 0 // results to collect
+	var toRun []pendingCall
 	for i, c := range calls {
 		input := json.RawMessage(c.Arguments)
 		if len(input) == 0 {
@@ -56,14 +64,24 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 		case tool.Execute == nil:
 			expect++
 			results <- toolResult{idx: i, err: fmt.Errorf("tool %q cannot run on the server", c.Name)}
-		case ctx.Err() != nil || !s.guard.writable():
-			// Leave it without a result: finish marks it "not executed", which is true.
 		default:
-			expect++
-			inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, ToolCallID: c.ID, Input: input,
-				IdempotencyKey: agent.IdempotencyKey(t.thread.ID, c.ID)}
-			go s.execute(ctx, i, tool, inv, results)
+			toRun = append(toRun, pendingCall{idx: i, tool: tool, inv: agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner,
+				RunID: t.run.ID, ToolCallID: c.ID, Input: input, IdempotencyKey: agent.IdempotencyKey(t.thread.ID, c.ID)}})
 		}
+	}
+	// Before any tool has an effect, everything that names its call is stored: the user message it answers, and
+	// the stream segment that carries the call (so a crash after the effect is recovered with the outcome the
+	// tool recorded, not lost: principle 9). A run that stopped, or whose claim is in doubt, starts no tool;
+	// finish then marks those calls "not executed", which is true.
+	if len(toRun) > 0 && (t.awaitUser() != nil || ctx.Err() != nil || !s.guard.writable()) {
+		toRun = nil
+	}
+	if len(toRun) > 0 {
+		s.out.flush()
+	}
+	for _, pc := range toRun {
+		expect++
+		go s.execute(ctx, pc.idx, pc.tool, pc.inv, results)
 	}
 	for range expect {
 		r := <-results

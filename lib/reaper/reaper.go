@@ -278,7 +278,7 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 		}
 	}
 	run.Usage, run.FinishedAt, run.UpdatedAt = usage, now, now
-	if err := r.store.FinishRun(ctx, run); err != nil && !errors.Is(err, agent.ErrRunFenced) {
+	if err := retry(ctx, func() error { return r.store.FinishRun(ctx, run) }); err != nil && !errors.Is(err, agent.ErrRunFenced) {
 		return fmt.Errorf("reaper: finish run: %w", err)
 	}
 	if !finalMsg {
@@ -312,6 +312,9 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 		r.log.Warn("reaper: read segments", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
 	}
 	owner := ""
+	if draft == nil && len(parts) == 0 {
+		return nil // nothing was said: no reply (a re-post of the user message then runs again)
+	}
 	parts = transcript.Synthesize(parts, "Result unknown: the run stopped before this tool's result was stored.",
 		func(p agent.Part) (json.RawMessage, bool) {
 			if owner == "" {
@@ -326,12 +329,31 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 		raw[i] = agent.EncodePart(p)
 	}
 	md, _ := json.Marshal(agent.MessageMetadata{Status: agent.MessageFailed, RunID: run.ID, Model: run.Model, Usage: &usage})
-	err := r.store.PutMessage(ctx, agent.MessageWrite{ThreadID: run.ThreadID, Seq: seq, Fence: run.Fence(), Final: true,
-		Now: r.clock.Now(), Message: agent.Message{ID: run.AssistantMessageID, Role: agent.RoleAssistant, Parts: raw, Metadata: md}})
+	w := agent.MessageWrite{ThreadID: run.ThreadID, Seq: seq, Fence: run.Fence(), Final: true,
+		Message: agent.Message{ID: run.AssistantMessageID, Role: agent.RoleAssistant, Parts: raw, Metadata: md}}
+	err := retry(ctx, func() error { w.Now = r.clock.Now(); return r.store.PutMessage(ctx, w) })
 	if err != nil && !errors.Is(err, agent.ErrRunFenced) {
 		return fmt.Errorf("reaper: finalize message: %w", err)
 	}
 	return nil
+}
+
+// retry runs op again on transient store errors, a few times with a short backoff: a reap half done is finished
+// by a later reader, but most transient errors pass within a second.
+func retry(ctx context.Context, op func() error) error {
+	wait := 20 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := op()
+		if err == nil || agent.KindOf(err) != agent.KindUnavailable || attempt == 4 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
 }
 
 // recorded asks the tool for the outcome it recorded under the call's idempotency key.

@@ -35,6 +35,7 @@ type Store interface {
 type Reaper interface {
 	Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error)
 	Orphans(ctx context.Context, threadID, active string, msgs []agent.Message) int
+	ReapOrphan(ctx context.Context, threadID, runID string) error
 }
 
 // Config bounds the service. Zero values take the defaults.
@@ -228,10 +229,34 @@ func (s *Service) Runs(ctx context.Context, owner, id string) ([]agent.Run, erro
 		return nil, err
 	}
 	runs, err := s.store.ListRuns(ctx, th.ID)
+	if err != nil {
+		return nil, err
+	}
+	if s.reaper != nil && s.repairRuns(ctx, th, runs) {
+		if runs, err = s.store.ListRuns(ctx, th.ID); err != nil {
+			return nil, err
+		}
+	}
 	if runs == nil {
 		runs = []agent.Run{}
 	}
-	return runs, err
+	return runs, nil
+}
+
+// repairRuns finishes runs still recorded as running that no claim names (a reaper died half way); it reports
+// whether it found any.
+func (s *Service) repairRuns(ctx context.Context, th agent.Thread, runs []agent.Run) bool {
+	found := false
+	for _, r := range runs {
+		if r.Status != agent.RunRunning || (th.ActiveRun != nil && th.ActiveRun.RunID == r.ID) {
+			continue
+		}
+		found = true
+		if err := s.reaper.ReapOrphan(ctx, th.ID, r.ID); err != nil {
+			s.log.Warn("repair run", "thread_id", th.ID, "run_id", r.ID, "err", err)
+		}
+	}
+	return found
 }
 
 // Attach replays the active run's stream to w and follows it until it ends; begin is called once, before the
