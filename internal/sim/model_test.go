@@ -140,7 +140,10 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 			return agent.ModelResult{}, err
 		}
 	}
-	if !p.parkModel(endsLoop) {
+	// The step's last handoff: after it the engine waits for the user-message write (before it runs tools,
+	// writes a draft or finishes), so the scheduler lets that write through first, as for the end of the loop.
+	_ = endsLoop
+	if !p.parkModel(true) {
 		return agent.ModelResult{}, errDead
 	}
 	// Half the time a reply that was complete when the run was stopped is returned anyway (its last bytes were

@@ -195,16 +195,13 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	case "GetRun", "ClaimRun", "GetThread", "ListStaleClaims", "DeleteThread", "RequestCancel":
 		p.inReap = false // the reap that released a claim is over: its process moved on
 	}
-	if p.crashAt == n && (p.inReap || method == "ReleaseClaim" && p.crashAfter) && !w.gaps {
-		p.crashAt++
-	}
 	if p.crashAt == n {
 		return n, true, p.crashAfter, false, false
 	}
 	// At most two faults in a row per method: the engine's retries (real-time backoff) then succeed.
-	if write && r1 < p.faultRate && p.consecFaults[method] < 2 && (w.gaps || !p.inReap) {
+	if write && r1 < p.faultRate && p.consecFaults[method] < 2 {
 		p.consecFaults[method]++
-		return n, false, false, true, r2 < p.lostFrac && (w.gaps || !final && method != "ReleaseClaim")
+		return n, false, false, true, r2 < p.lostFrac
 	}
 	p.consecFaults[method] = 0
 	return n, false, false, false, false
@@ -330,8 +327,8 @@ func (p *proc) liveStream() bool {
 	return !p.dead && !p.done && p.runCtx != nil && p.runCtx.Err() == nil && p.parkedAt == "model"
 }
 
-// mayFinish reports whether the next grant of the main goroutine may end the run loop, after which the engine
-// waits for the user-message write (so that write must not be parked then).
+// mayFinish reports whether the next grant of the main goroutine may end a model step (or the run loop), after
+// which the engine waits for the user-message write (so that write must not be parked then).
 func (p *proc) mayFinish() bool {
 	w := p.w
 	w.mu.Lock()
