@@ -48,14 +48,11 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	if err := e.Validate(req); err != nil {
 		return nil, err
 	}
-	claim, err := e.claim(ctx, req)
+	claim, claimedAt, err := e.claim(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claim.Run.CreatedAt}
-	if t.claimedAt.IsZero() {
-		t.claimedAt = e.clock.Now()
-	}
+	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claimedAt}
 	plan, err := t.readAndPlan(ctx, req)
 	if err != nil {
 		return nil, t.abort(ctx, err)
@@ -69,8 +66,9 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 const reservedPositions = 2
 
 // claim takes the thread's run claim: creating the thread for a first message, reaping a stale claim in the way,
-// and cancelling the active run first when the request says interrupt.
-func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, error) {
+// and cancelling the active run first when the request says interrupt. It also returns the claim's heartbeat time
+// (the Now of the attempt that won).
+func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, time.Time, error) {
 	trigger := agent.TriggerUser
 	if req.Kind == TurnRegenerate {
 		trigger = agent.TriggerRegenerate
@@ -86,24 +84,24 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, err
 		res, err := e.store.ClaimRun(ctx, creq)
 		switch {
 		case err == nil:
-			return res, nil
+			return res, creq.Now, nil
 		case agent.IsKind(err, agent.KindNotFound):
 			if req.Kind != TurnSubmit || created {
-				return res, notFound
+				return res, time.Time{}, notFound
 			}
 			now := e.clock.Now()
 			th, _, cerr := e.store.CreateThread(ctx, agent.Thread{ID: req.ThreadID, Owner: req.Owner,
 				Title: titleOf(req.Message), CreatedAt: now, UpdatedAt: now})
 			if cerr != nil {
-				return res, fmt.Errorf("create thread: %w", cerr)
+				return res, time.Time{}, fmt.Errorf("create thread: %w", cerr)
 			}
 			if th.Owner != req.Owner {
-				return res, notFound // another user's thread does not exist for this caller
+				return res, time.Time{}, notFound // another user's thread does not exist for this caller
 			}
 			created = true
 			continue
 		case !errors.Is(err, agent.ErrRunActive):
-			return res, err
+			return res, time.Time{}, err
 		}
 		// A run holds the thread. A stale one is reaped (the reaper's conditional release decides), then we
 		// claim again; a live one is waited for only when the request interrupts it.
@@ -116,7 +114,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, err
 			continue
 		}
 		if req.Multitask != MultitaskInterrupt {
-			return res, err
+			return res, time.Time{}, err
 		}
 		if !canceled {
 			canceled = true
@@ -126,15 +124,15 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, err
 				active = th.ActiveRun.RunID
 			}
 			if _, cerr := e.store.RequestCancel(ctx, req.ThreadID, active, e.clock.Now()); cerr != nil && !errors.Is(cerr, agent.ErrNoActiveRun) {
-				return res, cerr
+				return res, time.Time{}, cerr
 			}
 		}
 		if time.Now().After(deadline) {
-			return res, agent.Wrap(err, agent.KindConflict, agent.CodeRunActive, "the active run did not stop in time")
+			return res, time.Time{}, agent.Wrap(err, agent.KindConflict, agent.CodeRunActive, "the active run did not stop in time")
 		}
 		select {
 		case <-ctx.Done():
-			return res, agent.Wrap(ctx.Err(), agent.KindCanceled, agent.CodeCanceled, "request canceled")
+			return res, time.Time{}, agent.Wrap(ctx.Err(), agent.KindCanceled, agent.CodeCanceled, "request canceled")
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
