@@ -40,6 +40,7 @@ type proc struct {
 	crashAt    int // the store call (from 1) that kills the process; 0: never
 	crashAfter bool
 	faultRate  float64
+	delayProb  float64 // of a run's own writes, the share held in flight
 	lostFrac   float64 // of injected write faults, the share that hit after the write applied
 
 	// Everything below is guarded by w.mu.
@@ -67,6 +68,7 @@ type proc struct {
 	toolGates    map[string]chan struct{}
 	toolNext     map[string]string
 	releasedOwn  bool // the run's own FinishRun released its claim
+	loopEnded    bool // the run loop is over (its guard stopped): a final write, FinishRun or DeleteMessage came
 	inReap       bool // the process released a claim as a reaper and has not finished that reap yet
 	inDoubt      bool // the sim expects the guard to stop the run as in doubt
 	result       *agent.Run
@@ -87,6 +89,9 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	if w.rng.Float64() < w.plan.faultyProcs {
 		p.faultRate = w.plan.faultRate
 		p.lostFrac = w.plan.lostFrac
+	}
+	if crashable {
+		p.delayProb = w.plan.delayProb
 	}
 	p.store = &procStore{Store: w.base, p: p}
 	tools := w.toolset(p)
@@ -208,6 +213,18 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	}
 	p.consecFaults[method] = 0
 	return n, false, false, false, false
+}
+
+// delayed decides whether a run's own write is held in flight, and notes when the run loop is over.
+func (p *proc) delayed(method string, final bool) bool {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	if method != "PutMessage" || final {
+		p.loopEnded = true // FinishRun, DeleteMessage and final writes come after guard.stop
+	}
+	// Unless exploring the known gaps: not the hide of a regenerated reply, which the engine writes after its
+	// claim is released (a known bug, see knownBugs).
+	return p.rng.Float64() < p.delayProb && (p.w.gaps || method != "DeleteMessage")
 }
 
 // takeArm lets one guard call through when the scheduler armed it. The first unarmed call after an armed one
@@ -336,7 +353,7 @@ func (p *proc) mayFinish() bool {
 	w := p.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return p.runCtx != nil && (p.runCtx.Err() != nil || p.nextEndsLoop)
+	return p.runCtx != nil && (p.runCtx.Err() != nil || p.nextEndsLoop || p.parkedAt == "in flight")
 }
 
 func itoa(i int) string { return string(appendInt(nil, i)) }

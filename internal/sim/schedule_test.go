@@ -38,6 +38,7 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 		faultyProcs: []float64{0, 0.3, 0.6}[r.IntN(3)],
 		faultRate:   0.05 + 0.1*r.Float64(),
 		lostFrac:    []float64{0, 0.3}[r.IntN(2)],
+		delayProb:   []float64{0, 0, 0.2}[r.IntN(3)],
 	}
 	for i := range 1 + r.IntN(3) {
 		w.threads = append(w.threads, &simThread{id: fmt.Sprintf("th%d-%d", seed, i)})

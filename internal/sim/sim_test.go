@@ -84,16 +84,26 @@ var knownBugs = []struct {
 	inv  string // the invariant the seed breaks
 	bug  string
 }{
-	{59, "claims-released", "reaper: a crash between ReleaseClaim (the decision) and FinishRun leaves the run running and its draft streaming forever: nothing nominates a released claim again (here a lazy reap inside another post's claim)"},
-	{35, "claims-released", "reaper: a transient error on the FinishRun after ReleaseClaim makes Reap return an error, and the released run is never finished (also: the thread's usage was added, the run's not)"},
-	{114, "claims-released", "reaper: a lost response on ReleaseClaim (it applied) makes Reap give up, and the run is never finished"},
-	{271, "claims-released", "reaper: a crash right after ReleaseClaim applied leaves the run running forever"},
-	{96, "retries-converge", "engine: a lost response on the user-message write (Final: true) makes its retry run_fenced (same epoch, finalized), so finish abandons a run that still holds its claim"},
-	{156, "retries-converge", "engine: a lost response on the final assistant-message write makes its retry run_fenced, so a completed run reports 'taken over' and waits for the reaper"},
-	{15, "one-writer", "engine+store: the user-message write has no claim check (no guard.writable, and a new message id passes the store's message-level fence): a write delayed past a reap and a delete lands in the deleted thread, and the thread recreated under that id shows it"},
-	{24, "one-writer", "engine+store: a delayed user-message write of a reaped run lands while the next run holds the claim"},
-	{1367, "deleted-is-gone", "engine+store: a delayed user-message write of a reaped run re-creates a message under a deleted thread (an orphan, REVIEW H3)"},
-	{60, "accepted-kept", "engine: persistDraft does not wait for the user-message write: a crash leaves a reply (with its tools' effects) to a user message that was never stored"},
+	// The reaper's release of a claim is its decision, and the rest of the reap is not resumable: nothing
+	// nominates a released claim again, so a reap that stops half way leaves the run running, its draft
+	// streaming and its stream without an end, forever (and the thread's usage added, the run's not).
+	{161, "claims-released", "reaper: a crash between ReleaseClaim and FinishRun (here a lazy reap inside another post's claim) leaves the run running forever"},
+	{209, "claims-released", "reaper: a transient error on the FinishRun after ReleaseClaim makes Reap return an error, and the released run is never finished"},
+	{565, "claims-released", "reaper: a lost response on ReleaseClaim (it applied) makes Reap give up, and the run is never finished"},
+	{625, "claims-released", "reaper: a crash right after ReleaseClaim applied leaves the run running forever"},
+	{139, "claims-released", "reaper: a crash after the reaper's FinishRun, before finalizeMessage, leaves the reply streaming forever"},
+	// A retried finalizing write whose first attempt applied (a lost response; the AWS SDK retries on its own)
+	// is refused as run_fenced (same epoch, already final), and the engine takes that for a lost claim.
+	{120, "retries-converge", "engine: a lost response on the user-message write (Final: true) makes its retry run_fenced, so finish abandons a run that still holds its claim"},
+	{218, "retries-converge", "engine: a lost response on the final assistant-message write makes its retry run_fenced, so a completed run reports 'taken over' and leaves its claim to the reaper"},
+	// The user-message write is the one write of a run that nothing fences by the claim: it has no
+	// guard.writable check, and a new message id passes the store's message-level fence.
+	{11, "one-writer", "engine+store: a user-message write delayed past its run's reap lands after the claim was released"},
+	{14, "one-writer", "engine+store: a delayed user-message write of a reaped run lands while the next run holds the claim"},
+	{275, "deleted-is-gone", "engine+store: a delayed user-message write of a reaped run re-creates a message under a deleted thread (an orphan that reappears when the id is used again, REVIEW H3)"},
+	// Ordering inside a turn.
+	{131, "accepted-kept", "engine: persistDraft does not wait for the user-message write: a crash leaves a reply (with its tools' effects) to a user message that was never stored"},
+	{273, "one-writer", "engine: finish hides a regenerated reply (DeleteMessage) after FinishRun released the claim, fenced only by the old reply's epoch: a delayed hide lands while the next run holds the claim (which read both replies)"},
 }
 
 // outcome is one schedule's result.

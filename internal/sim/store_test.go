@@ -84,6 +84,14 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 			return p.parkDead()
 		}
 	}
+	if own != nil && phaseOf(ctx) == phaseStream && p.delayed(method, final) {
+		// The request is in flight (its arguments, its timestamp, the run's in-doubt check are all behind it)
+		// and the scheduler may let time pass, reap the run and start others before it arrives: the store's
+		// fences alone must then keep it from taking effect (DESIGN principle 8).
+		if !p.parkMain("in flight") {
+			return p.parkDead()
+		}
+	}
 	n, crash, after, fault, lost := p.nextCall(method, write, final)
 	if crash && !after {
 		w.tracef("  %s: CRASH before call %d (%s)", p.name, n, method)

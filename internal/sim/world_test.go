@@ -69,6 +69,7 @@ type plan struct {
 	faultyProcs float64
 	faultRate   float64
 	lostFrac    float64
+	delayProb   float64
 }
 
 // world is one schedule: the underlying store, the virtual clock, the processes, and what the checks need.
@@ -346,7 +347,7 @@ func (w *world) advanceClock(d time.Duration) error {
 		// A run already stopping (canceled) is in doubt too: its final writes check the claim's age first.
 		if !p.dead && !p.done && p.runCtx != nil && now.Sub(p.lastOK) > w.ecfg.StaleAfter/2 {
 			p.inDoubt = true
-			if p.runCtx.Err() == nil {
+			if p.runCtx.Err() == nil && !p.loopEnded {
 				doubt = append(doubt, p.runCtx)
 			}
 		}
