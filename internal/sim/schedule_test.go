@@ -61,6 +61,10 @@ func (w *world) run() error {
 		case c < 40:
 			if ps := w.liveMains(); len(ps) > 0 {
 				p := ps[w.rng.IntN(len(ps))]
+				if w.isInFlight(p) && w.rng.IntN(2) == 0 {
+					err = w.stall(p)
+					break
+				}
 				w.tracef("grant %s", p.name)
 				err = w.advanceMain(p)
 			}
@@ -83,6 +87,10 @@ func (w *world) run() error {
 			err = w.beforeClock(w.smallAdvance())
 		case c < 67:
 			err = w.beforeClock(w.ecfg.StaleAfter/2 + time.Duration(1+w.rng.IntN(20))*time.Second)
+		case c < 71:
+			if ps := w.inFlight(); len(ps) > 0 {
+				err = w.stall(ps[w.rng.IntN(len(ps))])
+			}
 		default:
 			if ops == 0 {
 				continue
@@ -98,6 +106,39 @@ func (w *world) run() error {
 		return err
 	}
 	return w.quiesce()
+}
+
+func (w *world) isInFlight(p *proc) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return p.parkedAt == "in flight"
+}
+
+// inFlight lists the processes whose run has a write held in flight.
+func (w *world) inFlight() []*proc {
+	var ps []*proc
+	for _, p := range w.liveMains() {
+		w.mu.Lock()
+		if p.parkedAt == "in flight" {
+			ps = append(ps, p)
+		}
+		w.mu.Unlock()
+	}
+	return ps
+}
+
+// stall is the worst case for a write in flight: it arrives after its run's claim went stale and a reaper (or
+// a new post, which reaps on its way) finished the run. The store must refuse it.
+func (w *world) stall(p *proc) error {
+	w.tracef("stall %s's write past staleAfter", p.name)
+	if err := w.beforeClock(w.ecfg.StaleAfter + w.smallAdvance()); err != nil {
+		return err
+	}
+	if err := w.reap(false); err != nil {
+		return err
+	}
+	w.tracef("grant %s", p.name)
+	return w.advanceMain(p)
 }
 
 func (w *world) smallAdvance() time.Duration {
