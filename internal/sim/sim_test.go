@@ -23,6 +23,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -118,6 +119,7 @@ type outcome struct {
 	stats      stats
 	refused    int
 	faults     int
+	byMethod   map[string]int
 }
 
 func (o outcome) failed() bool { return o.simErr != nil || len(o.violations) > 0 }
@@ -133,6 +135,7 @@ func runSchedule(seed uint64, storeName string, base agent.Store, gaps bool) out
 	o := outcome{seed: seed, store: storeName, simErr: err, stats: w.stats, refused: w.refused}
 	w.mu.Lock()
 	o.violations = slices.Clone(w.violates)
+	o.byMethod = maps.Clone(w.faults)
 	for _, n := range w.faults {
 		o.faults += n
 	}
@@ -200,6 +203,7 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	begin := time.Now()
 	var mu sync.Mutex
 	var failures []outcome
+	faultsBy := map[string]int{}
 	var count, refused, faults, crashes, accepted atomic.Int64
 	var wg sync.WaitGroup
 	for i := range workers {
@@ -223,6 +227,11 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 				if *flagTrace {
 					t.Logf("seed=%d store=%s\n%s", seed, storeName, o.trace)
 				}
+				mu.Lock()
+				for m, n := range o.byMethod {
+					faultsBy[m] += n
+				}
+				mu.Unlock()
 				if o.failed() {
 					mu.Lock()
 					failures = append(failures, o)
@@ -236,6 +245,12 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	n = int(count.Load())
 	t.Logf("%s: %d schedules in %s (%.0f schedules/s); %d crashes, %d injected faults, %d accepted messages, %d zombie writes refused by the fence",
 		storeName, n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), crashes.Load(), faults.Load(), accepted.Load(), refused.Load())
+	methods := slices.Sorted(maps.Keys(faultsBy))
+	var fb []string
+	for _, m := range methods {
+		fb = append(fb, fmt.Sprintf("%s=%d", m, faultsBy[m]))
+	}
+	t.Logf("%s: injected faults by write: %s", storeName, strings.Join(fb, " "))
 	slices.SortFunc(failures, func(a, b outcome) int { return int(a.seed) - int(b.seed) })
 	for i, o := range failures {
 		if i == 0 {
