@@ -3,8 +3,6 @@ package sim
 import (
 	"context"
 	"math/rand/v2"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -364,6 +362,3 @@ func appendInt(b []byte, i int) []byte {
 	}
 	return append(b, byte('0'+i%10))
 }
-
-var _ = slices.Contains[[]string]
-var _ sync.Mutex

@@ -345,7 +345,6 @@ func (w *world) drain() error {
 		if round > 2000 {
 			return fmt.Errorf("sim: drain did not finish")
 		}
-		progressed := false
 		for _, p := range w.pendingUWs() {
 			if p.isDead() {
 				continue
@@ -353,7 +352,6 @@ func (w *world) drain() error {
 			if err := w.advanceUW(p); err != nil {
 				return err
 			}
-			progressed = true
 		}
 		ps := w.liveMains()
 		if len(ps) == 0 && len(w.pendingUWs()) == 0 {
@@ -370,14 +368,12 @@ func (w *world) drain() error {
 			if err := w.advanceMain(p); err != nil {
 				return err
 			}
-			progressed = true
 		}
 		if waiting == len(ps) && waiting > 0 && round%4 == 3 {
 			if err := w.advanceClock(w.ecfg.StaleAfter + time.Second); err != nil {
 				return err
 			}
 		}
-		_ = progressed
 	}
 }
 

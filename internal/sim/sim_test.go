@@ -4,20 +4,27 @@ package sim
 //
 // A schedule is drawn from a seed (math/rand/v2 PCG): 1-3 threads; a fault plan (how likely a process crashes,
 // at which store call, before or after that call applies; how many processes see transient faults, and how many
-// of those hit after the write applied); then a list of steps: new operations, each in a new process (posts, some
-// with multitask interrupt, some re-posting a message id; regenerates; stops; deletes; reaper sweeps), grants of a
-// live process until its next handoff (a model event, a claim retry, the user-message write), heartbeats and
-// cancel polls of a live run's guard, and moves of the virtual clock (small, or past half of staleAfter, or past
-// staleAfter before a sweep). Then every live process runs to its end, time passes beyond staleAfter, a clean
-// reaper sweeps, and the invariants are checked on the underlying store (check_test.go).
+// of those hit after the write applied; how often a run's write is held in flight); then a list of steps: new
+// operations, each in a new process (posts, some with multitask interrupt, some re-posting a message id, some
+// with the same id and other content; regenerates; stops; deletes; reaper sweeps), grants of a live process
+// until its next handoff (a model event, a claim retry, the user-message write, a write in flight), heartbeats
+// and cancel polls of a live run's guard, moves of the virtual clock (small, past half of staleAfter, past
+// staleAfter before a sweep), and stalls (a write in flight arrives after a reaper finished its run). Then every
+// live process runs to its end, time passes beyond staleAfter, a clean reaper sweeps, and the invariants are
+// checked on the underlying store (check_test.go).
 //
-// Every schedule replays exactly: the scheduler lets one process run at a time, and only between handoffs
-// (world_test.go, proc_test.go), so the order of all store calls, and with it every fault, is the seed's.
+// Every schedule replays exactly (TestReplayIsExact): the scheduler lets one process run at a time, and only
+// between handoffs (world_test.go, proc_test.go), so the order of all store calls, and with it every fault, is
+// the seed's. What is left to the Go scheduler has no effect on the store: the guard's real-time tickers only
+// reach the store when the scheduler arms one tick; engine retries sleep in real time (20 ms and up) but are
+// waited for; the segmenter's timer is off (SegmentFlush: hours).
 //
-//	go test ./internal/sim -run TestSimulation -args -seed N -store sqlite -v
+//	go test ./internal/sim -run TestSimulation -args -seed N -store sqlite          # one seed, with its trace
+//	go test ./internal/sim -run TestSimulation -args -schedules 20000 -store sqlite # more seeds
+//	SIM_DURATION=1h go test ./internal/sim -run TestSimulation -timeout 0           # soak (make soak)
+//	go test ./internal/sim -run TestSimulation -args -gaps                          # the known bugs' windows too
 //
-// replays one seed with its trace. SIM_SCHEDULES (or -schedules) sets how many schedules make test runs,
-// SIM_DURATION (or -duration) turns the test into a soak with random seeds (make soak).
+// SIM_SCHEDULES, SIM_SEED, SIM_STORE and SIM_GAPS=1 are the flags' env forms.
 
 import (
 	"context"

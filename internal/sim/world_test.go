@@ -120,7 +120,7 @@ type acceptedMsg struct {
 }
 
 type stats struct {
-	ops, crashes, accepted, zombieRefused int
+	ops, crashes, accepted int
 }
 
 func (w *world) tracef(format string, args ...any) {
