@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
-	"github.com/agentloop/agentloop/lib/transcript"
 )
 
 // check reads every thread of the schedule from the underlying store, after the quiesce, and records each
@@ -173,7 +172,6 @@ func (w *world) checkToolResults(ctx context.Context, threadID string, m agent.M
 			w.violate("crash-never-lies", "thread %s: call %s is marked %q but its effect was applied", threadID, p.ToolCallID, p.ErrorText)
 		}
 	}
-	_ = transcript.Decode
 }
 
 func jsonEqual(a, b []byte) bool {

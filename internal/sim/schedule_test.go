@@ -38,6 +38,7 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 		faultyProcs: []float64{0, 0.3, 0.6}[r.IntN(3)],
 		faultRate:   0.05 + 0.1*r.Float64(),
 		lostFrac:    []float64{0, 0.3}[r.IntN(2)],
+		delayProb:   []float64{0, 0, 0.2}[r.IntN(3)],
 	}
 	for i := range 1 + r.IntN(3) {
 		w.threads = append(w.threads, &simThread{id: fmt.Sprintf("th%d-%d", seed, i)})
@@ -60,6 +61,10 @@ func (w *world) run() error {
 		case c < 40:
 			if ps := w.liveMains(); len(ps) > 0 {
 				p := ps[w.rng.IntN(len(ps))]
+				if w.isInFlight(p) && w.rng.IntN(2) == 0 {
+					err = w.stall(p)
+					break
+				}
 				w.tracef("grant %s", p.name)
 				err = w.advanceMain(p)
 			}
@@ -82,6 +87,10 @@ func (w *world) run() error {
 			err = w.beforeClock(w.smallAdvance())
 		case c < 67:
 			err = w.beforeClock(w.ecfg.StaleAfter/2 + time.Duration(1+w.rng.IntN(20))*time.Second)
+		case c < 71:
+			if ps := w.inFlight(); len(ps) > 0 {
+				err = w.stall(ps[w.rng.IntN(len(ps))])
+			}
 		default:
 			if ops == 0 {
 				continue
@@ -97,6 +106,39 @@ func (w *world) run() error {
 		return err
 	}
 	return w.quiesce()
+}
+
+func (w *world) isInFlight(p *proc) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return p.parkedAt == "in flight"
+}
+
+// inFlight lists the processes whose run has a write held in flight.
+func (w *world) inFlight() []*proc {
+	var ps []*proc
+	for _, p := range w.liveMains() {
+		w.mu.Lock()
+		if p.parkedAt == "in flight" {
+			ps = append(ps, p)
+		}
+		w.mu.Unlock()
+	}
+	return ps
+}
+
+// stall is the worst case for a write in flight: it arrives after its run's claim went stale and a reaper (or
+// a new post, which reaps on its way) finished the run. The store must refuse it.
+func (w *world) stall(p *proc) error {
+	w.tracef("stall %s's write past staleAfter", p.name)
+	if err := w.beforeClock(w.ecfg.StaleAfter + w.smallAdvance()); err != nil {
+		return err
+	}
+	if err := w.reap(false); err != nil {
+		return err
+	}
+	w.tracef("grant %s", p.name)
+	return w.advanceMain(p)
 }
 
 func (w *world) smallAdvance() time.Duration {
@@ -303,7 +345,6 @@ func (w *world) drain() error {
 		if round > 2000 {
 			return fmt.Errorf("sim: drain did not finish")
 		}
-		progressed := false
 		for _, p := range w.pendingUWs() {
 			if p.isDead() {
 				continue
@@ -311,7 +352,6 @@ func (w *world) drain() error {
 			if err := w.advanceUW(p); err != nil {
 				return err
 			}
-			progressed = true
 		}
 		ps := w.liveMains()
 		if len(ps) == 0 && len(w.pendingUWs()) == 0 {
@@ -328,14 +368,12 @@ func (w *world) drain() error {
 			if err := w.advanceMain(p); err != nil {
 				return err
 			}
-			progressed = true
 		}
 		if waiting == len(ps) && waiting > 0 && round%4 == 3 {
 			if err := w.advanceClock(w.ecfg.StaleAfter + time.Second); err != nil {
 				return err
 			}
 		}
-		_ = progressed
 	}
 }
 

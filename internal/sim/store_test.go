@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -81,6 +82,14 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 		}
 	case callUserWrite:
 		if !p.parkUserWrite() {
+			return p.parkDead()
+		}
+	}
+	if own != nil && phaseOf(ctx) == phaseStream && p.delayed(method, final) {
+		// The request is in flight (its arguments, its timestamp, the run's in-doubt check are all behind it)
+		// and the scheduler may let time pass, reap the run and start others before it arrives: the store's
+		// fences alone must then keep it from taking effect (DESIGN principle 8).
+		if !p.parkMain("in flight") {
 			return p.parkDead()
 		}
 	}
@@ -307,6 +316,19 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 		return fmt.Sprintf("%s/%s %s seq=%d fence=%s@%d final=%v %s", mw.ThreadID, mw.Message.ID, mw.Message.Role, mw.Seq,
 			mw.Fence.RunID, mw.Fence.Epoch, mw.Final, mw.Message.Meta().Status)
 	}
+	s.p.w.mu.Lock()
+	if s.p.wroteIDs == nil {
+		s.p.wroteIDs = map[string]bool{}
+	}
+	s.p.firstInsert = !s.p.wroteIDs[mw.Message.ID]
+	s.p.wroteIDs[mw.Message.ID] = true
+	s.p.w.mu.Unlock()
+	// A retry that rewrites exactly what is stored (its first attempt applied and lost its answer) changes
+	// nothing, whoever holds the claim by then: the one-writer check does not count it.
+	prev, perr := s.p.w.base.GetMessage(context.WithoutCancel(ctx), mw.ThreadID, mw.Message.ID)
+	s.p.w.mu.Lock()
+	s.p.noopWrite = perr == nil && samePutMessage(prev.Message, mw.Message)
+	s.p.w.mu.Unlock()
 	return s.callD(ctx, "PutMessage", true, mw.Final, kind, s.ownFence(ctx, mw.Fence), mw.ThreadID, detail, func() error {
 		return s.Store.PutMessage(ctx, mw)
 	})
@@ -393,4 +415,16 @@ func (s *procStore) ListValues(ctx context.Context, ns string) (kv []agent.KV, e
 
 func (s *procStore) DeleteValue(ctx context.Context, ns, key string) error {
 	return s.call(ctx, "DeleteValue", true, callPlain, nil, "", func() error { return s.Store.DeleteValue(ctx, ns, key) })
+}
+
+func samePutMessage(a, b agent.Message) bool {
+	if a.Role != b.Role || len(a.Parts) != len(b.Parts) || !bytes.Equal(a.Metadata, b.Metadata) {
+		return false
+	}
+	for i := range a.Parts {
+		if !bytes.Equal(a.Parts[i], b.Parts[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -69,6 +69,7 @@ type plan struct {
 	faultyProcs float64
 	faultRate   float64
 	lostFrac    float64
+	delayProb   float64
 }
 
 // world is one schedule: the underlying store, the virtual clock, the processes, and what the checks need.
@@ -119,7 +120,7 @@ type acceptedMsg struct {
 }
 
 type stats struct {
-	ops, crashes, accepted, zombieRefused int
+	ops, crashes, accepted int
 }
 
 func (w *world) tracef(format string, args ...any) {
@@ -190,6 +191,12 @@ func (w *world) checkOwnWrite(p *proc, method string, f agent.Fence, threadID st
 	c := before.ActiveRun
 	ours := exists && c != nil && c.RunID == f.RunID && c.Epoch == f.Epoch
 	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	noop := method == "PutMessage" && p.noopWrite
+	w.mu.Unlock()
+	if noop {
 		return
 	}
 	if ours {
@@ -346,7 +353,7 @@ func (w *world) advanceClock(d time.Duration) error {
 		// A run already stopping (canceled) is in doubt too: its final writes check the claim's age first.
 		if !p.dead && !p.done && p.runCtx != nil && now.Sub(p.lastOK) > w.ecfg.StaleAfter/2 {
 			p.inDoubt = true
-			if p.runCtx.Err() == nil {
+			if p.runCtx.Err() == nil && !p.loopEnded {
 				doubt = append(doubt, p.runCtx)
 			}
 		}

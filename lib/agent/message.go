@@ -54,8 +54,9 @@ type MessageMetadata struct {
 	Replaces string `json:"replaces,omitempty"`
 }
 
-// Visible leaves out every message that a later completed message replaces (a regenerate whose old reply was
-// not yet hidden), keeping the order.
+// Visible leaves out, keeping the order, every message that a later completed message replaces (a regenerate
+// whose old reply was not yet hidden), and failed replies that say nothing (a run that died before its first
+// word: the reaper stores such a reply only to fence the dead run's writes).
 func Visible(msgs []Message) []Message {
 	replaced := map[string]bool{}
 	for _, m := range msgs {
@@ -63,12 +64,10 @@ func Visible(msgs []Message) []Message {
 			replaced[md.Replaces] = true
 		}
 	}
-	if len(replaced) == 0 {
-		return msgs
-	}
 	out := make([]Message, 0, len(msgs))
 	for _, m := range msgs {
-		if !replaced[m.ID] {
+		empty := m.Role == RoleAssistant && len(m.Parts) == 0 && m.Meta().Status == MessageFailed
+		if !replaced[m.ID] && !empty {
 			out = append(out, m)
 		}
 	}

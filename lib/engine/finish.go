@@ -48,6 +48,12 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 		s.log.Error("persist final message; leaving the run to the reaper", "err", err)
 		return s.unsaved()
 	}
+	if old := t.plan.replaces; old != "" && status == agent.RunCompleted && s.guard.writable() {
+		// Hidden while the claim is still ours (the new reply names it, so readers skip it even if this fails).
+		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, old, t.run.Fence()) }); err != nil {
+			s.log.Warn("hide regenerated reply", "message_id", old, "err", err)
+		}
+	}
 	t.run.Status, t.run.Error, t.run.Usage, t.run.Steps, t.run.Model = status, runErr, s.usage, s.steps, s.model
 	t.run.FinishedAt = e.clock.Now()
 	t.run.UpdatedAt = t.run.FinishedAt
@@ -57,11 +63,6 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 		}
 		// The reaper finishes the run from its stored final message (the claim goes stale).
 		s.log.Error("finish run; leaving the run to the reaper", "err", err)
-	}
-	if old := t.plan.replaces; old != "" && status == agent.RunCompleted {
-		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, old, t.run.Fence()) }); err != nil {
-			s.log.Warn("hide regenerated reply", "message_id", old, "err", err)
-		}
 	}
 	s.end(msgStatus, runErr, finishReason(status, s.finishReason))
 	s.log.Info("agent.run", "status", status, "steps", s.steps, "model", s.model,

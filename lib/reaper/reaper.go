@@ -312,9 +312,8 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 		r.log.Warn("reaper: read segments", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
 	}
 	owner := ""
-	if draft == nil && len(parts) == 0 {
-		return nil // nothing was said: no reply (a re-post of the user message then runs again)
-	}
+	// With nothing recovered the message is still written, empty and finalized: readers leave such a reply out
+	// (agent.Visible), and it fences the dead run's id, so a write of that run still in flight cannot land later.
 	parts = transcript.Synthesize(parts, "Result unknown: the run stopped before this tool's result was stored.",
 		func(p agent.Part) (json.RawMessage, bool) {
 			if owner == "" {
