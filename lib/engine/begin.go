@@ -77,7 +77,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, tim
 	creq := agent.ClaimRequest{ThreadID: req.ThreadID, Owner: req.Owner, RunID: runID, Trigger: trigger,
 		AssistantMessageID: "msg_" + strings.TrimPrefix(runID, "run_"), Reserve: reservedPositions}
 	notFound := agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", req.ThreadID)
-	created, canceled, reaped := false, false, 0
+	created, canceled, finished, reaped := false, false, false, 0
 	var deadline time.Time
 	for {
 		creq.Now = e.clock.Now()
@@ -92,6 +92,13 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, tim
 			now := e.clock.Now()
 			th, _, cerr := e.store.CreateThread(ctx, agent.Thread{ID: req.ThreadID, Owner: req.Owner,
 				Title: titleOf(req.Message), CreatedAt: now, UpdatedAt: now})
+			if errors.Is(cerr, agent.ErrThreadDeleting) && !finished {
+				finished = true
+				if derr := e.finishDelete(ctx, req.ThreadID); derr != nil {
+					return res, time.Time{}, derr
+				}
+				continue
+			}
 			if cerr != nil {
 				return res, time.Time{}, fmt.Errorf("create thread: %w", cerr)
 			}
@@ -99,6 +106,14 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, tim
 				return res, time.Time{}, notFound // another user's thread does not exist for this caller
 			}
 			created = true
+			continue
+		case errors.Is(err, agent.ErrThreadDeleting) && !finished:
+			// A delete that died half way left its tombstone: finish it (that is what its owner asked for), and
+			// the id is free again. Only an idle thread can be tombstoned, so no run is cut short.
+			finished = true
+			if derr := e.finishDelete(ctx, req.ThreadID); derr != nil {
+				return res, time.Time{}, derr
+			}
 			continue
 		case !errors.Is(err, agent.ErrRunActive):
 			return res, time.Time{}, err
@@ -136,6 +151,15 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, tim
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
+}
+
+// finishDelete completes a delete that died half way (its tombstone is in the way of a new thread on that id).
+func (e *Engine) finishDelete(ctx context.Context, threadID string) error {
+	e.log.Info("finishing an interrupted delete", "thread_id", threadID)
+	if err := e.store.DeleteThread(ctx, threadID); err != nil {
+		return fmt.Errorf("finish an interrupted delete: %w", err)
+	}
+	return nil
 }
 
 // readAndPlan reads the thread's messages, now that the claim is ours, and plans the turn from them: duplicates

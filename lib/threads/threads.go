@@ -194,6 +194,14 @@ func (s *Service) Patch(ctx context.Context, owner, id string, p agent.ThreadPat
 // Delete removes the thread and everything under it. A thread with an active run is refused (409 run_active):
 // the store's tombstone write decides that, so a claim racing the delete cannot leave anything behind.
 func (s *Service) Delete(ctx context.Context, owner, id string) error {
+	if _, err := s.store.GetThread(ctx, id); agent.IsKind(err, agent.KindNotFound) {
+		// Missing, or a delete that died half way (a tombstone reads as not found): finishing it is safe for any
+		// caller, and a no-op for an id that has no tombstone. Another user's live thread never gets here.
+		if derr := s.store.DeleteThread(ctx, id); derr != nil {
+			s.log.Warn("finish an interrupted delete", "thread_id", id, "err", derr)
+		}
+		return notFound(id)
+	}
 	th, err := s.owned(ctx, owner, id)
 	if err != nil {
 		return err

@@ -156,6 +156,12 @@ func TestGetStopDelete(t *testing.T) {
 	if _, err := f.svc.Stop(ctx, "alice", "th", "run_other"); !errors.Is(err, agent.ErrNoActiveRun) {
 		t.Fatalf("stop of another run: %v (REVIEW L19: it must not cancel the current one)", err)
 	}
+	if err := f.svc.Delete(ctx, "bob", "th"); !errors.Is(err, agent.ErrThreadNotFound) {
+		t.Fatalf("bob deleting alice's thread: %v", err)
+	}
+	if _, err := f.store.GetThread(ctx, "th"); err != nil {
+		t.Fatalf("bob's delete touched alice's thread: %v", err)
+	}
 	if err := f.svc.Delete(ctx, "alice", "th"); !errors.Is(err, agent.ErrRunActive) {
 		t.Fatalf("delete with an active run: %v", err)
 	}
