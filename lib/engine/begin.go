@@ -239,11 +239,11 @@ func (t *Turn) apply(ctx context.Context, p turnPlan) {
 		// A write of a new message id passes the store's message-level fence, so the claim is checked here: a
 		// process that paused for half of staleAfter since its claim must not write (a reaper may own the
 		// thread by now, or a delete may have emptied it).
-		if t.e.clock.Now().Sub(t.claimedAt) > t.e.cfg.StaleAfter/2 {
+		if !t.fresh() {
 			t.userWrite <- errInDoubt
 			return
 		}
-		t.userWrite <- t.e.putFinal(ctx, w)
+		t.userWrite <- t.e.putFinal(ctx, w, nil)
 	}()
 }
 
@@ -256,28 +256,13 @@ func (t *Turn) awaitUser() error {
 	return t.userErr
 }
 
-// putFinal writes a finalized message, retried on transient errors. A retry that finds the message finalized at
-// our own epoch with our own content was preceded by a write that applied and lost its answer: that is success.
-func (e *Engine) putFinal(ctx context.Context, w agent.MessageWrite) error {
-	transient := false
-	err := e.retry(ctx, func() error {
-		w.Now = e.clock.Now()
-		err := e.store.PutMessage(ctx, w)
-		if agent.KindOf(err) == agent.KindUnavailable {
-			transient = true
-		}
-		return err
-	})
-	if transient && errors.Is(err, agent.ErrRunFenced) {
-		if rec, gerr := e.store.GetMessage(ctx, w.ThreadID, w.Message.ID); gerr == nil && sameMessage(rec.Message, w.Message) {
-			return nil
-		}
-	}
-	return err
-}
-
-func sameMessage(a, b agent.Message) bool {
-	return a.Role == b.Role && sameParts(a.Parts, b.Parts) && bytes.Equal(compact(a.Metadata), compact(b.Metadata))
+// putFinal writes a finalized message, retried on transient errors. The stores accept a retry that rewrites
+// exactly what the same run finalized (its first attempt applied and lost its answer), so retries converge.
+func (e *Engine) putFinal(ctx context.Context, w agent.MessageWrite, mayWrite func() bool) error {
+	w.Now = e.clock.Now() // every attempt carries the same write
+	return e.retry(ctx, func() error {
+		return e.store.PutMessage(ctx, w)
+	}, mayWrite)
 }
 
 // abort ends a claimed run that failed before streaming: record it failed, release the claim, and write a final
@@ -330,8 +315,9 @@ func compact(raw json.RawMessage) []byte {
 }
 
 // retry runs op until it succeeds, fails for good, or FinishRetry has passed: only transient store errors
-// (KindUnavailable) are retried, with capped backoff.
-func (e *Engine) retry(ctx context.Context, op func() error) error {
+// (KindUnavailable) are retried, with capped backoff. mayWrite, when set, is asked before every retry: a run
+// whose claim went into doubt while an attempt was failing stops retrying (errInDoubt).
+func (e *Engine) retry(ctx context.Context, op func() error, mayWrite ...func() bool) error {
 	deadline := time.Now().Add(e.cfg.FinishRetry)
 	wait := 20 * time.Millisecond
 	for {
@@ -344,6 +330,14 @@ func (e *Engine) retry(ctx context.Context, op func() error) error {
 			return err
 		case <-time.After(wait):
 		}
+		for _, ok := range mayWrite {
+			if ok != nil && !ok() {
+				return errInDoubt
+			}
+		}
 		wait = min(2*wait, time.Second)
 	}
 }
+
+// fresh reports whether the claim, with no heartbeat since it was taken, is still surely ours.
+func (t *Turn) fresh() bool { return t.e.clock.Now().Sub(t.claimedAt) <= t.e.cfg.StaleAfter/2 }

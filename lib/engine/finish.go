@@ -50,15 +50,15 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	}
 	if old := t.plan.replaces; old != "" && status == agent.RunCompleted && s.guard.writable() {
 		// Hidden while the claim is still ours (the new reply names it, so readers skip it even if this fails).
-		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, old, t.run.Fence()) }); err != nil {
+		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, old, t.run.Fence()) }, s.guard.writable); err != nil {
 			s.log.Warn("hide regenerated reply", "message_id", old, "err", err)
 		}
 	}
 	t.run.Status, t.run.Error, t.run.Usage, t.run.Steps, t.run.Model = status, runErr, s.usage, s.steps, s.model
 	t.run.FinishedAt = e.clock.Now()
 	t.run.UpdatedAt = t.run.FinishedAt
-	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
-		if errors.Is(err, agent.ErrRunFenced) {
+	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }, s.guard.writable); err != nil {
+		if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errInDoubt) {
 			return s.abandon(errFenced)
 		}
 		// The reaper finishes the run from its stored final message (the claim goes stale).

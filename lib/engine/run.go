@@ -198,12 +198,12 @@ func (s *stepper) putMessage(ctx context.Context, st agent.MessageStatus, final 
 	w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: t.run.AssistantSeq(), Message: s.message(st), Fence: t.run.Fence(), Final: final}
 	var err error
 	if final {
-		err = e.putFinal(ctx, w)
+		err = e.putFinal(ctx, w, s.guard.writable)
 	} else {
 		err = e.retry(ctx, func() error {
 			w.Now = e.clock.Now()
 			return e.store.PutMessage(ctx, w)
-		})
+		}, s.guard.writable)
 	}
 	if errors.Is(err, agent.ErrRunFenced) {
 		s.guard.lose(errFenced)

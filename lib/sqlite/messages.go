@@ -104,6 +104,15 @@ func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 			return err
 		}
 		if n == 0 {
+			// A retry whose first attempt applied (a lost answer) rewrites exactly what its own run finalized:
+			// that converges (DESIGN principle 3), as in the DynamoDB adapter.
+			var same int
+			err := c.queryRow(ctx, `SELECT count(*) FROM messages WHERE thread_id = ? AND id = ? AND NOT deleted
+				AND final AND writer_run_id = ? AND writer_epoch = ? AND role = ? AND parts = ?
+				AND metadata IS ?`, w.ThreadID, m.ID, w.Fence.RunID, w.Fence.Epoch, string(m.Role), parts, metadata).Scan(&same)
+			if err == nil && same == 1 && w.Final {
+				return nil
+			}
 			return messageFenced(m.ID, w.Fence)
 		}
 		return nil

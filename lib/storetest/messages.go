@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -20,6 +21,7 @@ func messageTests() []test {
 		c{"DeleteMessage", testDeleteMessage},
 		c{"OneMegabyte", testMessageOneMegabyte},
 		c{"Fenced", testMessageFenced},
+		c{"FinalRetryConverges", testMessageFinalRetry},
 		c{"DeleteFenced", testDeleteMessageFenced},
 		c{"InvalidRefused", testMessageInvalid},
 	)
@@ -454,4 +456,26 @@ func testMessageInvalid(e *messages) {
 		wantErr(e.t, e.s.PutMessage(e.ctx, w), agent.KindInvalid, tc.code, tc.name+": PutMessage")
 	}
 	wantMessages(e, th)
+}
+
+// A finalized write retried after a lost answer (the same run, epoch and content) converges; the same run with
+// other content, or another run, is still refused (DESIGN principle 3).
+func testMessageFinalRetry(e *messages) {
+	th, id := e.id("th"), e.id("msg")
+	f := agent.Fence{RunID: "run-1", Epoch: 1}
+	m := agent.Message{ID: id, Role: agent.RoleAssistant, Parts: textParts("the reply"), Metadata: json.RawMessage(`{"status":"completed"}`)}
+	w := agent.MessageWrite{ThreadID: th, Seq: 3, Message: m, Fence: f, Final: true, Now: at(time.Second)}
+	must(e.t, e.s.PutMessage(e.ctx, w), "first write")
+	must(e.t, e.s.PutMessage(e.ctx, w), "identical retry")
+	other := w
+	other.Message.Parts = textParts("something else")
+	wantErr(e.t, e.s.PutMessage(e.ctx, other), agent.KindConflict, agent.CodeRunFenced, "same run, other content")
+	zombie := w
+	zombie.Fence = agent.Fence{RunID: "run-0", Epoch: 0}
+	wantErr(e.t, e.s.PutMessage(e.ctx, zombie), agent.KindConflict, agent.CodeRunFenced, "a lower epoch")
+	rec, err := e.s.GetMessage(e.ctx, th, id)
+	must(e.t, err, "get")
+	if len(rec.Message.Parts) != 1 || !bytes.Equal(rec.Message.Parts[0], m.Parts[0]) {
+		e.t.Fatalf("stored parts %s, want %s", rec.Message.Parts, m.Parts)
+	}
 }
