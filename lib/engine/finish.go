@@ -42,9 +42,11 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	}
 	msgStatus := messageStatusOf[status]
 	if err := s.putMessage(ctx, msgStatus, true); err != nil {
-		if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errInDoubt) {
+		if errors.Is(err, agent.ErrRunFenced) {
 			return s.abandon(errFenced)
 		}
+		// Failing for good, or for so long that the claim is in doubt: either way the reply is not stored, and
+		// the reaper recovers it from the segments once the claim is stale.
 		s.log.Error("persist final message; leaving the run to the reaper", "err", err)
 		return s.unsaved()
 	}
