@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/smithy-go/middleware"
-
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
@@ -47,17 +44,7 @@ func TestHalfDoneDeleteIsTombstoned(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	failing := dynamo.New(dynamotest.Client(endpoint, func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
-			return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("failBatchWrite",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					if _, ok := in.Parameters.(*dynamodb.BatchWriteItemInput); ok {
-						return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("injected: the process dies here")
-					}
-					return next.HandleInitialize(ctx, in)
-				}), middleware.Before)
-		})
-	}), f.table)
+	failing := dynamo.New(dynamotest.Client(endpoint, dynamotest.FailBatchWrites), f.table)
 	if err := failing.DeleteThread(ctx, th.ID); err == nil {
 		t.Fatal("DeleteThread with failing batch deletes succeeded")
 	}

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/smithy-go/middleware"
-
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
@@ -39,17 +36,7 @@ func TestPostFinishesAnInterruptedDelete(t *testing.T) {
 		t.Fatal(run.Status)
 	}
 	// A process whose batch deletes all fail dies after the tombstone.
-	dying := dynamo.New(dynamotest.Client(endpoint, func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
-			return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("failBatchWrite",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					if _, ok := in.Parameters.(*dynamodb.BatchWriteItemInput); ok {
-						return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("injected: the process dies here")
-					}
-					return next.HandleInitialize(ctx, in)
-				}), middleware.Before)
-		})
-	}), table)
+	dying := dynamo.New(dynamotest.Client(endpoint, dynamotest.FailBatchWrites), table)
 	if err := dying.DeleteThread(ctx, "th"); err == nil {
 		t.Fatal("the dying delete succeeded")
 	}
