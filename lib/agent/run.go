@@ -26,6 +26,36 @@ const (
 // Terminal reports whether s ends the run.
 func (s RunStatus) Terminal() bool { return s != RunRunning && s != "" }
 
+// MessageStatus is the status the run's assistant message records when the run ends with s ("" for running).
+func (s RunStatus) MessageStatus() MessageStatus {
+	switch s {
+	case RunCompleted:
+		return MessageCompleted
+	case RunInterrupted:
+		return MessageInterrupted
+	case RunCanceled:
+		return MessageCanceled
+	case RunFailed:
+		return MessageFailed
+	}
+	return ""
+}
+
+// RunStatus is the run outcome an assistant message's status records ("" for streaming or none).
+func (s MessageStatus) RunStatus() RunStatus {
+	switch s {
+	case MessageCompleted:
+		return RunCompleted
+	case MessageInterrupted:
+		return RunInterrupted
+	case MessageCanceled:
+		return RunCanceled
+	case MessageFailed:
+		return RunFailed
+	}
+	return ""
+}
+
 // RunError is the persisted outcome of a failed run.
 type RunError struct {
 	Code    string `json:"code"`

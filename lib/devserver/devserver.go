@@ -5,6 +5,7 @@
 package devserver
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -107,7 +108,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		s.Store = o.Wrap(s.Store)
 	}
 
-	s.ModelURL, s.ModelName = cfg.OpenAIBaseURL, cmpOr(cfg.Model, config.DefaultModel)
+	s.ModelURL, s.ModelName = cfg.OpenAIBaseURL, cmp.Or(cfg.Model, config.DefaultModel)
 	switch {
 	case o.ModelURL != "":
 		s.ModelURL, s.ModelName, s.Offline = o.ModelURL, offline.DefaultModel, cfg.OpenAIAPIKey == ""
@@ -159,13 +160,6 @@ func (s *Stack) Close() {
 		s.closers[i]()
 	}
 	s.closers = nil
-}
-
-func cmpOr(v, def string) string {
-	if strings.TrimSpace(v) == "" {
-		return def
-	}
-	return v
 }
 
 // Secret returns fromEnv when set, else the data directory's secret file, created on first use.

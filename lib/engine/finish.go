@@ -9,11 +9,6 @@ import (
 	"github.com/agentloop/agentloop/lib/uistream"
 )
 
-var messageStatusOf = map[agent.RunStatus]agent.MessageStatus{
-	agent.RunCompleted: agent.MessageCompleted, agent.RunInterrupted: agent.MessageInterrupted,
-	agent.RunCanceled: agent.MessageCanceled, agent.RunFailed: agent.MessageFailed,
-}
-
 // finish stores the final message (fenced, finalized, retried), records the run's outcome and releases the claim
 // (adding usage in that same write), hides a regenerated reply, and ends the stream. A reply that could not be
 // stored is never reported completed: the run then keeps its claim, which goes stale, and the reaper recovers the
@@ -40,7 +35,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 		// These tools never started (the run stopped first), so "not executed" is true.
 		s.parts = transcript.Synthesize(s.parts, "Not executed: the run was "+string(status)+".", nil)
 	}
-	msgStatus := messageStatusOf[status]
+	msgStatus := status.MessageStatus()
 	if err := s.putMessage(ctx, msgStatus, true); err != nil {
 		if errors.Is(err, agent.ErrRunFenced) {
 			return s.abandon(errFenced)

@@ -153,15 +153,8 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 	usage := run.Usage // a terminal run's recorded usage; a running run's comes from its draft
 	var draft *agent.MessageRecord
 	if ours {
-		rec, err := r.store.GetMessage(ctx, threadID, run.AssistantMessageID)
-		switch {
-		case err == nil:
-			draft = &rec
-			if u := rec.Message.Meta().Usage; u != nil {
-				usage = *u
-			}
-		case !agent.IsKind(err, agent.KindNotFound):
-			return false, fmt.Errorf("reaper: get draft: %w", err)
+		if draft, usage, err = r.draftOf(ctx, run); err != nil {
+			return false, err
 		}
 	}
 	if missing || run.Epoch != c.Epoch {
@@ -212,17 +205,9 @@ func (r *Reaper) ReapOrphan(ctx context.Context, threadID, runID string) error {
 	if !r.released(ctx, threadID, run.Fence()) {
 		return nil
 	}
-	var draft *agent.MessageRecord
-	usage := run.Usage
-	rec, err := r.store.GetMessage(ctx, threadID, run.AssistantMessageID)
-	switch {
-	case err == nil:
-		draft = &rec
-		if u := rec.Message.Meta().Usage; u != nil && run.Status == agent.RunRunning {
-			usage = *u
-		}
-	case !agent.IsKind(err, agent.KindNotFound):
-		return fmt.Errorf("reaper: get draft: %w", err)
+	draft, usage, err := r.draftOf(ctx, run)
+	if err != nil {
+		return err
 	}
 	switch {
 	case run.Status == agent.RunRunning:
@@ -257,6 +242,23 @@ func (r *Reaper) Orphans(ctx context.Context, threadID, active string, msgs []ag
 	return n
 }
 
+// draftOf reads the run's assistant message (nil when there is none) and the usage to count for the run: the
+// draft's while the run is recorded as running (the run item has none yet), the run's own once it is finished.
+func (r *Reaper) draftOf(ctx context.Context, run agent.Run) (*agent.MessageRecord, agent.Usage, error) {
+	usage := run.Usage
+	rec, err := r.store.GetMessage(ctx, run.ThreadID, run.AssistantMessageID)
+	switch {
+	case agent.IsKind(err, agent.KindNotFound):
+		return nil, usage, nil
+	case err != nil:
+		return nil, usage, fmt.Errorf("reaper: get draft: %w", err)
+	}
+	if u := rec.Message.Meta().Usage; u != nil && run.Status == agent.RunRunning {
+		usage = *u
+	}
+	return &rec, usage, nil
+}
+
 // released reports whether the thread's claim has moved past fence (released, or held by a later run).
 func (r *Reaper) released(ctx context.Context, threadID string, f agent.Fence) bool {
 	th, err := r.store.GetThread(ctx, threadID)
@@ -273,7 +275,7 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 	finalMsg := draft != nil && draft.Message.Meta().Status != agent.MessageStreaming && draft.Message.Meta().Status != ""
 	if finalMsg {
 		// The final message is stored; only the outcome was lost. The run ended as its message says.
-		if st, ok := runStatusOf[draft.Message.Meta().Status]; ok && st != agent.RunFailed {
+		if st := draft.Message.Meta().Status.RunStatus(); st != "" && st != agent.RunFailed {
 			run.Status, run.Error = st, nil
 		}
 	}
@@ -288,11 +290,6 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 	}
 	r.endStream(ctx, run)
 	return nil
-}
-
-var runStatusOf = map[agent.MessageStatus]agent.RunStatus{
-	agent.MessageCompleted: agent.RunCompleted, agent.MessageInterrupted: agent.RunInterrupted,
-	agent.MessageCanceled: agent.RunCanceled, agent.MessageFailed: agent.RunFailed,
 }
 
 // finalizeMessage stores the dead run's assistant message as failed, fenced at the run's epoch and finalized, so

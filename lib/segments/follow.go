@@ -139,11 +139,10 @@ func AppendFinal(ctx context.Context, store agent.SegmentStore, clock agent.Cloc
 // EndOf is the end of a stream for a run that is over but whose own final segment is missing: an error end for
 // a failed run (with its safe message), a plain finish otherwise.
 func EndOf(run agent.Run) []byte {
-	status := map[agent.RunStatus]agent.MessageStatus{agent.RunCompleted: agent.MessageCompleted,
-		agent.RunInterrupted: agent.MessageInterrupted, agent.RunCanceled: agent.MessageCanceled}[run.Status]
+	status := run.Status.MessageStatus()
 	u := run.Usage
 	md := agent.MessageMetadata{RunID: run.ID, Model: run.Model, Usage: &u, Status: status}
-	if status == "" {
+	if status == "" || status == agent.MessageFailed {
 		md.Status = agent.MessageFailed
 		msg := "The run stopped unexpectedly."
 		if run.Error != nil && run.Error.Message != "" {

@@ -82,6 +82,11 @@ func notFound(id string) error {
 // when a thread is read).
 func (s *Service) owned(ctx context.Context, owner, id string) (agent.Thread, error) {
 	th, err := s.store.GetThread(ctx, id)
+	return s.ownedFrom(ctx, owner, id, th, err)
+}
+
+// ownedFrom is owned for a thread the caller has already read.
+func (s *Service) ownedFrom(ctx context.Context, owner, id string, th agent.Thread, err error) (agent.Thread, error) {
 	if agent.IsKind(err, agent.KindNotFound) || (err == nil && th.Owner != owner) {
 		return agent.Thread{}, notFound(id)
 	}
@@ -194,7 +199,8 @@ func (s *Service) Patch(ctx context.Context, owner, id string, p agent.ThreadPat
 // Delete removes the thread and everything under it. A thread with an active run is refused (409 run_active):
 // the store's tombstone write decides that, so a claim racing the delete cannot leave anything behind.
 func (s *Service) Delete(ctx context.Context, owner, id string) error {
-	if _, err := s.store.GetThread(ctx, id); agent.IsKind(err, agent.KindNotFound) {
+	th, err := s.store.GetThread(ctx, id)
+	if agent.IsKind(err, agent.KindNotFound) {
 		// Missing, or a delete that died half way (a tombstone reads as not found): finishing it is safe for any
 		// caller, and a no-op for an id that has no tombstone. Another user's live thread never gets here.
 		if derr := s.store.DeleteThread(ctx, id); derr != nil {
@@ -202,8 +208,7 @@ func (s *Service) Delete(ctx context.Context, owner, id string) error {
 		}
 		return notFound(id)
 	}
-	th, err := s.owned(ctx, owner, id)
-	if err != nil {
+	if th, err = s.ownedFrom(ctx, owner, id, th, err); err != nil {
 		return err
 	}
 	err = s.store.DeleteThread(ctx, th.ID)
