@@ -6,11 +6,12 @@ package agent
 // snake_case identifiers; add new ones here, never rename one. Match with errors.Is against the Err values below.
 const (
 	// Not found (404). Another user's thread is reported exactly like a missing one.
-	CodeNotFound        = "not_found"
-	CodeThreadNotFound  = "thread_not_found"
-	CodeRunNotFound     = "run_not_found"
-	CodeMessageNotFound = "message_not_found"
-	CodeRouteNotFound   = "route_not_found"
+	CodeNotFound          = "not_found"
+	CodeThreadNotFound    = "thread_not_found"
+	CodeRunNotFound       = "run_not_found"
+	CodeMessageNotFound   = "message_not_found"
+	CodeInterruptNotFound = "interrupt_not_found"
+	CodeRouteNotFound     = "route_not_found"
 
 	// Conflict (409).
 	CodeRunActive        = "run_active"        // a fresh claim exists on the thread
@@ -19,6 +20,8 @@ const (
 	CodeThreadDeleting   = "thread_deleting"   // the thread is being deleted
 	CodeDuplicateMessage = "duplicate_message" // the message id was already answered
 	CodeAlreadyResolved  = "already_resolved"  // an interrupt was already answered differently
+	CodeExpired          = "expired"           // the interrupt expired before it was answered
+	CodeNotInterrupted   = "not_interrupted"   // tool outputs or answers for a message that waits for none
 
 	// Canceled: the run's claim carries a cancel request (internal to a run), or the request went away (499).
 	CodeRunCanceled = "run_canceled"
@@ -38,6 +41,9 @@ const (
 	CodeUserRequired       = "user_message_required"
 	CodeNothingToRegen     = "nothing_to_regenerate"
 	CodeUnsupported        = "unsupported_message"
+	CodeUnknownApproval    = "unknown_approval"  // an answer names no interrupt of the message
+	CodeApprovalMismatch   = "approval_mismatch" // the answered tool call, name or input differs from what was signed
+	CodeMissingDecision    = "missing_decision"  // a pending approval or client tool of the message has no answer
 	CodeInvalidLimit       = "invalid_limit"
 	CodeInvalidTitle       = "invalid_title"
 	CodeInvalidRunID       = "invalid_run_id"
@@ -76,13 +82,15 @@ const (
 
 // Err values to match with errors.Is (codes compare equal; kinds and messages are not compared).
 var (
-	ErrNotFound         = &Error{Kind: KindNotFound, Code: CodeNotFound}
-	ErrThreadNotFound   = &Error{Kind: KindNotFound, Code: CodeThreadNotFound}
-	ErrRunActive        = &Error{Kind: KindConflict, Code: CodeRunActive}
-	ErrRunFenced        = &Error{Kind: KindConflict, Code: CodeRunFenced}
-	ErrRunCanceled      = &Error{Kind: KindCanceled, Code: CodeRunCanceled}
-	ErrNoActiveRun      = &Error{Kind: KindConflict, Code: CodeNoActiveRun}
-	ErrThreadDeleting   = &Error{Kind: KindConflict, Code: CodeThreadDeleting}
-	ErrDuplicateMessage = &Error{Kind: KindConflict, Code: CodeDuplicateMessage}
-	ErrStoreUnavailable = &Error{Kind: KindUnavailable, Code: CodeStoreUnavailable}
+	ErrNotFound          = &Error{Kind: KindNotFound, Code: CodeNotFound}
+	ErrThreadNotFound    = &Error{Kind: KindNotFound, Code: CodeThreadNotFound}
+	ErrRunActive         = &Error{Kind: KindConflict, Code: CodeRunActive}
+	ErrRunFenced         = &Error{Kind: KindConflict, Code: CodeRunFenced}
+	ErrRunCanceled       = &Error{Kind: KindCanceled, Code: CodeRunCanceled}
+	ErrNoActiveRun       = &Error{Kind: KindConflict, Code: CodeNoActiveRun}
+	ErrThreadDeleting    = &Error{Kind: KindConflict, Code: CodeThreadDeleting}
+	ErrDuplicateMessage  = &Error{Kind: KindConflict, Code: CodeDuplicateMessage}
+	ErrAlreadyResolved   = &Error{Kind: KindConflict, Code: CodeAlreadyResolved}
+	ErrInterruptNotFound = &Error{Kind: KindNotFound, Code: CodeInterruptNotFound}
+	ErrStoreUnavailable  = &Error{Kind: KindUnavailable, Code: CodeStoreUnavailable}
 )

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 )
@@ -20,25 +21,73 @@ const (
 	InterruptPending  InterruptStatus = "pending"
 	InterruptApproved InterruptStatus = "approved"
 	InterruptDenied   InterruptStatus = "denied"
-	InterruptAnswered InterruptStatus = "answered"
-	InterruptExpired  InterruptStatus = "expired"
-	InterruptCanceled InterruptStatus = "canceled"
+	InterruptAnswered InterruptStatus = "answered" // a client tool's output was posted
+	InterruptExpired  InterruptStatus = "expired"  // nobody answered within the expiry age
+	InterruptCanceled InterruptStatus = "canceled" // the run that asked died, or a new message was sent instead
 )
 
-// Interrupt is a pending human decision. ID is the approval id, or the tool call id for client tools. It is
-// created insert-if-absent and resolved by compare-and-set from pending.
+// DefaultInterruptTTL is how long a pending interrupt waits for its answer (DESIGN "Human in the loop").
+const DefaultInterruptTTL = 24 * time.Hour
+
+// Interrupt is a pending human decision. ID is the approval id the client sees (for a client tool, the client
+// answers by tool call id and the ID stays internal); it is derived from the thread, the run and the tool call,
+// so a retried insert converges and a deterministic model repeating a call id in a later run gets a new one.
+// Created insert-if-absent; resolved by compare-and-set from pending.
 type Interrupt struct {
 	ID         string          `json:"id"`
 	ThreadID   string          `json:"threadId"`
 	RunID      string          `json:"runId"`
-	MessageID  string          `json:"messageId"`
+	Epoch      int64           `json:"epoch"`     // the asking run's epoch
+	MessageID  string          `json:"messageId"` // the assistant message holding the tool call
 	Kind       InterruptKind   `json:"kind"`
 	ToolCallID string          `json:"toolCallId"`
 	ToolName   string          `json:"toolName"`
 	Input      json.RawMessage `json:"input"`
-	Signature  string          `json:"signature"`
-	Status     InterruptStatus `json:"status"`
+	// Signature is the AI SDK v7 approval signature over (ID, ToolCallID, ToolName, Input).
+	Signature string          `json:"signature"`
+	Status    InterruptStatus `json:"status"`
+	// Response is the resolution's payload: {"approved":bool,"reason":string} for approvals, the tool part's
+	// {"output":...} or {"errorText":...} for client tools; empty while pending.
 	Response   json.RawMessage `json:"response,omitempty"`
 	CreatedAt  time.Time       `json:"createdAt"`
+	ExpiresAt  time.Time       `json:"expiresAt"`
 	ResolvedAt time.Time       `json:"resolvedAt,omitzero"`
+}
+
+// Pending reports whether in still waits for an answer at now (a pending interrupt past ExpiresAt is expired,
+// whether or not that has been written yet).
+func (in Interrupt) Pending(now time.Time) bool {
+	return in.Status == InterruptPending && now.Before(in.ExpiresAt)
+}
+
+// InterruptStore keeps interrupts, one item each, keyed by (ThreadID, ID). DeleteThread removes a thread's
+// interrupts with everything else under it.
+type InterruptStore interface {
+	// CreateInterrupt inserts in (Status must be pending) if no interrupt with (in.ThreadID, in.ID) exists. It
+	// returns the stored interrupt and whether this call created it; an existing one is returned unchanged (a
+	// retried insert whose first attempt applied converges). Unknown or tombstoned thread: KindNotFound.
+	CreateInterrupt(ctx context.Context, in Interrupt) (Interrupt, bool, error)
+	// GetInterrupt: unknown id is KindNotFound/CodeInterruptNotFound.
+	GetInterrupt(ctx context.Context, threadID, id string) (Interrupt, error)
+	// ListInterrupts returns the thread's interrupts, oldest first (ties by id), every status.
+	ListInterrupts(ctx context.Context, threadID string) ([]Interrupt, error)
+	// ResolveInterrupt moves the interrupt from pending to req.Status (any status but pending) with req.Response
+	// and ResolvedAt = req.Now, by compare-and-set on status = pending. It returns the interrupt as stored after
+	// the call. When the stored status is no longer pending it changes nothing and returns the stored interrupt
+	// together with KindConflict/CodeAlreadyResolved (so a caller can tell an identical repeat, or its own
+	// retried write whose answer was lost, from a conflicting answer). Unknown id: KindNotFound.
+	ResolveInterrupt(ctx context.Context, req ResolveRequest) (Interrupt, error)
+	// ListExpiredInterrupts returns up to limit (<= 0: DefaultListLimit) pending interrupts whose ExpiresAt is
+	// before before, across all threads, in no promised order: the reaper's work list. It reads an index of
+	// pending interrupts, never a scan; the index only nominates (callers resolve by compare-and-set).
+	ListExpiredInterrupts(ctx context.Context, before time.Time, limit int) ([]Interrupt, error)
+}
+
+// ResolveRequest is one compare-and-set from pending.
+type ResolveRequest struct {
+	ThreadID string
+	ID       string
+	Status   InterruptStatus
+	Response json.RawMessage
+	Now      time.Time
 }

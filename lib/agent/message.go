@@ -92,9 +92,10 @@ type Part struct {
 
 // PartApproval is the approval object on a tool part (AI SDK v6 tool approval).
 type PartApproval struct {
-	ID       string `json:"id"`
-	Approved *bool  `json:"approved,omitempty"`
-	Reason   string `json:"reason,omitempty"`
+	ID        string `json:"id"`
+	Approved  *bool  `json:"approved,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	Signature string `json:"signature,omitempty"`
 }
 
 // Tool part states (AI SDK v6).

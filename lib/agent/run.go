@@ -10,6 +10,7 @@ const (
 	TriggerContinuation Trigger = "continuation" // tool outputs or approval answers on the newest assistant message
 	TriggerSteer        Trigger = "steer"        // a sub-agent result delivered into an idle thread
 	TriggerRegenerate   Trigger = "regenerate"
+	TriggerEdit         Trigger = "edit" // an earlier user message replaced; everything after it dropped
 )
 
 // RunStatus: running → completed | interrupted | canceled | failed.

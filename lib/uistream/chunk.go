@@ -86,8 +86,9 @@ type ToolOutputAvailable struct {
 type ToolOutputError struct{ ToolCallID, ErrorText string }
 
 // ToolApprovalRequest asks the user to approve the tool call (state approval-requested). The client answers
-// with an approval-responded part carrying ApprovalID.
-type ToolApprovalRequest struct{ ApprovalID, ToolCallID string }
+// with an approval-responded part carrying ApprovalID. Signature (optional) is the AI SDK v7 approval
+// signature; the client keeps it on the part's approval object (both majors accept the field).
+type ToolApprovalRequest struct{ ApprovalID, ToolCallID, Signature string }
 
 // ToolOutputDenied marks a tool call whose approval was denied (state output-denied).
 type ToolOutputDenied struct{ ToolCallID string }
@@ -218,7 +219,11 @@ func (c ToolApprovalRequest) appendFields(b []byte) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	return appendID(b, c, "toolCallId", c.ToolCallID)
+	b, err = appendID(b, c, "toolCallId", c.ToolCallID)
+	if err != nil || c.Signature == "" {
+		return b, err
+	}
+	return appendStringField(b, "signature", c.Signature), nil
 }
 
 func (c ToolOutputDenied) appendFields(b []byte) ([]byte, error) {

@@ -185,7 +185,7 @@ func approvalChunks(t *testing.T) []uistream.Chunk {
 		uistream.ToolInputStart{ToolCallID: "call_d", ToolName: "delete_note"},
 		uistream.ToolInputDelta{ToolCallID: "call_d", InputTextDelta: `{"id":"note_1"}`},
 		uistream.ToolInputAvailable{ToolCallID: "call_d", ToolName: "delete_note", Input: json.RawMessage(`{"id":"note_1"}`)},
-		uistream.ToolApprovalRequest{ApprovalID: "appr_1", ToolCallID: "call_d"},
+		uistream.ToolApprovalRequest{ApprovalID: "appr_1", ToolCallID: "call_d", Signature: "c2lnbmF0dXJl"},
 		uistream.FinishStep{},
 		uistream.Finish{FinishReason: agent.FinishToolCalls,
 			Metadata: meta(t, agent.MessageMetadata{Status: agent.MessageInterrupted, RunID: "run_1"})},
