@@ -13,6 +13,7 @@ import (
 	"github.com/agentloop/agentloop/functions/internal/boot"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
@@ -38,8 +39,12 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 	model := cmp.Or(cfg.Model, config.DefaultModel)
 	toolset := tools.Demo(b.Store, b.Clock)
 	rp := reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Clock: b.Clock, Logger: log}, cfg.Reaper())
+	signer, err := interrupts.NewSigner([]byte(b.Secrets[0]))
+	if err != nil {
+		return nil, err
+	}
 	eng := engine.New(engine.Deps{Store: b.Store, Model: openai.New(cfg.OpenAI(cfg.OpenAIBaseURL, b.Secrets[1], model, log)),
-		Tools: toolset, Reaper: rp, Clock: b.Clock, Logger: log}, cfg.Engine(model))
+		Tools: toolset, Reaper: rp, Clock: b.Clock, Signer: signer, Logger: log}, cfg.Engine(model))
 	th := threads.New(threads.Deps{Store: b.Store, Reaper: rp, Clock: b.Clock, Logger: log}, cfg.Threads())
 	return httpapi.NewChat(httpapi.Deps{Engine: eng, Threads: th, Clock: b.Clock, Logger: log,
 		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil

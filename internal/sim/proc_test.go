@@ -99,7 +99,7 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	p.store = &procStore{Store: w.base, p: p}
 	tools := w.toolset(p)
 	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: tools, Clock: w.clock}, reaper.Config{StaleAfter: w.ecfg.StaleAfter})
-	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: w.clock, IDs: w.ids}, w.ecfg)
+	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: w.clock, IDs: w.ids, Signer: w.signer}, w.ecfg)
 	p.svc = threads.New(threads.Deps{Store: p.store, Reaper: p.reaper, Clock: w.clock}, threads.Config{StaleAfter: w.ecfg.StaleAfter})
 	w.procs = append(w.procs, p)
 	if p.crashAt > 0 || p.faultRate > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/interrupts"
 )
 
 // simConfig is the engine configuration of every simulated process. Heartbeat and CancelPoll tick in real time
@@ -26,7 +27,7 @@ func simConfig() engine.Config {
 
 func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
-	w := &world{seed: seed, rng: r, base: base, ecfg: simConfig(), gaps: gaps,
+	w := &world{seed: seed, rng: r, base: base, ecfg: simConfig(), gaps: gaps, signer: mustSigner(),
 		clock:   &vclock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(seed%100000) * time.Hour)},
 		ids:     &seqIDs{prefix: fmt.Sprintf("s%dx", seed)},
 		owner:   fmt.Sprintf("user%d", seed),
@@ -412,4 +413,13 @@ func (w *world) quiesce() error {
 			w.tracef("  %s: read %s -> %s %s", p.name, th.id, errStr(gerr), errStr(rerr))
 		}
 	})
+}
+
+// mustSigner is the approval signer of a schedule (the key only has to be the same for every process).
+func mustSigner() *interrupts.Signer {
+	s, err := interrupts.NewSigner([]byte("sim application secret"))
+	if err != nil {
+		panic(err)
+	}
+	return s
 }

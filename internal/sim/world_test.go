@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/interrupts"
 )
 
 // vclock is the virtual clock: it moves only when the scheduler advances it, so "time passing" (heartbeats
@@ -80,9 +81,11 @@ type world struct {
 	clock *vclock
 	ids   *seqIDs
 	ecfg  engine.Config
-	plan  plan
-	owner string
-	gaps  bool // explore the windows the engine is known not to close (see the report in sim_test.go)
+	// signer signs the approval requests of the schedule's runs.
+	signer *interrupts.Signer
+	plan   plan
+	owner  string
+	gaps   bool // explore the windows the engine is known not to close (see the report in sim_test.go)
 
 	reports  chan report
 	released chan struct{} // closed when the schedule is over: dead processes' calls return errDead

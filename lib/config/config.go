@@ -51,6 +51,7 @@ type Config struct {
 	CancelPoll           time.Duration // AGENT_CANCEL_POLL
 	SegmentFlush         time.Duration // AGENT_SEGMENT_FLUSH
 	ResumePollMax        time.Duration // AGENT_RESUME_POLL_MAX
+	InterruptTTL         time.Duration // AGENT_INTERRUPT_TTL: how long an approval or client tool waits
 	ReaperInterval       time.Duration // AGENT_REAPER_INTERVAL
 	ReaperBatch          int           // AGENT_REAPER_BATCH
 	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
@@ -145,6 +146,7 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_TOOL_TIMEOUT", &c.ToolTimeout)
 	durVar("AGENT_HEARTBEAT", &c.Heartbeat)
 	durVar("AGENT_STALE_AFTER", &c.StaleAfter)
+	durVar("AGENT_INTERRUPT_TTL", &c.InterruptTTL)
 	durVar("AGENT_CANCEL_POLL", &c.CancelPoll)
 	durVar("AGENT_SEGMENT_FLUSH", &c.SegmentFlush)
 	durVar("AGENT_RESUME_POLL_MAX", &c.ResumePollMax)
@@ -164,7 +166,7 @@ func Load(getenv func(string) string) (Config, error) {
 func (c Config) Engine(model string) engine.Config {
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
-		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes,
+		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, InterruptTTL: c.InterruptTTL,
 		Transcript: transcript.Config{BudgetBytes: c.ContextBytes, ToolOutputBytes: c.ToolOutputBytes}}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httpapi"
+	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
@@ -73,7 +74,9 @@ type Stack struct {
 	ModelURL  string // the OpenAI-compatible base URL in use
 	Offline   bool   // whether ModelURL is the in-process offline endpoint
 	Secret    []byte
-	closers   []func()
+	// Signer signs approval requests with a key derived from Secret.
+	Signer  *interrupts.Signer
+	closers []func()
 }
 
 // New builds the stack. Close releases it; Run serves the reaper ticker.
@@ -134,7 +137,11 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	toolset := newTools(s.Store, clock)
 	s.Tools = toolset
 	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Clock: clock, Logger: log}, cfg.Reaper())
-	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Reaper: s.Reaper, Clock: clock, IDs: o.IDs, Logger: log},
+	if s.Signer, err = interrupts.NewSigner(s.Secret); err != nil {
+		return s, err
+	}
+	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
+		Signer: s.Signer, Logger: log},
 		cfg.Engine(s.ModelName))
 	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Clock: clock, Logger: log}, cfg.Threads())
 	verifier, err := auth.NewHS256Verifier(s.Secret, clock)

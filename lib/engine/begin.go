@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/segments"
 )
 
@@ -37,8 +39,22 @@ func (t *Turn) Run() agent.Run { return t.run }
 // turnPlan is what a turn kind decided, from the messages read after the claim.
 type turnPlan struct {
 	history  []agent.Message // what the model sees before the run's own draft
-	user     *agent.Message  // a new user message to store at the run's first reserved position
+	user     *agent.Message  // a new (or edited) user message to store at the run's first reserved position
 	replaces string          // regenerate: the reply being replaced, hidden once the new one is stored
+
+	// A continuation: the stored parts of the message it continues, and the answers to apply to them.
+	draft   []agent.Part
+	answers []interrupts.Answer
+	// noop: every answer of the request was applied already; the turn only reports the stored message.
+	noop        bool
+	noopMessage agent.Message
+
+	// What the turn closes before its own user message is stored: interrupts it leaves unanswered (canceled,
+	// or expired), the newest assistant message with results for its waiting calls, and (an edit) the
+	// messages after the edited one, newest first.
+	cancel  []agent.ResolveRequest
+	settled *agent.Message
+	drop    []string
 }
 
 // Begin validates, claims the thread (creating it for a first message), reads the thread and plans the turn.
@@ -57,7 +73,12 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	if err != nil {
 		return nil, t.abort(ctx, err)
 	}
-	t.apply(ctx, plan)
+	t.plan = plan
+	// Answers are decided before a byte is streamed: a lost compare-and-set refuses the request like bad input.
+	if err := t.resolve(ctx); err != nil {
+		return nil, t.abort(ctx, err)
+	}
+	t.apply(ctx)
 	e.log.Info("run claimed", "thread_id", t.thread.ID, "run_id", t.run.ID, "epoch", t.run.Epoch, "trigger", t.run.Trigger)
 	return t, nil
 }
@@ -69,13 +90,18 @@ const reservedPositions = 2
 // and cancelling the active run first when the request says interrupt. It also returns the claim's heartbeat time
 // (the Now of the attempt that won).
 func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, time.Time, error) {
-	trigger := agent.TriggerUser
-	if req.Kind == TurnRegenerate {
-		trigger = agent.TriggerRegenerate
-	}
 	runID := e.ids.New("run")
+	trigger, assistantID := agent.TriggerUser, "msg_"+strings.TrimPrefix(runID, "run_")
+	switch {
+	case req.Kind == TurnRegenerate:
+		trigger = agent.TriggerRegenerate
+	case req.continues():
+		trigger, assistantID = agent.TriggerContinuation, req.Message.ID // the same message goes on
+	case req.edits():
+		trigger = agent.TriggerEdit
+	}
 	creq := agent.ClaimRequest{ThreadID: req.ThreadID, Owner: req.Owner, RunID: runID, Trigger: trigger,
-		AssistantMessageID: "msg_" + strings.TrimPrefix(runID, "run_"), Reserve: reservedPositions}
+		AssistantMessageID: assistantID, Reserve: reservedPositions}
 	notFound := agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", req.ThreadID)
 	created, canceled, finished, reaped := false, false, false, 0
 	var deadline time.Time
@@ -86,7 +112,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, tim
 		case err == nil:
 			return res, creq.Now, nil
 		case agent.IsKind(err, agent.KindNotFound):
-			if req.Kind != TurnSubmit || created {
+			if req.Kind != TurnSubmit || req.continues() || created {
 				return res, time.Time{}, notFound
 			}
 			now := e.clock.Now()
@@ -164,8 +190,24 @@ func (e *Engine) finishDelete(ctx context.Context, threadID string) error {
 
 // readAndPlan reads the thread's messages, now that the claim is ours, and plans the turn from them: duplicates
 // and regenerate targets are judged against what the store holds after every earlier run let go (REVIEW H1).
+// The thread's interrupts are read beside the messages for a continuation, and after them only when the newest
+// assistant message waits for answers that the turn leaves behind.
 func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
+	var ins []agent.Interrupt
+	insErr := make(chan error, 1)
+	if req.continues() {
+		go func() {
+			var err error
+			ins, err = t.e.store.ListInterrupts(ctx, t.thread.ID)
+			insErr <- err
+		}()
+	}
 	recs, err := t.e.store.ListMessages(ctx, t.thread.ID)
+	if req.continues() {
+		if ierr := <-insErr; err == nil && ierr != nil {
+			err = fmt.Errorf("list interrupts: %w", ierr)
+		}
+	}
 	if err != nil {
 		return turnPlan{}, fmt.Errorf("list messages: %w", err)
 	}
@@ -179,29 +221,81 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 		// does not keep a "streaming" reply forever (the transcript is provider-valid either way).
 		t.e.reaper.Orphans(ctx, t.thread.ID, t.run.ID, msgs)
 	}
-	switch req.Kind {
-	case TurnRegenerate:
-		return planRegenerate(msgs, req.ReplaceID)
-	default:
-		return planSubmit(msgs, *req.Message)
+	if req.continues() {
+		return t.planContinue(ctx, msgs, ins, *req.Message)
 	}
+	var plan turnPlan
+	if req.Kind == TurnRegenerate {
+		plan, err = planRegenerate(msgs, req.MessageID)
+	} else {
+		plan, err = planSubmit(msgs, *req.Message, req.edits())
+	}
+	if err != nil {
+		return plan, err
+	}
+	// The newest assistant message may wait for answers this turn leaves behind: close them.
+	if last := newestAssistant(msgs); last != nil && last.Meta().Status == agent.MessageInterrupted {
+		ins, err := t.e.store.ListInterrupts(ctx, t.thread.ID)
+		if err != nil {
+			return plan, fmt.Errorf("list interrupts: %w", err)
+		}
+		keep := plan.replaces != last.ID && !slices.Contains(plan.drop, last.ID)
+		t.settle(&plan, *last, ins, keep)
+	}
+	return plan, nil
 }
 
-// planSubmit answers a new user message; a re-post of the newest, unanswered message (its first attempt crashed
-// before the reply) runs again without storing it twice.
-func planSubmit(msgs []agent.Message, m agent.Message) (turnPlan, error) {
+// newestUser is the index of the newest user message (-1: none).
+func newestUser(msgs []agent.Message) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == agent.RoleUser {
+			return i
+		}
+	}
+	return -1
+}
+
+// newestAssistant returns the newest message when it is an assistant message (nil otherwise).
+func newestAssistant(msgs []agent.Message) *agent.Message {
+	if n := len(msgs); n > 0 && msgs[n-1].Role == agent.RoleAssistant {
+		return &msgs[n-1]
+	}
+	return nil
+}
+
+// planSubmit answers a new user message. A re-post of the newest, unanswered message (its first attempt crashed
+// before the reply) runs again without storing it twice. A message that replaces a stored one (the AI SDK's
+// sendMessage with a messageId, or the newest user message sent again with other content) is an edit: the
+// stored message takes the new content and everything after it is dropped.
+func planSubmit(msgs []agent.Message, m agent.Message, edit bool) (turnPlan, error) {
 	user := sanitizeUser(m)
 	for i, old := range msgs {
 		if old.ID != user.ID {
 			continue
 		}
-		if i != len(msgs)-1 || old.Role != agent.RoleUser {
+		if old.Role != agent.RoleUser {
+			return turnPlan{}, agent.E(agent.KindConflict, agent.CodeDuplicateMessage, "message id %q is taken by an assistant message", m.ID)
+		}
+		same := sameParts(old.Parts, user.Parts)
+		switch {
+		case same && i == len(msgs)-1:
+			return turnPlan{history: msgs}, nil
+		case same && !edit:
 			return turnPlan{}, agent.E(agent.KindConflict, agent.CodeDuplicateMessage, "message %q was already answered", m.ID)
+		case !edit && i != newestUser(msgs):
+			// Only the newest user message may change without the edit being named (its reply may not have
+			// reached the client); an older one needs messageId, so a stale tab cannot drop a conversation.
+			return turnPlan{}, agent.E(agent.KindConflict, agent.CodeDuplicateMessage, "message %q was already sent with other content; edit it with messageId", m.ID)
 		}
-		if !sameParts(old.Parts, user.Parts) {
-			return turnPlan{}, agent.E(agent.KindConflict, agent.CodeDuplicateMessage, "message %q was already sent with other content; send edits with a new id", m.ID)
+		var drop []string
+		for j := len(msgs) - 1; j > i; j-- {
+			drop = append(drop, msgs[j].ID)
 		}
-		return turnPlan{history: msgs}, nil
+		history := append(slices.Clone(msgs[:i]), user)
+		return turnPlan{history: history, user: &user, drop: drop}, nil
+	}
+	if edit {
+		return turnPlan{}, agent.E(agent.KindNotFound, agent.CodeMessageNotFound, "message %q (to edit) not found", m.ID)
 	}
 	return turnPlan{history: append(msgs, user), user: &user}, nil
 }
@@ -225,17 +319,20 @@ func planRegenerate(msgs []agent.Message, replaceID string) (turnPlan, error) {
 	return turnPlan{history: msgs}, nil
 }
 
-// apply starts the plan's writes: the user message goes to the run's first reserved position, beside the first
-// model request.
-func (t *Turn) apply(ctx context.Context, p turnPlan) {
-	t.plan = p
-	if p.user == nil {
+// apply starts the plan's writes beside the first model request: what the turn closes (closeOut), then the user
+// message at the run's first reserved position (an edited one keeps its own).
+func (t *Turn) apply(ctx context.Context) {
+	p := t.plan
+	if p.user == nil && len(p.cancel) == 0 && p.settled == nil && len(p.drop) == 0 {
 		return
 	}
 	t.userWrite = make(chan error, 1)
-	w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: t.run.FirstSeq, Message: *p.user, Fence: t.run.Fence(), Final: true}
 	ctx = context.WithoutCancel(ctx)
 	go func() {
+		if err := t.closeOut(ctx); err != nil || p.user == nil {
+			t.userWrite <- err
+			return
+		}
 		// A write of a new message id passes the store's message-level fence, so the claim is checked here: a
 		// process that paused for half of staleAfter since its claim must not write (a reaper may own the
 		// thread by now, or a delete may have emptied it).
@@ -243,6 +340,7 @@ func (t *Turn) apply(ctx context.Context, p turnPlan) {
 			t.userWrite <- errInDoubt
 			return
 		}
+		w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: t.run.FirstSeq, Message: *p.user, Fence: t.run.Fence(), Final: true}
 		t.userWrite <- t.e.putFinal(ctx, w, nil)
 	}()
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/transcript"
 )
@@ -49,6 +50,7 @@ type Config struct {
 	MaxMessageBytes int
 	SegmentFlush    time.Duration // segments.DefaultSegmentInterval
 	CloseTimeout    time.Duration // segments.DefaultCloseTimeout: how long the final segment may take
+	InterruptTTL    time.Duration // agent.DefaultInterruptTTL: how long an approval or client tool waits
 	Transcript      transcript.Config
 }
 
@@ -64,6 +66,7 @@ func (c Config) withDefaults() Config {
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
 	c.SegmentFlush = cmp.Or(c.SegmentFlush, segments.DefaultSegmentInterval)
 	c.CloseTimeout = cmp.Or(c.CloseTimeout, segments.DefaultCloseTimeout)
+	c.InterruptTTL = cmp.Or(c.InterruptTTL, agent.DefaultInterruptTTL)
 	return c
 }
 
@@ -74,6 +77,7 @@ type Store interface {
 	agent.RunStore
 	agent.MessageStore
 	agent.SegmentStore
+	agent.InterruptStore
 }
 
 // Reaper finishes a run whose claim went stale (lib/reaper). The engine calls it when a claim finds a stale
@@ -93,6 +97,7 @@ type Engine struct {
 	reaper Reaper
 	clock  agent.Clock
 	ids    agent.IDs
+	signer *interrupts.Signer
 	log    *slog.Logger
 	cfg    Config
 }
@@ -105,12 +110,14 @@ type Deps struct {
 	Reaper Reaper
 	Clock  agent.Clock
 	IDs    agent.IDs
+	// Signer signs approval requests (interrupts.NewSigner over the application secret). Required.
+	Signer *interrupts.Signer
 	Logger *slog.Logger
 }
 
 // New builds an engine.
 func New(d Deps, cfg Config) *Engine {
-	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, log: d.Logger,
+	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, signer: d.Signer, log: d.Logger,
 		cfg: cfg.withDefaults(), tools: map[string]agent.Tool{}}
 	if e.clock == nil {
 		e.clock = agent.SystemClock{}

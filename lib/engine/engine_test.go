@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -176,20 +177,27 @@ func TestCancel(t *testing.T) {
 func TestBeginErrors(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if run, _ := f.turn(t, "th", "u1", "first"); run.Status != agent.RunCompleted {
-		t.Fatalf("first turn: %s", run.Status)
+	for i, text := range []string{"first", "second"} {
+		if run, _ := f.turn(t, "th", fmt.Sprintf("u%d", i+1), text); run.Status != agent.RunCompleted {
+			t.Fatalf("turn %d: %s", i, run.Status)
+		}
 	}
 	tests := []struct {
 		name string
 		req  engine.Request
 		code string
 	}{
-		{"other owner", engine.Request{Owner: "bob", ThreadID: "th", Kind: engine.TurnSubmit, Message: userMsg("u2", "x")}, agent.CodeThreadNotFound},
+		{"other owner", engine.Request{Owner: "bob", ThreadID: "th", Kind: engine.TurnSubmit, Message: userMsg("u3", "x")}, agent.CodeThreadNotFound},
 		{"answered message again", submit("th", "u1", "first"), agent.CodeDuplicateMessage},
-		// REVIEW L/M13: the same id with other content used to be answered with the old text.
-		{"same id, new text", submit("th", "u1", "edited"), agent.CodeDuplicateMessage},
+		// REVIEW L/M13: the same id with other content used to be answered with the old text. An older message
+		// sent again with other content and no messageId is refused; the newest one is an edit (hitl tests).
+		{"older id, new text", submit("th", "u1", "edited"), agent.CodeDuplicateMessage},
+		{"edit of an unknown message", engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnSubmit, Message: userMsg("u9", "x"), MessageID: "u9"}, agent.CodeMessageNotFound},
+		{"edit names another message", engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnSubmit, Message: userMsg("u1", "x"), MessageID: "u2"}, agent.CodeInvalidMessage},
 		{"no kind", engine.Request{Owner: "alice", ThreadID: "th", Message: userMsg("u2", "x")}, agent.CodeInvalidTrigger},
-		{"assistant message", engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnSubmit, Message: &agent.Message{ID: "a", Role: agent.RoleAssistant, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"x"}`)}}}, agent.CodeUserRequired},
+		{"assistant message", engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnSubmit, Message: &agent.Message{ID: "a", Role: agent.RoleAssistant, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"x"}`)}}}, agent.CodeMessageNotFound},
+		{"answers for a message that waits for none", engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnSubmit, Message: &agent.Message{ID: "u2", Role: agent.RoleAssistant, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"x"}`)}}}, agent.CodeNotInterrupted},
+		{"system message", engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnSubmit, Message: &agent.Message{ID: "s", Role: agent.RoleSystem, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"x"}`)}}}, agent.CodeUserRequired},
 		// REVIEW L22: ids the AI SDK cannot put in the resume URL, or that carry control characters.
 		{"dot id", submit(".", "u2", "x"), agent.CodeInvalidThreadID},
 		{"dot dot id", submit("..", "u2", "x"), agent.CodeInvalidThreadID},
@@ -205,7 +213,7 @@ func TestBeginErrors(t *testing.T) {
 			}
 		})
 	}
-	if n := len(f.messages(t, "th")); n != 2 {
+	if n := len(f.messages(t, "th")); n != 4 {
 		t.Fatalf("rejected requests wrote messages: %d", n)
 	}
 }
@@ -215,7 +223,7 @@ func TestRegenerate(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	first, _ := f.turn(t, "th", "u1", "hello")
-	tr, err := f.eng.Begin(context.Background(), engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnRegenerate, ReplaceID: first.AssistantMessageID})
+	tr, err := f.eng.Begin(context.Background(), engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnRegenerate, MessageID: first.AssistantMessageID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package engine_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -188,15 +187,16 @@ func TestSegmentCloseIsBounded(t *testing.T) {
 	}
 }
 
-// A turn that fails after its claim (here: a re-post whose content differs, found only once the messages are
-// read) releases the claim and writes a final segment, so a reader attached meanwhile ends too (REVIEW M10).
+// A turn that fails after its claim (here: an edit of a message that does not exist, found only once the
+// messages are read) releases the claim and writes a final segment, so a reader attached meanwhile ends too (REVIEW M10).
 func TestFailedBeginEndsItsStream(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	if run, _ := f.turn(t, "th", "u1", "hello"); run.Status != agent.RunCompleted {
 		t.Fatal(run.Status)
 	}
-	if _, err := f.eng.Begin(context.Background(), submit("th", "u1", "other text")); !errors.Is(err, agent.ErrDuplicateMessage) {
+	edit := engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnSubmit, Message: userMsg("u9", "other text"), MessageID: "u9"}
+	if _, err := f.eng.Begin(context.Background(), edit); agent.CodeOf(err) != agent.CodeMessageNotFound {
 		t.Fatalf("begin: %v", err)
 	}
 	runs, _ := f.store.ListRuns(context.Background(), "th")
@@ -226,7 +226,7 @@ func TestRegenerateCrashBeforeHidingShowsOneReply(t *testing.T) {
 		t.Fatalf("visible %v, want u1 and the new reply (not %s)", ids(v.Messages), first.AssistantMessageID)
 	}
 	// The next regenerate replaces the new reply, and the model never sees the old one.
-	again, _ := f.run(t, engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnRegenerate, ReplaceID: run.AssistantMessageID})
+	again, _ := f.run(t, engine.Request{Owner: "alice", ThreadID: "th", Kind: engine.TurnRegenerate, MessageID: run.AssistantMessageID})
 	if again.Status != agent.RunCompleted {
 		t.Fatalf("second regenerate %s", again.Status)
 	}

@@ -67,6 +67,26 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	return t.run
 }
 
+// finishNoop ends a turn that had nothing to do (every answer it carried was applied already): the run is
+// recorded completed with no steps, and the stream reports the stored message as it is.
+func (s *stepper) finishNoop(ctx context.Context) agent.Run {
+	t, e := s.turn, s.turn.e
+	t.run.Status = agent.RunCompleted
+	t.run.FinishedAt = e.clock.Now()
+	t.run.UpdatedAt = t.run.FinishedAt
+	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+		s.log.Warn("finish a run with nothing to do", "err", err)
+	}
+	md := t.plan.noopMessage.Metadata
+	if len(md) == 0 {
+		md = metadataJSON(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageCompleted})
+	}
+	s.out.send(uistream.Finish{FinishReason: agent.FinishStop, Metadata: md})
+	s.out.close()
+	s.log.Info("agent.run", "status", t.run.Status, "steps", 0, "noop", true)
+	return t.run
+}
+
 // end sends the stream's last chunks: on an error, message-metadata first (the client stops reading at the
 // error chunk), then error and finish; and closes the stream (final segment, [DONE]).
 func (s *stepper) end(st agent.MessageStatus, runErr *agent.RunError, reason agent.FinishReason) {

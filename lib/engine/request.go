@@ -34,8 +34,11 @@ type Request struct {
 	Kind     TurnKind
 	// Message is the request's newest message; the rest of the client's history is never read.
 	Message *agent.Message
-	// ReplaceID (regenerate, optional) names the assistant message to replace; it must be the newest one.
-	ReplaceID string
+	// MessageID is the AI SDK request's messageId (optional). Regenerate: the assistant message to replace (it
+	// must be the newest one). Submit with a user message: the earlier user message being edited (sendMessage
+	// with a messageId), which is replaced and everything after it dropped. Submit with an assistant message
+	// (tool outputs, approval answers): that message's id, which the message itself carries too.
+	MessageID string
 	Multitask Multitask
 }
 
@@ -50,6 +53,17 @@ func ValidThreadID(id string) bool {
 	return !strings.ContainsFunc(id, func(r rune) bool {
 		return r == '#' || r == '/' || unicode.IsSpace(r) || unicode.IsControl(r)
 	})
+}
+
+// continues reports whether req answers the newest assistant message (tool outputs, approval answers) rather
+// than adding a user message.
+func (req Request) continues() bool {
+	return req.Kind == TurnSubmit && req.Message != nil && req.Message.Role == agent.RoleAssistant
+}
+
+// edits reports whether req names an earlier user message to replace.
+func (req Request) edits() bool {
+	return req.Kind == TurnSubmit && req.Message != nil && req.Message.Role == agent.RoleUser && req.MessageID != ""
 }
 
 // Validate checks a request without touching the store; a refused request writes nothing.
@@ -90,15 +104,22 @@ func (e *Engine) Validate(req Request) error {
 	if req.Kind != TurnSubmit {
 		return nil
 	}
+	if m.Role == agent.RoleUser && req.MessageID != "" && req.MessageID != m.ID {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "messageId %q is not the id of the edited message (%q)", req.MessageID, m.ID)
+	}
 	switch m.Role {
 	case agent.RoleUser:
 		if len(m.Parts) == 0 {
 			return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "a user message needs at least one part")
 		}
 	case agent.RoleAssistant:
-		return agent.E(agent.KindInvalid, agent.CodeUserRequired, "the newest message must be a user message (tool outputs and approval answers are not accepted yet)")
+		// Tool outputs and approval answers on the newest assistant message; matched after the claim.
+		if req.MessageID != "" && req.MessageID != m.ID {
+			return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "messageId %q is not the id of the message sent (%q)", req.MessageID, m.ID)
+		}
+		return nil
 	default:
-		return agent.E(agent.KindInvalid, agent.CodeUserRequired, "the newest message must have role user, got %q", m.Role)
+		return agent.E(agent.KindInvalid, agent.CodeUserRequired, "the newest message must have role user or assistant, got %q", m.Role)
 	}
 	// A message the model could never see whole is refused before anything is written (REVIEW H2).
 	return transcript.CheckMessage(*m, e.cfg.Transcript)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,11 +30,17 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 
 	s := &stepper{turn: t, out: newOutput(ctx, e, t.run, client),
 		log:     e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID),
-		history: transcript.NewHistory(t.plan.history, e.cfg.Transcript)}
+		history: transcript.NewHistory(t.plan.history, e.cfg.Transcript),
+		parts:   slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
 	s.guard = startGuard(runCtx, t, cancelRun)
 	s.out.writable = s.guard.writable
 	s.out.send(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: metadataJSON(map[string]any{"runId": t.run.ID})})
+	if t.plan.noop {
+		s.guard.stop()
+		return s.finishNoop(ctx)
+	}
 
+	s.applyAnswers(runCtx)
 	status, runErr := s.loop(runCtx)
 	s.guard.stop()
 	switch cause := context.Cause(runCtx); {
@@ -61,6 +68,8 @@ type stepper struct {
 	model   string
 	// finishReason of the last model step.
 	finishReason agent.FinishReason
+	// waiting holds the interrupts the run asks for, stored before it ends interrupted.
+	waiting waiting
 }
 
 // loop runs the steps. It returns the run's outcome; a canceled runCtx is resolved by the caller.
@@ -107,6 +116,10 @@ func (s *stepper) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 			"finish_reason", res.FinishReason, "input_tokens", res.Usage.InputTokens, "output_tokens", res.Usage.OutputTokens,
 			"ms", time.Since(begin).Milliseconds())
 		if pending > 0 {
+			if err := s.storeInterrupts(ctx); err != nil {
+				s.log.Error("store interrupts", "err", err)
+				return agent.RunFailed, &agent.RunError{Code: agent.CodePersistFailed, Message: "The request for approval could not be saved."}
+			}
 			return agent.RunInterrupted, nil
 		}
 		if len(calls) == 0 {

@@ -69,7 +69,7 @@ func engineWith(t *testing.T, f *fixture, mut func(*engine.Config)) *engine.Engi
 	t.Helper()
 	cfg := f.eng.Config()
 	mut(&cfg)
-	return engine.New(engine.Deps{Store: f.store, Model: f.stack.Model, Tools: f.stack.Tools, Reaper: f.stack.Reaper}, cfg)
+	return engine.New(engine.Deps{Store: f.store, Model: f.stack.Model, Tools: f.stack.Tools, Reaper: f.stack.Reaper, Signer: f.stack.Signer}, cfg)
 }
 
 func userMsg(id, text string) *agent.Message {

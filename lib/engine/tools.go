@@ -11,11 +11,10 @@ import (
 	"github.com/agentloop/agentloop/lib/uistream"
 )
 
-// pendingCall is a server tool call about to run.
-type pendingCall struct {
-	idx  int
-	tool agent.Tool
-	inv  agent.ToolInvocation
+// toolCallAt is a tool call whose part is at index part of the draft.
+type toolCallAt struct {
+	part int
+	call agent.ToolCall
 }
 
 // toolResult is one finished (or abandoned) tool execution.
@@ -25,19 +24,12 @@ type toolResult struct {
 	err    error
 }
 
-// runTools records the step's tool calls on the draft, runs server tools concurrently (each under the tool
-// timeout, which holds even for a tool that ignores its context) and returns how many calls wait for a human or
-// the client. No tool starts once the run's claim is in doubt.
+// runTools records the step's tool calls on the draft, runs server tools and returns how many calls wait for a
+// human (approval) or the client (client tools). Calls that cannot run get an error result the model reads.
 func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending int) {
-	t, e := s.turn, s.turn.e
-	if len(calls) == 0 {
-		return 0
-	}
-	partIdx := make([]int, len(calls))
-	results := make(chan toolResult, len(calls))
-	expect := 0 // results to collect
-	var toRun []pendingCall
-	for i, c := range calls {
+	e := s.turn.e
+	var toRun []toolCallAt
+	for _, c := range calls {
 		input := json.RawMessage(c.Arguments)
 		if len(input) == 0 {
 			input = json.RawMessage(`{}`)
@@ -49,59 +41,74 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 		}
 		s.out.send(uistream.ToolInputAvailable{ToolCallID: c.ID, ToolName: c.Name, Input: input})
 		s.parts = append(s.parts, agent.Part{Type: "tool-" + c.Name, ToolCallID: c.ID, State: agent.StateInputAvailable, Input: input})
-		partIdx[i] = len(s.parts) - 1
+		i := len(s.parts) - 1
 		tool, known := e.tools[c.Name]
 		switch {
 		case !known:
-			expect++
-			results <- toolResult{idx: i, err: fmt.Errorf("unknown tool %q", c.Name)}
+			s.result(i, toolResult{err: fmt.Errorf("unknown tool %q", c.Name)})
 		case !validInput:
-			expect++
-			results <- toolResult{idx: i, err: fmt.Errorf("tool input is not valid JSON")}
+			s.result(i, toolResult{err: fmt.Errorf("tool input is not valid JSON")})
 		case tool.Kind == agent.ToolClient || s.needsApproval(tool, input):
 			// Waits for the client (tool output) or a human (approval); the run ends interrupted.
+			if err := s.ask(tool, c, input, i); err != nil {
+				s.result(i, toolResult{err: fmt.Errorf("tool %q could not ask for approval", c.Name)})
+				continue
+			}
 			pending++
 		case tool.Execute == nil:
-			expect++
-			results <- toolResult{idx: i, err: fmt.Errorf("tool %q cannot run on the server", c.Name)}
+			s.result(i, toolResult{err: fmt.Errorf("tool %q cannot run on the server", c.Name)})
 		default:
-			toRun = append(toRun, pendingCall{idx: i, tool: tool, inv: agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner,
-				RunID: t.run.ID, ToolCallID: c.ID, Input: input, IdempotencyKey: agent.IdempotencyKey(t.thread.ID, c.ID)}})
+			toRun = append(toRun, toolCallAt{part: i, call: agent.ToolCall{ID: c.ID, Name: c.Name, Arguments: string(input)}})
 		}
+	}
+	s.execute(ctx, toRun)
+	return pending
+}
+
+// result puts one tool result on the draft's part i and streams it.
+func (s *stepper) result(i int, r toolResult) {
+	part := &s.parts[i]
+	if r.err != nil {
+		part.State, part.ErrorText = agent.StateOutputError, r.err.Error()
+		s.out.send(uistream.ToolOutputError{ToolCallID: part.ToolCallID, ErrorText: part.ErrorText})
+		return
+	}
+	part.State, part.Output = agent.StateOutputAvailable, r.output
+	s.out.send(uistream.ToolOutputAvailable{ToolCallID: part.ToolCallID, Output: r.output})
+}
+
+// execute runs server tool calls concurrently, each under the tool timeout (which holds even for a tool that
+// ignores its context), and puts their results on the draft. No tool starts once the run's claim is in doubt.
+func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
+	t, e := s.turn, s.turn.e
+	if len(calls) == 0 {
+		return
 	}
 	// Before any tool has an effect, everything that names its call is stored: the user message it answers, and
 	// the stream segment that carries the call (so a crash after the effect is recovered with the outcome the
 	// tool recorded, not lost: principle 9). A run that stopped, or whose claim is in doubt, starts no tool;
 	// finish then marks those calls "not executed", which is true.
-	if len(toRun) > 0 && (t.awaitUser() != nil || ctx.Err() != nil || !s.guard.writable()) {
-		toRun = nil
+	if t.awaitUser() != nil || ctx.Err() != nil || !s.guard.writable() {
+		return
 	}
-	if len(toRun) > 0 {
-		s.out.flush()
+	s.out.flush()
+	results := make(chan toolResult, len(calls))
+	for k, c := range calls {
+		tool := e.tools[c.call.Name]
+		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, ToolCallID: c.call.ID,
+			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, c.call.ID)}
+		go s.executeOne(ctx, k, tool, inv, results)
 	}
-	for _, pc := range toRun {
-		expect++
-		go s.execute(ctx, pc.idx, pc.tool, pc.inv, results)
-	}
-	for range expect {
+	for range calls {
 		r := <-results
-		c := calls[r.idx]
-		part := &s.parts[partIdx[r.idx]]
-		if r.err != nil {
-			part.State, part.ErrorText = agent.StateOutputError, r.err.Error()
-			s.out.send(uistream.ToolOutputError{ToolCallID: c.ID, ErrorText: part.ErrorText})
-		} else {
-			part.State, part.Output = agent.StateOutputAvailable, r.output
-			s.out.send(uistream.ToolOutputAvailable{ToolCallID: c.ID, Output: r.output})
-		}
+		s.result(calls[r.idx].part, r)
 	}
-	return pending
 }
 
-// execute runs one server tool and always delivers exactly one result: the tool's own, or a timeout when the tool
+// executeOne runs one server tool and always delivers exactly one result: the tool's own, or a timeout when the tool
 // does not return in time (the goroutine is then abandoned; a late result is dropped). A tool that returned its
 // output keeps it, even if the run was stopped a moment later (REVIEW L15).
-func (s *stepper) execute(ctx context.Context, idx int, tool agent.Tool, inv agent.ToolInvocation, results chan<- toolResult) {
+func (s *stepper) executeOne(ctx context.Context, idx int, tool agent.Tool, inv agent.ToolInvocation, results chan<- toolResult) {
 	e := s.turn.e
 	timeout := e.cfg.ToolTimeout
 	tctx, cancel := context.WithTimeout(ctx, timeout)
@@ -138,6 +145,8 @@ func (s *stepper) execute(ctx context.Context, idx int, tool agent.Tool, inv age
 	results <- r
 }
 
+// needsApproval applies the tool's approval policy: a per-input decision, always, or (mutating tools) when the
+// thread's reviewTools setting is on.
 func (s *stepper) needsApproval(tool agent.Tool, input json.RawMessage) bool {
 	if tool.NeedsApproval != nil && tool.NeedsApproval(input) {
 		return true

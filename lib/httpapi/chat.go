@@ -53,7 +53,7 @@ func decodeChat(r io.Reader, limit int64) (engine.Request, error) {
 	if body.Trigger == nil || *body.Trigger == "" {
 		return req, agent.E(agent.KindInvalid, agent.CodeMissingTrigger, "trigger is required (submit-message or regenerate-message)")
 	}
-	req.ThreadID, req.ReplaceID = *body.ID, body.MessageID
+	req.ThreadID, req.MessageID = *body.ID, body.MessageID
 	switch *body.Trigger {
 	case wireSubmit:
 		req.Kind = engine.TurnSubmit

@@ -258,8 +258,10 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"unknown trigger", map[string]any{"id": "t1", "trigger": "resume", "messages": chatBody("x", "u1", "hi")["messages"]}, 400, agent.CodeInvalidTrigger},
 		{"missing messages", map[string]any{"id": "t1", "trigger": "submit-message"}, 400, "missing_messages"},
 		{"empty messages", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{}}, 400, agent.CodeMissingMessage},
-		{"assistant newest", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{
-			map[string]any{"id": "a1", "role": "assistant", "parts": []any{map[string]any{"type": "text", "text": "hi"}}}}}, 400, agent.CodeUserRequired},
+		// Answers on an assistant message continue a thread; they never create one.
+		{"assistant newest, no thread", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{
+			map[string]any{"id": "a1", "role": "assistant", "parts": []any{map[string]any{"type": "text", "text": "hi"}}}}}, 404, agent.CodeThreadNotFound},
+		{"edit names another message", map[string]any{"id": "t1", "trigger": "submit-message", "messageId": "u0", "messages": chatBody("x", "u1", "hi")["messages"]}, 400, agent.CodeInvalidMessage},
 		{"system newest", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{
 			map[string]any{"id": "s1", "role": "system", "parts": []any{map[string]any{"type": "text", "text": "hi"}}}}}, 400, agent.CodeUserRequired},
 		{"message not an object", map[string]any{"id": "t1", "trigger": "submit-message", "messages": []any{"hello"}}, 400, agent.CodeInvalidMessage},

@@ -11,7 +11,12 @@
 //  3. finalize the draft assistant message (fenced, finalized, so the dead run's late writes lose): failed, with
 //     the outcome each tool recorded under its idempotency key, or a truthful "result unknown" for a call
 //     without one. With no draft, the message is rebuilt from the run's stream segments;
-//  4. write a final segment so attached readers end.
+//  4. write a final segment so attached readers end;
+//  5. cancel the interrupts the dead run stored but never showed in a final message (their calls now carry a
+//     result, so no answer may run them).
+//
+// Each sweep also marks pending interrupts past their age expired (compare-and-set, through the store's index
+// of pending interrupts); the transcript gets their results from the next turn that claims the thread.
 //
 // The same routine runs lazily when a claim finds a stale run in its way, and when a thread is read.
 package reaper
@@ -53,6 +58,7 @@ type Store interface {
 	agent.RunStore
 	agent.MessageStore
 	agent.SegmentStore
+	agent.InterruptStore
 }
 
 // Deps are the reaper's ports. Tools are looked up for the outcomes they recorded.
@@ -97,6 +103,7 @@ func (r *Reaper) Config() Config { return r.cfg }
 type Stats struct {
 	Nominated int // claims the index named
 	Reaped    int // claims this sweep released
+	Expired   int // pending interrupts this sweep marked expired
 }
 
 // Tick runs one sweep (the scheduled function calls it). A failure on one claim is logged and the others go on.
@@ -120,7 +127,56 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 			st.Reaped++
 		}
 	}
-	return st, nil
+	n, err := r.expire(ctx)
+	st.Expired = n
+	return st, err
+}
+
+// expire marks pending interrupts past their age expired, by compare-and-set (an answer racing it wins or
+// loses whole).
+func (r *Reaper) expire(ctx context.Context) (int, error) {
+	now := r.clock.Now()
+	ins, err := r.store.ListExpiredInterrupts(ctx, now, r.cfg.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("reaper: list expired interrupts: %w", err)
+	}
+	n := 0
+	for _, in := range ins {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		_, err := r.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptExpired, Now: now})
+		switch {
+		case err == nil:
+			n++
+			r.log.Info("agent.interrupt.expired", "thread_id", in.ThreadID, "interrupt_id", in.ID, "run_id", in.RunID)
+		case errors.Is(err, agent.ErrAlreadyResolved), agent.IsKind(err, agent.KindNotFound):
+		default:
+			r.log.Warn("reaper: expire interrupt", "thread_id", in.ThreadID, "interrupt_id", in.ID, "err", err)
+		}
+	}
+	return n, nil
+}
+
+// cancelAsked cancels the pending interrupts a dead run stored: its message was finalized without them.
+func (r *Reaper) cancelAsked(ctx context.Context, run agent.Run) error {
+	ins, err := r.store.ListInterrupts(ctx, run.ThreadID)
+	if err != nil {
+		return fmt.Errorf("reaper: list interrupts: %w", err)
+	}
+	for _, in := range ins {
+		if in.RunID != run.ID || in.Status != agent.InterruptPending {
+			continue
+		}
+		err := retry(ctx, func() error {
+			_, err := r.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptCanceled, Now: r.clock.Now()})
+			return err
+		})
+		if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
+			return fmt.Errorf("reaper: cancel interrupt: %w", err)
+		}
+	}
+	return nil
 }
 
 // Run sweeps every Interval until ctx ends (the dev ticker).
@@ -253,6 +309,11 @@ func (r *Reaper) draftOf(ctx context.Context, run agent.Run) (*agent.MessageReco
 	case err != nil:
 		return nil, usage, fmt.Errorf("reaper: get draft: %w", err)
 	}
+	if md := rec.Message.Meta(); md.RunID != "" && md.RunID != run.ID {
+		// The message was last written by an earlier run (this one continued it and died before its first
+		// write): what it holds is that run's, not this one's.
+		return &rec, usage, nil
+	}
 	if u := rec.Message.Meta().Usage; u != nil && run.Status == agent.RunRunning {
 		usage = *u
 	}
@@ -272,7 +333,12 @@ func (r *Reaper) released(ctx context.Context, threadID string, f agent.Fence) b
 func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.MessageRecord, usage agent.Usage) error {
 	now := r.clock.Now()
 	run.Status, run.Error = agent.RunFailed, &agent.RunError{Code: agent.CodeStale, Message: "The run stopped unexpectedly."}
-	finalMsg := draft != nil && draft.Message.Meta().Status != agent.MessageStreaming && draft.Message.Meta().Status != ""
+	md := agent.MessageMetadata{}
+	if draft != nil {
+		md = draft.Message.Meta()
+	}
+	// The run's own final message: another run's (the one this run continued) does not count.
+	finalMsg := draft != nil && (md.RunID == "" || md.RunID == run.ID) && md.Status != agent.MessageStreaming && md.Status != ""
 	if finalMsg {
 		// The final message is stored; only the outcome was lost. The run ended as its message says.
 		if st := draft.Message.Meta().Status.RunStatus(); st != "" && st != agent.RunFailed {
@@ -287,6 +353,9 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 		if err := r.finalizeMessage(ctx, run, draft, usage); err != nil {
 			return err
 		}
+		if err := r.cancelAsked(ctx, run); err != nil {
+			return err
+		}
 	}
 	r.endStream(ctx, run)
 	return nil
@@ -295,14 +364,17 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 // finalizeMessage stores the dead run's assistant message as failed, fenced at the run's epoch and finalized, so
 // nothing the dead run might still write can change it.
 func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agent.MessageRecord, usage agent.Usage) error {
-	var parts []agent.Part
+	var parts, base []agent.Part
 	seq := run.AssistantSeq()
 	if draft != nil {
 		parts, seq = transcript.Decode(draft.Message.Parts), draft.Seq
+		if id := draft.Message.Meta().RunID; id != "" && id != run.ID {
+			base = parts // a continuation's stream goes on from the message it continued
+		}
 	}
 	if data, err := r.streamData(ctx, run.ID); err == nil {
 		// The segments may hold more than the draft (the step in flight, or a whole reply whose write failed).
-		if rebuilt := segments.Rebuild(data); len(rebuilt) > len(parts) {
+		if rebuilt := segments.Rebuild(base, data); len(rebuilt) > len(parts) || (base != nil && len(rebuilt) > 0) {
 			parts = rebuilt
 		}
 	} else {

@@ -2,6 +2,7 @@ package segments
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -11,15 +12,21 @@ import (
 // Rebuild reassembles the assistant message parts a stream carried (text, reasoning, step starts, tool calls
 // and their results), so that a reply whose message write never happened can be recovered from its segments.
 // Frames it cannot parse end the rebuild there (a crashed writer may leave nothing worse than a missing tail,
-// since segments hold whole frames).
-func Rebuild(data []byte) []agent.Part {
+// since segments hold whole frames). base holds the parts the stream continues (a continuation run goes on
+// with the message an earlier run stored; its chunks name those parts' tool calls); nil for a new message.
+func Rebuild(base []agent.Part, data []byte) []agent.Part {
+	parts := slices.Clone(base)
 	chunks, _, err := uistream.ParseFrames(data)
 	if err != nil && len(chunks) == 0 {
-		return nil
+		return parts
 	}
-	var parts []agent.Part
 	open := map[string]*strings.Builder{} // text and reasoning ids being streamed
 	index := map[string]int{}             // part index of a text/reasoning id or a tool call id
+	for i, p := range parts {
+		if p.ToolCallID != "" {
+			index[p.ToolCallID] = i
+		}
+	}
 	for _, raw := range chunks {
 		var c struct {
 			Type           string          `json:"type"`
@@ -31,6 +38,8 @@ func Rebuild(data []byte) []agent.Part {
 			Output         json.RawMessage `json:"output"`
 			ErrorText      string          `json:"errorText"`
 			InputTextDelta string          `json:"inputTextDelta"`
+			ApprovalID     string          `json:"approvalId"`
+			Signature      string          `json:"signature"`
 		}
 		if json.Unmarshal(raw, &c) != nil {
 			break
@@ -64,6 +73,18 @@ func Rebuild(data []byte) []agent.Part {
 		case "tool-output-error":
 			if i, ok := index[c.ToolCallID]; ok {
 				parts[i].State, parts[i].ErrorText = agent.StateOutputError, c.ErrorText
+			}
+		case "tool-approval-request":
+			if i, ok := index[c.ToolCallID]; ok {
+				parts[i].State, parts[i].Approval = agent.StateApprovalRequested, &agent.PartApproval{ID: c.ApprovalID, Signature: c.Signature}
+			}
+		case "tool-output-denied":
+			if i, ok := index[c.ToolCallID]; ok {
+				no := false
+				parts[i].State = agent.StateOutputDenied
+				if parts[i].Approval != nil {
+					parts[i].Approval.Approved = &no
+				}
 			}
 		}
 	}

@@ -29,6 +29,7 @@ type Store interface {
 	agent.RunStore
 	agent.MessageStore
 	agent.SegmentStore
+	agent.InterruptStore
 }
 
 // Reaper reaps a stale claim (lib/reaper).
@@ -135,7 +136,17 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
+	var ins []agent.Interrupt
+	insErr := make(chan error, 1)
+	go func() {
+		var err error
+		ins, err = s.store.ListInterrupts(ctx, th.ID)
+		insErr <- err
+	}()
 	msgs, err := s.messages(ctx, th.ID)
+	if ierr := <-insErr; err == nil && ierr != nil {
+		err = ierr
+	}
 	if err != nil {
 		return View{}, err
 	}
@@ -154,13 +165,39 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 			}
 		}
 	}
-	v := View{Thread: th, Messages: msgs, Interrupts: []agent.Interrupt{}, Jobs: []agent.Job{}}
+	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, msgs, ins), Jobs: []agent.Job{}}
 	if th.ActiveRun != nil {
 		if run, err := s.store.GetRun(ctx, th.ID, th.ActiveRun.RunID); err == nil {
 			v.ActiveRun = &run
 		}
 	}
 	return v, nil
+}
+
+// pending returns the interrupts that wait for an answer: those of the newest message, when it is an assistant
+// message that ended interrupted (an interrupt of an older message was left behind by a later turn, which
+// cancels it). One past its age is marked expired here, lazily, and left out.
+func (s *Service) pending(ctx context.Context, msgs []agent.Message, ins []agent.Interrupt) []agent.Interrupt {
+	out := []agent.Interrupt{}
+	n := len(msgs)
+	if n == 0 || msgs[n-1].Role != agent.RoleAssistant || msgs[n-1].Meta().Status != agent.MessageInterrupted {
+		return out
+	}
+	now := s.clock.Now()
+	for _, in := range ins {
+		if in.MessageID != msgs[n-1].ID || in.Status != agent.InterruptPending {
+			continue
+		}
+		if !in.Pending(now) {
+			_, err := s.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptExpired, Now: now})
+			if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
+				s.log.Warn("expire interrupt", "thread_id", in.ThreadID, "interrupt_id", in.ID, "err", err)
+			}
+			continue
+		}
+		out = append(out, in)
+	}
+	return out
 }
 
 // messages reads the thread's visible messages.

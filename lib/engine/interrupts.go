@@ -1,0 +1,335 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/interrupts"
+	"github.com/agentloop/agentloop/lib/transcript"
+	"github.com/agentloop/agentloop/lib/uistream"
+)
+
+// Human in the loop (DESIGN "Human in the loop"). A run that meets a tool call needing approval, or a client
+// tool, stores one interrupt per call (insert-if-absent, signed) before its final message, and ends
+// interrupted. The client answers by re-posting that message with approval-responded parts or tool outputs;
+// under a new claim the answers are matched to the stored interrupts (interrupts.Match), resolved by
+// compare-and-set, and the same message continues in the new run. A turn that moves on instead (a new user
+// message, a regenerate, an edit) cancels what still waits, and writes a result for it, so the transcript stays
+// provider-valid and true.
+
+// waiting is what a run asks before it ends interrupted: one interrupt per call, created before the message.
+type waiting struct{ asks []agent.Interrupt }
+
+// ask records that the call at part index i waits for a human or the client, and marks the part and the
+// stream accordingly: an approval request carries its id and signature.
+func (s *stepper) ask(tool agent.Tool, c agent.ToolCall, input json.RawMessage, i int) error {
+	t, e := s.turn, s.turn.e
+	kind := agent.InterruptApproval
+	if tool.Kind == agent.ToolClient {
+		kind = agent.InterruptClientTool
+	}
+	id := interrupts.ID(t.thread.ID, t.run.ID, c.ID)
+	sig, err := e.signer.Sign(id, c.ID, c.Name, input)
+	if err != nil {
+		return err
+	}
+	now := e.clock.Now()
+	s.waiting.asks = append(s.waiting.asks, agent.Interrupt{ID: id, ThreadID: t.thread.ID, RunID: t.run.ID,
+		Epoch: t.run.Epoch, MessageID: t.run.AssistantMessageID, Kind: kind, ToolCallID: c.ID, ToolName: c.Name,
+		Input: input, Signature: sig, Status: agent.InterruptPending, CreatedAt: now, ExpiresAt: now.Add(e.cfg.InterruptTTL)})
+	if kind == agent.InterruptApproval {
+		s.parts[i].State = agent.StateApprovalRequested
+		s.parts[i].Approval = &agent.PartApproval{ID: id, Signature: sig}
+		s.out.send(uistream.ToolApprovalRequest{ApprovalID: id, ToolCallID: c.ID, Signature: sig})
+	}
+	return nil
+}
+
+// storeInterrupts creates the run's interrupts before the message that shows them is written: a message that
+// says "waiting" always has its interrupt, so no answer can find nothing. A run whose claim is in doubt
+// creates none (the reaper cancels those of a run it reaps).
+func (s *stepper) storeInterrupts(ctx context.Context) error {
+	e := s.turn.e
+	if err := s.turn.awaitUser(); err != nil {
+		return err
+	}
+	for _, in := range s.waiting.asks {
+		if !s.guard.writable() {
+			return errInDoubt
+		}
+		err := e.retry(ctx, func() error {
+			_, _, err := e.store.CreateInterrupt(ctx, in)
+			return err
+		}, s.guard.writable)
+		if err != nil {
+			return fmt.Errorf("store interrupt %s: %w", in.ID, err)
+		}
+		s.log.Info("agent.interrupt", "interrupt_id", in.ID, "kind", in.Kind, "tool", in.ToolName, "tool_call_id", in.ToolCallID)
+	}
+	return nil
+}
+
+// planContinue plans a turn that answers the interrupts of assistant message m (the request's copy). The
+// stored message must be the thread's newest; the answers are matched to the stored interrupts, never to the
+// client's copy of the request.
+func (t *Turn) planContinue(ctx context.Context, msgs []agent.Message, all []agent.Interrupt, m agent.Message) (turnPlan, error) {
+	e := t.e
+	now := e.clock.Now()
+	var ins []agent.Interrupt
+	for _, in := range all {
+		if in.MessageID == m.ID {
+			if in.Status == agent.InterruptPending && !in.Pending(now) {
+				in = t.expire(ctx, in, now) // lazily, so the answer and every reader see it expired
+			}
+			ins = append(ins, in)
+		}
+	}
+	idx := -1
+	for i, old := range msgs {
+		if old.ID == m.ID {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return turnPlan{}, agent.E(agent.KindNotFound, agent.CodeMessageNotFound, "message %q not found", m.ID)
+	}
+	if msgs[idx].Role != agent.RoleAssistant || len(ins) == 0 {
+		return turnPlan{}, agent.E(agent.KindInvalid, agent.CodeNotInterrupted, "message %q waits for no tool output or approval", m.ID)
+	}
+	answers, err := interrupts.Match(e.signer, ins, transcript.Decode(m.Parts), now)
+	if err != nil {
+		return turnPlan{}, err
+	}
+	stored := msgs[idx]
+	draft := transcript.Decode(stored.Parts)
+	if idx != len(msgs)-1 || !waits(draft, answers) {
+		// Every answer was applied already (a repeated request, or a retry whose first reply was lost).
+		return turnPlan{noop: true, noopMessage: stored}, nil
+	}
+	return turnPlan{history: msgs[:idx], draft: draft, answers: answers}, nil
+}
+
+// waits reports whether one of the answered calls still waits in the stored parts (its answer not applied).
+func waits(parts []agent.Part, answers []interrupts.Answer) bool {
+	for _, a := range answers {
+		for _, p := range parts {
+			if p.ToolCallID == a.Interrupt.ToolCallID && unresolved(p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unresolved reports whether a tool part has no result yet.
+func unresolved(p agent.Part) bool {
+	if !agent.IsToolPart(p.Type) {
+		return false
+	}
+	switch p.State {
+	case agent.StateOutputAvailable, agent.StateOutputError, agent.StateOutputDenied:
+		return false
+	}
+	return true
+}
+
+// expire marks a pending interrupt past its age expired (compare-and-set; a concurrent resolution wins).
+func (t *Turn) expire(ctx context.Context, in agent.Interrupt, now time.Time) agent.Interrupt {
+	got, err := t.e.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptExpired, Now: now})
+	if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
+		t.e.log.Warn("expire interrupt", "thread_id", in.ThreadID, "interrupt_id", in.ID, "err", err)
+		in.Status = agent.InterruptExpired // it is expired whether or not the write landed
+		return in
+	}
+	return got
+}
+
+// resolve writes the plan's new answers by compare-and-set, under the claim and before any tool runs. An
+// interrupt that turns out resolved already is fine when it holds this very answer (our own retried write);
+// anything else was decided by someone else and refuses the request.
+func (t *Turn) resolve(ctx context.Context) error {
+	e := t.e
+	now := e.clock.Now()
+	for _, a := range t.plan.answers {
+		if a.Repeat {
+			continue
+		}
+		req := agent.ResolveRequest{ThreadID: t.thread.ID, ID: a.Interrupt.ID, Status: a.Status, Response: a.Response, Now: now}
+		var got agent.Interrupt
+		err := e.retry(ctx, func() error {
+			var err error
+			got, err = e.store.ResolveInterrupt(ctx, req)
+			return err
+		})
+		if errors.Is(err, agent.ErrAlreadyResolved) {
+			if _, merr := interrupts.Match(e.signer, []agent.Interrupt{got}, t.requestParts(a), now); merr != nil {
+				return merr
+			}
+			err = nil
+		}
+		if err != nil {
+			return fmt.Errorf("resolve interrupt %s: %w", a.Interrupt.ID, err)
+		}
+		e.log.Info("agent.interrupt.resolved", "thread_id", t.thread.ID, "run_id", t.run.ID, "interrupt_id", a.Interrupt.ID, "status", a.Status)
+	}
+	return nil
+}
+
+// requestParts rebuilds the client's decision for a as a part, to match it again against a stored resolution.
+func (t *Turn) requestParts(a interrupts.Answer) []agent.Part {
+	in := a.Interrupt
+	p := agent.Part{Type: "tool-" + in.ToolName, ToolCallID: in.ToolCallID, Input: in.Input}
+	switch in.Kind {
+	case agent.InterruptApproval:
+		ok := a.Status == agent.InterruptApproved
+		p.State, p.Approval = agent.StateApprovalResponded, &agent.PartApproval{ID: in.ID, Approved: &ok, Reason: a.Reason}
+	default:
+		p.State, p.Output, p.ErrorText = agent.StateOutputAvailable, a.Output, a.ErrorText
+		if a.ErrorText != "" && len(a.Output) == 0 {
+			p.State = agent.StateOutputError
+		}
+	}
+	return []agent.Part{p}
+}
+
+// applyAnswers puts the answers on the continued message's parts and streams them: denied calls get
+// output-denied (the model reads that the user denied them), client tools their output, and approved server
+// tools run now, like any step's tools.
+func (s *stepper) applyAnswers(ctx context.Context) {
+	t := s.turn
+	if len(t.plan.answers) == 0 {
+		return
+	}
+	index := map[string]int{}
+	for i, p := range s.parts {
+		if unresolved(p) {
+			index[p.ToolCallID] = i
+		}
+	}
+	var run []toolCallAt
+	for _, a := range t.plan.answers {
+		i, ok := index[a.Interrupt.ToolCallID]
+		if !ok {
+			continue
+		}
+		p := &s.parts[i]
+		switch a.Status {
+		case agent.InterruptApproved:
+			yes := true
+			p.State, p.Approval = agent.StateApprovalResponded, &agent.PartApproval{ID: a.Interrupt.ID, Approved: &yes, Reason: a.Reason}
+			run = append(run, toolCallAt{part: i, call: agent.ToolCall{ID: a.Interrupt.ToolCallID, Name: a.Interrupt.ToolName, Arguments: string(a.Interrupt.Input)}})
+		case agent.InterruptDenied:
+			no := false
+			p.State, p.Approval = agent.StateOutputDenied, &agent.PartApproval{ID: a.Interrupt.ID, Approved: &no, Reason: a.Reason}
+			s.out.send(uistream.ToolOutputDenied{ToolCallID: p.ToolCallID})
+		case agent.InterruptAnswered:
+			if a.ErrorText != "" && len(a.Output) == 0 {
+				p.State, p.ErrorText = agent.StateOutputError, a.ErrorText
+				s.out.send(uistream.ToolOutputError{ToolCallID: p.ToolCallID, ErrorText: a.ErrorText})
+			} else {
+				p.State, p.Output = agent.StateOutputAvailable, a.Output
+				s.out.send(uistream.ToolOutputAvailable{ToolCallID: p.ToolCallID, Output: a.Output})
+			}
+		}
+	}
+	s.execute(ctx, run)
+}
+
+// settle closes what a new turn leaves behind on the thread's newest assistant message: interrupts still
+// pending are canceled (or expired, past their age), and when the message stays in the transcript its waiting
+// calls get a result that says what happened. ins are the thread's interrupts; keep reports whether the
+// message stays visible (a new user message: yes; a regenerate or an edit that drops it: no).
+func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, keep bool) {
+	now := t.e.clock.Now()
+	status := map[string]agent.InterruptStatus{} // tool call id → how its interrupt ends
+	for _, in := range ins {
+		if in.MessageID != msg.ID {
+			continue
+		}
+		st := in.Status
+		if st == agent.InterruptPending {
+			st = agent.InterruptCanceled
+			if !in.Pending(now) {
+				st = agent.InterruptExpired
+			}
+			p.cancel = append(p.cancel, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: st, Now: now})
+		}
+		status[in.ToolCallID] = st
+	}
+	if !keep {
+		return
+	}
+	parts := transcript.Decode(msg.Parts)
+	changed := false
+	for i, part := range parts {
+		if !unresolved(part) {
+			continue
+		}
+		part.Approval = nil
+		part.State, part.ErrorText = agent.StateOutputError, settledText(status[part.ToolCallID])
+		parts[i], changed = part, true
+	}
+	if !changed {
+		return
+	}
+	raw := make([]json.RawMessage, len(parts))
+	for i, part := range parts {
+		raw[i] = agent.EncodePart(part)
+	}
+	settled := msg
+	settled.Parts = raw
+	p.settled = &settled
+	for i := range p.history {
+		if p.history[i].ID == msg.ID {
+			p.history[i] = settled
+		}
+	}
+}
+
+func settledText(st agent.InterruptStatus) string {
+	switch st {
+	case agent.InterruptExpired:
+		return "Not executed: the request for approval or input expired before it was answered."
+	case agent.InterruptCanceled:
+		return "Not executed: a new message was sent instead of an answer."
+	}
+	return "Not executed: the run that was to execute it stopped."
+}
+
+// closeOut writes the settlement, before the turn's own user message: canceled interrupts first (so no answer
+// can still run them), then the settled message or the dropped ones (an edit), newest first, so that a crash
+// part way leaves a prefix of the old thread, which a retry of the same request finishes.
+func (t *Turn) closeOut(ctx context.Context) error {
+	e := t.e
+	for _, r := range t.plan.cancel {
+		err := e.retry(ctx, func() error {
+			_, err := e.store.ResolveInterrupt(ctx, r)
+			return err
+		})
+		if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
+			return fmt.Errorf("cancel interrupt %s: %w", r.ID, err)
+		}
+	}
+	for _, id := range t.plan.drop {
+		if !t.fresh() {
+			return errInDoubt
+		}
+		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, id, t.run.Fence()) }); err != nil {
+			return fmt.Errorf("drop message %s: %w", id, err)
+		}
+	}
+	if m := t.plan.settled; m != nil {
+		if !t.fresh() {
+			return errInDoubt
+		}
+		w := agent.MessageWrite{ThreadID: t.thread.ID, Message: *m, Fence: t.run.Fence(), Final: true}
+		if err := e.putFinal(ctx, w, t.fresh); err != nil {
+			return fmt.Errorf("settle message %s: %w", m.ID, err)
+		}
+	}
+	return nil
+}
