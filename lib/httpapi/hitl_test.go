@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/tools"
+	"github.com/agentloop/agentloop/lib/uistream/aisdktest"
 )
 
 // Human in the loop over HTTP, with request bodies shaped as the AI SDK client sends them (DefaultChatTransport:
@@ -688,5 +691,86 @@ func TestAnswerRacesDeleteAndStop(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every new chunk and part state parses under ai@6 and ai@7: the approval request (with its signature), the
+// continuation after an approval and after a denial (reduced onto the client's copy of the message, as useChat
+// does), and the client tool's request and continuation.
+func TestProtocolConformanceHumanInTheLoop(t *testing.T) {
+	t.Parallel()
+	h := startHITL(t, nil)
+	dir := t.TempDir()
+	var inputs []aisdktest.Input
+	capture := func(name, body string, continues *agent.Message) {
+		file := filepath.Join(dir, name+".sse")
+		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, aisdktest.Input{File: file, Continues: continues})
+	}
+	// The client's copy of the answered message, as the answer body carries it.
+	clientCopy := func(body map[string]any) *agent.Message {
+		msgs := body["messages"].([]any)
+		b, _ := json.Marshal(msgs[len(msgs)-1])
+		var m agent.Message
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return &m
+	}
+	for _, approve := range []bool{true, false} {
+		thread := fmt.Sprintf("conf-approve-%v", approve)
+		id := h.addNote(thread)
+		capture(thread+"-request", h.send(thread, "u1", fmt.Sprintf(`/tool delete_note {"id":%q}`, id)), nil)
+		body := answerBody(h.view(thread), respond(approve, "because"))
+		status, stream := h.post(body)
+		if status != 200 {
+			t.Fatalf("answer: %d %s", status, stream)
+		}
+		capture(thread+"-continue", stream, clientCopy(body))
+	}
+	capture("client-request", h.send("conf-client", "u1", `/tool ask_user_question {"question":"Colour?","options":["red","blue"]}`), nil)
+	body := answerBody(h.view("conf-client"), func(p map[string]any) { p["state"], p["output"] = "output-available", "blue" })
+	status, stream := h.post(body)
+	if status != 200 {
+		t.Fatalf("client output: %d %s", status, stream)
+	}
+	capture("client-continue", stream, clientCopy(body))
+
+	parsed := aisdktest.CheckInputs(t, inputs...)
+	want := []struct {
+		state string // the tool part's state in the message the client ends with
+		text  string // in the final text
+	}{
+		{agent.StateApprovalRequested, ""}, {agent.StateOutputAvailable, "deleted"},
+		{agent.StateApprovalRequested, ""}, {agent.StateOutputDenied, "denied"},
+		{agent.StateInputAvailable, ""}, {agent.StateOutputAvailable, "blue"},
+	}
+	if len(parsed) != 2*len(want) {
+		t.Fatalf("%d results", len(parsed))
+	}
+	for i, w := range want {
+		for _, p := range parsed[2*i : 2*i+2] {
+			parts, err := p.Parts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tool *agent.Part
+			for j := range parts {
+				if agent.IsToolPart(parts[j].Type) {
+					tool = &parts[j]
+				}
+			}
+			if tool == nil || tool.State != w.state || !strings.Contains(strings.ToLower(p.Message.Text()), w.text) {
+				t.Fatalf("%s under ai@%s: tool part %+v, text %q; want state %s and %q", filepath.Base(p.File), p.SDK, tool, p.Message.Text(), w.state, w.text)
+			}
+			if w.state == agent.StateApprovalRequested && (tool.Approval == nil || tool.Approval.ID == "") {
+				t.Fatalf("%s under ai@%s: no approval on the part", filepath.Base(p.File), p.SDK)
+			}
+			if inputs[i].Continues != nil && p.Message.ID != inputs[i].Continues.ID {
+				t.Fatalf("%s under ai@%s: the continuation made message %s, not %s", filepath.Base(p.File), p.SDK, p.Message.ID, inputs[i].Continues.ID)
+			}
+		}
 	}
 }
