@@ -353,6 +353,45 @@ func (c *crashStore) DeleteValue(ctx context.Context, ns, key string) error {
 	return c.write(storeCall{method: "DeleteValue", ns: ns}, func() error { return c.Store.DeleteValue(ctx, ns, key) })
 }
 
+func (c *crashStore) CreateInterrupt(ctx context.Context, in agent.Interrupt) (got agent.Interrupt, created bool, err error) {
+	err = c.write(storeCall{method: "CreateInterrupt"}, func() error {
+		var err error
+		got, created, err = c.Store.CreateInterrupt(ctx, in)
+		return err
+	})
+	return got, created, err
+}
+
+func (c *crashStore) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (got agent.Interrupt, err error) {
+	err = c.write(storeCall{method: "ResolveInterrupt", ns: string(req.Status)}, func() error {
+		var err error
+		got, err = c.Store.ResolveInterrupt(ctx, req)
+		return err
+	})
+	return got, err
+}
+
+func (c *crashStore) GetInterrupt(ctx context.Context, threadID, id string) (agent.Interrupt, error) {
+	if err := c.read(); err != nil {
+		return agent.Interrupt{}, err
+	}
+	return c.Store.GetInterrupt(ctx, threadID, id)
+}
+
+func (c *crashStore) ListInterrupts(ctx context.Context, threadID string) ([]agent.Interrupt, error) {
+	if err := c.read(); err != nil {
+		return nil, err
+	}
+	return c.Store.ListInterrupts(ctx, threadID)
+}
+
+func (c *crashStore) ListExpiredInterrupts(ctx context.Context, before time.Time, limit int) ([]agent.Interrupt, error) {
+	if err := c.read(); err != nil {
+		return nil, err
+	}
+	return c.Store.ListExpiredInterrupts(ctx, before, limit)
+}
+
 // crashBackend is one kind of durable store. start makes a fresh one for a row and returns how to start a
 // "process" over it: each call is a new stack (its own engine, reaper, tools and store handle) over the same data,
 // crashing as cs says (nil: a process that does not crash).

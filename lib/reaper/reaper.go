@@ -380,6 +380,24 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 	} else {
 		r.log.Warn("reaper: read segments", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
 	}
+	if base != nil {
+		continued, untouched, err := r.continued(ctx, run, base, parts)
+		if err != nil {
+			return err
+		}
+		if untouched {
+			// The run died before it took any answer: the message still asks, and its interrupts stay
+			// answerable. It is written back unchanged, finalized at the dead run's epoch, so that nothing the
+			// dead run may still write can land.
+			w := agent.MessageWrite{ThreadID: run.ThreadID, Seq: seq, Fence: run.Fence(), Final: true, Message: draft.Message}
+			err := retry(ctx, func() error { w.Now = r.clock.Now(); return r.store.PutMessage(ctx, w) })
+			if err != nil && !errors.Is(err, agent.ErrRunFenced) {
+				return fmt.Errorf("reaper: fence continued message: %w", err)
+			}
+			return nil
+		}
+		parts = continued
+	}
 	owner := ""
 	// With nothing recovered the message is still written, empty and finalized: readers leave such a reply out
 	// (agent.Visible), and it fences the dead run's id, so a write of that run still in flight cannot land later.
@@ -404,6 +422,78 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 		return fmt.Errorf("reaper: finalize message: %w", err)
 	}
 	return nil
+}
+
+// continued puts on a dead continuation's parts what its message's interrupts say: a denial or a client's
+// output the run took (resolved, so they are facts), and for an approval it took, nothing (Synthesize then
+// reports the tool's recorded outcome, or that it is unknown). untouched: the run took no answer and streamed
+// nothing new, so the message is left asking. Otherwise an interrupt still pending (the run died half way
+// through taking the answers) is canceled, and its call was not executed.
+func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []agent.Part) ([]agent.Part, bool, error) {
+	all, err := r.store.ListInterrupts(ctx, run.ThreadID)
+	if err != nil {
+		return nil, false, fmt.Errorf("reaper: list interrupts: %w", err)
+	}
+	byCall := map[string]agent.Interrupt{}
+	for _, in := range all {
+		if in.MessageID == run.AssistantMessageID {
+			byCall[in.ToolCallID] = in
+		}
+	}
+	untouched := len(parts) == len(base)
+	for i := range parts {
+		if untouched && string(agent.EncodePart(parts[i])) != string(agent.EncodePart(base[i])) {
+			untouched = false
+		}
+		if in, ok := byCall[parts[i].ToolCallID]; ok && waiting(parts[i]) && in.Status != agent.InterruptPending {
+			untouched = false
+		}
+	}
+	if untouched {
+		return base, true, nil
+	}
+	for i, p := range parts {
+		in, ok := byCall[p.ToolCallID]
+		if !ok || !waiting(p) {
+			continue
+		}
+		switch in.Status {
+		case agent.InterruptPending:
+			_, err := r.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptCanceled, Now: r.clock.Now()})
+			if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
+				return nil, false, fmt.Errorf("reaper: cancel interrupt: %w", err)
+			}
+			p.State, p.Approval, p.ErrorText = agent.StateOutputError, nil, "Not executed: the run stopped before it took the answer."
+		case agent.InterruptDenied:
+			no := false
+			p.State, p.Approval = agent.StateOutputDenied, &agent.PartApproval{ID: in.ID, Approved: &no}
+		case agent.InterruptAnswered:
+			var resp struct {
+				Output    json.RawMessage `json:"output"`
+				ErrorText string          `json:"errorText"`
+			}
+			_ = json.Unmarshal(in.Response, &resp)
+			if len(resp.Output) > 0 {
+				p.State, p.Output = agent.StateOutputAvailable, resp.Output
+			} else {
+				p.State, p.ErrorText = agent.StateOutputError, resp.ErrorText
+			}
+		}
+		parts[i] = p
+	}
+	return parts, false, nil
+}
+
+// waiting reports whether a tool part has no result yet.
+func waiting(p agent.Part) bool {
+	if !agent.IsToolPart(p.Type) {
+		return false
+	}
+	switch p.State {
+	case agent.StateOutputAvailable, agent.StateOutputError, agent.StateOutputDenied:
+		return false
+	}
+	return true
 }
 
 // retry runs op again on transient store errors, a few times with a short backoff: a reap half done is finished

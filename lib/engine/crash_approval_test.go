@@ -1,0 +1,250 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/devserver"
+	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
+	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/transcript"
+)
+
+// Crash points of human in the loop: the process dies right after one write of the turn that asks for an
+// approval, or of the turn that answers it. After staleAfter and a reaper pass, over the same store:
+//   - the claim is released, and the message and the interrupt agree (a call that waits has a pending interrupt,
+//     and a pending interrupt's call waits);
+//   - what the message says of delete_note is true: output-available only if the note is gone, "not executed"
+//     only if it is still there (principle 9);
+//   - the client's answer, posted (again), converges: it runs the approved tool at most once, or is refused
+//     because the request was canceled with its dead run;
+//   - the next message is answered on a provider-valid transcript.
+func TestApprovalCrashPoints(t *testing.T) {
+	t.Parallel()
+	backends := []func(t *testing.T) crashBackend{func(*testing.T) crashBackend { return sqliteBackend }}
+	if !testing.Short() {
+		backends = append(backends, func(t *testing.T) crashBackend { return dynamoBackend(dynamotest.Start(t)) })
+	}
+	resolved := func(c storeCall) bool { return c.method == "ResolveInterrupt" && c.ns == string(agent.InterruptApproved) }
+	effects := func(c storeCall) bool { return strings.HasPrefix(c.ns, "effects/") }
+	rows := []struct {
+		name   string
+		answer bool // the crash is in the answering turn (else in the asking one)
+		point  crashPoint
+	}{
+		{"ask/CreateInterrupt", false, crashPoint{method: "CreateInterrupt", n: 1}},
+		{"ask/final PutMessage", false, atFinal},
+		{"ask/FinishRun", false, atFinishRun},
+		{"answer/ClaimRun", true, atClaim},
+		{"answer/ResolveInterrupt", true, crashPoint{method: "ResolveInterrupt", match: resolved, n: 1}},
+		{"answer/effect record PutValue", true, crashPoint{method: "PutValue", match: effects, n: 1, settle: 50 * time.Millisecond}},
+		{"answer/note DeleteValue", true, crashPoint{method: "DeleteValue", n: 1, settle: 50 * time.Millisecond}},
+		{"answer/final PutMessage", true, atFinal},
+		{"answer/FinishRun", true, atFinishRun},
+	}
+	for i, backend := range backends {
+		t.Run([]string{"sqlite", "dynamo"}[i], func(t *testing.T) {
+			t.Parallel()
+			b := backend(t)
+			for _, row := range rows {
+				t.Run(row.name, func(t *testing.T) {
+					t.Parallel()
+					approvalCrash(t, b, row.answer, row.point)
+				})
+			}
+		})
+	}
+}
+
+func approvalCrash(t *testing.T, b crashBackend, inAnswer bool, point crashPoint) {
+	ctx := context.Background()
+	process := b.start(t)
+	cs := &crashStore{point: point}
+	first := process(t, cs)
+	noteID := addNoteVia(t, first, "keep or delete")
+	ask := submit(crashThread, "u1", fmt.Sprintf(`/tool delete_note {"id":%q}`, noteID))
+	if !inAnswer {
+		cs.arm()
+	}
+	runTo := func(s *devserver.Stack, req engine.Request) (agent.Run, error) {
+		tr, err := s.Engine.Begin(ctx, req)
+		if err != nil {
+			return agent.Run{}, err
+		}
+		done := make(chan agent.Run, 1)
+		go func() { done <- tr.Stream(ctx, io.Discard) }()
+		select {
+		case run := <-done:
+			return run, nil
+		case <-time.After(10 * time.Second):
+			return agent.Run{}, fmt.Errorf("the run is still going after 10 s")
+		}
+	}
+	run, err := runTo(first, ask)
+	if !inAnswer && !cs.isDead() {
+		t.Fatalf("the crash point %s was never reached: %+v %v", point, run, err)
+	}
+	if inAnswer {
+		if err != nil || run.Status != agent.RunInterrupted {
+			t.Fatalf("the asking turn: %+v %v", run, err)
+		}
+		cs.arm()
+		runTo(first, answerReq(t, first, true))
+		if !cs.isDead() {
+			t.Fatalf("the crash point %s was never reached", point)
+		}
+	}
+	_, crashAt := cs.crashed()
+	time.Sleep(time.Until(crashAt.Add(crashStaleAfter + 50*time.Millisecond)))
+
+	second := process(t, nil)
+	if _, err := second.Reaper.Tick(ctx); err != nil {
+		t.Fatalf("reaper tick: %v", err)
+	}
+	checkApproval(t, second, noteID, "after the crash")
+
+	// The client (re-)posts its answer when the thread still asks for one, or when the crash may have cut its
+	// answer short; it converges either way.
+	v, err := second.Threads.Get(ctx, "alice", crashThread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Interrupts) > 0 || inAnswer {
+		tr, err := second.Engine.Begin(ctx, answerReq(t, second, true))
+		switch {
+		case err == nil:
+			if run := tr.Stream(ctx, io.Discard); run.Status != agent.RunCompleted {
+				t.Fatalf("the answer ran to %s (%+v)", run.Status, run.Error)
+			}
+		case len(v.Interrupts) > 0:
+			t.Fatalf("the answer to a pending request was refused: %v", err)
+		case agent.CodeOf(err) != agent.CodeAlreadyResolved:
+			t.Fatalf("the answer to a canceled request: %v, want %s", err, agent.CodeAlreadyResolved)
+		}
+		checkApproval(t, second, noteID, "after the answer")
+	}
+	if run, err := runTo(second, submit(crashThread, "u2", "next please")); err != nil || run.Status != agent.RunCompleted {
+		t.Fatalf("the next message: %+v %v", run, err)
+	}
+	v, _ = second.Threads.Get(ctx, "alice", crashThread)
+	checkTranscript(t, v.Messages, func() string { return dumpMsgs(v.Messages) })
+	checkApproval(t, second, noteID, "after the next message")
+}
+
+func addNoteVia(t *testing.T, s *devserver.Stack, text string) string {
+	t.Helper()
+	for _, tl := range s.Tools {
+		if tl.Name == "add_note" {
+			out, err := tl.Execute(context.Background(), agent.ToolInvocation{Owner: "alice", ThreadID: "setup", ToolCallID: "setup",
+				Input: json.RawMessage(fmt.Sprintf(`{"text":%q}`, text)), IdempotencyKey: "setup/" + text})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n struct{ ID string }
+			json.Unmarshal(out, &n)
+			return n.ID
+		}
+	}
+	t.Fatal("no add_note")
+	return ""
+}
+
+// answerReq is the client's approval of every requested approval on the newest message (from the server's copy,
+// which is what the client holds).
+func answerReq(t *testing.T, s *devserver.Stack, approve bool) engine.Request {
+	t.Helper()
+	v, err := s.Threads.Get(context.Background(), "alice", crashThread)
+	if err != nil || len(v.Messages) == 0 {
+		t.Fatalf("get thread: %v", err)
+	}
+	m := v.Messages[len(v.Messages)-1]
+	parts := make([]json.RawMessage, len(m.Parts))
+	for i, raw := range m.Parts {
+		p, _ := agent.DecodePart(raw)
+		if p.State == agent.StateApprovalRequested && p.Approval != nil {
+			p.State, p.Approval.Approved = agent.StateApprovalResponded, &approve
+		}
+		parts[i] = agent.EncodePart(p)
+	}
+	m.Parts = parts
+	return engine.Request{Owner: "alice", ThreadID: crashThread, Kind: engine.TurnSubmit, Message: &m, MessageID: m.ID}
+}
+
+// checkApproval: the claim is free, the message and the interrupts agree, and the delete_note part tells the
+// truth about the note.
+func checkApproval(t *testing.T, s *devserver.Stack, noteID, when string) {
+	t.Helper()
+	ctx := context.Background()
+	v, err := s.Threads.Get(ctx, "alice", crashThread)
+	if err != nil {
+		t.Fatalf("%s: get: %v", when, err)
+	}
+	dump := dumpMsgs(v.Messages)
+	if v.Thread.ActiveRun != nil {
+		t.Fatalf("%s: claim held: %+v", when, v.Thread.ActiveRun)
+	}
+	_, noteErr := s.Store.GetValue(ctx, "notes/alice", noteID)
+	gone := agent.IsKind(noteErr, agent.KindNotFound)
+	pending := map[string]bool{}
+	for _, in := range v.Interrupts {
+		pending[in.ToolCallID] = true
+	}
+	waiting := 0
+	for _, m := range v.Messages {
+		for _, p := range transcript.Decode(m.Parts) {
+			if p.Type != "tool-delete_note" {
+				continue
+			}
+			switch p.State {
+			case agent.StateApprovalRequested:
+				waiting++
+				if !pending[p.ToolCallID] || m.Meta().Status != agent.MessageInterrupted {
+					t.Fatalf("%s: a call waits in a %s message without a pending interrupt (%v):%s", when, m.Meta().Status, v.Interrupts, dump)
+				}
+				if gone {
+					t.Fatalf("%s: the note is gone but its call still waits for approval:%s", when, dump)
+				}
+			case agent.StateOutputAvailable:
+				if !gone || !strings.Contains(string(p.Output), noteID) {
+					t.Fatalf("%s: the message reports %s, the note gone: %v:%s", when, p.Output, gone, dump)
+				}
+			case agent.StateOutputError:
+				if strings.HasPrefix(p.ErrorText, "Not executed") && gone {
+					t.Fatalf("%s: %q but the note is gone:%s", when, p.ErrorText, dump)
+				}
+			default:
+				t.Fatalf("%s: delete_note part in state %q:%s", when, p.State, dump)
+			}
+		}
+	}
+	if waiting != len(v.Interrupts) {
+		t.Fatalf("%s: %d calls wait, %d interrupts pending:%s", when, waiting, len(v.Interrupts), dump)
+	}
+	for _, r := range mustRuns(t, s) {
+		if !r.Status.Terminal() {
+			t.Fatalf("%s: run %s is %s", when, r.ID, r.Status)
+		}
+	}
+}
+
+func mustRuns(t *testing.T, s *devserver.Stack) []agent.Run {
+	runs, err := s.Store.ListRuns(context.Background(), crashThread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}
+
+func dumpMsgs(msgs []agent.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "\n  %s %s %q: %s", m.ID, m.Role, m.Meta().Status, m.Parts)
+	}
+	return b.String()
+}
