@@ -48,11 +48,12 @@ soak: deps
 	SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./internal/sim
 
 ## bench: performance numbers (see README)
-# Whole-turn benchmarks run a fixed 300 turns each so that p99 means something (stops: 50; the 20 s streaming
-# reply: once); the rest run for 2 s each.
+# Whole-turn benchmarks run a fixed 300 turns each so that p99 means something (stops: 50; approvals: 100, each
+# an asking turn, its answer and the same call without approval; the 20 s streaming reply: once); the rest run for 2 s each.
 bench: deps
 	$(GO) test -run '^$$' -bench 'Turn' -benchtime 300x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Stop' -benchtime 50x -count 1 ./internal/benchmarks
+	$(GO) test -run '^$$' -bench 'Approval' -benchtime 100x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'StreamingCost' -benchtime 1x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 $$($(GO) list ./... | grep -v /internal/benchmarks)
 

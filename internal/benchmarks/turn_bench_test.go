@@ -56,7 +56,7 @@ func (p *probe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 }
 
-// counting counts the store calls on a turn's way to the model (thread, claim, messages), embedding the port;
+// counting counts the store calls on a turn's way to the model (thread, claim, messages, interrupts), embedding the port;
 // heartbeats, segments and the finish are not counted here.
 func (p *probe) count() { p.calls.Add(1); p.total.Add(1) }
 
@@ -86,6 +86,19 @@ func (c counting) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 	return c.Store.PutMessage(ctx, w)
 }
 
+func (c counting) ListInterrupts(ctx context.Context, id string) ([]agent.Interrupt, error) {
+	c.p.count()
+	return c.Store.ListInterrupts(ctx, id)
+}
+func (c counting) ResolveInterrupt(ctx context.Context, r agent.ResolveRequest) (agent.Interrupt, error) {
+	c.p.count()
+	return c.Store.ResolveInterrupt(ctx, r)
+}
+func (c counting) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.Interrupt, bool, error) {
+	c.p.count()
+	return c.Store.CreateInterrupt(ctx, in)
+}
+
 type stack struct {
 	url   string
 	token string
@@ -94,14 +107,18 @@ type stack struct {
 }
 
 // setup serves the whole local stack (lib/devserver) over store, the offline model behind the real adapter.
-func setup(b *testing.B, store agent.Store, ddb func() int64, cfg config.Config) *stack {
+func setup(b *testing.B, store agent.Store, ddb func() int64, cfg config.Config, opts ...func(*devserver.Options, *probe)) *stack {
 	b.Helper()
 	p := &probe{model: offline.New(), ddb: ddb}
 	ms := httptest.NewServer(p)
 	b.Cleanup(ms.Close)
 	cfg.Secret = "bench-secret-bench-secret-bench-secret"
-	st, err := devserver.New(context.Background(), devserver.Options{Data: b.TempDir(), Store: store, ModelURL: ms.URL + "/v1/", Config: cfg,
-		Wrap: func(s agent.Store) agent.Store { return counting{Store: s, p: p} }})
+	o := devserver.Options{Data: b.TempDir(), Store: store, ModelURL: ms.URL + "/v1/", Config: cfg,
+		Wrap: func(s agent.Store) agent.Store { return counting{Store: s, p: p} }}
+	for _, opt := range opts {
+		opt(&o, p)
+	}
+	st, err := devserver.New(context.Background(), o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -227,7 +244,7 @@ func BenchmarkTurnSQLite(b *testing.B) {
 	}
 }
 
-func dynamoStack(b *testing.B, cfg config.Config) (*stack, *dynamo.Counter) {
+func dynamoStack(b *testing.B, cfg config.Config, opts ...func(*devserver.Options, *probe)) (*stack, *dynamo.Counter) {
 	endpoint := dynamotest.Start(b)
 	counter := &dynamo.Counter{}
 	client := dynamotest.Client(endpoint, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, counter.Register) })
@@ -235,7 +252,7 @@ func dynamoStack(b *testing.B, cfg config.Config) (*stack, *dynamo.Counter) {
 	if err := dynamotest.CreateTable(context.Background(), client, table); err != nil {
 		b.Fatal(err)
 	}
-	s := setup(b, dynamo.New(client, table), func() int64 { c := counter.Counts(); return c.Reads + c.Writes }, cfg)
+	s := setup(b, dynamo.New(client, table), func() int64 { c := counter.Counts(); return c.Reads + c.Writes }, cfg, opts...)
 	return s, counter
 }
 
