@@ -7,7 +7,8 @@
 //
 // The suite depends on the documented port only (lib/agent and the standard library). Each case is written against
 // the narrowest interface it exercises: value cases take an agent.ValueStore, segment cases an agent.SegmentStore,
-// message cases an agent.MessageStore, claim cases a ThreadStore plus RunStore, and only the cases that span
+// message cases an agent.MessageStore, claim cases a ThreadStore plus RunStore, interrupt cases a ThreadStore
+// plus InterruptStore (an interrupt needs its thread, and goes with its delete), and only the cases that span
 // entities (a thread's delete against its claims and children, canceled contexts) the whole agent.Store. Run hands
 // each case the store newStore returned, narrowed to that interface.
 //
@@ -39,8 +40,8 @@
 //     from lib/agent's catalog.
 //
 // What the suite cannot reach through the port, and each adapter tests on its own: a delete interrupted after its
-// tombstone (CodeThreadDeleting from CreateThread and ClaimRun; SQLite deletes in one transaction and has no such
-// state), a store that stays busy through its retries (CodeStoreUnavailable), and how much a heartbeat writes.
+// tombstone (CodeThreadDeleting from CreateThread and ClaimRun, not found from CreateInterrupt, and the second
+// DeleteThread that finishes the job; SQLite deletes in one transaction and has no such state), a store that stays busy through its retries (CodeStoreUnavailable), and how much a heartbeat writes.
 package storetest
 
 import (
@@ -68,6 +69,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Messages", messageTests()},
 		{"Segments", segmentTests()},
 		{"Values", valueTests()},
+		{"Interrupts", interruptTests()},
 		{"Store", storeTests()},
 	}
 	for _, g := range groups {
