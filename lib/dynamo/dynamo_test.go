@@ -753,6 +753,7 @@ func TestTableMatchesTemplate(t *testing.T) {
 	want := map[string]string{
 		dynamo.IndexByOwner: dynamo.AttrOwner + "," + dynamo.AttrRecency + "/KEYS_ONLY",
 		dynamo.IndexRunning: dynamo.AttrRunShard + "," + dynamo.AttrClaimBucket + "/KEYS_ONLY",
+		dynamo.IndexPending: dynamo.AttrPendingShard + "," + dynamo.AttrPendingExpiry + "/KEYS_ONLY",
 	}
 	if fmt.Sprint(indexes) != fmt.Sprint(want) {
 		t.Fatalf("indexes = %v, want %v", indexes, want)

@@ -60,10 +60,10 @@ func checkInterrupt(in agent.Interrupt) error {
 		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: unknown kind %q", in.ID, in.Kind)
 	case in.Status != agent.InterruptPending:
 		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s is created pending, not %q", in.ID, in.Status)
+	case len(in.Response) > 0 || !in.ResolvedAt.IsZero():
+		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s is created pending, with no resolution", in.ID)
 	case len(in.Input) > 0 && !json.Valid(in.Input):
 		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: input is not valid JSON", in.ID)
-	case len(in.Response) > 0 && !json.Valid(in.Response):
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: response is not valid JSON", in.ID)
 	}
 	return nil
 }
@@ -109,8 +109,7 @@ func (s *Store) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.
 		n, err := c.execN(ctx, `INSERT INTO interrupts (`+interruptCols+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id, id) DO NOTHING`,
 			in.ThreadID, in.ID, in.RunID, in.Epoch, in.MessageID, string(in.Kind), in.ToolCallID, in.ToolName,
-			rawJSON(in.Input), in.Signature, string(in.Status), rawJSON(in.Response),
-			millis(in.CreatedAt), millis(in.ExpiresAt), nullMillis(in.ResolvedAt))
+			rawJSON(in.Input), in.Signature, string(in.Status), nil, millis(in.CreatedAt), millis(in.ExpiresAt), nil)
 		if err != nil {
 			return err
 		}
