@@ -34,6 +34,13 @@
 //   - A claim sets the run's CreatedAt and UpdatedAt to the claim time; FinishRun stores the run's UpdatedAt as
 //     given. Neither a claim nor ReleaseClaim is required to touch the thread's UpdatedAt.
 //   - ReleaseClaim of an unknown thread is KindConflict/CodeRunFenced, like any release whose condition fails.
+//   - Interrupts: Input and Response round-trip byte for byte (nil and empty are one answer), half a megabyte and
+//     more included. CreateInterrupt takes only a pending interrupt with no resolution (a Response or a ResolvedAt
+//     is CodeInvalidStatus), of a known kind; an empty interrupt id, an unknown kind or an input that is not JSON
+//     is CodeInvalidMessage, an empty thread id CodeInvalidThreadID; a deleted thread refuses it like an unknown
+//     one. ResolveInterrupt to pending or to an unknown status is CodeInvalidStatus. GetInterrupt of anything
+//     unknown is CodeInterruptNotFound. ListExpiredInterrupts returns exactly min(limit, matching) interrupts, and
+//     never a resolved one: a store whose index lags must re-check what it nominates.
 //   - Errors are *agent.Error values (possibly wrapped), matched with errors.Is on their code. Not-found codes are
 //     not pinned (a claim on another owner's thread must answer exactly as one on a missing thread); conflict,
 //     invalid-input, unavailable and canceled codes are: both stores refuse the same bad input with the same code
