@@ -54,8 +54,13 @@ type packed struct {
 // pack lays data out under partition pk. text stores small valid UTF-8 as a string attribute, readable in the
 // console. extra attributes (the TTL) are copied onto every chunk item so chunks expire with their head.
 func (s *Store) pack(data []byte, text bool, pk string, chunkSK chunkKeyFunc, extra item) (packed, error) {
+	return s.packWith(s.blob, data, text, pk, chunkSK, extra)
+}
+
+// packWith is pack under other limits (an interrupt holds two values in one head, so each gets less room).
+func (s *Store) packWith(lim blobLimits, data []byte, text bool, pk string, chunkSK chunkKeyFunc, extra item) (packed, error) {
 	p := packed{attrs: item{}}
-	if len(data) <= s.blob.compressAbove {
+	if len(data) <= lim.compressAbove {
 		if text && utf8.Valid(data) {
 			p.attrs[attrBody] = avS(string(data))
 		} else {
@@ -77,14 +82,14 @@ func (s *Store) pack(data []byte, text bool, pk string, chunkSK chunkKeyFunc, ex
 		payload = buf.Bytes()
 		p.attrs[attrEnc] = avS(encGzip)
 	}
-	if len(payload) <= s.blob.chunkBytes {
+	if len(payload) <= lim.chunkBytes {
 		p.attrs[attrBody] = avB(payload)
 		return p, nil
 	}
 	p.ver = s.ids.New("v")
 	n := 0
-	for off := 0; off < len(payload); off += s.blob.chunkBytes {
-		end := min(off+s.blob.chunkBytes, len(payload))
+	for off := 0; off < len(payload); off += lim.chunkBytes {
+		end := min(off+lim.chunkBytes, len(payload))
 		c := key(pk, chunkSK(p.ver, n))
 		c[attrKind] = avS("chunk")
 		c[attrData] = avB(payload[off:end])
@@ -164,7 +169,7 @@ func (s *Store) unpack(ctx context.Context, head item, pk string, chunkSK chunkK
 			chunks = got
 		}
 		for _, k := range keys {
-			c, ok := chunks[getS(k, AttrPK)+"\x00"+getS(k, AttrSK)]
+			c, ok := chunks[itemKey(k)]
 			if !ok {
 				return nil, errTornRead
 			}
@@ -215,6 +220,10 @@ func msgChunkSK(id string) chunkKeyFunc {
 
 func segChunkSK(seq int64) chunkKeyFunc {
 	return func(ver string, n int) string { return prefixSegPart + padSeq(seq) + chunkSuffix(ver, n) }
+}
+
+func intChunkSK(id string) chunkKeyFunc {
+	return func(ver string, n int) string { return prefixIntPart + id + chunkSuffix(ver, n) }
 }
 
 func valChunkSK(k string) chunkKeyFunc {

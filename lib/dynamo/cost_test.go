@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -151,4 +152,76 @@ func TestCounterIndexRules(t *testing.T) {
 		run.Status = agent.RunCanceled
 		return s.FinishRun(ctx, run)
 	})
+}
+
+// What an interrupt costs, in requests and capacity units, indexes included (infra/DYNAMODB.md, "Interrupts"). A
+// realistic approval (a short tool input, an HMAC signature) is one small item: the create is 1 WCU for the head
+// plus 1 for its entry in the pending index, and 1 RCU for the strongly consistent read of the thread; the resolve
+// is 1 WCU plus 1 for the index entry it removes; a refused resolve is billed 1 WCU (and, where the failure
+// carries no item, one GetItem); the reaper's list is 16 small Queries of the pending index.
+func TestInterruptCost(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	measureIndexes(t, f)
+	ctx := context.Background()
+	s := f.store
+	th := realisticThread(t, s)
+	in := agent.Interrupt{ID: "apr_01jd8x5q3w9m2k7v4c6b1n0zt", ThreadID: th.ID, RunID: "run_01jd8x5q3w9m2k7v4c6b1n0zt", Epoch: 1,
+		MessageID: "msg_01jd8x5q3w9m2k7v4c6b1n0zt", Kind: agent.InterruptApproval, ToolCallID: "call_Zk3Lm9Qp2Rt8Vw5Xy7Ab1Cd",
+		ToolName: "delete_note", Input: []byte(`{"id":"note_01jd8x5q3w9m2k7v4c6b1n0zt"}`),
+		Signature: "q4y2b1nR0m7v3xW9kJ5sLh8pT6cF2dG1eA0zQwErTyU", Status: agent.InterruptPending,
+		CreatedAt: t0, ExpiresAt: t0.Add(agent.DefaultInterruptTTL)}
+	type cost struct {
+		reads, writes, indexWrites int64
+		tableWCU, indexWCU         float64
+	}
+	step := func(name string, want cost, op func() error) dynamo.Counts {
+		t.Helper()
+		before := f.counter.Counts()
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		d := f.counter.Counts().Sub(before)
+		got := cost{d.Reads, d.Writes, d.IndexWrites, d.TableWriteUnits, d.IndexWriteUnits}
+		if got != want {
+			t.Errorf("%s: %+v, want %+v", name, got, want)
+		}
+		t.Logf("%s: %d reads (%.1f RCU), %d writes (%.1f WCU table + %.1f WCU index)", name, d.Reads, d.ReadUnits,
+			d.Writes, d.TableWriteUnits, d.IndexWriteUnits)
+		return d
+	}
+	created := step("CreateInterrupt", cost{reads: 1, writes: 1, indexWrites: 1, tableWCU: 1, indexWCU: 1}, func() error {
+		_, _, err := s.CreateInterrupt(ctx, in)
+		return err
+	})
+	if created.ReadUnits != 1 {
+		t.Errorf("CreateInterrupt read %.1f RCU, want 1 (one strongly consistent read of a thread item under 4 KB)", created.ReadUnits)
+	}
+	step("CreateInterrupt (repeat)", cost{reads: 1, writes: 1, tableWCU: 1}, func() error {
+		_, _, err := s.CreateInterrupt(ctx, in)
+		return err
+	})
+	step("ResolveInterrupt", cost{writes: 1, indexWrites: 1, tableWCU: 1, indexWCU: 1}, func() error {
+		_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptApproved,
+			Response: []byte(`{"approved":true,"reason":""}`), Now: t0.Add(time.Minute)})
+		return err
+	})
+	step("ResolveInterrupt (already resolved)", cost{reads: failReads(), writes: 1, tableWCU: 1}, func() error {
+		_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptDenied, Now: t0})
+		if !errors.Is(err, agent.ErrAlreadyResolved) {
+			return fmt.Errorf("want already_resolved, got %v", err)
+		}
+		return nil
+	})
+	step("ListExpiredInterrupts (none pending)", cost{reads: dynamo.DefaultInterruptShards}, func() error {
+		_, err := s.ListExpiredInterrupts(ctx, t0.Add(48*time.Hour), 0)
+		return err
+	})
+	head, err := f.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(f.table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "THREAD#" + th.ID},
+			"sk": &types.AttributeValueMemberS{Value: "INT#" + in.ID}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a resolved approval's item is %d bytes", dynamo.ItemSize(head.Item))
 }

@@ -8,6 +8,8 @@
 //	message head    THREAD#<id>        MSG#<messageId>                 seq, role, body, writer's fence, final/hidden
 //	message chunk   THREAD#<id>        MSGC#<messageId>#<ver>#<nnnn>   a slice of a large body
 //	run             THREAD#<id>        RUN#<runId>                     outcome, epoch, reserved positions
+//	interrupt       THREAD#<id>        INT#<interruptId>               status, input, response; index keys while pending
+//	interrupt chunk THREAD#<id>        INTC#<interruptId>#<ver>#<nnnn> a slice of a large input or response
 //	segment         RUNSEG#<runId>     SEG#<seq, 20 digits>            TTL expiresAt
 //	stream end      RUNSEG#<runId>     SEG#~final                      lowest seq of a stored final segment
 //	segment chunk   RUNSEG#<runId>     SEGC#<seq>#<ver>#<nnnn>         TTL expiresAt
@@ -23,6 +25,14 @@
 // cancel and release are each one conditional UpdateItem on that one item. The "byOwner" index (owner, recency =
 // "<updatedAt>#<id>") lists a user's threads; it is keys-only, and ListThreads reads the items it names.
 //
+// Interrupts live in their thread's partition. CreateInterrupt is one insert-if-absent PutItem followed by a read of
+// the thread (a missing or tombstoned thread makes it take the interrupt back: see CreateInterrupt for why this
+// order leaves no window); ResolveInterrupt is one UpdateItem conditioned on status = pending. While pending, an
+// interrupt carries pendingShard ("INT#<fnv32a(thread id) mod 16>") and pendingExpiresAt, the keys of the sparse,
+// keys-only "pendingInterrupts" index; the resolve removes them in its own write, so the index holds exactly the
+// pending interrupts and the reaper's ListExpiredInterrupts never scans. An interrupt head holds two large values
+// (input, response), each inline up to 64 KiB and chunked beyond.
+//
 // A thread being deleted carries deleting = true (the tombstone, written only when no claim is held): it reads as
 // missing, and CreateThread and ClaimRun refuse it in their conditions, until DeleteThread has removed everything
 // under it and then the tombstone.
@@ -31,9 +41,9 @@
 // (final); every head write is conditioned on it, so a fenced run can change nothing a reader sees. A deleted
 // message stays as a hidden head with its fence.
 //
-// Runs and messages live in the thread partition, so DeleteThread finds everything with one key-only Query, plus
-// one per run for its segment partition. Segments get a partition per run because ListSegments knows only the
-// run id.
+// Runs, messages and interrupts live in the thread partition, so DeleteThread finds everything with one key-only
+// Query, plus one per run for its segment partition. Segments get a partition per run because ListSegments knows
+// only the run id.
 //
 // Every timestamp is stored as a fixed-width UTC string with nanoseconds (2006-01-02T15:04:05.000000000Z), so
 // string order is time order and times round-trip exactly.
@@ -65,10 +75,12 @@
 //
 // # Consistency
 //
-// Base-table reads are strongly consistent. The two indexes are eventually consistent in DynamoDB: ListThreads may
+// Base-table reads are strongly consistent. The indexes are eventually consistent in DynamoDB: ListThreads may
 // miss a thread created a moment ago (the items it returns are re-read and current), and ListStaleClaims re-reads
 // the threads the running index names and returns only claims whose exact heartbeat is stale, still only as
-// nominations that the reaper's ReleaseClaim re-checks in its condition. dynalite updates indexes synchronously.
+// nominations that the reaper's ReleaseClaim re-checks in its condition; ListExpiredInterrupts re-reads the
+// interrupts the pending index names and returns only those still pending (a just-created one may be missing).
+// dynalite updates indexes synchronously.
 //
 // # Requests and capacity
 //

@@ -247,7 +247,44 @@ func TestRequestCounts(t *testing.T) {
 		{"PutValue", func() error { return s.PutValue(ctx, "ns", "k", []byte("v")) }, 0, 1},
 		{"GetValue", func() error { _, err := s.GetValue(ctx, "ns", "k"); return err }, 1, 0},
 		{"ListValues", func() error { _, err := s.ListValues(ctx, "ns"); return err }, 1, 0},
-		// Tombstone, one Query of the partition and one of the run's segments, their batch delete, the tombstone.
+		// Insert, then the thread read that ties it to a live thread.
+		{"CreateInterrupt (new)", func() error {
+			_, _, err := s.CreateInterrupt(ctx, approval(th.ID, "i1", t0.Add(-time.Hour)))
+			return err
+		}, 1, 1},
+		// The failure carries the interrupt (DynamoDB: then one GetItem of the thread), or nothing (dynalite:
+		// one BatchGetItem of both): one read either way.
+		{"CreateInterrupt (existing)", func() error {
+			_, created, err := s.CreateInterrupt(ctx, approval(th.ID, "i1", t0))
+			if err == nil && created {
+				return errors.New("created again")
+			}
+			return err
+		}, 1, 1},
+		{"GetInterrupt", func() error { _, err := s.GetInterrupt(ctx, th.ID, "i1"); return err }, 1, 0},
+		{"ListInterrupts", func() error { _, err := s.ListInterrupts(ctx, th.ID); return err }, 1, 0},
+		// 16 shard Queries of the pending index, one BatchGetItem of the nominee.
+		{"ListExpiredInterrupts (one expired)", func() error {
+			got, err := s.ListExpiredInterrupts(ctx, t0, 0)
+			if err == nil && len(got) != 1 {
+				return fmt.Errorf("%d expired, want 1", len(got))
+			}
+			return err
+		}, 17, 0},
+		{"ResolveInterrupt", func() error {
+			_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: "i1", Status: agent.InterruptExpired, Now: t0})
+			return err
+		}, 0, 1},
+		{"ResolveInterrupt (already resolved)", func() error {
+			_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: "i1", Status: agent.InterruptApproved, Now: t0})
+			if !errors.Is(err, agent.ErrAlreadyResolved) {
+				return fmt.Errorf("want already_resolved, got %v", err)
+			}
+			return nil
+		}, failReads(), 1},
+		{"ListExpiredInterrupts (16 shards, none pending)", func() error { _, err := s.ListExpiredInterrupts(ctx, t0, 0); return err }, 16, 0},
+		// Tombstone, one Query of the partition and one of the run's segments, their batch delete (messages, run,
+		// interrupt), the tombstone.
 		{"DeleteThread", func() error { return s.DeleteThread(ctx, th.ID) }, 2, 4},
 	}
 	for _, tc := range cases {
@@ -753,6 +790,7 @@ func TestTableMatchesTemplate(t *testing.T) {
 	want := map[string]string{
 		dynamo.IndexByOwner: dynamo.AttrOwner + "," + dynamo.AttrRecency + "/KEYS_ONLY",
 		dynamo.IndexRunning: dynamo.AttrRunShard + "," + dynamo.AttrClaimBucket + "/KEYS_ONLY",
+		dynamo.IndexPending: dynamo.AttrPendingShard + "," + dynamo.AttrPendingExpiry + "/KEYS_ONLY",
 	}
 	if fmt.Sprint(indexes) != fmt.Sprint(want) {
 		t.Fatalf("indexes = %v, want %v", indexes, want)

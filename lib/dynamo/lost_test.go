@@ -184,6 +184,43 @@ func TestLostAnswersConverge(t *testing.T) {
 	})
 }
 
+// An interrupt's create and resolve whose answers are lost converge too: the retry fails its condition on the
+// call's own write (createId, resolveId) and answers as the clean call would have, created and resolved, so of
+// concurrent resolves exactly one still succeeds.
+func TestLostInterruptAnswersConverge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t)
+	th := thread(t, f.store, "th-lost-int")
+	in := approval(th.ID, "i1", t0.Add(time.Hour))
+	in.Input, _ = json.Marshal(map[string]string{"document": incompressible(200 << 10)}) // chunked: the chunks must survive
+	s, l := lossyStore(t, f, func(op, body string) bool { return op == "PutItem" && strings.Contains(body, `"INT#`) })
+	got, created, err := s.CreateInterrupt(ctx, in)
+	if err != nil || !created || l.lost != 1 {
+		t.Fatalf("CreateInterrupt with its answer lost: created %v, %v (lost %d)", created, err, l.lost)
+	}
+	if string(got.Input) != string(in.Input) {
+		t.Fatal("CreateInterrupt with its answer lost: input differs")
+	}
+	if stored, err := f.store.GetInterrupt(ctx, th.ID, in.ID); err != nil || string(stored.Input) != string(in.Input) {
+		t.Fatalf("GetInterrupt after the lost create: %v (input kept: %v)", err, err == nil && string(stored.Input) == string(in.Input))
+	}
+
+	resp, _ := json.Marshal(map[string]string{"output": incompressible(200 << 10)})
+	req := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptAnswered, Response: resp, Now: t0}
+	s, l = lossyStore(t, f, func(op, body string) bool { return op == "UpdateItem" && strings.Contains(body, "resolveId") })
+	got, err = s.ResolveInterrupt(ctx, req)
+	if err != nil || l.lost != 1 || got.Status != agent.InterruptAnswered || string(got.Response) != string(resp) {
+		t.Fatalf("ResolveInterrupt with its answer lost: %s, %v (lost %d); want our resolution, no error", got.Status, err, l.lost)
+	}
+	if _, err := f.store.ResolveInterrupt(ctx, req); !errors.Is(err, agent.ErrAlreadyResolved) {
+		t.Fatalf("a second, separate resolve: %v, want already_resolved", err)
+	}
+	if stored, err := f.store.GetInterrupt(ctx, th.ID, in.ID); err != nil || string(stored.Response) != string(resp) {
+		t.Fatalf("GetInterrupt after the lost resolve: %v", err)
+	}
+}
+
 // A thread written before the message counter existed (no nextSeq, messages numbered from 0 by the old engine)
 // gets positions far above the old ones on its first claim, so new messages sort after the old transcript without
 // the claim reading it.

@@ -45,12 +45,12 @@ type replay struct {
 	bodies  []map[string]any
 }
 
-func newReplay(t *testing.T, answers map[string][]answer) (*dynamo.Store, *replay) {
+func newReplay(t *testing.T, answers map[string][]answer, opts ...dynamo.Option) (*dynamo.Store, *replay) {
 	r := &replay{t: t, answers: answers}
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	client := dynamotest.Client(srv.URL, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
-	return dynamo.New(client, "agentloop"), r
+	return dynamo.New(client, "agentloop", opts...), r
 }
 
 func (r *replay) ServeHTTP(w http.ResponseWriter, req *http.Request) {

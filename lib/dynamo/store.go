@@ -25,6 +25,10 @@ const (
 	// IndexByOwner is the GSI over threads by owner, most recent first: partition key AttrOwner, sort key
 	// AttrRecency.
 	IndexByOwner = "byOwner"
+	// IndexPending is the sparse GSI over pending interrupts: partition key AttrPendingShard, sort key
+	// AttrPendingExpiry, keys only. An interrupt carries both attributes only while it is pending; the resolve
+	// removes them in its own write. See ListExpiredInterrupts.
+	IndexPending = "pendingInterrupts"
 
 	AttrPK       = "pk"
 	AttrSK       = "sk"
@@ -39,10 +43,17 @@ const (
 	AttrClaimHeartbeat = "claimHeartbeatAt"
 	// AttrExpiresAt is the table's TTL attribute, epoch seconds.
 	AttrExpiresAt = "expiresAt"
+	// AttrPendingShard ("INT#<n>") and AttrPendingExpiry (the interrupt's expiry, a fixed-width time string) are
+	// the pending index's keys, present only while the interrupt is pending.
+	AttrPendingShard  = "pendingShard"
+	AttrPendingExpiry = "pendingExpiresAt"
 
 	// DefaultRunShards is how many partitions the running index spreads claims over. The reaper must query the
 	// same number (see ListStaleClaims).
 	DefaultRunShards = 16
+	// DefaultInterruptShards is how many partitions the pending index spreads interrupts over (by thread id).
+	// Writers and the reaper's ListExpiredInterrupts use the same constant.
+	DefaultInterruptShards = 16
 	// DefaultHeartbeatBucket is the granularity of the running index's sort key: a heartbeat moves the thread in
 	// the index (an index delete and put) only when it crosses into a new bucket, once per bucket per run.
 	DefaultHeartbeatBucket = 10 * time.Second
@@ -144,6 +155,8 @@ const (
 	prefixSegPart = "SEGC#"
 	prefixVal     = "V#"
 	prefixValPart = "VC#"
+	prefixInt     = "INT#"
+	prefixIntPart = "INTC#"
 )
 
 func threadPK(id string) string      { return "THREAD#" + id }
@@ -152,6 +165,7 @@ func valuesPK(ns string) string      { return "KV#" + ns }
 func msgSK(id string) string         { return prefixMsg + id }
 func runSK(id string) string         { return prefixRun + id }
 func valSK(key string) string        { return prefixVal + key }
+func intSK(id string) string         { return prefixInt + id }
 
 // segSK pads seq to 20 digits so sort-key order is seq order.
 func segSK(seq int64) string { return prefixSeg + padSeq(seq) }
@@ -168,10 +182,17 @@ func key(pk, sk string) item { return item{AttrPK: avS(pk), AttrSK: avS(sk)} }
 func (s *Store) bucketOf(t time.Time) string { return fmtTime(t.UTC().Truncate(s.bucket)) }
 
 // runShard spreads claims over the running index: hash(thread id) mod shards.
-func (s *Store) runShard(threadID string) string {
+func (s *Store) runShard(threadID string) string { return shardOf("RUN#", threadID, s.runShards) }
+
+// pendingShard spreads pending interrupts over the pending index the same way.
+func pendingShard(threadID string) string {
+	return shardOf(prefixInt, threadID, DefaultInterruptShards)
+}
+
+func shardOf(prefix, threadID string, shards int) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(threadID))
-	return "RUN#" + strconv.Itoa(int(h.Sum32()%uint32(s.runShards)))
+	return prefix + strconv.Itoa(int(h.Sum32()%uint32(shards)))
 }
 
 // storeErr maps an SDK error to an *agent.Error: cancellation stays recognisable, throttling and transport
@@ -318,7 +339,7 @@ func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error
 }
 
 // batchGet reads items by key in batches of 100 (strongly consistent), resubmitting unprocessed keys. Missing
-// items are simply absent from the result, which is keyed by pk+"\x00"+sk.
+// items are simply absent from the result, which is keyed by itemKey.
 func (s *Store) batchGet(ctx context.Context, keys []item) (map[string]item, error) {
 	got := make(map[string]item, len(keys))
 	for len(keys) > 0 {
@@ -341,13 +362,16 @@ func (s *Store) batchGet(ctx context.Context, keys []item) (map[string]item, err
 				return nil, storeErr(err, "batch get")
 			}
 			for _, it := range out.Responses[s.table] {
-				got[getS(it, AttrPK)+"\x00"+getS(it, AttrSK)] = it
+				got[itemKey(it)] = it
 			}
 			batch = out.UnprocessedKeys[s.table].Keys
 		}
 	}
 	return got, nil
 }
+
+// itemKey is the key batchGet's result is indexed by.
+func itemKey(it item) string { return getS(it, AttrPK) + "\x00" + getS(it, AttrSK) }
 
 func backoff(attempt int) time.Duration {
 	d := 25 * time.Millisecond << min(attempt, 5)

@@ -232,3 +232,111 @@ func TestBusyIsUnavailable(t *testing.T) {
 		t.Fatalf("PutValue once the lock is free: %v", err)
 	}
 }
+
+// A file written by version 2 (the schema before interrupts) is migrated in place: what it holds reads back, and
+// interrupts can be created, resolved and listed on its threads.
+func TestMigratesVersion2(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v2.db")
+	raw, err := sql.Open("sqlite", dsn(path, busyTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := os.ReadFile(filepath.Join("testdata", "schema_v2.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := strings.Split(string(v2), ";\n")
+	stmts = append(stmts,
+		`INSERT INTO threads VALUES ('th1', 'u1', 'old', '{"reviewTools":true}', 1, 2, 3, 0, 1000, 2000, 2, NULL, NULL, NULL, 0, 5)`,
+		`INSERT INTO runs VALUES ('th1', 'r1', 'user', 'completed', NULL, 1, 2, 3, 0, 1, 'm', 'a1', 2, 1000, 2000, 2000, 3, 2, NULL)`,
+		`INSERT INTO messages VALUES ('th1', 'a1', 4, 'assistant', '[{"type":"text","text":"yo"}]', NULL, 1000, 1000, 'r1', 2, 1, 0)`,
+		`PRAGMA user_version = 2`,
+	)
+	for _, stmt := range stmts {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		if _, err := raw.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("v2 fixture: %v\n%s", err, stmt)
+		}
+	}
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open(v2 file): %v", err)
+	}
+	defer s.Close()
+	var version int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
+		t.Fatalf("user_version after migration = %d, %v; want %d", version, err, schemaVersion)
+	}
+	if th, err := s.GetThread(ctx, "th1"); err != nil || th.Title != "old" || th.Epoch != 2 {
+		t.Fatalf("GetThread after migration = %+v, %v", th, err)
+	}
+	if msgs, err := s.ListMessages(ctx, "th1"); err != nil || len(msgs) != 1 || msgs[0].Seq != 4 {
+		t.Fatalf("ListMessages after migration = %+v, %v", msgs, err)
+	}
+	if run, err := s.GetRun(ctx, "th1", "r1"); err != nil || run.FirstSeq != 3 || run.Reserved != 2 {
+		t.Fatalf("GetRun after migration = %+v, %v", run, err)
+	}
+	if list, err := s.ListInterrupts(ctx, "th1"); err != nil || len(list) != 0 {
+		t.Fatalf("ListInterrupts after migration = %+v, %v; want none", list, err)
+	}
+	now := time.UnixMilli(3000).UTC()
+	in := agent.Interrupt{ID: "i1", ThreadID: "th1", RunID: "r1", Epoch: 2, Kind: agent.InterruptApproval,
+		ToolName: "delete_note", Input: []byte(`{"id":1}`), Status: agent.InterruptPending, CreatedAt: now,
+		ExpiresAt: now.Add(time.Minute)}
+	if _, created, err := s.CreateInterrupt(ctx, in); err != nil || !created {
+		t.Fatalf("CreateInterrupt after migration: created %v, %v", created, err)
+	}
+	if got, err := s.ListExpiredInterrupts(ctx, now.Add(time.Hour), 0); err != nil || len(got) != 1 || got[0].ID != "i1" {
+		t.Fatalf("ListExpiredInterrupts after migration = %+v, %v", got, err)
+	}
+	if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: "th1", ID: "i1", Status: agent.InterruptExpired, Now: now}); err != nil {
+		t.Fatalf("ResolveInterrupt after migration: %v", err)
+	}
+	if got, err := s.ListExpiredInterrupts(ctx, now.Add(time.Hour), 0); err != nil || len(got) != 0 {
+		t.Fatalf("ListExpiredInterrupts after the resolve = %+v, %v; want none", got, err)
+	}
+}
+
+// The reaper's list reads only the partial index of pending interrupts, and a resolve takes the row out of it in
+// the same statement: the plan of the list is a search of interrupts_pending, and the resolve's plan deletes an
+// entry of an index.
+func TestExpiredInterruptsUseThePendingIndex(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "plan.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rows, err := s.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+listExpiredSQL, 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "; "); !strings.Contains(p, "SEARCH interrupts USING INDEX interrupts_pending") ||
+		strings.Contains(p, "TEMP B-TREE") {
+		t.Fatalf("ListExpiredInterrupts plan = %q, want a search of interrupts_pending with no sort", p)
+	}
+	ops := explainOps(t, s, resolveSQL, "approved", nil, 1, "th", "i1")
+	if ops["IdxDelete"] == 0 {
+		t.Fatalf("resolve plan deletes no index entry (%v): the pending index would keep resolved rows", ops)
+	}
+}

@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 2
+const schemaVersion = 3
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -102,7 +102,42 @@ var schema = []string{
 		value BLOB NOT NULL,
 		PRIMARY KEY (ns, key)
 	) STRICT, WITHOUT ROWID`,
+
+	interruptsTable,
+	interruptsByCreated,
+	interruptsPending,
 }
+
+// interruptsTable keeps one row per interrupt (version 3). input and response are the JSON as given (NULL when
+// empty), so the signed input round-trips byte for byte.
+const interruptsTable = `CREATE TABLE IF NOT EXISTS interrupts (
+		thread_id    TEXT NOT NULL,
+		id           TEXT NOT NULL,
+		run_id       TEXT NOT NULL,
+		epoch        INTEGER NOT NULL,
+		message_id   TEXT NOT NULL,
+		kind         TEXT NOT NULL,
+		tool_call_id TEXT NOT NULL,
+		tool_name    TEXT NOT NULL,
+		input        TEXT,
+		signature    TEXT NOT NULL,
+		status       TEXT NOT NULL,
+		response     TEXT,
+		created_at   INTEGER NOT NULL,
+		expires_at   INTEGER NOT NULL,
+		resolved_at  INTEGER, -- NULL while pending
+		PRIMARY KEY (thread_id, id)
+	) STRICT`
+
+// interruptsByCreated serves ListInterrupts (oldest first, ties by id) without a sort.
+const interruptsByCreated = `CREATE INDEX IF NOT EXISTS interrupts_by_created ON interrupts (thread_id, created_at, id)`
+
+// interruptsPending is the reaper's work list: a partial index holding only pending interrupts, by expiry, so
+// ListExpiredInterrupts reads exactly the rows it returns and resolved interrupts cost it nothing. A resolve
+// takes its row out of the index in the same statement. (SQLite uses a partial index only for a query whose WHERE
+// names the same literal, so listExpiredSQL spells status = 'pending' out.)
+const interruptsPending = `CREATE INDEX IF NOT EXISTS interrupts_pending ON interrupts (expires_at, thread_id, id)
+	WHERE status = 'pending'`
 
 // claimedIndex is the reaper's work list: only claimed threads are in this partial index. Its key is the thread
 // id, not the heartbeat, so a heartbeat (which sets only claim_heartbeat_at) writes no index entry at all; the
@@ -127,6 +162,8 @@ var migrations = map[int][]string{
 		`ALTER TABLE messages ADD COLUMN final INTEGER NOT NULL DEFAULT 0`,
 		`ALTER TABLE messages ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0`,
 	},
+	// Version 3 adds interrupts; nothing else changes.
+	3: {interruptsTable, interruptsByCreated, interruptsPending},
 }
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent

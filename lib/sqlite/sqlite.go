@@ -19,6 +19,13 @@
 // together, so no reader ever sees a half-deleted (tombstoned) thread, and CodeThreadDeleting never comes from
 // this store.
 //
+// Interrupts. One row each, keyed (thread_id, id). CreateInterrupt checks the thread row and inserts (ON CONFLICT DO
+// NOTHING) in one transaction, so an interrupt never outlives its thread; ResolveInterrupt is one UPDATE whose
+// WHERE is status = 'pending' (the compare-and-set), and reads the row back in the same transaction when it
+// matched nothing. The reaper's ListExpiredInterrupts reads the partial index interrupts_pending, which holds only
+// pending rows by expiry: a resolve takes its row out of the index in the same statement, so the list is exact.
+// Input and response are kept as given, byte for byte.
+//
 // Fencing. Each message row keeps its last writer's run id and epoch, whether that writer finalized it, and
 // whether it is deleted; PutMessage and DeleteMessage are one upsert or update whose condition compares those
 // with the write's fence (see putMessageSQL). A deleted message keeps its row (content dropped) so a late writer

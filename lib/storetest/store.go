@@ -296,6 +296,7 @@ func testCanceledContext(e *whole) {
 		Now: at(0)}), "PutMessage")
 	ns := "ns/" + e.id("user")
 	must(t, e.s.PutValue(e.ctx, ns, "k", []byte("kept")), "PutValue")
+	in := createInterrupt(e, interruptOf(th.ID, e.id("int"), at(0)))
 	before := readState(e, th.ID, run.ID)
 	other := e.id("th")
 
@@ -342,6 +343,18 @@ func testCanceledContext(e *whole) {
 		{"GetValue", func() error { _, err := e.s.GetValue(ctx, ns, "k"); return err }},
 		{"ListValues", func() error { _, err := e.s.ListValues(ctx, ns); return err }},
 		{"DeleteValue", func() error { return e.s.DeleteValue(ctx, ns, "k") }},
+		{"CreateInterrupt", func() error {
+			_, _, err := e.s.CreateInterrupt(ctx, interruptOf(th.ID, e.id("int"), at(0)))
+			return err
+		}},
+		{"GetInterrupt", func() error { _, err := e.s.GetInterrupt(ctx, th.ID, in.ID); return err }},
+		{"ListInterrupts", func() error { _, err := e.s.ListInterrupts(ctx, th.ID); return err }},
+		{"ResolveInterrupt", func() error {
+			_, err := e.s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: in.ID,
+				Status: agent.InterruptApproved, Now: at(time.Second)})
+			return err
+		}},
+		{"ListExpiredInterrupts", func() error { _, err := e.s.ListExpiredInterrupts(ctx, at(0), 0); return err }},
 	}
 	for _, c := range calls {
 		wantErr(t, c.call(), agent.KindCanceled, agent.CodeCanceled, c.name+" with a canceled context")
@@ -355,4 +368,5 @@ func testCanceledContext(e *whole) {
 	if len(got) != 1 || got[0].Key != "k" || string(got[0].Value) != "kept" {
 		t.Fatalf("values after canceled calls = %s, want only k=kept", show(got))
 	}
+	wantInterrupts(e, th.ID, in)
 }

@@ -7,7 +7,8 @@
 //
 // The suite depends on the documented port only (lib/agent and the standard library). Each case is written against
 // the narrowest interface it exercises: value cases take an agent.ValueStore, segment cases an agent.SegmentStore,
-// message cases an agent.MessageStore, claim cases a ThreadStore plus RunStore, and only the cases that span
+// message cases an agent.MessageStore, claim cases a ThreadStore plus RunStore, interrupt cases a ThreadStore
+// plus InterruptStore (an interrupt needs its thread, and goes with its delete), and only the cases that span
 // entities (a thread's delete against its claims and children, canceled contexts) the whole agent.Store. Run hands
 // each case the store newStore returned, narrowed to that interface.
 //
@@ -33,14 +34,21 @@
 //   - A claim sets the run's CreatedAt and UpdatedAt to the claim time; FinishRun stores the run's UpdatedAt as
 //     given. Neither a claim nor ReleaseClaim is required to touch the thread's UpdatedAt.
 //   - ReleaseClaim of an unknown thread is KindConflict/CodeRunFenced, like any release whose condition fails.
+//   - Interrupts: Input and Response round-trip byte for byte (nil and empty are one answer), half a megabyte and
+//     more included. CreateInterrupt takes only a pending interrupt with no resolution (a Response or a ResolvedAt
+//     is CodeInvalidStatus), of a known kind; an empty interrupt id, an unknown kind or an input that is not JSON
+//     is CodeInvalidMessage, an empty thread id CodeInvalidThreadID; a deleted thread refuses it like an unknown
+//     one. ResolveInterrupt to pending or to an unknown status is CodeInvalidStatus. GetInterrupt of anything
+//     unknown is CodeInterruptNotFound. ListExpiredInterrupts returns exactly min(limit, matching) interrupts, and
+//     never a resolved one: a store whose index lags must re-check what it nominates.
 //   - Errors are *agent.Error values (possibly wrapped), matched with errors.Is on their code. Not-found codes are
 //     not pinned (a claim on another owner's thread must answer exactly as one on a missing thread); conflict,
 //     invalid-input, unavailable and canceled codes are: both stores refuse the same bad input with the same code
 //     from lib/agent's catalog.
 //
 // What the suite cannot reach through the port, and each adapter tests on its own: a delete interrupted after its
-// tombstone (CodeThreadDeleting from CreateThread and ClaimRun; SQLite deletes in one transaction and has no such
-// state), a store that stays busy through its retries (CodeStoreUnavailable), and how much a heartbeat writes.
+// tombstone (CodeThreadDeleting from CreateThread and ClaimRun, not found from CreateInterrupt, and the second
+// DeleteThread that finishes the job; SQLite deletes in one transaction and has no such state), a store that stays busy through its retries (CodeStoreUnavailable), and how much a heartbeat writes.
 package storetest
 
 import (
@@ -68,6 +76,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Messages", messageTests()},
 		{"Segments", segmentTests()},
 		{"Values", valueTests()},
+		{"Interrupts", interruptTests()},
 		{"Store", storeTests()},
 	}
 	for _, g := range groups {

@@ -1,0 +1,598 @@
+package dynamo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Interrupt item attributes, besides the shared id, threadId, runId, epoch, status, createdAt and expiresTime (the
+// exact expiry). AttrExpiresAt, the table's TTL, is never set on an interrupt: an expired one is resolved by the
+// reaper, and only its thread's delete removes it.
+const (
+	attrMessageID     = "messageId"
+	attrInterruptKind = "interruptKind" // "kind" is every item's type tag
+	attrToolCallID    = "toolCallId"
+	attrToolName      = "toolName"
+	attrSignature     = "signature"
+	attrResolvedAt    = "resolvedAt"
+	// attrCreateID and attrResolveID name the call that created, and the one that resolved, the interrupt (a
+	// fresh id per call). A retry whose first attempt applied and lost its answer fails its condition on its own
+	// write; these tell it so, and it answers as the clean call would have (created, or resolved).
+	attrCreateID  = "createId"
+	attrResolveID = "resolveId"
+)
+
+const (
+	// interruptBlobBytes is the most of each of an interrupt's two values (input, response) kept inline in its
+	// head; a larger one (after gzip) goes to chunk items. Two values share one head, so each gets well under half
+	// the item limit, and a resolve (whose cost is the size of the head) stays cheap for large inputs.
+	interruptBlobBytes = 64 * 1024
+	// maxInterruptFieldBytes bounds the head without its values (ids, tool name, signature): an interrupt that
+	// would exceed it is refused with KindTooLarge. With both values at their inline bound the head stays under
+	// 200 KB.
+	maxInterruptFieldBytes = 64 * 1024
+)
+
+// blobNames are the head attributes holding one large value. An interrupt head holds two: the input under the
+// names every other head uses, the response under its own.
+type blobNames struct{ body, enc, ver, chunks string }
+
+var (
+	inputBlob    = blobNames{attrBody, attrEnc, attrVer, attrChunks}
+	responseBlob = blobNames{"respBody", "respEnc", "respVer", "respChunks"}
+)
+
+// of maps one of pack's attribute names to this value's.
+func (n blobNames) of(a string) string {
+	switch a {
+	case attrBody:
+		return n.body
+	case attrEnc:
+		return n.enc
+	case attrVer:
+		return n.ver
+	case attrChunks:
+		return n.chunks
+	}
+	return a
+}
+
+// view returns the value's attributes of head under the names unpack reads; nil when head holds no such value.
+func (n blobNames) view(head item) item {
+	v := item{}
+	for _, a := range blobAttrs {
+		if x, ok := head[n.of(a)]; ok {
+			v[a] = x
+		}
+	}
+	if !has(v, attrBody) && !has(v, attrVer) {
+		return nil
+	}
+	if sk, ok := head[AttrSK]; ok {
+		v[AttrSK] = sk // for error messages
+	}
+	return v
+}
+
+func (s *Store) interruptLimits() blobLimits {
+	chunk := min(s.blob.chunkBytes, interruptBlobBytes)
+	return blobLimits{compressAbove: min(s.blob.compressAbove, chunk), chunkBytes: chunk}
+}
+
+// packValue lays data out as the value n of interrupt id: its head attributes go onto head, and the chunk items
+// (none for a value that fits inline) are returned, to be written before the head. An empty value is no attribute.
+func (s *Store) packValue(n blobNames, head item, pk, id string, data json.RawMessage) ([]item, error) {
+	if len(data) == 0 {
+		return nil, nil
+	}
+	p, err := s.packWith(s.interruptLimits(), data, true, pk, intChunkSK(id), nil)
+	if err != nil {
+		return nil, err
+	}
+	for a, v := range p.attrs {
+		head[n.of(a)] = v
+	}
+	return p.chunks, nil
+}
+
+// dropItems deletes items nothing refers to (chunks of a refused write, an interrupt taken back). A failure only
+// leaves garbage that the thread's delete sweeps, so it is logged, not returned.
+func (s *Store) dropItems(ctx context.Context, items []item) {
+	if len(items) == 0 {
+		return
+	}
+	reqs := make([]types.WriteRequest, len(items))
+	for i, it := range items {
+		reqs[i] = deleteReq(key(getS(it, AttrPK), getS(it, AttrSK)))
+	}
+	if err := s.batchWrite(ctx, reqs); err != nil {
+		s.log.WarnContext(ctx, "dynamo: dropping unreferenced interrupt items failed", "pk", getS(items[0], AttrPK), "err", err)
+	}
+}
+
+func interruptItem(in agent.Interrupt) item {
+	it := key(threadPK(in.ThreadID), intSK(in.ID))
+	it[attrKind] = avS("interrupt")
+	it[attrID] = avS(in.ID)
+	it[attrThreadID] = avS(in.ThreadID)
+	it[attrRunID] = avS(in.RunID)
+	it[attrEpoch] = avN(in.Epoch)
+	it[attrMessageID] = avS(in.MessageID)
+	it[attrInterruptKind] = avS(string(in.Kind))
+	it[attrToolCallID] = avS(in.ToolCallID)
+	it[attrToolName] = avS(in.ToolName)
+	it[attrSignature] = avS(in.Signature)
+	it[attrStatus] = avS(string(in.Status))
+	it[attrCreatedAt] = avT(in.CreatedAt)
+	it[attrExpires] = avT(in.ExpiresAt)
+	// Created pending (checkInterrupt): the interrupt enters the pending index.
+	it[AttrPendingShard] = avS(pendingShard(in.ThreadID))
+	it[AttrPendingExpiry] = avT(in.ExpiresAt)
+	return it
+}
+
+// decodeInterruptFields reads everything but the two values.
+func decodeInterruptFields(it item) agent.Interrupt {
+	return agent.Interrupt{
+		ID:         getS(it, attrID),
+		ThreadID:   getS(it, attrThreadID),
+		RunID:      getS(it, attrRunID),
+		Epoch:      getN(it, attrEpoch),
+		MessageID:  getS(it, attrMessageID),
+		Kind:       agent.InterruptKind(getS(it, attrInterruptKind)),
+		ToolCallID: getS(it, attrToolCallID),
+		ToolName:   getS(it, attrToolName),
+		Signature:  getS(it, attrSignature),
+		Status:     agent.InterruptStatus(getS(it, attrStatus)),
+		CreatedAt:  getT(it, attrCreatedAt),
+		ExpiresAt:  getT(it, attrExpires),
+		ResolvedAt: getT(it, attrResolvedAt),
+	}
+}
+
+// decodeInterrupt reads a head and its two values; chunks holds prefetched chunk items (nil fetches them). A
+// missing chunk is errTornRead: the values never change once written, so only a delete of the thread removes
+// chunks a head names.
+func (s *Store) decodeInterrupt(ctx context.Context, head item, chunks map[string]item) (agent.Interrupt, error) {
+	in := decodeInterruptFields(head)
+	pk := getS(head, AttrPK)
+	for _, v := range []struct {
+		names blobNames
+		dst   *json.RawMessage
+	}{{inputBlob, &in.Input}, {responseBlob, &in.Response}} {
+		view := v.names.view(head)
+		if view == nil {
+			continue
+		}
+		b, err := s.unpack(ctx, view, pk, intChunkSK(in.ID), chunks)
+		if err != nil {
+			return agent.Interrupt{}, err
+		}
+		*v.dst = b
+	}
+	return in, nil
+}
+
+// loadInterrupts decodes heads with one batched read of all their chunks (none for inline values). A head whose
+// chunks are gone is read again; one deleted meanwhile is left out.
+func (s *Store) loadInterrupts(ctx context.Context, heads []item) ([]agent.Interrupt, error) {
+	var keys []item
+	for _, h := range heads {
+		for _, n := range []blobNames{inputBlob, responseBlob} {
+			if v := n.view(h); v != nil {
+				keys = append(keys, chunkKeys(v, getS(h, AttrPK), intChunkSK(getS(h, attrID)))...)
+			}
+		}
+	}
+	chunks := map[string]item{}
+	if len(keys) > 0 {
+		got, err := s.batchGet(ctx, keys)
+		if err != nil {
+			return nil, err
+		}
+		chunks = got
+	}
+	out := make([]agent.Interrupt, 0, len(heads))
+	for _, h := range heads {
+		in, err := s.decodeInterrupt(ctx, h, chunks)
+		for attempt := 0; errors.Is(err, errTornRead) && attempt < 5; attempt++ {
+			if h, err = s.getItem(ctx, key(getS(h, AttrPK), getS(h, AttrSK))); err != nil {
+				return nil, err
+			}
+			if h == nil {
+				break
+			}
+			in, err = s.decodeInterrupt(ctx, h, nil)
+		}
+		switch {
+		case h == nil:
+			continue // deleted with its thread while we read
+		case errors.Is(err, errTornRead):
+			return nil, tornRead("interrupt " + getS(h, attrID))
+		case err != nil:
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+func interruptNotFound(threadID, id string) error {
+	return agent.E(agent.KindNotFound, agent.CodeInterruptNotFound, "interrupt %s of thread %q not found", id, threadID)
+}
+
+func alreadyResolved(in agent.Interrupt) error {
+	return agent.E(agent.KindConflict, agent.CodeAlreadyResolved, "interrupt %s was already resolved (%s)", in.ID, in.Status)
+}
+
+// checkInterrupt refuses what no store keeps, with the codes the SQLite store uses for the same input.
+func checkInterrupt(in agent.Interrupt) error {
+	switch {
+	case in.ThreadID == "":
+		return agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "interrupt needs a thread id")
+	case in.ID == "":
+		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt needs an id")
+	case in.Kind != agent.InterruptApproval && in.Kind != agent.InterruptClientTool:
+		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: unknown kind %q", in.ID, in.Kind)
+	case in.Status != agent.InterruptPending:
+		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s is created pending, not %q", in.ID, in.Status)
+	case len(in.Response) > 0 || !in.ResolvedAt.IsZero():
+		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s is created pending, with no resolution", in.ID)
+	case len(in.Input) > 0 && !json.Valid(in.Input):
+		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: input is not valid JSON", in.ID)
+	}
+	return nil
+}
+
+func checkResolve(req agent.ResolveRequest) error {
+	switch req.Status {
+	case agent.InterruptApproved, agent.InterruptDenied, agent.InterruptAnswered, agent.InterruptExpired, agent.InterruptCanceled:
+	default:
+		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s cannot be resolved as %q", req.ID, req.Status)
+	}
+	switch {
+	case req.ThreadID == "":
+		return agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "resolve needs a thread id")
+	case req.ID == "":
+		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "resolve needs an interrupt id")
+	case len(req.Response) > 0 && !json.Valid(req.Response):
+		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: response is not valid JSON", req.ID)
+	}
+	return nil
+}
+
+// CreateInterrupt is insert-then-verify, two requests:
+//
+//  1. PutItem of the head (after the chunks of a large input), condition attribute_not_exists(pk): it never
+//     overwrites an interrupt, so a retried insert converges on the first one (ALL_OLD returns it with the
+//     failure; dynalite's failure carries nothing, and the next read fetches it). The head carries createId, a
+//     fresh id per call: a failure on a head with our own createId is our put applied by an attempt whose answer
+//     was lost, and the call answers created = true as the clean one would have;
+//  2. GetItem of the thread item (strongly consistent; one BatchGetItem of thread and interrupt when the failure
+//     carried no item). A missing or tombstoned thread refuses the interrupt: one this call created is deleted
+//     again (with its chunks) and the answer is not found.
+//
+// One conditional write cannot check another item, so the thread is checked after the insert rather than before:
+// that order leaves no window. A DeleteThread that tombstones the thread before our read is seen by it (we take
+// the interrupt back, whether or not the delete's sweep already ran); one that tombstones after our read also
+// sweeps after our insert, so it finds the interrupt and removes it. Reading first would leave the interval
+// between the read and the insert, in which a whole delete could run and the insert then leave an orphan. What
+// remains: a process that dies between the two requests leaves an interrupt on a thread being deleted (the next
+// DeleteThread of that id sweeps it), and for a moment between insert and take-back GetInterrupt may show an
+// interrupt of a dying thread. The take-back is an unconditional delete: an interrupt id is derived from the thread
+// and the run, so nobody else can have written the same key under a thread that is being deleted.
+func (s *Store) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.Interrupt, bool, error) {
+	if err := checkInterrupt(in); err != nil {
+		return agent.Interrupt{}, false, err
+	}
+	pk := threadPK(in.ThreadID)
+	k, tk := key(pk, intSK(in.ID)), key(pk, threadSK)
+	head := interruptItem(in)
+	call := s.ids.New("c")
+	head[attrCreateID] = avS(call)
+	if err := guardSize(head, maxInterruptFieldBytes, "interrupt"); err != nil {
+		return agent.Interrupt{}, false, err
+	}
+	chunks, err := s.packValue(inputBlob, head, pk, in.ID, in.Input)
+	if err != nil {
+		return agent.Interrupt{}, false, err
+	}
+	// The stored item can vanish between the failed put and the read that explains it (the thread's delete
+	// finishing, and the thread created again): then the put is simply tried again.
+	for attempt := 0; ; attempt++ {
+		if err := s.writeChunks(ctx, packed{chunks: chunks}); err != nil {
+			return agent.Interrupt{}, false, err
+		}
+		e := newExpr()
+		_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName:                           aws.String(s.table),
+			Item:                                head,
+			ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
+			ExpressionAttributeNames:            e.attrNames(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		var old item
+		if isConditionFailed(err) {
+			var cf *types.ConditionalCheckFailedException
+			if errors.As(err, &cf) && getS(cf.Item, attrCreateID) == call {
+				err = nil // our own put, applied by an attempt whose answer was lost (the SDK retried it)
+			}
+			if errors.As(err, &cf) {
+				old = cf.Item
+			}
+		}
+		if err == nil {
+			th, err := s.getItem(ctx, tk)
+			if err != nil {
+				// The interrupt stays: the caller's retry converges on it, or the thread's delete sweeps it.
+				return agent.Interrupt{}, false, err
+			}
+			if !live(th) {
+				s.dropItems(context.WithoutCancel(ctx), append([]item{head}, chunks...))
+				return agent.Interrupt{}, false, threadNotFound(in.ThreadID)
+			}
+			stored := decodeInterruptFields(head)
+			stored.Input = in.Input
+			return stored, true, nil
+		}
+		if !isConditionFailed(err) {
+			// The put may or may not have applied; its chunks stay (it may need them), as for messages.
+			return agent.Interrupt{}, false, storeErr(err, "create interrupt")
+		}
+		var th item
+		if len(old) > 0 {
+			th, err = s.getItem(ctx, tk)
+		} else {
+			var got map[string]item
+			got, err = s.batchGet(ctx, []item{k, tk})
+			old, th = got[itemKey(k)], got[itemKey(tk)]
+		}
+		if err != nil {
+			return agent.Interrupt{}, false, err
+		}
+		mine := getS(old, attrCreateID) == call
+		if !mine {
+			s.dropItems(ctx, chunks) // ours, and no head points at them
+		}
+		if !live(th) {
+			if mine {
+				s.dropItems(context.WithoutCancel(ctx), append([]item{head}, chunks...))
+			}
+			return agent.Interrupt{}, false, threadNotFound(in.ThreadID)
+		}
+		var stored []agent.Interrupt
+		if len(old) > 0 {
+			if stored, err = s.loadInterrupts(ctx, []item{old}); err != nil {
+				return agent.Interrupt{}, false, err
+			}
+		}
+		if len(stored) == 1 {
+			return stored[0], mine, nil
+		}
+		if attempt == 3 {
+			return agent.Interrupt{}, false, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable,
+				"interrupt %s keeps appearing and vanishing", in.ID)
+		}
+	}
+}
+
+// GetInterrupt is one strongly consistent GetItem (plus one BatchGetItem when a value is chunked).
+func (s *Store) GetInterrupt(ctx context.Context, threadID, id string) (agent.Interrupt, error) {
+	head, err := s.getItem(ctx, key(threadPK(threadID), intSK(id)))
+	if err != nil {
+		return agent.Interrupt{}, err
+	}
+	if head == nil {
+		return agent.Interrupt{}, interruptNotFound(threadID, id)
+	}
+	got, err := s.loadInterrupts(ctx, []item{head})
+	if err != nil {
+		return agent.Interrupt{}, err
+	}
+	if len(got) == 0 {
+		return agent.Interrupt{}, interruptNotFound(threadID, id)
+	}
+	return got[0], nil
+}
+
+// ListInterrupts is one Query over the thread's INT# heads (plus one BatchGetItem for chunked values), ordered by
+// creation, then id.
+func (s *Store) ListInterrupts(ctx context.Context, threadID string) ([]agent.Interrupt, error) {
+	var heads []item
+	if err := s.queryPrefix(ctx, threadPK(threadID), prefixInt, false, func(it item) error {
+		heads = append(heads, it)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out, err := s.loadInterrupts(ctx, heads)
+	if err != nil {
+		return nil, err
+	}
+	sortInterrupts(out, func(in agent.Interrupt) time.Time { return in.CreatedAt })
+	return out, nil
+}
+
+// sortInterrupts orders by the time at, then thread and id.
+func sortInterrupts(list []agent.Interrupt, at func(agent.Interrupt) time.Time) {
+	sort.Slice(list, func(i, j int) bool {
+		a, b := list[i], list[j]
+		if !at(a).Equal(at(b)) {
+			return at(a).Before(at(b))
+		}
+		if a.ThreadID != b.ThreadID {
+			return a.ThreadID < b.ThreadID
+		}
+		return a.ID < b.ID
+	})
+}
+
+// ResolveInterrupt is the compare-and-set, one UpdateItem on the interrupt head:
+//
+//	condition: #status = :pending
+//	update:    SET status = :status, resolvedAt = :now, resolveId = :call [, respBody | respVer, respChunks [, respEnc]]
+//	           REMOVE pendingShard, pendingExpiresAt
+//	returns:   ALL_NEW; on a failed condition ALL_OLD
+//
+// Removing the index keys takes the interrupt out of the pending index in the same write. The condition fails on
+// a missing item too (it has no status), so an unknown interrupt is never created; the failure's item (or one
+// GetItem, when it carries none) tells not found from already resolved, and a resolved one is returned as stored
+// with CodeAlreadyResolved. The write also sets resolveId, a fresh id per call: a failure on a head carrying our
+// own resolveId is this very resolve, applied by an attempt whose answer was lost (the SDK retried it), and it
+// answers success as the clean call would have, so of concurrent resolves exactly one succeeds even under
+// retries. A large response has its chunks written first; a refused write deletes them unless the stored head is
+// our own lost attempt.
+func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (agent.Interrupt, error) {
+	if err := checkResolve(req); err != nil {
+		return agent.Interrupt{}, err
+	}
+	pk := threadPK(req.ThreadID)
+	k := key(pk, intSK(req.ID))
+	resp := item{}
+	chunks, err := s.packValue(responseBlob, resp, pk, req.ID, req.Response)
+	if err != nil {
+		return agent.Interrupt{}, err
+	}
+	if err := s.writeChunks(ctx, packed{chunks: chunks}); err != nil {
+		return agent.Interrupt{}, err
+	}
+	call := s.ids.New("r")
+	e := newExpr()
+	sets := []string{
+		e.n(attrStatus) + " = " + e.v(avS(string(req.Status))),
+		e.n(attrResolvedAt) + " = " + e.v(avT(req.Now)),
+		e.n(attrResolveID) + " = " + e.v(avS(call)),
+	}
+	for a, v := range resp {
+		sets = append(sets, e.n(a)+" = "+e.v(v))
+	}
+	sort.Strings(sets[3:]) // a stable request, for the recorded tests and for people reading logs
+	update := "SET " + strings.Join(sets, ", ") + " REMOVE " + e.n(AttrPendingShard) + ", " + e.n(AttrPendingExpiry)
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(e.n(attrStatus) + " = " + e.v(avS(string(agent.InterruptPending)))),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		got, err := s.loadInterrupts(ctx, []item{res.Attributes})
+		if err != nil {
+			return agent.Interrupt{}, err
+		}
+		if len(got) == 0 {
+			return agent.Interrupt{}, interruptNotFound(req.ThreadID, req.ID) // deleted with its thread meanwhile
+		}
+		return got[0], nil
+	}
+	if !isConditionFailed(err) {
+		return agent.Interrupt{}, storeErr(err, "resolve interrupt")
+	}
+	old, err := s.failedItem(ctx, err, k)
+	if err != nil {
+		return agent.Interrupt{}, err
+	}
+	mine := len(old) > 0 && getS(old, attrResolveID) == call
+	if !mine {
+		s.dropItems(ctx, chunks) // ours, and no head points at them
+	}
+	if len(old) == 0 {
+		return agent.Interrupt{}, interruptNotFound(req.ThreadID, req.ID)
+	}
+	got, err := s.loadInterrupts(ctx, []item{old})
+	if err != nil {
+		return agent.Interrupt{}, err
+	}
+	if len(got) == 0 {
+		return agent.Interrupt{}, interruptNotFound(req.ThreadID, req.ID)
+	}
+	if mine {
+		return got[0], nil // our own resolve, applied by an attempt whose answer was lost
+	}
+	return got[0], alreadyResolved(got[0])
+}
+
+// ListExpiredInterrupts reads the sparse pending index, keys only: one Query per shard (16) for
+// pendingExpiresAt < :before. Only pending interrupts carry the index keys, so resolved ones cost the read
+// nothing. The nominees are then read from the table with strongly consistent BatchGetItem requests (one per 100,
+// plus one for the chunks of large inputs, if any) and only those still pending with an expiry before `before`
+// are returned: so a resolve is never undone by a lagging index (the answer is exact for resolves), while an
+// interrupt created a moment ago may be missing until the index catches up (DynamoDB's GSIs are eventually
+// consistent; dynalite's are not). The answers remain nominations: callers resolve by compare-and-set. Results
+// are ordered by expiry, then thread and id. Interrupts of a thread being deleted are listed until its delete
+// removes them; resolving one is harmless (the delete removes it all the same).
+func (s *Store) ListExpiredInterrupts(ctx context.Context, before time.Time, limit int) ([]agent.Interrupt, error) {
+	if limit <= 0 {
+		limit = agent.DefaultListLimit
+	}
+	out := []agent.Interrupt{}
+	var nominees []item
+	check := func() error {
+		got, err := s.batchGet(ctx, nominees)
+		if err != nil {
+			return err
+		}
+		nominees = nominees[:0]
+		var heads []item
+		for _, it := range got {
+			if getS(it, attrStatus) == string(agent.InterruptPending) && getT(it, attrExpires).Before(before) {
+				heads = append(heads, it)
+			}
+		}
+		list, err := s.loadInterrupts(ctx, heads)
+		if err != nil {
+			return err
+		}
+		out = append(out, list...)
+		return nil
+	}
+	for shard := 0; shard < DefaultInterruptShards && len(out) < limit; shard++ {
+		e := newExpr()
+		in := &dynamodb.QueryInput{
+			TableName: aws.String(s.table),
+			IndexName: aws.String(IndexPending),
+			KeyConditionExpression: aws.String(e.n(AttrPendingShard) + " = " + e.v(avS(prefixInt+strconv.Itoa(shard))) +
+				" AND " + e.n(AttrPendingExpiry) + " < " + e.v(avT(before))),
+			ExpressionAttributeNames:  e.attrNames(),
+			ExpressionAttributeValues: e.attrValues(),
+			Limit:                     aws.Int32(int32(min(limit, 1000))),
+		}
+		err := s.query(ctx, in, func(it item) error {
+			nominees = append(nominees, key(getS(it, AttrPK), getS(it, AttrSK)))
+			if len(nominees) >= limit-len(out) {
+				// Enough nominees to possibly fill the answer: check them before reading on.
+				if err := check(); err != nil {
+					return err
+				}
+				if len(out) >= limit {
+					return errStopQuery
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(nominees) > 0 && len(out) < limit {
+		if err := check(); err != nil {
+			return nil, err
+		}
+	}
+	sortInterrupts(out, func(in agent.Interrupt) time.Time { return in.ExpiresAt })
+	return out[:min(len(out), limit)], nil
+}
