@@ -8,6 +8,7 @@
 //     it on captured bodies.
 //   - Chat drives a running server through the SDK's own client-side chat state, AbstractChat with
 //     DefaultChatTransport and sendAutomaticallyWhen, over the human-in-the-loop round trips (chat.mjs).
+//   - VerifySignatures checks approval signatures with ai@7's own signing code (signature.mjs).
 //
 // The scripts need node (>= 18) and npm on PATH; run.sh installs the pinned packages with `npm ci` on first
 // use. A missing toolchain fails the test rather than skipping it: `make test` provides it.

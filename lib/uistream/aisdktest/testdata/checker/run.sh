@@ -8,6 +8,9 @@
 #   lib/uistream/aisdktest/testdata/checker/run.sh --chat URL TOKEN [SCENARIO...]
 #                                      drive the agentloop server at URL through the SDK's AbstractChat with
 #                                      both majors, ai@6 then ai@7 (see chat.mjs)
+#   lib/uistream/aisdktest/testdata/checker/run.sh --signature VECTORS.json
+#                                      verify approval signatures with ai@7's own implementation (see
+#                                      signature.mjs; ai@7 only)
 #   lib/uistream/aisdktest/testdata/checker/run.sh --install       only install (for CI warm-up)
 #
 # Output: JSON lines on stdout (see the scripts); problems on stderr. The exit status is non-zero when any
@@ -28,6 +31,12 @@ case "${1:-}" in
 	shift
 	[ $# -ge 2 ] || { echo "usage: $0 --chat URL TOKEN [SCENARIO...]" >&2; exit 2; }
 	args=("$@")
+	set --
+	;;
+--signature)
+	mode=signature
+	[ $# -eq 2 ] || { echo "usage: $0 --signature VECTORS.json" >&2; exit 2; }
+	case "$2" in /*) args=("$2") ;; *) args=("$PWD/$2") ;; esac
 	set --
 	;;
 esac
@@ -67,6 +76,7 @@ if $install_only; then
 fi
 
 case "$mode" in
+signature) exec "$node22" "$here/signature.mjs" "${args[@]}" ;;
 chat) script="$here/chat.mjs" ;;
 *) script="$here/check.mjs" ;;
 esac
