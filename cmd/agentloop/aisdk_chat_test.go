@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/uistream/aisdktest"
+)
+
+// Human in the loop end to end, as a browser runs it: the AI SDK's own AbstractChat (what useChat wraps), ai@6
+// under the system Node and ai@7 under the pinned Node 22, against the real `agentloop dev` binary with the
+// offline model. Approve, deny and a client tool each continue the same assistant message through the SDK's
+// automatic re-post, and the server's copy of the thread agrees with the client's (see chat.mjs).
+func TestAISDKChatHumanInTheLoop(t *testing.T) {
+	bin, data := setup(t)
+	dev := startDev(t, bin, data)
+
+	ctx, cancel := context.WithTimeout(t.Context(), aisdktest.Timeout) // a first `npm ci` included
+	defer cancel()
+	started := time.Now()
+	results, err := aisdktest.Chat(ctx, dev.url, dev.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("both SDK majors drove the chat in %s", time.Since(started).Round(time.Millisecond))
+
+	scenarios := []string{aisdktest.ScenarioApprove, aisdktest.ScenarioDeny, aisdktest.ScenarioClientTool}
+	for _, sdk := range []string{aisdktest.SDK6, aisdktest.SDK7} {
+		for _, sc := range scenarios {
+			i := slices.IndexFunc(results, func(r aisdktest.ChatResult) bool { return r.SDK == sdk && r.Scenario == sc })
+			if i < 0 {
+				t.Fatalf("no ai@%s result for %s: %+v", sdk, sc, results)
+			}
+			r := results[i]
+			t.Logf("ai@%s (Node %s) %s: %d requests, %d ms, thread %s", r.SDKVersion, r.Node, r.Scenario, r.Requests, r.Millis, r.Thread)
+		}
+	}
+	dev.stop(t)
+}

