@@ -54,13 +54,14 @@ type MessageMetadata struct {
 	Replaces string `json:"replaces,omitempty"`
 }
 
-// Visible leaves out, keeping the order, every message that a later completed message replaces (a regenerate
-// whose old reply was not yet hidden), and failed replies that say nothing (a run that died before its first
-// word: the reaper stores such a reply only to fence the dead run's writes).
+// Visible leaves out, keeping the order, every message that a later completed (or interrupted: it stands, asking
+// for an answer) message replaces (a regenerate whose old reply was not yet hidden), and failed replies that say
+// nothing (a run that died before its first word: the reaper stores such a reply only to fence the dead run's
+// writes).
 func Visible(msgs []Message) []Message {
 	replaced := map[string]bool{}
 	for _, m := range msgs {
-		if md := m.Meta(); md.Replaces != "" && md.Status == MessageCompleted {
+		if md := m.Meta(); md.Replaces != "" && (md.Status == MessageCompleted || md.Status == MessageInterrupted) {
 			replaced[md.Replaces] = true
 		}
 	}

@@ -45,7 +45,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 		s.log.Error("persist final message; leaving the run to the reaper", "err", err)
 		return s.unsaved()
 	}
-	if old := t.plan.replaces; old != "" && status == agent.RunCompleted && s.guard.writable() {
+	if old := t.plan.replaces; old != "" && (status == agent.RunCompleted || status == agent.RunInterrupted) && s.guard.writable() {
 		// Hidden while the claim is still ours (the new reply names it, so readers skip it even if this fails).
 		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, old, t.run.Fence()) }, s.guard.writable); err != nil {
 			s.log.Warn("hide regenerated reply", "message_id", old, "err", err)

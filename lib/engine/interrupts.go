@@ -110,7 +110,8 @@ func (t *Turn) planContinue(ctx context.Context, msgs []agent.Message, all []age
 		// Every answer was applied already (a repeated request, or a retry whose first reply was lost).
 		return turnPlan{noop: true, noopMessage: stored}, nil
 	}
-	return turnPlan{history: msgs[:idx], draft: draft, answers: answers}, nil
+	// A regenerated reply that asked keeps naming the reply it replaces, for readers that still find that one.
+	return turnPlan{history: msgs[:idx], draft: draft, answers: answers, replaces: stored.Meta().Replaces}, nil
 }
 
 // waits reports whether one of the answered calls still waits in the stored parts (its answer not applied).

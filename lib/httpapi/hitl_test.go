@@ -774,3 +774,27 @@ func TestProtocolConformanceHumanInTheLoop(t *testing.T) {
 		}
 	}
 }
+
+// A regenerate of a reply that asked for approval, whose new reply asks again: the old reply (and its canceled
+// request) is hidden, before and after the new one is answered. (It stayed visible with a dead approval.)
+func TestRegenerateAnAskingReply(t *testing.T) {
+	t.Parallel()
+	h := startHITL(t, nil)
+	id := h.addNote("n")
+	h.send("th", "u1", fmt.Sprintf(`/tool delete_note {"id":%q}`, id))
+	v := h.view("th")
+	old := v.Messages[1]
+	status, body := h.post(map[string]any{"id": "th", "trigger": "regenerate-message", "messageId": old.ID, "messages": []any{v.Messages[0]}})
+	if status != 200 {
+		t.Fatalf("regenerate: %d %s", status, body)
+	}
+	if v = h.view("th"); len(v.Messages) != 2 || v.Messages[1].ID == old.ID || len(v.Interrupts) != 1 {
+		t.Fatalf("after the regenerate: %q, interrupts %+v", texts(v.Messages), v.Interrupts)
+	}
+	if status, body = h.post(answerBody(v, respond(true, ""))); status != 200 {
+		t.Fatalf("answer: %d %s", status, body)
+	}
+	if v = h.view("th"); len(v.Messages) != 2 || v.Messages[1].Meta().Status != agent.MessageCompleted || h.notes() != 0 {
+		t.Fatalf("after the answer: %d messages (%q), notes %d", len(v.Messages), texts(v.Messages), h.notes())
+	}
+}
