@@ -411,8 +411,10 @@ func crashModel(t *testing.T) string {
 
 func crashOptions(modelURL, data string) devserver.Options {
 	return devserver.Options{Data: data, ModelURL: modelURL,
+		// Every process has the same application secret, as every Lambda of a deployment does (approval
+		// signatures made by one process verify in the next).
 		Config: config.Config{Heartbeat: crashHeartbeat, StaleAfter: crashStaleAfter, SegmentFlush: 20 * time.Millisecond,
-			CancelPoll: 20 * time.Millisecond},
+			CancelPoll: 20 * time.Millisecond, Secret: "crash-test-application-secret-0123456789"},
 		OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond; c.MaxRetries = 2 }}
 }
 
