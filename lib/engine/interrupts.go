@@ -222,6 +222,11 @@ func (s *stepper) applyAnswers(ctx context.Context) {
 		case agent.InterruptApproved:
 			yes := true
 			p.State, p.Approval = agent.StateApprovalResponded, &agent.PartApproval{ID: a.Interrupt.ID, Approved: &yes, Reason: a.Reason}
+			if tool, ok := s.turn.e.tools[a.Interrupt.ToolName]; !ok || tool.Execute == nil {
+				// The tool went away between the request and the answer (a new deployment): it cannot run.
+				s.result(i, toolResult{err: fmt.Errorf("tool %q is not available any more; it was not executed", a.Interrupt.ToolName)})
+				continue
+			}
 			run = append(run, toolCallAt{part: i, call: agent.ToolCall{ID: a.Interrupt.ToolCallID, Name: a.Interrupt.ToolName, Arguments: string(a.Interrupt.Input)}})
 		case agent.InterruptDenied:
 			no := false
