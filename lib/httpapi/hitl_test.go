@@ -798,3 +798,39 @@ func TestRegenerateAnAskingReply(t *testing.T) {
 		t.Fatalf("after the answer: %d messages (%q), notes %d", len(v.Messages), texts(v.Messages), h.notes())
 	}
 }
+
+// An answer that arrives while the continuation of the same answer runs gets the request's multitask behaviour:
+// reject is 409 run_active; interrupt stops the continuation, finds the answer applied, and runs nothing again.
+func TestAnswerWhileContinuationRuns(t *testing.T) {
+	t.Parallel()
+	var executed atomic.Int32
+	h := startHITL(t, nil, func(h *hitlStack) {
+		h.tools = func(agent.ValueStore, agent.Clock) []agent.Tool {
+			return []agent.Tool{{Name: "launch", Kind: agent.ToolServer, Approval: agent.ApprovalAlways,
+				InputSchema: json.RawMessage(`{"type":"object"}`),
+				Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+					executed.Add(1)
+					time.Sleep(300 * time.Millisecond)
+					return json.RawMessage(`"launched"`), nil
+				}}}
+		}
+	})
+	h.send("th", "u1", `/tool launch {}`)
+	body := answerBody(h.view("th"), respond(true, ""))
+	first := make(chan int, 1)
+	go func() { s, _ := h.post(body); first <- s }()
+	time.Sleep(100 * time.Millisecond) // the continuation is in the tool
+	if status, resp := h.post(body); status != 409 || !strings.Contains(resp, agent.CodeRunActive) {
+		t.Fatalf("reject: %d %s", status, resp)
+	}
+	body["multitask"] = "interrupt"
+	status, resp := h.post(body)
+	if status != 200 || <-first != 200 {
+		t.Fatalf("interrupt: %d %s", status, resp)
+	}
+	v := h.view("th")
+	p := lastPart(t, v.Messages[1], "launch")
+	if executed.Load() != 1 || p.State != agent.StateOutputAvailable || len(v.Messages) != 2 {
+		t.Fatalf("executed %d times; part %+v; %d messages", executed.Load(), p, len(v.Messages))
+	}
+}
