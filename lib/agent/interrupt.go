@@ -91,3 +91,40 @@ type ResolveRequest struct {
 	Response json.RawMessage
 	Now      time.Time
 }
+
+// Check refuses an interrupt no store keeps (both stores answer the same input with the same code).
+func (in Interrupt) Check() error {
+	switch {
+	case in.ThreadID == "":
+		return E(KindInvalid, CodeInvalidThreadID, "interrupt needs a thread id")
+	case in.ID == "":
+		return E(KindInvalid, CodeInvalidMessage, "interrupt needs an id")
+	case in.Kind != InterruptApproval && in.Kind != InterruptClientTool:
+		return E(KindInvalid, CodeInvalidMessage, "interrupt %s: unknown kind %q", in.ID, in.Kind)
+	case in.Status != InterruptPending:
+		return E(KindInvalid, CodeInvalidStatus, "interrupt %s is created pending, not %q", in.ID, in.Status)
+	case len(in.Response) > 0 || !in.ResolvedAt.IsZero():
+		return E(KindInvalid, CodeInvalidStatus, "interrupt %s is created pending, with no resolution", in.ID)
+	case len(in.Input) > 0 && !json.Valid(in.Input):
+		return E(KindInvalid, CodeInvalidMessage, "interrupt %s: input is not valid JSON", in.ID)
+	}
+	return nil
+}
+
+// Check refuses a resolution no store applies.
+func (r ResolveRequest) Check() error {
+	switch r.Status {
+	case InterruptApproved, InterruptDenied, InterruptAnswered, InterruptExpired, InterruptCanceled:
+	default:
+		return E(KindInvalid, CodeInvalidStatus, "interrupt %s cannot be resolved as %q", r.ID, r.Status)
+	}
+	switch {
+	case r.ThreadID == "":
+		return E(KindInvalid, CodeInvalidThreadID, "resolve needs a thread id")
+	case r.ID == "":
+		return E(KindInvalid, CodeInvalidMessage, "resolve needs an interrupt id")
+	case len(r.Response) > 0 && !json.Valid(r.Response):
+		return E(KindInvalid, CodeInvalidMessage, "interrupt %s: response is not valid JSON", r.ID)
+	}
+	return nil
+}

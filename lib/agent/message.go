@@ -115,6 +115,19 @@ func IsToolPart(typ string) bool {
 	return typ == "dynamic-tool" || (len(typ) > 5 && typ[:5] == "tool-")
 }
 
+// Waiting reports whether p is a tool part without a result yet (its call waits for an execution, an approval
+// or a client's output).
+func (p Part) Waiting() bool {
+	if !IsToolPart(p.Type) {
+		return false
+	}
+	switch p.State {
+	case StateOutputAvailable, StateOutputError, StateOutputDenied:
+		return false
+	}
+	return true
+}
+
 // ToolNameOf returns the tool name of a tool part.
 func (p Part) ToolNameOf() string {
 	if p.Type == "dynamic-tool" {

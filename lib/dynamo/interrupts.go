@@ -236,42 +236,6 @@ func alreadyResolved(in agent.Interrupt) error {
 	return agent.E(agent.KindConflict, agent.CodeAlreadyResolved, "interrupt %s was already resolved (%s)", in.ID, in.Status)
 }
 
-// checkInterrupt refuses what no store keeps, with the codes the SQLite store uses for the same input.
-func checkInterrupt(in agent.Interrupt) error {
-	switch {
-	case in.ThreadID == "":
-		return agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "interrupt needs a thread id")
-	case in.ID == "":
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt needs an id")
-	case in.Kind != agent.InterruptApproval && in.Kind != agent.InterruptClientTool:
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: unknown kind %q", in.ID, in.Kind)
-	case in.Status != agent.InterruptPending:
-		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s is created pending, not %q", in.ID, in.Status)
-	case len(in.Response) > 0 || !in.ResolvedAt.IsZero():
-		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s is created pending, with no resolution", in.ID)
-	case len(in.Input) > 0 && !json.Valid(in.Input):
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: input is not valid JSON", in.ID)
-	}
-	return nil
-}
-
-func checkResolve(req agent.ResolveRequest) error {
-	switch req.Status {
-	case agent.InterruptApproved, agent.InterruptDenied, agent.InterruptAnswered, agent.InterruptExpired, agent.InterruptCanceled:
-	default:
-		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s cannot be resolved as %q", req.ID, req.Status)
-	}
-	switch {
-	case req.ThreadID == "":
-		return agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "resolve needs a thread id")
-	case req.ID == "":
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "resolve needs an interrupt id")
-	case len(req.Response) > 0 && !json.Valid(req.Response):
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: response is not valid JSON", req.ID)
-	}
-	return nil
-}
-
 // CreateInterrupt is insert-then-verify, two requests:
 //
 //  1. PutItem of the head (after the chunks of a large input), condition attribute_not_exists(pk): it never
@@ -293,7 +257,7 @@ func checkResolve(req agent.ResolveRequest) error {
 // interrupt of a dying thread. The take-back is an unconditional delete: an interrupt id is derived from the thread
 // and the run, so nobody else can have written the same key under a thread that is being deleted.
 func (s *Store) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.Interrupt, bool, error) {
-	if err := checkInterrupt(in); err != nil {
+	if err := in.Check(); err != nil {
 		return agent.Interrupt{}, false, err
 	}
 	pk := threadPK(in.ThreadID)
@@ -454,7 +418,7 @@ func sortInterrupts(list []agent.Interrupt, at func(agent.Interrupt) time.Time) 
 // retries. A large response has its chunks written first; a refused write deletes them unless the stored head is
 // our own lost attempt.
 func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (agent.Interrupt, error) {
-	if err := checkResolve(req); err != nil {
+	if err := req.Check(); err != nil {
 		return agent.Interrupt{}, err
 	}
 	pk := threadPK(req.ThreadID)

@@ -31,7 +31,9 @@ func TestApprovalCrashPoints(t *testing.T) {
 	if !testing.Short() {
 		backends = append(backends, func(t *testing.T) crashBackend { return dynamoBackend(dynamotest.Start(t)) })
 	}
-	resolved := func(c storeCall) bool { return c.method == "ResolveInterrupt" && c.ns == string(agent.InterruptApproved) }
+	resolved := func(c storeCall) bool {
+		return c.method == "ResolveInterrupt" && c.ns == string(agent.InterruptApproved)
+	}
 	effects := func(c storeCall) bool { return strings.HasPrefix(c.ns, "effects/") }
 	rows := []struct {
 		name   string

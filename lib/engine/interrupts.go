@@ -118,24 +118,12 @@ func (t *Turn) planContinue(ctx context.Context, msgs []agent.Message, all []age
 func waits(parts []agent.Part, answers []interrupts.Answer) bool {
 	for _, a := range answers {
 		for _, p := range parts {
-			if p.ToolCallID == a.Interrupt.ToolCallID && unresolved(p) {
+			if p.ToolCallID == a.Interrupt.ToolCallID && p.Waiting() {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// unresolved reports whether a tool part has no result yet.
-func unresolved(p agent.Part) bool {
-	if !agent.IsToolPart(p.Type) {
-		return false
-	}
-	switch p.State {
-	case agent.StateOutputAvailable, agent.StateOutputError, agent.StateOutputDenied:
-		return false
-	}
-	return true
 }
 
 // expire marks a pending interrupt past its age expired (compare-and-set; a concurrent resolution wins).
@@ -207,7 +195,7 @@ func (s *stepper) applyAnswers(ctx context.Context) {
 	}
 	index := map[string]int{}
 	for i, p := range s.parts {
-		if unresolved(p) {
+		if p.Waiting() {
 			index[p.ToolCallID] = i
 		}
 	}
@@ -272,7 +260,7 @@ func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, kee
 	parts := transcript.Decode(msg.Parts)
 	changed := false
 	for i, part := range parts {
-		if !unresolved(part) {
+		if !part.Waiting() {
 			continue
 		}
 		part.Approval = nil

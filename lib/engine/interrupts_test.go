@@ -34,7 +34,10 @@ func TestApprovedToolGone(t *testing.T) {
 	t.Parallel()
 	ran := false
 	guarded := agent.Tool{Name: "guarded", Kind: agent.ToolServer, Approval: agent.ApprovalAlways, InputSchema: json.RawMessage(`{"type":"object"}`),
-		Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) { ran = true; return json.RawMessage(`"ok"`), nil }}
+		Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) {
+			ran = true
+			return json.RawMessage(`"ok"`), nil
+		}}
 	f := setup(t, withTools(guarded))
 	if run, _ := f.turn(t, "th", "u1", `/tool guarded {}`); run.Status != agent.RunInterrupted {
 		t.Fatalf("ask: %s", run.Status)

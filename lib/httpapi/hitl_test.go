@@ -452,15 +452,7 @@ func TestConcurrentAnswers(t *testing.T) {
 			t.Parallel()
 			var executed atomic.Int32
 			h := startHITL(t, store, func(h *hitlStack) {
-				h.tools = func(agent.ValueStore, agent.Clock) []agent.Tool {
-					return []agent.Tool{{Name: "launch", Kind: agent.ToolServer, Approval: agent.ApprovalAlways,
-						InputSchema: json.RawMessage(`{"type":"object"}`),
-						Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
-							executed.Add(1)
-							time.Sleep(50 * time.Millisecond)
-							return json.RawMessage(`"launched"`), nil
-						}}}
-				}
+				h.tools = launchTool(&executed, 50*time.Millisecond)
 			})
 			h.send("th", "u1", `/tool launch {"target":"moon"}`)
 			body := answerBody(h.view("th"), respond(true, ""))
@@ -634,15 +626,7 @@ func TestAnswerRacesDeleteAndStop(t *testing.T) {
 			t.Parallel()
 			var executed atomic.Int32
 			h := startHITL(t, nil, func(h *hitlStack) {
-				h.tools = func(agent.ValueStore, agent.Clock) []agent.Tool {
-					return []agent.Tool{{Name: "launch", Kind: agent.ToolServer, Approval: agent.ApprovalAlways,
-						InputSchema: json.RawMessage(`{"type":"object"}`),
-						Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
-							executed.Add(1)
-							time.Sleep(15 * time.Millisecond)
-							return json.RawMessage(`"launched"`), nil
-						}}}
-				}
+				h.tools = launchTool(&executed, 15*time.Millisecond)
 			})
 			for round := range 6 {
 				thread := fmt.Sprintf("th%d", round)
@@ -805,15 +789,7 @@ func TestAnswerWhileContinuationRuns(t *testing.T) {
 	t.Parallel()
 	var executed atomic.Int32
 	h := startHITL(t, nil, func(h *hitlStack) {
-		h.tools = func(agent.ValueStore, agent.Clock) []agent.Tool {
-			return []agent.Tool{{Name: "launch", Kind: agent.ToolServer, Approval: agent.ApprovalAlways,
-				InputSchema: json.RawMessage(`{"type":"object"}`),
-				Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
-					executed.Add(1)
-					time.Sleep(300 * time.Millisecond)
-					return json.RawMessage(`"launched"`), nil
-				}}}
-		}
+		h.tools = launchTool(&executed, 300*time.Millisecond)
 	})
 	h.send("th", "u1", `/tool launch {}`)
 	body := answerBody(h.view("th"), respond(true, ""))
@@ -832,5 +808,18 @@ func TestAnswerWhileContinuationRuns(t *testing.T) {
 	p := lastPart(t, v.Messages[1], "launch")
 	if executed.Load() != 1 || p.State != agent.StateOutputAvailable || len(v.Messages) != 2 {
 		t.Fatalf("executed %d times; part %+v; %d messages", executed.Load(), p, len(v.Messages))
+	}
+}
+
+// launchTool serves one tool that needs approval, counting its executions (each taking d).
+func launchTool(executed *atomic.Int32, d time.Duration) func(agent.ValueStore, agent.Clock) []agent.Tool {
+	return func(agent.ValueStore, agent.Clock) []agent.Tool {
+		return []agent.Tool{{Name: "launch", Kind: agent.ToolServer, Approval: agent.ApprovalAlways,
+			InputSchema: json.RawMessage(`{"type":"object"}`),
+			Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+				executed.Add(1)
+				time.Sleep(d)
+				return json.RawMessage(`"launched"`), nil
+			}}}
 	}
 }

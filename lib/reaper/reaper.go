@@ -445,7 +445,7 @@ func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []age
 		if untouched && string(agent.EncodePart(parts[i])) != string(agent.EncodePart(base[i])) {
 			untouched = false
 		}
-		if in, ok := byCall[parts[i].ToolCallID]; ok && waiting(parts[i]) && in.Status != agent.InterruptPending {
+		if in, ok := byCall[parts[i].ToolCallID]; ok && parts[i].Waiting() && in.Status != agent.InterruptPending {
 			untouched = false
 		}
 	}
@@ -454,7 +454,7 @@ func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []age
 	}
 	for i, p := range parts {
 		in, ok := byCall[p.ToolCallID]
-		if !ok || !waiting(p) {
+		if !ok || !p.Waiting() {
 			continue
 		}
 		switch in.Status {
@@ -482,18 +482,6 @@ func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []age
 		parts[i] = p
 	}
 	return parts, false, nil
-}
-
-// waiting reports whether a tool part has no result yet.
-func waiting(p agent.Part) bool {
-	if !agent.IsToolPart(p.Type) {
-		return false
-	}
-	switch p.State {
-	case agent.StateOutputAvailable, agent.StateOutputError, agent.StateOutputDenied:
-		return false
-	}
-	return true
 }
 
 // retry runs op again on transient store errors, a few times with a short backoff: a reap half done is finished

@@ -49,48 +49,12 @@ func interruptNotFound(threadID, id string) error {
 	return agent.E(agent.KindNotFound, agent.CodeInterruptNotFound, "interrupt %s of thread %q not found", id, threadID)
 }
 
-// checkInterrupt refuses what no store keeps, with the codes the DynamoDB store uses for the same input.
-func checkInterrupt(in agent.Interrupt) error {
-	switch {
-	case in.ThreadID == "":
-		return agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "interrupt needs a thread id")
-	case in.ID == "":
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt needs an id")
-	case in.Kind != agent.InterruptApproval && in.Kind != agent.InterruptClientTool:
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: unknown kind %q", in.ID, in.Kind)
-	case in.Status != agent.InterruptPending:
-		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s is created pending, not %q", in.ID, in.Status)
-	case len(in.Response) > 0 || !in.ResolvedAt.IsZero():
-		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s is created pending, with no resolution", in.ID)
-	case len(in.Input) > 0 && !json.Valid(in.Input):
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: input is not valid JSON", in.ID)
-	}
-	return nil
-}
-
-func checkResolve(req agent.ResolveRequest) error {
-	switch req.Status {
-	case agent.InterruptApproved, agent.InterruptDenied, agent.InterruptAnswered, agent.InterruptExpired, agent.InterruptCanceled:
-	default:
-		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "interrupt %s cannot be resolved as %q", req.ID, req.Status)
-	}
-	switch {
-	case req.ThreadID == "":
-		return agent.E(agent.KindInvalid, agent.CodeInvalidThreadID, "resolve needs a thread id")
-	case req.ID == "":
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "resolve needs an interrupt id")
-	case len(req.Response) > 0 && !json.Valid(req.Response):
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "interrupt %s: response is not valid JSON", req.ID)
-	}
-	return nil
-}
-
 // CreateInterrupt inserts in unless (thread, id) exists, in one transaction that first checks the thread row: an
 // interrupt never outlives its thread (DeleteThread removes both in one transaction, so there is no half-deleted
 // thread to write into).
 func (s *Store) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.Interrupt, bool, error) {
 	s.op()
-	if err := checkInterrupt(in); err != nil {
+	if err := in.Check(); err != nil {
 		return agent.Interrupt{}, false, err
 	}
 	var (
@@ -161,7 +125,7 @@ const resolveSQL = `UPDATE interrupts SET status = ?, response = ?, resolved_at 
 // tells an unknown interrupt (KindNotFound) from a resolved one (returned with KindConflict/CodeAlreadyResolved).
 func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (agent.Interrupt, error) {
 	s.op()
-	if err := checkResolve(req); err != nil {
+	if err := req.Check(); err != nil {
 		return agent.Interrupt{}, err
 	}
 	var stored agent.Interrupt

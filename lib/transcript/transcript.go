@@ -224,11 +224,7 @@ func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 // (principle 9): "not executed" only where the caller knows the tool never ran. parts is changed in place.
 func Synthesize(parts []agent.Part, errorText string, outcome func(p agent.Part) (json.RawMessage, bool)) []agent.Part {
 	for i, p := range parts {
-		if !agent.IsToolPart(p.Type) {
-			continue
-		}
-		switch p.State {
-		case agent.StateOutputAvailable, agent.StateOutputError, agent.StateOutputDenied:
+		if !p.Waiting() {
 			continue
 		}
 		p.Approval = nil
