@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -504,13 +503,13 @@ func (s *Store) ListExpiredInterrupts(ctx context.Context, before time.Time, lim
 		limit = agent.DefaultListLimit
 	}
 	out := []agent.Interrupt{}
-	var nominees []item
-	check := func() error {
+	ix := sparseIndex{name: IndexPending, shardAttr: AttrPendingShard, shardPrefix: prefixInt, sortAttr: AttrPendingExpiry,
+		shards: DefaultInterruptShards, exact: true}
+	err := s.nominate(ctx, ix, before, limit, func(nominees []item) (int, error) {
 		got, err := s.batchGet(ctx, nominees)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		nominees = nominees[:0]
 		var heads []item
 		for _, it := range got {
 			if getS(it, attrStatus) == string(agent.InterruptPending) && getT(it, attrExpires).Before(before) {
@@ -518,44 +517,11 @@ func (s *Store) ListExpiredInterrupts(ctx context.Context, before time.Time, lim
 			}
 		}
 		list, err := s.loadInterrupts(ctx, heads)
-		if err != nil {
-			return err
-		}
 		out = append(out, list...)
-		return nil
-	}
-	for shard := 0; shard < DefaultInterruptShards && len(out) < limit; shard++ {
-		e := newExpr()
-		in := &dynamodb.QueryInput{
-			TableName: aws.String(s.table),
-			IndexName: aws.String(IndexPending),
-			KeyConditionExpression: aws.String(e.n(AttrPendingShard) + " = " + e.v(avS(prefixInt+strconv.Itoa(shard))) +
-				" AND " + e.n(AttrPendingExpiry) + " < " + e.v(avT(before))),
-			ExpressionAttributeNames:  e.attrNames(),
-			ExpressionAttributeValues: e.attrValues(),
-			Limit:                     aws.Int32(int32(min(limit, 1000))),
-		}
-		err := s.query(ctx, in, func(it item) error {
-			nominees = append(nominees, key(getS(it, AttrPK), getS(it, AttrSK)))
-			if len(nominees) >= limit-len(out) {
-				// Enough nominees to possibly fill the answer: check them before reading on.
-				if err := check(); err != nil {
-					return err
-				}
-				if len(out) >= limit {
-					return errStopQuery
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	if len(nominees) > 0 && len(out) < limit {
-		if err := check(); err != nil {
-			return nil, err
-		}
+		return len(list), err
+	})
+	if err != nil {
+		return nil, err
 	}
 	sortInterrupts(out, func(in agent.Interrupt) time.Time { return in.ExpiresAt })
 	return out[:min(len(out), limit)], nil

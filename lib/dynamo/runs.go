@@ -535,52 +535,22 @@ func (s *Store) ListStaleClaims(ctx context.Context, before time.Time, limit int
 		limit = agent.DefaultListLimit
 	}
 	out := []agent.StaleClaim{}
-	var nominees []item
-	check := func() error {
+	ix := sparseIndex{name: IndexRunning, shardAttr: AttrRunShard, shardPrefix: "RUN#", sortAttr: AttrClaimBucket, shards: s.runShards}
+	err := s.nominate(ctx, ix, before, limit, func(nominees []item) (int, error) {
 		got, err := s.batchGet(ctx, nominees)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		nominees = nominees[:0]
+		n := len(out)
 		for _, it := range got {
 			if c := decodeClaim(it); c != nil && c.HeartbeatAt.Before(before) {
 				out = append(out, agent.StaleClaim{ThreadID: getS(it, attrID), Claim: *c})
 			}
 		}
-		return nil
-	}
-	for shard := 0; shard < s.runShards && len(out) < limit; shard++ {
-		e := newExpr()
-		in := &dynamodb.QueryInput{
-			TableName: aws.String(s.table),
-			IndexName: aws.String(IndexRunning),
-			KeyConditionExpression: aws.String(e.n(AttrRunShard) + " = " + e.v(avS("RUN#"+strconv.Itoa(shard))) + " AND " +
-				e.n(AttrClaimBucket) + " < " + e.v(avT(before))),
-			ExpressionAttributeNames:  e.attrNames(),
-			ExpressionAttributeValues: e.attrValues(),
-			Limit:                     aws.Int32(1000),
-		}
-		err := s.query(ctx, in, func(it item) error {
-			nominees = append(nominees, key(getS(it, AttrPK), getS(it, AttrSK)))
-			if len(nominees) >= limit-len(out) {
-				// Enough nominees to possibly fill the answer: check them before reading on.
-				if err := check(); err != nil {
-					return err
-				}
-				if len(out) >= limit {
-					return errStopQuery
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	if len(nominees) > 0 && len(out) < limit {
-		if err := check(); err != nil {
-			return nil, err
-		}
+		return len(out) - n, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].Claim.HeartbeatAt.Equal(out[j].Claim.HeartbeatAt) {
@@ -589,4 +559,63 @@ func (s *Store) ListStaleClaims(ctx context.Context, before time.Time, limit int
 		return out[i].ThreadID < out[j].ThreadID
 	})
 	return out[:min(len(out), limit)], nil
+}
+
+// sparseIndex is a sharded sparse index whose sort key is a time: the reapers' work lists (claims by heartbeat
+// bucket, pending interrupts by expiry). Its keys only nominate items; the caller re-reads them.
+type sparseIndex struct {
+	name, shardAttr, shardPrefix, sortAttr string
+	shards                                 int
+	// exact: the sort key is the item's own time, so every nominee qualifies and a page needs no more than limit
+	// (the claims index is a coarse bucket, so its pages read on).
+	exact bool
+}
+
+// nominate queries every shard of ix for keys whose sort key is before `before` and hands them to keep in
+// batches (as soon as enough may fill the answer, and at the end); keep re-reads them and reports how many still
+// qualify. It stops once limit were kept.
+func (s *Store) nominate(ctx context.Context, ix sparseIndex, before time.Time, limit int, keep func([]item) (int, error)) error {
+	kept := 0
+	var nominees []item
+	flush := func() error {
+		n, err := keep(nominees)
+		nominees, kept = nominees[:0], kept+n
+		return err
+	}
+	page := int32(1000)
+	if ix.exact {
+		page = int32(min(limit, 1000))
+	}
+	for shard := 0; shard < ix.shards && kept < limit; shard++ {
+		e := newExpr()
+		in := &dynamodb.QueryInput{
+			TableName: aws.String(s.table),
+			IndexName: aws.String(ix.name),
+			KeyConditionExpression: aws.String(e.n(ix.shardAttr) + " = " + e.v(avS(ix.shardPrefix+strconv.Itoa(shard))) + " AND " +
+				e.n(ix.sortAttr) + " < " + e.v(avT(before))),
+			ExpressionAttributeNames:  e.attrNames(),
+			ExpressionAttributeValues: e.attrValues(),
+			Limit:                     aws.Int32(page),
+		}
+		err := s.query(ctx, in, func(it item) error {
+			nominees = append(nominees, key(getS(it, AttrPK), getS(it, AttrSK)))
+			if len(nominees) >= limit-kept {
+				// Enough nominees to possibly fill the answer: check them before reading on.
+				if err := flush(); err != nil {
+					return err
+				}
+				if kept >= limit {
+					return errStopQuery
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if len(nominees) > 0 && kept < limit {
+		return flush()
+	}
+	return nil
 }
