@@ -317,3 +317,39 @@ func TestOrphanIsFinishedByItsReader(t *testing.T) {
 		t.Fatalf("orphan: run %s, message %s", got.Status, rec.Message.Metadata)
 	}
 }
+
+// A sweep marks pending interrupts past their age expired (and nothing else), by compare-and-set; a dead run's
+// interrupts that its message never showed are canceled when it is reaped.
+func TestTickExpiresAndCancelsInterrupts(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	now := time.Now()
+	run := f.claim(t, "th", "run_dead", now.Add(-time.Minute))
+	ask := func(id string, expires time.Time, runID string) {
+		t.Helper()
+		in := agent.Interrupt{ID: id, ThreadID: "th", RunID: runID, MessageID: "msg_" + runID, Kind: agent.InterruptApproval,
+			ToolCallID: "call_" + id, ToolName: "delete_note", Input: json.RawMessage(`{}`), Status: agent.InterruptPending,
+			CreatedAt: now.Add(-25 * time.Hour), ExpiresAt: expires}
+		if _, _, err := f.store.CreateInterrupt(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask("old", now.Add(-time.Hour), "run_earlier")
+	ask("fresh", now.Add(time.Hour), "run_earlier")
+	ask("asked_by_dead", now.Add(time.Hour), run.ID)
+	st, err := f.r.Tick(ctx)
+	if err != nil || st.Expired != 1 || st.Reaped != 1 {
+		t.Fatalf("tick: %+v %v", st, err)
+	}
+	want := map[string]agent.InterruptStatus{"old": agent.InterruptExpired, "fresh": agent.InterruptPending, "asked_by_dead": agent.InterruptCanceled}
+	for id, status := range want {
+		in, err := f.store.GetInterrupt(ctx, "th", id)
+		if err != nil || in.Status != status {
+			t.Errorf("%s: %s %v, want %s", id, in.Status, err, status)
+		}
+	}
+	if st, _ := f.r.Tick(ctx); st.Expired != 0 {
+		t.Fatalf("a second sweep expired %d again", st.Expired)
+	}
+}
