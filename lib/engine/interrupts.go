@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -106,6 +107,10 @@ func (t *Turn) planContinue(ctx context.Context, msgs []agent.Message, all []age
 	}
 	stored := msgs[idx]
 	draft := transcript.Decode(stored.Parts)
+	if idx != len(msgs)-1 && slices.ContainsFunc(answers, func(a interrupts.Answer) bool { return !a.Repeat }) {
+		// The thread moved on past the message (its later turn canceled what waited, or failed to write that).
+		return turnPlan{}, agent.E(agent.KindConflict, agent.CodeAlreadyResolved, "message %q is no longer the newest; its requests were left behind", m.ID)
+	}
 	if idx != len(msgs)-1 || !waits(draft, answers) {
 		// Every answer was applied already (a repeated request, or a retry whose first reply was lost).
 		return turnPlan{noop: true, noopMessage: stored}, nil

@@ -57,3 +57,33 @@ func TestApprovedToolGone(t *testing.T) {
 		}
 	}
 }
+
+// lagging reads every interrupt as pending (a store whose reads lag behind its writes).
+type lagging struct{ agent.Store }
+
+func (l lagging) ListInterrupts(ctx context.Context, threadID string) ([]agent.Interrupt, error) {
+	ins, err := l.Store.ListInterrupts(ctx, threadID)
+	for i := range ins {
+		ins[i].Status, ins[i].Response = agent.InterruptPending, nil
+	}
+	return ins, err
+}
+
+// An answer for a message the thread has moved past is refused, even when its interrupt still reads pending:
+// nothing is resolved and nothing runs. (It used to be answered with a no-op stream, leaving the client to think
+// its answer counted.)
+func TestAnswerForAnOlderMessage(t *testing.T) {
+	t.Parallel()
+	ran := 0
+	guarded := agent.Tool{Name: "guarded", Kind: agent.ToolServer, Approval: agent.ApprovalAlways, InputSchema: json.RawMessage(`{"type":"object"}`),
+		Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) { ran++; return json.RawMessage(`"ok"`), nil }}
+	f := setup(t, withTools(guarded), withStore(func(s agent.Store) agent.Store { return lagging{s} }))
+	f.turn(t, "th", "u1", `/tool guarded {}`)
+	answer := approveAll(t, f, "th")
+	if run, _ := f.turn(t, "th", "u2", "never mind"); run.Status != agent.RunCompleted {
+		t.Fatal(run.Status)
+	}
+	if _, err := f.eng.Begin(context.Background(), answer); agent.CodeOf(err) != agent.CodeAlreadyResolved || ran != 0 {
+		t.Fatalf("begin: %v (ran %d), want %s", err, ran, agent.CodeAlreadyResolved)
+	}
+}
