@@ -76,7 +76,10 @@ func TestAnswerForAnOlderMessage(t *testing.T) {
 	t.Parallel()
 	ran := 0
 	guarded := agent.Tool{Name: "guarded", Kind: agent.ToolServer, Approval: agent.ApprovalAlways, InputSchema: json.RawMessage(`{"type":"object"}`),
-		Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) { ran++; return json.RawMessage(`"ok"`), nil }}
+		Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) {
+			ran++
+			return json.RawMessage(`"ok"`), nil
+		}}
 	f := setup(t, withTools(guarded), withStore(func(s agent.Store) agent.Store { return lagging{s} }))
 	f.turn(t, "th", "u1", `/tool guarded {}`)
 	answer := approveAll(t, f, "th")
