@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +31,9 @@ const secret = "lambda-form-test-secret-0123456789abcdef"
 
 type fixture struct {
 	handler http.Handler
-	token   string
+	// cold builds another handler as a cold start of main does, over the same table.
+	cold  func() http.Handler
+	token string
 	// release lets the gated model finish its reply.
 	release func()
 }
@@ -66,15 +69,18 @@ func setup(t *testing.T, endpoint string) *fixture {
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider(dynamotest.AccessKey, dynamotest.SecretKey, ""),
 	}
-	h, err := newHandler(ctx, func(k string) string { return env[k] }, awsCfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
+	cold := func() http.Handler {
+		h, err := newHandler(ctx, func(k string) string { return env[k] }, awsCfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
 	}
 	tok, err := auth.MintHS256([]byte(secret), "alice", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{handler: h, token: tok, release: release}
+	return &fixture{handler: cold(), cold: cold, token: tok, release: release}
 }
 
 // gated serves next, but once a reply has streamed a non-empty piece of content, every further write waits
@@ -262,6 +268,57 @@ func TestLambdaForm(t *testing.T) {
 		b := readAll(t, idle.Body, idleDone)
 		if idle.StatusCode != http.StatusNoContent || len(b) != 0 {
 			t.Fatalf("resume after the run: %d %q, want 204 and no body", idle.StatusCode, b)
+		}
+	})
+
+	// A pending approval survives a cold start: the answer, posted to a new handler (a new Lambda sandbox: nothing
+	// in memory), verifies against the stored request and continues the same message.
+	t.Run("approval across a cold start", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, endpoint)
+		f.release()
+		post := func(body any) []byte {
+			ev := f.event(t, "chat-post.json", "th-cold", "x")
+			b, _ := json.Marshal(body)
+			ev.Body = string(b)
+			resp, done := f.invoke(t, ev)
+			out := readAll(t, resp.Body, done)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, out)
+			}
+			return out
+		}
+		user := func(id, text string) map[string]any {
+			return map[string]any{"id": "th-cold", "trigger": "submit-message", "messages": []any{
+				map[string]any{"id": id, "role": "user", "parts": []any{map[string]any{"type": "text", "text": text}}}}}
+		}
+		added := post(user("u1", `/tool add_note {"text":"cold"}`))
+		noteID := regexp.MustCompile(`note_[0-9a-f]+`).Find(added)
+		asked, err := deploytest.ParseStream(post(user("u2", fmt.Sprintf(`/tool delete_note {"id":%q}`, noteID))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req map[string]any
+		for _, c := range asked.Chunks {
+			if c["type"] == "tool-approval-request" {
+				req = c
+			}
+		}
+		if req == nil {
+			t.Fatalf("no approval request: %+v", asked.Chunks)
+		}
+		f.handler = f.cold()
+		answer := map[string]any{"id": "th-cold", "trigger": "submit-message", "messageId": asked.MessageID, "messages": []any{
+			map[string]any{"id": asked.MessageID, "role": "assistant", "parts": []any{
+				map[string]any{"type": "step-start"},
+				map[string]any{"type": "tool-delete_note", "toolCallId": req["toolCallId"], "state": "approval-responded",
+					"input": map[string]any{"id": string(noteID)}, "approval": map[string]any{"id": req["approvalId"], "approved": true}}}}}}
+		done, err := deploytest.ParseStream(post(answer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done.MessageID != asked.MessageID || !strings.Contains(done.Text, "deleted") {
+			t.Fatalf("continuation %s %q, want %s to go on and report the delete", done.MessageID, done.Text, asked.MessageID)
 		}
 	})
 

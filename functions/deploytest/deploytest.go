@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -332,6 +333,8 @@ type Stream struct {
 	Text string
 	// ErrorText is the errorText of an error chunk, if any.
 	ErrorText string
+	// Chunks holds every chunk, decoded, in order.
+	Chunks []map[string]any
 }
 
 // ParseStream parses a whole UI message stream body and checks that it is complete: it begins with a start
@@ -350,10 +353,11 @@ func ParseStream(body []byte) (Stream, error) {
 			Delta     string `json:"delta"`
 			ErrorText string `json:"errorText"`
 		}
-		if err := json.Unmarshal(f, &c); err != nil {
+		var m map[string]any
+		if err := errors.Join(json.Unmarshal(f, &c), json.Unmarshal(f, &m)); err != nil {
 			return Stream{}, fmt.Errorf("lambdatest: chunk %s: %w", f, err)
 		}
-		s.Types = append(s.Types, c.Type)
+		s.Types, s.Chunks = append(s.Types, c.Type), append(s.Chunks, m)
 		switch c.Type {
 		case "start":
 			s.MessageID = c.MessageID
