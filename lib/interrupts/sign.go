@@ -14,9 +14,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -90,75 +92,200 @@ func ID(threadID, runID, toolCallID string) string {
 	return "apr_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:15]))
 }
 
-// Canonical is the AI SDK's canonicalJSON: JSON with object keys sorted (by UTF-16 code units, as JavaScript's
-// sort does), no insignificant whitespace, numbers and strings written as JSON.stringify writes them. Two inputs
-// that differ only in key order or spacing have the same canonical form. An empty input is "null" (undefined in
-// JavaScript stringifies as nothing, which the SDK never signs).
+// Canonical is the AI SDK's canonicalJSON of the value JSON.parse makes of input: object keys sorted by UTF-16
+// code units (as JavaScript's sort compares them), no insignificant whitespace, numbers and strings written as
+// JSON.stringify writes them (a lone surrogate escape stays an escape, as JavaScript strings hold UTF-16 code
+// units; a duplicate key keeps its last value). Two inputs that differ only in key order or spacing have the
+// same canonical form. An empty input is "null".
 func Canonical(input json.RawMessage) ([]byte, error) {
 	if len(bytes.TrimSpace(input)) == 0 {
 		return []byte("null"), nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(input))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "tool input is not valid JSON")
+	if !json.Valid(input) {
+		return nil, agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "tool input is not one valid JSON value")
 	}
-	if dec.More() {
-		return nil, agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "tool input is not one JSON value")
-	}
-	var b bytes.Buffer
-	if err := writeCanonical(&b, v); err != nil {
+	p := &jsonParser{in: input}
+	v, err := p.value()
+	if err != nil {
 		return nil, err
 	}
+	var b bytes.Buffer
+	writeCanonical(&b, v)
 	return b.Bytes(), nil
 }
 
-func writeCanonical(b *bytes.Buffer, v any) error {
+// jsString is a string as JavaScript holds it: UTF-16 code units.
+type jsString []uint16
+
+// jsMember is one object member.
+type jsMember struct {
+	key jsString
+	val any
+}
+
+// jsonParser reads JSON that json.Valid accepted into nil, bool, float64, jsString, []any and []jsMember values.
+type jsonParser struct {
+	in  []byte
+	pos int
+}
+
+func (p *jsonParser) skip() {
+	for p.pos < len(p.in) && strings.IndexByte(" \t\n\r", p.in[p.pos]) >= 0 {
+		p.pos++
+	}
+}
+
+func (p *jsonParser) value() (any, error) {
+	p.skip()
+	switch c := p.in[p.pos]; {
+	case c == '{':
+		p.pos++
+		var members []jsMember
+		for {
+			p.skip()
+			if p.in[p.pos] == '}' {
+				p.pos++
+				return members, nil
+			}
+			if p.in[p.pos] == ',' {
+				p.pos++
+				p.skip()
+			}
+			key := p.str()
+			p.skip()
+			p.pos++ // ':'
+			v, err := p.value()
+			if err != nil {
+				return nil, err
+			}
+			members = append(members, jsMember{key: key, val: v})
+			p.skip()
+		}
+	case c == '[':
+		p.pos++
+		var elems []any
+		for {
+			p.skip()
+			if p.in[p.pos] == ']' {
+				p.pos++
+				return elems, nil
+			}
+			if p.in[p.pos] == ',' {
+				p.pos++
+			}
+			v, err := p.value()
+			if err != nil {
+				return nil, err
+			}
+			elems = append(elems, v)
+			p.skip()
+		}
+	case c == '"':
+		return p.str(), nil
+	case c == 't':
+		p.pos += 4
+		return true, nil
+	case c == 'f':
+		p.pos += 5
+		return false, nil
+	case c == 'n':
+		p.pos += 4
+		return nil, nil
+	default:
+		start := p.pos
+		for p.pos < len(p.in) && strings.IndexByte("+-0123456789.eE", p.in[p.pos]) >= 0 {
+			p.pos++
+		}
+		f, err := strconv.ParseFloat(string(p.in[start:p.pos]), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return nil, agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "tool input has a number JavaScript cannot hold")
+		}
+		return f, nil
+	}
+}
+
+// str reads a string literal (the parser is at its opening quote) into UTF-16 code units.
+func (p *jsonParser) str() jsString {
+	p.pos++
+	var out jsString
+	for {
+		c := p.in[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			return out
+		case c == '\\':
+			e := p.in[p.pos+1]
+			p.pos += 2
+			switch e {
+			case 'u':
+				u, _ := strconv.ParseUint(string(p.in[p.pos:p.pos+4]), 16, 16)
+				out = append(out, uint16(u))
+				p.pos += 4
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			default: // " \ /
+				out = append(out, uint16(e))
+			}
+		default:
+			r, size := utf8.DecodeRune(p.in[p.pos:])
+			p.pos += size
+			out = utf16.AppendRune(out, r)
+		}
+	}
+}
+
+func writeCanonical(b *bytes.Buffer, v any) {
 	switch v := v.(type) {
 	case nil:
 		b.WriteString("null")
 	case bool:
 		b.WriteString(strconv.FormatBool(v))
-	case json.Number:
-		f, err := strconv.ParseFloat(string(v), 64)
-		if err != nil || math.IsInf(f, 0) {
-			return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "tool input has a number JavaScript cannot hold")
-		}
-		b.WriteString(jsNumber(f))
-	case string:
-		writeJSString(b, v)
+	case float64:
+		b.WriteString(jsNumber(v))
+	case jsString:
+		writeUTF16(b, v)
 	case []any:
 		b.WriteByte('[')
 		for i, e := range v {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			if err := writeCanonical(b, e); err != nil {
-				return err
-			}
+			writeCanonical(b, e)
 		}
 		b.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
+	case []jsMember:
+		// JSON.parse keeps a duplicate key's last value.
+		last := map[string]int{}
+		for i, m := range v {
+			last[fmt.Sprint([]uint16(m.key))] = i
 		}
-		sort.Slice(keys, func(i, j int) bool { return utf16Less(keys[i], keys[j]) })
+		var keep []jsMember
+		for i, m := range v {
+			if last[fmt.Sprint([]uint16(m.key))] == i {
+				keep = append(keep, m)
+			}
+		}
+		sort.Slice(keep, func(i, j int) bool { return slices.Compare(keep[i].key, keep[j].key) < 0 })
 		b.WriteByte('{')
-		for i, k := range keys {
+		for i, m := range keep {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			writeJSString(b, k)
+			writeUTF16(b, m.key)
 			b.WriteByte(':')
-			if err := writeCanonical(b, v[k]); err != nil {
-				return err
-			}
+			writeCanonical(b, m.val)
 		}
 		b.WriteByte('}')
 	}
-	return nil
 }
 
 // jsNumber formats f as JavaScript's Number.prototype.toString does (shortest round-trip digits; exponent form
@@ -179,62 +306,49 @@ func jsNumber(f float64) string {
 	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
-// writeJSString writes s as JSON.stringify does: only '"', '\\' and control characters are escaped (Go's
-// encoder also escapes <, >, & and U+2028/U+2029, which would change the digest).
-func writeJSString(b *bytes.Buffer, s string) {
+// writeJSString writes a Go string as JSON.stringify writes it.
+func writeJSString(b *bytes.Buffer, s string) { writeUTF16(b, utf16.Encode([]rune(s))) }
+
+// writeUTF16 writes code units as JSON.stringify does: '"', '\\' and control characters escaped, a lone
+// surrogate as a \u escape (well-formed JSON.stringify), everything else as UTF-8 (Go's encoder also escapes <, >, &
+// and U+2028/U+2029, which would change the digest).
+func writeUTF16(b *bytes.Buffer, s jsString) {
 	const hex = "0123456789abcdef"
 	b.WriteByte('"')
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
+	for i := 0; i < len(s); i++ {
+		u := s[i]
 		switch {
-		case r == '"':
+		case u == '"':
 			b.WriteString(`\"`)
-		case r == '\\':
+		case u == '\\':
 			b.WriteString(`\\`)
-		case r == '\b':
+		case u == '\b':
 			b.WriteString(`\b`)
-		case r == '\f':
+		case u == '\f':
 			b.WriteString(`\f`)
-		case r == '\n':
+		case u == '\n':
 			b.WriteString(`\n`)
-		case r == '\r':
+		case u == '\r':
 			b.WriteString(`\r`)
-		case r == '\t':
+		case u == '\t':
 			b.WriteString(`\t`)
-		case r < 0x20:
+		case u < 0x20:
 			b.WriteString(`\u00`)
-			b.WriteByte(hex[r>>4])
-			b.WriteByte(hex[r&0xF])
-		case r == utf8.RuneError && size == 1:
-			b.WriteString(`\ufffd`) // invalid UTF-8 cannot come from JSON text; keep the output valid anyway
+			b.WriteByte(hex[u>>4])
+			b.WriteByte(hex[u&0xF])
+		case utf16.IsSurrogate(rune(u)):
+			if u < 0xDC00 && i+1 < len(s) && s[i+1] >= 0xDC00 && s[i+1] <= 0xDFFF {
+				b.WriteString(string(utf16.DecodeRune(rune(u), rune(s[i+1]))))
+				i++
+				continue
+			}
+			b.WriteString(`\u`)
+			for shift := 12; shift >= 0; shift -= 4 {
+				b.WriteByte(hex[(u>>shift)&0xF])
+			}
 		default:
-			b.WriteString(s[i : i+size])
+			b.WriteString(string(rune(u)))
 		}
-		i += size
 	}
 	b.WriteByte('"')
-}
-
-// utf16Less orders strings by UTF-16 code units, as JavaScript's default sort does (it differs from byte order
-// only for characters above U+FFFF against U+E000-U+FFFF).
-func utf16Less(a, b string) bool {
-	ra, rb := []rune(a), []rune(b)
-	for i := 0; i < len(ra) && i < len(rb); i++ {
-		if ra[i] == rb[i] {
-			continue
-		}
-		if ka, kb := utf16Key(ra[i]), utf16Key(rb[i]); ka != kb {
-			return ka < kb
-		}
-		return ra[i] < rb[i] // same high surrogate: the low one, monotonic in the rune, decides
-	}
-	return len(ra) < len(rb)
-}
-
-func utf16Key(r rune) uint32 {
-	if r >= 0x10000 {
-		// The first code unit of a surrogate pair (0xD800-0xDBFF) decides.
-		return 0xD800 + uint32((r-0x10000)>>10)
-	}
-	return uint32(r)
 }
