@@ -181,3 +181,27 @@ func TestMatchLadder(t *testing.T) {
 		})
 	}
 }
+
+// Canonical never panics on valid JSON, and its output is a fixed point (valid JSON whose canonical form is
+// itself).
+func FuzzCanonical(f *testing.F) {
+	for _, s := range []string{`{"b":[1,{"d":null,"c":"\ud800"}],"a":true}`, `"\u2028\"\\"`, `[1e21,-0,0.1]`, `{"a":1,"a":2}`, ` 7 `} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		if !json.Valid([]byte(in)) {
+			return
+		}
+		c, err := interrupts.Canonical(json.RawMessage(in))
+		if err != nil {
+			return // a number JavaScript cannot hold
+		}
+		if !json.Valid(c) {
+			t.Fatalf("Canonical(%q) = %q is not JSON", in, c)
+		}
+		again, err := interrupts.Canonical(c)
+		if err != nil || string(again) != string(c) {
+			t.Fatalf("Canonical is not a fixed point: %q -> %q -> %q (%v)", in, c, again, err)
+		}
+	})
+}
