@@ -52,9 +52,10 @@ type turnPlan struct {
 	// What the turn closes before its own user message is stored: interrupts it leaves unanswered (canceled,
 	// or expired), the newest assistant message with results for its waiting calls, and (an edit) the
 	// messages after the edited one, newest first.
-	cancel  []agent.ResolveRequest
-	settled *agent.Message
-	drop    []string
+	cancel       []agent.ResolveRequest
+	settled      *agent.Message
+	settledFinal bool
+	drop         []string
 }
 
 // Begin validates, claims the thread (creating it for a first message), reads the thread and plans the turn.
@@ -77,6 +78,14 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	// Answers are decided before a byte is streamed: a lost compare-and-set refuses the request like bad input.
 	if err := t.resolve(ctx); err != nil {
 		return nil, t.abort(ctx, err)
+	}
+	if t.plan.replaces != "" && (t.plan.settled != nil || len(t.plan.cancel) > 0) {
+		// A regenerate of a reply that asked closes it before streaming: a new reply that failed half way must
+		// not leave the old one, no longer the newest, still asking (rare, so off the usual critical path).
+		if err := t.closeOut(ctx); err != nil {
+			return nil, t.abort(ctx, err)
+		}
+		t.plan.settled, t.plan.cancel = nil, nil
 	}
 	t.apply(ctx)
 	e.log.Info("run claimed", "thread_id", t.thread.ID, "run_id", t.run.ID, "epoch", t.run.Epoch, "trigger", t.run.Trigger)
@@ -239,8 +248,14 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 		if err != nil {
 			return plan, fmt.Errorf("list interrupts: %w", err)
 		}
-		keep := plan.replaces != last.ID && !slices.Contains(plan.drop, last.ID)
-		t.settle(&plan, *last, ins, keep)
+		why := settleNewMessage
+		switch {
+		case slices.Contains(plan.drop, last.ID):
+			why = settleDropped
+		case plan.replaces == last.ID:
+			why = settleRegenerate
+		}
+		t.settle(&plan, *last, ins, why)
 	}
 	return plan, nil
 }

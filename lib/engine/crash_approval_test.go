@@ -35,20 +35,30 @@ func TestApprovalCrashPoints(t *testing.T) {
 		return c.method == "ResolveInterrupt" && c.ns == string(agent.InterruptApproved)
 	}
 	effects := func(c storeCall) bool { return strings.HasPrefix(c.ns, "effects/") }
+	canceled := func(c storeCall) bool { return c.method == "ResolveInterrupt" && c.ns == string(agent.InterruptCanceled) }
 	rows := []struct {
-		name   string
-		answer bool // the crash is in the answering turn (else in the asking one)
-		point  crashPoint
+		name  string
+		stage crashStage
+		point crashPoint
 	}{
-		{"ask/CreateInterrupt", false, crashPoint{method: "CreateInterrupt", n: 1}},
-		{"ask/final PutMessage", false, atFinal},
-		{"ask/FinishRun", false, atFinishRun},
-		{"answer/ClaimRun", true, atClaim},
-		{"answer/ResolveInterrupt", true, crashPoint{method: "ResolveInterrupt", match: resolved, n: 1}},
-		{"answer/effect record PutValue", true, crashPoint{method: "PutValue", match: effects, n: 1, settle: 50 * time.Millisecond}},
-		{"answer/note DeleteValue", true, crashPoint{method: "DeleteValue", n: 1, settle: 50 * time.Millisecond}},
-		{"answer/final PutMessage", true, atFinal},
-		{"answer/FinishRun", true, atFinishRun},
+		{"ask/CreateInterrupt", stageAsk, crashPoint{method: "CreateInterrupt", n: 1}},
+		{"ask/final PutMessage", stageAsk, atFinal},
+		{"ask/FinishRun", stageAsk, atFinishRun},
+		{"answer/ClaimRun", stageAnswer, atClaim},
+		{"answer/ResolveInterrupt", stageAnswer, crashPoint{method: "ResolveInterrupt", match: resolved, n: 1}},
+		{"answer/effect record PutValue", stageAnswer, crashPoint{method: "PutValue", match: effects, n: 1, settle: 50 * time.Millisecond}},
+		{"answer/note DeleteValue", stageAnswer, crashPoint{method: "DeleteValue", n: 1, settle: 50 * time.Millisecond}},
+		{"answer/final PutMessage", stageAnswer, atFinal},
+		{"answer/FinishRun", stageAnswer, atFinishRun},
+		// A new message instead of the answer: the asking message is settled, then its interrupt canceled.
+		{"move-on/settled PutMessage", stageMoveOn, crashPoint{method: "PutMessage", match: written(agent.RoleAssistant, true), n: 1}},
+		{"move-on/cancel ResolveInterrupt", stageMoveOn, crashPoint{method: "ResolveInterrupt", match: canceled, n: 1}},
+		{"move-on/user PutMessage", stageMoveOn, atUser},
+		// A regenerate of the asking reply, which closes it before streaming.
+		{"regenerate/settled PutMessage", stageRegenerate, crashPoint{method: "PutMessage", match: written(agent.RoleAssistant, false), n: 1}},
+		{"regenerate/cancel ResolveInterrupt", stageRegenerate, crashPoint{method: "ResolveInterrupt", match: canceled, n: 1}},
+		{"regenerate/first AppendSegment", stageRegenerate, atFirstSegment},
+		{"regenerate/final PutMessage", stageRegenerate, atFinal},
 	}
 	for i, backend := range backends {
 		t.Run([]string{"sqlite", "dynamo"}[i], func(t *testing.T) {
@@ -57,21 +67,32 @@ func TestApprovalCrashPoints(t *testing.T) {
 			for _, row := range rows {
 				t.Run(row.name, func(t *testing.T) {
 					t.Parallel()
-					approvalCrash(t, b, row.answer, row.point)
+					approvalCrash(t, b, row.stage, row.point)
 				})
 			}
 		})
 	}
 }
 
-func approvalCrash(t *testing.T, b crashBackend, inAnswer bool, point crashPoint) {
+// crashStage is the turn of an approval's life in which the process dies.
+type crashStage int
+
+const (
+	stageAsk        crashStage = iota // the turn that asks
+	stageAnswer                       // the turn that answers (approves)
+	stageMoveOn                       // a new user message instead of the answer
+	stageRegenerate                   // a regenerate of the asking reply
+)
+
+func approvalCrash(t *testing.T, b crashBackend, stage crashStage, point crashPoint) {
+	inAnswer := stage == stageAnswer
 	ctx := context.Background()
 	process := b.start(t)
 	cs := &crashStore{point: point}
 	first := process(t, cs)
 	noteID := addNoteVia(t, first, "keep or delete")
 	ask := submit(crashThread, "u1", fmt.Sprintf(`/tool delete_note {"id":%q}`, noteID))
-	if !inAnswer {
+	if stage == stageAsk {
 		cs.arm()
 	}
 	runTo := func(s *devserver.Stack, req engine.Request) (agent.Run, error) {
@@ -89,15 +110,22 @@ func approvalCrash(t *testing.T, b crashBackend, inAnswer bool, point crashPoint
 		}
 	}
 	run, err := runTo(first, ask)
-	if !inAnswer && !cs.isDead() {
+	if stage == stageAsk && !cs.isDead() {
 		t.Fatalf("the crash point %s was never reached: %+v %v", point, run, err)
 	}
-	if inAnswer {
+	if stage != stageAsk {
 		if err != nil || run.Status != agent.RunInterrupted {
 			t.Fatalf("the asking turn: %+v %v", run, err)
 		}
+		next := answerReq(t, first, true)
+		switch stage {
+		case stageMoveOn:
+			next = submit(crashThread, "u2", "never mind")
+		case stageRegenerate:
+			next = engine.Request{Owner: "alice", ThreadID: crashThread, Kind: engine.TurnRegenerate}
+		}
 		cs.arm()
-		runTo(first, answerReq(t, first, true))
+		runTo(first, next)
 		if !cs.isDead() {
 			t.Fatalf("the crash point %s was never reached", point)
 		}
@@ -131,7 +159,7 @@ func approvalCrash(t *testing.T, b crashBackend, inAnswer bool, point crashPoint
 		}
 		checkApproval(t, second, noteID, "after the answer")
 	}
-	if run, err := runTo(second, submit(crashThread, "u2", "next please")); err != nil || run.Status != agent.RunCompleted {
+	if run, err := runTo(second, submit(crashThread, "u3", "next please")); err != nil || run.Status != agent.RunCompleted {
 		t.Fatalf("the next message: %+v %v", run, err)
 	}
 	v, _ = second.Threads.Get(ctx, "alice", crashThread)

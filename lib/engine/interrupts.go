@@ -111,6 +111,13 @@ func (t *Turn) planContinue(ctx context.Context, msgs []agent.Message, all []age
 		// The thread moved on past the message (its later turn canceled what waited, or failed to write that).
 		return turnPlan{}, agent.E(agent.KindConflict, agent.CodeAlreadyResolved, "message %q is no longer the newest; its requests were left behind", m.ID)
 	}
+	for _, a := range answers {
+		if !a.Repeat && !callWaits(draft, a.Interrupt.ToolCallID) {
+			// The message no longer waits for this call (a turn that moved on settled it and died before it
+			// canceled the interrupt): the request is closed.
+			return turnPlan{}, agent.E(agent.KindConflict, agent.CodeAlreadyResolved, "tool call %q no longer waits for an answer", a.Interrupt.ToolCallID)
+		}
+	}
 	if idx != len(msgs)-1 || !waits(draft, answers) {
 		// Every answer was applied already (a repeated request, or a retry whose first reply was lost).
 		return turnPlan{noop: true, noopMessage: stored}, nil
@@ -121,14 +128,12 @@ func (t *Turn) planContinue(ctx context.Context, msgs []agent.Message, all []age
 
 // waits reports whether one of the answered calls still waits in the stored parts (its answer not applied).
 func waits(parts []agent.Part, answers []interrupts.Answer) bool {
-	for _, a := range answers {
-		for _, p := range parts {
-			if p.ToolCallID == a.Interrupt.ToolCallID && p.Waiting() {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(answers, func(a interrupts.Answer) bool { return callWaits(parts, a.Interrupt.ToolCallID) })
+}
+
+// callWaits reports whether the call's part waits for a result.
+func callWaits(parts []agent.Part, toolCallID string) bool {
+	return slices.ContainsFunc(parts, func(p agent.Part) bool { return p.ToolCallID == toolCallID && p.Waiting() })
 }
 
 // expire marks a pending interrupt past its age expired (compare-and-set; a concurrent resolution wins).
@@ -238,11 +243,19 @@ func (s *stepper) applyAnswers(ctx context.Context) {
 	s.execute(ctx, run)
 }
 
-// settle closes what a new turn leaves behind on the thread's newest assistant message: interrupts still
-// pending are canceled (or expired, past their age), and when the message stays in the transcript its waiting
-// calls get a result that says what happened. ins are the thread's interrupts; keep reports whether the
-// message stays visible (a new user message: yes; a regenerate or an edit that drops it: no).
-func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, keep bool) {
+// settleReason is why a turn leaves the newest assistant message's requests unanswered.
+type settleReason int
+
+const (
+	settleNewMessage settleReason = iota // a new user message: the message stays, its calls get results
+	settleRegenerate                     // a regenerate: results too (the old reply stays if the new one fails), hidden once the new one stands
+	settleDropped                        // an edit dropped the message: only its interrupts are closed
+)
+
+// settle closes what a new turn leaves behind on the thread's newest assistant message: its waiting calls get a
+// result that says what happened (unless the message is dropped), and its interrupts still pending are
+// canceled (or expired, past their age). ins are the thread's interrupts.
+func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, why settleReason) {
 	now := t.e.clock.Now()
 	status := map[string]agent.InterruptStatus{} // tool call id → how its interrupt ends
 	for _, in := range ins {
@@ -259,7 +272,7 @@ func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, kee
 		}
 		status[in.ToolCallID] = st
 	}
-	if !keep {
+	if why == settleDropped {
 		return
 	}
 	parts := transcript.Decode(msg.Parts)
@@ -269,7 +282,7 @@ func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, kee
 			continue
 		}
 		part.Approval = nil
-		part.State, part.ErrorText = agent.StateOutputError, settledText(status[part.ToolCallID])
+		part.State, part.ErrorText = agent.StateOutputError, settledText(status[part.ToolCallID], why)
 		parts[i], changed = part, true
 	}
 	if !changed {
@@ -281,7 +294,8 @@ func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, kee
 	}
 	settled := msg
 	settled.Parts = raw
-	p.settled = &settled
+	// A regenerated reply is hidden by this run once the new one stands, and a finalized write would fence that.
+	p.settled, p.settledFinal = &settled, why != settleRegenerate
 	for i := range p.history {
 		if p.history[i].ID == msg.ID {
 			p.history[i] = settled
@@ -289,30 +303,25 @@ func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, kee
 	}
 }
 
-func settledText(st agent.InterruptStatus) string {
-	switch st {
-	case agent.InterruptExpired:
+func settledText(st agent.InterruptStatus, why settleReason) string {
+	switch {
+	case st == agent.InterruptExpired:
 		return "Not executed: the request for approval or input expired before it was answered."
-	case agent.InterruptCanceled:
+	case st == agent.InterruptCanceled && why == settleRegenerate:
+		return "Not executed: the reply was regenerated instead of answered."
+	case st == agent.InterruptCanceled:
 		return "Not executed: a new message was sent instead of an answer."
 	}
 	return "Not executed: the run that was to execute it stopped."
 }
 
-// closeOut writes the settlement, before the turn's own user message: canceled interrupts first (so no answer
-// can still run them), then the settled message or the dropped ones (an edit), newest first, so that a crash
-// part way leaves a prefix of the old thread, which a retry of the same request finishes.
+// closeOut writes the settlement, before the turn's own user message. The message decides and the interrupts
+// follow: first the dropped messages (an edit; newest first, so that a crash part way leaves a prefix of the
+// old thread, which a retry of the same request finishes) or the settled message, then the cancels. Readers
+// honour a pending interrupt only while its call waits in the newest message, so a crash between the two leaves
+// nothing that could still run.
 func (t *Turn) closeOut(ctx context.Context) error {
 	e := t.e
-	for _, r := range t.plan.cancel {
-		err := e.retry(ctx, func() error {
-			_, err := e.store.ResolveInterrupt(ctx, r)
-			return err
-		})
-		if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
-			return fmt.Errorf("cancel interrupt %s: %w", r.ID, err)
-		}
-	}
 	for _, id := range t.plan.drop {
 		if !t.fresh() {
 			return errInDoubt
@@ -325,9 +334,18 @@ func (t *Turn) closeOut(ctx context.Context) error {
 		if !t.fresh() {
 			return errInDoubt
 		}
-		w := agent.MessageWrite{ThreadID: t.thread.ID, Message: *m, Fence: t.run.Fence(), Final: true}
+		w := agent.MessageWrite{ThreadID: t.thread.ID, Message: *m, Fence: t.run.Fence(), Final: t.plan.settledFinal}
 		if err := e.putFinal(ctx, w, t.fresh); err != nil {
 			return fmt.Errorf("settle message %s: %w", m.ID, err)
+		}
+	}
+	for _, r := range t.plan.cancel {
+		err := e.retry(ctx, func() error {
+			_, err := e.store.ResolveInterrupt(ctx, r)
+			return err
+		})
+		if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
+			return fmt.Errorf("cancel interrupt %s: %w", r.ID, err)
 		}
 	}
 	return nil

@@ -365,6 +365,7 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 // nothing the dead run might still write can change it.
 func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agent.MessageRecord, usage agent.Usage) error {
 	var parts, base []agent.Part
+	var cancel []agent.ResolveRequest
 	seq := run.AssistantSeq()
 	if draft != nil {
 		parts, seq = transcript.Decode(draft.Message.Parts), draft.Seq
@@ -381,7 +382,7 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 		r.log.Warn("reaper: read segments", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
 	}
 	if base != nil {
-		continued, untouched, err := r.continued(ctx, run, base, parts)
+		continued, untouched, err := r.continued(ctx, run, base, parts, &cancel)
 		if err != nil {
 			return err
 		}
@@ -421,6 +422,13 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 	if err != nil && !errors.Is(err, agent.ErrRunFenced) {
 		return fmt.Errorf("reaper: finalize message: %w", err)
 	}
+	for _, c := range cancel {
+		c.Now = r.clock.Now()
+		err := retry(ctx, func() error { _, err := r.store.ResolveInterrupt(ctx, c); return err })
+		if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
+			return fmt.Errorf("reaper: cancel interrupt: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -428,8 +436,8 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 // output the run took (resolved, so they are facts), and for an approval it took, nothing (Synthesize then
 // reports the tool's recorded outcome, or that it is unknown). untouched: the run took no answer and streamed
 // nothing new, so the message is left asking. Otherwise an interrupt still pending (the run died half way
-// through taking the answers) is canceled, and its call was not executed.
-func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []agent.Part) ([]agent.Part, bool, error) {
+// through taking the answers) is added to cancel, and its call was not executed.
+func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []agent.Part, cancel *[]agent.ResolveRequest) ([]agent.Part, bool, error) {
 	all, err := r.store.ListInterrupts(ctx, run.ThreadID)
 	if err != nil {
 		return nil, false, fmt.Errorf("reaper: list interrupts: %w", err)
@@ -459,10 +467,8 @@ func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []age
 		}
 		switch in.Status {
 		case agent.InterruptPending:
-			_, err := r.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptCanceled, Now: r.clock.Now()})
-			if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
-				return nil, false, fmt.Errorf("reaper: cancel interrupt: %w", err)
-			}
+			// Canceled once the message that gives the call its result is stored (the message decides).
+			*cancel = append(*cancel, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptCanceled})
 			p.State, p.Approval, p.ErrorText = agent.StateOutputError, nil, "Not executed: the run stopped before it took the answer."
 		case agent.InterruptDenied:
 			no := false

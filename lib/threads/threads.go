@@ -174,8 +174,8 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 	return v, nil
 }
 
-// pending returns the interrupts that wait for an answer: those of the newest message, when it is an assistant
-// message that ended interrupted (an interrupt of an older message was left behind by a later turn, which
+// pending returns the interrupts that wait for an answer: those of the newest message whose calls wait in it,
+// when it is an assistant message that ended interrupted (an interrupt of an older message was left behind by a later turn, which
 // cancels it). One past its age is marked expired here, lazily, and left out.
 func (s *Service) pending(ctx context.Context, msgs []agent.Message, ins []agent.Interrupt) []agent.Interrupt {
 	out := []agent.Interrupt{}
@@ -184,8 +184,16 @@ func (s *Service) pending(ctx context.Context, msgs []agent.Message, ins []agent
 		return out
 	}
 	now := s.clock.Now()
+	waiting := map[string]bool{}
+	for _, raw := range msgs[n-1].Parts {
+		if p, err := agent.DecodePart(raw); err == nil && p.Waiting() {
+			waiting[p.ToolCallID] = true
+		}
+	}
 	for _, in := range ins {
-		if in.MessageID != msgs[n-1].ID || in.Status != agent.InterruptPending {
+		// The message decides: a pending interrupt whose call no longer waits was left behind by a turn that
+		// settled the message and died before it canceled the interrupt.
+		if in.MessageID != msgs[n-1].ID || in.Status != agent.InterruptPending || !waiting[in.ToolCallID] {
 			continue
 		}
 		if !in.Pending(now) {
