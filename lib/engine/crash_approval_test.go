@@ -46,6 +46,7 @@ func TestApprovalCrashPoints(t *testing.T) {
 		{"ask/FinishRun", stageAsk, atFinishRun},
 		{"answer/ClaimRun", stageAnswer, atClaim},
 		{"answer/ResolveInterrupt", stageAnswer, crashPoint{method: "ResolveInterrupt", match: resolved, n: 1}},
+		{"answer/draft before the tool PutMessage", stageAnswer, atDraft},
 		{"answer/effect record PutValue", stageAnswer, crashPoint{method: "PutValue", match: effects, n: 1, settle: 50 * time.Millisecond}},
 		{"answer/note DeleteValue", stageAnswer, crashPoint{method: "DeleteValue", n: 1, settle: 50 * time.Millisecond}},
 		{"answer/final PutMessage", stageAnswer, atFinal},

@@ -240,6 +240,12 @@ func (s *stepper) applyAnswers(ctx context.Context) {
 			}
 		}
 	}
+	// The answers are stored on the message, under this run's id, before an approved tool has an effect: a
+	// crash from here on is this run's own draft, which the reaper (or a reader finding the run orphaned)
+	// finishes with the outcome each tool recorded (principle 9).
+	if len(run) > 0 {
+		s.persistDraft(ctx)
+	}
 	s.execute(ctx, run)
 }
 
