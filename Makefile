@@ -36,7 +36,7 @@ test-go:
 # The concurrent core again under the race detector (claims, heartbeats, the guard, the encoder and segmenter,
 # readers, the reaper, handlers). The fault-schedule simulation runs once, without -race, in test-go (it is
 # clean under -race too, at a tenth of the speed).
-RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reaper ./lib/threads ./lib/sqlite \
+RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reaper ./lib/threads ./lib/sqlite ./lib/interrupts \
 	./lib/storetest ./lib/openai ./lib/offline
 test-race:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)

@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -44,7 +45,10 @@ func (c Config) withDefaults() Config {
 
 // History is a run's stored messages, converted once per run (each step then only adds the draft).
 type History struct {
-	cfg        Config
+	cfg Config
+	// calls counts the tool call ids the stored messages used: a model that repeats an id (a deterministic one
+	// answering a regenerate whose first attempt is kept) must not make one id stand for two calls.
+	calls      map[string]int
 	turns      [][]agent.ModelMessage // one entry per stored message
 	sizes      []int
 	newestUser int // index into turns of the newest user message, -1 when none
@@ -52,9 +56,9 @@ type History struct {
 
 // NewHistory converts the stored messages (oldest first) once.
 func NewHistory(msgs []agent.Message, cfg Config) *History {
-	h := &History{cfg: cfg.withDefaults(), newestUser: -1}
+	h := &History{cfg: cfg.withDefaults(), newestUser: -1, calls: map[string]int{}}
 	for _, m := range msgs {
-		turn := convert(m, h.cfg.ToolOutputBytes)
+		turn := convert(m, h.cfg.ToolOutputBytes, h.calls)
 		if len(turn) == 0 {
 			continue
 		}
@@ -70,7 +74,7 @@ func NewHistory(msgs []agent.Message, cfg Config) *History {
 // Build returns the transcript for the next model call: the history, then the run's draft (the parts of the
 // assistant message in flight, as the engine holds them; empty for the first step), pruned to the budget.
 func (h *History) Build(draft []agent.Part) []agent.ModelMessage {
-	tail := assistant(draft, h.cfg.ToolOutputBytes)
+	tail := assistant(draft, h.cfg.ToolOutputBytes, maps.Clone(h.calls))
 	total := size(tail)
 	for _, s := range h.sizes {
 		total += s
@@ -97,7 +101,9 @@ func (h *History) Build(draft []agent.Part) []agent.ModelMessage {
 }
 
 // MessageSize is what a user message costs in the transcript, to check it against the budget up front.
-func MessageSize(m agent.Message) int { return size(convert(m, DefaultToolOutputBytes)) }
+func MessageSize(m agent.Message) int {
+	return size(convert(m, DefaultToolOutputBytes, map[string]int{}))
+}
 
 // CheckMessage refuses a user message that alone is over the budget (it could never be sent to the model).
 func CheckMessage(m agent.Message, cfg Config) error {
@@ -121,7 +127,7 @@ func size(msgs []agent.ModelMessage) int {
 }
 
 // convert maps one UI message to model messages.
-func convert(m agent.Message, toolOutputBytes int) []agent.ModelMessage {
+func convert(m agent.Message, toolOutputBytes int, calls map[string]int) []agent.ModelMessage {
 	switch m.Role {
 	case agent.RoleUser:
 		var b strings.Builder
@@ -140,13 +146,15 @@ func convert(m agent.Message, toolOutputBytes int) []agent.ModelMessage {
 		}
 		return []agent.ModelMessage{{Role: "user", Text: b.String()}}
 	case agent.RoleAssistant:
-		return assistant(Decode(m.Parts), toolOutputBytes)
+		return assistant(Decode(m.Parts), toolOutputBytes, calls)
 	}
 	return nil
 }
 
 // assistant maps an assistant message's parts: one model message per step, each followed by its tool results.
-func assistant(parts []agent.Part, toolOutputBytes int) []agent.ModelMessage {
+// used counts the tool call ids used so far in the transcript: a repeated id is renamed (id~2, id~3, …) for
+// its call and its result alike, so every call stays one call.
+func assistant(parts []agent.Part, toolOutputBytes int, used map[string]int) []agent.ModelMessage {
 	var out []agent.ModelMessage
 	var text strings.Builder
 	var calls []agent.ToolCall
@@ -170,8 +178,13 @@ func assistant(parts []agent.Part, toolOutputBytes int) []agent.ModelMessage {
 			if len(p.Input) > 0 {
 				args = string(p.Input)
 			}
-			calls = append(calls, agent.ToolCall{ID: p.ToolCallID, Name: p.ToolNameOf(), Arguments: args})
-			results = append(results, agent.ModelMessage{Role: "tool", ToolCallID: p.ToolCallID,
+			id := p.ToolCallID
+			if n := used[id]; n > 0 {
+				id = fmt.Sprintf("%s~%d", id, n+1)
+			}
+			used[p.ToolCallID]++
+			calls = append(calls, agent.ToolCall{ID: id, Name: p.ToolNameOf(), Arguments: args})
+			results = append(results, agent.ModelMessage{Role: "tool", ToolCallID: id,
 				Text: Cap(ResultText(p), toolOutputBytes)})
 		}
 	}

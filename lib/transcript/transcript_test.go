@@ -149,3 +149,36 @@ func TestSynthesize(t *testing.T) {
 }
 
 func parts(m agent.Message) []agent.Part { return transcript.Decode(m.Parts) }
+
+// A model that repeats a tool call id (a deterministic one, answering a regenerate whose failed first attempt
+// stays in the thread) must not make one id stand for two calls: the later calls are renamed, result and all,
+// in the history and in the draft.
+func TestRepeatedToolCallIDs(t *testing.T) {
+	t.Parallel()
+	h := transcript.NewHistory([]agent.Message{user("u1", "hi"), toolTurn("a1", "call_1", "first"), toolTurn("a2", "call_1", "second")}, transcript.Config{})
+	draft := parts(toolTurn("a3", "call_1", "third"))
+	msgs := h.Build(draft)
+	valid(t, msgs)
+	seen := map[string]string{}
+	for _, m := range msgs {
+		for _, c := range m.ToolCalls {
+			if _, dup := seen[c.ID]; dup {
+				t.Fatalf("call id %s made twice: %+v", c.ID, msgs)
+			}
+			seen[c.ID] = ""
+		}
+		if m.Role == "tool" {
+			seen[m.ToolCallID] = m.Text
+		}
+	}
+	want := map[string]string{"call_1": "first", "call_1~2": "second", "call_1~3": "third"}
+	for id, text := range want {
+		if seen[id] != text {
+			t.Fatalf("result of %s = %q, want %q (%v)", id, seen[id], text, seen)
+		}
+	}
+	// Building again (the next step) renames the same way: the history is not changed by a build.
+	if again := h.Build(draft); len(again) != len(msgs) || again[len(again)-1].ToolCallID != msgs[len(msgs)-1].ToolCallID {
+		t.Fatal("a second build differs")
+	}
+}
