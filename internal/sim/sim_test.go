@@ -212,7 +212,8 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	var mu sync.Mutex
 	var failures []outcome
 	faultsBy := map[string]int{}
-	var count, refused, faults, crashes, accepted atomic.Int64
+	var count, refused, faults, crashes, accepted, asked, answers atomic.Int64
+	resolved := map[agent.InterruptStatus]int{}
 	var wg sync.WaitGroup
 	for i := range workers {
 		base := open(t, i)
@@ -232,12 +233,17 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 				faults.Add(int64(o.faults))
 				crashes.Add(int64(o.stats.crashes))
 				accepted.Add(int64(o.stats.accepted))
+				asked.Add(int64(o.stats.asked))
+				answers.Add(int64(o.stats.answers))
 				if *flagTrace {
 					t.Logf("seed=%d store=%s\n%s", seed, storeName, o.trace)
 				}
 				mu.Lock()
 				for m, n := range o.byMethod {
 					faultsBy[m] += n
+				}
+				for st, n := range o.stats.resolved {
+					resolved[st] += n
 				}
 				mu.Unlock()
 				if o.failed() {
@@ -253,6 +259,11 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	n = int(count.Load())
 	t.Logf("%s: %d schedules in %s (%.0f schedules/s); %d crashes, %d injected faults, %d accepted messages, %d zombie writes refused by the fence",
 		storeName, n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), crashes.Load(), faults.Load(), accepted.Load(), refused.Load())
+	var rs []string
+	for _, st := range slices.Sorted(maps.Keys(resolved)) {
+		rs = append(rs, fmt.Sprintf("%s=%d", st, resolved[st]))
+	}
+	t.Logf("%s: %d interrupts asked, %d answering requests; resolutions: %s", storeName, asked.Load(), answers.Load(), strings.Join(rs, " "))
 	methods := slices.Sorted(maps.Keys(faultsBy))
 	var fb []string
 	for _, m := range methods {

@@ -13,6 +13,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/interrupts"
+	"github.com/agentloop/agentloop/lib/threads"
 )
 
 // vclock is the virtual clock: it moves only when the scheduler advances it, so "time passing" (heartbeats
@@ -54,8 +55,7 @@ const (
 	repParked   repKind = iota + 1 // the main goroutine parked (in the model, or before a claim retry)
 	repDone                        // the main goroutine returned
 	repDead                        // the process crashed
-	repUWParked                    // the user-message write parked again (a retry after a transient fault)
-	repUWDone                      // the user-message write returned for good
+	repUWParked                    // the user-message goroutine parked at its next store call
 )
 
 type report struct {
@@ -98,8 +98,14 @@ type world struct {
 	violates []string
 	faults   map[string]int
 	segTries map[string]int
-	effects  map[string]int // applied PutValue count per ns/key
-	refused  int            // own-fence writes the store refused as run_fenced (the fence working)
+	effects  map[string]int          // applied PutValue count per ns/key
+	refused  int                     // own-fence writes the store refused as run_fenced (the fence working)
+	events   int                     // acceptances and drops, in order
+	views    map[string]threads.View // what the final reader got for each thread
+	// closedBy: tool call ids whose interrupt a turn canceled in what it closes before its own writes (Turn.apply),
+	// and the kind of the process (post or regen). See knownBugs: the reply may keep asking for answers nobody can
+	// give.
+	closedBy map[string]string
 	stats    stats
 }
 
@@ -110,6 +116,8 @@ type simThread struct {
 	msgs     int
 	posted   []postedMsg
 	accepted []acceptedMsg
+	dropped  map[string]int // message id → the event of the edit that last dropped it
+	answers  []answerReq    // the answers sent so far (a client may send one again)
 }
 
 type postedMsg struct {
@@ -119,11 +127,21 @@ type postedMsg struct {
 type acceptedMsg struct {
 	id   string
 	gen  int
+	at   int // the event of the acceptance (world.event)
 	proc *proc
+}
+
+// sentAnswer is one call's answer in an answering request.
+type sentAnswer struct {
+	status agent.InterruptStatus // approved, denied or answered
+	text   string                // what the model should read for a client tool's answer
 }
 
 type stats struct {
 	ops, crashes, accepted int
+	asked, answers         int // interrupts created; answering requests sent
+	interrupts             int // interrupts stored after the quiesce
+	resolved               map[agent.InterruptStatus]int
 }
 
 func (w *world) tracef(format string, args ...any) {
@@ -157,6 +175,46 @@ func (w *world) valuePut(ns, key string) {
 	w.effects[ns+"\x00"+key]++
 }
 
+// event numbers acceptances and drops of user messages (w.mu held).
+func (w *world) event() int {
+	w.events++
+	return w.events
+}
+
+// messageDropped: an edit dropped message id (the messages after the edited one go, deliberately).
+func (w *world) messageDropped(threadID, id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range w.threads {
+		if t.id == threadID {
+			if t.dropped == nil {
+				t.dropped = map[string]int{}
+			}
+			t.dropped[id] = w.event()
+		}
+	}
+}
+
+// interruptResolved notes a resolution that applied: this process's own answers, and the schedule's counts.
+func (w *world) interruptResolved(p *proc, in agent.Interrupt, closing bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stats.resolved == nil {
+		w.stats.resolved = map[agent.InterruptStatus]int{}
+	}
+	w.stats.resolved[in.Status]++
+	if in.Status == agent.InterruptCanceled && closing {
+		w.closedBy[in.ToolCallID] = p.kind
+	}
+	switch in.Status {
+	case agent.InterruptApproved, agent.InterruptDenied, agent.InterruptAnswered:
+		if p.resolved == nil {
+			p.resolved = map[string]agent.InterruptStatus{}
+		}
+		p.resolved[in.ToolCallID] = in.Status
+	}
+}
+
 func (w *world) ours(threadID string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -166,6 +224,18 @@ func (w *world) ours(threadID string) bool {
 		}
 	}
 	return false
+}
+
+// undraftedContinuation reports whether run runID of the thread is a continuation still running that never wrote
+// its message (the message it continues still names the run that asked): see knownBugs.
+func (w *world) undraftedContinuation(threadID, runID string) bool {
+	ctx := context.Background()
+	run, err := w.base.GetRun(ctx, threadID, runID)
+	if err != nil || run.Trigger != agent.TriggerContinuation || run.Status != agent.RunRunning {
+		return false
+	}
+	rec, err := w.base.GetMessage(ctx, threadID, run.AssistantMessageID)
+	return err == nil && rec.Message.Meta().RunID != run.ID
 }
 
 // threadOf reads the thread from the underlying store (never faulted); ok is false when it does not exist.
@@ -285,12 +355,40 @@ func (w *world) uwPending(p *proc) bool {
 	return p.uwPending && !p.dead
 }
 
-// advanceUW lets the parked user-message write reach the store, and waits until it parks again (a retry) or
-// returns for good.
+// advanceUW lets the parked call of the user-message goroutine reach the store, and waits until the goroutine
+// parks at its next call (a retry, or the next write of what the turn closes, or the user message) or is over.
+// It is over once it has sent its result, which the engine gives no other sign of: the sim watches the result
+// channel (userWriteOf). That wait ends whatever the Go scheduler does; only its length does not.
 func (w *world) advanceUW(p *proc) error {
 	p.uwResume <- struct{}{}
-	_, err := w.await(p, repUWParked, repUWDone, repDead)
-	return err
+	deadline := time.Now().Add(30 * time.Second)
+	nap := 2 * time.Microsecond
+	for {
+		select {
+		case r := <-w.reports:
+			if r.p != p || (r.kind != repUWParked && r.kind != repDead) {
+				return fmt.Errorf("sim: report %d from %s while the user-message goroutine of %s runs", r.kind, r.p.name, p.name)
+			}
+			if r.kind == repDead {
+				w.mu.Lock()
+				w.stats.crashes++
+				w.mu.Unlock()
+			}
+			return nil
+		default:
+		}
+		if p.uwOver() {
+			w.mu.Lock()
+			p.uwDone = true
+			w.mu.Unlock()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sim: the user-message goroutine of %s neither parked nor ended within 30s", p.name)
+		}
+		time.Sleep(nap)
+		nap = min(2*nap, 500*time.Microsecond)
+	}
 }
 
 // guardTick lets one heartbeat (or one cancel poll) of p's guard reach the store, then waits until the guard
