@@ -153,7 +153,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	}
 	err := do()
 	if own != nil {
-		w.checkOwnWrite(p, method, *own, threadID, before, beforeOK, err)
+		w.checkOwnWrite(p, method, detail(), *own, threadID, before, beforeOK, err)
 	}
 	if write && kind != callHeartbeat && kind != callPoll {
 		w.tracef("    %s: %s %s -> %s", p.name, method, detail(), errStr(err))

@@ -254,7 +254,7 @@ func (w *world) claimOf(threadID string) (*agent.Claim, bool) {
 // run released the claim itself and before anyone claimed again (the engine hides a regenerated reply after its
 // FinishRun). The check runs in the process's own goroutine, between the read of the thread and the write,
 // while every other process is parked, so nothing can change the claim in between.
-func (w *world) checkOwnWrite(p *proc, method string, f agent.Fence, threadID string, before agent.Thread, exists bool, err error) {
+func (w *world) checkOwnWrite(p *proc, method, detail string, f agent.Fence, threadID string, before agent.Thread, exists bool, err error) {
 	if errors.Is(err, agent.ErrRunFenced) {
 		w.mu.Lock()
 		w.refused++
@@ -292,7 +292,7 @@ func (w *world) checkOwnWrite(p *proc, method string, f agent.Fence, threadID st
 	} else if c != nil {
 		claim = fmt.Sprintf("%s@%d", c.RunID, c.Epoch)
 	}
-	w.violate("one-writer", "%s: %s by run %s@%d took effect on thread %s while the claim was %s (thread epoch %d)", p.name, method, f.RunID, f.Epoch, threadID, claim, before.Epoch)
+	w.violate("one-writer", "%s: %s by run %s@%d took effect on thread %s while the claim was %s (thread epoch %d): %s", p.name, method, f.RunID, f.Epoch, threadID, claim, before.Epoch, detail)
 }
 
 // await waits for p's next report. Only p runs, so any other report is a bug in the sim.
