@@ -156,6 +156,24 @@ func (w *world) mustKeep(a acceptedMsg) bool {
 	return true
 }
 
+// closeInterrupts cancels what the schedule leaves pending, on the underlying store: schedules that share a store
+// (one SQLite file per worker, one DynamoDB table) would otherwise fill each other's lists of expired interrupts,
+// which are bounded (the reaper's batch) and in no promised order, so what a reaper sweep expires would depend on
+// which schedules ran before on the same store.
+func (w *world) closeInterrupts(ctx context.Context) {
+	for _, th := range w.threads {
+		ins, err := w.base.ListInterrupts(ctx, th.id)
+		if err != nil {
+			continue
+		}
+		for _, in := range ins {
+			if in.Status == agent.InterruptPending {
+				_, _ = w.base.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.id, ID: in.ID, Status: agent.InterruptCanceled, Now: w.clock.Now()})
+			}
+		}
+	}
+}
+
 // waitRule says when a tool call of m may have no result: only in the message readers see asking (the newest,
 // ended interrupted), and only while its interrupt waits (pending and not past its age), or has expired (the
 // engine writes an expired call's result at the next turn, which settles what waits; readers no longer list it).
@@ -316,6 +334,9 @@ func (w *world) checkInterrupts(ctx context.Context, th *simThread, visible []ag
 	if !read {
 		return
 	}
+	w.mu.Lock()
+	w.stats.listed += len(v.Interrupts)
+	w.mu.Unlock()
 	for _, in := range v.Interrupts {
 		p, ok := askingParts[in.ToolCallID]
 		switch {

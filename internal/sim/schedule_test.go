@@ -61,7 +61,7 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 // violations are collected.
 func (w *world) run() error {
 	w.tracef("seed=%d plan=%+v threads=%d interruptTTL=%s", w.seed, w.plan, len(w.threads), w.ecfg.InterruptTTL)
-	if err := w.steps(4+w.rng.IntN(12), w.op); err != nil {
+	if err := w.steps(4+w.rng.IntN(12), 10, w.op); err != nil {
 		return err
 	}
 	if err := w.drain(); err != nil {
@@ -79,7 +79,7 @@ func (w *world) run() error {
 		}
 		w.tracef("human phase %d", round)
 		human := func() error { return w.humanOp(asking[w.rng.IntN(len(asking))]) }
-		if err := w.steps(1+w.rng.IntN(3), human); err != nil {
+		if err := w.steps(1+w.rng.IntN(3), 4, human); err != nil {
 			return err
 		}
 		if err := w.drain(); err != nil {
@@ -94,7 +94,7 @@ func (w *world) humanOp(th *simThread) error {
 	w.stats.ops++
 	switch c := w.rng.IntN(100); {
 	case c < 70:
-		return w.answer(th)
+		return w.answer(th, w.asking(th))
 	case c < 80:
 		return w.stop(th)
 	case c < 88:
@@ -106,9 +106,10 @@ func (w *world) humanOp(th *simThread) error {
 	}
 }
 
-// steps interleaves ops (op starts one) with grants, user writes, guard ticks, clock moves and stalls.
-func (w *world) steps(ops int, op func() error) error {
-	for steps := 0; ops > 0 || steps < 10; steps++ {
+// steps interleaves ops (op starts one) with grants, user writes, guard ticks, clock moves and stalls: at least
+// `least` of them, and until ops ops have started.
+func (w *world) steps(ops, least int, op func() error) error {
+	for steps := 0; ops > 0 || steps < least; steps++ {
 		if steps > 400 {
 			break
 		}
@@ -227,16 +228,21 @@ func (w *world) op() error {
 		return w.post(th)
 	case c < 60:
 		// A thread that asks, when one does.
-		var asking []*simThread
-		for _, t := range w.threads {
-			if w.asking(t) != nil {
-				asking = append(asking, t)
+		m := w.asking(th)
+		if m == nil {
+			var asking []*simThread
+			var ms []*agent.Message
+			for _, t := range w.threads {
+				if am := w.asking(t); am != nil && t != th {
+					asking, ms = append(asking, t), append(ms, am)
+				}
+			}
+			if len(asking) > 0 {
+				i := w.rng.IntN(len(asking))
+				th, m = asking[i], ms[i]
 			}
 		}
-		if len(asking) > 0 && w.asking(th) == nil {
-			th = asking[w.rng.IntN(len(asking))]
-		}
-		return w.answer(th)
+		return w.answer(th, m)
 	case c < 70:
 		return w.regenerate(th)
 	case c < 82:
@@ -287,13 +293,12 @@ func (w *world) post(th *simThread) error {
 	return w.turn(p, th, req)
 }
 
-// answer is a client answering the thread's asking message (the newest one, when it is an assistant message
+// answer is a client answering the thread's asking message m (the newest one, when it is an assistant message
 // that ended interrupted, read as the client has it): a decision for every waiting call (approve or deny, a
 // client tool's output or error), sometimes leaving one out or changing a call's input (both refused); the same
 // answer from two processes at once, or two different ones; an earlier answer sent again; and now and then a
 // stop or a new message right behind it.
-func (w *world) answer(th *simThread) error {
-	m := w.asking(th)
+func (w *world) answer(th *simThread, m *agent.Message) error {
 	if m == nil || w.rng.IntN(8) == 0 {
 		switch {
 		case len(th.answers) > 0:

@@ -156,6 +156,7 @@ func runSchedule(seed uint64, storeName string, base agent.Store, gaps bool) out
 		w.check(context.Background())
 	}
 	close(w.released) // dead processes' goroutines now return errDead and end (they never reach the store)
+	w.closeInterrupts(context.Background())
 	o := outcome{seed: seed, store: storeName, simErr: err, stats: w.stats, refused: w.refused}
 	w.mu.Lock()
 	o.violations = slices.Clone(w.violates)
@@ -228,7 +229,7 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	var mu sync.Mutex
 	var failures []outcome
 	faultsBy := map[string]int{}
-	var count, refused, faults, crashes, accepted, asked, answers atomic.Int64
+	var count, refused, faults, crashes, accepted, asked, answers, listed atomic.Int64
 	resolved := map[agent.InterruptStatus]int{}
 	var wg sync.WaitGroup
 	for i := range workers {
@@ -251,6 +252,7 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 				accepted.Add(int64(o.stats.accepted))
 				asked.Add(int64(o.stats.asked))
 				answers.Add(int64(o.stats.answers))
+				listed.Add(int64(o.stats.listed))
 				if *flagTrace {
 					t.Logf("seed=%d store=%s\n%s", seed, storeName, o.trace)
 				}
@@ -279,7 +281,8 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	for _, st := range slices.Sorted(maps.Keys(resolved)) {
 		rs = append(rs, fmt.Sprintf("%s=%d", st, resolved[st]))
 	}
-	t.Logf("%s: %d interrupts asked, %d answering requests; resolutions: %s", storeName, asked.Load(), answers.Load(), strings.Join(rs, " "))
+	t.Logf("%s: %d interrupts asked, %d answering requests, %d still waiting at the end; resolutions: %s", storeName, asked.Load(),
+		answers.Load(), listed.Load(), strings.Join(rs, " "))
 	methods := slices.Sorted(maps.Keys(faultsBy))
 	var fb []string
 	for _, m := range methods {

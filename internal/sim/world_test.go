@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -141,6 +142,7 @@ type stats struct {
 	ops, crashes, accepted int
 	asked, answers         int // interrupts created; answering requests sent
 	interrupts             int // interrupts stored after the quiesce
+	listed                 int // of those, the ones readers list as waiting
 	resolved               map[agent.InterruptStatus]int
 }
 
@@ -362,8 +364,8 @@ func (w *world) uwPending(p *proc) bool {
 func (w *world) advanceUW(p *proc) error {
 	p.uwResume <- struct{}{}
 	deadline := time.Now().Add(30 * time.Second)
-	nap := 2 * time.Microsecond
-	for {
+	nap := 20 * time.Microsecond
+	for spins := 0; ; spins++ {
 		select {
 		case r := <-w.reports:
 			if r.p != p || (r.kind != repUWParked && r.kind != repDead) {
@@ -386,8 +388,12 @@ func (w *world) advanceUW(p *proc) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("sim: the user-message goroutine of %s neither parked nor ended within 30s", p.name)
 		}
-		time.Sleep(nap)
-		nap = min(2*nap, 500*time.Microsecond)
+		if spins < 200 {
+			runtime.Gosched() // the goroutine is usually a moment from its end (or its next call)
+			continue
+		}
+		time.Sleep(nap) // an engine retry's backoff (20 ms and up)
+		nap = min(2*nap, time.Millisecond)
 	}
 }
 
