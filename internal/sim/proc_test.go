@@ -81,6 +81,7 @@ type proc struct {
 	releasedOwn  bool // the run's own FinishRun released its claim
 	loopEnded    bool // the run loop is over (its guard stopped): a final write, FinishRun or DeleteMessage came
 	inReap       bool // the process released the claim of a continuation without a draft and has not finished that reap
+	releasing    bool // the ReleaseClaim being made is of such a continuation
 	inDoubt      bool // the sim expects the guard to stop the run as in doubt
 	result       *agent.Run
 	beginErr     error
@@ -198,7 +199,8 @@ func (p *proc) parkUserWrite() bool {
 //
 // Unless the sim explores the known gaps (-gaps), one window gets no crash and no transient fault because it hits
 // a bug the sim found (see knownBugs): the rest of a reap, after its release of the claim, of a continuation that
-// died before it wrote its message (a crash there moves to the first call after the reap).
+// died before it wrote its message (a crash there moves to the first call after the reap); and that release's
+// answer is never lost.
 func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost bool) {
 	w := p.w
 	w.mu.Lock()
@@ -216,13 +218,14 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 		}
 		return n, false, false, false, false
 	}
+	releasing := method == "ReleaseClaim" && p.releasing && !w.gaps
 	if p.crashAt == n {
 		return n, true, p.crashAfter, false, false
 	}
 	// At most two faults in a row per method: the engine's retries (real-time backoff) then succeed.
 	if write && r1 < p.faultRate && p.consecFaults[method] < 2 {
 		p.consecFaults[method]++
-		return n, false, false, true, r2 < p.lostFrac
+		return n, false, false, true, r2 < p.lostFrac && !releasing
 	}
 	p.consecFaults[method] = 0
 	return n, false, false, false, false
@@ -361,6 +364,9 @@ func (p *proc) toolTurn(callID string) func() {
 		select {
 		case <-gate:
 		case <-p.w.released:
+			// The schedule is over (its process died with the call before this one in hand): the call reaches
+			// no store (errDead), and nothing is checked any more.
+			return func() {}
 		}
 	}
 	p.w.mu.Lock()

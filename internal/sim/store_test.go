@@ -300,8 +300,11 @@ func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
 }
 
 func (s *procStore) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
+	undrafted := s.p.w.undraftedContinuation(req.ThreadID, req.Fence.RunID)
+	s.p.w.mu.Lock()
+	s.p.releasing = undrafted
+	s.p.w.mu.Unlock()
 	return s.call(ctx, "ReleaseClaim", true, callPlain, nil, req.ThreadID, func() error {
-		undrafted := s.p.w.undraftedContinuation(req.ThreadID, req.Fence.RunID)
 		err := s.Store.ReleaseClaim(ctx, req)
 		if err == nil && undrafted {
 			s.p.w.mu.Lock()

@@ -103,11 +103,12 @@ type world struct {
 	refused  int                     // own-fence writes the store refused as run_fenced (the fence working)
 	events   int                     // acceptances and drops, in order
 	views    map[string]threads.View // what the final reader got for each thread
-	// closedBy: tool call ids whose interrupt a turn canceled in what it closes before its own writes (Turn.apply),
-	// and the kind of the process (post or regen). See knownBugs: the reply may keep asking for answers nobody can
-	// give.
-	closedBy map[string]string
-	stats    stats
+	// closedBy: tool call ids whose interrupt a new message canceled in what it closes before its own writes
+	// (Turn.apply), and regenLeft: the calls that wait in a reply a regenerate set out to replace. See knownBugs:
+	// the reply may keep asking for answers nobody can give.
+	closedBy  map[string]string
+	regenLeft map[string]bool
+	stats     stats
 }
 
 // simThread is what the sim knows of one thread of the schedule.
@@ -146,15 +147,40 @@ type stats struct {
 	resolved               map[agent.InterruptStatus]int
 }
 
+// over reports whether the schedule is over: dead processes' goroutines, let go, may still run a little (their
+// store calls return errDead), and nothing they do is recorded.
+func (w *world) over() bool {
+	select {
+	case <-w.released:
+		return true
+	default:
+		return false
+	}
+}
+
+// release ends the schedule: dead processes' calls return errDead from now on. Under w.mu, so that whatever
+// tracef and violate record came before it.
+func (w *world) release() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	close(w.released)
+}
+
 func (w *world) tracef(format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.over() {
+		return
+	}
 	w.trace = append(w.trace, fmt.Sprintf(format, args...))
 }
 
 func (w *world) violate(inv, format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.over() {
+		return
+	}
 	w.violates = append(w.violates, inv+": "+fmt.Sprintf(format, args...))
 }
 
@@ -205,7 +231,7 @@ func (w *world) interruptResolved(p *proc, in agent.Interrupt, closing bool) {
 		w.stats.resolved = map[agent.InterruptStatus]int{}
 	}
 	w.stats.resolved[in.Status]++
-	if in.Status == agent.InterruptCanceled && closing {
+	if in.Status == agent.InterruptCanceled && closing && p.kind != "regen" {
 		w.closedBy[in.ToolCallID] = p.kind
 	}
 	switch in.Status {
