@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/transcript"
 )
 
 // check reads every thread of the schedule from the underlying store, after the quiesce, and records each
@@ -34,11 +35,33 @@ func (w *world) checkThread(ctx context.Context, th *simThread) {
 		w.violate("sim", "list runs %s: %v", th.id, err)
 		return
 	}
+	ins, err := w.base.ListInterrupts(ctx, th.id)
+	if err != nil {
+		w.violate("sim", "list interrupts %s: %v", th.id, err)
+		return
+	}
+	msgs := make([]agent.Message, len(recs))
+	for i, rec := range recs {
+		msgs[i] = rec.Message
+	}
+	visible := agent.Visible(msgs)
+	shown := map[string]bool{}
+	for _, m := range visible {
+		shown[m.ID] = true
+	}
+	asking := "" // the message readers see asking: the newest one, an assistant message that ended interrupted
+	if n := len(visible); n > 0 && visible[n-1].Role == agent.RoleAssistant && visible[n-1].Meta().Status == agent.MessageInterrupted {
+		asking = visible[n-1].ID
+	}
+	byCall := map[string]agent.Interrupt{}
+	for _, in := range ins {
+		byCall[in.ToolCallID] = in
+	}
 	if !exists {
 		// Deleted (or never created): nothing may be left under it, or it comes back when the id is used again
 		// (REVIEW H3).
-		if len(recs) > 0 || len(runs) > 0 {
-			w.violate("deleted-is-gone", "thread %s does not exist but keeps %d messages and %d runs", th.id, len(recs), len(runs))
+		if len(recs) > 0 || len(runs) > 0 || len(ins) > 0 {
+			w.violate("deleted-is-gone", "thread %s does not exist but keeps %d messages, %d runs and %d interrupts", th.id, len(recs), len(runs), len(ins))
 		}
 	}
 
@@ -47,10 +70,11 @@ func (w *world) checkThread(ctx context.Context, th *simThread) {
 	if exists && thread.ActiveRun != nil {
 		w.violate("claims-released", "thread %s still claimed by %s@%d after the quiesce", th.id, thread.ActiveRun.RunID, thread.ActiveRun.Epoch)
 	}
-	epochOf := map[string]int64{}
+	epochOf, continues := map[string]int64{}, map[string]bool{}
 	var sum agent.Usage
 	for _, r := range runs {
 		epochOf[r.ID] = r.Epoch
+		continues[r.ID] = r.Trigger == agent.TriggerContinuation
 		sum = sum.Add(r.Usage)
 		if !r.Status.Terminal() {
 			w.violate("claims-released", "thread %s: run %s@%d is still %q after the quiesce", th.id, r.ID, r.Epoch, r.Status)
@@ -83,6 +107,8 @@ func (w *world) checkThread(ctx context.Context, th *simThread) {
 		switch {
 		case !known:
 			w.violate("one-writer", "thread %s: reply %s names run %q, which the thread does not have", th.id, m.ID, md.RunID)
+		case continues[md.RunID]:
+			// A continued reply keeps the position the run that asked was given: it is older than its writer.
 		case ep <= lastEpoch:
 			w.violate("one-writer", "thread %s: reply %s (epoch %d) stored after a reply of epoch %d", th.id, m.ID, ep, lastEpoch)
 		default:
@@ -91,12 +117,14 @@ func (w *world) checkThread(ctx context.Context, th *simThread) {
 		if md.Status == agent.MessageStreaming || md.Status == "" {
 			w.violate("claims-released", "thread %s: reply %s is still %q after the quiesce", th.id, m.ID, md.Status)
 		}
-		w.checkToolResults(ctx, th.id, m, md.Status)
+		w.checkToolResults(ctx, th.id, m, w.waitRule(m, shown[m.ID], asking, byCall))
 	}
+	w.checkInterrupts(ctx, th, visible, ins, asking)
 
-	// No accepted user message is lost, unless its thread was deleted since.
+	// No accepted user message is lost, unless its thread was deleted since, or an edit dropped it since (an edit
+	// drops every message after the edited one, deliberately).
 	for _, a := range th.accepted {
-		if a.gen != th.gen {
+		if a.gen != th.gen || th.dropped[a.id] > a.at {
 			continue
 		}
 		if !ids[a.id] && w.mustKeep(a) {
@@ -128,10 +156,73 @@ func (w *world) mustKeep(a acceptedMsg) bool {
 	return true
 }
 
+// closeInterrupts cancels what the schedule leaves pending, on the underlying store: schedules that share a store
+// (one SQLite file per worker, one DynamoDB table) would otherwise fill each other's lists of expired interrupts,
+// which are bounded (the reaper's batch) and in no promised order, so what a reaper sweep expires would depend on
+// which schedules ran before on the same store.
+func (w *world) closeInterrupts(ctx context.Context) {
+	for _, th := range w.threads {
+		ins, err := w.base.ListInterrupts(ctx, th.id)
+		if err != nil {
+			continue
+		}
+		for _, in := range ins {
+			if in.Status == agent.InterruptPending {
+				_, _ = w.base.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.id, ID: in.ID, Status: agent.InterruptCanceled, Now: w.clock.Now()})
+			}
+		}
+	}
+}
+
+// waitRule says when a tool call of m may have no result: only in the message readers see asking (the newest,
+// ended interrupted), and only while its interrupt waits (pending and not past its age), or has expired (the
+// engine writes an expired call's result at the next turn, which settles what waits; readers no longer list it).
+// A message readers never see (a reply a regenerate replaced) is held to nothing more than its status.
+func (w *world) waitRule(m agent.Message, visible bool, asking string, byCall map[string]agent.Interrupt) func(agent.Part) (bool, string) {
+	st := m.Meta().Status
+	return func(p agent.Part) (bool, string) {
+		if !visible {
+			return st == agent.MessageInterrupted, "a hidden reply that did not end interrupted"
+		}
+		in, ok := byCall[p.ToolCallID]
+		if known := w.leftAsking(p.ToolCallID); known != "" {
+			return false, "left waiting by a turn that did not settle it (knownBugs " + known + ")"
+		}
+		if m.ID != asking {
+			return false, "not in the asking message"
+		}
+		switch {
+		case !ok || in.MessageID != m.ID:
+			return false, "no interrupt for it"
+		case in.Status == agent.InterruptPending, in.Status == agent.InterruptExpired:
+			return true, ""
+		}
+		return false, "its interrupt " + in.ID + " is " + string(in.Status)
+	}
+}
+
+// leftAsking names the known bug behind a call that still waits where it may not (see knownBugs), or "": a
+// regenerate of the asking reply leaves it unsettled (it stays until the new reply stands, and stays for good when
+// that one does not), having canceled its interrupts ("regen-unsettled"); a new message cancels the interrupts,
+// then settles the reply, and a crash or a lost claim in between leaves the cancel alone ("settle-cut"). The
+// default schedules let both pass; -gaps reports them.
+func (w *world) leftAsking(callID string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.regenLeft[callID]:
+		return "regen-unsettled"
+	case w.closedBy[callID] != "":
+		return "settle-cut"
+	}
+	return ""
+}
+
 // checkToolResults: every tool call of a finished reply has exactly one result, and the result tells the truth
 // about the call's effect (DESIGN principle 9): "not executed" means the effect is absent, a result means it is
-// there. An interrupted reply may leave only calls that wait for a human or the client.
-func (w *world) checkToolResults(ctx context.Context, threadID string, m agent.Message, st agent.MessageStatus) {
+// there. A call may wait for a human or the client only where waits says so.
+func (w *world) checkToolResults(ctx context.Context, threadID string, m agent.Message, waits func(agent.Part) (bool, string)) {
+	st := m.Meta().Status
 	seen := map[string]bool{}
 	for _, raw := range m.Parts {
 		p, err := agent.DecodePart(raw)
@@ -143,15 +234,20 @@ func (w *world) checkToolResults(ctx context.Context, threadID string, m agent.M
 		}
 		seen[p.ToolCallID] = true
 		result := p.State == agent.StateOutputAvailable || p.State == agent.StateOutputError || p.State == agent.StateOutputDenied
-		switch {
-		case result:
-		case st == agent.MessageInterrupted && (p.ToolNameOf() == "ask_user_question" || p.ToolNameOf() == "delete_note"):
-			continue
-		default:
-			w.violate("tool-results", "thread %s: %s reply %s: call %s (%s) has no result (state %q)", threadID, st, m.ID, p.ToolCallID, p.ToolNameOf(), p.State)
+		if !result {
+			if ok, why := waits(p); !ok {
+				inv := "tool-results"
+				if known := w.leftAsking(p.ToolCallID); known != "" {
+					if !w.gaps {
+						continue
+					}
+					inv = known
+				}
+				w.violate(inv, "thread %s: %s reply %s: call %s (%s) has no result (state %q): %s", threadID, st, m.ID, p.ToolCallID, p.ToolNameOf(), p.State, why)
+			}
 			continue
 		}
-		if p.ToolNameOf() != "sim_effect" {
+		if p.ToolNameOf() != "sim_effect" && p.ToolNameOf() != "sim_approve" {
 			continue
 		}
 		key := agent.IdempotencyKey(threadID, p.ToolCallID)
@@ -172,6 +268,94 @@ func (w *world) checkToolResults(ctx context.Context, threadID string, m agent.M
 			w.violate("crash-never-lies", "thread %s: call %s is marked %q but its effect was applied", threadID, p.ToolCallID, p.ErrorText)
 		}
 	}
+}
+
+// checkInterrupts: the thread's interrupts agree with its messages and with the tools' effects.
+//
+//   - An approval's effect happens at most once, and only when it was approved (the tool also checks, when it
+//     runs, that the approval came first: checkApproved); a call denied, canceled, expired or never answered has
+//     no effect.
+//   - A call shown with a result says what its interrupt says: denied is output-denied and output-denied is
+//     denied; a call that was never approved has no output.
+//   - What readers list as waiting (threads.Service.Get, read by the final reader) is a call that waits in the
+//     asking message. The store may keep a pending interrupt for a call that has a result or for another
+//     message (a late insert of a run that lost its claim, say) as long as no reader ever lists it.
+func (w *world) checkInterrupts(ctx context.Context, th *simThread, visible []agent.Message, ins []agent.Interrupt, asking string) {
+	parts := map[string]agent.Part{}
+	var askingParts map[string]agent.Part
+	for _, m := range visible {
+		mine := map[string]agent.Part{}
+		for _, p := range transcript.Decode(m.Parts) {
+			if agent.IsToolPart(p.Type) {
+				parts[p.ToolCallID], mine[p.ToolCallID] = p, p
+			}
+		}
+		if m.ID == asking {
+			askingParts = mine
+		}
+	}
+	w.mu.Lock()
+	w.stats.interrupts += len(ins)
+	w.mu.Unlock()
+	for _, in := range ins {
+		if in.ToolName == "sim_approve" {
+			key := agent.IdempotencyKey(th.id, in.ToolCallID)
+			w.mu.Lock()
+			applied := w.effects[simEffectNS(w.owner)+"\x00"+key]
+			w.mu.Unlock()
+			_, err := w.base.GetValue(ctx, simEffectNS(w.owner), key)
+			has := err == nil
+			switch {
+			case in.Status == agent.InterruptApproved && applied > 1:
+				w.violate("exactly-once", "thread %s: approved call %s applied its effect %d times", th.id, in.ToolCallID, applied)
+			case in.Status != agent.InterruptApproved && (applied > 0 || has):
+				w.violate("approval-first", "thread %s: call %s has its effect (%d writes) but its interrupt is %s", th.id, in.ToolCallID, applied, in.Status)
+			}
+		}
+		p, ok := parts[in.ToolCallID]
+		if !ok || unresolvedPart(p) {
+			continue
+		}
+		switch {
+		case in.Status == agent.InterruptDenied && p.State != agent.StateOutputDenied:
+			w.violate("interrupt-agrees", "thread %s: call %s was denied but shows %q %s", th.id, in.ToolCallID, p.State, p.ErrorText)
+		case in.Status != agent.InterruptDenied && p.State == agent.StateOutputDenied:
+			w.violate("interrupt-agrees", "thread %s: call %s shows output-denied but its interrupt is %s", th.id, in.ToolCallID, in.Status)
+		case in.Kind == agent.InterruptApproval && in.Status != agent.InterruptApproved && p.State == agent.StateOutputAvailable:
+			w.violate("interrupt-agrees", "thread %s: call %s shows an output but its approval is %s", th.id, in.ToolCallID, in.Status)
+		}
+	}
+	w.mu.Lock()
+	v, read := w.views[th.id]
+	w.mu.Unlock()
+	if !read {
+		return
+	}
+	w.mu.Lock()
+	w.stats.listed += len(v.Interrupts)
+	w.mu.Unlock()
+	for _, in := range v.Interrupts {
+		p, ok := askingParts[in.ToolCallID]
+		switch {
+		case in.MessageID != asking:
+			w.violate("pending-listed", "thread %s: readers list interrupt %s of message %s, which is not the asking message (%q)", th.id, in.ID, in.MessageID, asking)
+		case !ok:
+			w.violate("pending-listed", "thread %s: readers list interrupt %s for call %s, which message %s does not hold", th.id, in.ID, in.ToolCallID, asking)
+		case !unresolvedPart(p):
+			w.violate("pending-listed", "thread %s: readers list interrupt %s for call %s, which has a result (%q)", th.id, in.ID, in.ToolCallID, p.State)
+		case !in.Pending(w.clock.Now()):
+			w.violate("pending-listed", "thread %s: readers list interrupt %s, which expired at %s", th.id, in.ID, in.ExpiresAt)
+		}
+	}
+}
+
+// unresolvedPart reports whether a tool part has no result yet.
+func unresolvedPart(p agent.Part) bool {
+	switch p.State {
+	case agent.StateOutputAvailable, agent.StateOutputError, agent.StateOutputDenied:
+		return false
+	}
+	return agent.IsToolPart(p.Type)
 }
 
 func jsonEqual(a, b []byte) bool {

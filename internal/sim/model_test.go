@@ -29,8 +29,8 @@ type callScript struct {
 	args string
 }
 
-// executes reports whether the engine runs the call on the server (client tools and tools that need approval
-// end the run interrupted instead).
+// executes reports whether the engine runs the call on the server in the step that makes it (client tools and
+// tools that need approval end the run interrupted instead; an approved call runs in the run that continues).
 func (c callScript) executes() bool {
 	switch c.tool {
 	case "sim_effect", "add_note", "list_notes":
@@ -39,10 +39,30 @@ func (c callScript) executes() bool {
 	return false
 }
 
+// asks draws the calls of a step that ends the run interrupted: at most one call that needs approval (so a
+// continuation executes at most one tool, and no two tools of one process race for the store), a client tool,
+// or both, sometimes beside a server tool that runs at once.
+func asks(r *rand.Rand) []callScript {
+	var cs []callScript
+	if r.IntN(4) == 0 {
+		cs = append(cs, callScript{"sim_effect", `{}`})
+	}
+	approval := []callScript{{"sim_approve", fmt.Sprintf(`{"n":%d}`, r.IntN(1000))}, {"delete_note", `{"id":"note_nope"}`}}[min(r.IntN(4), 1)]
+	switch r.IntN(4) {
+	case 0, 1:
+		cs = append(cs, approval)
+	case 2:
+		cs = append(cs, callScript{"ask_user_question", fmt.Sprintf(`{"question":"which %d?"}`, r.IntN(100))})
+	default:
+		cs = append(cs, approval, callScript{"ask_user_question", `{"question":"and then?"}`})
+	}
+	return cs
+}
+
 func callID(proc, step, i int) string { return fmt.Sprintf("call_%d_%d_%d", proc, step, i) }
 
-// newScript draws a model reply: up to four steps, the last without tool calls (or with a client tool or a tool
-// that needs approval, which interrupts the run).
+// newScript draws a model reply: up to four steps, the last without tool calls (or, a third of the time, with a
+// client tool or a tool that needs approval, which interrupts the run).
 func newScript(r *rand.Rand, maxSteps int) []stepScript {
 	n := 1 + r.IntN(3)
 	if r.IntN(8) == 0 {
@@ -68,12 +88,8 @@ func newScript(r *rand.Rand, maxSteps int) []stepScript {
 					st.calls = append(st.calls, callScript{"sim_effect", `{}`})
 				}
 			}
-		} else if r.IntN(6) == 0 {
-			if r.IntN(2) == 0 {
-				st.calls = append(st.calls, callScript{"ask_user_question", `{"question":"which?"}`})
-			} else {
-				st.calls = append(st.calls, callScript{"delete_note", `{"id":"note_nope"}`})
-			}
+		} else if r.IntN(3) == 0 {
+			st.calls = asks(r)
 		}
 		if len(st.deltas) == 0 && len(st.calls) == 0 {
 			st.deltas = []string{"ok"}
@@ -91,6 +107,7 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if err := validTranscript(req.Messages); err != nil {
 		p.w.violate("valid-transcript", "%s: model request: %v", p.name, err)
 	}
+	p.w.checkResultsSeen(p, req.Messages)
 	var sc stepScript
 	p.w.mu.Lock()
 	idx := p.step
@@ -194,17 +211,89 @@ func validTranscript(msgs []agent.ModelMessage) error {
 	return nil
 }
 
-// simEffectNS is where the scripted server tool records its effect, keyed by the call's idempotency key.
+// unfinished is what the transcript puts in place of a result for a tool part that has none
+// (transcript.ResultText): a request that holds it sends the model a call without a real result.
+const unfinished = "No result: the tool call was not completed."
+
+// checkResultsSeen: the model never sees a call without its result (DESIGN principle 5: the transcript papers
+// over one with a placeholder, which no turn should ever need), and a continuation's first request shows the
+// answers the run applied: a denial as a denial, a client tool's output as that output, an approved call with
+// the result of its execution.
+func (w *world) checkResultsSeen(p *proc, msgs []agent.ModelMessage) {
+	results := map[string]string{}
+	for _, m := range msgs {
+		if m.Role != "tool" {
+			continue
+		}
+		results[m.ToolCallID] = m.Text
+		if m.Text == unfinished {
+			inv := "no-orphan-call"
+			if known := w.leftAsking(m.ToolCallID); known != "" {
+				if !w.gaps {
+					continue
+				}
+				inv = known
+			}
+			w.violate(inv, "%s: the model request answers call %s with the placeholder %q", p.name, m.ToolCallID, m.Text)
+		}
+	}
+	w.mu.Lock()
+	first := p.step == 0
+	resolved, sent := p.resolved, p.sent
+	w.mu.Unlock()
+	if !first {
+		return
+	}
+	for call, st := range resolved {
+		got, ok := results[call]
+		want := sent[call]
+		switch {
+		case !ok:
+			w.violate("answers-seen", "%s: call %s was answered (%s) but the model does not see it", p.name, call, st)
+		case st == agent.InterruptDenied && got != "The user denied this tool call.":
+			w.violate("answers-seen", "%s: call %s was denied but the model reads %q", p.name, call, got)
+		case st == agent.InterruptAnswered && got != want.text:
+			w.violate("answers-seen", "%s: call %s was answered %q but the model reads %q", p.name, call, want.text, got)
+		case st == agent.InterruptApproved && (got == "The user denied this tool call." || got == unfinished):
+			w.violate("answers-seen", "%s: call %s was approved but the model reads %q", p.name, call, got)
+		}
+	}
+}
+
+// simEffectNS is where the scripted server tools record their effect, keyed by the call's idempotency key.
 func simEffectNS(owner string) string { return "simfx/" + owner }
 
-// toolset is the demo tools over the process's store, plus a scripted server tool with an exactly-once effect,
-// each server tool serialized by the process's turnstile.
+// toolset is the demo tools over the process's store, plus two scripted server tools with an exactly-once
+// effect: sim_effect runs at once, sim_approve only once a human approved the call (agent.ApprovalAlways). Each
+// server tool is serialized by the process's turnstile.
 func (w *world) toolset(p *proc) []agent.Tool {
 	ts := tools.Demo(p.store, w.clock)
-	ts = append(ts, agent.Tool{
-		Name: "sim_effect", Description: "a side effect, applied once per call", Kind: agent.ToolServer,
+	ts = append(ts, w.effectTool(p, "sim_effect", agent.ApprovalNever), w.effectTool(p, "sim_approve", agent.ApprovalAlways))
+	for i := range ts {
+		if ts[i].Execute == nil || ts[i].Kind != agent.ToolServer {
+			continue
+		}
+		exec := ts[i].Execute
+		ts[i].Execute = func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+			next := p.toolTurn(inv.ToolCallID)
+			defer next()
+			return exec(ctx, inv)
+		}
+	}
+	return ts
+}
+
+// effectTool is a server tool that records one effect per call under its idempotency key. One that needs approval
+// first checks, on the underlying store, that the call's interrupt was resolved approved ("an approved tool runs
+// only after its approval").
+func (w *world) effectTool(p *proc, name string, approval agent.ApprovalPolicy) agent.Tool {
+	return agent.Tool{
+		Name: name, Description: "a side effect, applied once per call", Kind: agent.ToolServer, Approval: approval,
 		InputSchema: json.RawMessage(`{"type":"object"}`),
 		Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+			if approval == agent.ApprovalAlways {
+				w.checkApproved(p, inv)
+			}
 			if b, err := p.store.GetValue(ctx, simEffectNS(inv.Owner), inv.IdempotencyKey); err == nil {
 				return b, nil
 			} else if !agent.IsKind(err, agent.KindNotFound) {
@@ -223,19 +312,26 @@ func (w *world) toolset(p *proc) []agent.Tool {
 			}
 			return b, err == nil, err
 		},
-	})
-	for i := range ts {
-		if ts[i].Execute == nil || ts[i].Kind != agent.ToolServer {
-			continue
-		}
-		exec := ts[i].Execute
-		ts[i].Execute = func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
-			next := p.toolTurn(inv.ToolCallID)
-			defer next()
-			return exec(ctx, inv)
+	}
+}
+
+// checkApproved is invariant "approval first": a tool that needs approval starts only once its call's interrupt
+// is resolved approved.
+func (w *world) checkApproved(p *proc, inv agent.ToolInvocation) {
+	ins, err := w.base.ListInterrupts(context.Background(), inv.ThreadID)
+	if err != nil {
+		w.violate("sim", "%s: list interrupts of %s: %v", p.name, inv.ThreadID, err)
+		return
+	}
+	for _, in := range ins {
+		if in.ToolCallID == inv.ToolCallID {
+			if in.Status != agent.InterruptApproved {
+				w.violate("approval-first", "%s: %s runs call %s while its interrupt %s is %s", p.name, in.ToolName, inv.ToolCallID, in.ID, in.Status)
+			}
+			return
 		}
 	}
-	return ts
+	w.violate("approval-first", "%s: call %s runs with no interrupt asking for its approval", p.name, inv.ToolCallID)
 }
 
 // procOf finds the process of a call from its context (the sim tags the contexts it passes to Begin, Stream and

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"math/rand/v2"
+	"reflect"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -21,6 +22,7 @@ import (
 type proc struct {
 	w    *world
 	id   int
+	kind string // post, answer, regen, stop, delete, reaper, final-reaper, final-reader
 	name string
 	rng  *rand.Rand // fault decisions, drawn once per counted store call, in order
 
@@ -55,11 +57,17 @@ type proc struct {
 	claims       int
 	runID        string
 	run          agent.Run
-	listing      []string // message ids Begin's ListMessages returned
-	expectUW     bool
+	listing      []agent.Message // the messages Begin's ListMessages returned
+	listedOK     bool
+	expectUW     bool          // Begin started a user-message goroutine (Turn.apply)
+	uwChan       reflect.Value // its result channel (userWriteOf)
 	uwSeen       bool
 	uwPending    bool
-	uwDone       bool
+	uwDone       bool                             // the goroutine is over
+	resolved     map[string]agent.InterruptStatus // tool call id → the answer this process's Begin resolved it with
+	sent         map[string]sentAnswer            // tool call id → the answer this process's request carries
+	toolsRunning int
+	tampered     bool            // the request's answer changes a signed input
 	runCtx       context.Context // the run's context, as the model received it
 	lastOK       time.Time       // the guard's view: claim time or last accepted heartbeat
 	step         int             // model calls so far
@@ -72,7 +80,8 @@ type proc struct {
 	toolNext     map[string]string
 	releasedOwn  bool // the run's own FinishRun released its claim
 	loopEnded    bool // the run loop is over (its guard stopped): a final write, FinishRun or DeleteMessage came
-	inReap       bool // the process released a claim as a reaper and has not finished that reap yet
+	inReap       bool // the process released the claim of a continuation without a draft and has not finished that reap
+	releasing    bool // the ReleaseClaim being made is of such a continuation
 	inDoubt      bool // the sim expects the guard to stop the run as in doubt
 	result       *agent.Run
 	beginErr     error
@@ -80,7 +89,7 @@ type proc struct {
 
 func (w *world) newProc(name string, crashable bool) *proc {
 	w.nextProc++
-	p := &proc{w: w, id: w.nextProc, name: name, resume: make(chan struct{}), uwResume: make(chan struct{}),
+	p := &proc{w: w, id: w.nextProc, kind: name, name: name, resume: make(chan struct{}), uwResume: make(chan struct{}),
 		uwArrived: make(chan struct{}), consecFaults: map[string]int{}, armed: map[callKind]bool{},
 		awaitSettle: map[callKind]bool{}}
 	p.name = name + "#" + itoa(p.id)
@@ -188,10 +197,10 @@ func (p *proc) parkUserWrite() bool {
 
 // nextCall counts a store call and draws its fate.
 //
-// Unless the sim explores the known gaps (-gaps), two fates are left out because they hit bugs the sim found
-// (see the regression list in sim_test.go): a crash or a transient fault between a reaper's release of a claim
-// and the end of that reap (a crash moves to the first call after it), a lost response on the release itself, and
-// a lost response on a finalizing message write.
+// Unless the sim explores the known gaps (-gaps), one window gets no crash and no transient fault because it hits
+// a bug the sim found (see knownBugs): the rest of a reap, after its release of the claim, of a continuation that
+// died before it wrote its message (a crash there moves to the first call after the reap); and that release's
+// answer is never lost.
 func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost bool) {
 	w := p.w
 	w.mu.Lock()
@@ -200,16 +209,23 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	n = p.calls
 	r1, r2 := p.rng.Float64(), p.rng.Float64()
 	switch method {
-	case "GetRun", "ClaimRun", "GetThread", "ListStaleClaims", "DeleteThread", "RequestCancel":
+	case "GetRun", "ClaimRun", "ListStaleClaims", "ListExpiredInterrupts", "DeleteThread", "RequestCancel":
 		p.inReap = false // the reap that released a claim is over: its process moved on
 	}
+	if p.inReap && !w.gaps {
+		if p.crashAt == n {
+			p.crashAt++
+		}
+		return n, false, false, false, false
+	}
+	releasing := method == "ReleaseClaim" && p.releasing && !w.gaps
 	if p.crashAt == n {
 		return n, true, p.crashAfter, false, false
 	}
 	// At most two faults in a row per method: the engine's retries (real-time backoff) then succeed.
 	if write && r1 < p.faultRate && p.consecFaults[method] < 2 {
 		p.consecFaults[method]++
-		return n, false, false, true, r2 < p.lostFrac
+		return n, false, false, true, r2 < p.lostFrac && !releasing
 	}
 	p.consecFaults[method] = 0
 	return n, false, false, false, false
@@ -219,8 +235,8 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 func (p *proc) delayed(method string, final bool) bool {
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()
-	if method != "PutMessage" || final {
-		p.loopEnded = true // FinishRun, DeleteMessage and final writes come after guard.stop
+	if method == "FinishRun" || method == "DeleteMessage" || (method == "PutMessage" && final) {
+		p.loopEnded = true // these come after guard.stop (interrupts are stored before it)
 	}
 	// Unless exploring the known gaps: not a message's first write (nothing in the store can fence an insert of
 	// a new id), nor the run's FinishRun (its compare-and-set is on the run item, which a reap marks only after
@@ -249,18 +265,32 @@ func (p *proc) takeArm(k callKind) bool {
 	return false
 }
 
+// afterCall hands a guard call's answer to the scheduler. (After a call of the user-message goroutine, its next
+// call parks again, or the goroutine ends: world.awaitUW tells which.)
 func (p *proc) afterCall(k callKind, err error) {
 	switch k {
 	case callHeartbeat, callPoll:
 		p.guardDone <- err
-	case callUserWrite:
-		if agent.KindOf(err) != agent.KindUnavailable {
-			p.w.mu.Lock()
-			p.uwDone = true
-			p.w.mu.Unlock()
-			p.report(repUWDone)
-		} // a transient error: the engine retries, and the next attempt parks again
 	}
+}
+
+// userWriteOf is the channel on which the turn's user-message goroutine (Turn.apply) reports that it is over:
+// it is nil when the turn started none, and holds the goroutine's result until the run loop takes it (the
+// engine offers no other sign that the goroutine ended, and the scheduler must know: see world.awaitUW).
+func userWriteOf(t *engine.Turn) reflect.Value {
+	v := reflect.ValueOf(t).Elem().FieldByName("userWrite")
+	if !v.IsValid() || v.Kind() != reflect.Chan {
+		panic("sim: engine.Turn has no userWrite channel any more: update userWriteOf and world.awaitUW")
+	}
+	return v
+}
+
+// uwOver reports whether the user-message goroutine has sent its result (and so makes no more store calls).
+func (p *proc) uwOver() bool {
+	p.w.mu.Lock()
+	ch := p.uwChan
+	p.w.mu.Unlock()
+	return ch.IsValid() && !ch.IsNil() && ch.Len() > 0
 }
 
 func (p *proc) ownRun() string {
@@ -287,8 +317,9 @@ func (p *proc) listed(rs []agent.MessageRecord) {
 	defer p.w.mu.Unlock()
 	p.listing = p.listing[:0]
 	for _, r := range rs {
-		p.listing = append(p.listing, r.Message.ID)
+		p.listing = append(p.listing, r.Message)
 	}
+	p.listedOK = true
 }
 
 // modelCalled records the run's context and step for the scheduler, and sets up the tool turnstile of the
@@ -322,7 +353,9 @@ func (p *proc) modelCalled(ctx context.Context, sc stepScript) int {
 	return step
 }
 
-// toolTurn waits until the call may run; the returned func lets the next one go.
+// toolTurn waits until the call may run; the returned func lets the next one go. A call with no gate (an
+// approved call, which its continuation runs before any model step) runs at once: at most one runs per process
+// (see asks), which toolTurn checks.
 func (p *proc) toolTurn(callID string) func() {
 	p.w.mu.Lock()
 	gate := p.toolGates[callID]
@@ -331,11 +364,22 @@ func (p *proc) toolTurn(callID string) func() {
 		select {
 		case <-gate:
 		case <-p.w.released:
+			// The schedule is over (its process died with the call before this one in hand): the call reaches
+			// no store (errDead), and nothing is checked any more.
+			return func() {}
 		}
+	}
+	p.w.mu.Lock()
+	p.toolsRunning++
+	racing := p.toolsRunning > 1
+	p.w.mu.Unlock()
+	if racing {
+		p.w.violate("sim", "%s: tool call %s runs beside another one of the process: their store calls race", p.name, callID)
 	}
 	return func() {
 		p.w.mu.Lock()
 		defer p.w.mu.Unlock()
+		p.toolsRunning--
 		if next, ok := p.toolNext[callID]; ok {
 			close(p.toolGates[next])
 		}

@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/interrupts"
+	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/transcript"
 )
 
 // simConfig is the engine configuration of every simulated process. Heartbeat and CancelPoll tick in real time
@@ -32,7 +37,7 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 		ids:     &seqIDs{prefix: fmt.Sprintf("s%dx", seed)},
 		owner:   fmt.Sprintf("user%d", seed),
 		reports: make(chan report, 16), released: make(chan struct{}),
-		faults: map[string]int{}, segTries: map[string]int{}, effects: map[string]int{}}
+		faults: map[string]int{}, segTries: map[string]int{}, effects: map[string]int{}, views: map[string]threads.View{}, closedBy: map[string]string{}, regenLeft: map[string]bool{}}
 	w.plan = plan{
 		crashProb:   []float64{0, 0.15, 0.3}[r.IntN(3)],
 		crashWindow: 5 + r.IntN(30),
@@ -44,16 +49,68 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 	for i := range 1 + r.IntN(3) {
 		w.threads = append(w.threads, &simThread{id: fmt.Sprintf("th%d-%d", seed, i)})
 	}
+	// Interrupts expire in virtual time: some schedules move the clock past the shortest age (a clock move past
+	// half of staleAfter, a stall, the quiesce), others never reach it.
+	w.ecfg.InterruptTTL = []time.Duration{45 * time.Second, 2 * time.Minute, 20 * time.Minute}[r.IntN(3)]
 	return w
 }
 
 // run plays the schedule: ops interleaved with grants, guard ticks and clock moves, then a drain (every live
-// process runs to its end), then a quiesce (time passes beyond staleAfter and a clean reaper sweeps until no
-// claim is left). It returns an error only for a failure of the sim itself; invariant violations are collected.
+// process runs to its end); then, while a thread asks (most of the time), a human phase: answers and what races
+// them, interleaved the same way, and a drain again; then a quiesce (time passes beyond staleAfter and a clean
+// reaper sweeps until no claim is left). It returns an error only for a failure of the sim itself; invariant
+// violations are collected.
 func (w *world) run() error {
-	w.tracef("seed=%d plan=%+v threads=%d", w.seed, w.plan, len(w.threads))
-	ops := 4 + w.rng.IntN(12)
-	for steps := 0; ops > 0 || steps < 10; steps++ {
+	w.tracef("seed=%d plan=%+v threads=%d interruptTTL=%s", w.seed, w.plan, len(w.threads), w.ecfg.InterruptTTL)
+	if err := w.steps(4+w.rng.IntN(12), 10, w.op); err != nil {
+		return err
+	}
+	if err := w.drain(); err != nil {
+		return err
+	}
+	for round := 0; round < 3 && w.rng.IntN(5) != 0; round++ {
+		var asking []*simThread
+		for _, th := range w.threads {
+			if w.asking(th) != nil {
+				asking = append(asking, th)
+			}
+		}
+		if len(asking) == 0 {
+			break
+		}
+		w.tracef("human phase %d", round)
+		human := func() error { return w.humanOp(asking[w.rng.IntN(len(asking))]) }
+		if err := w.steps(1+w.rng.IntN(3), 4, human); err != nil {
+			return err
+		}
+		if err := w.drain(); err != nil {
+			return err
+		}
+	}
+	return w.quiesce()
+}
+
+// humanOp is an op of the human phase: mostly an answer to the thread that asks; else what races one.
+func (w *world) humanOp(th *simThread) error {
+	w.stats.ops++
+	switch c := w.rng.IntN(100); {
+	case c < 70:
+		return w.answer(th, w.asking(th))
+	case c < 80:
+		return w.stop(th)
+	case c < 88:
+		return w.post(th)
+	case c < 94:
+		return w.regenerate(th)
+	default:
+		return w.reap(w.rng.IntN(2) == 0)
+	}
+}
+
+// steps interleaves ops (op starts one) with grants, user writes, guard ticks, clock moves and stalls: at least
+// `least` of them, and until ops ops have started.
+func (w *world) steps(ops, least int, op func() error) error {
+	for steps := 0; ops > 0 || steps < least; steps++ {
 		if steps > 400 {
 			break
 		}
@@ -97,16 +154,13 @@ func (w *world) run() error {
 				continue
 			}
 			ops--
-			err = w.op()
+			err = op()
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if err := w.drain(); err != nil {
-		return err
-	}
-	return w.quiesce()
+	return nil
 }
 
 func (w *world) isInFlight(p *proc) bool {
@@ -171,13 +225,30 @@ func (w *world) op() error {
 	w.stats.ops++
 	th := w.threads[w.rng.IntN(len(w.threads))]
 	switch c := w.rng.IntN(100); {
-	case c < 55:
+	case c < 42:
 		return w.post(th)
-	case c < 67:
+	case c < 60:
+		// A thread that asks, when one does.
+		m := w.asking(th)
+		if m == nil {
+			var asking []*simThread
+			var ms []*agent.Message
+			for _, t := range w.threads {
+				if am := w.asking(t); am != nil && t != th {
+					asking, ms = append(asking, t), append(ms, am)
+				}
+			}
+			if len(asking) > 0 {
+				i := w.rng.IntN(len(asking))
+				th, m = asking[i], ms[i]
+			}
+		}
+		return w.answer(th, m)
+	case c < 70:
 		return w.regenerate(th)
-	case c < 80:
+	case c < 82:
 		return w.stop(th)
-	case c < 87:
+	case c < 88:
 		return w.deleteThread(th)
 	case c < 95:
 		return w.reap(false)
@@ -191,13 +262,20 @@ func textPart(s string) json.RawMessage {
 	return b
 }
 
+// post sends a user message: a new one, or one sent before (a retry), sometimes with other content: an edit
+// when it is the newest user message or the request names it (messageId), refused as duplicate_message when it is
+// an older one and the request does not.
 func (w *world) post(th *simThread) error {
 	var m postedMsg
 	dup := len(th.posted) > 0 && w.rng.IntN(5) == 0
+	editID := ""
 	if dup {
 		m = th.posted[w.rng.IntN(len(th.posted))]
+		if w.rng.IntN(3) == 0 {
+			m.text += " (edited)"
+		}
 		if w.rng.IntN(4) == 0 {
-			m.text += " (edited)" // the same id with other content: refused as duplicate_message
+			editID = m.id
 		}
 	} else {
 		th.msgs++
@@ -208,11 +286,152 @@ func (w *world) post(th *simThread) error {
 	if w.rng.IntN(4) == 0 {
 		mt = engine.MultitaskInterrupt
 	}
-	req := engine.Request{Owner: w.owner, ThreadID: th.id, Kind: engine.TurnSubmit, Multitask: mt,
+	req := engine.Request{Owner: w.owner, ThreadID: th.id, Kind: engine.TurnSubmit, Multitask: mt, MessageID: editID,
 		Message: &agent.Message{ID: m.id, Role: agent.RoleUser, Parts: []json.RawMessage{textPart(m.text)}}}
 	p := w.newProc("post", true)
 	p.script = newScript(p.rng, w.ecfg.MaxSteps)
-	w.tracef("%s: post %s %q to %s (interrupt=%v) steps=%d", p.name, m.id, m.text, th.id, mt == engine.MultitaskInterrupt, len(p.script))
+	w.tracef("%s: post %s %q to %s (interrupt=%v edit=%v) steps=%d", p.name, m.id, m.text, th.id, mt == engine.MultitaskInterrupt, editID != "", len(p.script))
+	return w.turn(p, th, req)
+}
+
+// answer is a client answering the thread's asking message m (the newest one, when it is an assistant message
+// that ended interrupted, read as the client has it): a decision for every waiting call (approve or deny, a
+// client tool's output or error), sometimes leaving one out or changing a call's input (both refused); the same
+// answer from two processes at once, or two different ones; an earlier answer sent again; and now and then a
+// stop or a new message right behind it.
+func (w *world) answer(th *simThread, m *agent.Message) error {
+	if m == nil || w.rng.IntN(8) == 0 {
+		switch {
+		case len(th.answers) > 0:
+			return w.sendAnswer(th, th.answers[w.rng.IntN(len(th.answers))], "again")
+		case m == nil:
+			return w.post(th)
+		}
+	}
+	a := w.decide(*m)
+	th.answers = append(th.answers, a)
+	var err error
+	switch c := w.rng.IntN(10); {
+	case c < 6:
+		err = w.sendAnswer(th, a, "")
+	case c < 8:
+		if err = w.sendAnswer(th, a, ""); err == nil {
+			err = w.sendAnswer(th, a, "twice")
+		}
+	default:
+		b := w.decide(*m)
+		th.answers = append(th.answers, b)
+		if err = w.sendAnswer(th, a, ""); err == nil {
+			err = w.sendAnswer(th, b, "other")
+		}
+	}
+	if err != nil {
+		return err
+	}
+	switch w.rng.IntN(10) {
+	case 0:
+		return w.stop(th)
+	case 1:
+		return w.post(th)
+	}
+	return nil
+}
+
+// asking is the thread's newest message if it is an assistant message that ended interrupted (read from the
+// underlying store: the client has it from the stream).
+func (w *world) asking(th *simThread) *agent.Message {
+	recs, err := w.base.ListMessages(context.Background(), th.id)
+	if err != nil {
+		return nil
+	}
+	msgs := make([]agent.Message, len(recs))
+	for i, r := range recs {
+		msgs[i] = r.Message
+	}
+	msgs = agent.Visible(msgs)
+	if len(msgs) == 0 {
+		return nil
+	}
+	m := msgs[len(msgs)-1]
+	if m.Role != agent.RoleAssistant || m.Meta().Status != agent.MessageInterrupted {
+		return nil
+	}
+	return &m
+}
+
+// answerReq is one answering request's copy of the asking message and what it answers.
+type answerReq struct {
+	msg      agent.Message
+	sent     map[string]sentAnswer
+	tampered bool // a call's input differs from the one that was signed: the request must be refused
+}
+
+// decide answers each waiting call of m as the client does (addToolApprovalResponse, addToolOutput).
+func (w *world) decide(m agent.Message) answerReq {
+	a := answerReq{sent: map[string]sentAnswer{}}
+	parts := make([]json.RawMessage, 0, len(m.Parts))
+	skip := w.rng.IntN(12) == 0
+	for _, raw := range m.Parts {
+		p, err := agent.DecodePart(raw)
+		if err != nil || !agent.IsToolPart(p.Type) {
+			parts = append(parts, raw)
+			continue
+		}
+		switch {
+		case skip && (p.State == agent.StateApprovalRequested || p.State == agent.StateInputAvailable):
+			skip = false // no decision for this one: refused as missing_decision
+		case p.State == agent.StateApprovalRequested && p.Approval != nil:
+			yes := w.rng.IntN(3) != 0
+			p.State, p.Approval = agent.StateApprovalResponded, &agent.PartApproval{ID: p.Approval.ID, Approved: &yes}
+			st := agent.InterruptDenied
+			if yes {
+				st = agent.InterruptApproved
+			} else if w.rng.IntN(2) == 0 {
+				p.Approval.Reason = "not now"
+			}
+			a.sent[p.ToolCallID] = sentAnswer{status: st}
+			if w.rng.IntN(15) == 0 {
+				p.Input, a.tampered = json.RawMessage(`{"n":-1}`), true
+			}
+		case p.State == agent.StateInputAvailable && p.ToolNameOf() == "ask_user_question":
+			if w.rng.IntN(5) == 0 {
+				p.State, p.ErrorText = agent.StateOutputError, "the user closed the question"
+				a.sent[p.ToolCallID] = sentAnswer{status: agent.InterruptAnswered, text: "Error: " + p.ErrorText}
+			} else {
+				out := fmt.Sprintf(`{"answer":"yes %d"}`, w.rng.IntN(100))
+				p.State, p.Output = agent.StateOutputAvailable, json.RawMessage(out)
+				a.sent[p.ToolCallID] = sentAnswer{status: agent.InterruptAnswered, text: out}
+			}
+		}
+		parts = append(parts, agent.EncodePart(p))
+	}
+	a.msg = m
+	a.msg.Parts = parts
+	return a
+}
+
+// sendAnswer posts a (the AI SDK's request for tool outputs and approval responses: the assistant message).
+func (w *world) sendAnswer(th *simThread, a answerReq, label string) error {
+	m := a.msg
+	m.Parts = slices.Clone(m.Parts)
+	req := engine.Request{Owner: w.owner, ThreadID: th.id, Kind: engine.TurnSubmit, Message: &m}
+	if w.rng.IntN(3) != 0 {
+		req.MessageID = m.ID
+	}
+	if w.rng.IntN(4) == 0 {
+		req.Multitask = engine.MultitaskInterrupt
+	}
+	p := w.newProc("answer", true)
+	p.script = newScript(p.rng, w.ecfg.MaxSteps)
+	p.sent, p.tampered = a.sent, a.tampered
+	w.stats.answers++
+	calls := slices.Sorted(maps.Keys(a.sent))
+	var ds []string
+	for _, c := range calls {
+		ds = append(ds, c+"="+string(a.sent[c].status))
+	}
+	w.tracef("%s: answer %s on %s [%s]%s (interrupt=%v tampered=%v) steps=%d", p.name, m.ID, th.id, strings.Join(ds, " "),
+		map[bool]string{true: " " + label, false: ""}[label != ""], req.Multitask == engine.MultitaskInterrupt, a.tampered, len(p.script))
 	return w.turn(p, th, req)
 }
 
@@ -233,18 +452,29 @@ func (w *world) turn(p *proc, th *simThread, req engine.Request) error {
 	return w.start(p, func() {
 		ctx := context.WithValue(withPhase(context.Background(), phaseBegin), procKey{}, p)
 		t, err := p.eng.Begin(ctx, req)
+		userMsg := req.Kind == engine.TurnSubmit && req.Message.Role == agent.RoleUser
 		w.mu.Lock()
 		p.beginErr = err
 		if err == nil && !p.dead {
-			p.expectUW = req.Kind == engine.TurnSubmit && !slices.Contains(p.listing, req.Message.ID)
-			if req.Kind == engine.TurnSubmit {
-				th.accepted = append(th.accepted, acceptedMsg{id: req.Message.ID, gen: gen, proc: p})
+			p.uwChan = userWriteOf(t)
+			p.expectUW = !p.uwChan.IsNil()
+			if userMsg {
+				th.accepted = append(th.accepted, acceptedMsg{id: req.Message.ID, gen: gen, at: w.event(), proc: p})
 				w.stats.accepted++
 			}
+			if req.Kind == engine.TurnRegenerate {
+				w.regenerating(p.listing)
+			}
 		}
-		expect := p.expectUW
+		expect, dead, listed := p.expectUW, p.dead, p.listedOK
 		w.mu.Unlock()
 		w.tracef("  %s: begin -> %s", p.name, errStr(err))
+		if userMsg && listed && !dead {
+			w.checkEditLadder(p, req, err)
+		}
+		if p.tampered && err == nil {
+			w.violate("answer-ladder", "%s: an answer whose input differs from the signed one was accepted", p.name)
+		}
 		if err != nil {
 			return
 		}
@@ -371,7 +601,8 @@ func (w *world) drain() error {
 			}
 		}
 		if waiting == len(ps) && waiting > 0 && round%4 == 3 {
-			if err := w.advanceClock(w.ecfg.StaleAfter + time.Second); err != nil {
+			// A process that claimed in this round may have its user-message goroutine parked still.
+			if err := w.beforeClock(w.ecfg.StaleAfter + time.Second); err != nil {
 				return err
 			}
 		}
@@ -408,11 +639,76 @@ func (w *world) quiesce() error {
 	return w.start(p, func() {
 		ctx := context.WithValue(withPhase(context.Background(), phaseOp), procKey{}, p)
 		for _, th := range w.threads {
-			_, gerr := p.svc.Get(ctx, w.owner, th.id)
+			v, gerr := p.svc.Get(ctx, w.owner, th.id)
+			if gerr == nil {
+				w.mu.Lock()
+				w.views[th.id] = v
+				w.mu.Unlock()
+			}
 			_, rerr := p.svc.Runs(ctx, w.owner, th.id)
 			w.tracef("  %s: read %s -> %s %s", p.name, th.id, errStr(gerr), errStr(rerr))
 		}
 	})
+}
+
+// regenerating notes the calls that wait in the reply a regenerate replaces (the newest message Begin listed, when
+// it is an assistant message): see leftAsking (w.mu held).
+func (w *world) regenerating(listing []agent.Message) {
+	msgs := agent.Visible(slices.Clone(listing))
+	if len(msgs) == 0 || msgs[len(msgs)-1].Role != agent.RoleAssistant {
+		return
+	}
+	for _, p := range transcript.Decode(msgs[len(msgs)-1].Parts) {
+		if unresolvedPart(p) {
+			w.regenLeft[p.ToolCallID] = true
+		}
+	}
+}
+
+// checkEditLadder is the rule for a user message whose id is stored already (DESIGN "edits"): the newest message
+// sent again unchanged runs again; with other content it is an edit when it is the newest user message or the
+// request names it (messageId); an older one sent again, unchanged or not, without messageId, and an id taken by
+// an assistant message, are refused as duplicate_message. Begin's own listing decides.
+func (w *world) checkEditLadder(p *proc, req engine.Request, err error) {
+	w.mu.Lock()
+	msgs := agent.Visible(slices.Clone(p.listing))
+	w.mu.Unlock()
+	m, edit := *req.Message, req.MessageID != ""
+	newestUser := -1
+	for i, old := range msgs {
+		if old.Role == agent.RoleUser {
+			newestUser = i
+		}
+	}
+	want := false
+	for i, old := range msgs {
+		if old.ID != m.ID {
+			continue
+		}
+		same := sameJSONParts(old.Parts, m.Parts)
+		switch {
+		case old.Role != agent.RoleUser:
+			want = true
+		case same && i == len(msgs)-1:
+		case same && !edit, !edit && i != newestUser:
+			want = true
+		}
+	}
+	if got := errors.Is(err, agent.ErrDuplicateMessage); got != want {
+		w.violate("edit-ladder", "%s: post of %s (edit=%v): duplicate_message expected %v, begin -> %s", p.name, m.ID, edit, want, errStr(err))
+	}
+}
+
+func sameJSONParts(a, b []json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !jsonEqual(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // mustSigner is the approval signer of a schedule (the key only has to be the same for every process).

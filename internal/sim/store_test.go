@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -19,7 +21,8 @@ import (
 //   - injects transient KindUnavailable errors on writes, sometimes after the write applied (a lost response,
 //     which the AWS SDK's own retries turn into a second attempt);
 //   - gates the engine's background work (heartbeats, cancel polls) so it reaches the store only when the
-//     scheduler says so, and parks the user-message write and claim retries so the scheduler orders them;
+//     scheduler says so, and parks every call of the user-message goroutine and claim retries so the scheduler
+//     orders them;
 //   - checks, on every write a run makes under its own fence, that the run still held the thread's claim when
 //     that write took effect (DESIGN principle 8).
 type procStore struct {
@@ -57,9 +60,42 @@ const (
 	callPlain     callKind = iota
 	callHeartbeat          // the guard's heartbeat (Stream phase)
 	callPoll               // the guard's cancel poll (GetThread in the Stream phase)
-	callUserWrite          // the user message write Begin starts beside the first model request
+	callUserWrite          // a call of the goroutine Begin starts beside the first model request (Turn.apply)
 	callClaim              // a ClaimRun of Begin after its first (waiting for a run to let go)
 )
+
+// The engine makes store calls on goroutines of its own beside a process's main one; the sim tells them apart by
+// the function each goroutine started in (the bottom of its stack):
+//
+//   - Turn.apply's goroutine writes what the turn closes (canceled interrupts, the settled message, an edit's
+//     dropped messages) and then the user message, beside the first model request: every one of its calls is
+//     parked until the scheduler grants it (callUserWrite);
+//   - readAndPlan's (a continuation) and threads.Service.Get's read the thread's interrupts beside its messages:
+//     such a read is let through as it comes, with no fate drawn for it (a read changes nothing, and every other
+//     process is parked, so what it returns does not depend on which of the two reads goes first; counting it
+//     would make the order of fates, and the trace, up to the Go scheduler).
+const (
+	entryUserWrite = "github.com/agentloop/agentloop/lib/engine.(*Turn).apply.func1"
+	entryPlanRead  = "github.com/agentloop/agentloop/lib/engine.(*Turn).readAndPlan.func1"
+	entryGetRead   = "github.com/agentloop/agentloop/lib/threads.(*Service).Get.func1"
+)
+
+// goroutineEntry is the function the calling goroutine started in.
+func goroutineEntry() string {
+	var pcs [256]uintptr
+	n := runtime.Callers(2, pcs[:])
+	frames := runtime.CallersFrames(pcs[:n])
+	entry := ""
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") {
+			entry = f.Function
+		}
+		if !more {
+			return entry
+		}
+	}
+}
 
 // call runs one store call of the process through the gates, the crash point and the fault injector.
 // own is the fence of a write the process's run makes under its own claim (nil otherwise).
@@ -73,6 +109,9 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	if p.isDead() {
 		return p.parkDead()
 	}
+	if kind == callPlain && phaseOf(ctx) == phaseBegin && goroutineEntry() == entryUserWrite {
+		kind = callUserWrite
+	}
 	switch kind {
 	case callHeartbeat, callPoll:
 		if !p.takeArm(kind) {
@@ -85,7 +124,9 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 			return p.parkDead()
 		}
 	}
-	if own != nil && phaseOf(ctx) == phaseStream && p.delayed(method, final) {
+	// A run's own writes in the Stream phase may be held: its fenced ones, and its interrupts (insert-if-absent,
+	// not fenced: one that lands late names a message its run never finalized as asking, so readers never list it).
+	if (own != nil || method == "CreateInterrupt") && phaseOf(ctx) == phaseStream && p.delayed(method, final) {
 		// The request is in flight (its arguments, its timestamp, the run's in-doubt check are all behind it)
 		// and the scheduler may let time pass, reap the run and start others before it arrives: the store's
 		// fences alone must then keep it from taking effect (DESIGN principle 8).
@@ -112,7 +153,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	}
 	err := do()
 	if own != nil {
-		w.checkOwnWrite(p, method, *own, threadID, before, beforeOK, err)
+		w.checkOwnWrite(p, method, detail(), *own, threadID, before, beforeOK, err)
 	}
 	if write && kind != callHeartbeat && kind != callPoll {
 		w.tracef("    %s: %s %s -> %s", p.name, method, detail(), errStr(err))
@@ -259,9 +300,13 @@ func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
 }
 
 func (s *procStore) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
+	undrafted := s.p.w.undraftedContinuation(req.ThreadID, req.Fence.RunID)
+	s.p.w.mu.Lock()
+	s.p.releasing = undrafted
+	s.p.w.mu.Unlock()
 	return s.call(ctx, "ReleaseClaim", true, callPlain, nil, req.ThreadID, func() error {
 		err := s.Store.ReleaseClaim(ctx, req)
-		if err == nil {
+		if err == nil && undrafted {
 			s.p.w.mu.Lock()
 			s.p.inReap = true
 			s.p.w.mu.Unlock()
@@ -308,9 +353,11 @@ func (s *procStore) ListRuns(ctx context.Context, threadID string) (rs []agent.R
 // MessageStore.
 
 func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error {
-	kind := callPlain
-	if phaseOf(ctx) == phaseBegin && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() {
-		kind = callUserWrite
+	if phaseOf(ctx) == phaseBegin && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() && goroutineEntry() != entryUserWrite {
+		// The user message is written beside the first model request; if the engine moved that write, the
+		// scheduler no longer knows when it comes.
+		s.p.w.violate("sim", "%s: the user message %s is written outside %s (goroutine %s): the sim's model of the engine is out of date",
+			s.p.name, mw.Message.ID, entryUserWrite, goroutineEntry())
 	}
 	detail := func() string {
 		return fmt.Sprintf("%s/%s %s seq=%d fence=%s@%d final=%v %s", mw.ThreadID, mw.Message.ID, mw.Message.Role, mw.Seq,
@@ -329,7 +376,7 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 	s.p.w.mu.Lock()
 	s.p.noopWrite = perr == nil && samePutMessage(prev.Message, mw.Message)
 	s.p.w.mu.Unlock()
-	return s.callD(ctx, "PutMessage", true, mw.Final, kind, s.ownFence(ctx, mw.Fence), mw.ThreadID, detail, func() error {
+	return s.callD(ctx, "PutMessage", true, mw.Final, callPlain, s.ownFence(ctx, mw.Fence), mw.ThreadID, detail, func() error {
 		return s.Store.PutMessage(ctx, mw)
 	})
 }
@@ -356,9 +403,90 @@ func (s *procStore) ListMessages(ctx context.Context, threadID string) (rs []age
 }
 
 func (s *procStore) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
-	return s.call(ctx, "DeleteMessage", true, callPlain, s.ownFence(ctx, f), threadID, func() error {
-		return s.Store.DeleteMessage(ctx, threadID, id, f)
+	edit := phaseOf(ctx) == phaseBegin && f.RunID == s.p.ownRun() // an edit drops the messages after the edited one
+	detail := func() string { return fmt.Sprintf("%s/%s fence=%s@%d", threadID, id, f.RunID, f.Epoch) }
+	return s.callD(ctx, "DeleteMessage", true, false, callPlain, s.ownFence(ctx, f), threadID, detail, func() error {
+		err := s.Store.DeleteMessage(ctx, threadID, id, f)
+		if err == nil && edit {
+			s.p.w.messageDropped(threadID, id) // even if the process dies before it hears back
+		}
+		return err
 	})
+}
+
+// InterruptStore.
+
+func (s *procStore) CreateInterrupt(ctx context.Context, in agent.Interrupt) (got agent.Interrupt, created bool, err error) {
+	detail := func() string {
+		return fmt.Sprintf("%s/%s %s %s call=%s message=%s run=%s@%d -> created=%v", in.ThreadID, in.ID, in.Kind, in.ToolName,
+			in.ToolCallID, in.MessageID, in.RunID, in.Epoch, created)
+	}
+	err = s.callD(ctx, "CreateInterrupt", true, false, callPlain, nil, in.ThreadID, detail, func() error {
+		var e error
+		got, created, e = s.Store.CreateInterrupt(ctx, in)
+		if e == nil && created {
+			s.p.w.mu.Lock()
+			s.p.w.stats.asked++
+			s.p.w.mu.Unlock()
+		}
+		return e
+	})
+	return got, created, err
+}
+
+func (s *procStore) GetInterrupt(ctx context.Context, threadID, id string) (in agent.Interrupt, err error) {
+	err = s.call(ctx, "GetInterrupt", false, callPlain, nil, threadID, func() error {
+		var e error
+		in, e = s.Store.GetInterrupt(ctx, threadID, id)
+		return e
+	})
+	return in, err
+}
+
+func (s *procStore) ListInterrupts(ctx context.Context, threadID string) (ins []agent.Interrupt, err error) {
+	if e := goroutineEntry(); e == entryPlanRead || e == entryGetRead {
+		// Beside a read of the messages (see goroutineEntry): no fate.
+		if s.p.isDead() {
+			return nil, s.p.parkDead()
+		}
+		return s.Store.ListInterrupts(ctx, threadID)
+	}
+	err = s.call(ctx, "ListInterrupts", false, callPlain, nil, threadID, func() error {
+		var e error
+		ins, e = s.Store.ListInterrupts(ctx, threadID)
+		return e
+	})
+	return ins, err
+}
+
+func (s *procStore) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (got agent.Interrupt, err error) {
+	detail := func() string { return fmt.Sprintf("%s/%s -> %s", req.ThreadID, req.ID, req.Status) }
+	closing := phaseOf(ctx) == phaseBegin && goroutineEntry() == entryUserWrite
+	err = s.callD(ctx, "ResolveInterrupt", true, false, callPlain, nil, req.ThreadID, detail, func() error {
+		var e error
+		got, e = s.Store.ResolveInterrupt(ctx, req)
+		if e == nil {
+			s.p.w.interruptResolved(s.p, got, closing)
+		}
+		return e
+	})
+	return got, err
+}
+
+func (s *procStore) ListExpiredInterrupts(ctx context.Context, before time.Time, limit int) (ins []agent.Interrupt, err error) {
+	err = s.call(ctx, "ListExpiredInterrupts", false, callPlain, nil, "", func() error {
+		var e error
+		ins, e = s.Store.ListExpiredInterrupts(ctx, before, limit)
+		return e
+	})
+	// As for stale claims: only this schedule's threads (other schedules share a DynamoDB table).
+	kept := ins[:0:0]
+	for _, in := range ins {
+		if s.p.w.ours(in.ThreadID) {
+			kept = append(kept, in)
+		}
+	}
+	return kept, err
 }
 
 // SegmentStore.
@@ -369,9 +497,15 @@ func (s *procStore) AppendSegment(ctx context.Context, seg agent.Segment) error 
 	// inside Close would hold the run for segments.DefaultCloseTimeout of real time.
 	key := fmt.Sprintf("%s/%d", seg.RunID, seg.Seq)
 	first := s.p.w.firstSegmentAttempt(key)
-	return s.call(ctx, "AppendSegment", first && !seg.Final, callPlain, nil, seg.ThreadID, func() error {
+	err := s.call(ctx, "AppendSegment", first && !seg.Final, callPlain, nil, seg.ThreadID, func() error {
 		return s.Store.AppendSegment(ctx, seg)
 	})
+	if seg.Final {
+		s.p.w.mu.Lock()
+		s.p.inReap = false // a reap's last write is the stream's end
+		s.p.w.mu.Unlock()
+	}
+	return err
 }
 
 func (s *procStore) ListSegments(ctx context.Context, runID string, from int64, now time.Time) (ss []agent.Segment, err error) {

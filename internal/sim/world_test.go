@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/interrupts"
+	"github.com/agentloop/agentloop/lib/threads"
 )
 
 // vclock is the virtual clock: it moves only when the scheduler advances it, so "time passing" (heartbeats
@@ -54,8 +56,7 @@ const (
 	repParked   repKind = iota + 1 // the main goroutine parked (in the model, or before a claim retry)
 	repDone                        // the main goroutine returned
 	repDead                        // the process crashed
-	repUWParked                    // the user-message write parked again (a retry after a transient fault)
-	repUWDone                      // the user-message write returned for good
+	repUWParked                    // the user-message goroutine parked at its next store call
 )
 
 type report struct {
@@ -98,9 +99,16 @@ type world struct {
 	violates []string
 	faults   map[string]int
 	segTries map[string]int
-	effects  map[string]int // applied PutValue count per ns/key
-	refused  int            // own-fence writes the store refused as run_fenced (the fence working)
-	stats    stats
+	effects  map[string]int          // applied PutValue count per ns/key
+	refused  int                     // own-fence writes the store refused as run_fenced (the fence working)
+	events   int                     // acceptances and drops, in order
+	views    map[string]threads.View // what the final reader got for each thread
+	// closedBy: tool call ids whose interrupt a new message canceled in what it closes before its own writes
+	// (Turn.apply), and regenLeft: the calls that wait in a reply a regenerate set out to replace. See knownBugs:
+	// the reply may keep asking for answers nobody can give.
+	closedBy  map[string]string
+	regenLeft map[string]bool
+	stats     stats
 }
 
 // simThread is what the sim knows of one thread of the schedule.
@@ -110,6 +118,8 @@ type simThread struct {
 	msgs     int
 	posted   []postedMsg
 	accepted []acceptedMsg
+	dropped  map[string]int // message id → the event of the edit that last dropped it
+	answers  []answerReq    // the answers sent so far (a client may send one again)
 }
 
 type postedMsg struct {
@@ -119,22 +129,58 @@ type postedMsg struct {
 type acceptedMsg struct {
 	id   string
 	gen  int
+	at   int // the event of the acceptance (world.event)
 	proc *proc
+}
+
+// sentAnswer is one call's answer in an answering request.
+type sentAnswer struct {
+	status agent.InterruptStatus // approved, denied or answered
+	text   string                // what the model should read for a client tool's answer
 }
 
 type stats struct {
 	ops, crashes, accepted int
+	asked, answers         int // interrupts created; answering requests sent
+	interrupts             int // interrupts stored after the quiesce
+	listed                 int // of those, the ones readers list as waiting
+	resolved               map[agent.InterruptStatus]int
+}
+
+// over reports whether the schedule is over: dead processes' goroutines, let go, may still run a little (their
+// store calls return errDead), and nothing they do is recorded.
+func (w *world) over() bool {
+	select {
+	case <-w.released:
+		return true
+	default:
+		return false
+	}
+}
+
+// release ends the schedule: dead processes' calls return errDead from now on. Under w.mu, so that whatever
+// tracef and violate record came before it.
+func (w *world) release() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	close(w.released)
 }
 
 func (w *world) tracef(format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.over() {
+		return
+	}
 	w.trace = append(w.trace, fmt.Sprintf(format, args...))
 }
 
 func (w *world) violate(inv, format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.over() {
+		return
+	}
 	w.violates = append(w.violates, inv+": "+fmt.Sprintf(format, args...))
 }
 
@@ -157,6 +203,46 @@ func (w *world) valuePut(ns, key string) {
 	w.effects[ns+"\x00"+key]++
 }
 
+// event numbers acceptances and drops of user messages (w.mu held).
+func (w *world) event() int {
+	w.events++
+	return w.events
+}
+
+// messageDropped: an edit dropped message id (the messages after the edited one go, deliberately).
+func (w *world) messageDropped(threadID, id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range w.threads {
+		if t.id == threadID {
+			if t.dropped == nil {
+				t.dropped = map[string]int{}
+			}
+			t.dropped[id] = w.event()
+		}
+	}
+}
+
+// interruptResolved notes a resolution that applied: this process's own answers, and the schedule's counts.
+func (w *world) interruptResolved(p *proc, in agent.Interrupt, closing bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stats.resolved == nil {
+		w.stats.resolved = map[agent.InterruptStatus]int{}
+	}
+	w.stats.resolved[in.Status]++
+	if in.Status == agent.InterruptCanceled && closing && p.kind != "regen" {
+		w.closedBy[in.ToolCallID] = p.kind
+	}
+	switch in.Status {
+	case agent.InterruptApproved, agent.InterruptDenied, agent.InterruptAnswered:
+		if p.resolved == nil {
+			p.resolved = map[string]agent.InterruptStatus{}
+		}
+		p.resolved[in.ToolCallID] = in.Status
+	}
+}
+
 func (w *world) ours(threadID string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -166,6 +252,18 @@ func (w *world) ours(threadID string) bool {
 		}
 	}
 	return false
+}
+
+// undraftedContinuation reports whether run runID of the thread is a continuation still running that never wrote
+// its message (the message it continues still names the run that asked): see knownBugs.
+func (w *world) undraftedContinuation(threadID, runID string) bool {
+	ctx := context.Background()
+	run, err := w.base.GetRun(ctx, threadID, runID)
+	if err != nil || run.Trigger != agent.TriggerContinuation || run.Status != agent.RunRunning {
+		return false
+	}
+	rec, err := w.base.GetMessage(ctx, threadID, run.AssistantMessageID)
+	return err == nil && rec.Message.Meta().RunID != run.ID
 }
 
 // threadOf reads the thread from the underlying store (never faulted); ok is false when it does not exist.
@@ -184,7 +282,7 @@ func (w *world) claimOf(threadID string) (*agent.Claim, bool) {
 // run released the claim itself and before anyone claimed again (the engine hides a regenerated reply after its
 // FinishRun). The check runs in the process's own goroutine, between the read of the thread and the write,
 // while every other process is parked, so nothing can change the claim in between.
-func (w *world) checkOwnWrite(p *proc, method string, f agent.Fence, threadID string, before agent.Thread, exists bool, err error) {
+func (w *world) checkOwnWrite(p *proc, method, detail string, f agent.Fence, threadID string, before agent.Thread, exists bool, err error) {
 	if errors.Is(err, agent.ErrRunFenced) {
 		w.mu.Lock()
 		w.refused++
@@ -222,7 +320,7 @@ func (w *world) checkOwnWrite(p *proc, method string, f agent.Fence, threadID st
 	} else if c != nil {
 		claim = fmt.Sprintf("%s@%d", c.RunID, c.Epoch)
 	}
-	w.violate("one-writer", "%s: %s by run %s@%d took effect on thread %s while the claim was %s (thread epoch %d)", p.name, method, f.RunID, f.Epoch, threadID, claim, before.Epoch)
+	w.violate("one-writer", "%s: %s by run %s@%d took effect on thread %s while the claim was %s (thread epoch %d): %s", p.name, method, f.RunID, f.Epoch, threadID, claim, before.Epoch, detail)
 }
 
 // await waits for p's next report. Only p runs, so any other report is a bug in the sim.
@@ -285,12 +383,44 @@ func (w *world) uwPending(p *proc) bool {
 	return p.uwPending && !p.dead
 }
 
-// advanceUW lets the parked user-message write reach the store, and waits until it parks again (a retry) or
-// returns for good.
+// advanceUW lets the parked call of the user-message goroutine reach the store, and waits until the goroutine
+// parks at its next call (a retry, or the next write of what the turn closes, or the user message) or is over.
+// It is over once it has sent its result, which the engine gives no other sign of: the sim watches the result
+// channel (userWriteOf). That wait ends whatever the Go scheduler does; only its length does not.
 func (w *world) advanceUW(p *proc) error {
 	p.uwResume <- struct{}{}
-	_, err := w.await(p, repUWParked, repUWDone, repDead)
-	return err
+	deadline := time.Now().Add(30 * time.Second)
+	nap := 20 * time.Microsecond
+	for spins := 0; ; spins++ {
+		select {
+		case r := <-w.reports:
+			if r.p != p || (r.kind != repUWParked && r.kind != repDead) {
+				return fmt.Errorf("sim: report %d from %s while the user-message goroutine of %s runs", r.kind, r.p.name, p.name)
+			}
+			if r.kind == repDead {
+				w.mu.Lock()
+				w.stats.crashes++
+				w.mu.Unlock()
+			}
+			return nil
+		default:
+		}
+		if p.uwOver() {
+			w.mu.Lock()
+			p.uwDone = true
+			w.mu.Unlock()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sim: the user-message goroutine of %s neither parked nor ended within 30s", p.name)
+		}
+		if spins < 200 {
+			runtime.Gosched() // the goroutine is usually a moment from its end (or its next call)
+			continue
+		}
+		time.Sleep(nap) // an engine retry's backoff (20 ms and up)
+		nap = min(2*nap, time.Millisecond)
+	}
 }
 
 // guardTick lets one heartbeat (or one cancel poll) of p's guard reach the store, then waits until the guard
