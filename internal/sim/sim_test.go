@@ -350,11 +350,15 @@ func seedsFrom(first uint64, count int, deadline time.Time) func() (uint64, bool
 		if !deadline.IsZero() {
 			return r.Uint64() >> 1, time.Now().Before(deadline)
 		}
-		if i >= count {
-			return 0, false
+		for i < count {
+			i++
+			// A regression seed already ran: a second run of it would meet the first one's threads in the
+			// worker's store (thread ids are the seed's).
+			if s := first + uint64(i); !slices.Contains(regressions, s) {
+				return s, true
+			}
 		}
-		i++
-		return first + uint64(i), true
+		return 0, false
 	}
 }
 
