@@ -97,6 +97,10 @@ var regressions = []uint64{
 	// Found by make soak: a final write retried after its claim went into doubt during a failing attempt (the
 	// engine now asks before every retry), and an identical retry after a lost answer (the stores accept it).
 	2355923010105997817, 4226426573621481161,
+	// Found by the human-in-the-loop schedules (as known bugs), fixed: a regenerate and a new message settle the
+	// asking reply before they cancel its interrupts, readers honour only interrupts whose call waits, and a run
+	// whose user message was never stored stops before asking the model again.
+	22, 1405, 820, 6008,
 }
 
 // knownBugs are seeds that found bugs in lib/** which are not fixed yet. They need -gaps: the default schedules
@@ -126,13 +130,8 @@ var knownBugs = []struct {
 	// message fence (writer epoch below the writer's) passes for a run that has lost its claim since. The engine
 	// checks its claim's age before each write, so only a write already in flight lands late.
 	{721, "one-writer", "engine+store: an edit's drop of a later message, in flight while its process stalls past its run's reap, lands after the claim was released (the reply is gone, the edit never happened)"},
-	{820, "one-writer", "engine+store: a new message's settled rewrite of the asking message, in flight while its process stalls past its run's reap, lands after the claim was released"},
 	// Human in the loop. The default schedules let these pass (world.leftAsking, proc.nextCall).
-	{22, "regen-unsettled", "engine: a regenerate of the asking reply cancels (or finds expired) its interrupts (Turn.closeOut) but writes no result for its waiting calls, since the reply stays until the new one stands; when the new reply does not stand (step limit, model error, stop, crash, claim in doubt), the old reply stays visible with calls that wait on interrupts nobody can answer (every answer is refused already_resolved or expired), and the next model request gets the transcript's 'No result' placeholder for them"},
-	{1405, "settle-cut", "engine: a new message cancels the asking reply's interrupts, then writes the reply with results for its calls (Turn.closeOut); a crash (or the claim going into doubt) in between leaves the reply asking with canceled interrupts, which no reaper settles: every answer is refused already_resolved until another message is sent"},
 	{3721, "tool-results", "reaper: a reap that stops half way (a lost answer on its release, or a crash or transient error after it: the continued() ResolveInterrupt has no retry) of a continuation that died before its first draft write is never finished: the message still reads interrupted (the asking run wrote it), so Orphans/ReapOrphan, which look for streaming drafts only, pass it by. The reply keeps asking for an answer that was taken (and its approved tool possibly run), until the next message settles it with 'Not executed: the run that was to execute it stopped.', which is not what a denied call should say (output-denied), and a lie for an approved one that ran (settle does not ask the tool's recorded outcome)"},
-	// Found under -gaps behind a zombie row (the first entries), but a flaw of its own.
-	{6008, "no-orphan-call", "engine: after the user-message write fails for good (fenced, in doubt, or a store error), the run loop goes on calling the model: execute() skips the step's tools, so the next model request shows them as the transcript's 'No result' placeholder, and the run ends failed anyway"},
 }
 
 // outcome is one schedule's result.

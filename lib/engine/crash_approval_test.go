@@ -35,7 +35,9 @@ func TestApprovalCrashPoints(t *testing.T) {
 		return c.method == "ResolveInterrupt" && c.ns == string(agent.InterruptApproved)
 	}
 	effects := func(c storeCall) bool { return strings.HasPrefix(c.ns, "effects/") }
-	canceled := func(c storeCall) bool { return c.method == "ResolveInterrupt" && c.ns == string(agent.InterruptCanceled) }
+	canceled := func(c storeCall) bool {
+		return c.method == "ResolveInterrupt" && c.ns == string(agent.InterruptCanceled)
+	}
 	rows := []struct {
 		name  string
 		stage crashStage

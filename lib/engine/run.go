@@ -79,6 +79,11 @@ func (s *stepper) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 		if ctx.Err() != nil {
 			return agent.RunFailed, nil
 		}
+		if t := s.turn; t.userDone && t.userErr != nil {
+			// The user message was never stored: the tools were not run, and the model must not be asked
+			// again as if they had answered; finish reports it.
+			return agent.RunFailed, nil
+		}
 		if step >= e.cfg.MaxSteps {
 			return agent.RunFailed, &agent.RunError{Code: agent.CodeStepLimit, Message: fmt.Sprintf("The run stopped after %d steps.", e.cfg.MaxSteps)}
 		}
