@@ -188,7 +188,7 @@ func (t *Turn) requestParts(a interrupts.Answer) []agent.Part {
 		p.State, p.Approval = agent.StateApprovalResponded, &agent.PartApproval{ID: in.ID, Approved: &ok, Reason: a.Reason}
 	default:
 		p.State, p.Output, p.ErrorText = agent.StateOutputAvailable, a.Output, a.ErrorText
-		if a.ErrorText != "" && len(a.Output) == 0 {
+		if a.Failed() {
 			p.State = agent.StateOutputError
 		}
 	}
@@ -231,7 +231,7 @@ func (s *stepper) applyAnswers(ctx context.Context) {
 			p.State, p.Approval = agent.StateOutputDenied, &agent.PartApproval{ID: a.Interrupt.ID, Approved: &no, Reason: a.Reason}
 			s.out.send(uistream.ToolOutputDenied{ToolCallID: p.ToolCallID})
 		case agent.InterruptAnswered:
-			if a.ErrorText != "" && len(a.Output) == 0 {
+			if a.Failed() {
 				p.State, p.ErrorText = agent.StateOutputError, a.ErrorText
 				s.out.send(uistream.ToolOutputError{ToolCallID: p.ToolCallID, ErrorText: a.ErrorText})
 			} else {

@@ -23,6 +23,9 @@ type Answer struct {
 	ErrorText string
 }
 
+// Failed reports whether a client tool's answer is an error rather than an output.
+func (a Answer) Failed() bool { return a.ErrorText != "" && len(a.Output) == 0 }
+
 // Approved reports whether the answer lets the tool run.
 func (a Answer) Approved() bool { return a.Status == agent.InterruptApproved }
 

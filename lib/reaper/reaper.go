@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/transcript"
 )
@@ -474,15 +475,10 @@ func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []age
 			no := false
 			p.State, p.Approval = agent.StateOutputDenied, &agent.PartApproval{ID: in.ID, Approved: &no}
 		case agent.InterruptAnswered:
-			var resp struct {
-				Output    json.RawMessage `json:"output"`
-				ErrorText string          `json:"errorText"`
-			}
-			_ = json.Unmarshal(in.Response, &resp)
-			if len(resp.Output) > 0 {
-				p.State, p.Output = agent.StateOutputAvailable, resp.Output
+			if a := interrupts.Resolution(in); a.Failed() {
+				p.State, p.ErrorText = agent.StateOutputError, a.ErrorText
 			} else {
-				p.State, p.ErrorText = agent.StateOutputError, resp.ErrorText
+				p.State, p.Output = agent.StateOutputAvailable, a.Output
 			}
 		}
 		parts[i] = p

@@ -144,16 +144,13 @@ func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
 		return nil, fmt.Errorf("aisdktest: run.sh %v: %w\n%s", args, err, stderr)
 	}
 
-	got := map[[2]string]ParsedMessage{}
-	if err := eachLine(stdout, func(line []byte) error {
-		var p ParsedMessage
-		if err := json.Unmarshal(line, &p); err != nil {
-			return err
-		}
-		got[[2]string{p.File, p.SDK}] = p
-		return nil
-	}); err != nil {
+	parsed, err := decodeLines[ParsedMessage](stdout)
+	if err != nil {
 		return nil, err
+	}
+	got := map[[2]string]ParsedMessage{}
+	for _, p := range parsed {
+		got[[2]string{p.File, p.SDK}] = p
 	}
 	out := make([]ParsedMessage, 0, 2*len(files))
 	for _, f := range files {

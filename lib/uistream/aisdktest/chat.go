@@ -39,18 +39,7 @@ func Chat(ctx context.Context, baseURL, token string, scenarios ...string) ([]Ch
 	if err != nil {
 		return nil, fmt.Errorf("aisdktest: chat: %w\n%s", err, stderr)
 	}
-	var out []ChatResult
-	if err := eachLine(stdout, func(line []byte) error {
-		var r ChatResult
-		if err := json.Unmarshal(line, &r); err != nil {
-			return err
-		}
-		out = append(out, r)
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return decodeLines[ChatResult](stdout)
 }
 
 // runChecker runs run.sh with args and returns its output; err is non-nil when it exits non-zero.
@@ -75,14 +64,17 @@ func exitCode(err error) int {
 	return -1
 }
 
-// eachLine calls f with every line of a script's JSON-lines output.
-func eachLine(out []byte, f func(line []byte) error) error {
+// decodeLines decodes every line of a script's JSON-lines output as one T.
+func decodeLines[T any](out []byte) ([]T, error) {
+	var vs []T
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
-		if err := f(sc.Bytes()); err != nil {
-			return fmt.Errorf("aisdktest: unreadable checker output %q: %w", sc.Bytes(), err)
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			return nil, fmt.Errorf("aisdktest: unreadable checker output %q: %w", sc.Bytes(), err)
 		}
+		vs = append(vs, v)
 	}
-	return sc.Err()
+	return vs, sc.Err()
 }

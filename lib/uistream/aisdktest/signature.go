@@ -52,15 +52,8 @@ func VerifySignatures(ctx context.Context, key []byte, vectors []SignatureVector
 	if err != nil && exitCode(err) != 1 { // 1: some vector failed, and every result was printed
 		return nil, fmt.Errorf("aisdktest: signature: %w\n%s", err, stderr)
 	}
-	var out []SignatureResult
-	if err := eachLine(stdout, func(line []byte) error {
-		var r SignatureResult
-		if err := json.Unmarshal(line, &r); err != nil {
-			return err
-		}
-		out = append(out, r)
-		return nil
-	}); err != nil {
+	out, err := decodeLines[SignatureResult](stdout)
+	if err != nil {
 		return nil, err
 	}
 	if len(out) != len(vectors) {
