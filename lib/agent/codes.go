@@ -11,6 +11,7 @@ const (
 	CodeRunNotFound       = "run_not_found"
 	CodeMessageNotFound   = "message_not_found"
 	CodeInterruptNotFound = "interrupt_not_found"
+	CodeJobNotFound       = "job_not_found"
 	CodeRouteNotFound     = "route_not_found"
 
 	// Conflict (409).
@@ -22,6 +23,9 @@ const (
 	CodeAlreadyResolved  = "already_resolved"  // an interrupt was already answered differently
 	CodeExpired          = "expired"           // the interrupt expired before it was answered
 	CodeNotInterrupted   = "not_interrupted"   // tool outputs or answers for a message that waits for none
+	CodeQueueFull        = "queue_full"        // multitask enqueue: the thread's queue is at its bound
+	CodeJobFinished      = "job_finished"      // internal: a finished job's activity cannot change
+	CodeJobNotFinished   = "job_not_finished"  // internal: only a finished job can be delivered
 
 	// Canceled: the run's claim carries a cancel request (internal to a run), or the request went away (499).
 	CodeRunCanceled = "run_canceled"
@@ -38,6 +42,7 @@ const (
 	CodeInvalidTrigger     = "invalid_trigger"
 	CodeInvalidMultitask   = "invalid_multitask"
 	CodeInvalidMessage     = "invalid_message" // a message or part the store or the engine cannot accept
+	CodeInvalidJob         = "invalid_job"     // internal: a job or job result no store keeps
 	CodeUserRequired       = "user_message_required"
 	CodeNothingToRegen     = "nothing_to_regenerate"
 	CodeUnsupported        = "unsupported_message"
@@ -92,5 +97,9 @@ var (
 	ErrDuplicateMessage  = &Error{Kind: KindConflict, Code: CodeDuplicateMessage}
 	ErrAlreadyResolved   = &Error{Kind: KindConflict, Code: CodeAlreadyResolved}
 	ErrInterruptNotFound = &Error{Kind: KindNotFound, Code: CodeInterruptNotFound}
+	ErrJobNotFound       = &Error{Kind: KindNotFound, Code: CodeJobNotFound}
+	ErrQueueFull         = &Error{Kind: KindConflict, Code: CodeQueueFull}
+	ErrJobFinished       = &Error{Kind: KindConflict, Code: CodeJobFinished}
+	ErrJobNotFinished    = &Error{Kind: KindConflict, Code: CodeJobNotFinished}
 	ErrStoreUnavailable  = &Error{Kind: KindUnavailable, Code: CodeStoreUnavailable}
 )

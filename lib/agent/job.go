@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"time"
 )
 
-// JobStatus: running → done | error. A job becomes done/error only after its result was delivered.
+// JobStatus: running → done | error. A job becomes done/error only after its steer was delivered into the
+// thread; a job whose result is stored but not yet delivered is still running (Job.Finished tells).
 type JobStatus string
 
 const (
@@ -14,18 +17,192 @@ const (
 	JobError   JobStatus = "error"
 )
 
-// Job is an async sub-agent task. ID is derived from thread id + tool call id so a retried dispatch converges.
+// Job is an async sub-agent task. ID is derived from thread id + tool call id (JobID) so a retried dispatch
+// converges. Created insert-if-absent; its result is stored once (first writer wins); delivery is recorded once.
 type Job struct {
-	ID             string          `json:"id"`
-	ThreadID       string          `json:"threadId"`
-	Kind           string          `json:"kind"`
-	ToolCallID     string          `json:"toolCallId"`
-	Input          json.RawMessage `json:"input,omitempty"`
-	Status         JobStatus       `json:"status"`
-	Activity       string          `json:"activity,omitempty"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	SteerDelivered bool            `json:"steerDelivered"`
-	Execution      string          `json:"execution,omitempty"`
-	CreatedAt      time.Time       `json:"createdAt"`
-	UpdatedAt      time.Time       `json:"updatedAt"`
+	ID         string          `json:"id"`
+	ThreadID   string          `json:"threadId"`
+	Owner      string          `json:"-"`
+	Kind       string          `json:"kind"`
+	ToolCallID string          `json:"toolCallId"`
+	Input      json.RawMessage `json:"input,omitempty"`
+	Status     JobStatus       `json:"status"`
+	// Activity is the live, human-readable line the sub-agent updates as it works.
+	Activity string `json:"activity,omitempty"`
+	// Result is the sub-agent's result (the steer artifact's payload), set once by FinishJob. Error, set
+	// instead, is the failure text a user may read (no internals).
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	// SteerDelivered: the steer message steer_<ID> is stored in the thread.
+	SteerDelivered bool `json:"steerDelivered"`
+	// Execution names the job's execution (Step Functions: the execution name, which is the job id).
+	Execution string `json:"execution,omitempty"`
+	// DueAt is when the reaper looks at the job if it is still undelivered then: while running, the deadline
+	// of its whole execution; once finished, the grace the wake has to deliver it. Zero once delivered.
+	DueAt      time.Time `json:"-"`
+	CreatedAt  time.Time `json:"createdAt"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+}
+
+// Finished reports whether the job's result (or failure) is stored.
+func (j Job) Finished() bool { return !j.FinishedAt.IsZero() }
+
+// Failed reports whether the job finished with a failure.
+func (j Job) Failed() bool { return j.Finished() && j.Error != "" }
+
+// JobID derives a job's id from its thread and the tool call that dispatched it: the same dispatch, retried or
+// replayed by a later run, names the same job. It is short and safe as a Step Functions execution name
+// (at most 80 characters of [0-9A-Za-z_-]).
+func JobID(threadID, toolCallID string) string {
+	sum := sha256.Sum256([]byte(threadID + "\x00" + toolCallID))
+	return "job_" + idEncoding.EncodeToString(sum[:16])
+}
+
+// SteerMessageID is the id of the steer message that delivers job id into its thread.
+func SteerMessageID(jobID string) string { return "steer_" + jobID }
+
+// JobResult stores a job's outcome once.
+type JobResult struct {
+	ThreadID string
+	ID       string
+	Result   json.RawMessage // set on success
+	Error    string          // set on failure (safe to show)
+	// DueAt is when the reaper re-drives delivery if the job is still undelivered then.
+	DueAt time.Time
+	Now   time.Time
+}
+
+// JobStore keeps jobs, one item each, keyed by (ThreadID, ID). DeleteThread removes a thread's jobs.
+type JobStore interface {
+	// CreateJob inserts j (Status running, no result) if no job with (j.ThreadID, j.ID) exists. It returns the
+	// stored job and whether this call created it; an existing job is returned unchanged. Unknown or tombstoned
+	// thread: KindNotFound.
+	CreateJob(ctx context.Context, j Job) (Job, bool, error)
+	// GetJob: unknown id is KindNotFound/CodeJobNotFound.
+	GetJob(ctx context.Context, threadID, id string) (Job, error)
+	// ListJobs returns the thread's jobs, oldest first (ties by id).
+	ListJobs(ctx context.Context, threadID string) ([]Job, error)
+	// SetJobActivity replaces the activity line of a job that has not finished. A finished job:
+	// KindConflict/CodeJobFinished, nothing changes. Unknown id: KindNotFound.
+	SetJobActivity(ctx context.Context, threadID, id, activity string, now time.Time) error
+	// FinishJob stores the job's result or failure (exactly one of r.Result, r.Error) by compare-and-set on "not
+	// finished": the first writer wins. It returns the job as stored after the call and whether this call
+	// stored it; a job already finished is returned unchanged with stored false and no error.
+	FinishJob(ctx context.Context, r JobResult) (Job, bool, error)
+	// MarkJobDelivered records that the job's steer is in the thread: SteerDelivered, status done (or error for
+	// a failure), DueAt cleared. The job must be finished (else KindConflict/CodeJobNotFinished). Idempotent: a
+	// delivered job is returned unchanged.
+	MarkJobDelivered(ctx context.Context, threadID, id string, now time.Time) (Job, error)
+	// ListDueJobs returns up to limit (<= 0: DefaultListLimit) undelivered jobs whose DueAt is before before,
+	// across all threads, in no promised order: the reaper's work list. It reads an index of undelivered jobs,
+	// never a scan; the index only nominates.
+	ListDueJobs(ctx context.Context, before time.Time, limit int) ([]Job, error)
+}
+
+// Check refuses a job no store keeps (both stores answer the same input with the same code).
+func (j Job) Check() error {
+	switch {
+	case j.ThreadID == "":
+		return E(KindInvalid, CodeInvalidThreadID, "job needs a thread id")
+	case j.ID == "" || j.Kind == "" || j.ToolCallID == "":
+		return E(KindInvalid, CodeInvalidJob, "job needs an id, a kind and a tool call id")
+	case j.Status != JobRunning || j.Finished() || j.SteerDelivered:
+		return E(KindInvalid, CodeInvalidStatus, "job %s is created running, unfinished and undelivered", j.ID)
+	}
+	return nil
+}
+
+// Check refuses a result no store keeps.
+func (r JobResult) Check() error {
+	if r.ThreadID == "" || r.ID == "" {
+		return E(KindInvalid, CodeInvalidJob, "job result needs a thread id and a job id")
+	}
+	if (len(r.Result) == 0) == (r.Error == "") {
+		return E(KindInvalid, CodeInvalidJob, "job %s: a result holds exactly one of result and error", r.ID)
+	}
+	return nil
+}
+
+// Jobs starts sub-agent executions and delivery passes: Step Functions in AWS (lib/sfn), an in-process runner
+// with the state machine's contract in agentloop dev (lib/localjobs).
+type Jobs interface {
+	// Start starts j's execution, named by the job id: a start of a job whose execution exists is success.
+	Start(ctx context.Context, j Job) error
+	// Wake starts a delivery pass over the thread's queued messages, named by key: the same key again is
+	// success (so one finishing run, retried, asks once).
+	Wake(ctx context.Context, threadID, key string) error
+}
+
+// JobTask is the state machine's execution input and what its task states pass along: a job (JobID set) or a
+// delivery pass (Wake set). Failure is where the state machine's Catch puts the sub-agent task's error.
+type JobTask struct {
+	ThreadID string       `json:"threadId"`
+	JobID    string       `json:"jobId,omitempty"`
+	Wake     string       `json:"wake,omitempty"`
+	Failure  *TaskFailure `json:"failure,omitempty"`
+}
+
+// TaskFailure is a caught task error in Step Functions' shape ({"Error": name, "Cause": text}).
+type TaskFailure struct {
+	Error string `json:"Error"`
+	Cause string `json:"Cause,omitempty"`
+}
+
+// Delivery outcomes a wake reports.
+const (
+	DeliveredSteer   = "delivered" // the steer is in the thread (this pass or an earlier one)
+	DeliveredQueued  = "queued"    // the thread is busy or waits for a person: the steer waits in its queue
+	DeliveredNothing = "nothing"   // a wake pass that found nothing to deliver
+)
+
+// DeliveryResult is the wake task's output.
+type DeliveryResult struct {
+	ThreadID string `json:"threadId"`
+	JobID    string `json:"jobId,omitempty"`
+	Status   string `json:"status"`
+	Turns    int    `json:"turns"`
+}
+
+// Named task errors: Step Functions matches the Go type name in ErrorEquals (the Lambda Go runtime reports it as
+// the errorType), and the local runner matches the same types with errors.As.
+
+// TransientError is a task failure that may pass on retry (a store or model outage): the state machine retries it.
+type TransientError struct{ Err error }
+
+func (e *TransientError) Error() string { return "transient: " + e.Err.Error() }
+func (e *TransientError) Unwrap() error { return e.Err }
+
+// JobFailedError is a sub-agent failure that retrying will not fix: the state machine takes the failure path.
+type JobFailedError struct{ Reason string }
+
+func (e *JobFailedError) Error() string { return "job failed: " + e.Reason }
+
+// JobContract is the job state machine's contract: the numbers infra/jobs.asl.json states literally and the
+// local runner honours (a test holds the two equal).
+type JobContract struct {
+	// TaskTimeout bounds one attempt of the sub-agent task (TimeoutSeconds).
+	TaskTimeout time.Duration
+	// TaskRetries is how often a TransientError (or a Lambda service error) is retried (MaxAttempts).
+	TaskRetries int
+	// DeliverRetries is how often the delivery task is retried.
+	DeliverRetries int
+	// RetryInterval is the first retry's wait; each next one doubles (BackoffRate 2).
+	RetryInterval time.Duration
+	// ExecutionTimeout bounds the whole execution (the state machine's TimeoutSeconds).
+	ExecutionTimeout time.Duration
+	// DeliveryGrace is how long after a job finished the reaper waits before re-driving an undelivered one.
+	DeliveryGrace time.Duration
+}
+
+// DefaultJobContract is the contract infra/jobs.asl.json states (a function: no package-level mutable state).
+func DefaultJobContract() JobContract {
+	return JobContract{
+		TaskTimeout:      300 * time.Second,
+		TaskRetries:      2,
+		DeliverRetries:   5,
+		RetryInterval:    2 * time.Second,
+		ExecutionTimeout: 1800 * time.Second,
+		DeliveryGrace:    60 * time.Second,
+	}
 }

@@ -9,6 +9,7 @@ const (
 	TriggerUser         Trigger = "user"
 	TriggerContinuation Trigger = "continuation" // tool outputs or approval answers on the newest assistant message
 	TriggerSteer        Trigger = "steer"        // a sub-agent result delivered into an idle thread
+	TriggerQueued       Trigger = "queued"       // a user message queued (multitask enqueue) answered once the thread freed
 	TriggerRegenerate   Trigger = "regenerate"
 	TriggerEdit         Trigger = "edit" // an earlier user message replaced; everything after it dropped
 )

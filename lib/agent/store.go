@@ -36,7 +36,7 @@ type ThreadStore interface {
 	ListThreads(ctx context.Context, owner string, limit int) ([]Thread, error)
 	// UpdateThread applies p and bumps UpdatedAt to now. Unknown or tombstoned id: KindNotFound.
 	UpdateThread(ctx context.Context, id string, p ThreadPatch, now time.Time) (Thread, error)
-	// DeleteThread removes the thread and everything under it (messages, runs, segments, interrupts): first a tombstone,
+	// DeleteThread removes the thread and everything under it (messages, runs, segments, interrupts, jobs, queue): first a tombstone,
 	// written only when no claim is held (else KindConflict/CodeRunActive, and nothing changes); then the
 	// children; then the tombstone. A delete interrupted half way leaves the tombstone, and calling DeleteThread
 	// again finishes it. Unknown id is a no-op.

@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"time"
+)
+
+// QueueKind says who queued a message.
+type QueueKind string
+
+const (
+	QueueUser  QueueKind = "user"  // a user message sent with multitask "enqueue" while a run was active
+	QueueSteer QueueKind = "steer" // a finished job's steer message, waiting for the thread to free
+)
+
+// QueueStatus: queued → taken.
+type QueueStatus string
+
+const (
+	QueueQueued QueueStatus = "queued"
+	QueueTaken  QueueStatus = "taken" // a turn stored the message in the thread; kept (until ExpiresAt) so a late re-queue of the same id is a no-op
+)
+
+// DefaultMaxQueued bounds a thread's queue: an enqueue beyond it is refused (409 queue_full).
+const DefaultMaxQueued = 32
+
+// DefaultQueueKeep is how long a taken entry is kept, so that a late duplicate (a retried enqueue, a second wake
+// of one job) finds it and does nothing.
+const DefaultQueueKeep = 7 * 24 * time.Hour
+
+// QueuedMessage is one entry of a thread's queue: a message that the next turn to claim the thread stores and
+// answers. Keyed by (ThreadID, Message.ID): enqueueing the same message id twice converges.
+type QueuedMessage struct {
+	ThreadID string
+	// Seq is the order of acceptance, assigned by Enqueue (increasing per thread, with gaps).
+	Seq     int64
+	Kind    QueueKind
+	Message Message
+	// Owner is who sent a user message (the thread's owner).
+	Owner string
+	// JobID names the job a steer delivers.
+	JobID     string
+	Status    QueueStatus
+	CreatedAt time.Time
+	TakenAt   time.Time
+	// ExpiresAt: a taken entry is removed after it (store TTL); zero while queued.
+	ExpiresAt time.Time
+}
+
+// QueueStore keeps each thread's queue. DeleteThread removes a thread's queue.
+type QueueStore interface {
+	// Enqueue inserts q (Status queued; Seq is assigned) unless an entry with (q.ThreadID, q.Message.ID) exists,
+	// queued or taken. It returns the stored entry and whether this call created it. A thread with max queued
+	// entries already is KindConflict/CodeQueueFull (max <= 0: DefaultMaxQueued), nothing changes. Unknown or
+	// tombstoned thread: KindNotFound.
+	Enqueue(ctx context.Context, q QueuedMessage, max int) (QueuedMessage, bool, error)
+	// ListQueued returns the thread's queued (not taken) entries in Seq order.
+	ListQueued(ctx context.Context, threadID string) ([]QueuedMessage, error)
+	// TakeQueued marks the entry taken by compare-and-set from queued; taking a taken entry is a no-op. Unknown
+	// id: KindNotFound.
+	TakeQueued(ctx context.Context, threadID, messageID string, now time.Time) error
+	// ListQueuedThreads returns up to limit (<= 0: DefaultListLimit) distinct threads with an entry queued
+	// before before, in no promised order: the reaper's work list (a turn that died between a run's end and its
+	// delivery pass). It reads an index of queued entries, never a scan; the index only nominates.
+	ListQueuedThreads(ctx context.Context, before time.Time, limit int) ([]string, error)
+}
+
+// Check refuses an entry no store keeps.
+func (q QueuedMessage) Check() error {
+	switch {
+	case q.ThreadID == "":
+		return E(KindInvalid, CodeInvalidThreadID, "queued message needs a thread id")
+	case q.Message.ID == "" || q.Message.Role != RoleUser:
+		return E(KindInvalid, CodeInvalidMessage, "a queued message is a user message with an id")
+	case q.Kind != QueueUser && q.Kind != QueueSteer:
+		return E(KindInvalid, CodeInvalidMessage, "queued message %s: unknown kind %q", q.Message.ID, q.Kind)
+	case q.Kind == QueueSteer && q.JobID == "":
+		return E(KindInvalid, CodeInvalidJob, "queued steer %s names no job", q.Message.ID)
+	case q.Status != QueueQueued:
+		return E(KindInvalid, CodeInvalidStatus, "queued message %s is created queued, not %q", q.Message.ID, q.Status)
+	}
+	return nil
+}
