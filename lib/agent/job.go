@@ -129,13 +129,15 @@ func (r JobResult) Check() error {
 type Jobs interface {
 	// Start starts j's execution, named by the job id: a start of a job whose execution exists is success.
 	Start(ctx context.Context, j Job) error
-	// Wake starts a delivery pass over the thread's queued messages, named by key: the same key again is
-	// success (so one finishing run, retried, asks once).
-	Wake(ctx context.Context, threadID, key string) error
+	// Wake starts a delivery pass (w.Wake set: the key naming it; the same key again is success, so one
+	// finishing run, retried, asks once): the delivery task alone, for w.JobID's result when set (the reaper's
+	// re-drive), and over the thread's queued messages.
+	Wake(ctx context.Context, w JobTask) error
 }
 
-// JobTask is the state machine's execution input and what its task states pass along: a job (JobID set) or a
-// delivery pass (Wake set). Failure is where the state machine's Catch puts the sub-agent task's error.
+// JobTask is the state machine's execution input and what its task states pass along: a job (JobID set, Wake
+// empty: the sub-agent task, then delivery) or a delivery pass (Wake set: delivery only). Failure is where the
+// state machine's Catch puts the sub-agent task's error.
 type JobTask struct {
 	ThreadID string       `json:"threadId"`
 	JobID    string       `json:"jobId,omitempty"`
