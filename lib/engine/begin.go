@@ -31,6 +31,10 @@ type Turn struct {
 	userWrite chan error
 	userErr   error
 	userDone  bool
+	// queued is set instead of a claim when the request was queued (multitask enqueue on a busy thread).
+	queued *Queued
+	// pumped: a delivery pass runs this turn and looks at the queue after it (the run's end does not ask).
+	pumped bool
 }
 
 // Run returns the claimed run record.
@@ -56,6 +60,12 @@ type turnPlan struct {
 	settled      *agent.Message
 	settledFinal bool
 	drop         []string
+
+	// The queue entries the turn takes (queue.go); userSeq is the position of the request's user message.
+	takes   []take
+	userSeq int64
+	// nothing: a delivery pass that found nothing to answer.
+	nothing bool
 }
 
 // Begin validates, claims the thread (creating it for a first message), reads the thread and plans the turn.
@@ -66,15 +76,22 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 		return nil, err
 	}
 	claim, claimedAt, err := e.claim(ctx, req)
+	if errors.Is(err, agent.ErrRunActive) && req.Multitask == MultitaskEnqueue && req.Kind == TurnSubmit &&
+		req.Message.Role == agent.RoleUser && !req.edits() {
+		return e.enqueue(ctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}
-	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claimedAt}
+	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claimedAt, pumped: req.Kind == TurnQueued}
 	plan, err := t.readAndPlan(ctx, req)
 	if err != nil {
 		return nil, t.abort(ctx, err)
 	}
 	t.plan = plan
+	if plan.nothing {
+		return nil, t.release(ctx)
+	}
 	// Answers are decided before a byte is streamed: a lost compare-and-set refuses the request like bad input.
 	if err := t.resolve(ctx); err != nil {
 		return nil, t.abort(ctx, err)
@@ -92,8 +109,9 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	return t, nil
 }
 
-// reservedPositions is how many message positions a claim reserves: the user message and the reply.
-const reservedPositions = 2
+// reservedPositions is how many message positions a claim reserves: the user message, the queued entries it
+// may take, and the reply.
+const reservedPositions = 2 + maxTake
 
 // claim takes the thread's run claim: creating the thread for a first message, reaping a stale claim in the way,
 // and cancelling the active run first when the request says interrupt. It also returns the claim's heartbeat time
@@ -102,6 +120,8 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, tim
 	runID := e.ids.New("run")
 	trigger, assistantID := agent.TriggerUser, "msg_"+strings.TrimPrefix(runID, "run_")
 	switch {
+	case req.Kind == TurnQueued:
+		trigger = req.trigger
 	case req.Kind == TurnRegenerate:
 		trigger = agent.TriggerRegenerate
 	case req.continues():
@@ -203,7 +223,9 @@ func (e *Engine) finishDelete(ctx context.Context, threadID string) error {
 // assistant message waits for answers that the turn leaves behind.
 func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	var ins []agent.Interrupt
-	insErr := make(chan error, 1)
+	var queue []agent.QueuedMessage
+	insErr, queueErr := make(chan error, 1), make(chan error, 1)
+	takesQueue := req.Kind == TurnQueued || req.Kind == TurnSubmit && !req.continues()
 	if req.continues() {
 		go func() {
 			var err error
@@ -211,10 +233,22 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 			insErr <- err
 		}()
 	}
+	if takesQueue {
+		go func() {
+			var err error
+			queue, err = t.e.store.ListQueued(ctx, t.thread.ID)
+			queueErr <- err
+		}()
+	}
 	recs, err := t.e.store.ListMessages(ctx, t.thread.ID)
 	if req.continues() {
 		if ierr := <-insErr; err == nil && ierr != nil {
 			err = fmt.Errorf("list interrupts: %w", ierr)
+		}
+	}
+	if takesQueue {
+		if qerr := <-queueErr; err == nil && qerr != nil {
+			err = fmt.Errorf("list queue: %w", qerr)
 		}
 	}
 	if err != nil {
@@ -232,6 +266,9 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	}
 	if req.continues() {
 		return t.planContinue(ctx, msgs, ins, *req.Message)
+	}
+	if req.Kind == TurnQueued {
+		return t.planQueued(ctx, msgs, queue)
 	}
 	var plan turnPlan
 	if req.Kind == TurnRegenerate {
@@ -256,6 +293,9 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 			why = settleRegenerate
 		}
 		t.settle(&plan, *last, ins, why)
+	}
+	if takesQueue {
+		t.planTakes(&plan, msgs, queue, TurnSubmit)
 	}
 	return plan, nil
 }
@@ -338,25 +378,35 @@ func planRegenerate(msgs []agent.Message, replaceID string) (turnPlan, error) {
 // message at the run's first reserved position (an edited one keeps its own).
 func (t *Turn) apply(ctx context.Context) {
 	p := t.plan
-	if p.user == nil && len(p.cancel) == 0 && p.settled == nil && len(p.drop) == 0 {
+	if p.user == nil && len(p.cancel) == 0 && p.settled == nil && len(p.drop) == 0 && len(p.takes) == 0 {
 		return
 	}
 	t.userWrite = make(chan error, 1)
 	ctx = context.WithoutCancel(ctx)
 	go func() {
-		if err := t.closeOut(ctx); err != nil || p.user == nil {
+		if err := t.closeOut(ctx); err != nil {
 			t.userWrite <- err
 			return
 		}
-		// A write of a new message id passes the store's message-level fence, so the claim is checked here: a
-		// process that paused for half of staleAfter since its claim must not write (a reaper may own the
-		// thread by now, or a delete may have emptied it).
-		if !t.fresh() {
-			t.userWrite <- errInDoubt
-			return
+		if p.user != nil {
+			// A write of a new message id passes the store's message-level fence, so the claim is checked here:
+			// a process that paused for half of staleAfter since its claim must not write (a reaper may own the
+			// thread by now, or a delete may have emptied it).
+			if !t.fresh() {
+				t.userWrite <- errInDoubt
+				return
+			}
+			seq := p.userSeq
+			if seq == 0 {
+				seq = t.run.FirstSeq
+			}
+			w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: seq, Message: *p.user, Fence: t.run.Fence(), Final: true}
+			if err := t.e.putFinal(ctx, w, nil); err != nil {
+				t.userWrite <- err
+				return
+			}
 		}
-		w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: t.run.FirstSeq, Message: *p.user, Fence: t.run.Fence(), Final: true}
-		t.userWrite <- t.e.putFinal(ctx, w, nil)
+		t.userWrite <- t.writeTakes(ctx)
 	}()
 }
 

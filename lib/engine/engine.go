@@ -51,6 +51,7 @@ type Config struct {
 	SegmentFlush    time.Duration // segments.DefaultSegmentInterval
 	CloseTimeout    time.Duration // segments.DefaultCloseTimeout: how long the final segment may take
 	InterruptTTL    time.Duration // agent.DefaultInterruptTTL: how long an approval or client tool waits
+	MaxQueued       int           // agent.DefaultMaxQueued: a thread's queue bound (multitask enqueue)
 	Transcript      transcript.Config
 }
 
@@ -67,6 +68,7 @@ func (c Config) withDefaults() Config {
 	c.SegmentFlush = cmp.Or(c.SegmentFlush, segments.DefaultSegmentInterval)
 	c.CloseTimeout = cmp.Or(c.CloseTimeout, segments.DefaultCloseTimeout)
 	c.InterruptTTL = cmp.Or(c.InterruptTTL, agent.DefaultInterruptTTL)
+	c.MaxQueued = cmp.Or(c.MaxQueued, agent.DefaultMaxQueued)
 	return c
 }
 
@@ -78,6 +80,8 @@ type Store interface {
 	agent.MessageStore
 	agent.SegmentStore
 	agent.InterruptStore
+	agent.QueueStore
+	agent.JobStore
 }
 
 // Reaper finishes a run whose claim went stale (lib/reaper). The engine calls it when a claim finds a stale
@@ -98,6 +102,7 @@ type Engine struct {
 	clock  agent.Clock
 	ids    agent.IDs
 	signer *interrupts.Signer
+	jobs   agent.Jobs
 	log    *slog.Logger
 	cfg    Config
 }
@@ -112,12 +117,15 @@ type Deps struct {
 	IDs    agent.IDs
 	// Signer signs approval requests (interrupts.NewSigner over the application secret). Required.
 	Signer *interrupts.Signer
+	// Jobs starts delivery passes when a run leaves something queued (nil: only a later turn or the reaper
+	// takes the queue).
+	Jobs   agent.Jobs
 	Logger *slog.Logger
 }
 
 // New builds an engine.
 func New(d Deps, cfg Config) *Engine {
-	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, signer: d.Signer, log: d.Logger,
+	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, signer: d.Signer, jobs: d.Jobs, log: d.Logger,
 		cfg: cfg.withDefaults(), tools: map[string]agent.Tool{}}
 	if e.clock == nil {
 		e.clock = agent.SystemClock{}

@@ -17,6 +17,8 @@ const (
 	TurnSubmit TurnKind = iota + 1
 	// TurnRegenerate replaces the newest assistant message with a new answer.
 	TurnRegenerate
+	// TurnQueued answers what the thread's queue holds (a delivery pass; no request message): BeginQueued.
+	TurnQueued
 )
 
 // Multitask is what a request does when the thread already has an active run.
@@ -25,6 +27,7 @@ type Multitask int
 const (
 	MultitaskReject    Multitask = iota // 409 run_active (the default)
 	MultitaskInterrupt                  // cancel the active run, then run
+	MultitaskEnqueue                    // queue a user message; a delivery pass answers it once the thread frees
 )
 
 // Request is one turn request, authenticated and decoded.
@@ -40,6 +43,8 @@ type Request struct {
 	// (tool outputs, approval answers): that message's id, which the message itself carries too.
 	MessageID string
 	Multitask Multitask
+	// trigger is a delivery pass's trigger (steer, or queued when it answers a queued user message).
+	trigger agent.Trigger
 }
 
 const maxIDBytes = 200
@@ -77,7 +82,7 @@ func (e *Engine) Validate(req Request) error {
 		if req.Message == nil {
 			return agent.E(agent.KindInvalid, agent.CodeMissingMessage, "messages must hold at least one message")
 		}
-	case TurnRegenerate:
+	case TurnRegenerate, TurnQueued:
 	default:
 		return agent.E(agent.KindInvalid, agent.CodeInvalidTrigger, "unknown turn kind")
 	}

@@ -51,7 +51,9 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	case errors.Is(cause, errRunTimeout):
 		status, runErr = agent.RunFailed, &agent.RunError{Code: agent.CodeRunTimeout, Message: fmt.Sprintf("The run exceeded its time limit of %s.", e.cfg.RunTimeout)}
 	}
-	return s.finish(ctx, status, runErr)
+	run := s.finish(ctx, status, runErr)
+	t.pump(ctx)
+	return run
 }
 
 // stepper is one run's loop state: the draft assistant message as typed parts (encoded once per write), the

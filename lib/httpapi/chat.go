@@ -26,7 +26,7 @@ const (
 )
 
 var multitasks = map[string]engine.Multitask{"": engine.MultitaskReject, "reject": engine.MultitaskReject,
-	"interrupt": engine.MultitaskInterrupt}
+	"interrupt": engine.MultitaskInterrupt, "enqueue": engine.MultitaskEnqueue}
 
 // decodeChat reads and validates the body shape and maps the wire words onto the engine's values; it reads only
 // the newest message.
@@ -63,10 +63,7 @@ func decodeChat(r io.Reader, limit int64) (engine.Request, error) {
 		return req, agent.E(agent.KindInvalid, agent.CodeInvalidTrigger, "trigger must be %q or %q, got %q", wireSubmit, wireRegenerate, *body.Trigger)
 	}
 	mt, ok := multitasks[body.Multitask]
-	switch {
-	case body.Multitask == "enqueue":
-		return req, agent.E(agent.KindInvalid, agent.CodeInvalidMultitask, "multitask %q is not supported yet; use reject or interrupt", body.Multitask)
-	case !ok:
+	if !ok {
 		return req, agent.E(agent.KindInvalid, agent.CodeInvalidMultitask, "multitask must be reject, interrupt or enqueue, got %q", body.Multitask)
 	}
 	req.Multitask = mt
@@ -93,6 +90,13 @@ func (s *server) postChat(w http.ResponseWriter, r *http.Request) {
 	turn, err := s.Engine.Begin(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if q := turn.Queued(); q != nil {
+		// Queued behind the active run: the message is stored, and its answer is a turn of its own once the
+		// thread frees, resumable through GET /chat/{threadId}/stream. A 202 rather than a held stream: a request
+		// waiting for its turn would hold a Lambda (billed) for as long as the runs before it take.
+		writeJSON(w, http.StatusAccepted, map[string]any{"queued": q})
 		return
 	}
 	setStreamHeaders(w)

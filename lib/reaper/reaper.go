@@ -50,6 +50,9 @@ type Config struct {
 	StaleAfter time.Duration // agent.DefaultStaleAfter
 	Interval   time.Duration
 	Batch      int
+	// DeliveryGrace is how long a queue entry may wait on an idle thread before the sweep asks for a delivery
+	// pass (agent.DefaultJobContract().DeliveryGrace).
+	DeliveryGrace time.Duration
 }
 
 // Store is what the reaper needs: runs and claims, messages, stream segments, and threads (a tool's recorded
@@ -60,12 +63,16 @@ type Store interface {
 	agent.MessageStore
 	agent.SegmentStore
 	agent.InterruptStore
+	agent.JobStore
+	agent.QueueStore
 }
 
-// Deps are the reaper's ports. Tools are looked up for the outcomes they recorded.
+// Deps are the reaper's ports. Tools are looked up for the outcomes they recorded. Jobs, when set, is asked for
+// delivery passes (re-driven jobs, forgotten queues); without it the sweep leaves jobs and queues alone.
 type Deps struct {
 	Store  Store
 	Tools  []agent.Tool
+	Jobs   agent.Jobs
 	Clock  agent.Clock
 	Logger *slog.Logger
 }
@@ -74,6 +81,7 @@ type Deps struct {
 type Reaper struct {
 	store Store
 	tools map[string]agent.Tool
+	jobs  agent.Jobs
 	clock agent.Clock
 	log   *slog.Logger
 	cfg   Config
@@ -84,7 +92,8 @@ func New(d Deps, cfg Config) *Reaper {
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, agent.DefaultStaleAfter)
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
 	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
-	r := &Reaper{store: d.Store, clock: d.Clock, log: d.Logger, cfg: cfg, tools: map[string]agent.Tool{}}
+	cfg.DeliveryGrace = cmp.Or(cfg.DeliveryGrace, agent.DefaultJobContract().DeliveryGrace)
+	r := &Reaper{store: d.Store, jobs: d.Jobs, clock: d.Clock, log: d.Logger, cfg: cfg, tools: map[string]agent.Tool{}}
 	if r.clock == nil {
 		r.clock = agent.SystemClock{}
 	}
@@ -105,6 +114,8 @@ type Stats struct {
 	Nominated int // claims the index named
 	Reaped    int // claims this sweep released
 	Expired   int // pending interrupts this sweep marked expired
+	Redriven  int // undelivered jobs this sweep asked a delivery pass for
+	Swept     int // idle threads with a forgotten queue this sweep asked a delivery pass for
 }
 
 // Tick runs one sweep (the scheduled function calls it). A failure on one claim is logged and the others go on.
@@ -130,6 +141,13 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 	}
 	n, err := r.expire(ctx)
 	st.Expired = n
+	if err != nil {
+		return st, err
+	}
+	if st.Redriven, err = r.redrive(ctx); err != nil {
+		return st, err
+	}
+	st.Swept, err = r.sweepQueues(ctx)
 	return st, err
 }
 

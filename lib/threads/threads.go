@@ -30,6 +30,8 @@ type Store interface {
 	agent.MessageStore
 	agent.SegmentStore
 	agent.InterruptStore
+	agent.JobStore
+	agent.QueueStore
 }
 
 // Reaper reaps a stale claim (lib/reaper).
@@ -127,7 +129,20 @@ type View struct {
 	Messages   []agent.Message   `json:"messages"`
 	ActiveRun  *agent.Run        `json:"activeRun"`
 	Interrupts []agent.Interrupt `json:"interrupts"`
-	Jobs       []agent.Job       `json:"jobs"`
+	// Jobs are the thread's sub-agent jobs with their status and live activity line, oldest first.
+	Jobs []agent.Job `json:"jobs"`
+	// Queued are the messages waiting for the thread to free (multitask enqueue, and steers of finished jobs),
+	// in the order they will be taken.
+	Queued []QueuedView `json:"queued"`
+}
+
+// QueuedView is one queue entry as its owner sees it.
+type QueuedView struct {
+	MessageID string          `json:"messageId"`
+	Kind      agent.QueueKind `json:"kind"`
+	JobID     string          `json:"jobId,omitempty"`
+	Position  int             `json:"position"`
+	CreatedAt time.Time       `json:"createdAt"`
 }
 
 // Get returns the thread with its messages and active run.
@@ -137,15 +152,29 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 		return View{}, err
 	}
 	var ins []agent.Interrupt
-	insErr := make(chan error, 1)
+	var jobs []agent.Job
+	var queue []agent.QueuedMessage
+	side := make(chan error, 3)
 	go func() {
 		var err error
 		ins, err = s.store.ListInterrupts(ctx, th.ID)
-		insErr <- err
+		side <- err
+	}()
+	go func() {
+		var err error
+		jobs, err = s.store.ListJobs(ctx, th.ID)
+		side <- err
+	}()
+	go func() {
+		var err error
+		queue, err = s.store.ListQueued(ctx, th.ID)
+		side <- err
 	}()
 	msgs, err := s.messages(ctx, th.ID)
-	if ierr := <-insErr; err == nil && ierr != nil {
-		err = ierr
+	for range 3 {
+		if serr := <-side; err == nil && serr != nil {
+			err = serr
+		}
 	}
 	if err != nil {
 		return View{}, err
@@ -165,7 +194,10 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 			}
 		}
 	}
-	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, msgs, ins), Jobs: []agent.Job{}}
+	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, msgs, ins), Jobs: append([]agent.Job{}, jobs...), Queued: []QueuedView{}}
+	for i, q := range queue {
+		v.Queued = append(v.Queued, QueuedView{MessageID: q.Message.ID, Kind: q.Kind, JobID: q.JobID, Position: i + 1, CreatedAt: q.CreatedAt})
+	}
 	if th.ActiveRun != nil {
 		if run, err := s.store.GetRun(ctx, th.ID, th.ActiveRun.RunID); err == nil {
 			v.ActiveRun = &run

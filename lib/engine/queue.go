@@ -1,0 +1,271 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/segments"
+	"github.com/agentloop/agentloop/lib/transcript"
+	"github.com/agentloop/agentloop/lib/uistream"
+)
+
+// The thread's queue (DESIGN "Sub-agent jobs"): steer messages of finished jobs and user messages sent with
+// multitask "enqueue" wait in it while a run holds the thread or a person is asked something. A turn that adds
+// a user message takes every queued entry: queued user messages go before its own (they were accepted first),
+// steers after it (coalescing: the reply answers all of them). A delivery pass (TurnQueued, a wake) takes the
+// oldest queued user message, so each gets its own reply in order, and every steer. Continuations and
+// regenerates take nothing: a continuation goes on with the same assistant message, and a steer placed inside it
+// would show the model an order the thread does not; the run's end asks for a delivery pass instead (pump).
+//
+// Exactly once: an entry's message keeps its id (steer_<jobId>, or the client's id), a message already in the
+// thread is never stored again (its entry is only marked taken), and a taken entry stays, so re-queueing the
+// same id is a no-op. Every turn writes the message, then marks the entry taken, then marks the job delivered:
+// a crash between leaves an entry that the next turn takes without storing anything twice.
+
+// maxTake bounds how many queued entries one turn takes (the rest wait for the next one); a claim reserves a
+// position for each.
+const maxTake = 16
+
+// ErrNothingQueued: a delivery pass found nothing to answer (the queue is empty, or the thread waits for a
+// person, whose answer's turn takes the queue after it).
+var ErrNothingQueued = errors.New("engine: nothing queued to answer")
+
+// Queued is the outcome of a request that was queued instead of run (multitask "enqueue" on a busy thread).
+type Queued struct {
+	MessageID string `json:"messageId"`
+	// Position is the entry's place among the thread's queued entries, from 1 (0: a turn took it already).
+	Position int  `json:"position"`
+	Created  bool `json:"-"`
+}
+
+// Queued returns the queue entry when the request was queued rather than claimed (Stream must not be called).
+func (t *Turn) Queued() *Queued { return t.queued }
+
+// take is one queue entry the turn takes: stored at seq unless the thread holds its message already.
+type take struct {
+	entry   agent.QueuedMessage
+	seq     int64
+	present bool
+}
+
+// planTakes decides which queued entries the turn takes and where they go, and adds them to the history. It
+// returns whether the turn has anything to answer from the queue.
+func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMessage, kind TurnKind) bool {
+	have := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		have[m.ID] = true
+	}
+	var users, steers []take
+	tookUser := false
+	for _, e := range q {
+		if have[e.Message.ID] {
+			p.takes = append(p.takes, take{entry: e, present: true})
+			continue
+		}
+		if len(users)+len(steers) >= maxTake {
+			continue
+		}
+		switch {
+		case e.Kind == agent.QueueSteer:
+			steers = append(steers, take{entry: e})
+		case kind == TurnSubmit || !tookUser:
+			users, tookUser = append(users, take{entry: e}), true
+		}
+	}
+	seq := t.run.FirstSeq
+	var before, after []agent.Message
+	for i := range users {
+		users[i].seq, seq = seq, seq+1
+		before = append(before, users[i].entry.Message)
+	}
+	if p.user != nil {
+		p.userSeq, seq = seq, seq+1
+	}
+	for i := range steers {
+		steers[i].seq, seq = seq, seq+1
+		after = append(after, steers[i].entry.Message)
+	}
+	if p.user != nil {
+		last := len(p.history) - 1
+		p.history = slices.Concat(p.history[:last], before, p.history[last:], after)
+	} else {
+		p.history = slices.Concat(p.history, before, after)
+	}
+	p.takes = slices.Concat(p.takes, users, steers)
+	return len(users)+len(steers) > 0
+}
+
+// writeTakes stores the taken messages (fenced, finalized, at the claim's reserved positions), then marks their
+// entries taken and their jobs delivered. Only the message writes can fail the turn: an entry left queued is
+// taken by a later turn without a second copy.
+func (t *Turn) writeTakes(ctx context.Context) error {
+	e := t.e
+	for _, tk := range t.plan.takes {
+		if tk.present {
+			continue
+		}
+		if !t.fresh() {
+			return errInDoubt
+		}
+		w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: tk.seq, Message: tk.entry.Message, Fence: t.run.Fence(), Final: true}
+		if err := e.putFinal(ctx, w, t.fresh); err != nil {
+			return fmt.Errorf("store queued message %s: %w", tk.entry.Message.ID, err)
+		}
+	}
+	for _, tk := range t.plan.takes {
+		id := tk.entry.Message.ID
+		if err := e.retry(ctx, func() error { return e.store.TakeQueued(ctx, t.thread.ID, id, e.clock.Now()) }); err != nil {
+			e.log.Warn("mark queue entry taken", "thread_id", t.thread.ID, "run_id", t.run.ID, "message_id", id, "err", err)
+			continue
+		}
+		if tk.entry.JobID == "" {
+			continue
+		}
+		err := e.retry(ctx, func() error {
+			_, err := e.store.MarkJobDelivered(ctx, t.thread.ID, tk.entry.JobID, e.clock.Now())
+			return err
+		})
+		if err != nil {
+			e.log.Warn("mark job delivered", "thread_id", t.thread.ID, "run_id", t.run.ID, "job_id", tk.entry.JobID, "err", err)
+		} else {
+			e.log.Info("job delivered", "thread_id", t.thread.ID, "run_id", t.run.ID, "job_id", tk.entry.JobID)
+		}
+	}
+	return nil
+}
+
+// enqueue queues the request's user message on a busy thread (multitask "enqueue"). A run that ended between
+// the refused claim and this write may have looked at the queue before it: so after the write the thread is
+// read again, and a free thread gets a delivery pass (two passes are harmless: the claim decides).
+func (e *Engine) enqueue(ctx context.Context, req Request) (*Turn, error) {
+	now := e.clock.Now()
+	q := agent.QueuedMessage{ThreadID: req.ThreadID, Kind: agent.QueueUser, Message: sanitizeUser(*req.Message), Owner: req.Owner,
+		Status: agent.QueueQueued, CreatedAt: now}
+	stored, created, err := e.store.Enqueue(ctx, q, e.cfg.MaxQueued)
+	if err != nil {
+		return nil, err
+	}
+	out := &Queued{MessageID: stored.Message.ID, Created: created}
+	if list, err := e.store.ListQueued(ctx, req.ThreadID); err == nil {
+		for i, x := range list {
+			if x.Message.ID == stored.Message.ID {
+				out.Position = i + 1
+			}
+		}
+	}
+	if th, err := e.store.GetThread(ctx, req.ThreadID); err == nil && th.ActiveRun == nil {
+		e.wake(ctx, req.ThreadID, "enqueue-"+stored.Message.ID)
+	}
+	e.log.Info("message queued", "thread_id", req.ThreadID, "message_id", stored.Message.ID, "position", out.Position, "created", created)
+	return &Turn{e: e, queued: out}, nil
+}
+
+// BeginQueued claims an idle thread to answer what its queue holds (a delivery pass: the wake task, or the pump
+// after a run). ErrNothingQueued when there is nothing to answer; KindConflict/CodeRunActive when a run holds
+// the thread (its end asks for the next pass).
+func (e *Engine) BeginQueued(ctx context.Context, threadID string) (*Turn, error) {
+	th, err := e.store.GetThread(ctx, threadID)
+	if err != nil {
+		return nil, err
+	}
+	q, err := e.store.ListQueued(ctx, threadID)
+	if err != nil {
+		return nil, fmt.Errorf("list queue: %w", err)
+	}
+	if len(q) == 0 {
+		return nil, ErrNothingQueued
+	}
+	ins, err := e.store.ListInterrupts(ctx, threadID)
+	if err != nil {
+		return nil, fmt.Errorf("list interrupts: %w", err)
+	}
+	now := e.clock.Now()
+	if slices.ContainsFunc(ins, func(in agent.Interrupt) bool { return in.Pending(now) }) {
+		return nil, ErrNothingQueued
+	}
+	trigger := agent.TriggerSteer
+	if slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser }) {
+		trigger = agent.TriggerQueued
+	}
+	return e.Begin(ctx, Request{Owner: th.Owner, ThreadID: threadID, Kind: TurnQueued, trigger: trigger})
+}
+
+// planQueued plans a delivery pass: nothing when the newest assistant message still waits for a person (the
+// answer's turn comes first) or the queue holds nothing new.
+func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.QueuedMessage) (turnPlan, error) {
+	plan := turnPlan{history: msgs}
+	if last := newestAssistant(msgs); last != nil && last.Meta().Status == agent.MessageInterrupted {
+		ins, err := t.e.store.ListInterrupts(ctx, t.thread.ID)
+		if err != nil {
+			return plan, fmt.Errorf("list interrupts: %w", err)
+		}
+		now := t.e.clock.Now()
+		if slices.ContainsFunc(ins, func(in agent.Interrupt) bool {
+			return in.MessageID == last.ID && in.Pending(now) && callWaits(transcript.Decode(last.Parts), in.ToolCallID)
+		}) {
+			plan.nothing = true
+			return plan, nil
+		}
+		t.settle(&plan, *last, ins, settleNewMessage)
+	}
+	if !t.planTakes(&plan, msgs, q, TurnQueued) {
+		plan.nothing = true
+	}
+	return plan, nil
+}
+
+// release ends a claimed delivery pass that found nothing to answer: it marks what it found already delivered,
+// records the run completed with no steps, releases the claim and ends its stream (a reader attached meanwhile
+// ends too).
+func (t *Turn) release(ctx context.Context) error {
+	e := t.e
+	ctx = context.WithoutCancel(ctx)
+	if err := t.writeTakes(ctx); err != nil {
+		e.log.Warn("mark delivered entries", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
+	}
+	now := e.clock.Now()
+	t.run.Status, t.run.FinishedAt, t.run.UpdatedAt = agent.RunCompleted, now, now
+	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+		e.log.Warn("release a delivery pass with nothing to do", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
+	}
+	md := metadataJSON(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageCompleted})
+	end, err := uistream.Frames(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: md}, uistream.Finish{FinishReason: agent.FinishStop, Metadata: md})
+	if err == nil {
+		err = segments.AppendFinal(ctx, e.store, e.clock, t.thread.ID, t.run.ID, end)
+	}
+	if err != nil {
+		e.log.Warn("final segment of an empty delivery pass", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
+	}
+	return ErrNothingQueued
+}
+
+// pump asks for a delivery pass after a run let the thread go, when its queue holds something (a steer or a
+// queued message that arrived while the run held the thread). A run that ends asking a person leaves the queue
+// to the answer's turn; a delivery pass's own turns are followed by the pass itself.
+func (t *Turn) pump(ctx context.Context) {
+	e := t.e
+	if e.jobs == nil || t.pumped || t.run.Status == agent.RunInterrupted || !t.run.Status.Terminal() {
+		return
+	}
+	q, err := e.store.ListQueued(ctx, t.thread.ID)
+	if err != nil {
+		e.log.Warn("look at the queue after a run", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
+		return
+	}
+	if len(q) > 0 {
+		e.wake(ctx, t.thread.ID, "after-"+t.run.ID)
+	}
+}
+
+// wake asks the Jobs port for a delivery pass (best effort: the reaper sweeps queues nobody delivered).
+func (e *Engine) wake(ctx context.Context, threadID, key string) {
+	if e.jobs == nil {
+		return
+	}
+	if err := e.jobs.Wake(context.WithoutCancel(ctx), agent.JobTask{ThreadID: threadID, Wake: key}); err != nil {
+		e.log.Warn("ask for a delivery pass", "thread_id", threadID, "key", key, "err", err)
+	}
+}

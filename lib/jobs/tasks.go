@@ -1,0 +1,268 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/engine"
+)
+
+// Store is what the job tasks need of the store.
+type Store interface {
+	agent.JobStore
+	agent.QueueStore
+}
+
+// Defaults of the delivery pass.
+const (
+	// DefaultDrainTurns bounds the turns one delivery pass runs before it hands over to a new pass.
+	DefaultDrainTurns = 20
+	// DefaultDrainBudget bounds a delivery pass's wall clock (below the wake Lambda's timeout, with room for
+	// one whole run: engine.DefaultRunTimeout).
+	DefaultDrainBudget = 120 * time.Second
+)
+
+// Config configures the tasks. Zero values take the defaults.
+type Config struct {
+	Contract agent.JobContract // agent.DefaultJobContract()
+	// ModelName is the model sub-agents ask.
+	ModelName string
+	// MaxSteps caps a sub-agent's model calls (DefaultSubagentSteps).
+	MaxSteps    int
+	DrainTurns  int
+	DrainBudget time.Duration
+}
+
+// Tasks are the job state machine's two task handlers (functions/subagent and functions/wake in AWS; the local
+// runner in agentloop dev), typed func(ctx, In) (Out, error) returning the named errors the state machine
+// matches: *agent.TransientError is retried, *agent.JobFailedError and everything else take the failure path.
+type Tasks struct {
+	store  Store
+	model  agent.Model
+	kinds  Registry
+	engine *engine.Engine
+	jobs   agent.Jobs
+	clock  agent.Clock
+	log    *slog.Logger
+	cfg    Config
+}
+
+// Deps are the tasks' ports. Engine and Jobs are needed by Deliver only (the sub-agent task runs without them).
+type Deps struct {
+	Store  Store
+	Model  agent.Model
+	Kinds  Registry
+	Engine *engine.Engine
+	Jobs   agent.Jobs
+	Clock  agent.Clock
+	Logger *slog.Logger
+}
+
+// NewTasks builds the task handlers.
+func NewTasks(d Deps, cfg Config) *Tasks {
+	if cfg.Contract == (agent.JobContract{}) {
+		cfg.Contract = agent.DefaultJobContract()
+	}
+	cfg.MaxSteps = cmp.Or(cfg.MaxSteps, DefaultSubagentSteps)
+	cfg.DrainTurns = cmp.Or(cfg.DrainTurns, DefaultDrainTurns)
+	cfg.DrainBudget = cmp.Or(cfg.DrainBudget, DefaultDrainBudget)
+	t := &Tasks{store: d.Store, model: d.Model, kinds: d.Kinds, engine: d.Engine, jobs: d.Jobs, clock: d.Clock, log: d.Logger, cfg: cfg}
+	if t.clock == nil {
+		t.clock = agent.SystemClock{}
+	}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	return t
+}
+
+// Subagent runs the job's sub-agent and stores its result. A job that finished already (a retried task, a
+// second execution) returns at once: the result is stored once.
+func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, error) {
+	log := t.log.With("thread_id", in.ThreadID, "job_id", in.JobID)
+	j, err := t.store.GetJob(ctx, in.ThreadID, in.JobID)
+	switch {
+	case errors.Is(err, agent.ErrJobNotFound):
+		log.Info("job gone (its thread was deleted); nothing to run")
+		return in, nil
+	case err != nil:
+		return in, transient(err)
+	case j.Finished():
+		return in, nil
+	}
+	kind, ok := t.kinds[j.Kind]
+	if !ok {
+		return in, &agent.JobFailedError{Reason: fmt.Sprintf("unknown job kind %q", j.Kind)}
+	}
+	begin := time.Now()
+	env := Env{Model: t.model, ModelName: t.cfg.ModelName, MaxSteps: t.cfg.MaxSteps, Activity: func(line string) {
+		if err := t.store.SetJobActivity(ctx, j.ThreadID, j.ID, line, t.clock.Now()); err != nil && !errors.Is(err, agent.ErrJobFinished) {
+			log.Warn("job activity", "err", err)
+		}
+	}}
+	result, err := kind.Run(ctx, env, j.Input)
+	if err != nil {
+		log.Warn("agent.job", "kind", j.Kind, "outcome", "error", "ms", time.Since(begin).Milliseconds(), "err", err)
+		var failed *agent.JobFailedError
+		switch {
+		case ctx.Err() != nil:
+			return in, ctx.Err() // the attempt's timeout (States.Timeout) or the execution's end
+		case errors.As(err, &failed):
+			return in, failed
+		case agent.IsKind(err, agent.KindUnavailable):
+			return in, transient(err)
+		}
+		_, msg := agent.Public(err)
+		return in, &agent.JobFailedError{Reason: msg}
+	}
+	now := t.clock.Now()
+	if _, _, err := t.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Result: result,
+		DueAt: now.Add(t.cfg.Contract.DeliveryGrace), Now: now}); err != nil {
+		return in, transient(err)
+	}
+	log.Info("agent.job", "kind", j.Kind, "outcome", "done", "ms", time.Since(begin).Milliseconds(), "bytes", len(result))
+	return in, nil
+}
+
+// Deliver delivers a job's result into its thread (in.JobID set), recording a caught failure first, and runs a
+// delivery pass over the thread's queue: the steer is queued (insert-if-absent, id steer_<jobId>), and when the
+// thread is idle and waits for nobody the pass claims it and runs a server-side turn that takes the queue
+// (resumable like any turn). A busy thread keeps the steer queued: the turn that holds it asks for a pass when
+// it ends, and a turn that adds a user message takes it. Exactly once per job under every race: see
+// engine/queue.go.
+func (t *Tasks) Deliver(ctx context.Context, in agent.JobTask) (agent.DeliveryResult, error) {
+	out := agent.DeliveryResult{ThreadID: in.ThreadID, JobID: in.JobID, Status: agent.DeliveredNothing}
+	if in.JobID != "" {
+		j, err := t.record(ctx, in)
+		switch {
+		case errors.Is(err, agent.ErrJobNotFound):
+			return out, nil
+		case err != nil:
+			return out, err
+		case j.SteerDelivered:
+			out.Status = agent.DeliveredSteer
+			return out, nil
+		}
+		steer := t.kinds.Steer(j)
+		_, _, err = t.store.Enqueue(ctx, agent.QueuedMessage{ThreadID: j.ThreadID, Kind: agent.QueueSteer, Message: steer, JobID: j.ID,
+			Status: agent.QueueQueued, CreatedAt: t.clock.Now()}, math.MaxInt32) // a steer is never refused for the bound
+		switch {
+		case agent.IsKind(err, agent.KindNotFound):
+			return out, nil // the thread was deleted
+		case err != nil:
+			return out, transient(err)
+		}
+		out.Status = agent.DeliveredQueued
+	}
+	turns, err := t.Drain(ctx, in.ThreadID)
+	out.Turns = turns
+	if err != nil {
+		return out, err
+	}
+	if in.JobID != "" {
+		if j, err := t.store.GetJob(ctx, in.ThreadID, in.JobID); err == nil && j.SteerDelivered {
+			out.Status = agent.DeliveredSteer
+		}
+	} else if turns > 0 {
+		out.Status = agent.DeliveredSteer
+	}
+	t.log.Info("agent.delivery", "thread_id", in.ThreadID, "job_id", in.JobID, "status", out.Status, "turns", turns)
+	return out, nil
+}
+
+// record returns the job, storing the failure the state machine caught when the sub-agent stored no result.
+func (t *Tasks) record(ctx context.Context, in agent.JobTask) (agent.Job, error) {
+	j, err := t.store.GetJob(ctx, in.ThreadID, in.JobID)
+	if err != nil {
+		if errors.Is(err, agent.ErrJobNotFound) {
+			return j, err
+		}
+		return j, transient(err)
+	}
+	if j.Finished() {
+		return j, nil
+	}
+	if in.Failure == nil {
+		// Delivery without a result and without a failure: nothing to deliver yet (the reaper re-drives it).
+		return j, &agent.JobFailedError{Reason: "the job has no result to deliver"}
+	}
+	now := t.clock.Now()
+	j, _, err = t.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Error: failureText(in.Failure, t.cfg.Contract),
+		DueAt: now.Add(t.cfg.Contract.DeliveryGrace), Now: now})
+	if err != nil {
+		return j, transient(err)
+	}
+	return j, nil
+}
+
+// Drain runs delivery-pass turns on the thread while its queue holds something it can answer: one turn per
+// queued user message (in order), steers coalesced. It stops when there is nothing to answer, when a run holds
+// the thread (that run's end asks for the next pass), or at its turn or time bound, handing over to a new pass.
+func (t *Tasks) Drain(ctx context.Context, threadID string) (int, error) {
+	begin := time.Now()
+	for turns := 0; ; turns++ {
+		if turns >= t.cfg.DrainTurns || time.Since(begin) > t.cfg.DrainBudget {
+			if t.jobs != nil {
+				if err := t.jobs.Wake(ctx, agent.JobTask{ThreadID: threadID, Wake: fmt.Sprintf("drain-%s-%d", threadID, t.clock.Now().UnixMilli())}); err != nil {
+					return turns, transient(err)
+				}
+			}
+			return turns, nil
+		}
+		turn, err := t.engine.BeginQueued(ctx, threadID)
+		switch {
+		case errors.Is(err, engine.ErrNothingQueued), errors.Is(err, agent.ErrRunActive), agent.IsKind(err, agent.KindNotFound),
+			errors.Is(err, agent.ErrThreadDeleting):
+			return turns, nil
+		case err != nil:
+			if agent.IsKind(err, agent.KindUnavailable) {
+				return turns, transient(err)
+			}
+			return turns, err
+		}
+		run := turn.Stream(ctx, io.Discard)
+		t.log.Info("delivery turn", "thread_id", threadID, "run_id", run.ID, "trigger", run.Trigger, "status", run.Status)
+	}
+}
+
+func failureText(f *agent.TaskFailure, c agent.JobContract) string {
+	switch f.Error {
+	case "States.Timeout":
+		return fmt.Sprintf("it did not finish within %s", c.TaskTimeout)
+	case "JobFailedError":
+		if r, ok := causeReason(f.Cause); ok {
+			return r
+		}
+	}
+	return "it stopped with an error (" + f.Error + ")"
+}
+
+// causeReason reads the JobFailedError's reason out of a caught cause (the Lambda error JSON or the text).
+func causeReason(cause string) (string, bool) {
+	const prefix = "job failed: "
+	var e struct {
+		ErrorMessage string `json:"errorMessage"`
+	}
+	if err := jsonUnmarshal(cause, &e); err == nil && e.ErrorMessage != "" {
+		cause = e.ErrorMessage
+	}
+	if len(cause) > len(prefix) && cause[:len(prefix)] == prefix {
+		return cause[len(prefix):], true
+	}
+	return "", false
+}
+
+func transient(err error) error {
+	var te *agent.TransientError
+	if errors.As(err, &te) {
+		return te
+	}
+	return &agent.TransientError{Err: err}
+}
