@@ -54,6 +54,7 @@ type Config struct {
 	InterruptTTL         time.Duration // AGENT_INTERRUPT_TTL: how long an approval or client tool waits
 	ReaperInterval       time.Duration // AGENT_REAPER_INTERVAL
 	ReaperBatch          int           // AGENT_REAPER_BATCH
+	MaxQueued            int           // AGENT_MAX_QUEUED: a thread's queue bound (multitask enqueue)
 	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
 	MaxMessageBytes      int           // AGENT_MAX_MESSAGE_BYTES
 	ContextBytes         int           // AGENT_CONTEXT_BYTES
@@ -152,6 +153,7 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_RESUME_POLL_MAX", &c.ResumePollMax)
 	durVar("AGENT_REAPER_INTERVAL", &c.ReaperInterval)
 	intVar("AGENT_REAPER_BATCH", &c.ReaperBatch, 1)
+	intVar("AGENT_MAX_QUEUED", &c.MaxQueued, 1)
 	if cmp.Or(c.Heartbeat, agent.DefaultHeartbeat) >= cmp.Or(c.StaleAfter, agent.DefaultStaleAfter)/2 {
 		errs = append(errs, "AGENT_HEARTBEAT must be shorter than half of AGENT_STALE_AFTER (a run stops itself when its heartbeats fail for that long)")
 	}
@@ -167,7 +169,7 @@ func (c Config) Engine(model string) engine.Config {
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
 		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, InterruptTTL: c.InterruptTTL,
-		Transcript: transcript.Config{BudgetBytes: c.ContextBytes, ToolOutputBytes: c.ToolOutputBytes}}
+		MaxQueued: c.MaxQueued, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, ToolOutputBytes: c.ToolOutputBytes}}
 }
 
 // Reaper is the reaper's share.

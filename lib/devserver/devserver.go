@@ -1,5 +1,6 @@
 // Package devserver is the one composition of the local stack: SQLite, the offline model (or any
-// OpenAI-compatible endpoint), the engine with the demo tools, the reaper ticker and one handler serving every
+// OpenAI-compatible endpoint), the engine with the demo tools and the job tools, the in-process job runner (the
+// job state machine's contract), the reaper ticker and one handler serving every
 // route. `agentloop dev` runs it, and every test that needs the whole stack builds it here (with t.TempDir(), and
 // its store wrapped for fault injection when needed) instead of wiring it again.
 package devserver
@@ -24,6 +25,8 @@ import (
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/interrupts"
+	"github.com/agentloop/agentloop/lib/jobs"
+	"github.com/agentloop/agentloop/lib/localjobs"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
@@ -54,22 +57,28 @@ type Options struct {
 	OpenAI func(*openai.Config)
 	// Tools replaces the demo tools when set (it receives the store's value area).
 	Tools func(agent.ValueStore, agent.Clock) []agent.Tool
-	Clock agent.Clock
-	IDs   agent.IDs
+	// JobContract, when set, replaces the job state machine's numbers in the local runner (tests shorten them).
+	JobContract *agent.JobContract
+	Clock       agent.Clock
+	IDs         agent.IDs
 	// Logger for every component; nil discards.
 	Logger *slog.Logger
 }
 
 // Stack is a running local backend.
 type Stack struct {
-	Handler   http.Handler
-	Store     agent.Store   // as the components see it (wrapped when Options.Wrap is set)
-	SQLite    *sqlite.Store // nil when Options.Store was given
-	Engine    *engine.Engine
-	Reaper    *reaper.Reaper
-	Threads   *threads.Service
-	Model     agent.Model
-	Tools     []agent.Tool
+	Handler http.Handler
+	Store   agent.Store   // as the components see it (wrapped when Options.Wrap is set)
+	SQLite  *sqlite.Store // nil when Options.Store was given
+	Engine  *engine.Engine
+	Reaper  *reaper.Reaper
+	Threads *threads.Service
+	Model   agent.Model
+	Tools   []agent.Tool
+	// Jobs is the in-process job runner (the Step Functions contract); JobTasks its task handlers.
+	Jobs      *localjobs.Runner
+	JobTasks  *jobs.Tasks
+	JobKinds  jobs.Registry
 	ModelName string
 	ModelURL  string // the OpenAI-compatible base URL in use
 	Offline   bool   // whether ModelURL is the in-process offline endpoint
@@ -134,15 +143,35 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if newTools == nil {
 		newTools = func(v agent.ValueStore, c agent.Clock) []agent.Tool { return tools.Demo(v, c) }
 	}
-	toolset := newTools(s.Store, clock)
+	contract := agent.DefaultJobContract()
+	if o.JobContract != nil {
+		contract = *o.JobContract
+	}
+	// The runner calls the tasks, which need the engine, which needs the runner (for delivery passes): the
+	// closures break the cycle.
+	var tasks *jobs.Tasks
+	s.Jobs = localjobs.New(localjobs.Tasks{
+		Subagent: func(ctx context.Context, in agent.JobTask) (agent.JobTask, error) { return tasks.Subagent(ctx, in) },
+		Deliver: func(ctx context.Context, in agent.JobTask) (agent.DeliveryResult, error) {
+			return tasks.Deliver(ctx, in)
+		},
+	}, contract, log)
+	s.closers = append(s.closers, s.Jobs.Close)
+	kinds := jobs.NewRegistry(jobs.Research())
+	toolset := append(newTools(s.Store, clock), jobs.Dispatcher{Store: s.Store, Jobs: s.Jobs, Clock: clock, Contract: contract}.Tools(kinds)...)
 	s.Tools = toolset
-	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Clock: clock, Logger: log}, cfg.Reaper())
+	rcfg := cfg.Reaper()
+	rcfg.DeliveryGrace = contract.DeliveryGrace
+	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Jobs: s.Jobs, Clock: clock, Logger: log}, rcfg)
 	if s.Signer, err = interrupts.NewSigner(s.Secret); err != nil {
 		return s, err
 	}
 	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
-		Signer: s.Signer, Logger: log},
+		Signer: s.Signer, Jobs: s.Jobs, Logger: log},
 		cfg.Engine(s.ModelName))
+	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log},
+		jobs.Config{Contract: contract, ModelName: s.ModelName})
+	s.JobTasks, s.JobKinds = tasks, kinds
 	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Clock: clock, Logger: log}, cfg.Threads())
 	verifier, err := auth.NewHS256Verifier(s.Secret, clock)
 	if err != nil {
