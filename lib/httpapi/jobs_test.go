@@ -405,7 +405,12 @@ func TestEnqueue(t *testing.T) {
 					body := chatBody("th", fmt.Sprintf("q%d", i), fmt.Sprintf("queued %d", i))
 					body["multitask"] = "enqueue"
 					status, out := h.post(body)
-					var r struct{ Queued struct{ MessageID string; Position int } }
+					var r struct {
+						Queued struct {
+							MessageID string
+							Position  int
+						}
+					}
 					if status != 202 || json.Unmarshal([]byte(out), &r) != nil || r.Queued.MessageID != fmt.Sprintf("q%d", i) {
 						t.Errorf("enqueue %d: %d %s", i, status, out)
 					}
