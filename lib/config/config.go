@@ -66,6 +66,7 @@ type Config struct {
 	TableName            string        // TABLE_NAME: the DynamoDB table
 	SecretParam          string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
 	OpenAIAPIKeyParam    string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
+	JobsStateMachineARN  string        // JOBS_STATE_MACHINE_ARN: the job state machine (set on the functions that start executions)
 }
 
 // SecretEnv names the variables that carry a secret in plain text. A deployment template must never set them:
@@ -78,17 +79,18 @@ func FromEnv() (Config, error) { return Load(os.Getenv) }
 // Load reads settings through getenv, so tests need no process environment.
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
-		Model:             strings.TrimSpace(getenv("AGENT_MODEL")),
-		OpenAIBaseURL:     getenv("OPENAI_BASE_URL"),
-		OpenAIAPIKey:      getenv("OPENAI_API_KEY"),
-		SystemPrompt:      getenv("AGENT_SYSTEM_PROMPT"),
-		Secret:            getenv("AGENT_SECRET"),
-		JWTIssuer:         getenv("AGENT_JWT_ISSUER"),
-		JWTAudience:       getenv("AGENT_JWT_AUDIENCE"),
-		LogLevel:          cmp.Or(strings.TrimSpace(getenv("AGENT_LOG_LEVEL")), "info"),
-		TableName:         strings.TrimSpace(getenv("TABLE_NAME")),
-		SecretParam:       strings.TrimSpace(getenv("AGENT_SECRET_PARAM")),
-		OpenAIAPIKeyParam: strings.TrimSpace(getenv("OPENAI_API_KEY_PARAM")),
+		Model:               strings.TrimSpace(getenv("AGENT_MODEL")),
+		OpenAIBaseURL:       getenv("OPENAI_BASE_URL"),
+		OpenAIAPIKey:        getenv("OPENAI_API_KEY"),
+		SystemPrompt:        getenv("AGENT_SYSTEM_PROMPT"),
+		Secret:              getenv("AGENT_SECRET"),
+		JWTIssuer:           getenv("AGENT_JWT_ISSUER"),
+		JWTAudience:         getenv("AGENT_JWT_AUDIENCE"),
+		LogLevel:            cmp.Or(strings.TrimSpace(getenv("AGENT_LOG_LEVEL")), "info"),
+		TableName:           strings.TrimSpace(getenv("TABLE_NAME")),
+		SecretParam:         strings.TrimSpace(getenv("AGENT_SECRET_PARAM")),
+		OpenAIAPIKeyParam:   strings.TrimSpace(getenv("OPENAI_API_KEY_PARAM")),
+		JobsStateMachineARN: strings.TrimSpace(getenv("JOBS_STATE_MACHINE_ARN")),
 	}
 	var errs []string
 	intVar := func(name string, dst *int, min int) bool {

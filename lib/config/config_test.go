@@ -45,9 +45,11 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("overrides not applied: %+v", c)
 				}
 			}},
-		{name: "lambda wiring", env: map[string]string{"TABLE_NAME": " t1 ", "AGENT_SECRET_PARAM": "/app/secret", "OPENAI_API_KEY_PARAM": "/app/openai"},
+		{name: "lambda wiring", env: map[string]string{"TABLE_NAME": " t1 ", "AGENT_SECRET_PARAM": "/app/secret", "OPENAI_API_KEY_PARAM": "/app/openai",
+			"JOBS_STATE_MACHINE_ARN": " arn:aws:states:us-east-1:123456789012:stateMachine:agentloop-jobs "},
 			check: func(t *testing.T, c Config) {
-				if c.TableName != "t1" || c.SecretParam != "/app/secret" || c.OpenAIAPIKeyParam != "/app/openai" {
+				if c.TableName != "t1" || c.SecretParam != "/app/secret" || c.OpenAIAPIKeyParam != "/app/openai" ||
+					c.JobsStateMachineARN != "arn:aws:states:us-east-1:123456789012:stateMachine:agentloop-jobs" {
 					t.Fatalf("lambda wiring not read: %+v", c)
 				}
 			}},
