@@ -1,6 +1,9 @@
 // Package boot is the cold start every Lambda main shares: JSON logs, the AWS configuration, settings from the
-// environment, secrets from SSM (read once, kept for the container's life), the DynamoDB store and the token
-// verifier. Each main adds what only it needs and serves its handler with Start.
+// environment, secrets from SSM (read once, kept for the container's life), the DynamoDB store, the token
+// verifier when the function reads the application secret, and the compositions more than one function needs
+// (the model, the tools, the reaper, the Step Functions adapter, and Agent: the engine with everything around it).
+// Each main names its secrets, adds what only it needs and serves its handler: Start for a function URL,
+// StartTask for a task or schedule target.
 package boot
 
 import (
@@ -11,6 +14,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-lambda-go/lambdaurl"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -28,16 +32,27 @@ import (
 // coldStartTimeout bounds loading the AWS configuration and the secrets.
 const coldStartTimeout = 10 * time.Second
 
-// Builder builds a function's handler from the environment and the AWS configuration (tests call it directly).
+// Builder builds a function URL's handler from the environment and the AWS configuration (tests call it
+// directly).
 type Builder func(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (http.Handler, error)
+
+// TaskBuilder builds a typed task handler (a Step Functions task, a schedule target) the same way. The handler's
+// returned error is reported by the Lambda Go runtime with its type name as the errorType, which is what the
+// state machine's Retry and Catch match (agent.TransientError, agent.JobFailedError).
+type TaskBuilder[In, Out any] func(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (func(context.Context, In) (Out, error), error)
 
 // Start runs a function URL Lambda: build the handler once, then serve it through lambdaurl. A failed cold start
 // is logged and exits 1, so Lambda reports an init error at once instead of serving half-configured.
-func Start(build Builder) {
+func Start(build Builder) { lambdaurl.Start(coldStart(build)) }
+
+// StartTask runs a task Lambda (no function URL): build the typed handler once, then serve its invocations.
+func StartTask[In, Out any](build TaskBuilder[In, Out]) { lambda.StartHandlerFunc(coldStart(build)) }
+
+func coldStart[H any](build func(context.Context, func(string) string, aws.Config, *slog.Logger) (H, error)) H {
 	log := slog.New(lambdacontext.NewLogHandler())
 	ctx, cancel := context.WithTimeout(context.Background(), coldStartTimeout)
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	var h http.Handler
+	var h H
 	if err == nil {
 		h, err = build(ctx, os.Getenv, awsCfg, log)
 	}
@@ -46,26 +61,37 @@ func Start(build Builder) {
 		log.Error("cold start failed", "err", err)
 		os.Exit(1)
 	}
-	lambdaurl.Start(h)
+	return h
+}
+
+// Secrets names where the secrets a function reads come from; nil means the function does not read it. Each main
+// lists its own (the SSM parameter from cfg with its plain fallback), so its least-privilege policy can be
+// checked against its source. Load sets each secret's Label and Optional.
+type Secrets struct {
+	// App is the application secret: the HS256 token key and the HKDF root (approval signatures).
+	App *ssmsecrets.Secret
+	// ModelKey is the model provider's API key; optional (an OpenAI-compatible endpoint may need none).
+	ModelKey *ssmsecrets.Secret
 }
 
 // Base is what every function builds the same way.
 type Base struct {
-	Config   config.Config
-	Clock    agent.Clock
-	Store    *dynamo.Store
-	Verifier *auth.Verifier
-	// Secrets holds the values of the secrets the main asked for, in its order.
-	Secrets []string
+	Config config.Config
+	Clock  agent.Clock
+	Store  *dynamo.Store
+	AWS    aws.Config
+	Log    *slog.Logger
+	// AppSecret is the application secret, and Verifier checks tokens with it; both nil unless the function reads it.
+	AppSecret []byte
+	Verifier  *auth.Verifier
+	// ModelKey is the model provider's API key ("" when not read or not set).
+	ModelKey string
 }
 
-// Secrets names the SSM secrets a function reads. The first must be the application secret (the token key).
-// Each main lists its own, so its least-privilege policy can be checked against its source.
-type Secrets func(cfg config.Config) []ssmsecrets.Secret
-
-// Load reads the settings and the function's secrets, and builds the store and the verifier.
-func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger, wanted Secrets) (Base, error) {
-	var b Base
+// Load reads the settings and the function's secrets (all in one SSM request), and builds the store and, when
+// the application secret is read, the token verifier.
+func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger, wanted func(cfg config.Config) Secrets) (Base, error) {
+	b := Base{AWS: awsCfg, Log: log, Clock: agent.SystemClock{}}
 	cfg, err := config.Load(getenv)
 	if err != nil {
 		return b, err
@@ -73,20 +99,39 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 	if cfg.TableName == "" {
 		return b, fmt.Errorf("TABLE_NAME is not set")
 	}
-	secrets, err := ssmsecrets.Load(ctx, ssm.NewFromConfig(awsCfg), wanted(cfg)...)
+	b.Config = cfg
+	want := wanted(cfg)
+	var list []ssmsecrets.Secret
+	if want.App != nil {
+		s := *want.App
+		s.Label, s.Optional = "application secret", false
+		list = append(list, s)
+	}
+	if want.ModelKey != nil {
+		s := *want.ModelKey
+		s.Label, s.Optional = "model API key", true
+		list = append(list, s)
+	}
+	fromSSM := false
+	for _, s := range list {
+		fromSSM = fromSSM || s.Param != ""
+	}
+	values, err := ssmsecrets.Load(ctx, ssm.NewFromConfig(awsCfg), list...)
 	if err != nil {
 		return b, err
 	}
-	if len(secrets) == 0 {
-		return b, fmt.Errorf("boot: no application secret requested")
+	if want.App != nil {
+		b.AppSecret, values = []byte(values[0]), values[1:]
+		if b.Verifier, err = auth.NewVerifier(auth.Config{Keys: auth.HMACKey{Secret: b.AppSecret}, Clock: b.Clock,
+			Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience}); err != nil {
+			return b, err
+		}
 	}
-	clock := agent.SystemClock{}
-	verifier, err := auth.NewVerifier(auth.Config{Keys: auth.HMACKey{Secret: []byte(secrets[0])}, Clock: clock,
-		Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience})
-	if err != nil {
-		return b, err
+	if want.ModelKey != nil {
+		b.ModelKey = values[0]
 	}
-	log.Info("cold start", "table", cfg.TableName, "model", cfg.Model, "secrets_from_ssm", cfg.SecretParam != "")
-	return Base{Config: cfg, Clock: clock, Verifier: verifier, Secrets: secrets,
-		Store: dynamo.New(dynamodb.NewFromConfig(awsCfg), cfg.TableName, dynamo.WithLogger(log))}, nil
+	log.Info("cold start", "table", cfg.TableName, "model", cfg.Model, "secrets_from_ssm", fromSSM,
+		"jobs", cfg.JobsStateMachineARN)
+	b.Store = dynamo.New(dynamodb.NewFromConfig(awsCfg), cfg.TableName, dynamo.WithLogger(log))
+	return b, nil
 }

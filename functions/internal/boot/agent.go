@@ -1,0 +1,116 @@
+package boot
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+
+	awssfn "github.com/aws/aws-sdk-go-v2/service/sfn"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/interrupts"
+	"github.com/agentloop/agentloop/lib/jobs"
+	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/sfn"
+	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/tools"
+)
+
+// The Lambda compositions below are lib/devserver's over DynamoDB, the configured model and Step Functions: the
+// same tools, job kinds and contract, so a thread behaves the same in AWS and in `agentloop dev`.
+
+// Contract is the job state machine's contract as infra/jobs.asl.json states it.
+func Contract() agent.JobContract { return agent.DefaultJobContract() }
+
+// JobKinds are the sub-agent job kinds every function knows (the job tools, the sub-agent task, delivery).
+func JobKinds() jobs.Registry { return jobs.NewRegistry(jobs.Research()) }
+
+// ModelName is the model the function asks.
+func (b Base) ModelName() string { return cmp.Or(b.Config.Model, config.DefaultModel) }
+
+// Model is the OpenAI-compatible model adapter, with the key the function read.
+func (b Base) Model() agent.Model {
+	cfg := b.Config
+	return openai.New(cfg.OpenAI(cfg.OpenAIBaseURL, b.ModelKey, b.ModelName(), b.Log))
+}
+
+// StepFunctions is the Jobs adapter for the job state machine arn (JOBS_STATE_MACHINE_ARN, which a function
+// that starts executions must have).
+func (b Base) StepFunctions(arn string) (agent.Jobs, error) {
+	if arn == "" {
+		return nil, fmt.Errorf("JOBS_STATE_MACHINE_ARN is not set")
+	}
+	return sfn.New(awssfn.NewFromConfig(b.AWS), arn), nil
+}
+
+// Tools are the demo tools and the job tools. js starts the jobs; nil gives the tools of a function that never
+// runs a turn (the reaper, the API's lazy reap): they only read what a call recorded, and a dispatch through them
+// fails instead of starting anything.
+func (b Base) Tools(js agent.Jobs) []agent.Tool {
+	if js == nil {
+		js = noJobs{}
+	}
+	d := jobs.Dispatcher{Store: b.Store, Jobs: js, Clock: b.Clock, Contract: Contract()}
+	return append(tools.Demo(b.Store, b.Clock), d.Tools(JobKinds())...)
+}
+
+// Reaper reaps dead runs (asking the tools what they recorded) and, with js set, re-drives undelivered jobs and
+// forgotten queues.
+func (b Base) Reaper(toolset []agent.Tool, js agent.Jobs) *reaper.Reaper {
+	cfg := b.Config.Reaper()
+	cfg.DeliveryGrace = Contract().DeliveryGrace
+	return reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Jobs: js, Clock: b.Clock, Logger: b.Log}, cfg)
+}
+
+// Threads is the thread service (reads, lazy reaps, stream replay).
+func (b Base) Threads(rp *reaper.Reaper) *threads.Service {
+	return threads.New(threads.Deps{Store: b.Store, Reaper: rp, Clock: b.Clock, Logger: b.Log}, b.Config.Threads())
+}
+
+// Agent is the composition of the functions that run turns (chat, wake): the model, the demo and job tools,
+// the reaper, the engine, the thread service and the job tasks, wired as lib/devserver wires them.
+type Agent struct {
+	Model   agent.Model
+	Tools   []agent.Tool
+	Reaper  *reaper.Reaper
+	Engine  *engine.Engine
+	Threads *threads.Service
+	Tasks   *jobs.Tasks
+}
+
+// NewAgent builds the Agent over b, which must hold the application secret (approval signatures) and the model
+// key, and js, the Jobs adapter that job tools and delivery passes start executions with.
+func NewAgent(b Base, js agent.Jobs) (*Agent, error) {
+	if b.AppSecret == nil {
+		return nil, fmt.Errorf("boot: the agent needs the application secret")
+	}
+	if js == nil {
+		return nil, fmt.Errorf("boot: the agent needs a Jobs adapter")
+	}
+	signer, err := interrupts.NewSigner(b.AppSecret)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{Model: b.Model(), Tools: b.Tools(js)}
+	a.Reaper = b.Reaper(a.Tools, js)
+	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Reaper: a.Reaper, Clock: b.Clock,
+		Signer: signer, Jobs: js, Logger: b.Log}, b.Config.Engine(b.ModelName()))
+	a.Threads = b.Threads(a.Reaper)
+	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
+		Logger: b.Log}, jobs.Config{Contract: Contract(), ModelName: b.ModelName()})
+	return a, nil
+}
+
+// noJobs is the Jobs of a function that starts no executions.
+type noJobs struct{}
+
+func (noJobs) Start(context.Context, agent.Job) error {
+	return agent.E(agent.KindInternal, agent.CodeInternal, "this function starts no jobs")
+}
+
+func (noJobs) Wake(context.Context, agent.JobTask) error {
+	return agent.E(agent.KindInternal, agent.CodeInternal, "this function starts no delivery passes")
+}

@@ -1,0 +1,46 @@
+// Command reaper is the EventBridge schedule target (every minute): one reaper sweep (lib/reaper Tick) that
+// finishes runs whose Lambda died, expires old interrupts, and asks the job state machine for delivery passes
+// of undelivered jobs and forgotten queues. It logs the sweep's counts as one line and fails only when the
+// sweep itself fails (one bad claim is logged and the others go on).
+//
+// Least privilege: it reads no secret (it verifies no token, signs nothing and calls no model; the tools only
+// tell it what a call recorded) and starts executions of the job state machine only.
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/agentloop/agentloop/functions/internal/boot"
+	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/reaper"
+)
+
+func main() { boot.StartTask(newTask) }
+
+// newTask builds the scheduled sweep from the environment (getenv) and the AWS configuration.
+func newTask(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (func(context.Context, events.EventBridgeEvent) (reaper.Stats, error), error) {
+	b, err := boot.Load(ctx, getenv, awsCfg, log, func(config.Config) boot.Secrets { return boot.Secrets{} })
+	if err != nil {
+		return nil, err
+	}
+	cfg := b.Config
+	jobs, err := b.StepFunctions(cfg.JobsStateMachineARN)
+	if err != nil {
+		return nil, err
+	}
+	rp := b.Reaper(b.Tools(nil), jobs)
+	return func(ctx context.Context, _ events.EventBridgeEvent) (reaper.Stats, error) {
+		st, err := rp.Tick(ctx)
+		level, attrs := slog.LevelInfo, []any{"nominated", st.Nominated, "reaped", st.Reaped, "expired", st.Expired,
+			"redriven", st.Redriven, "swept", st.Swept}
+		if err != nil {
+			level, attrs = slog.LevelError, append(attrs, "err", err)
+		}
+		log.Log(ctx, level, "agent.reaper.tick", attrs...)
+		return st, err
+	}, nil
+}
