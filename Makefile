@@ -61,12 +61,12 @@ bench: deps
 ## $(BUILD_DIR)/template.yaml pointing each function at its folder (what `sam deploy` packages). `sam build` runs
 ## the same build-<LogicalId> targets itself (BuildMethod: makefile) with ARTIFACTS_DIR set.
 BUILD_DIR ?= .aws-sam/build
-LAMBDA_FUNCTIONS := ChatFunction ApiFunction
+LAMBDA_FUNCTIONS := ChatFunction ApiFunction SubagentFunction WakeFunction ReaperFunction
 LAMBDA_GOENV := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
 LAMBDA_GOFLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
 lambda-build = mkdir -p $(ARTIFACTS_DIR) && $(LAMBDA_GOENV) $(GO) build $(LAMBDA_GOFLAGS) -o $(ARTIFACTS_DIR)/bootstrap $(1)
 
-.PHONY: build-ChatFunction build-ApiFunction
+.PHONY: build-ChatFunction build-ApiFunction build-SubagentFunction build-WakeFunction build-ReaperFunction
 
 build:
 	@set -e; for fn in $(LAMBDA_FUNCTIONS); do \
@@ -79,6 +79,15 @@ build-ChatFunction:
 
 build-ApiFunction:
 	$(call lambda-build,./functions/api)
+
+build-SubagentFunction:
+	$(call lambda-build,./functions/subagent)
+
+build-WakeFunction:
+	$(call lambda-build,./functions/wake)
+
+build-ReaperFunction:
+	$(call lambda-build,./functions/reaper)
 
 clean:
 	rm -rf .aws-sam bin
