@@ -58,7 +58,8 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 $$($(GO) list ./... | grep -v /internal/benchmarks)
 
 ## build: an arm64 `bootstrap` per Lambda function, in sam build's layout: $(BUILD_DIR)/<LogicalId>/bootstrap and
-## $(BUILD_DIR)/template.yaml pointing each function at its folder (what `sam deploy` packages). `sam build` runs
+## $(BUILD_DIR)/template.yaml pointing each function at its folder and the state machine at its definition in this
+## tree (an absolute path: what `sam deploy` packages). `sam build` runs
 ## the same build-<LogicalId> targets itself (BuildMethod: makefile) with ARTIFACTS_DIR set.
 BUILD_DIR ?= .aws-sam/build
 LAMBDA_FUNCTIONS := ChatFunction ApiFunction SubagentFunction WakeFunction ReaperFunction
@@ -71,8 +72,9 @@ lambda-build = mkdir -p $(ARTIFACTS_DIR) && $(LAMBDA_GOENV) $(GO) build $(LAMBDA
 build:
 	@set -e; for fn in $(LAMBDA_FUNCTIONS); do \
 		$(MAKE) --no-print-directory build-$$fn ARTIFACTS_DIR=$(abspath $(BUILD_DIR))/$$fn; done
-	awk '/^Resources:/ {res=1} res && /^  [A-Za-z0-9]+:[ \t]*$$/ {name=$$1; sub(/:.*/, "", name)} \
-		res && /^ +CodeUri: \.\/?[ \t]*$$/ {sub(/CodeUri: .*/, "CodeUri: " name)} {print}' template.yaml > $(BUILD_DIR)/template.yaml
+	awk -v root='$(CURDIR)' '/^Resources:/ {res=1} res && /^  [A-Za-z0-9]+:[ \t]*$$/ {name=$$1; sub(/:.*/, "", name)} \
+		res && /^ +CodeUri: \.\/?[ \t]*$$/ {sub(/CodeUri: .*/, "CodeUri: " name)} \
+		res && /^ +DefinitionUri: [^\/ ][^ ]*[ \t]*$$/ {sub(/DefinitionUri: /, "DefinitionUri: " root "/")} {print}' template.yaml > $(BUILD_DIR)/template.yaml
 
 build-ChatFunction:
 	$(call lambda-build,./functions/chat)
