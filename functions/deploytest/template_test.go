@@ -1,6 +1,7 @@
 package deploytest_test
 
 import (
+	"bytes"
 	"context"
 	"debug/buildinfo"
 	"debug/elf"
@@ -94,8 +95,8 @@ func setup(t *testing.T) *fixture {
 		f.funcs = append(f.funcs, function{ID: id, Pkg: makeTargetPackage(makefile, id), Props: props, Env: env, Meta: r.Metadata})
 	}
 	slices.SortFunc(f.funcs, func(a, b function) int { return strings.Compare(a.ID, b.ID) })
-	if len(f.funcs) < 2 {
-		t.Fatalf("template has %d functions, want the chat and api functions", len(f.funcs))
+	if len(f.funcs) < 5 {
+		t.Fatalf("template has %d functions, want chat, api, subagent, wake and reaper", len(f.funcs))
 	}
 	return f
 }
@@ -114,6 +115,15 @@ func parseTemplate(path string) (template, error) {
 		return template{}, err
 	}
 	return t, nil
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // makeTargetPackage returns the ./functions/... package that the Makefile's build-<id> target builds.
@@ -160,15 +170,17 @@ func (f *fixture) function(t *testing.T, pkg string) function {
 	return function{}
 }
 
-// Every function is an arm64 provided.al2023 bootstrap built by its own Makefile target, with JSON logs. The
-// URL functions (chat, api) stream (RESPONSE_STREAM), leave authentication to the application (AuthType NONE),
-// take CORS from the AllowedOrigins parameter, carry the post-2025 InvokeFunction permission for URL calls, and
-// have an output with their URL.
+// Every function is an arm64 provided.al2023 bootstrap built by its own Makefile target, with JSON logs into
+// its own log group. The URL functions (chat, api) stream (RESPONSE_STREAM), leave authentication to the
+// application (AuthType NONE), take CORS from the AllowedOrigins parameter, carry the post-2025 InvokeFunction
+// permission for URL calls, and have an output with their URL. The task functions (subagent, wake, reaper) have
+// no URL and no permission for anyone else to invoke them.
 func TestTemplateFunctions(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.function(t, "./functions/chat")
-	f.function(t, "./functions/api")
+	for _, pkg := range []string{"./functions/chat", "./functions/api", "./functions/subagent", "./functions/wake", "./functions/reaper"} {
+		f.function(t, pkg)
+	}
 	for _, fn := range f.funcs {
 		t.Run(fn.ID, func(t *testing.T) {
 			t.Parallel()
@@ -204,7 +216,16 @@ func TestTemplateFunctions(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(f.root, fn.Pkg, "main.go")); err != nil {
 				t.Errorf("code path: %v", err)
 			}
+			logGroup, _ := mapAt(fn.Props, "LoggingConfig")["LogGroup"].(map[string]any)
+			if name, _ := logGroup["Ref"].(string); f.tmpl.Resources[name].Type != "AWS::Logs::LogGroup" {
+				t.Errorf("LoggingConfig.LogGroup = %#v, want a Ref to a log group of this template", logGroup)
+			}
 			if mapAt(fn.Props, "FunctionUrlConfig") == nil {
+				for id, r := range f.tmpl.Resources {
+					if r.Type == "AWS::Lambda::Permission" && reflect.DeepEqual(r.Properties["FunctionName"], ref(fn.ID)) {
+						t.Errorf("%s lets %v invoke a function without a URL", id, r.Properties["Principal"])
+					}
+				}
 				return
 			}
 			var permitted bool
@@ -242,6 +263,30 @@ func TestTemplateFunctions(t *testing.T) {
 	if got, ok := f.function(t, "./functions/api").Props["Timeout"].(int); !ok || got > 60 {
 		t.Errorf("api Timeout = %v, want at most 60", got)
 	}
+	// The task functions are no URL functions.
+	for _, pkg := range []string{"./functions/subagent", "./functions/wake", "./functions/reaper"} {
+		if mapAt(f.function(t, pkg).Props, "FunctionUrlConfig") != nil {
+			t.Errorf("%s has a function URL: it is a task, invoked by Step Functions or the schedule only", pkg)
+		}
+	}
+	// The sub-agent outlives its task's TimeoutSeconds, so that Step Functions' timeout fires first (and its
+	// Catch takes the failure path) rather than the Lambda's; not by much, so a stuck attempt costs little.
+	taskTimeout := time.Duration(aslTask(t, f.aslPath(t), "RunSubagent")["TimeoutSeconds"].(float64)) * time.Second
+	if got := timeoutOf(t, f.function(t, "./functions/subagent")); got <= taskTimeout || got > taskTimeout+2*time.Minute {
+		t.Errorf("subagent Timeout = %s, want above the task's TimeoutSeconds %s (by at most 2 min)", got, taskTimeout)
+	}
+	if got := timeoutOf(t, f.function(t, "./functions/wake")); got != 900*time.Second {
+		t.Errorf("wake Timeout = %s, want 900s (a delivery pass runs whole turns)", got)
+	}
+}
+
+func timeoutOf(t *testing.T, fn function) time.Duration {
+	t.Helper()
+	n, ok := fn.Props["Timeout"].(int)
+	if !ok {
+		t.Fatalf("%s: Timeout %#v is not a number of seconds", fn.ID, fn.Props["Timeout"])
+	}
+	return time.Duration(n) * time.Second
 }
 
 // `make build` (what `sam build` runs per function) yields, for each function, a stripped, static linux/arm64
@@ -265,6 +310,14 @@ func TestTemplateBuild(t *testing.T) {
 	built, err := parseTemplate(filepath.Join(out, "template.yaml"))
 	if err != nil {
 		t.Fatalf("built template: %v", err)
+	}
+	// The state machine's definition stays where it is; the built template (in another folder) still finds it.
+	uri, _ := built.Resources[stateMachineID].Properties["DefinitionUri"].(string)
+	if !filepath.IsAbs(uri) {
+		uri = filepath.Join(out, uri)
+	}
+	if got, want := readFile(t, uri), readFile(t, f.aslPath(t)); !bytes.Equal(got, want) {
+		t.Errorf("the built template's DefinitionUri %s is not infra/jobs.asl.json", uri)
 	}
 	for _, fn := range f.funcs {
 		t.Run(fn.ID, func(t *testing.T) {
@@ -395,7 +448,7 @@ func configFields(t *testing.T, root, pkg string) map[string]bool {
 func fieldEnv(t *testing.T) map[string]string {
 	t.Helper()
 	cfg, _ := config.Load(func(k string) string {
-		if strings.HasSuffix(k, "_PARAM") || k == "TABLE_NAME" {
+		if strings.HasSuffix(k, "_PARAM") || strings.HasSuffix(k, "_ARN") || k == "TABLE_NAME" {
 			return k
 		}
 		return ""
@@ -410,6 +463,10 @@ func fieldEnv(t *testing.T) map[string]string {
 	return out
 }
 
+// pseudo are sample values of the pseudo parameters, for resolve.
+var pseudo = []string{"${AWS::Partition}", "aws", "${AWS::Region}", "us-east-1", "${AWS::AccountId}", "123456789012",
+	"${AWS::StackName}", "agentloop"}
+
 // resolve turns a template env value into what Lambda would pass, with parameters at their defaults.
 func (f *fixture) resolve(t *testing.T, v any) string {
 	t.Helper()
@@ -419,6 +476,9 @@ func (f *fixture) resolve(t *testing.T, v any) string {
 	case int:
 		return strconv.Itoa(v)
 	case map[string]any:
+		if sub, ok := v["Fn::Sub"].(string); ok && !strings.Contains(strings.NewReplacer(pseudo...).Replace(sub), "${") {
+			return strings.NewReplacer(pseudo...).Replace(sub)
+		}
 		if name, ok := v["Ref"].(string); ok {
 			if name == "Table" {
 				return "agentloop-Table-0123"
@@ -443,6 +503,17 @@ func TestTemplateEnv(t *testing.T) {
 		t.Run(fn.ID, func(t *testing.T) {
 			t.Parallel()
 			read := envRead(t, f.root, fn.Pkg)
+			// A resource's ARN (JOBS_STATE_MACHINE_ARN) is set only on the functions whose main uses it: the
+			// others have no permission on the resource either (TestTemplatePolicies).
+			fields := configFields(t, f.root, fn.Pkg)
+			for field, name := range fieldEnv(t) {
+				if strings.HasSuffix(name, "_ARN") && !fields[field] {
+					delete(read, name)
+				}
+			}
+			if v, set := fn.Env["JOBS_STATE_MACHINE_ARN"]; set && !reflect.DeepEqual(v, map[string]any{"Fn::Sub": stateMachineArn}) {
+				t.Errorf("JOBS_STATE_MACHINE_ARN = %#v, want the job state machine's ARN %s", v, stateMachineArn)
+			}
 			for _, secret := range config.SecretEnv() {
 				if _, set := fn.Env[secret]; set {
 					t.Errorf("template sets %s: secrets must come from SSM, never from a plain variable", secret)
@@ -479,51 +550,17 @@ func TestTemplateEnv(t *testing.T) {
 	}
 }
 
-// dynamoOps lists the DynamoDB operations the adapter calls (client.X( and dynamodb.NewXPaginator( in its
-// non-test sources).
-func dynamoOps(t *testing.T, root string) []string {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(root, "lib", "dynamo", "*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	call := regexp.MustCompile(`\bclient\.([A-Z][A-Za-z]+)\(`)
-	paginator := regexp.MustCompile(`\bdynamodb\.New([A-Z][A-Za-z]+)Paginator\(`)
-	seen := map[string]bool{}
-	for _, p := range files {
-		if strings.HasSuffix(p, "_test.go") {
-			continue
-		}
-		src, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, re := range []*regexp.Regexp{call, paginator} {
-			for _, m := range re.FindAllSubmatch(src, -1) {
-				seen["dynamodb:"+string(m[1])] = true
-			}
-		}
-	}
-	if len(seen) == 0 {
-		t.Fatal("found no DynamoDB calls in lib/dynamo")
-	}
-	ops := make([]string, 0, len(seen))
-	for op := range seen {
-		ops = append(ops, op)
-	}
-	slices.Sort(ops)
-	return ops
-}
-
 var ssmParamArn = regexp.MustCompile(`^arn:\$\{AWS::Partition\}:ssm:\$\{AWS::Region\}:\$\{AWS::AccountId\}:parameter\$\{([A-Za-z0-9]+)\}$`)
 
 // Each function's policies are inline statements naming only this stack's table (and its indexes) with exactly
-// the item operations lib/dynamo uses, and only the SSM parameters (by name, from template parameters) whose
-// names the function's main reads. No wildcard resource, no managed policy, no Deny tricks.
+// the item operations lib/dynamo reaches from the store ports the function uses, only the SSM parameters (by
+// name, from template parameters) whose names the function's main reads, and, for a main that reads the job
+// state machine's ARN (it starts executions), exactly the Step Functions actions lib/sfn calls on that one
+// state machine; a main that does not read it (api, subagent) may start none. No wildcard resource, no managed
+// policy, no Deny tricks.
 func TestTemplatePolicies(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	ops := dynamoOps(t, f.root)
 	tableResources := []any{
 		map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}},
 		map[string]any{"Fn::Sub": "${Table.Arn}/index/*"},
@@ -532,6 +569,11 @@ func TestTemplatePolicies(t *testing.T) {
 	for _, fn := range f.funcs {
 		t.Run(fn.ID, func(t *testing.T) {
 			t.Parallel()
+			ops := dynamoOps(t, f.root, storeMethods(fn.Pkg))
+			var wantStates []string
+			if configFields(t, f.root, fn.Pkg)["JobsStateMachineARN"] {
+				wantStates = statesOps()
+			}
 			// The SSM parameters this function needs: those behind the *_PARAM variables its main reads.
 			var wantParams []string
 			for field := range configFields(t, f.root, fn.Pkg) {
@@ -548,7 +590,7 @@ func TestTemplatePolicies(t *testing.T) {
 			}
 			slices.Sort(wantParams)
 
-			var gotOps, gotParams []string
+			var gotOps, gotParams, gotStates []string
 			policies := list(fn.Props["Policies"])
 			if len(policies) == 0 {
 				t.Fatal("no Policies")
@@ -574,8 +616,11 @@ func TestTemplatePolicies(t *testing.T) {
 							t.Errorf("statement %v: action %q (one service per statement, no wildcards)", st["Sid"], s)
 						}
 						service = svc
-						if svc == "dynamodb" {
+						switch svc {
+						case "dynamodb":
 							gotOps = append(gotOps, s)
+						case "states":
+							gotStates = append(gotStates, s)
 						}
 					}
 					switch service {
@@ -597,18 +642,26 @@ func TestTemplatePolicies(t *testing.T) {
 							}
 							gotParams = append(gotParams, m[1])
 						}
+					case "states":
+						if want := []any{map[string]any{"Fn::Sub": stateMachineArn}}; !reflect.DeepEqual(resources, want) {
+							t.Errorf("Step Functions resources %#v, want only the job state machine %#v", resources, want)
+						}
 					default:
-						t.Errorf("statement %v grants %v: only DynamoDB and SSM are expected", st["Sid"], actions)
+						t.Errorf("statement %v grants %v: only DynamoDB, SSM and Step Functions are expected", st["Sid"], actions)
 					}
 				}
 			}
 			slices.Sort(gotOps)
 			slices.Sort(gotParams)
 			if !slices.Equal(gotOps, ops) {
-				t.Errorf("DynamoDB actions %v, want exactly the operations lib/dynamo calls %v", gotOps, ops)
+				t.Errorf("DynamoDB actions %v, want exactly the operations lib/dynamo reaches from the function's store ports %v", gotOps, ops)
 			}
 			if !slices.Equal(gotParams, wantParams) {
 				t.Errorf("SSM parameters %v, want exactly the ones main reads %v", gotParams, wantParams)
+			}
+			slices.Sort(gotStates)
+			if !slices.Equal(gotStates, wantStates) {
+				t.Errorf("Step Functions actions %v, want %v (main reads the state machine's ARN: %v)", gotStates, wantStates, wantStates != nil)
 			}
 		})
 	}
