@@ -78,7 +78,7 @@ var noteSourceSpec = agent.ToolSpec{Name: "note_source", Description: "Record a 
 	Parameters: json.RawMessage(`{"type":"object","properties":{"title":{"type":"string"},"url":{"type":"string"}},"required":["title","url"],"additionalProperties":false}`)}
 
 // markdownLink finds [title](https://...) citations in the brief.
-var markdownLink = regexp.MustCompile(`\[([^\]\n]{1,200})\]\((https?://[^\s)]{1,2000})\)`)
+var markdownLink = regexp.MustCompile(`\[([^\]\n]{1,200})\]\((https?://[^\s)]{1,1000})\)`)
 
 // Research is the demo job kind: `research {question, context?}` runs a researcher sub-agent and returns
 // {brief, sources[]}. Under the offline model the researcher's reply is deterministic (the question is its
