@@ -41,8 +41,8 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awssfn "github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sfn/types"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -125,12 +125,12 @@ func Retryable(err error) bool {
 	if (retry.ThrottleErrorCode{Codes: retry.DefaultThrottleErrorCodes}).IsErrorThrottle(err) == aws.TrueTernary {
 		return true
 	}
-	var resp *awshttp.ResponseError
-	if errors.As(err, &resp) {
-		return resp.HTTPStatusCode() >= http.StatusInternalServerError || resp.HTTPStatusCode() == http.StatusTooManyRequests
+	var send *smithyhttp.RequestSendError // inside a ResponseError of status 0
+	if errors.As(err, &send) {
+		return true
 	}
-	var send *smithyhttp.RequestSendError
-	return errors.As(err, &send)
+	var resp *awshttp.ResponseError
+	return errors.As(err, &resp) && (resp.HTTPStatusCode() >= http.StatusInternalServerError || resp.HTTPStatusCode() == http.StatusTooManyRequests)
 }
 
 // MaxNameLen is Step Functions' limit on an execution name.
