@@ -46,7 +46,9 @@ func setup(t *testing.T, fn func(ctx context.Context, in agent.JobTask) (agent.J
 	return r, got
 }
 
-func job(id string) agent.Job { return agent.Job{ID: id, ThreadID: "thr_1", Kind: "research", ToolCallID: "tc"} }
+func job(id string) agent.Job {
+	return agent.Job{ID: id, ThreadID: "thr_1", Kind: "research", ToolCallID: "tc"}
+}
 
 // Zero fields take the deployed contract's values.
 func TestZeroContractTakesDefaults(t *testing.T) {

@@ -80,7 +80,9 @@ func TestStartAndWakeRequests(t *testing.T) {
 			request{machineARN, j.ID, `{"threadId":"thr_1","jobId":"` + j.ID + `"}`}},
 		{"Wake", func(s *sfn.Jobs) error { return s.Wake(context.Background(), w) },
 			request{machineARN, sfn.WakeName("thr_1", "run_7"), `{"threadId":"thr_1","jobId":"` + j.ID + `","wake":"run_7"}`}},
-		{"Wake of the queue", func(s *sfn.Jobs) error { return s.Wake(context.Background(), agent.JobTask{ThreadID: "thr_1", Wake: "k"}) },
+		{"Wake of the queue", func(s *sfn.Jobs) error {
+			return s.Wake(context.Background(), agent.JobTask{ThreadID: "thr_1", Wake: "k"})
+		},
 			request{machineARN, sfn.WakeName("thr_1", "k"), `{"threadId":"thr_1","wake":"k"}`}},
 	}
 	for _, tc := range cases {
