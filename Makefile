@@ -17,14 +17,19 @@ test: deps vet test-go test-race
 deps: node-deps
 	$(GO) mod download
 
-# The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22) and dynalite (the DynamoDB-compatible
-# server the store tests start on the machine's Node). run.sh re-installs only when the lock file changed;
-# dynalite is installed when its lock file is newer than the install.
-node-deps: infra/dynalite/node_modules/.installed
+# The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22), dynalite (the DynamoDB-compatible
+# server the store tests start on the machine's Node) and sfnlocal (aws-local-stepfunctions, asl-validator and
+# its own Node 22: the job state machine's tests). run.sh re-installs only when the lock file changed; dynalite
+# and sfnlocal are installed when their lock file is newer than the install.
+node-deps: infra/dynalite/node_modules/.installed infra/sfnlocal/node_modules/.installed
 	lib/uistream/aisdktest/testdata/checker/run.sh --install
 
 infra/dynalite/node_modules/.installed: infra/dynalite/package-lock.json infra/dynalite/package.json
 	cd infra/dynalite && npm ci $(NPM_FLAGS)
+	touch $@
+
+infra/sfnlocal/node_modules/.installed: infra/sfnlocal/package-lock.json infra/sfnlocal/package.json
+	cd infra/sfnlocal && npm ci $(NPM_FLAGS)
 	touch $@
 
 vet:
