@@ -149,9 +149,10 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 }
 
 // DeleteThread removes the thread with its messages, runs, segments, interrupts, jobs and queue, in one
-// transaction: the claim check and every delete commit together or not at all. That transaction is the tombstone of the port's contract: no other
-// connection can see the thread half deleted, claim it or write into it while the delete runs, and a delete
-// killed half way leaves everything as it was (calling it again does the whole delete). A held claim, even a
+// transaction: the claim check and every delete commit together or not at all. That transaction is the tombstone
+// of the port's contract: no other connection can see the thread half deleted, claim it or write into it while
+// the delete runs, and a delete killed half way leaves everything as it was (calling it again does the whole
+// delete). A held claim, even a
 // stale one, refuses the delete with KindConflict/CodeRunActive (the reaper or a takeover frees it first). The
 // children are deleted even when the thread row is gone, so a repeated delete also clears what an interrupted
 // older version of this store may have left behind.
