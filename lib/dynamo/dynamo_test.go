@@ -791,6 +791,7 @@ func TestTableMatchesTemplate(t *testing.T) {
 		dynamo.IndexByOwner: dynamo.AttrOwner + "," + dynamo.AttrRecency + "/KEYS_ONLY",
 		dynamo.IndexRunning: dynamo.AttrRunShard + "," + dynamo.AttrClaimBucket + "/KEYS_ONLY",
 		dynamo.IndexPending: dynamo.AttrPendingShard + "," + dynamo.AttrPendingExpiry + "/KEYS_ONLY",
+		dynamo.IndexDueWork: dynamo.AttrDueShard + "," + dynamo.AttrDueAt + "/KEYS_ONLY",
 	}
 	if fmt.Sprint(indexes) != fmt.Sprint(want) {
 		t.Fatalf("indexes = %v, want %v", indexes, want)
