@@ -156,7 +156,13 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 			return tasks.Deliver(ctx, in)
 		},
 	}, contract, log)
-	s.closers = append(s.closers, s.Jobs.Close)
+	// On Close, executions in flight are cancelled at once (they unwind at once); the reaper re-drives their
+	// delivery on the next start.
+	s.closers = append(s.closers, func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = s.Jobs.Close(ctx)
+	})
 	kinds := jobs.NewRegistry(jobs.Research())
 	toolset := append(newTools(s.Store, clock), jobs.Dispatcher{Store: s.Store, Jobs: s.Jobs, Clock: clock, Contract: contract}.Tools(kinds)...)
 	s.Tools = toolset
