@@ -566,6 +566,13 @@ func TestTemplatePolicies(t *testing.T) {
 		map[string]any{"Fn::Sub": "${Table.Arn}/index/*"},
 	}
 	envOf := fieldEnv(t)
+	// Who starts executions: the functions that dispatch jobs or ask for delivery passes, and no other.
+	for pkg, starts := range map[string]bool{"./functions/chat": true, "./functions/wake": true, "./functions/reaper": true,
+		"./functions/api": false, "./functions/subagent": false} {
+		if got := configFields(t, f.root, pkg)["JobsStateMachineARN"]; got != starts {
+			t.Errorf("%s reads the job state machine's ARN: %v, want %v", pkg, got, starts)
+		}
+	}
 	for _, fn := range f.funcs {
 		t.Run(fn.ID, func(t *testing.T) {
 			t.Parallel()
@@ -660,8 +667,11 @@ func TestTemplatePolicies(t *testing.T) {
 				t.Errorf("SSM parameters %v, want exactly the ones main reads %v", gotParams, wantParams)
 			}
 			slices.Sort(gotStates)
-			if !slices.Equal(gotStates, wantStates) {
-				t.Errorf("Step Functions actions %v, want %v (main reads the state machine's ARN: %v)", gotStates, wantStates, wantStates != nil)
+			switch {
+			case wantStates == nil && gotStates != nil:
+				t.Errorf("Step Functions actions %v: %s starts no executions (its main does not read JOBS_STATE_MACHINE_ARN)", gotStates, fn.Pkg)
+			case !slices.Equal(gotStates, wantStates):
+				t.Errorf("Step Functions actions %v, want exactly the ones lib/sfn calls %v", gotStates, wantStates)
 			}
 		})
 	}
