@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,9 +24,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/agentloop/agentloop/functions/deploytest"
+	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
 	"github.com/agentloop/agentloop/lib/offline"
+	"github.com/agentloop/agentloop/lib/sfn/sfntest"
 )
 
 const secret = "lambda-form-test-secret-0123456789abcdef"
@@ -40,8 +44,9 @@ type fixture struct {
 
 // setup builds the chat handler exactly as main does (newHandler), over a fresh table in DynamoDB Local and the
 // offline model behind a gate: the model streams its first words, then holds the rest until release is called.
-// The gate makes "the handler is still running" a fact rather than a race.
-func setup(t *testing.T, endpoint string) *fixture {
+// The gate makes "the handler is still running" a fact rather than a race. Step Functions requests go to
+// jobs when it is set (an sfntest server), else to an endpoint that refuses them.
+func setup(t *testing.T, endpoint string, jobs ...*sfntest.Jobs) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	table := "chat-" + strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-")
@@ -58,16 +63,22 @@ func setup(t *testing.T, endpoint string) *fixture {
 	t.Cleanup(release)
 
 	env := map[string]string{
-		"TABLE_NAME":          table,
-		"AGENT_SECRET":        secret,
-		"OPENAI_BASE_URL":     model.URL + "/v1/",
-		"AGENT_MODEL":         "offline",
-		"AGENT_SEGMENT_FLUSH": "20ms",
+		"TABLE_NAME":             table,
+		"AGENT_SECRET":           secret,
+		"OPENAI_BASE_URL":        model.URL + "/v1/",
+		"AGENT_MODEL":            "offline",
+		"AGENT_SEGMENT_FLUSH":    "20ms",
+		"JOBS_STATE_MACHINE_ARN": sfntest.FunctionARN("none"), // no state machine: a start is refused
+	}
+	stepFunctions := "http://127.0.0.1:1" // nothing listens: a start fails at once
+	if len(jobs) > 0 {
+		env["JOBS_STATE_MACHINE_ARN"], stepFunctions = jobs[0].Server.StateMachineARN, jobs[0].Server.Endpoint
 	}
 	awsCfg := aws.Config{
 		Region:       dynamotest.Region,
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider(dynamotest.AccessKey, dynamotest.SecretKey, ""),
+		HTTPClient:   &http.Client{Transport: toStepFunctions(stepFunctions)},
 	}
 	cold := func() http.Handler {
 		h, err := newHandler(ctx, func(k string) string { return env[k] }, awsCfg, slog.New(slog.DiscardHandler))
@@ -82,6 +93,26 @@ func setup(t *testing.T, endpoint string) *fixture {
 	}
 	return &fixture{handler: cold(), cold: cold, token: tok, release: release}
 }
+
+// toStepFunctions sends the Step Functions requests (AWS JSON 1.0, X-Amz-Target AWSStepFunctions.*) of a
+// client configured with one base endpoint for every service to endpoint instead, and every other request on.
+func toStepFunctions(endpoint string) http.RoundTripper {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		panic(err)
+	}
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if strings.HasPrefix(r.Header.Get("X-Amz-Target"), "AWSStepFunctions.") {
+			r = r.Clone(r.Context())
+			r.URL.Scheme, r.URL.Host, r.Host = u.Scheme, u.Host, u.Host
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // gated serves next, but once a reply has streamed a non-empty piece of content, every further write waits
 // until gate is closed.
@@ -322,6 +353,67 @@ func TestLambdaForm(t *testing.T) {
 		}
 	})
 
+	// A job tool's call starts the job's execution of the state machine (named by the job id, with the job as
+	// its input) and acknowledges at once; the state machine then runs the sub-agent task and delivery.
+	t.Run("a job tool starts its execution", func(t *testing.T) {
+		t.Parallel()
+		jobs := sfntest.StartJobs(t, agent.DefaultJobContract())
+		f := setup(t, endpoint, jobs)
+		f.release()
+		var mu sync.Mutex
+		var calls []string
+		record := func(what string, in agent.JobTask) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, fmt.Sprintf("%s %s %s", what, in.ThreadID, in.JobID))
+		}
+		jobs.Route(t, "th-job",
+			sfntest.Function(func(_ context.Context, in agent.JobTask) (agent.JobTask, error) {
+				record("subagent", in)
+				return in, nil
+			}),
+			sfntest.Function(func(_ context.Context, in agent.JobTask) (agent.DeliveryResult, error) {
+				record("deliver", in)
+				return agent.DeliveryResult{ThreadID: in.ThreadID, JobID: in.JobID, Status: agent.DeliveredSteer}, nil
+			}))
+		ev := f.event(t, "chat-post.json", "th-job", "x")
+		body, _ := json.Marshal(map[string]any{"id": "th-job", "trigger": "submit-message", "messages": []any{map[string]any{
+			"id": "u1", "role": "user", "parts": []any{map[string]any{"type": "text", "text": `/tool research {"question":"why is the sky blue"}`}}}}})
+		ev.Body = string(body)
+		resp, done := f.invoke(t, ev)
+		s, err := deploytest.ParseStream(readAll(t, resp.Body, done))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jobID string
+		for _, c := range s.Chunks {
+			if out, ok := c["output"].(map[string]any); ok && c["type"] == "tool-output-available" {
+				jobID, _ = out["jobId"].(string)
+			}
+		}
+		if jobID == "" || s.ErrorText != "" {
+			t.Fatalf("no job acknowledgement in %+v", s.Chunks)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		if err := jobs.Wait(ctx, jobID); err != nil {
+			t.Fatal(err)
+		}
+		out, err := jobs.Describe(ctx, jobID)
+		if err != nil {
+			t.Fatalf("no execution named %s: %v", jobID, err)
+		}
+		var in agent.JobTask
+		if out.Status != "SUCCEEDED" || json.Unmarshal([]byte(aws.ToString(out.Input)), &in) != nil || in != (agent.JobTask{ThreadID: "th-job", JobID: jobID}) {
+			t.Fatalf("execution %s: %s, input %s", jobID, out.Status, aws.ToString(out.Input))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"subagent th-job " + jobID, "deliver th-job " + jobID}; !slices.Equal(calls, want) {
+			t.Fatalf("task calls %q, want %q", calls, want)
+		}
+	})
+
 	// Errors before the first byte are plain JSON replies with their status in the prelude.
 	t.Run("rejects a bad token", func(t *testing.T) {
 		t.Parallel()
@@ -340,7 +432,7 @@ func TestLambdaForm(t *testing.T) {
 // while a function that starts without its table or secret would fail every request.
 func TestSetupRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	base := map[string]string{"TABLE_NAME": "t", "AGENT_SECRET": secret}
+	base := map[string]string{"TABLE_NAME": "t", "AGENT_SECRET": secret, "JOBS_STATE_MACHINE_ARN": sfntest.FunctionARN("jobs")}
 	tests := []struct {
 		name string
 		drop string
@@ -348,6 +440,7 @@ func TestSetupRejectsBadConfig(t *testing.T) {
 	}{
 		{name: "no table", drop: "TABLE_NAME"},
 		{name: "no secret", drop: "AGENT_SECRET"},
+		{name: "no state machine", drop: "JOBS_STATE_MACHINE_ARN"},
 		{name: "weak secret", set: map[string]string{"AGENT_SECRET": "short"}},
 		{name: "bad bound", set: map[string]string{"AGENT_RUN_TIMEOUT": "forever"}},
 	}
