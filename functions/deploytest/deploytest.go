@@ -61,17 +61,31 @@ type Event struct {
 	Request *events.LambdaFunctionURLRequest
 }
 
-// LoadEvent reads events/<name> and replaces every ${NAME} placeholder with vars[NAME]. A placeholder without a
-// value is an error, and so is a value that would need JSON escaping (the placeholders sit inside JSON strings,
-// some of them inside the JSON-encoded body string).
+// LoadEvent reads the function URL request events/<name> with its placeholders filled in (LoadPayload).
 func LoadEvent(name string, vars map[string]string) (Event, error) {
-	root, err := RepoRoot()
+	out, err := LoadPayload(name, vars)
 	if err != nil {
 		return Event{}, err
 	}
+	var req events.LambdaFunctionURLRequest
+	if err := json.Unmarshal(out, &req); err != nil {
+		return Event{}, fmt.Errorf("lambdatest: %s: %w", name, err)
+	}
+	return Event{Raw: out, Request: &req}, nil
+}
+
+// LoadPayload reads events/<name> (any event: a function URL request, a task input, a scheduled event) and
+// replaces every ${NAME} placeholder with vars[NAME]. A placeholder without a value is an error, and so is a
+// value that would need JSON escaping (the placeholders sit inside JSON strings, some of them inside the
+// JSON-encoded body string), and a result that is not JSON.
+func LoadPayload(name string, vars map[string]string) ([]byte, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
 	data, err := os.ReadFile(filepath.Join(root, "events", name))
 	if err != nil {
-		return Event{}, err
+		return nil, err
 	}
 	var missing []string
 	out := placeholder.ReplaceAllFunc(data, func(m []byte) []byte {
@@ -84,18 +98,17 @@ func LoadEvent(name string, vars map[string]string) (Event, error) {
 		return []byte(v)
 	})
 	if len(missing) > 0 {
-		return Event{}, fmt.Errorf("lambdatest: %s: no value for %s", name, strings.Join(missing, ", "))
+		return nil, fmt.Errorf("lambdatest: %s: no value for %s", name, strings.Join(missing, ", "))
 	}
 	for k, v := range vars {
 		if strings.ContainsAny(v, "\"\\\n\r\t") {
-			return Event{}, fmt.Errorf("lambdatest: value of %s needs JSON escaping: %q", k, v)
+			return nil, fmt.Errorf("lambdatest: value of %s needs JSON escaping: %q", k, v)
 		}
 	}
-	var req events.LambdaFunctionURLRequest
-	if err := json.Unmarshal(out, &req); err != nil {
-		return Event{}, fmt.Errorf("lambdatest: %s: %w", name, err)
+	if !json.Valid(out) {
+		return nil, fmt.Errorf("lambdatest: %s is not JSON once filled in", name)
 	}
-	return Event{Raw: out, Request: &req}, nil
+	return out, nil
 }
 
 // Build compiles the main package pkg (e.g. "./functions/chat") into dir/bootstrap with the Lambda build flags
@@ -377,4 +390,26 @@ func ParseStream(body []byte) (Stream, error) {
 		return s, fmt.Errorf("lambdatest: stream has no finish chunk: %v", s.Types)
 	}
 	return s, nil
+}
+
+// FunctionError is the error document a function's reply is when its handler returned an error (or panicked):
+// what the Lambda Go runtime reports, with the error's Go type name as Type ("TransientError" for a returned
+// *agent.TransientError), which Step Functions matches in ErrorEquals.
+type FunctionError struct {
+	Message string `json:"errorMessage"`
+	Type    string `json:"errorType"`
+}
+
+// ParseFunctionError returns the error document raw holds, or nil when raw is the function's output (no JSON
+// object with both errorType and errorMessage). It fails only on an error document it cannot read.
+func ParseFunctionError(raw []byte) (*FunctionError, error) {
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(raw, &keys) != nil || keys["errorType"] == nil || keys["errorMessage"] == nil {
+		return nil, nil
+	}
+	var fe FunctionError
+	if err := json.Unmarshal(raw, &fe); err != nil {
+		return nil, fmt.Errorf("lambdatest: error document %q: %w", clip(raw), err)
+	}
+	return &fe, nil
 }

@@ -1,8 +1,11 @@
 package deploytest_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,10 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/agentloop/agentloop/functions/deploytest"
+	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
 	"github.com/agentloop/agentloop/lib/offline"
+	"github.com/agentloop/agentloop/lib/sfn/sfntest"
 )
 
 const (
@@ -26,11 +33,69 @@ const (
 	openAIParam = "/agentloop-test/openai-api-key"
 )
 
-// emulated is what the emulator tests and benchmarks share: the emulator and both bootstraps built for this
-// machine, dynalite with a table from template.yaml, the offline model, and a stand-in SSM endpoint.
+// functionNames are the functions under the emulator, by their folder under functions/.
+var functionNames = []string{"chat", "api", "subagent", "wake", "reaper"}
+
+// built holds the emulator and the bootstraps, built for this machine once per test binary (each build links
+// a whole binary: building them again for every test would cost minutes on a small machine).
+var built struct {
+	once      sync.Once
+	dir       string
+	rie       string
+	bootstrap map[string]string
+	err       error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+func buildAll() error {
+	built.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		if built.dir, built.err = os.MkdirTemp("", "agentloop-rie-"); built.err != nil {
+			return
+		}
+		built.bootstrap = map[string]string{}
+		var wg sync.WaitGroup
+		var rieErr error
+		wg.Go(func() {
+			dir := filepath.Join(built.dir, "rie")
+			if rieErr = os.MkdirAll(dir, 0o755); rieErr == nil {
+				built.rie, rieErr = deploytest.BuildRIE(ctx, dir)
+			}
+		})
+		// Host architecture: the emulator runs the bootstrap here, not on arm64. One at a time: each link
+		// takes the machine's cores.
+		for _, name := range functionNames {
+			dir := filepath.Join(built.dir, name)
+			if built.err = os.MkdirAll(dir, 0o755); built.err != nil {
+				break
+			}
+			var p string
+			if p, built.err = deploytest.Build(ctx, "./functions/"+name, dir, runtime.GOOS, runtime.GOARCH); built.err != nil {
+				break
+			}
+			built.bootstrap[name] = p
+		}
+		wg.Wait()
+		built.err = errors.Join(built.err, rieErr)
+	})
+	return built.err
+}
+
+// emulated is what the emulator tests and benchmarks share: the emulator and every bootstrap built for this
+// machine, dynalite with a table from template.yaml, the offline model, a stand-in SSM endpoint, and the job
+// state machine on sfnlocal (lib/sfn/sfntest) with its two Lambda tasks bound to the subagent and wake
+// bootstraps under their own emulators (taskProxy).
 type emulated struct {
 	rie       string
-	bootstrap map[string]string // "chat", "api" → path
+	bootstrap map[string]string // "chat", "api", ... → path
 	table     string
 	dynamo    string
 	model     string
@@ -38,42 +103,28 @@ type emulated struct {
 	ssmURL    string
 	token     string
 	home      string
+	sfn       *sfntest.Server
+	tasks     *taskProxy
+	// extra is more environment for one function (e.g. "subagent" → "AGENT_MODEL_RETRIES=0").
+	extra map[string][]string
 }
 
 func newEmulated(t testing.TB) *emulated {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	e := &emulated{bootstrap: map[string]string{}, home: t.TempDir()}
+	e := &emulated{home: t.TempDir(), extra: map[string][]string{}}
 
 	// Build the emulator and the bootstraps while dynalite starts.
+	var buildErr error
 	var wg sync.WaitGroup
-	var errs [3]error
-	var rie string
-	paths := map[string]*string{}
-	for _, name := range []string{"chat", "api"} {
-		paths[name] = new(string)
-	}
-	dirs := map[string]string{"chat": t.TempDir(), "api": t.TempDir()}
-	wg.Go(func() { rie, errs[0] = deploytest.BuildRIE(ctx, t.TempDir()) })
-	wg.Go(func() {
-		// Host architecture: the emulator runs the bootstrap here, not on arm64.
-		*paths["chat"], errs[1] = deploytest.Build(ctx, "./functions/chat", dirs["chat"], runtime.GOOS, runtime.GOARCH)
-		if errs[1] == nil {
-			*paths["api"], errs[2] = deploytest.Build(ctx, "./functions/api", dirs["api"], runtime.GOOS, runtime.GOARCH)
-		}
-	})
+	wg.Go(func() { buildErr = buildAll() })
 	e.dynamo = dynamotest.Start(t)
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	e.rie = rie
-	for name, p := range paths {
-		e.bootstrap[name] = *p
-	}
+	e.rie, e.bootstrap = built.rie, built.bootstrap
 
 	e.table = "rie-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if err := dynamotest.CreateTable(ctx, dynamotest.Client(e.dynamo), e.table); err != nil {
@@ -93,12 +144,22 @@ func newEmulated(t testing.TB) *emulated {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The repository's state machine as deployed (its own numbers), its task states calling the bootstraps.
+	e.tasks = &taskProxy{rie: map[string]*deploytest.RIE{}}
+	cb := httptest.NewServer(e.tasks)
+	t.Cleanup(cb.Close)
+	e.sfn = sfntest.Start(t, sfntest.Options{Lambdas: map[string]string{
+		sfntest.FunctionARN(sfntest.SubagentFunction): cb.URL + "/" + sfntest.SubagentFunction,
+		sfntest.FunctionARN(sfntest.WakeFunction):     cb.URL + "/" + sfntest.WakeFunction,
+	}})
 	return e
 }
 
-// env is the whole environment of one function under the emulator. The chat function reads its secrets from
-// the stand-in SSM endpoint (the SDK honours AWS_ENDPOINT_URL_SSM), as in AWS; the API function uses the plain
-// AGENT_SECRET fallback, the path of local runs where there is no SSM at all.
+// env is the whole environment of one function under the emulator. The functions read their secrets from the
+// stand-in SSM endpoint (the SDK honours AWS_ENDPOINT_URL_SSM), as in AWS, each only the ones it needs (the
+// reaper none); the API function uses the plain AGENT_SECRET fallback, the path of local runs where there is no
+// SSM at all. The functions that start executions (chat, wake, reaper) name the state machine on sfnlocal
+// (AWS_ENDPOINT_URL_SFN), as the template names the deployed one.
 func (e *emulated) env(name string) []string {
 	env := []string{
 		"HOME=" + e.home, // no ~/.aws of the machine running the tests
@@ -113,12 +174,24 @@ func (e *emulated) env(name string) []string {
 		"OPENAI_BASE_URL=" + e.model,
 		"AGENT_MODEL=offline",
 	}
-	if name == "chat" {
-		return append(env, "AWS_ENDPOINT_URL_SSM="+e.ssmURL, "AGENT_SECRET_PARAM="+secretParam, "OPENAI_API_KEY_PARAM="+openAIParam)
+	switch name {
+	case "chat", "wake":
+		env = append(env, "AWS_ENDPOINT_URL_SSM="+e.ssmURL, "AGENT_SECRET_PARAM="+secretParam, "OPENAI_API_KEY_PARAM="+openAIParam)
+	case "subagent":
+		env = append(env, "AWS_ENDPOINT_URL_SSM="+e.ssmURL, "OPENAI_API_KEY_PARAM="+openAIParam,
+			"AWS_LAMBDA_FUNCTION_TIMEOUT=330") // the template's
+	case "api":
+		env = append(env, "AGENT_SECRET="+appSecret)
 	}
-	return append(env, "AGENT_SECRET="+appSecret)
+	switch name {
+	case "chat", "wake", "reaper":
+		env = append(env, "AWS_ENDPOINT_URL_SFN="+e.sfn.Endpoint, "JOBS_STATE_MACHINE_ARN="+e.sfn.StateMachineARN)
+	}
+	return append(env, e.extra[name]...)
 }
 
+// start starts name's bootstrap under its own emulator; the task functions also become what the state
+// machine's task states call.
 func (e *emulated) start(t testing.TB, name string) *deploytest.RIE {
 	t.Helper()
 	r, err := deploytest.StartRIE(e.rie, e.bootstrap[name], e.env(name))
@@ -126,7 +199,44 @@ func (e *emulated) start(t testing.TB, name string) *deploytest.RIE {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
+	e.tasks.set(name, r)
 	return r
+}
+
+// taskProxy answers sfnlocal's task calls (POST /subagent, POST /wake) as the Lambda Invoke API would, by
+// invoking the function's bootstrap under its emulator: the function's output, or its error document with
+// X-Amz-Function-Error (what makes the task fail with Error = errorType). An emulator that cannot be reached
+// answers 502: Lambda.ServiceException, which the state machine retries.
+type taskProxy struct {
+	mu  sync.Mutex
+	rie map[string]*deploytest.RIE
+}
+
+func (p *taskProxy) set(name string, r *deploytest.RIE) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rie[name] = r
+}
+
+func (p *taskProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	rie := p.rie[strings.TrimPrefix(r.URL.Path, "/")]
+	p.mu.Unlock()
+	payload, err := io.ReadAll(r.Body)
+	if rie == nil || err != nil {
+		http.Error(w, "no function "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	status, out, err := rie.Invoke(r.Context(), payload)
+	if err != nil || status != http.StatusOK {
+		http.Error(w, fmt.Sprintf("emulator: %d %v", status, err), http.StatusBadGateway)
+		return
+	}
+	if fe, _ := deploytest.ParseFunctionError(out); fe != nil {
+		w.Header().Set(sfntest.FunctionErrorHeader, "Unhandled")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
 }
 
 func (e *emulated) event(t testing.TB, file, thread, text string) []byte {
@@ -287,19 +397,42 @@ func TestLoadEvent(t *testing.T) {
 	}
 	root, _ := deploytest.RepoRoot()
 	files, _ := filepath.Glob(filepath.Join(root, "events", "*.json"))
-	if len(files) < 3 {
-		t.Fatalf("events/ holds %d events, want POST /chat, GET /chat/{id}/stream and GET /threads", len(files))
+	if len(files) < 6 {
+		t.Fatalf("events/ holds %d events, want POST /chat, GET /chat/{id}/stream, GET /threads and the three task inputs", len(files))
 	}
+	// Every event fills in; the function URL requests decode as such, the task inputs as their functions'
+	// input types, with every field known.
+	tasks := map[string]any{"subagent-task.json": &agent.JobTask{}, "wake-task.json": &agent.JobTask{},
+		"reaper-schedule.json": &events.EventBridgeEvent{}}
 	for _, f := range files {
-		if _, err := deploytest.LoadEvent(filepath.Base(f), vars2(f)); err != nil {
+		name := filepath.Base(f)
+		raw, err := deploytest.LoadPayload(name, vars2(f))
+		if err != nil {
 			t.Error(err)
+			continue
 		}
+		into, isTask := tasks[name]
+		if !isTask {
+			if ev, err := deploytest.LoadEvent(name, vars2(f)); err != nil || ev.Request.RequestContext.HTTP.Method == "" {
+				t.Errorf("%s: not a function URL request (%v) and no task input", name, err)
+			}
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(into); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		delete(tasks, name)
+	}
+	for name := range tasks {
+		t.Errorf("events/%s is missing", name)
 	}
 }
 
 // vars2 gives every placeholder a harmless value.
 func vars2(string) map[string]string {
-	return map[string]string{"TOKEN": "t", "THREAD_ID": "th", "MESSAGE_ID": "m", "TEXT": "x"}
+	return map[string]string{"TOKEN": "t", "THREAD_ID": "th", "MESSAGE_ID": "m", "TEXT": "x", "JOB_ID": "job_1"}
 }
 
 // fakeSSM stands in for SSM Parameter Store (GetParameters over the JSON protocol), since there is no SSM
