@@ -194,7 +194,7 @@ func TestJobsUnderRIE(t *testing.T) {
 }
 
 // invokeTask invokes a task function and returns its output, or its error document.
-func invokeTask(t *testing.T, r *deploytest.RIE, payload []byte) ([]byte, *deploytest.FunctionError) {
+func invokeTask(t testing.TB, r *deploytest.RIE, payload []byte) ([]byte, *deploytest.FunctionError) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

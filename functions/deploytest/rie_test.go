@@ -488,11 +488,23 @@ func (f *fakeSSM) calls() []ssmRequest {
 // ships (arm64-bytes). The first request is a cheap authenticated read (one DynamoDB request or two).
 func BenchmarkColdStart(b *testing.B) {
 	e := newEmulated(b)
-	requests := map[string][]byte{
-		"chat": e.event(b, "chat-stream.json", "th-none", ""),
-		"api":  e.event(b, "threads-list.json", "", ""),
+	task := func(file string) []byte {
+		p, err := deploytest.LoadPayload(file, map[string]string{"THREAD_ID": "th-none", "JOB_ID": "job_none"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p
 	}
-	for _, name := range []string{"chat", "api"} {
+	// The task functions' first request is as cheap: a job that does not exist (one GetItem), a sweep of an
+	// empty table.
+	requests := map[string][]byte{
+		"chat":     e.event(b, "chat-stream.json", "th-none", ""),
+		"api":      e.event(b, "threads-list.json", "", ""),
+		"subagent": task("subagent-task.json"),
+		"wake":     task("wake-task.json"),
+		"reaper":   task("reaper-schedule.json"),
+	}
+	for _, name := range functionNames {
 		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
 			arm, err := deploytest.Build(context.Background(), "./functions/"+name, dir, "linux", "arm64")
@@ -509,10 +521,18 @@ func BenchmarkColdStart(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				p, _ := invoke(b, r, requests[name])
-				b.StopTimer()
-				if p.StatusCode >= 500 {
-					b.Fatalf("status %d:\n%s", p.StatusCode, r.Logs())
+				if name == "chat" || name == "api" {
+					p, _ := invoke(b, r, requests[name])
+					b.StopTimer()
+					if p.StatusCode >= 500 {
+						b.Fatalf("status %d:\n%s", p.StatusCode, r.Logs())
+					}
+				} else {
+					out, fe := invokeTask(b, r, requests[name])
+					b.StopTimer()
+					if fe != nil {
+						b.Fatalf("%s: %s\n%s", name, out, r.Logs())
+					}
 				}
 				init += r.InitDuration()
 				_ = r.Close()
