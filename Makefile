@@ -17,14 +17,19 @@ test: deps vet test-go test-race
 deps: node-deps
 	$(GO) mod download
 
-# The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22) and dynalite (the DynamoDB-compatible
-# server the store tests start on the machine's Node). run.sh re-installs only when the lock file changed;
-# dynalite is installed when its lock file is newer than the install.
-node-deps: infra/dynalite/node_modules/.installed
+# The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22), dynalite (the DynamoDB-compatible
+# server the store tests start on the machine's Node) and sfnlocal (aws-local-stepfunctions, asl-validator and
+# its own Node 22: the job state machine's tests). run.sh re-installs only when the lock file changed; dynalite
+# and sfnlocal are installed when their lock file is newer than the install.
+node-deps: infra/dynalite/node_modules/.installed infra/sfnlocal/node_modules/.installed
 	lib/uistream/aisdktest/testdata/checker/run.sh --install
 
 infra/dynalite/node_modules/.installed: infra/dynalite/package-lock.json infra/dynalite/package.json
 	cd infra/dynalite && npm ci $(NPM_FLAGS)
+	touch $@
+
+infra/sfnlocal/node_modules/.installed: infra/sfnlocal/package-lock.json infra/sfnlocal/package.json
+	cd infra/sfnlocal && npm ci $(NPM_FLAGS)
 	touch $@
 
 vet:
@@ -37,7 +42,7 @@ test-go:
 # readers, the reaper, handlers). The fault-schedule simulation runs once, without -race, in test-go (it is
 # clean under -race too, at a tenth of the speed).
 RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reaper ./lib/threads ./lib/sqlite ./lib/interrupts \
-	./lib/storetest ./lib/openai ./lib/offline
+	./lib/storetest ./lib/openai ./lib/offline ./lib/localjobs
 test-race:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
 

@@ -65,6 +65,7 @@ const (
 	CodeTooLarge           = "request_too_large" // the request body is over the limit (413)
 	CodeMessageTooLarge    = "message_too_large" // the newest message is over the limit or the model budget (413)
 	CodeStoreUnavailable   = "store_unavailable" // the store failed in a way that may pass on retry (503)
+	CodeJobsUnavailable    = "jobs_unavailable"  // the job runner (Step Functions) failed in a way that may pass on retry (503)
 	CodeModelError         = "model_error"       // the model provider refused or failed
 	CodeModelTimeout       = "model_timeout"     // no first token, or too long a gap between tokens
 	CodeStepLimit          = "step_limit"        // the run hit its step cap
@@ -102,4 +103,5 @@ var (
 	ErrJobFinished       = &Error{Kind: KindConflict, Code: CodeJobFinished}
 	ErrJobNotFinished    = &Error{Kind: KindConflict, Code: CodeJobNotFinished}
 	ErrStoreUnavailable  = &Error{Kind: KindUnavailable, Code: CodeStoreUnavailable}
+	ErrJobsUnavailable   = &Error{Kind: KindUnavailable, Code: CodeJobsUnavailable}
 )

@@ -77,30 +77,37 @@ type JobResult struct {
 type JobStore interface {
 	// CreateJob inserts j (Status running, no result) if no job with (j.ThreadID, j.ID) exists. It returns the
 	// stored job and whether this call created it; an existing job is returned unchanged. Unknown or tombstoned
-	// thread: KindNotFound.
+	// thread: KindNotFound. j is stored as given (Owner, Activity, Execution, DueAt and the times included); a
+	// zero DueAt is due at once (it is before every time).
 	CreateJob(ctx context.Context, j Job) (Job, bool, error)
 	// GetJob: unknown id is KindNotFound/CodeJobNotFound.
 	GetJob(ctx context.Context, threadID, id string) (Job, error)
 	// ListJobs returns the thread's jobs, oldest first (ties by id).
 	ListJobs(ctx context.Context, threadID string) ([]Job, error)
-	// SetJobActivity replaces the activity line of a job that has not finished. A finished job:
-	// KindConflict/CodeJobFinished, nothing changes. Unknown id: KindNotFound.
+	// SetJobActivity replaces the activity line of a job that has not finished, and sets its UpdatedAt to now. A
+	// finished job: KindConflict/CodeJobFinished, nothing changes. Unknown id: KindNotFound/CodeJobNotFound.
 	SetJobActivity(ctx context.Context, threadID, id, activity string, now time.Time) error
 	// FinishJob stores the job's result or failure (exactly one of r.Result, r.Error) by compare-and-set on "not
 	// finished": the first writer wins. It returns the job as stored after the call and whether this call
-	// stored it; a job already finished is returned unchanged with stored false and no error.
+	// stored it; a job already finished is returned unchanged with stored false and no error. The winning write
+	// sets FinishedAt and UpdatedAt to r.Now and DueAt to r.DueAt; Status stays running until delivery. Unknown
+	// id: KindNotFound/CodeJobNotFound.
 	FinishJob(ctx context.Context, r JobResult) (Job, bool, error)
 	// MarkJobDelivered records that the job's steer is in the thread: SteerDelivered, status done (or error for
-	// a failure), DueAt cleared. The job must be finished (else KindConflict/CodeJobNotFinished). Idempotent: a
-	// delivered job is returned unchanged.
+	// a failure), DueAt cleared, UpdatedAt now. The job must be finished (else KindConflict/CodeJobNotFinished,
+	// nothing changes). Idempotent: a delivered job is returned unchanged. Unknown id:
+	// KindNotFound/CodeJobNotFound.
 	MarkJobDelivered(ctx context.Context, threadID, id string, now time.Time) (Job, error)
 	// ListDueJobs returns up to limit (<= 0: DefaultListLimit) undelivered jobs whose DueAt is before before,
 	// across all threads, in no promised order: the reaper's work list. It reads an index of undelivered jobs,
-	// never a scan; the index only nominates.
+	// never a scan; the index only nominates. A delivered job is never returned (the stores re-check what the
+	// index names); a job created or finished a moment ago may be missing while an eventually consistent index
+	// catches up.
 	ListDueJobs(ctx context.Context, before time.Time, limit int) ([]Job, error)
 }
 
-// Check refuses a job no store keeps (both stores answer the same input with the same code).
+// Check refuses a job no store keeps (both stores answer the same input with the same code): it is created
+// running, unfinished, undelivered and with no result or failure, and its input, when set, is JSON.
 func (j Job) Check() error {
 	switch {
 	case j.ThreadID == "":
@@ -109,17 +116,24 @@ func (j Job) Check() error {
 		return E(KindInvalid, CodeInvalidJob, "job needs an id, a kind and a tool call id")
 	case j.Status != JobRunning || j.Finished() || j.SteerDelivered:
 		return E(KindInvalid, CodeInvalidStatus, "job %s is created running, unfinished and undelivered", j.ID)
+	case len(j.Result) > 0 || j.Error != "":
+		return E(KindInvalid, CodeInvalidStatus, "job %s is created with no result (FinishJob stores it)", j.ID)
+	case len(j.Input) > 0 && !json.Valid(j.Input):
+		return E(KindInvalid, CodeInvalidJob, "job %s: input is not valid JSON", j.ID)
 	}
 	return nil
 }
 
-// Check refuses a result no store keeps.
+// Check refuses a result no store keeps: it names its job, holds exactly one of Result (JSON) and Error.
 func (r JobResult) Check() error {
 	if r.ThreadID == "" || r.ID == "" {
 		return E(KindInvalid, CodeInvalidJob, "job result needs a thread id and a job id")
 	}
 	if (len(r.Result) == 0) == (r.Error == "") {
 		return E(KindInvalid, CodeInvalidJob, "job %s: a result holds exactly one of result and error", r.ID)
+	}
+	if len(r.Result) > 0 && !json.Valid(r.Result) {
+		return E(KindInvalid, CodeInvalidJob, "job %s: result is not valid JSON", r.ID)
 	}
 	return nil
 }

@@ -53,15 +53,25 @@ type QueueStore interface {
 	// queued or taken. It returns the stored entry and whether this call created it. A thread with max queued
 	// entries already is KindConflict/CodeQueueFull (max <= 0: DefaultMaxQueued), nothing changes. Unknown or
 	// tombstoned thread: KindNotFound.
+	//
+	// The message round-trips byte for byte (parts and metadata; a part or metadata that is not JSON is
+	// KindInvalid/CodeInvalidMessage). q.Seq, q.TakenAt and q.ExpiresAt are ignored (the store assigns the first
+	// and Take sets the others). An existing entry wins over the bound: enqueueing an id that is stored already
+	// returns it (created false) even when the queue is full, so a retry converges. A taken entry whose ExpiresAt
+	// is before q.CreatedAt counts as gone (its TTL may not have removed it yet): the id is queued afresh.
+	// Taken entries never count toward max. Stores that cannot count and insert in one transaction may overshoot
+	// max by the number of concurrent senders (see the adapters' docs).
 	Enqueue(ctx context.Context, q QueuedMessage, max int) (QueuedMessage, bool, error)
 	// ListQueued returns the thread's queued (not taken) entries in Seq order.
 	ListQueued(ctx context.Context, threadID string) ([]QueuedMessage, error)
-	// TakeQueued marks the entry taken by compare-and-set from queued; taking a taken entry is a no-op. Unknown
-	// id: KindNotFound.
+	// TakeQueued marks the entry taken by compare-and-set from queued, with TakenAt = now and ExpiresAt = now +
+	// DefaultQueueKeep; taking a taken entry is a no-op (it keeps its first TakenAt). A taken entry keeps its
+	// message. Unknown id: KindNotFound.
 	TakeQueued(ctx context.Context, threadID, messageID string, now time.Time) error
 	// ListQueuedThreads returns up to limit (<= 0: DefaultListLimit) distinct threads with an entry queued
-	// before before, in no promised order: the reaper's work list (a turn that died between a run's end and its
-	// delivery pass). It reads an index of queued entries, never a scan; the index only nominates.
+	// (CreatedAt) before before, in no promised order: the reaper's work list (a turn that died between a run's
+	// end and its delivery pass). It reads an index of queued entries, never a scan; the index only nominates (it
+	// may name a thread whose entries were taken a moment ago: callers read ListQueued).
 	ListQueuedThreads(ctx context.Context, before time.Time, limit int) ([]string, error)
 }
 

@@ -21,6 +21,8 @@ type Store interface {
 	SegmentStore
 	ValueStore
 	InterruptStore
+	JobStore
+	QueueStore
 }
 
 // ThreadStore keeps threads. A thread being deleted is tombstoned first: from then on nothing can claim it,

@@ -226,6 +226,14 @@ func intChunkSK(id string) chunkKeyFunc {
 	return func(ver string, n int) string { return prefixIntPart + id + chunkSuffix(ver, n) }
 }
 
+func jobChunkSK(id string) chunkKeyFunc {
+	return func(ver string, n int) string { return prefixJobPart + id + chunkSuffix(ver, n) }
+}
+
+func queueChunkSK(messageID string) chunkKeyFunc {
+	return func(ver string, n int) string { return prefixQPart + messageID + chunkSuffix(ver, n) }
+}
+
 func valChunkSK(k string) chunkKeyFunc {
 	return func(ver string, n int) string { return prefixValPart + k + chunkSuffix(ver, n) }
 }

@@ -2,8 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"sort"
 	"strings"
 	"time"
@@ -31,94 +29,6 @@ const (
 	attrCreateID  = "createId"
 	attrResolveID = "resolveId"
 )
-
-const (
-	// interruptBlobBytes is the most of each of an interrupt's two values (input, response) kept inline in its
-	// head; a larger one (after gzip) goes to chunk items. Two values share one head, so each gets well under half
-	// the item limit, and a resolve (whose cost is the size of the head) stays cheap for large inputs.
-	interruptBlobBytes = 64 * 1024
-	// maxInterruptFieldBytes bounds the head without its values (ids, tool name, signature): an interrupt that
-	// would exceed it is refused with KindTooLarge. With both values at their inline bound the head stays under
-	// 200 KB.
-	maxInterruptFieldBytes = 64 * 1024
-)
-
-// blobNames are the head attributes holding one large value. An interrupt head holds two: the input under the
-// names every other head uses, the response under its own.
-type blobNames struct{ body, enc, ver, chunks string }
-
-var (
-	inputBlob    = blobNames{attrBody, attrEnc, attrVer, attrChunks}
-	responseBlob = blobNames{"respBody", "respEnc", "respVer", "respChunks"}
-)
-
-// of maps one of pack's attribute names to this value's.
-func (n blobNames) of(a string) string {
-	switch a {
-	case attrBody:
-		return n.body
-	case attrEnc:
-		return n.enc
-	case attrVer:
-		return n.ver
-	case attrChunks:
-		return n.chunks
-	}
-	return a
-}
-
-// view returns the value's attributes of head under the names unpack reads; nil when head holds no such value.
-func (n blobNames) view(head item) item {
-	v := item{}
-	for _, a := range blobAttrs {
-		if x, ok := head[n.of(a)]; ok {
-			v[a] = x
-		}
-	}
-	if !has(v, attrBody) && !has(v, attrVer) {
-		return nil
-	}
-	if sk, ok := head[AttrSK]; ok {
-		v[AttrSK] = sk // for error messages
-	}
-	return v
-}
-
-func (s *Store) interruptLimits() blobLimits {
-	chunk := min(s.blob.chunkBytes, interruptBlobBytes)
-	return blobLimits{compressAbove: min(s.blob.compressAbove, chunk), chunkBytes: chunk}
-}
-
-// packValue lays data out as the value n of interrupt id: its head attributes go onto head, and the chunk items
-// (none for a value that fits inline) are returned, to be written before the head. An empty value is no attribute.
-func (s *Store) packValue(n blobNames, head item, pk, id string, data json.RawMessage) ([]item, error) {
-	if len(data) == 0 {
-		return nil, nil
-	}
-	p, err := s.packWith(s.interruptLimits(), data, true, pk, intChunkSK(id), nil)
-	if err != nil {
-		return nil, err
-	}
-	for a, v := range p.attrs {
-		head[n.of(a)] = v
-	}
-	return p.chunks, nil
-}
-
-// dropItems deletes items nothing refers to (chunks of a refused write, an interrupt taken back). A failure only
-// leaves garbage that the thread's delete sweeps, so it is logged, not returned.
-func (s *Store) dropItems(ctx context.Context, items []item) {
-	if len(items) == 0 {
-		return
-	}
-	reqs := make([]types.WriteRequest, len(items))
-	for i, it := range items {
-		reqs[i] = deleteReq(key(getS(it, AttrPK), getS(it, AttrSK)))
-	}
-	if err := s.batchWrite(ctx, reqs); err != nil {
-		s.log.WarnContext(ctx, "dynamo: dropping unreferenced interrupt items failed", "pk", getS(items[0], AttrPK), "err", err)
-	}
-}
 
 func interruptItem(in agent.Interrupt) item {
 	it := key(threadPK(in.ThreadID), intSK(in.ID))
@@ -165,66 +75,18 @@ func decodeInterruptFields(it item) agent.Interrupt {
 // chunks a head names.
 func (s *Store) decodeInterrupt(ctx context.Context, head item, chunks map[string]item) (agent.Interrupt, error) {
 	in := decodeInterruptFields(head)
-	pk := getS(head, AttrPK)
-	for _, v := range []struct {
-		names blobNames
-		dst   *json.RawMessage
-	}{{inputBlob, &in.Input}, {responseBlob, &in.Response}} {
-		view := v.names.view(head)
-		if view == nil {
-			continue
-		}
-		b, err := s.unpack(ctx, view, pk, intChunkSK(in.ID), chunks)
-		if err != nil {
-			return agent.Interrupt{}, err
-		}
-		*v.dst = b
-	}
-	return in, nil
+	err := s.unpackValues(ctx, head, intChunkSK(in.ID), chunks, valueSlot{inputBlob, &in.Input}, valueSlot{responseBlob, &in.Response})
+	return in, err
 }
 
 // loadInterrupts decodes heads with one batched read of all their chunks (none for inline values). A head whose
 // chunks are gone is read again; one deleted meanwhile is left out.
 func (s *Store) loadInterrupts(ctx context.Context, heads []item) ([]agent.Interrupt, error) {
-	var keys []item
-	for _, h := range heads {
-		for _, n := range []blobNames{inputBlob, responseBlob} {
-			if v := n.view(h); v != nil {
-				keys = append(keys, chunkKeys(v, getS(h, AttrPK), intChunkSK(getS(h, attrID)))...)
-			}
-		}
-	}
-	chunks := map[string]item{}
-	if len(keys) > 0 {
-		got, err := s.batchGet(ctx, keys)
-		if err != nil {
-			return nil, err
-		}
-		chunks = got
-	}
-	out := make([]agent.Interrupt, 0, len(heads))
-	for _, h := range heads {
-		in, err := s.decodeInterrupt(ctx, h, chunks)
-		for attempt := 0; errors.Is(err, errTornRead) && attempt < 5; attempt++ {
-			if h, err = s.getItem(ctx, key(getS(h, AttrPK), getS(h, AttrSK))); err != nil {
-				return nil, err
-			}
-			if h == nil {
-				break
-			}
-			in, err = s.decodeInterrupt(ctx, h, nil)
-		}
-		switch {
-		case h == nil:
-			continue // deleted with its thread while we read
-		case errors.Is(err, errTornRead):
-			return nil, tornRead("interrupt " + getS(h, attrID))
-		case err != nil:
-			return nil, err
-		}
-		out = append(out, in)
-	}
-	return out, nil
+	return loadHeads(ctx, s, headKind[agent.Interrupt]{
+		values:  []blobNames{inputBlob, responseBlob},
+		chunkSK: func(h item) chunkKeyFunc { return intChunkSK(getS(h, attrID)) },
+		decode:  s.decodeInterrupt,
+	}, heads)
 }
 
 func interruptNotFound(threadID, id string) error {
@@ -235,7 +97,7 @@ func alreadyResolved(in agent.Interrupt) error {
 	return agent.E(agent.KindConflict, agent.CodeAlreadyResolved, "interrupt %s was already resolved (%s)", in.ID, in.Status)
 }
 
-// CreateInterrupt is insert-then-verify, two requests:
+// CreateInterrupt is insert-then-verify (insertChild), two requests:
 //
 //  1. PutItem of the head (after the chunks of a large input), condition attribute_not_exists(pk): it never
 //     overwrites an interrupt, so a retried insert converges on the first one (ALL_OLD returns it with the
@@ -246,108 +108,40 @@ func alreadyResolved(in agent.Interrupt) error {
 //     carried no item). A missing or tombstoned thread refuses the interrupt: one this call created is deleted
 //     again (with its chunks) and the answer is not found.
 //
-// One conditional write cannot check another item, so the thread is checked after the insert rather than before:
-// that order leaves no window. A DeleteThread that tombstones the thread before our read is seen by it (we take
-// the interrupt back, whether or not the delete's sweep already ran); one that tombstones after our read also
-// sweeps after our insert, so it finds the interrupt and removes it. Reading first would leave the interval
-// between the read and the insert, in which a whole delete could run and the insert then leave an orphan. What
-// remains: a process that dies between the two requests leaves an interrupt on a thread being deleted (the next
-// DeleteThread of that id sweeps it), and for a moment between insert and take-back GetInterrupt may show an
-// interrupt of a dying thread. The take-back is an unconditional delete: an interrupt id is derived from the thread
-// and the run, so nobody else can have written the same key under a thread that is being deleted.
+// insertChild says why the thread is checked after the insert, not before: that order leaves no window in which
+// an interrupt can outlive its thread's delete.
 func (s *Store) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.Interrupt, bool, error) {
 	if err := in.Check(); err != nil {
 		return agent.Interrupt{}, false, err
 	}
 	pk := threadPK(in.ThreadID)
-	k, tk := key(pk, intSK(in.ID)), key(pk, threadSK)
 	head := interruptItem(in)
-	call := s.ids.New("c")
-	head[attrCreateID] = avS(call)
-	if err := guardSize(head, maxInterruptFieldBytes, "interrupt"); err != nil {
+	head[attrCreateID] = avS(s.ids.New("c"))
+	if err := guardSize(head, maxChildFieldBytes, "interrupt"); err != nil {
 		return agent.Interrupt{}, false, err
 	}
-	chunks, err := s.packValue(inputBlob, head, pk, in.ID, in.Input)
+	chunks, err := s.packValue(inputBlob, head, pk, intChunkSK(in.ID), in.Input)
 	if err != nil {
 		return agent.Interrupt{}, false, err
 	}
-	// The stored item can vanish between the failed put and the read that explains it (the thread's delete
-	// finishing, and the thread created again): then the put is simply tried again.
-	for attempt := 0; ; attempt++ {
-		if err := s.writeChunks(ctx, packed{chunks: chunks}); err != nil {
-			return agent.Interrupt{}, false, err
-		}
-		e := newExpr()
-		_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
-			TableName:                           aws.String(s.table),
-			Item:                                head,
-			ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
-			ExpressionAttributeNames:            e.attrNames(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		})
-		var old item
-		if isConditionFailed(err) {
-			var cf *types.ConditionalCheckFailedException
-			if errors.As(err, &cf) && getS(cf.Item, attrCreateID) == call {
-				err = nil // our own put, applied by an attempt whose answer was lost (the SDK retried it)
-			}
-			if errors.As(err, &cf) {
-				old = cf.Item
-			}
-		}
-		if err == nil {
-			th, err := s.getItem(ctx, tk)
-			if err != nil {
-				// The interrupt stays: the caller's retry converges on it, or the thread's delete sweeps it.
-				return agent.Interrupt{}, false, err
-			}
-			if !live(th) {
-				s.dropItems(context.WithoutCancel(ctx), append([]item{head}, chunks...))
-				return agent.Interrupt{}, false, threadNotFound(in.ThreadID)
-			}
-			stored := decodeInterruptFields(head)
-			stored.Input = in.Input
-			return stored, true, nil
-		}
-		if !isConditionFailed(err) {
-			// The put may or may not have applied; its chunks stay (it may need them), as for messages.
-			return agent.Interrupt{}, false, storeErr(err, "create interrupt")
-		}
-		var th item
-		if len(old) > 0 {
-			th, err = s.getItem(ctx, tk)
-		} else {
-			var got map[string]item
-			got, err = s.batchGet(ctx, []item{k, tk})
-			old, th = got[itemKey(k)], got[itemKey(tk)]
-		}
-		if err != nil {
-			return agent.Interrupt{}, false, err
-		}
-		mine := getS(old, attrCreateID) == call
-		if !mine {
-			s.dropItems(ctx, chunks) // ours, and no head points at them
-		}
-		if !live(th) {
-			if mine {
-				s.dropItems(context.WithoutCancel(ctx), append([]item{head}, chunks...))
-			}
-			return agent.Interrupt{}, false, threadNotFound(in.ThreadID)
-		}
-		var stored []agent.Interrupt
-		if len(old) > 0 {
-			if stored, err = s.loadInterrupts(ctx, []item{old}); err != nil {
-				return agent.Interrupt{}, false, err
-			}
-		}
-		if len(stored) == 1 {
-			return stored[0], mine, nil
-		}
-		if attempt == 3 {
-			return agent.Interrupt{}, false, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable,
-				"interrupt %s keeps appearing and vanishing", in.ID)
-		}
+	stored, mine, _, err := s.insertChild(ctx, childInsert{threadID: in.ThreadID, head: head, chunks: chunks,
+		callAttr: attrCreateID, what: "interrupt"})
+	if err != nil {
+		return agent.Interrupt{}, false, err
 	}
+	if mine {
+		got := decodeInterruptFields(head)
+		got.Input = in.Input
+		return got, true, nil
+	}
+	list, err := s.loadInterrupts(ctx, []item{stored})
+	if err != nil {
+		return agent.Interrupt{}, false, err
+	}
+	if len(list) == 0 { // deleted with its thread between our reads
+		return agent.Interrupt{}, false, threadNotFound(in.ThreadID)
+	}
+	return list[0], false, nil
 }
 
 // GetInterrupt is one strongly consistent GetItem (plus one BatchGetItem when a value is chunked).
@@ -423,7 +217,7 @@ func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) 
 	pk := threadPK(req.ThreadID)
 	k := key(pk, intSK(req.ID))
 	resp := item{}
-	chunks, err := s.packValue(responseBlob, resp, pk, req.ID, req.Response)
+	chunks, err := s.packValue(responseBlob, resp, pk, intChunkSK(req.ID), req.Response)
 	if err != nil {
 		return agent.Interrupt{}, err
 	}

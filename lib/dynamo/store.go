@@ -29,6 +29,12 @@ const (
 	// AttrPendingExpiry, keys only. An interrupt carries both attributes only while it is pending; the resolve
 	// removes them in its own write. See ListExpiredInterrupts.
 	IndexPending = "pendingInterrupts"
+	// IndexDueWork is the sparse GSI over the reaper's other work: undelivered jobs and queued messages. Partition
+	// key AttrDueShard, whose prefix tells the item type ("JOB#<n>", "Q#<n>"), sort key AttrDueAt (a job's DueAt,
+	// a queued entry's CreatedAt), keys only. Items carry both attributes only while they wait (a job until its
+	// delivery, an entry until it is taken); the write that ends the wait removes them. See ListDueJobs and
+	// ListQueuedThreads.
+	IndexDueWork = "dueWork"
 
 	AttrPK       = "pk"
 	AttrSK       = "sk"
@@ -47,6 +53,10 @@ const (
 	// the pending index's keys, present only while the interrupt is pending.
 	AttrPendingShard  = "pendingShard"
 	AttrPendingExpiry = "pendingExpiresAt"
+	// AttrDueShard ("JOB#<n>" or "Q#<n>") and AttrDueAt (a fixed-width time string) are the dueWork index's keys,
+	// present only while a job is undelivered or a queue entry is queued.
+	AttrDueShard = "dueShard"
+	AttrDueAt    = "dueAt"
 
 	// DefaultRunShards is how many partitions the running index spreads claims over. The reaper must query the
 	// same number (see ListStaleClaims).
@@ -54,6 +64,9 @@ const (
 	// DefaultInterruptShards is how many partitions the pending index spreads interrupts over (by thread id).
 	// Writers and the reaper's ListExpiredInterrupts use the same constant.
 	DefaultInterruptShards = 16
+	// DefaultDueShards is how many partitions the dueWork index spreads each item type over (by thread id).
+	// Writers and the reaper's lists use the same constant.
+	DefaultDueShards = 16
 	// DefaultHeartbeatBucket is the granularity of the running index's sort key: a heartbeat moves the thread in
 	// the index (an index delete and put) only when it crosses into a new bucket, once per bucket per run.
 	DefaultHeartbeatBucket = 10 * time.Second
@@ -157,15 +170,21 @@ const (
 	prefixValPart = "VC#"
 	prefixInt     = "INT#"
 	prefixIntPart = "INTC#"
+	prefixJob     = "JOB#"
+	prefixJobPart = "JOBC#"
+	prefixQ       = "Q#"
+	prefixQPart   = "QC#"
 )
 
-func threadPK(id string) string      { return "THREAD#" + id }
-func segmentsPK(runID string) string { return "RUNSEG#" + runID }
-func valuesPK(ns string) string      { return "KV#" + ns }
-func msgSK(id string) string         { return prefixMsg + id }
-func runSK(id string) string         { return prefixRun + id }
-func valSK(key string) string        { return prefixVal + key }
-func intSK(id string) string         { return prefixInt + id }
+func threadPK(id string) string       { return "THREAD#" + id }
+func segmentsPK(runID string) string  { return "RUNSEG#" + runID }
+func valuesPK(ns string) string       { return "KV#" + ns }
+func msgSK(id string) string          { return prefixMsg + id }
+func runSK(id string) string          { return prefixRun + id }
+func valSK(key string) string         { return prefixVal + key }
+func intSK(id string) string          { return prefixInt + id }
+func jobSK(id string) string          { return prefixJob + id }
+func queueSK(messageID string) string { return prefixQ + messageID }
 
 // segSK pads seq to 20 digits so sort-key order is seq order.
 func segSK(seq int64) string { return prefixSeg + padSeq(seq) }
@@ -188,6 +207,11 @@ func (s *Store) runShard(threadID string) string { return shardOf("RUN#", thread
 func pendingShard(threadID string) string {
 	return shardOf(prefixInt, threadID, DefaultInterruptShards)
 }
+
+// jobShard and queueShard spread waiting jobs and queue entries over the dueWork index; the prefix keeps the two
+// item types in separate index partitions, so each list reads only its own.
+func jobShard(threadID string) string   { return shardOf(prefixJob, threadID, DefaultDueShards) }
+func queueShard(threadID string) string { return shardOf(prefixQ, threadID, DefaultDueShards) }
 
 func shardOf(prefix, threadID string, shards int) string {
 	h := fnv.New32a()

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -315,10 +316,106 @@ func TestExpiredInterruptsUseThePendingIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	rows, err := s.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+listExpiredSQL, 1, 10)
+	if p := queryPlan(t, s, listExpiredSQL, 1, 10); !strings.Contains(p, "SEARCH interrupts USING INDEX interrupts_pending") ||
+		strings.Contains(p, "TEMP B-TREE") {
+		t.Fatalf("ListExpiredInterrupts plan = %q, want a search of interrupts_pending with no sort", p)
+	}
+	ops := explainOps(t, s, resolveSQL, "approved", nil, 1, "th", "i1")
+	if ops["IdxDelete"] == 0 {
+		t.Fatalf("resolve plan deletes no index entry (%v): the pending index would keep resolved rows", ops)
+	}
+}
+
+// A file written by version 3 (the schema before jobs and the queue) is migrated in place: what it holds reads
+// back, and its threads take jobs and queued messages, numbered from the new counter.
+func TestMigratesVersion3(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v3.db")
+	raw, err := sql.Open("sqlite", dsn(path, busyTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
+	v3, err := os.ReadFile(filepath.Join("testdata", "schema_v3.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := strings.Split(string(v3), ";\n")
+	stmts = append(stmts,
+		`INSERT INTO threads VALUES ('th1', 'u1', 'old', '{"reviewTools":true}', 1, 2, 3, 0, 1000, 2000, 2, NULL, NULL, NULL, 0, 5)`,
+		`INSERT INTO runs VALUES ('th1', 'r1', 'user', 'completed', NULL, 1, 2, 3, 0, 1, 'm', 'a1', 2, 1000, 2000, 2000, 3, 2, NULL)`,
+		`INSERT INTO messages VALUES ('th1', 'a1', 4, 'assistant', '[{"type":"text","text":"yo"}]', NULL, 1000, 1000, 'r1', 2, 1, 0)`,
+		`INSERT INTO interrupts VALUES ('th1', 'i1', 'r1', 2, 'a1', 'approval', 'c1', 'delete_note', '{"id":1}', 'sig',
+			'pending', NULL, 1000, 5000, NULL)`,
+		`PRAGMA user_version = 3`,
+	)
+	for _, stmt := range stmts {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		if _, err := raw.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("v3 fixture: %v\n%s", err, stmt)
+		}
+	}
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open(v3 file): %v", err)
+	}
+	defer s.Close()
+	var version int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
+		t.Fatalf("user_version after migration = %d, %v; want %d", version, err, schemaVersion)
+	}
+	if th, err := s.GetThread(ctx, "th1"); err != nil || th.Title != "old" || th.Epoch != 2 {
+		t.Fatalf("GetThread after migration = %+v, %v", th, err)
+	}
+	if msgs, err := s.ListMessages(ctx, "th1"); err != nil || len(msgs) != 1 || msgs[0].Seq != 4 {
+		t.Fatalf("ListMessages after migration = %+v, %v", msgs, err)
+	}
+	if list, err := s.ListInterrupts(ctx, "th1"); err != nil || len(list) != 1 || string(list[0].Input) != `{"id":1}` {
+		t.Fatalf("ListInterrupts after migration = %+v, %v", list, err)
+	}
+	if list, err := s.ListJobs(ctx, "th1"); err != nil || len(list) != 0 {
+		t.Fatalf("ListJobs after migration = %+v, %v; want none", list, err)
+	}
+	if list, err := s.ListQueued(ctx, "th1"); err != nil || len(list) != 0 {
+		t.Fatalf("ListQueued after migration = %+v, %v; want none", list, err)
+	}
+
+	now := time.UnixMilli(3000).UTC()
+	j := agent.Job{ID: "j1", ThreadID: "th1", Kind: "research", ToolCallID: "c2", Status: agent.JobRunning,
+		DueAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}
+	if _, created, err := s.CreateJob(ctx, j); err != nil || !created {
+		t.Fatalf("CreateJob after migration: created %v, %v", created, err)
+	}
+	if got, err := s.ListDueJobs(ctx, now.Add(time.Hour), 0); err != nil || len(got) != 1 || got[0].ID != "j1" {
+		t.Fatalf("ListDueJobs after migration = %+v, %v", got, err)
+	}
+	for i, id := range []string{"q1", "q2"} {
+		q := agent.QueuedMessage{ThreadID: "th1", Kind: agent.QueueUser, Status: agent.QueueQueued, CreatedAt: now,
+			Message: agent.Message{ID: id, Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"x"}`)}}}
+		got, created, err := s.Enqueue(ctx, q, 0)
+		if err != nil || !created || got.Seq != int64(i+1) {
+			t.Fatalf("Enqueue(%s) after migration = seq %d, created %v, %v; want seq %d", id, got.Seq, created, err, i+1)
+		}
+	}
+	if got, err := s.ListQueuedThreads(ctx, now.Add(time.Hour), 0); err != nil || len(got) != 1 || got[0] != "th1" {
+		t.Fatalf("ListQueuedThreads after migration = %v, %v", got, err)
+	}
+}
+
+// queryPlan returns SQLite's EXPLAIN QUERY PLAN of query, one detail per step, joined.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
+	t.Helper()
+	rows, err := s.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
 	var plan []string
 	for rows.Next() {
 		var id, parent, unused int
@@ -328,15 +425,33 @@ func TestExpiredInterruptsUseThePendingIndex(t *testing.T) {
 		}
 		plan = append(plan, detail)
 	}
-	if err := rows.Close(); err != nil {
+	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if p := strings.Join(plan, "; "); !strings.Contains(p, "SEARCH interrupts USING INDEX interrupts_pending") ||
-		strings.Contains(p, "TEMP B-TREE") {
-		t.Fatalf("ListExpiredInterrupts plan = %q, want a search of interrupts_pending with no sort", p)
+	return strings.Join(plan, "; ")
+}
+
+// The reaper's job and queue lists read only their partial indexes (undelivered jobs, queued entries), and the
+// writes that end an item's wait take its row out of them in the same statement.
+func TestReaperListsUseTheirPartialIndexes(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "plan.db"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	ops := explainOps(t, s, resolveSQL, "approved", nil, 1, "th", "i1")
-	if ops["IdxDelete"] == 0 {
-		t.Fatalf("resolve plan deletes no index entry (%v): the pending index would keep resolved rows", ops)
+	defer s.Close()
+	if p := queryPlan(t, s, listDueSQL, 1, 10); !strings.Contains(p, "SEARCH jobs USING INDEX jobs_due") ||
+		strings.Contains(p, "TEMP B-TREE") {
+		t.Fatalf("ListDueJobs plan = %q, want a search of jobs_due with no sort", p)
+	}
+	// DISTINCT sorts the thread ids it has read; the read itself is a range of the index alone.
+	if p := queryPlan(t, s, listQueuedThreadsSQL, 1, 10); !strings.Contains(p, "SEARCH queue USING COVERING INDEX queue_waiting") {
+		t.Fatalf("ListQueuedThreads plan = %q, want a search of queue_waiting (covering)", p)
+	}
+	if ops := explainOps(t, s, deliverSQL, 1, "th", "j1"); ops["IdxDelete"] == 0 {
+		t.Fatalf("delivery plan deletes no index entry (%v): jobs_due would keep delivered jobs", ops)
+	}
+	if ops := explainOps(t, s, takeSQL, 1, 2, "th", "m1"); ops["IdxDelete"] == 0 {
+		t.Fatalf("take plan deletes no index entry (%v): queue_waiting would keep taken entries", ops)
 	}
 }

@@ -9,13 +9,13 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 3
+const schemaVersion = 4
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
 	// One row per thread. The active-run claim lives on the thread row (claim_run_id NULL when idle), so a claim
 	// is one conditional update of one row. next_seq is the first message position no claim has reserved yet;
-	// only ClaimRun advances it.
+	// only ClaimRun advances it. queue_seq is the last queue position Enqueue handed out (version 4).
 	`CREATE TABLE IF NOT EXISTS threads (
 		id                 TEXT PRIMARY KEY,
 		owner              TEXT NOT NULL,
@@ -32,7 +32,8 @@ var schema = []string{
 		claim_epoch        INTEGER,
 		claim_heartbeat_at INTEGER,
 		claim_cancel       INTEGER NOT NULL DEFAULT 0,
-		next_seq           INTEGER NOT NULL DEFAULT 0
+		next_seq           INTEGER NOT NULL DEFAULT 0,
+		queue_seq          INTEGER NOT NULL DEFAULT 0
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
 	claimedIndex,
@@ -106,6 +107,13 @@ var schema = []string{
 	interruptsTable,
 	interruptsByCreated,
 	interruptsPending,
+
+	jobsTable,
+	jobsByCreated,
+	jobsDue,
+	queueTable,
+	queueBySeq,
+	queueWaiting,
 }
 
 // interruptsTable keeps one row per interrupt (version 3). input and response are the JSON as given (NULL when
@@ -139,6 +147,63 @@ const interruptsByCreated = `CREATE INDEX IF NOT EXISTS interrupts_by_created ON
 const interruptsPending = `CREATE INDEX IF NOT EXISTS interrupts_pending ON interrupts (expires_at, thread_id, id)
 	WHERE status = 'pending'`
 
+// jobsTable keeps one row per job (version 4). input and result are the JSON as given (NULL when empty); error
+// is ” unless the job failed; due_at is NULL once the job is delivered (and only then).
+const jobsTable = `CREATE TABLE IF NOT EXISTS jobs (
+		thread_id       TEXT NOT NULL,
+		id              TEXT NOT NULL,
+		owner           TEXT NOT NULL,
+		kind            TEXT NOT NULL,
+		tool_call_id    TEXT NOT NULL,
+		input           TEXT,
+		status          TEXT NOT NULL,
+		activity        TEXT NOT NULL,
+		result          TEXT,
+		error           TEXT NOT NULL,
+		steer_delivered INTEGER NOT NULL,
+		execution       TEXT NOT NULL,
+		due_at          INTEGER,
+		created_at      INTEGER NOT NULL,
+		updated_at      INTEGER NOT NULL,
+		finished_at     INTEGER, -- NULL until FinishJob
+		PRIMARY KEY (thread_id, id)
+	) STRICT`
+
+// jobsByCreated serves ListJobs (oldest first, ties by id) without a sort.
+const jobsByCreated = `CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (thread_id, created_at, id)`
+
+// jobsDue is the reaper's work list of jobs: a partial index of undelivered jobs by deadline, so ListDueJobs
+// reads exactly the rows it returns; MarkJobDelivered takes the row out in its own statement (listDueSQL spells
+// the same literal out, as SQLite requires to use a partial index).
+const jobsDue = `CREATE INDEX IF NOT EXISTS jobs_due ON jobs (due_at, thread_id, id) WHERE steer_delivered = 0`
+
+// queueTable keeps one row per queue entry (version 4), keyed by (thread_id, message_id). The message is kept
+// like a stored one (parts as one JSON array of the parts as given, metadata as given or NULL). taken_at and
+// expires_at are NULL while queued.
+const queueTable = `CREATE TABLE IF NOT EXISTS queue (
+		thread_id  TEXT NOT NULL,
+		message_id TEXT NOT NULL,
+		seq        INTEGER NOT NULL,
+		kind       TEXT NOT NULL,
+		role       TEXT NOT NULL,
+		parts      TEXT NOT NULL,
+		metadata   TEXT,
+		owner      TEXT NOT NULL,
+		job_id     TEXT NOT NULL,
+		status     TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		taken_at   INTEGER,
+		expires_at INTEGER,
+		PRIMARY KEY (thread_id, message_id)
+	) STRICT`
+
+// queueBySeq serves ListQueued (seq order) and the bound's count: only queued rows, by thread and seq.
+const queueBySeq = `CREATE INDEX IF NOT EXISTS queue_by_seq ON queue (thread_id, seq) WHERE status = 'queued'`
+
+// queueWaiting is the reaper's work list of queues: only queued rows, by creation, so ListQueuedThreads reads
+// the rows queued before its cutoff and nothing taken.
+const queueWaiting = `CREATE INDEX IF NOT EXISTS queue_waiting ON queue (created_at, thread_id) WHERE status = 'queued'`
+
 // claimedIndex is the reaper's work list: only claimed threads are in this partial index. Its key is the thread
 // id, not the heartbeat, so a heartbeat (which sets only claim_heartbeat_at) writes no index entry at all; the
 // price is that ListStaleClaims reads every claimed thread's row to compare heartbeats, which is as many rows as
@@ -164,6 +229,11 @@ var migrations = map[int][]string{
 	},
 	// Version 3 adds interrupts; nothing else changes.
 	3: {interruptsTable, interruptsByCreated, interruptsPending},
+	// Version 4 adds jobs and the queue, and the thread's queue counter.
+	4: {
+		`ALTER TABLE threads ADD COLUMN queue_seq INTEGER NOT NULL DEFAULT 0`,
+		jobsTable, jobsByCreated, jobsDue, queueTable, queueBySeq, queueWaiting,
+	},
 }
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent

@@ -26,6 +26,17 @@
 // pending rows by expiry: a resolve takes its row out of the index in the same statement, so the list is exact.
 // Input and response are kept as given, byte for byte.
 //
+// Jobs and the queue (version 4). A job is one row keyed (thread_id, id); CreateJob checks the thread and inserts
+// (ON CONFLICT DO NOTHING) in one transaction, and FinishJob, SetJobActivity and MarkJobDelivered are each one
+// UPDATE whose WHERE is the compare-and-set (finished_at IS NULL; finished and not delivered), reading the row back
+// in the same transaction when it matched nothing. ListDueJobs reads the partial index jobs_due (undelivered jobs
+// by due_at); the delivery takes the row out of it. A queue entry is one row keyed (thread_id, message_id), its
+// message kept like a stored one. Enqueue is one transaction: thread check, lazy removal of the thread's taken
+// entries past expires_at, the stored entry if the id has one, the bound (a count of queued rows, so exact here),
+// the next seq from threads.queue_seq (only Enqueue advances it; it survives every entry's removal) and the
+// insert. TakeQueued is one UPDATE from queued; ListQueuedThreads reads the partial index queue_waiting (queued
+// rows by created_at). DeleteThread removes both with everything else.
+//
 // Fencing. Each message row keeps its last writer's run id and epoch, whether that writer finalized it, and
 // whether it is deleted; PutMessage and DeleteMessage are one upsert or update whose condition compares those
 // with the write's fence (see putMessageSQL). A deleted message keeps its row (content dropped) so a late writer

@@ -148,10 +148,11 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 	return th, err
 }
 
-// DeleteThread removes the thread with its messages, runs, segments and interrupts, in one transaction: the claim check and
-// every delete commit together or not at all. That transaction is the tombstone of the port's contract: no other
-// connection can see the thread half deleted, claim it or write into it while the delete runs, and a delete
-// killed half way leaves everything as it was (calling it again does the whole delete). A held claim, even a
+// DeleteThread removes the thread with its messages, runs, segments, interrupts, jobs and queue, in one
+// transaction: the claim check and every delete commit together or not at all. That transaction is the tombstone
+// of the port's contract: no other connection can see the thread half deleted, claim it or write into it while
+// the delete runs, and a delete killed half way leaves everything as it was (calling it again does the whole
+// delete). A held claim, even a
 // stale one, refuses the delete with KindConflict/CodeRunActive (the reaper or a takeover frees it first). The
 // children are deleted even when the thread row is gone, so a repeated delete also clears what an interrupted
 // older version of this store may have left behind.
@@ -171,6 +172,8 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 			`DELETE FROM segments WHERE thread_id = ?1 OR run_id IN (SELECT id FROM runs WHERE thread_id = ?1)`,
 			`DELETE FROM messages WHERE thread_id = ?1`,
 			`DELETE FROM interrupts WHERE thread_id = ?1`,
+			`DELETE FROM jobs WHERE thread_id = ?1`,
+			`DELETE FROM queue WHERE thread_id = ?1`,
 			`DELETE FROM runs WHERE thread_id = ?1`,
 			`DELETE FROM threads WHERE id = ?1`,
 		} {

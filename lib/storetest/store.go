@@ -297,6 +297,8 @@ func testCanceledContext(e *whole) {
 	ns := "ns/" + e.id("user")
 	must(t, e.s.PutValue(e.ctx, ns, "k", []byte("kept")), "PutValue")
 	in := createInterrupt(e, interruptOf(th.ID, e.id("int"), at(0)))
+	job := createJob(e, jobOf(th.ID, e.id("call"), at(0)))
+	queued := enqueue(e, queuedOf(th.ID, e.id("msg"), at(0)))
 	before := readState(e, th.ID, run.ID)
 	other := e.id("th")
 
@@ -355,6 +357,20 @@ func testCanceledContext(e *whole) {
 			return err
 		}},
 		{"ListExpiredInterrupts", func() error { _, err := e.s.ListExpiredInterrupts(ctx, at(0), 0); return err }},
+		{"CreateJob", func() error { _, _, err := e.s.CreateJob(ctx, jobOf(th.ID, e.id("call"), at(0))); return err }},
+		{"GetJob", func() error { _, err := e.s.GetJob(ctx, th.ID, job.ID); return err }},
+		{"ListJobs", func() error { _, err := e.s.ListJobs(ctx, th.ID); return err }},
+		{"SetJobActivity", func() error { return e.s.SetJobActivity(ctx, th.ID, job.ID, "changed", at(time.Second)) }},
+		{"FinishJob", func() error {
+			_, _, err := e.s.FinishJob(ctx, resultOf(job, `{"changed":true}`, at(time.Second)))
+			return err
+		}},
+		{"MarkJobDelivered", func() error { _, err := e.s.MarkJobDelivered(ctx, th.ID, job.ID, at(time.Second)); return err }},
+		{"ListDueJobs", func() error { _, err := e.s.ListDueJobs(ctx, at(time.Hour), 0); return err }},
+		{"Enqueue", func() error { _, _, err := e.s.Enqueue(ctx, queuedOf(th.ID, e.id("msg"), at(0)), 0); return err }},
+		{"ListQueued", func() error { _, err := e.s.ListQueued(ctx, th.ID); return err }},
+		{"TakeQueued", func() error { return e.s.TakeQueued(ctx, th.ID, queued.Message.ID, at(time.Second)) }},
+		{"ListQueuedThreads", func() error { _, err := e.s.ListQueuedThreads(ctx, at(time.Hour), 0); return err }},
 	}
 	for _, c := range calls {
 		wantErr(t, c.call(), agent.KindCanceled, agent.CodeCanceled, c.name+" with a canceled context")
@@ -369,4 +385,6 @@ func testCanceledContext(e *whole) {
 		t.Fatalf("values after canceled calls = %s, want only k=kept", show(got))
 	}
 	wantInterrupts(e, th.ID, in)
+	wantJobs(e, th.ID, job)
+	wantQueued(e, th.ID, queued)
 }

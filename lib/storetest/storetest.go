@@ -7,8 +7,8 @@
 //
 // The suite depends on the documented port only (lib/agent and the standard library). Each case is written against
 // the narrowest interface it exercises: value cases take an agent.ValueStore, segment cases an agent.SegmentStore,
-// message cases an agent.MessageStore, claim cases a ThreadStore plus RunStore, interrupt cases a ThreadStore
-// plus InterruptStore (an interrupt needs its thread, and goes with its delete), and only the cases that span
+// message cases an agent.MessageStore, claim cases a ThreadStore plus RunStore, interrupt, job and queue cases a
+// ThreadStore plus their own port (each needs its thread, and goes with its delete), and only the cases that span
 // entities (a thread's delete against its claims and children, canceled contexts) the whole agent.Store. Run hands
 // each case the store newStore returned, narrowed to that interface.
 //
@@ -41,6 +41,17 @@
 //     one. ResolveInterrupt to pending or to an unknown status is CodeInvalidStatus. GetInterrupt of anything
 //     unknown is CodeInterruptNotFound. ListExpiredInterrupts returns exactly min(limit, matching) interrupts, and
 //     never a resolved one: a store whose index lags must re-check what it nominates.
+//   - Jobs: Input and Result round-trip byte for byte, half a megabyte and more included, and so does every
+//     field CreateJob is given (Owner, Activity, Execution, DueAt, the times). CreateJob takes only what Job.Check
+//     accepts, FinishJob only what JobResult.Check accepts (CodeInvalidThreadID, CodeInvalidJob,
+//     CodeInvalidStatus as those name them). Every job of an unknown id is CodeJobNotFound, for reads and writes.
+//     FinishJob keeps Status running and sets FinishedAt = UpdatedAt = r.Now and DueAt = r.DueAt;
+//     MarkJobDelivered sets UpdatedAt = now and clears DueAt; SetJobActivity sets UpdatedAt = now. ListDueJobs
+//     returns exactly min(limit, matching) jobs and never a delivered one.
+//   - Queue: the queued message round-trips byte for byte (a 450 KiB steer included), Seq is strictly increasing
+//     per thread in acceptance order (gaps allowed), and TakeQueued sets TakenAt = now and ExpiresAt = now +
+//     agent.DefaultQueueKeep. An entry's whole state is read back through Enqueue of its id (the stored entry is
+//     returned), which is how the suite sees a taken one. ListQueuedThreads names each thread once.
 //   - Errors are *agent.Error values (possibly wrapped), matched with errors.Is on their code. Not-found codes are
 //     not pinned (a claim on another owner's thread must answer exactly as one on a missing thread); conflict,
 //     invalid-input, unavailable and canceled codes are: both stores refuse the same bad input with the same code
@@ -77,6 +88,8 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Segments", segmentTests()},
 		{"Values", valueTests()},
 		{"Interrupts", interruptTests()},
+		{"Jobs", jobTests()},
+		{"Queue", queueTests()},
 		{"Store", storeTests()},
 	}
 	for _, g := range groups {

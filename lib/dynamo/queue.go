@@ -1,0 +1,371 @@
+package dynamo
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Queue entry attributes, besides the shared threadId, messageId, seq, role, status, createdAt, expiresTime (the
+// exact ExpiresAt of a taken entry), ownedBy, the TTL expiresAt, and the index keys dueShard/dueAt (the entry's
+// CreatedAt, present while queued). The message ({"parts":[…],"metadata":…}, as a message head stores it) is the
+// head's large value.
+const (
+	attrQueueKind = "queueKind"
+	attrJobID     = "jobId"
+	attrTakenAt   = "takenAt"
+	// attrEnqueueID names the call that stored the entry (a fresh id per call), as createId does for interrupts.
+	attrEnqueueID = "enqueueId"
+	// attrQueueSeq is the thread item's queue counter: each Enqueue takes the next seq from it with ADD.
+	attrQueueSeq = "queueSeq"
+)
+
+func queueItem(q agent.QueuedMessage) item {
+	it := key(threadPK(q.ThreadID), queueSK(q.Message.ID))
+	it[attrKind] = avS("queued")
+	it[attrThreadID] = avS(q.ThreadID)
+	it[attrMessageID] = avS(q.Message.ID)
+	it[attrRole] = avS(string(q.Message.Role))
+	it[attrQueueKind] = avS(string(q.Kind))
+	it[attrStatus] = avS(string(agent.QueueQueued))
+	it[attrCreatedAt] = avT(q.CreatedAt)
+	for a, v := range map[string]string{attrChildOwner: q.Owner, attrJobID: q.JobID} {
+		if v != "" {
+			it[a] = avS(v)
+		}
+	}
+	// Created queued (QueuedMessage.Check): the entry enters the dueWork index.
+	it[AttrDueShard] = avS(queueShard(q.ThreadID))
+	it[AttrDueAt] = avT(q.CreatedAt)
+	return it
+}
+
+// decodeQueuedFields reads everything but the message's parts and metadata.
+func decodeQueuedFields(it item) agent.QueuedMessage {
+	return agent.QueuedMessage{
+		ThreadID:  getS(it, attrThreadID),
+		Seq:       getN(it, attrSeq),
+		Kind:      agent.QueueKind(getS(it, attrQueueKind)),
+		Message:   agent.Message{ID: getS(it, attrMessageID), Role: agent.Role(getS(it, attrRole))},
+		Owner:     getS(it, attrChildOwner),
+		JobID:     getS(it, attrJobID),
+		Status:    agent.QueueStatus(getS(it, attrStatus)),
+		CreatedAt: getT(it, attrCreatedAt),
+		TakenAt:   getT(it, attrTakenAt),
+		ExpiresAt: getT(it, attrExpires),
+	}
+}
+
+func (s *Store) decodeQueued(ctx context.Context, head item, chunks map[string]item) (agent.QueuedMessage, error) {
+	q := decodeQueuedFields(head)
+	b, err := s.unpack(ctx, head, getS(head, AttrPK), queueChunkSK(q.Message.ID), chunks)
+	if err != nil {
+		return agent.QueuedMessage{}, err
+	}
+	rec, err := decodeMessage(head, b)
+	if err != nil {
+		return agent.QueuedMessage{}, err
+	}
+	q.Message.Parts, q.Message.Metadata = rec.Message.Parts, rec.Message.Metadata
+	return q, nil
+}
+
+// loadQueued decodes entry heads with one batched read of all their chunks.
+func (s *Store) loadQueued(ctx context.Context, heads []item) ([]agent.QueuedMessage, error) {
+	return loadHeads(ctx, s, headKind[agent.QueuedMessage]{
+		values:  []blobNames{inputBlob},
+		chunkSK: func(h item) chunkKeyFunc { return queueChunkSK(getS(h, attrMessageID)) },
+		decode:  s.decodeQueued,
+	}, heads)
+}
+
+func queuedNotFound(threadID, id string) error {
+	return agent.E(agent.KindNotFound, agent.CodeMessageNotFound, "queued message %s of thread %q not found", id, threadID)
+}
+
+// gone reports whether a stored entry no longer holds its id for an enqueue at now: taken, and past its keep (the
+// TTL sweeper may not have removed it yet).
+func gone(it item, now time.Time) bool {
+	return getS(it, attrStatus) == string(agent.QueueTaken) && getT(it, attrExpires).Before(now)
+}
+
+// queryQueue reads the thread's Q# entries (strongly consistent), only the queued ones when queued is set (a
+// filter: it saves transfer, not read units), projected to attrs when given.
+func (s *Store) queryQueue(ctx context.Context, threadID string, queued bool, attrs []string, fn func(item) error) error {
+	e := newExpr()
+	in := &dynamodb.QueryInput{
+		KeyConditionExpression: aws.String(e.n(AttrPK) + " = " + e.v(avS(threadPK(threadID))) + " AND begins_with(" +
+			e.n(AttrSK) + ", " + e.v(avS(prefixQ)) + ")"),
+	}
+	if queued {
+		in.FilterExpression = aws.String(e.n(attrStatus) + " = " + e.v(avS(string(agent.QueueQueued))))
+	}
+	if len(attrs) > 0 {
+		names := make([]string, len(attrs))
+		for i, a := range attrs {
+			names[i] = e.n(a)
+		}
+		in.ProjectionExpression = aws.String(strings.Join(names, ", "))
+	}
+	in.ExpressionAttributeNames = e.attrNames()
+	in.ExpressionAttributeValues = e.attrValues()
+	return s.query(ctx, in, fn)
+}
+
+// Enqueue is four requests for a new entry:
+//
+//  1. a strongly consistent Query of the thread's Q# entries, projected to (sk, status, expiresTime): it finds an
+//     entry stored under the id (then one BatchGetItem of it and the thread returns it, created = false, or not
+//     found for a thread that is gone) and counts the queued ones for the bound (queue_full, nothing written);
+//  2. UpdateItem of the thread: ADD queueSeq 1, condition attribute_exists(pk) AND attribute_not_exists(deleting),
+//     UPDATED_NEW: the entry's seq, and the check that the thread is live (unknown or tombstoned: not found);
+//  3. PutItem of the entry (after the chunks of a large message), condition attribute_not_exists(pk) OR (status =
+//     taken AND expiresTime < :createdAt), carrying enqueueId: insert-if-absent, where a taken entry past its keep
+//     counts as absent (and its chunks are dropped after the overwrite, ALL_OLD);
+//  4. GetItem of the thread, as insertChild does for every child: a thread tombstoned meanwhile takes the entry back.
+//
+// A concurrent enqueue of the same id loses step 3 and returns the winner's entry (created = false; the seq it
+// took is a gap); an attempt whose answer was lost is recognised by its enqueueId and answers created = true.
+//
+// The bound is best-effort under concurrency: the count (1) and the insert (3) are separate requests, and no
+// single-item condition can count the items of a partition (DESIGN principle 2: no transactions), so concurrent
+// senders that all count max-1 may all insert: the queue can overshoot max by the number of concurrent senders
+// (one user's tabs; steers of one thread's jobs). Sequential enqueues never overshoot. A thread being deleted whose
+// queue is still full answers queue_full rather than not found.
+func (s *Store) Enqueue(ctx context.Context, q agent.QueuedMessage, max int) (agent.QueuedMessage, bool, error) {
+	if err := q.Check(); err != nil {
+		return agent.QueuedMessage{}, false, err
+	}
+	if max <= 0 {
+		max = agent.DefaultMaxQueued
+	}
+	body, err := encodeBody(q.Message)
+	if err != nil {
+		return agent.QueuedMessage{}, false, err
+	}
+	pk := threadPK(q.ThreadID)
+	k, tk := key(pk, queueSK(q.Message.ID)), key(pk, threadSK)
+	head := queueItem(q)
+	head[attrEnqueueID] = avS(s.ids.New("q"))
+	head[attrSeq] = avN(0) // sized with its final width below
+	if err := guardSize(head, maxChildFieldBytes, "queued message"); err != nil {
+		return agent.QueuedMessage{}, false, err
+	}
+
+	queued, stored := 0, false
+	err = s.queryQueue(ctx, q.ThreadID, false, []string{AttrSK, attrStatus, attrExpires}, func(it item) error {
+		switch {
+		case getS(it, AttrSK) == queueSK(q.Message.ID):
+			stored = !gone(it, q.CreatedAt)
+		case getS(it, attrStatus) == string(agent.QueueQueued):
+			queued++
+		}
+		return nil
+	})
+	if err != nil {
+		return agent.QueuedMessage{}, false, err
+	}
+	if stored {
+		got, err := s.batchGet(ctx, []item{k, tk})
+		if err != nil {
+			return agent.QueuedMessage{}, false, err
+		}
+		if !live(got[itemKey(tk)]) {
+			return agent.QueuedMessage{}, false, threadNotFound(q.ThreadID)
+		}
+		if old, ok := got[itemKey(k)]; ok && !gone(old, q.CreatedAt) {
+			list, err := s.loadQueued(ctx, []item{old})
+			if err != nil {
+				return agent.QueuedMessage{}, false, err
+			}
+			if len(list) == 1 {
+				return list[0], false, nil
+			}
+		}
+		// Gone between the two reads (a thread deleted and created again): enqueue it afresh.
+	}
+	if queued >= max {
+		return agent.QueuedMessage{}, false, agent.E(agent.KindConflict, agent.CodeQueueFull,
+			"thread %q has %d queued messages already", q.ThreadID, queued)
+	}
+
+	seq, err := s.nextQueueSeq(ctx, q.ThreadID)
+	if err != nil {
+		return agent.QueuedMessage{}, false, err
+	}
+	head[attrSeq] = avN(seq)
+	p, err := s.pack(body, true, pk, queueChunkSK(q.Message.ID), nil)
+	if err != nil {
+		return agent.QueuedMessage{}, false, err
+	}
+	for a, v := range p.attrs {
+		head[a] = v
+	}
+	got, mine, replaced, err := s.insertChild(ctx, childInsert{threadID: q.ThreadID, head: head, chunks: p.chunks,
+		callAttr: attrEnqueueID, what: "queued message",
+		replaceable: func(e *expr) string {
+			return e.n(attrStatus) + " = " + e.v(avS(string(agent.QueueTaken))) + " AND " + e.n(attrExpires) + " < " +
+				e.v(avT(q.CreatedAt))
+		}})
+	if err != nil {
+		return agent.QueuedMessage{}, false, err
+	}
+	if len(replaced) > 0 {
+		s.dropChunks(ctx, replaced, pk, queueChunkSK(q.Message.ID), p.ver)
+	}
+	if mine {
+		out := decodeQueuedFields(head)
+		out.Message.Parts, out.Message.Metadata = q.Message.Parts, q.Message.Metadata
+		return out, true, nil
+	}
+	list, err := s.loadQueued(ctx, []item{got})
+	if err != nil {
+		return agent.QueuedMessage{}, false, err
+	}
+	if len(list) == 0 {
+		return agent.QueuedMessage{}, false, threadNotFound(q.ThreadID) // deleted with its thread between our reads
+	}
+	return list[0], false, nil
+}
+
+// nextQueueSeq takes the thread's next queue position: one UpdateItem ADD queueSeq 1 on a live thread.
+func (s *Store) nextQueueSeq(ctx context.Context, threadID string) (int64, error) {
+	e := newExpr()
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(threadPK(threadID), threadSK),
+		UpdateExpression:          aws.String("ADD " + e.n(attrQueueSeq) + " " + e.v(avN(1))),
+		ConditionExpression:       aws.String("attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e)),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+		ReturnValues:              types.ReturnValueUpdatedNew,
+	})
+	if isConditionFailed(err) {
+		return 0, threadNotFound(threadID)
+	}
+	if err != nil {
+		return 0, storeErr(err, "enqueue")
+	}
+	return getN(res.Attributes, attrQueueSeq), nil
+}
+
+// ListQueued is one strongly consistent Query of the thread's Q# entries, filtered to the queued ones (plus one
+// BatchGetItem for chunked messages), ordered by seq.
+func (s *Store) ListQueued(ctx context.Context, threadID string) ([]agent.QueuedMessage, error) {
+	var heads []item
+	if err := s.queryQueue(ctx, threadID, true, nil, func(it item) error {
+		heads = append(heads, it)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out, err := s.loadQueued(ctx, heads)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	return out, nil
+}
+
+// TakeQueued is the compare-and-set, one UpdateItem on the entry:
+//
+//	condition: #status = :queued
+//	update:    SET status = taken, takenAt = :now, expiresTime = :expires, expiresAt = :ttl REMOVE dueShard, dueAt
+//	returns:   ALL_NEW; on a failed condition ALL_OLD
+//
+// Removing the index keys takes the entry out of dueWork in the same write; expiresAt is the table's TTL, so
+// DynamoDB removes the entry once its keep is over. The condition fails on a missing item too (it has no status):
+// the failure's item (or one GetItem) tells not found from taken, and taking a taken entry is a no-op. A chunked
+// message's chunks get the same TTL, one UpdateItem each (best effort: a chunk left behind goes with the thread).
+func (s *Store) TakeQueued(ctx context.Context, threadID, messageID string, now time.Time) error {
+	pk := threadPK(threadID)
+	k := key(pk, queueSK(messageID))
+	expires := now.Add(agent.DefaultQueueKeep)
+	ttl := avN(ttlSeconds(expires))
+	e := newExpr()
+	update := "SET " + e.n(attrStatus) + " = " + e.v(avS(string(agent.QueueTaken))) + ", " +
+		e.n(attrTakenAt) + " = " + e.v(avT(now)) + ", " + e.n(attrExpires) + " = " + e.v(avT(expires)) + ", " +
+		e.n(AttrExpiresAt) + " = " + e.v(ttl) + " REMOVE " + e.n(AttrDueShard) + ", " + e.n(AttrDueAt)
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(e.n(attrStatus) + " = " + e.v(avS(string(agent.QueueQueued)))),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		s.expireChunks(ctx, res.Attributes, pk, queueChunkSK(messageID), ttl)
+		return nil
+	}
+	if !isConditionFailed(err) {
+		return storeErr(err, "take queued")
+	}
+	old, err := s.failedItem(ctx, err, k)
+	if err != nil {
+		return err
+	}
+	if len(old) == 0 {
+		return queuedNotFound(threadID, messageID)
+	}
+	return nil // taken already
+}
+
+// expireChunks gives the chunks head names the TTL ttl. A failure is logged: the chunk then stays until the
+// thread's delete.
+func (s *Store) expireChunks(ctx context.Context, head item, pk string, chunkSK chunkKeyFunc, ttl types.AttributeValue) {
+	for _, k := range chunkKeys(head, pk, chunkSK) {
+		e := newExpr()
+		_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.table),
+			Key:                       k,
+			UpdateExpression:          aws.String("SET " + e.n(AttrExpiresAt) + " = " + e.v(ttl)),
+			ConditionExpression:       aws.String("attribute_exists(" + e.n(AttrPK) + ")"),
+			ExpressionAttributeNames:  e.attrNames(),
+			ExpressionAttributeValues: e.attrValues(),
+		})
+		if err != nil && !isConditionFailed(err) {
+			s.log.WarnContext(ctx, "dynamo: setting a taken entry's chunk TTL failed", "pk", pk, "sk", getS(k, AttrSK), "err", err)
+		}
+	}
+}
+
+// ListQueuedThreads reads the sparse dueWork index, keys only: one Query per queue shard (16) for dueAt <
+// :before. Only queued entries carry the index keys, so taken ones cost the read nothing; the thread id is the
+// nominee's partition key, so nothing else is read. The answer is the index's: in DynamoDB (eventually consistent
+// index) it may name a thread whose entries were taken a moment ago, or miss an entry queued a moment ago
+// (dynalite's index is synchronous); callers read ListQueued, which is exact. Each thread is named once.
+func (s *Store) ListQueuedThreads(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	if limit <= 0 {
+		limit = agent.DefaultListLimit
+	}
+	out := []string{}
+	seen := map[string]bool{}
+	ix := sparseIndex{name: IndexDueWork, shardAttr: AttrDueShard, shardPrefix: prefixQ, sortAttr: AttrDueAt,
+		shards: DefaultDueShards, exact: true}
+	err := s.nominate(ctx, ix, before, limit, func(nominees []item) (int, error) {
+		n := 0
+		for _, it := range nominees {
+			id, ok := strings.CutPrefix(getS(it, AttrPK), "THREAD#")
+			if ok && !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+				n++
+			}
+		}
+		return n, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out[:min(len(out), limit)], nil
+}

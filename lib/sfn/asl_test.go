@@ -1,0 +1,140 @@
+package sfn_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/sfn/sfntest"
+)
+
+// The numbers infra/jobs.asl.json states are agent.DefaultJobContract's (the local runner honours the same
+// ones), in the whole seconds AWS requires.
+func TestDefinitionStatesTheContract(t *testing.T) {
+	t.Parallel()
+	def := readDefinition(t)
+	got, err := sfntest.Contract(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := agent.DefaultJobContract()
+	want.DeliveryGrace = 0 // the reaper's, not the state machine's
+	if got != want {
+		t.Fatalf("infra/jobs.asl.json states %+v,\nagent.DefaultJobContract() is %+v", got, want)
+	}
+	for name, d := range map[string]time.Duration{"TaskTimeout": got.TaskTimeout, "RetryInterval": got.RetryInterval, "ExecutionTimeout": got.ExecutionTimeout} {
+		if d%time.Second != 0 {
+			t.Errorf("%s %v: Step Functions takes whole seconds", name, d)
+		}
+	}
+}
+
+// aslState is the part of a state the structure test reads.
+type aslState struct {
+	Type       string
+	Resource   string
+	Parameters map[string]any
+	OutputPath string
+	Next       string
+	Default    string
+	Choices    []struct {
+		Variable  string
+		IsPresent *bool
+		Next      string
+	}
+	Retry []struct{ ErrorEquals []string }
+	Catch []struct {
+		ErrorEquals []string
+		ResultPath  string
+		Next        string
+	}
+}
+
+// The shape the contract relies on: wake → Deliver, else RunSubagent → Deliver → Succeed; both tasks invoke
+// their Lambda with the whole state as the event and take its result as the state; both retry the Lambda
+// service errors and TransientError, named as the Go runtime names agent.TransientError; every sub-agent error
+// is caught into $.failure (the JobTask's field) and delivered; delivery catches nothing.
+func TestDefinitionShape(t *testing.T) {
+	t.Parallel()
+	var def struct {
+		StartAt string
+		States  map[string]aslState
+	}
+	if err := json.Unmarshal(readDefinition(t), &def); err != nil {
+		t.Fatal(err)
+	}
+	route := def.States[def.StartAt]
+	if route.Type != "Choice" || len(route.Choices) != 1 || route.Choices[0].Variable != "$."+jsonName(t, "Wake") ||
+		route.Choices[0].IsPresent == nil || !*route.Choices[0].IsPresent ||
+		route.Choices[0].Next != sfntest.StateDeliver || route.Default != sfntest.StateRunSubagent {
+		t.Fatalf("start state %s = %+v, want a Choice: wake present → %s, else %s", def.StartAt, route, sfntest.StateDeliver, sfntest.StateRunSubagent)
+	}
+	transient := reflect.TypeFor[agent.TransientError]().Name()
+	retried := []string{"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException", "Lambda.TooManyRequestsException", transient}
+	for name, fn := range map[string]string{sfntest.StateRunSubagent: "${SubagentFunctionArn}", sfntest.StateDeliver: "${WakeFunctionArn}"} {
+		s := def.States[name]
+		if s.Type != "Task" || s.Resource != "arn:aws:states:::lambda:invoke" || s.Parameters["FunctionName"] != fn ||
+			s.Parameters["Payload.$"] != "$" || s.OutputPath != "$.Payload" {
+			t.Errorf("%s = %+v, want a lambda:invoke task of %s with the state as payload and the payload as output", name, s, fn)
+		}
+		if len(s.Retry) != 1 || !slices.Equal(s.Retry[0].ErrorEquals, retried) {
+			t.Errorf("%s retries %+v, want one retrier of %v", name, s.Retry, retried)
+		}
+	}
+	sub, del := def.States[sfntest.StateRunSubagent], def.States[sfntest.StateDeliver]
+	if sub.Next != sfntest.StateDeliver || len(sub.Catch) != 1 || !slices.Equal(sub.Catch[0].ErrorEquals, []string{"States.ALL"}) ||
+		sub.Catch[0].ResultPath != "$."+jsonName(t, "Failure") || sub.Catch[0].Next != sfntest.StateDeliver {
+		t.Errorf("%s: next %s, catch %+v; want every error caught into $.failure and %s next", sfntest.StateRunSubagent, sub.Next, sub.Catch, sfntest.StateDeliver)
+	}
+	if len(del.Catch) != 0 || def.States[del.Next].Type != "Succeed" {
+		t.Errorf("%s: catch %+v, next %s; want no catch and a Succeed next", sfntest.StateDeliver, del.Catch, del.Next)
+	}
+}
+
+// asl-validator accepts the definition, with plausible ARNs in its placeholders (ARN and path checks on).
+func TestDefinitionValidates(t *testing.T) {
+	t.Parallel()
+	def, err := sfntest.Substitute(readDefinition(t), sfntest.JobSubstitutions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "jobs.asl.json")
+	if err := os.WriteFile(path, def, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := sfntest.Validate(ctx, path); err != nil {
+		if sfntest.SkipRequested() {
+			t.Skipf("%s=1: %v", sfntest.SkipEnv, err)
+		}
+		t.Fatal(err)
+	}
+}
+
+func readDefinition(t *testing.T) []byte {
+	t.Helper()
+	def, err := sfntest.ReadDefinition()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return def
+}
+
+// jsonName is the JSON name of a JobTask field.
+func jsonName(t *testing.T, field string) string {
+	t.Helper()
+	f, ok := reflect.TypeFor[agent.JobTask]().FieldByName(field)
+	if !ok {
+		t.Fatalf("JobTask has no field %s", field)
+	}
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name
+}
