@@ -38,6 +38,9 @@ import (
 // OfflineReplyDelay makes the offline model's replies arrive word by word, as a real model's do.
 const OfflineReplyDelay = 30 * time.Millisecond
 
+// DefaultJobsCloseWait bounds how long Close waits for job executions in flight.
+const DefaultJobsCloseWait = 10 * time.Second
+
 // Options configure a stack. Only Data (or Store) is required.
 type Options struct {
 	// Data is the directory holding the SQLite file and the HS256 dev secret.
@@ -156,7 +159,13 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 			return tasks.Deliver(ctx, in)
 		},
 	}, contract, log)
-	s.closers = append(s.closers, s.Jobs.Close)
+	// On Close, executions in flight get a moment to finish (a delivery turn writes to the store until its run
+	// ends), then are cancelled; the reaper re-drives an unfinished delivery on the next start.
+	s.closers = append(s.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultJobsCloseWait)
+		defer cancel()
+		_ = s.Jobs.Close(ctx)
+	})
 	kinds := jobs.NewRegistry(jobs.Research())
 	toolset := append(newTools(s.Store, clock), jobs.Dispatcher{Store: s.Store, Jobs: s.Jobs, Clock: clock, Contract: contract}.Tools(kinds)...)
 	s.Tools = toolset
