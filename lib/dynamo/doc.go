@@ -10,9 +10,9 @@
 //	run             THREAD#<id>        RUN#<runId>                     outcome, epoch, reserved positions
 //	interrupt       THREAD#<id>        INT#<interruptId>               status, input, response; index keys while pending
 //	interrupt chunk THREAD#<id>        INTC#<interruptId>#<ver>#<nnnn> a slice of a large input or response
-//	job             THREAD#<id>        JOB#<jobId>                     input, activity, result; index keys until delivered
+//	job             THREAD#<id>        JOB#<jobId>                     input, activity, result; index keys till delivery
 //	job chunk       THREAD#<id>        JOBC#<jobId>#<ver>#<nnnn>       a slice of a large input or result
-//	queue entry     THREAD#<id>        Q#<messageId>                   seq, the message; index keys while queued, TTL once taken
+//	queue entry     THREAD#<id>        Q#<messageId>                   seq, message; index keys while queued, then TTL
 //	queue chunk     THREAD#<id>        QC#<messageId>#<ver>#<nnnn>     a slice of a large message
 //	segment         RUNSEG#<runId>     SEG#<seq, 20 digits>            TTL expiresAt
 //	stream end      RUNSEG#<runId>     SEG#~final                      lowest seq of a stored final segment
