@@ -180,8 +180,9 @@ type DeliveryResult struct {
 	Turns    int    `json:"turns"`
 }
 
-// Named task errors: Step Functions matches the Go type name in ErrorEquals (the Lambda Go runtime reports it as
-// the errorType), and the local runner matches the same types with errors.As.
+// Named task errors: Step Functions matches the Go type name in ErrorEquals (the Lambda Go runtime reports the
+// returned error's outermost type as the errorType), and the local runner matches the outermost type the same
+// way, so a task must return them unwrapped (a wrapped TransientError is not retried, in AWS or locally).
 
 // TransientError is a task failure that may pass on retry (a store or model outage): the state machine retries it.
 type TransientError struct{ Err error }

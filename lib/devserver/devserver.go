@@ -38,6 +38,9 @@ import (
 // OfflineReplyDelay makes the offline model's replies arrive word by word, as a real model's do.
 const OfflineReplyDelay = 30 * time.Millisecond
 
+// DefaultJobsCloseWait bounds how long Close waits for job executions in flight.
+const DefaultJobsCloseWait = 10 * time.Second
+
 // Options configure a stack. Only Data (or Store) is required.
 type Options struct {
 	// Data is the directory holding the SQLite file and the HS256 dev secret.
@@ -59,8 +62,11 @@ type Options struct {
 	Tools func(agent.ValueStore, agent.Clock) []agent.Tool
 	// JobContract, when set, replaces the job state machine's numbers in the local runner (tests shorten them).
 	JobContract *agent.JobContract
-	Clock       agent.Clock
-	IDs         agent.IDs
+	// Jobs, when set, is used instead of the local job runner (tests run the state machine on sfnlocal, its tasks
+	// bound to Stack.JobTasks).
+	Jobs  agent.Jobs
+	Clock agent.Clock
+	IDs   agent.IDs
 	// Logger for every component; nil discards.
 	Logger *slog.Logger
 }
@@ -75,8 +81,9 @@ type Stack struct {
 	Threads *threads.Service
 	Model   agent.Model
 	Tools   []agent.Tool
-	// Jobs is the in-process job runner (the Step Functions contract); JobTasks its task handlers.
-	Jobs      *localjobs.Runner
+	// Jobs starts job executions and delivery passes: the in-process runner (the Step Functions contract) unless
+	// Options.Jobs was given; JobTasks are the task handlers.
+	Jobs      agent.Jobs
 	JobTasks  *jobs.Tasks
 	JobKinds  jobs.Registry
 	ModelName string
@@ -150,18 +157,22 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	// The runner calls the tasks, which need the engine, which needs the runner (for delivery passes): the
 	// closures break the cycle.
 	var tasks *jobs.Tasks
-	s.Jobs = localjobs.New(localjobs.Tasks{
+	runner := localjobs.New(localjobs.Tasks{
 		Subagent: func(ctx context.Context, in agent.JobTask) (agent.JobTask, error) { return tasks.Subagent(ctx, in) },
 		Deliver: func(ctx context.Context, in agent.JobTask) (agent.DeliveryResult, error) {
 			return tasks.Deliver(ctx, in)
 		},
 	}, contract, log)
-	// On Close, executions in flight are cancelled at once (they unwind at once); the reaper re-drives their
-	// delivery on the next start.
+	s.Jobs = runner
+	if o.Jobs != nil {
+		s.Jobs = o.Jobs
+	}
+	// On Close, executions in flight get a moment to finish (a delivery turn writes to the store until its run
+	// ends), then are cancelled; the reaper re-drives an unfinished delivery on the next start.
 	s.closers = append(s.closers, func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		_ = s.Jobs.Close(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultJobsCloseWait)
+		defer cancel()
+		_ = runner.Close(ctx)
 	})
 	kinds := jobs.NewRegistry(jobs.Research())
 	toolset := append(newTools(s.Store, clock), jobs.Dispatcher{Store: s.Store, Jobs: s.Jobs, Clock: clock, Contract: contract}.Tools(kinds)...)

@@ -10,6 +10,10 @@
 //	run             THREAD#<id>        RUN#<runId>                     outcome, epoch, reserved positions
 //	interrupt       THREAD#<id>        INT#<interruptId>               status, input, response; index keys while pending
 //	interrupt chunk THREAD#<id>        INTC#<interruptId>#<ver>#<nnnn> a slice of a large input or response
+//	job             THREAD#<id>        JOB#<jobId>                     input, activity, result; index keys till delivery
+//	job chunk       THREAD#<id>        JOBC#<jobId>#<ver>#<nnnn>       a slice of a large input or result
+//	queue entry     THREAD#<id>        Q#<messageId>                   seq, message; index keys while queued, then TTL
+//	queue chunk     THREAD#<id>        QC#<messageId>#<ver>#<nnnn>     a slice of a large message
 //	segment         RUNSEG#<runId>     SEG#<seq, 20 digits>            TTL expiresAt
 //	stream end      RUNSEG#<runId>     SEG#~final                      lowest seq of a stored final segment
 //	segment chunk   RUNSEG#<runId>     SEGC#<seq>#<ver>#<nnnn>         TTL expiresAt
@@ -33,6 +37,18 @@
 // pending interrupts and the reaper's ListExpiredInterrupts never scans. An interrupt head holds two large values
 // (input, response), each inline up to 64 KiB and chunked beyond.
 //
+// Jobs and queue entries live in their thread's partition too. CreateJob is insert-then-verify like
+// CreateInterrupt (the shared insertChild); FinishJob, SetJobActivity and MarkJobDelivered are each one UpdateItem
+// conditioned on the job's state (not finished; not finished; finished and not delivered). Enqueue counts the
+// queue with one Query (the bound, best-effort under concurrent senders: see Enqueue), takes its seq from the
+// thread item with ADD queueSeq 1 (conditioned on a live thread), then inserts the entry like any child;
+// TakeQueued is one UpdateItem conditioned on status = queued that also sets the table's TTL. Undelivered jobs and
+// queued entries carry dueShard ("JOB#<n>" or "Q#<n>", fnv32a(thread id) mod 16) and dueAt (a job's DueAt, an
+// entry's CreatedAt), the keys of the one sparse, keys-only "dueWork" index that the reaper's ListDueJobs and
+// ListQueuedThreads read (each its own 16 shards); the delivery and the take remove them in their own write. A job
+// head holds two large values (input, result) like an interrupt; an entry one (its message, as a message head
+// stores it).
+//
 // A thread being deleted carries deleting = true (the tombstone, written only when no claim is held): it reads as
 // missing, and CreateThread and ClaimRun refuse it in their conditions, until DeleteThread has removed everything
 // under it and then the tombstone.
@@ -41,7 +57,8 @@
 // (final); every head write is conditioned on it, so a fenced run can change nothing a reader sees. A deleted
 // message stays as a hidden head with its fence.
 //
-// Runs, messages and interrupts live in the thread partition, so DeleteThread finds everything with one key-only
+// Runs, messages, interrupts, jobs and queue entries live in the thread partition, so DeleteThread finds
+// everything with one key-only
 // Query, plus one per run for its segment partition. Segments get a partition per run because ListSegments knows
 // only the run id.
 //
@@ -79,8 +96,10 @@
 // miss a thread created a moment ago (the items it returns are re-read and current), and ListStaleClaims re-reads
 // the threads the running index names and returns only claims whose exact heartbeat is stale, still only as
 // nominations that the reaper's ReleaseClaim re-checks in its condition; ListExpiredInterrupts re-reads the
-// interrupts the pending index names and returns only those still pending (a just-created one may be missing).
-// dynalite updates indexes synchronously.
+// interrupts the pending index names and returns only those still pending (a just-created one may be missing);
+// ListDueJobs re-reads the jobs dueWork names and returns only undelivered ones still due; ListQueuedThreads
+// returns the threads dueWork names as they are (the caller reads the queue itself). dynalite updates indexes
+// synchronously.
 //
 // # Requests and capacity
 //

@@ -283,8 +283,76 @@ func TestRequestCounts(t *testing.T) {
 			return nil
 		}, failReads(), 1},
 		{"ListExpiredInterrupts (16 shards, none pending)", func() error { _, err := s.ListExpiredInterrupts(ctx, t0, 0); return err }, 16, 0},
+		// Insert, then the thread read that ties it to a live thread (as for interrupts).
+		{"CreateJob (new)", func() error { _, _, err := s.CreateJob(ctx, job(th.ID, "j1", t0.Add(-time.Hour))); return err }, 1, 1},
+		{"CreateJob (existing)", func() error {
+			_, created, err := s.CreateJob(ctx, job(th.ID, "j1", t0))
+			if err == nil && created {
+				return errors.New("created again")
+			}
+			return err
+		}, 1, 1},
+		{"GetJob", func() error { _, err := s.GetJob(ctx, th.ID, "j1"); return err }, 1, 0},
+		{"ListJobs", func() error { _, err := s.ListJobs(ctx, th.ID); return err }, 1, 0},
+		{"SetJobActivity", func() error { return s.SetJobActivity(ctx, th.ID, "j1", "reading", t0) }, 0, 1},
+		// 16 shard Queries of dueWork's job shards, one BatchGetItem of the nominee.
+		{"ListDueJobs (one due)", func() error {
+			got, err := s.ListDueJobs(ctx, t0, 0)
+			if err == nil && len(got) != 1 {
+				return fmt.Errorf("%d due, want 1", len(got))
+			}
+			return err
+		}, 17, 0},
+		{"FinishJob", func() error {
+			_, _, err := s.FinishJob(ctx, agent.JobResult{ThreadID: th.ID, ID: "j1", Result: json.RawMessage(`{}`), DueAt: t0, Now: t0})
+			return err
+		}, 0, 1},
+		{"FinishJob (finished)", func() error {
+			_, stored, err := s.FinishJob(ctx, agent.JobResult{ThreadID: th.ID, ID: "j1", Error: "late", DueAt: t0, Now: t0})
+			if err == nil && stored {
+				return errors.New("stored again")
+			}
+			return err
+		}, failReads(), 1},
+		{"SetJobActivity (finished)", func() error {
+			if err := s.SetJobActivity(ctx, th.ID, "j1", "late", t0); !errors.Is(err, agent.ErrJobFinished) {
+				return fmt.Errorf("want job_finished, got %v", err)
+			}
+			return nil
+		}, failReads(), 1},
+		{"MarkJobDelivered", func() error { _, err := s.MarkJobDelivered(ctx, th.ID, "j1", t0); return err }, 0, 1},
+		{"MarkJobDelivered (delivered)", func() error { _, err := s.MarkJobDelivered(ctx, th.ID, "j1", t0); return err }, failReads(), 1},
+		{"ListDueJobs (16 shards, none due)", func() error { _, err := s.ListDueJobs(ctx, t0.Add(time.Hour), 0); return err }, 16, 0},
+		// The Query that counts the queue, the seq from the thread, the insert, the thread read after it.
+		{"Enqueue (new)", func() error { _, _, err := s.Enqueue(ctx, queued(th.ID, "q1", t0.Add(-time.Hour)), 0); return err }, 2, 2},
+		// The Query finds it; one BatchGetItem of it and the thread.
+		{"Enqueue (existing)", func() error {
+			_, created, err := s.Enqueue(ctx, queued(th.ID, "q1", t0), 0)
+			if err == nil && created {
+				return errors.New("created again")
+			}
+			return err
+		}, 2, 0},
+		{"Enqueue (full)", func() error {
+			if _, _, err := s.Enqueue(ctx, queued(th.ID, "q2", t0), 1); !errors.Is(err, agent.ErrQueueFull) {
+				return fmt.Errorf("want queue_full, got %v", err)
+			}
+			return nil
+		}, 1, 0},
+		{"ListQueued", func() error { _, err := s.ListQueued(ctx, th.ID); return err }, 1, 0},
+		// 16 shard Queries of dueWork's queue shards; the thread id is the nominee's key, nothing more is read.
+		{"ListQueuedThreads (one queued)", func() error {
+			got, err := s.ListQueuedThreads(ctx, t0, 0)
+			if err == nil && len(got) != 1 {
+				return fmt.Errorf("%d threads, want 1", len(got))
+			}
+			return err
+		}, 16, 0},
+		{"TakeQueued", func() error { return s.TakeQueued(ctx, th.ID, "q1", t0) }, 0, 1},
+		{"TakeQueued (taken)", func() error { return s.TakeQueued(ctx, th.ID, "q1", t0) }, failReads(), 1},
+		{"ListQueuedThreads (16 shards, none queued)", func() error { _, err := s.ListQueuedThreads(ctx, t0, 0); return err }, 16, 0},
 		// Tombstone, one Query of the partition and one of the run's segments, their batch delete (messages, run,
-		// interrupt), the tombstone.
+		// interrupt, job, queue entry), the tombstone.
 		{"DeleteThread", func() error { return s.DeleteThread(ctx, th.ID) }, 2, 4},
 	}
 	for _, tc := range cases {

@@ -154,7 +154,7 @@ func (s *Store) Enqueue(ctx context.Context, q agent.QueuedMessage, max int) (ag
 	k, tk := key(pk, queueSK(q.Message.ID)), key(pk, threadSK)
 	head := queueItem(q)
 	head[attrEnqueueID] = avS(s.ids.New("q"))
-	head[attrSeq] = avN(0) // sized with its final width below
+	head[attrSeq] = avN(1 << 62) // the widest seq, for the size guard; the real one is set below
 	if err := guardSize(head, maxChildFieldBytes, "queued message"); err != nil {
 		return agent.QueuedMessage{}, false, err
 	}

@@ -295,9 +295,10 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 //     attribute_not_exists(claimRunId). A held claim (even a stale one: the reaper frees it first) refuses the
 //     delete with run_active and nothing changes. From here on the thread reads as missing, CreateThread and
 //     ClaimRun refuse it (their conditions), and it has left the byOwner index (recency is its sort key);
-//  2. the children: one key-only Query of the thread partition (messages, runs, interrupts and their chunks) and
-//     one per run for its segment partition, deleted with BatchWriteItem, segments first (the run items lead to
-//     them). Deleting a pending interrupt takes it out of the pending index too;
+//  2. the children: one key-only Query of the thread partition (messages, runs, interrupts, jobs, queue entries
+//     and their chunks) and one per run for its segment partition, deleted with BatchWriteItem, segments first
+//     (the run items lead to them). Deleting a pending interrupt takes it out of the pending index too, and an
+//     undelivered job or a queued entry out of dueWork;
 //  3. the tombstone itself, DeleteItem conditioned on attribute_exists(deleting).
 //
 // A delete interrupted anywhere leaves the tombstone (or nothing), and calling DeleteThread again redoes the

@@ -463,7 +463,7 @@ func TestEnqueue(t *testing.T) {
 			h := startHITL(t, store, func(h *hitlStack) { h.tools = g.tools; h.cfg = func(c *config.Config) { c.MaxQueued = 2 } })
 			body := chatBody("th", "u0", "hi")
 			body["multitask"] = "enqueue"
-			if status, out := h.post(body); status != 200 || !strings.Contains(out, "You said: hi") {
+			if status, out := h.post(body); status != 200 || chunkOf(chunks(t, out), "finish") == nil {
 				t.Fatalf("idle enqueue: %d %s", status, out)
 			}
 			done := h.hold("th", "u1")

@@ -123,8 +123,13 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 		return in, &agent.JobFailedError{Reason: msg}
 	}
 	now := t.clock.Now()
-	if _, _, err := t.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Result: result,
-		DueAt: now.Add(t.cfg.Contract.DeliveryGrace), Now: now}); err != nil {
+	_, _, err = t.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Result: result,
+		DueAt: now.Add(t.cfg.Contract.DeliveryGrace), Now: now})
+	switch {
+	case errors.Is(err, agent.ErrJobNotFound):
+		log.Info("job gone while it ran (its thread was deleted); result dropped")
+		return in, nil
+	case err != nil:
 		return in, transient(err)
 	}
 	log.Info("agent.job", "kind", j.Kind, "outcome", "done", "ms", time.Since(begin).Milliseconds(), "bytes", len(result))

@@ -109,15 +109,15 @@ func classify(ctx context.Context, err error, name string) error {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return agent.Wrap(err, agent.KindCanceled, agent.CodeCanceled, msg)
 	}
-	if Retryable(err) {
+	if retryable(err) {
 		return agent.Wrap(err, agent.KindUnavailable, agent.CodeJobsUnavailable, msg)
 	}
 	return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, msg)
 }
 
-// Retryable reports whether a Step Functions error may pass on retry: throttling, too many running
+// retryable reports whether a Step Functions error may pass on retry: throttling, too many running
 // executions, a 5xx answer, or no answer at all.
-func Retryable(err error) bool {
+func retryable(err error) bool {
 	var limit *types.ExecutionLimitExceeded
 	if errors.As(err, &limit) {
 		return true

@@ -142,6 +142,16 @@ func testEnqueueAssignsSeq(e *queues) {
 	}
 	steer := enqueue(e, steerOf(th.ID, agent.JobID(th.ID, e.id("call")), at(0)))
 	wantQueued(e, th.ID, append(list, steer)...)
+
+	// Taking entries never hands their seqs out again: a later entry still comes after every earlier one.
+	for _, q := range append(list, steer) {
+		take(e, th.ID, q.Message.ID, at(time.Minute))
+	}
+	later := enqueue(e, queuedOf(th.ID, "m-later", at(time.Minute)))
+	if later.Seq <= steer.Seq {
+		t.Fatalf("Enqueue after the takes: seq %d, want above %d", later.Seq, steer.Seq)
+	}
+	wantQueued(e, th.ID, later)
 }
 
 // Concurrent senders each get their own seq: ten enqueues of distinct ids at once are ten entries with ten

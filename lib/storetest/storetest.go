@@ -58,8 +58,10 @@
 //     from lib/agent's catalog.
 //
 // What the suite cannot reach through the port, and each adapter tests on its own: a delete interrupted after its
-// tombstone (CodeThreadDeleting from CreateThread and ClaimRun, not found from CreateInterrupt, and the second
-// DeleteThread that finishes the job; SQLite deletes in one transaction and has no such state), a store that stays busy through its retries (CodeStoreUnavailable), and how much a heartbeat writes.
+// tombstone (CodeThreadDeleting from CreateThread and ClaimRun, not found from CreateInterrupt, CreateJob and
+// Enqueue, and the second DeleteThread that finishes the job; SQLite deletes in one transaction and has no such
+// state), a store that stays busy through its retries (CodeStoreUnavailable), how much a heartbeat writes, and the
+// queue bound under concurrent senders (exact in SQLite, best-effort in DynamoDB: see its Enqueue).
 package storetest
 
 import (
