@@ -149,7 +149,7 @@ func statesOps() []string {
 }
 
 // The analysis sees through helpers: the whole store reaches every operation the adapter calls, and the jobs
-// and queues alone reach fewer (no thread deletion).
+// and queues alone reach a subset of them that holds at least their item reads and updates.
 func TestDynamoOps(t *testing.T) {
 	t.Parallel()
 	root := setup(t).root
