@@ -42,7 +42,7 @@ test-go:
 # readers, the reaper, handlers). The fault-schedule simulation runs once, without -race, in test-go (it is
 # clean under -race too, at a tenth of the speed).
 RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reaper ./lib/threads ./lib/sqlite ./lib/interrupts \
-	./lib/storetest ./lib/openai ./lib/offline ./lib/localjobs
+	./lib/storetest ./lib/openai ./lib/offline ./lib/localjobs ./lib/jobs
 test-race:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
 
