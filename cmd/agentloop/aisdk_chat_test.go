@@ -16,17 +16,32 @@ import (
 func TestAISDKChatHumanInTheLoop(t *testing.T) {
 	bin, data := setup(t)
 	dev := startDev(t, bin, data)
+	scenarios := []string{aisdktest.ScenarioApprove, aisdktest.ScenarioDeny, aisdktest.ScenarioClientTool}
+	chatScenarios(t, dev, scenarios...)
+	dev.stop(t)
+}
 
+// multitask "enqueue" through DefaultChatTransport (body: {multitask: "enqueue"}), as a browser sends it, from two
+// chats while a third's /slow reply streams: both majors take the 202 as an empty reply without an error, and
+// resumeStream() gets a queued message's reply only once that message has left the queue (see chat.mjs).
+func TestAISDKChatEnqueue(t *testing.T) {
+	bin, data := setup(t)
+	dev := startDev(t, bin, data)
+	chatScenarios(t, dev, aisdktest.ScenarioEnqueue)
+	dev.stop(t)
+}
+
+// chatScenarios runs chat.mjs's scenarios against dev with both SDK majors and logs each result.
+func chatScenarios(t *testing.T, dev *devProc, scenarios ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), aisdktest.Timeout) // a first `npm ci` included
 	defer cancel()
 	started := time.Now()
-	results, err := aisdktest.Chat(ctx, dev.url, dev.token)
+	results, err := aisdktest.Chat(ctx, dev.url, dev.token, scenarios...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("both SDK majors drove the chat in %s", time.Since(started).Round(time.Millisecond))
-
-	scenarios := []string{aisdktest.ScenarioApprove, aisdktest.ScenarioDeny, aisdktest.ScenarioClientTool}
 	for _, sdk := range []string{aisdktest.SDK6, aisdktest.SDK7} {
 		for _, sc := range scenarios {
 			i := slices.IndexFunc(results, func(r aisdktest.ChatResult) bool { return r.SDK == sdk && r.Scenario == sc })
@@ -37,5 +52,4 @@ func TestAISDKChatHumanInTheLoop(t *testing.T) {
 			t.Logf("ai@%s (Node %s) %s: %d requests, %d ms, thread %s", r.SDKVersion, r.Node, r.Scenario, r.Requests, r.Millis, r.Thread)
 		}
 	}
-	dev.stop(t)
 }

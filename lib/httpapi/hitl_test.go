@@ -35,6 +35,7 @@ type hitlStack struct {
 	store  func() agent.Store // nil: SQLite in data
 	cfg    func(*config.Config)
 	tools  func(agent.ValueStore, agent.Clock) []agent.Tool
+	wrap   func(agent.Store) agent.Store // devserver.Options.Wrap
 	stack  *devserver.Stack
 	server *httptest.Server
 	f      *fixture
@@ -83,7 +84,7 @@ func (h *hitlStack) start() {
 	if h.cfg != nil {
 		h.cfg(&cfg)
 	}
-	o := devserver.Options{Data: h.data, ModelURL: h.model, Config: cfg, Tools: h.tools,
+	o := devserver.Options{Data: h.data, ModelURL: h.model, Config: cfg, Tools: h.tools, Wrap: h.wrap,
 		OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond }}
 	if h.store != nil {
 		o.Store = h.store()

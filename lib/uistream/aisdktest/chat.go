@@ -12,11 +12,17 @@ import (
 )
 
 // Chat scenarios (chat.mjs): each drives one human-in-the-loop round trip through the SDK's AbstractChat, as
-// useChat runs it, and checks the final chat.messages against the server's copy.
+// useChat runs it, and checks the final chat.messages against the server's copy; ScenarioEnqueue pins what the
+// SDK makes of a multitask "enqueue" answer.
 const (
 	ScenarioApprove    = "approve"     // delete_note approved: the same message continues with the tool's output
 	ScenarioDeny       = "deny"        // delete_note denied: output-denied, then text about the denial
 	ScenarioClientTool = "client-tool" // ask_user_question answered with addToolOutput
+	// ScenarioEnqueue: two chats send with body {multitask: "enqueue"} while a third's run holds the thread. The
+	// 202 is taken as a reply with no chunks (ready, no error, onFinish with an empty message); resumeStream()
+	// resumes whatever run holds the thread when it is called, so only a client that waits until its message
+	// has left the queue (GET /threads/{id}) gets its own reply.
+	ScenarioEnqueue = "enqueue"
 )
 
 // ChatResult is one scenario that passed with one SDK major.

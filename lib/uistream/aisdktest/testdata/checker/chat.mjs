@@ -1,7 +1,8 @@
 // chat.mjs drives a running agentloop server through the AI SDK's own client-side chat state: the `AbstractChat`
 // that useChat wraps, with a DefaultChatTransport, an array-backed ChatState (as @ai-sdk/react's) and the SDK's
 // own sendAutomaticallyWhen predicates. It proves the human-in-the-loop round trips end to end, as a browser runs
-// them, and asserts on the final chat.messages and on the server's copy (GET /threads/{id}).
+// them, and asserts on the final chat.messages and on the server's copy (GET /threads/{id}); and it pins what the
+// client makes of a multitask "enqueue" answer (202) and of resumeStream() after it.
 //
 // usage: node chat.mjs <6|7> <baseURL> <token> [scenario...]
 //
@@ -15,6 +16,12 @@
 //   client-tool  ask_user_question (a client tool) → input-available; addToolOutput with
 //                lastAssistantMessageIsCompleteWithToolCalls → the same message continues with text naming the
 //                answer
+//   enqueue      multitask "enqueue" (body: {multitask: "enqueue"}) from two more chats on one thread while a
+//                first chat's "/slow 20" run holds it: the 202 {"queued": …} answer is taken as a reply with no
+//                chunks (status ready, no error, nothing pushed, onFinish once with an empty assistant message),
+//                and resumeStream() resumes whatever run holds the thread when it is called: at once, the first
+//                chat's (its reply lands after the queued message); once the message has left the queue
+//                (GET /threads/{id}), the message's own reply. The server answers the three in order.
 //
 // The scenarios run concurrently. It prints one JSON line per passed scenario on stdout ({sdk, sdkVersion, node, scenario, thread, requests, ms}).
 // A failed scenario is reported on stderr with the chat's messages and every request and response on the wire;
@@ -24,7 +31,7 @@ import { readFile } from "node:fs/promises";
 
 const PACKAGES = { 6: "ai", 7: "ai7" };
 const MIN_NODE = { 6: 18, 7: 22 };
-const SCENARIOS = ["approve", "deny", "client-tool"];
+const SCENARIOS = ["approve", "deny", "client-tool", "enqueue"];
 const TIMEOUT_MS = 10_000; // one wait for the chat to go idle
 const QUIET_MS = 150; // idle this long with no new request: nothing automatic is still coming
 const MAX_REQUESTS = 8; // per scenario: more means the SDK keeps re-posting on its own
@@ -93,11 +100,14 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // Session is one chat on one thread, with a log of what went over the wire.
 class Session {
-  constructor(scenario, sendAutomaticallyWhen) {
-    this.thread = `e2e-ai${tag}-${scenario}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+  constructor(scenario, sendAutomaticallyWhen, thread) {
+    this.name = scenario;
+    this.thread = thread ?? `e2e-ai${tag}-${scenario}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
     this.wire = []; // {method, url, body, status, response}
     this.finishes = 0;
+    this.finished = []; // what onFinish got
     this.errors = [];
+    this.peers = []; // more chats on the same thread (reported with this one)
     this.chat = new Chat({
       id: this.thread,
       transport: new ai.DefaultChatTransport({
@@ -106,7 +116,10 @@ class Session {
         fetch: (url, init) => this.fetch(url, init),
       }),
       sendAutomaticallyWhen,
-      onFinish: () => this.finishes++,
+      onFinish: (event) => {
+        this.finishes++;
+        this.finished.push(structuredClone(event));
+      },
       onError: (err) => this.errors.push(err),
     });
   }
@@ -166,10 +179,13 @@ class Session {
   }
 
   report() {
-    const lines = [`  chat.messages: ${json(this.chat.messages)}`];
-    for (const [i, w] of this.wire.entries()) {
-      lines.push(`  request ${i + 1}: ${w.method} ${w.url} ${json(w.body)}`);
-      lines.push(`  response ${i + 1}: ${w.status} ${json(w.response ?? null)}`);
+    const lines = [];
+    for (const s of [this, ...this.peers]) {
+      lines.push(`  ${s.name}: chat.messages: ${json(s.chat.messages)}`);
+      for (const [i, w] of s.wire.entries()) {
+        lines.push(`  ${s.name}: request ${i + 1}: ${w.method} ${w.url} ${json(w.body)}`);
+        lines.push(`  ${s.name}: response ${i + 1}: ${w.status} ${json(w.response ?? null)}`);
+      }
     }
     return lines.join("\n");
   }
@@ -298,11 +314,85 @@ async function clientTool(s) {
   await agreesWithServer(s);
 }
 
+// waitForServer polls GET /threads/{id} until cond holds on its view.
+async function waitForServer(s, what, cond) {
+  const deadline = Date.now() + TIMEOUT_MS;
+  for (;;) {
+    const res = await fetch(`${baseURL}/threads/${encodeURIComponent(s.thread)}`, { headers: { Authorization: `Bearer ${token}` } });
+    if (res.status === 200) {
+      const view = await res.json();
+      if (cond(view)) return view;
+    } else await res.text();
+    check(Date.now() < deadline, `waiting for ${what}: not within ${TIMEOUT_MS} ms`);
+    await sleep(20);
+  }
+}
+
+// enqueue sends two messages with multitask "enqueue" from two more chats on the thread while the first chat's
+// reply streams, and pins what the SDK makes of the 202 and of resumeStream() (see the header).
+async function enqueue(a) {
+  const b = new Session("enqueue-b", undefined, a.thread);
+  const c = new Session("enqueue-c", undefined, a.thread);
+  a.peers.push(b, c);
+  const slow = a.chat.sendMessage({ text: "/slow 20" });
+  await waitForServer(a, "the /slow run", (v) => v.thread?.activeRun != null);
+
+  for (const [s, text] of [[b, "queued first"], [c, "/slow 15"]]) {
+    await s.chat.sendMessage({ text }, { body: { multitask: "enqueue" } });
+    await Promise.all(s.wire.map((w) => w.done));
+    const [post] = s.wire;
+    check(s.wire.length === 1 && post.body?.multitask === "enqueue", `${s.name}: requests ${json(s.wire.map((w) => [w.method, w.body?.multitask]))}`);
+    const sent = post.body.messages.at(-1);
+    let answer;
+    try {
+      answer = JSON.parse(post.response);
+    } catch {}
+    check(post.status === 202 && answer?.queued?.messageId === sent.id, `${s.name}: POST answered ${post.status} ${json(post.response)}, want 202 queueing ${sent.id}`);
+    // The SDK reads the 202's JSON body as an event stream with no events: a reply with no chunks.
+    check(s.chat.status === "ready" && s.chat.error == null && s.errors.length === 0, `${s.name}: after the 202 the chat is ${s.chat.status}: ${s.chat.error ?? s.errors.join("; ")}`);
+    check(json(s.chat.messages.map((m) => [m.id, m.role])) === json([[sent.id, "user"]]), `${s.name}: chat.messages after the 202: ${json(s.chat.messages)}`);
+    const f = s.finished;
+    check(f.length === 1 && f[0].message.role === "assistant" && f[0].message.parts.length === 0 && f[0].message.id !== sent.id &&
+      !f[0].isError && !f[0].isAbort && !f[0].isDisconnect && f[0].finishReason == null,
+      `${s.name}: onFinish after the 202: ${json(f)}`);
+  }
+  const [bSent, cSent] = [b, c].map((s) => s.wire[0].body.messages.at(-1).id);
+  check(a.chat.status !== "ready", "the /slow reply ended before both messages were queued");
+
+  // At once: GET /chat/{id}/stream replays the run that holds the thread, the first chat's.
+  await b.chat.resumeStream();
+  check(b.chat.status === "ready" && b.errors.length === 0, `enqueue-b: resumeStream: ${b.chat.status} ${b.errors.join("; ")}`);
+  await slow;
+  check(a.chat.status === "ready" && a.errors.length === 0 && a.chat.messages.length === 2, `the /slow chat: ${a.chat.status} ${a.errors.join("; ")}`);
+  const aReply = a.chat.lastMessage;
+  check(json(b.chat.messages.map((m) => m.id)) === json([bSent, aReply.id]) && json(shape(b.chat.lastMessage)) === json(shape(aReply)),
+    `enqueue-b: resumeStream() at once gave ${json(b.chat.messages.map(shape))}, want its message then the /slow reply ${aReply.id}`);
+
+  // Once the message has left the queue and a run holds the thread, that run is the one answering it.
+  await waitForServer(c, "the queued /slow 15 turn", (v) =>
+    v.thread?.activeRun != null && !(v.queued ?? []).some((q) => q.messageId === cSent) && (v.messages ?? []).some((m) => m.id === cSent));
+  await c.chat.resumeStream();
+  check(c.chat.status === "ready" && c.errors.length === 0, `enqueue-c: resumeStream: ${c.chat.status} ${c.errors.join("; ")}`);
+
+  const view = await waitForServer(a, "the thread to settle", (v) => v.thread?.activeRun == null && (v.queued ?? []).length === 0);
+  const server = view.messages ?? [];
+  const words = (n) => Array.from({ length: n }, (_, i) => `word${i + 1}`).join(" ");
+  const want = [["user", "/slow 20"], ["assistant", words(20)], ["user", "queued first"], ["assistant", "You said: queued first"],
+    ["user", "/slow 15"], ["assistant", words(15)]];
+  const text = (m) => m.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+  check(json(server.map((m) => [m.role, text(m)])) === json(want), `the server's thread: ${json(server.map((m) => [m.id, m.role, text(m)]))}`);
+  check(server[2].id === bSent && server[4].id === cSent, `the server's thread holds ${server[2].id}, ${server[4].id}; want ${bSent}, ${cSent}`);
+  check(json(a.chat.messages.map(shape)) === json(server.slice(0, 2).map(shape)), `the /slow chat differs from the server: ${json(a.chat.messages.map(shape))}`);
+  check(json(c.chat.messages.map(shape)) === json(server.slice(4, 6).map(shape)),
+    `enqueue-c: resumeStream() once its turn ran gave ${json(c.chat.messages.map(shape))}, want ${json(server.slice(4, 6).map(shape))}`);
+}
+
 // Each scenario runs on a new chat whose sendAutomaticallyWhen is the SDK's predicate for that kind of answer.
 const RUN = {
   approve: [ai.lastAssistantMessageIsCompleteWithApprovalResponses, (s) => approval(s, true)],
   deny: [ai.lastAssistantMessageIsCompleteWithApprovalResponses, (s) => approval(s, false)],
   "client-tool": [ai.lastAssistantMessageIsCompleteWithToolCalls, clientTool],
+  enqueue: [undefined, enqueue],
 };
 
 // The scenarios run at once, each on its own thread; their reports are printed in the order named.
@@ -314,7 +404,7 @@ const outcomes = await Promise.all(
     try {
       await run(session);
       const ms = Date.now() - started;
-      return { ok: json({ sdk: tag, sdkVersion, node: process.version, scenario, thread: session.thread, requests: session.wire.length, ms }) };
+      return { ok: json({ sdk: tag, sdkVersion, node: process.version, scenario, thread: session.thread, requests: [session, ...session.peers].reduce((n, s) => n + s.wire.length, 0), ms }) };
     } catch (err) {
       const why = err instanceof Failure ? err.message : String(err?.stack ?? err);
       return { failed: `chat.mjs: ai@${sdkVersion} (Node ${process.version}) ${scenario} on thread ${session.thread}: ${why}\n${session.report()}` };
