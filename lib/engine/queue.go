@@ -141,6 +141,13 @@ func (t *Turn) writeTakes(ctx context.Context) error {
 // the refused claim and this write may have looked at the queue before it: so after the write the thread is
 // read again, and a free thread gets a delivery pass (two passes are harmless: the claim decides).
 func (e *Engine) enqueue(ctx context.Context, req Request) (*Turn, error) {
+	// A message the thread holds already was answered (or is being answered) by the run in the way: refused like
+	// a re-post of an answered message, never queued to wait for an answer it will not get.
+	if _, err := e.store.GetMessage(ctx, req.ThreadID, req.Message.ID); err == nil {
+		return nil, agent.E(agent.KindConflict, agent.CodeDuplicateMessage, "message %q is already in the thread", req.Message.ID)
+	} else if !agent.IsKind(err, agent.KindNotFound) {
+		return nil, err
+	}
 	now := e.clock.Now()
 	q := agent.QueuedMessage{ThreadID: req.ThreadID, Kind: agent.QueueUser, Message: sanitizeUser(*req.Message), Owner: req.Owner,
 		Status: agent.QueueQueued, CreatedAt: now}
@@ -183,27 +190,31 @@ func (e *Engine) BeginQueued(ctx context.Context, threadID string) (*Turn, error
 		return nil, fmt.Errorf("list interrupts: %w", err)
 	}
 	now := e.clock.Now()
-	if slices.ContainsFunc(ins, func(in agent.Interrupt) bool { return in.Pending(now) }) {
-		return nil, ErrNothingQueued
+	users := slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser })
+	if !users && slices.ContainsFunc(ins, func(in agent.Interrupt) bool { return in.Pending(now) }) {
+		return nil, ErrNothingQueued // steers wait for the person's answer
 	}
 	trigger := agent.TriggerSteer
-	if slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser }) {
+	if users {
 		trigger = agent.TriggerQueued
 	}
 	return e.Begin(ctx, Request{Owner: th.Owner, ThreadID: threadID, Kind: TurnQueued, trigger: trigger})
 }
 
-// planQueued plans a delivery pass: nothing when the newest assistant message still waits for a person (the
-// answer's turn comes first) or the queue holds nothing new.
+// planQueued plans a delivery pass: nothing when the queue holds nothing new, or only steers while the newest
+// assistant message still waits for a person (the answer's turn comes first). A queued user message does not
+// wait behind a question: like the same message sent without queueing, it settles what waited (the calls get
+// "a new message was sent instead of an answer") and is answered.
 func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.QueuedMessage) (turnPlan, error) {
 	plan := turnPlan{history: msgs}
+	users := slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser })
 	if last := newestAssistant(msgs); last != nil && last.Meta().Status == agent.MessageInterrupted {
 		ins, err := t.e.store.ListInterrupts(ctx, t.thread.ID)
 		if err != nil {
 			return plan, fmt.Errorf("list interrupts: %w", err)
 		}
 		now := t.e.clock.Now()
-		if slices.ContainsFunc(ins, func(in agent.Interrupt) bool {
+		if !users && slices.ContainsFunc(ins, func(in agent.Interrupt) bool {
 			return in.MessageID == last.ID && in.Pending(now) && callWaits(transcript.Decode(last.Parts), in.ToolCallID)
 		}) {
 			plan.nothing = true
@@ -234,7 +245,7 @@ func (t *Turn) release(ctx context.Context) error {
 	md := metadataJSON(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageCompleted})
 	end, err := uistream.Frames(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: md}, uistream.Finish{FinishReason: agent.FinishStop, Metadata: md})
 	if err == nil {
-		err = segments.AppendFinal(ctx, e.store, e.clock, t.thread.ID, t.run.ID, end)
+		err = segments.AppendFinal(ctx, e.store, e.clock, t.thread.ID, t.run.ID, uistream.AppendDone(end))
 	}
 	if err != nil {
 		e.log.Warn("final segment of an empty delivery pass", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
@@ -243,17 +254,21 @@ func (t *Turn) release(ctx context.Context) error {
 }
 
 // pump asks for a delivery pass after a run let the thread go, when its queue holds something (a steer or a
-// queued message that arrived while the run held the thread). A run that ends asking a person leaves the queue
-// to the answer's turn; a delivery pass's own turns are followed by the pass itself.
+// queued message that arrived while the run held the thread). A run that ends asking a person leaves queued
+// steers to the answer's turn (a queued user message goes ahead); a delivery pass's own turns are followed by
+// the pass itself.
 func (t *Turn) pump(ctx context.Context) {
 	e := t.e
-	if e.jobs == nil || t.pumped || t.run.Status == agent.RunInterrupted || !t.run.Status.Terminal() {
+	if e.jobs == nil || t.pumped || !t.run.Status.Terminal() {
 		return
 	}
 	q, err := e.store.ListQueued(ctx, t.thread.ID)
 	if err != nil {
 		e.log.Warn("look at the queue after a run", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
 		return
+	}
+	if t.run.Status == agent.RunInterrupted {
+		q = slices.DeleteFunc(q, func(x agent.QueuedMessage) bool { return x.Kind != agent.QueueUser })
 	}
 	if len(q) > 0 {
 		e.wake(ctx, t.thread.ID, "after-"+t.run.ID)

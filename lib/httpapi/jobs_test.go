@@ -12,6 +12,8 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/tools"
+	"github.com/agentloop/agentloop/lib/uistream"
 )
 
 // Sub-agent jobs, delivery and the thread's queue over HTTP on both stores: dispatch, the steer as its own turn
@@ -91,11 +93,16 @@ func (g *gate) tools(agent.ValueStore, agent.Clock) []agent.Tool {
 		}}}
 }
 
-// hold starts a turn that holds the thread until the gate opens; it returns when the run is claimed.
-func (h *hitlStack) hold(thread, id string) <-chan string {
+// hold starts a turn that holds the thread until the gate opens (text: "/tool hold {}" unless given); it
+// returns when the run is claimed.
+func (h *hitlStack) hold(thread, id string, text ...string) <-chan string {
 	done := make(chan string, 1)
+	msg := "/tool hold {}"
+	if len(text) > 0 {
+		msg = text[0]
+	}
 	go func() {
-		status, body := h.post(chatBody(thread, id, "/tool hold {}"))
+		status, body := h.post(chatBody(thread, id, msg))
 		done <- fmt.Sprint(status, " ", body)
 	}()
 	waitFor(h.t, "the holding run", func() bool {
@@ -133,18 +140,28 @@ func (h *hitlStack) deliver(j agent.Job) agent.DeliveryResult {
 	return out
 }
 
-// settled waits until the thread is idle with nothing queued and every job delivered.
+// settled waits until the thread is idle with nothing queued and every job's steer delivered, as two views in a
+// row agree (one view's reads are not a snapshot: a delivery pass may claim between them).
 func (h *hitlStack) settled(thread string) jobsView {
 	h.t.Helper()
 	var v jobsView
-	waitFor(h.t, "the thread to settle", func() bool {
-		v = h.jobsView(thread)
+	quiet := func(v jobsView) bool {
+		n := steers(v.Messages)
 		for _, j := range v.Jobs {
-			if !j.SteerDelivered {
+			if !j.SteerDelivered || n[j.ID] != 1 {
 				return false
 			}
 		}
 		return v.ActiveRun == nil && len(v.Queued) == 0
+	}
+	waitFor(h.t, "the thread to settle", func() bool {
+		first := h.jobsView(thread)
+		if !quiet(first) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+		v = h.jobsView(thread)
+		return quiet(v) && len(v.Messages) == len(first.Messages) && v.Thread.Epoch == first.Thread.Epoch
 	})
 	return v
 }
@@ -370,6 +387,13 @@ func TestDeliveryRecoveredByTheReaper(t *testing.T) {
 					if len(runs) > before+1 || (len(runs) == before+1 && runs[len(runs)-1].Steps != 0) {
 						t.Fatalf("runs = %+v", runs)
 					}
+					if len(runs) == before+1 {
+						// A reader attached to that short pass ends like every reader: finish, then [DONE].
+						segs, err := h.stack.Store.ListSegments(ctx, runs[before].ID, 0, time.Now())
+						if err != nil || len(segs) == 0 || !strings.HasSuffix(string(segs[len(segs)-1].Data), uistream.DoneFrame) {
+							t.Fatalf("the pass's stream: %d segments, %v", len(segs), err)
+						}
+					}
 				} else if len(runs) != before+1 || runs[before].Trigger != agent.TriggerSteer {
 					t.Fatalf("runs = %+v", runs)
 				}
@@ -467,6 +491,12 @@ func TestEnqueue(t *testing.T) {
 				t.Fatalf("idle enqueue: %d %s", status, out)
 			}
 			done := h.hold("th", "u1")
+			// A message the thread holds already is refused, not queued to wait for an answer it will not get.
+			body = chatBody("th", "u0", "hi")
+			body["multitask"] = "enqueue"
+			if resp := h.f.do(t, "POST", "/chat", token(t, "alice"), body); resp.StatusCode != 409 || errorCode(t, resp) != agent.CodeDuplicateMessage {
+				t.Fatalf("enqueue of an answered message: %d", resp.StatusCode)
+			}
 			for i, want := range []int{202, 202, 409} {
 				body := chatBody("th", fmt.Sprintf("q%d", i), "later")
 				body["multitask"] = "enqueue"
@@ -486,6 +516,29 @@ func TestEnqueue(t *testing.T) {
 			<-done
 			if v := h.settled("th"); len(v.Messages) != 8 {
 				t.Fatalf("messages: %s", texts(v.Messages))
+			}
+		})
+		t.Run(kind+"/a queued message does not wait behind a question", func(t *testing.T) {
+			t.Parallel()
+			g := newGate()
+			h := startHITL(t, store, func(h *hitlStack) {
+				h.tools = func(v agent.ValueStore, c agent.Clock) []agent.Tool { return append(g.tools(v, c), tools.Demo(v, c)...) }
+			})
+			id := h.addNote("keep me")
+			done := h.hold("th", "u1", fmt.Sprintf(`/tool hold {} /tool delete_note {"id":%q}`, id))
+			body := chatBody("th", "q1", "after the question")
+			body["multitask"] = "enqueue"
+			if status, out := h.post(body); status != 202 {
+				t.Fatalf("enqueue: %d %s", status, out)
+			}
+			close(g.open)
+			<-done
+			v := h.settled("th")
+			if n := len(v.Messages); n != 4 || v.Messages[2].ID != "q1" || v.Messages[3].Text() != "You said: after the question" {
+				t.Fatalf("messages: %s", texts(v.Messages))
+			}
+			if p := lastPart(t, v.Messages[1], "delete_note"); p.State != agent.StateOutputError || h.notes() != 1 || len(v.Interrupts) != 0 {
+				t.Fatalf("the question: part %+v, notes %d, interrupts %+v", p, h.notes(), v.Interrupts)
 			}
 		})
 	}

@@ -20,8 +20,9 @@ import (
 //
 // Every pass is named (agent.Jobs.Wake), and the delivery itself is exactly once per job whatever runs twice.
 
-// redrive re-drives due jobs; it returns how many passes it asked for.
-func (r *Reaper) redrive(ctx context.Context) (int, error) {
+// redrive re-drives due jobs; it returns how many passes it asked for, and the threads they were for (the
+// queue sweep of the same tick leaves those alone: a pass is on its way).
+func (r *Reaper) redrive(ctx context.Context, woken map[string]bool) (int, error) {
 	if r.jobs == nil {
 		return 0, nil
 	}
@@ -62,13 +63,14 @@ func (r *Reaper) redrive(ctx context.Context) (int, error) {
 			continue
 		}
 		n++
+		woken[j.ThreadID] = true
 		r.log.Info("agent.job.redrive", "thread_id", j.ThreadID, "job_id", j.ID)
 	}
 	return n, nil
 }
 
 // sweepQueues asks for a delivery pass on idle threads whose queue nobody took.
-func (r *Reaper) sweepQueues(ctx context.Context) (int, error) {
+func (r *Reaper) sweepQueues(ctx context.Context, woken map[string]bool) (int, error) {
 	if r.jobs == nil {
 		return 0, nil
 	}
@@ -82,13 +84,21 @@ func (r *Reaper) sweepQueues(ctx context.Context) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
+		if woken[id] {
+			continue
+		}
 		th, err := r.store.GetThread(ctx, id)
 		if err != nil || th.ActiveRun != nil {
 			continue // gone, or a run holds it (its end asks; a stale one is reaped first)
 		}
+		q, err := r.store.ListQueued(ctx, id)
+		if err != nil || len(q) == 0 {
+			continue
+		}
+		users := slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser })
 		ins, err := r.store.ListInterrupts(ctx, id)
-		if err != nil || slices.ContainsFunc(ins, func(in agent.Interrupt) bool { return in.Pending(now) }) {
-			continue // waits for a person: the answer's turn takes the queue
+		if err != nil || !users && slices.ContainsFunc(ins, func(in agent.Interrupt) bool { return in.Pending(now) }) {
+			continue // only steers, and a person is asked: the answer's turn takes them
 		}
 		if err := r.jobs.Wake(ctx, agent.JobTask{ThreadID: id, Wake: fmt.Sprintf("sweep-%s-%d", id, now.Unix()/60)}); err != nil {
 			r.log.Warn("reaper: delivery pass", "thread_id", id, "err", err)

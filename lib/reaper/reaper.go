@@ -144,10 +144,11 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return st, err
 	}
-	if st.Redriven, err = r.redrive(ctx); err != nil {
+	woken := map[string]bool{}
+	if st.Redriven, err = r.redrive(ctx, woken); err != nil {
 		return st, err
 	}
-	st.Swept, err = r.sweepQueues(ctx)
+	st.Swept, err = r.sweepQueues(ctx, woken)
 	return st, err
 }
 
