@@ -522,7 +522,9 @@ func TestEnqueue(t *testing.T) {
 			t.Parallel()
 			g := newGate()
 			h := startHITL(t, store, func(h *hitlStack) {
-				h.tools = func(v agent.ValueStore, c agent.Clock) []agent.Tool { return append(g.tools(v, c), tools.Demo(v, c)...) }
+				h.tools = func(v agent.ValueStore, c agent.Clock) []agent.Tool {
+					return append(g.tools(v, c), tools.Demo(v, c)...)
+				}
 			})
 			id := h.addNote("keep me")
 			done := h.hold("th", "u1", fmt.Sprintf(`/tool hold {} /tool delete_note {"id":%q}`, id))
