@@ -2,11 +2,13 @@ package benchmarks
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -28,22 +30,35 @@ type ledger struct {
 	route func(phase, method string) agent.Store
 	// watch, when set, sees every call that succeeded with its main argument (set before the stack serves).
 	watch func(method string, arg any)
+	// tally, when set, is a running count (SQLite's statements) that setPhase attributes to the phase that ends:
+	// exact while phases do not overlap.
+	tally func() int64
 
 	mu    sync.Mutex
 	phase string
 	calls map[[2]string]int64 // {phase, method} → calls
 	gate  chan struct{}       // non-nil: GetJob waits until it is closed
+	// tallied is tally's count per phase; last its value when the current phase began.
+	tallied map[string]int64
+	last    int64
 }
 
 var _ agent.Store = (*ledger)(nil)
 
-func newLedger(inner agent.Store) *ledger { return &ledger{inner: inner, calls: map[[2]string]int64{}} }
+func newLedger(inner agent.Store) *ledger {
+	return &ledger{inner: inner, calls: map[[2]string]int64{}, tallied: map[string]int64{}}
+}
 
 // setPhase attributes the calls that start from now on to phase.
 func (l *ledger) setPhase(phase string) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tally != nil {
+		n := l.tally()
+		l.tallied[l.phase] += n - l.last
+		l.last = n
+	}
 	l.phase = phase
-	l.mu.Unlock()
 }
 
 // hold makes GetJob wait until release.
@@ -108,8 +123,18 @@ func (l *ledger) total(phase string) int64 {
 
 func (l *ledger) reset() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	clear(l.calls)
-	l.mu.Unlock()
+	clear(l.tallied)
+	if l.tally != nil {
+		l.last = l.tally()
+	}
+}
+
+func (l *ledger) tallyOf(phase string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tallied[phase]
 }
 
 // meter serves each (phase, method) from its own dynamo.Store over one table, each with a client carrying its own
@@ -189,24 +214,30 @@ func sum(cs map[string]dynamo.Counts) dynamo.Counts {
 	return t
 }
 
-// table renders a phase's calls per method (and, with counts, the DynamoDB requests by operation and the
-// capacity they consumed), each divided by n.
+// table renders a phase's calls per method on one line (with counts: the DynamoDB requests by operation and
+// the capacity they consumed), each divided by n.
 func table(calls map[string]int64, counts map[string]dynamo.Counts, n int) string {
-	var b strings.Builder
 	f := float64(n)
+	var out []string
 	for _, method := range slices.Sorted(maps.Keys(calls)) {
-		fmt.Fprintf(&b, "    %-22s %5.2g calls", method, float64(calls[method])/f)
+		s := fmt.Sprintf("%s %.3g", method, float64(calls[method])/f)
 		if c, ok := counts[method]; ok {
 			var ops []string
 			for _, op := range slices.Sorted(maps.Keys(c.ByOperation)) {
 				ops = append(ops, fmt.Sprintf("%s %.3g", op, float64(c.ByOperation[op])/f))
 			}
-			fmt.Fprintf(&b, "  %-44s  RCU %5.3g  WCU %5.3g (index %.3g)", strings.Join(ops, ", "),
-				c.ReadUnits/f, c.WriteUnits()/f, c.IndexWriteUnits/f)
+			s += fmt.Sprintf(" [%s; %.3g RCU; %.3g WCU]", strings.Join(ops, " "), c.ReadUnits/f, c.WriteUnits()/f)
 		}
-		b.WriteString("\n")
+		out = append(out, s)
 	}
-	return b.String()
+	return strings.Join(out, ", ")
+}
+
+// final reports whether this run of a benchmark function is the one whose figures are printed: with -benchtime
+// Nx the function runs once with b.N = 1 first, then with N (and its log would appear twice).
+func final(b *testing.B) bool {
+	f := flag.Lookup("test.benchtime")
+	return b.N > 1 || f == nil || f.Value.String() == "1x"
 }
 
 func (l *ledger) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread, bool, error) {

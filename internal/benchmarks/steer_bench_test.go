@@ -132,7 +132,9 @@ func (js *jobStack) tools(agent.ValueStore, agent.Clock) []agent.Tool {
 			return json.RawMessage(`"held"`), nil
 		}},
 		{Name: "guarded", Kind: agent.ToolServer, Approval: agent.ApprovalAlways, InputSchema: schema,
-			Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) { return json.RawMessage(`"done"`), nil }},
+			Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) {
+				return json.RawMessage(`"done"`), nil
+			}},
 	}
 }
 
@@ -174,9 +176,16 @@ func newJobStack(b *testing.B, onDynamo, metered bool) *jobStack {
 
 func (js *jobStack) thread(kind string) string { return fmt.Sprintf("%s%d", kind, js.seq.Add(1)) }
 
-// settle waits for the steer's answer on thread and for the job runner to go idle (the delivery pass ends with
-// one more look at the queue), then checks through GET /threads/{id} that the steer and its answer are there.
+// settle waits for the steer's answer on thread and for the job runner to go idle, then checks the thread.
 func (js *jobStack) settle(b *testing.B, thread string) marks {
+	m := js.await(b, thread)
+	js.check(b, thread)
+	return m
+}
+
+// await waits for the steer's answer on thread and for the job runner to go idle (the delivery pass ends with
+// one more look at the queue).
+func (js *jobStack) await(b *testing.B, thread string) marks {
 	m := js.marks.of(thread)
 	select {
 	case <-m.replied:
@@ -188,6 +197,11 @@ func (js *jobStack) settle(b *testing.B, thread string) marks {
 	if err := js.dev.Jobs.Wait(ctx); err != nil {
 		b.Fatalf("job runner: %v", err)
 	}
+	return js.marks.snapshot(thread)
+}
+
+// check reads the thread through GET /threads/{id}: the steer is there, answered, and nothing is queued.
+func (js *jobStack) check(b *testing.B, thread string) {
 	req, _ := http.NewRequest("GET", js.url+"/threads/"+thread, nil)
 	req.Header.Set("Authorization", "Bearer "+js.token)
 	resp, err := http.DefaultClient.Do(req)
@@ -211,7 +225,6 @@ func (js *jobStack) settle(b *testing.B, thread string) marks {
 	if n := len(v.Messages); steer < 0 || v.Messages[n-1].Role != agent.RoleAssistant || len(v.Queued) != 0 {
 		b.Fatalf("GET /threads/%s: steer at %d of %d messages, %d queued", thread, steer, n, len(v.Queued))
 	}
-	return js.marks.snapshot(thread)
 }
 
 // dispatch posts a turn that dispatches a research job and reads it to its end, holding the sub-agent (its first
