@@ -226,7 +226,8 @@ func table(calls map[string]int64, counts map[string]dynamo.Counts, n int) strin
 			for _, op := range slices.Sorted(maps.Keys(c.ByOperation)) {
 				ops = append(ops, fmt.Sprintf("%s %.3g", op, float64(c.ByOperation[op])/f))
 			}
-			s += fmt.Sprintf(" [%s; %.3g RCU; %.3g WCU]", strings.Join(ops, " "), c.ReadUnits/f, c.WriteUnits()/f)
+			s += fmt.Sprintf(" [%s; %.3g RCU; %.3g WCU, %.3g of them index]", strings.Join(ops, " "), c.ReadUnits/f, c.WriteUnits()/f,
+				c.IndexWriteUnits/f)
 		}
 		out = append(out, s)
 	}
