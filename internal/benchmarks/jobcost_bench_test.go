@@ -79,15 +79,15 @@ func runJobCost(b *testing.B, js *jobStack) {
 		js.meter.reset()
 	}
 	// The pass's phase starts when the wake's Enqueue returned; the wake's when the sub-agent's FinishJob did.
-	js.marks.then = func(method string, _ any) {
+	js.marks.onCall(func(method string, _ any) {
 		switch method {
 		case "FinishJob":
 			l.advance("subagent", "wake")
 		case "Enqueue":
 			l.advance("wake", "pass")
 		}
-	}
-	defer func() { js.marks.then = nil }()
+	})
+	defer js.marks.onCall(nil)
 	for range b.N {
 		js.costFlow(b)
 	}

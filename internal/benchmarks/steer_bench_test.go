@@ -89,9 +89,19 @@ func (w *watcher) watch(method string, arg any) {
 		}
 		w.mu.Unlock()
 	}
-	if w.then != nil {
-		w.then(method, arg)
+	w.mu.Lock()
+	then := w.then
+	w.mu.Unlock()
+	if then != nil {
+		then(method, arg)
 	}
+}
+
+// onCall sets (nil: clears) what watch calls after each call.
+func (w *watcher) onCall(then func(method string, arg any)) {
+	w.mu.Lock()
+	w.then = then
+	w.mu.Unlock()
 }
 
 // snapshot returns a copy of the thread's marks.
