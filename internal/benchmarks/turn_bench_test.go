@@ -104,6 +104,7 @@ type stack struct {
 	token string
 	probe *probe
 	store agent.Store
+	dev   *devserver.Stack
 }
 
 // setup serves the whole local stack (lib/devserver) over store, the offline model behind the real adapter.
@@ -140,7 +141,7 @@ func setup(b *testing.B, store agent.Store, ddb func() int64, cfg config.Config,
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &stack{url: srv.URL, token: tok, probe: p, store: st.Store}
+	return &stack{url: srv.URL, token: tok, probe: p, store: st.Store, dev: st}
 }
 
 // sample is what one turn measured.
