@@ -197,7 +197,7 @@ func (js *jobStack) await(b *testing.B, thread string) marks {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := js.dev.Jobs.Wait(ctx); err != nil {
+	if err := js.dev.Runner.Wait(ctx); err != nil {
 		b.Fatalf("job runner: %v", err)
 	}
 	return js.marks.snapshot(thread)

@@ -83,7 +83,9 @@ type Stack struct {
 	Tools   []agent.Tool
 	// Jobs starts job executions and delivery passes: the in-process runner (the Step Functions contract) unless
 	// Options.Jobs was given; JobTasks are the task handlers.
-	Jobs      agent.Jobs
+	Jobs agent.Jobs
+	// Runner is the local job runner (Wait: every execution in flight has ended).
+	Runner    *localjobs.Runner
 	JobTasks  *jobs.Tasks
 	JobKinds  jobs.Registry
 	ModelName string
@@ -163,7 +165,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 			return tasks.Deliver(ctx, in)
 		},
 	}, contract, log)
-	s.Jobs = runner
+	s.Jobs, s.Runner = runner, runner
 	if o.Jobs != nil {
 		s.Jobs = o.Jobs
 	}
