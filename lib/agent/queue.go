@@ -18,7 +18,7 @@ type QueueStatus string
 
 const (
 	QueueQueued QueueStatus = "queued"
-	QueueTaken  QueueStatus = "taken" // a turn stored the message in the thread; kept (until ExpiresAt) so a late re-queue of the same id is a no-op
+	QueueTaken  QueueStatus = "taken" // a turn stored the message in the thread; kept (until ExpiresAt, without the message's parts) so a late re-queue of the same id is a no-op
 )
 
 // DefaultMaxQueued bounds a thread's queue: an enqueue beyond it is refused (409 queue_full).
@@ -65,8 +65,9 @@ type QueueStore interface {
 	// ListQueued returns the thread's queued (not taken) entries in Seq order.
 	ListQueued(ctx context.Context, threadID string) ([]QueuedMessage, error)
 	// TakeQueued marks the entry taken by compare-and-set from queued, with TakenAt = now and ExpiresAt = now +
-	// DefaultQueueKeep; taking a taken entry is a no-op (it keeps its first TakenAt). A taken entry keeps its
-	// message. Unknown id: KindNotFound.
+	// DefaultQueueKeep; taking a taken entry is a no-op (it keeps its first TakenAt). A taken entry keeps its id,
+	// kind, job and times but drops its message's parts and metadata (the turn stored the message; the entry only
+	// turns a late duplicate away, and must not make reads of the queue dearer). Unknown id: KindNotFound.
 	TakeQueued(ctx context.Context, threadID, messageID string, now time.Time) error
 	// ListQueuedThreads returns up to limit (<= 0: DefaultListLimit) distinct threads with an entry queued
 	// (CreatedAt) before before, in no promised order: the reaper's work list (a turn that died between a run's

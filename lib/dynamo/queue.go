@@ -65,6 +65,9 @@ func decodeQueuedFields(it item) agent.QueuedMessage {
 
 func (s *Store) decodeQueued(ctx context.Context, head item, chunks map[string]item) (agent.QueuedMessage, error) {
 	q := decodeQueuedFields(head)
+	if q.Status == agent.QueueTaken {
+		return q, nil // its message was dropped by the take
+	}
 	b, err := s.unpack(ctx, head, getS(head, AttrPK), queueChunkSK(q.Message.ID), chunks)
 	if err != nil {
 		return agent.QueuedMessage{}, err
@@ -277,10 +280,15 @@ func (s *Store) ListQueued(ctx context.Context, threadID string) ([]agent.Queued
 // TakeQueued is the compare-and-set, one UpdateItem on the entry:
 //
 //	condition: #status = :queued
-//	update:    SET status = taken, takenAt = :now, expiresTime = :expires, expiresAt = :ttl REMOVE dueShard, dueAt
-//	returns:   ALL_NEW; on a failed condition ALL_OLD
+//	update:    SET status = taken, takenAt = :now, expiresTime = :expires, expiresAt = :ttl
+//	           REMOVE dueShard, dueAt, body, enc, ver, chunks
+//	returns:   ALL_OLD (on a failed condition too)
 //
-// Removing the index keys takes the entry out of dueWork in the same write; expiresAt is the table's TTL, so
+// Removing the index keys takes the entry out of dueWork in the same write. The message's body goes too: nothing
+// reads a taken entry's message, and every Query of the thread's queue (two per turn) pays read units for what the
+// entries hold, so a thread's past steers must not make its turns dearer (a taken entry is ~200 bytes); the
+// chunks of a large message are deleted after the take (one BatchWriteItem; a chunk left by a failure stays,
+// unreferenced, until the thread's delete); expiresAt is the table's TTL, so
 // DynamoDB removes the entry once its keep is over. The condition fails on a missing item too (it has no status):
 // the failure's item (or one GetItem) tells not found from taken, and taking a taken entry is a no-op. A chunked
 // message's chunks get the same TTL, one UpdateItem each (best effort: a chunk left behind goes with the thread).
@@ -292,7 +300,8 @@ func (s *Store) TakeQueued(ctx context.Context, threadID, messageID string, now 
 	e := newExpr()
 	update := "SET " + e.n(attrStatus) + " = " + e.v(avS(string(agent.QueueTaken))) + ", " +
 		e.n(attrTakenAt) + " = " + e.v(avT(now)) + ", " + e.n(attrExpires) + " = " + e.v(avT(expires)) + ", " +
-		e.n(AttrExpiresAt) + " = " + e.v(ttl) + " REMOVE " + e.n(AttrDueShard) + ", " + e.n(AttrDueAt)
+		e.n(AttrExpiresAt) + " = " + e.v(ttl) + " REMOVE " + e.n(AttrDueShard) + ", " + e.n(AttrDueAt) + ", " +
+		e.n(inputBlob.body) + ", " + e.n(inputBlob.enc) + ", " + e.n(inputBlob.ver) + ", " + e.n(inputBlob.chunks)
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 k,
@@ -300,11 +309,11 @@ func (s *Store) TakeQueued(ctx context.Context, threadID, messageID string, now 
 		ConditionExpression:                 aws.String(e.n(attrStatus) + " = " + e.v(avS(string(agent.QueueQueued)))),
 		ExpressionAttributeNames:            e.attrNames(),
 		ExpressionAttributeValues:           e.attrValues(),
-		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValues:                        types.ReturnValueAllOld, // the chunks the removed message had
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
-		s.expireChunks(ctx, res.Attributes, pk, queueChunkSK(messageID), ttl)
+		s.deleteChunks(ctx, res.Attributes, pk, queueChunkSK(messageID))
 		return nil
 	}
 	if !isConditionFailed(err) {
@@ -320,22 +329,19 @@ func (s *Store) TakeQueued(ctx context.Context, threadID, messageID string, now 
 	return nil // taken already
 }
 
-// expireChunks gives the chunks head names the TTL ttl. A failure is logged: the chunk then stays until the
-// thread's delete.
-func (s *Store) expireChunks(ctx context.Context, head item, pk string, chunkSK chunkKeyFunc, ttl types.AttributeValue) {
-	for _, k := range chunkKeys(head, pk, chunkSK) {
-		e := newExpr()
-		_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(s.table),
-			Key:                       k,
-			UpdateExpression:          aws.String("SET " + e.n(AttrExpiresAt) + " = " + e.v(ttl)),
-			ConditionExpression:       aws.String("attribute_exists(" + e.n(AttrPK) + ")"),
-			ExpressionAttributeNames:  e.attrNames(),
-			ExpressionAttributeValues: e.attrValues(),
-		})
-		if err != nil && !isConditionFailed(err) {
-			s.log.WarnContext(ctx, "dynamo: setting a taken entry's chunk TTL failed", "pk", pk, "sk", getS(k, AttrSK), "err", err)
-		}
+// deleteChunks deletes the chunks of head's value (a taken entry's message, which the take removed from the
+// head). A failure is logged: the chunk then stays until the thread's delete (nothing points at it).
+func (s *Store) deleteChunks(ctx context.Context, head item, pk string, chunkSK chunkKeyFunc) {
+	keys := chunkKeys(head, pk, chunkSK)
+	if len(keys) == 0 {
+		return
+	}
+	reqs := make([]types.WriteRequest, len(keys))
+	for i, k := range keys {
+		reqs[i] = deleteReq(k)
+	}
+	if err := s.batchWrite(ctx, reqs); err != nil {
+		s.log.WarnContext(ctx, "dynamo: deleting a taken entry's chunks failed", "pk", pk, "err", err)
 	}
 }
 

@@ -28,7 +28,7 @@ func scanQueued(sc scanner) (agent.QueuedMessage, error) {
 		return agent.QueuedMessage{}, err
 	}
 	q.Kind, q.Message.Role, q.Status = agent.QueueKind(kind), agent.Role(role), agent.QueueStatus(status)
-	// Unmarshal into RawMessage elements copies each element's bytes exactly.
+	// Unmarshal into RawMessage elements copies each element's bytes exactly ("null", a taken entry's, is none).
 	if err := json.Unmarshal([]byte(parts), &q.Message.Parts); err != nil {
 		return agent.QueuedMessage{}, err
 	}
@@ -126,7 +126,7 @@ func (s *Store) ListQueued(ctx context.Context, threadID string) ([]agent.Queued
 }
 
 // takeSQL is the compare-and-set from queued; it takes the row out of both partial indexes.
-const takeSQL = `UPDATE queue SET status = 'taken', taken_at = ?, expires_at = ?
+const takeSQL = `UPDATE queue SET status = 'taken', taken_at = ?, expires_at = ?, parts = 'null', metadata = NULL
 	WHERE thread_id = ? AND message_id = ? AND status = 'queued'`
 
 // TakeQueued is the compare-and-set UPDATE, and when it matched nothing, the read that tells a taken entry (a

@@ -88,9 +88,10 @@ func take[S agent.QueueStore](e *env[S], threadID, messageID string, now time.Ti
 	must(e.t, e.s.TakeQueued(e.ctx, threadID, messageID, now), "TakeQueued "+messageID)
 }
 
-// takenAt is q as TakeQueued at now must leave it.
+// takenAt is q as TakeQueued at now must leave it: its message's parts and metadata are dropped.
 func takenAt(q agent.QueuedMessage, now time.Time) agent.QueuedMessage {
 	q.Status, q.TakenAt, q.ExpiresAt = agent.QueueTaken, now, now.Add(agent.DefaultQueueKeep)
+	q.Message.Parts, q.Message.Metadata = nil, nil
 	return q
 }
 
