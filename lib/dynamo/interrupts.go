@@ -177,21 +177,22 @@ func (s *Store) ListInterrupts(ctx context.Context, threadID string) ([]agent.In
 	if err != nil {
 		return nil, err
 	}
-	sortInterrupts(out, func(in agent.Interrupt) time.Time { return in.CreatedAt })
+	sortChildren(out, func(in agent.Interrupt) (time.Time, string, string) { return in.CreatedAt, in.ThreadID, in.ID })
 	return out, nil
 }
 
-// sortInterrupts orders by the time at, then thread and id.
-func sortInterrupts(list []agent.Interrupt, at func(agent.Interrupt) time.Time) {
+// sortChildren orders a thread's children (interrupts, jobs) by a time, then thread and id.
+func sortChildren[T any](list []T, by func(T) (at time.Time, threadID, id string)) {
 	sort.Slice(list, func(i, j int) bool {
-		a, b := list[i], list[j]
-		if !at(a).Equal(at(b)) {
-			return at(a).Before(at(b))
+		at, th, id := by(list[i])
+		bt, th2, id2 := by(list[j])
+		if !at.Equal(bt) {
+			return at.Before(bt)
 		}
-		if a.ThreadID != b.ThreadID {
-			return a.ThreadID < b.ThreadID
+		if th != th2 {
+			return th < th2
 		}
-		return a.ID < b.ID
+		return id < id2
 	})
 }
 
@@ -317,6 +318,6 @@ func (s *Store) ListExpiredInterrupts(ctx context.Context, before time.Time, lim
 	if err != nil {
 		return nil, err
 	}
-	sortInterrupts(out, func(in agent.Interrupt) time.Time { return in.ExpiresAt })
+	sortChildren(out, func(in agent.Interrupt) (time.Time, string, string) { return in.ExpiresAt, in.ThreadID, in.ID })
 	return out[:min(len(out), limit)], nil
 }

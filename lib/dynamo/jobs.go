@@ -165,22 +165,8 @@ func (s *Store) ListJobs(ctx context.Context, threadID string) ([]agent.Job, err
 	if err != nil {
 		return nil, err
 	}
-	sortJobs(out, func(j agent.Job) time.Time { return j.CreatedAt })
+	sortChildren(out, func(j agent.Job) (time.Time, string, string) { return j.CreatedAt, j.ThreadID, j.ID })
 	return out, nil
-}
-
-// sortJobs orders by the time at, then thread and id.
-func sortJobs(list []agent.Job, at func(agent.Job) time.Time) {
-	sort.Slice(list, func(i, k int) bool {
-		a, b := list[i], list[k]
-		if !at(a).Equal(at(b)) {
-			return at(a).Before(at(b))
-		}
-		if a.ThreadID != b.ThreadID {
-			return a.ThreadID < b.ThreadID
-		}
-		return a.ID < b.ID
-	})
 }
 
 // SetJobActivity is one UpdateItem on the job head, condition attribute_exists(pk) AND
@@ -369,6 +355,6 @@ func (s *Store) ListDueJobs(ctx context.Context, before time.Time, limit int) ([
 	if err != nil {
 		return nil, err
 	}
-	sortJobs(out, func(j agent.Job) time.Time { return j.DueAt })
+	sortChildren(out, func(j agent.Job) (time.Time, string, string) { return j.DueAt, j.ThreadID, j.ID })
 	return out[:min(len(out), limit)], nil
 }

@@ -18,7 +18,6 @@
 package dynamotest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -68,7 +67,7 @@ type Server struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{}
-	out    *tailBuffer
+	out    *testenv.TailBuffer
 	once   sync.Once
 }
 
@@ -167,7 +166,7 @@ func ensureInstalled(ctx context.Context, dir string) (string, error) {
 	if cli := cliPath(dir); cli != "" {
 		return cli, nil
 	}
-	unlock, err := lockFile(filepath.Join(dir, ".install.lock"))
+	unlock, err := testenv.LockFile(filepath.Join(dir, ".install.lock"))
 	if err != nil {
 		return "", fmt.Errorf("dynamotest: lock %s: %w", dir, err)
 	}
@@ -201,10 +200,10 @@ func start(ctx context.Context, node, cli string) (*Server, error) {
 	cmd := exec.Command(node, cli, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
 	cmd.Dir = os.TempDir()
-	out := &tailBuffer{max: 16 << 10}
+	out := &testenv.TailBuffer{Max: 16 << 10}
 	cmd.Stdout = out
 	cmd.Stderr = out
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = testenv.DieWithParent()
 	began := time.Now()
 	// Pdeathsig (Linux) is tied to the thread that forks: keep this goroutine on one thread while starting.
 	runtime.LockOSThread()
@@ -252,27 +251,4 @@ func (s *Server) waitReady(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// tailBuffer keeps the last max bytes written to it, for error reports.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Write(p)
-	if extra := b.buf.Len() - b.max; extra > 0 {
-		b.buf.Next(extra)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -129,19 +129,6 @@ func TestRepositoryTemplate(t *testing.T) {
 	}
 }
 
-func TestTailBufferKeepsTheEnd(t *testing.T) {
-	t.Parallel()
-	b := &tailBuffer{max: 8}
-	for _, s := range []string{"abc", "defgh", "ijkl"} {
-		if _, err := b.Write([]byte(s)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := b.String(); got != "efghijkl" {
-		t.Fatalf("tail = %q, want efghijkl", got)
-	}
-}
-
 // fakeDynamo answers the control-plane calls Create makes with bodies in the shape DynamoDB's JSON protocol uses
 // (the API reference's response syntax), and records each request's target and body. ttlAnswer is what
 // UpdateTimeToLive gets: status and body.
