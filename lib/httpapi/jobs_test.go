@@ -347,7 +347,7 @@ func (s shifted) Now() time.Time { return agent.SystemClock{}.Now().Add(s.by) }
 func TestDeliveryRecoveredByTheReaper(t *testing.T) {
 	t.Parallel()
 	for kind, store := range storeKinds(t) {
-		for _, crash := range []string{"after the result", "after the queue", "after the steer message"} {
+		for _, crash := range []string{"after the result", "after the queue", "after the steer message", "after the take"} {
 			t.Run(kind+"/"+crash, func(t *testing.T) {
 				t.Parallel()
 				h := startHITL(t, store)
@@ -355,15 +355,21 @@ func TestDeliveryRecoveredByTheReaper(t *testing.T) {
 				j := h.finishedJob("th", "call_1", "recovered brief")
 				ctx := context.Background()
 				switch crash {
-				case "after the queue", "after the steer message":
+				case "after the queue", "after the steer message", "after the take":
 					q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueSteer, Message: steerOf(t, h, j), JobID: j.ID, Status: agent.QueueQueued, CreatedAt: time.Now().UTC()}
 					if _, _, err := h.stack.Store.Enqueue(ctx, q, 0); err != nil {
 						t.Fatal(err)
 					}
-					if crash == "after the steer message" {
+					if crash != "after the queue" {
 						th, _ := h.stack.Store.GetThread(ctx, "th")
 						w := agent.MessageWrite{ThreadID: "th", Seq: 1000, Message: q.Message, Fence: agent.Fence{RunID: "run_dead", Epoch: th.Epoch + 1}, Final: true, Now: time.Now().UTC()}
 						if err := h.stack.Store.PutMessage(ctx, w); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if crash == "after the take" {
+						// The turn took the entry and died before it marked the job delivered.
+						if err := h.stack.Store.TakeQueued(ctx, "th", q.Message.ID, time.Now().UTC()); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -382,7 +388,7 @@ func TestDeliveryRecoveredByTheReaper(t *testing.T) {
 					t.Fatalf("steers %v, jobs %+v", n, v.Jobs)
 				}
 				runs := h.runs("th")
-				if crash == "after the steer message" {
+				if crash == "after the steer message" || crash == "after the take" {
 					// The steer was in the thread already: the pass only marks it delivered (no model call, no reply).
 					if len(runs) > before+1 || (len(runs) == before+1 && runs[len(runs)-1].Steps != 0) {
 						t.Fatalf("runs = %+v", runs)

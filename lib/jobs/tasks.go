@@ -156,13 +156,23 @@ func (t *Tasks) Deliver(ctx context.Context, in agent.JobTask) (agent.DeliveryRe
 			return out, nil
 		}
 		steer := t.kinds.Steer(j)
-		_, _, err = t.store.Enqueue(ctx, agent.QueuedMessage{ThreadID: j.ThreadID, Kind: agent.QueueSteer, Message: steer, JobID: j.ID,
+		entry, _, err := t.store.Enqueue(ctx, agent.QueuedMessage{ThreadID: j.ThreadID, Kind: agent.QueueSteer, Message: steer, JobID: j.ID,
 			Status: agent.QueueQueued, CreatedAt: t.clock.Now()}, math.MaxInt32) // a steer is never refused for the bound
 		switch {
 		case agent.IsKind(err, agent.KindNotFound):
 			return out, nil // the thread was deleted
 		case err != nil:
 			return out, transient(err)
+		}
+		if entry.Status == agent.QueueTaken {
+			// A turn stored the steer (it writes the message before it takes the entry) and died before it
+			// marked the job: finish that here, or the job would stay undelivered and be re-driven forever.
+			if _, err := t.store.MarkJobDelivered(ctx, j.ThreadID, j.ID, t.clock.Now()); err != nil {
+				return out, transient(err)
+			}
+			out.Status = agent.DeliveredSteer
+			t.log.Info("job delivered", "thread_id", j.ThreadID, "job_id", j.ID, "by", "re-drive of a taken steer")
+			return out, nil
 		}
 		out.Status = agent.DeliveredQueued
 	}
