@@ -54,9 +54,14 @@ type take struct {
 // planTakes decides which queued entries the turn takes and where they go, and adds them to the history. It
 // returns whether the turn has anything to answer from the queue.
 func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMessage, kind TurnKind) bool {
-	have := make(map[string]bool, len(msgs))
+	have := make(map[string]bool, len(msgs)+1)
 	for _, m := range msgs {
 		have[m.ID] = true
+	}
+	if p.user != nil {
+		// The request brings the queued message itself (sent again without enqueue): it is stored once, as the
+		// request's, and its entry is only taken.
+		have[p.user.ID] = true
 	}
 	var users, steers []take
 	tookUser := false

@@ -524,6 +524,22 @@ func TestEnqueue(t *testing.T) {
 				t.Fatalf("messages: %s", texts(v.Messages))
 			}
 		})
+		t.Run(kind+"/a queued message sent again without enqueue is stored once", func(t *testing.T) {
+			t.Parallel()
+			h := startHITL(t, store)
+			h.send("th", "u0", "hello")
+			// Queued while a run held the thread; the pass after it had not run yet when the client re-sent it.
+			q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
+				Message: agent.Message{ID: "q1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"again"}`)}}}
+			if _, _, err := h.stack.Store.Enqueue(context.Background(), q, 0); err != nil {
+				t.Fatal(err)
+			}
+			h.send("th", "q1", "again")
+			v := h.settled("th")
+			if len(v.Messages) != 4 || v.Messages[2].ID != "q1" || v.Messages[3].Text() != "You said: again" {
+				t.Fatalf("messages: %s", texts(v.Messages))
+			}
+		})
 		t.Run(kind+"/a queued message does not wait behind a question", func(t *testing.T) {
 			t.Parallel()
 			g := newGate()
