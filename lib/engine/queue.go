@@ -54,23 +54,27 @@ type take struct {
 // planTakes decides which queued entries the turn takes and where they go, and adds them to the history. It
 // returns whether the turn has anything to answer from the queue.
 func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMessage, kind TurnKind) bool {
-	have := make(map[string]bool, len(msgs)+1)
+	have := make(map[string]bool, len(msgs))
 	for _, m := range msgs {
 		have[m.ID] = true
 	}
-	if p.user != nil {
-		// The request brings the queued message itself (sent again without enqueue): it is stored once, as the
-		// request's, and its entry is only taken.
-		have[p.user.ID] = true
-	}
+	// users holds the queued user messages in queue order; the request's own message goes after them, unless it
+	// is itself queued (sent with enqueue, then again without): then it is stored once, as the request's, in its
+	// place in the queue's order, and its entry is only taken.
 	var users, steers []take
+	own := -1 // the request's place among users, when its message is queued
 	tookUser := false
 	for _, e := range q {
-		if have[e.Message.ID] {
+		switch {
+		case have[e.Message.ID]:
 			p.takes = append(p.takes, take{entry: e, present: true})
 			continue
-		}
-		if len(users)+len(steers) >= maxTake {
+		case p.user != nil && e.Message.ID == p.user.ID:
+			p.takes = append(p.takes, take{entry: e, present: true})
+			own = len(users)
+			users = append(users, take{present: true})
+			continue
+		case len(users)+len(steers) >= maxTake:
 			continue
 		}
 		switch {
@@ -80,27 +84,39 @@ func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMess
 			users, tookUser = append(users, take{entry: e}), true
 		}
 	}
+	if p.user != nil && own < 0 {
+		own = len(users)
+		users = append(users, take{present: true})
+	}
 	seq := t.run.FirstSeq
 	var before, after []agent.Message
 	for i := range users {
 		users[i].seq, seq = seq, seq+1
-		before = append(before, users[i].entry.Message)
-	}
-	if p.user != nil {
-		p.userSeq, seq = seq, seq+1
+		if i == own {
+			p.userSeq = users[i].seq
+			before = append(before, *p.user)
+		} else {
+			before = append(before, users[i].entry.Message)
+		}
 	}
 	for i := range steers {
 		steers[i].seq, seq = seq, seq+1
 		after = append(after, steers[i].entry.Message)
 	}
+	history := p.history
 	if p.user != nil {
-		last := len(p.history) - 1
-		p.history = slices.Concat(p.history[:last], before, p.history[last:], after)
-	} else {
-		p.history = slices.Concat(p.history, before, after)
+		history = history[:len(history)-1] // the request's message, placed again in before
 	}
-	p.takes = slices.Concat(p.takes, users, steers)
-	return len(users)+len(steers) > 0
+	p.history = slices.Concat(history, before, after)
+	added := len(steers)
+	for _, u := range users {
+		if !u.present {
+			p.takes = append(p.takes, u)
+			added++
+		}
+	}
+	p.takes = append(p.takes, steers...)
+	return added > 0
 }
 
 // writeTakes stores the taken messages (fenced, finalized, at the claim's reserved positions), then marks their

@@ -529,14 +529,17 @@ func TestEnqueue(t *testing.T) {
 			h := startHITL(t, store)
 			h.send("th", "u0", "hello")
 			// Queued while a run held the thread; the pass after it had not run yet when the client re-sent it.
-			q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
-				Message: agent.Message{ID: "q1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"again"}`)}}}
-			if _, _, err := h.stack.Store.Enqueue(context.Background(), q, 0); err != nil {
-				t.Fatal(err)
+			for _, id := range []string{"q1", "q2"} {
+				q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
+					Message: agent.Message{ID: id, Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"` + id + `"}`)}}}
+				if _, _, err := h.stack.Store.Enqueue(context.Background(), q, 0); err != nil {
+					t.Fatal(err)
+				}
 			}
-			h.send("th", "q1", "again")
+			h.send("th", "q1", "q1")
+			// q1 once, in its queue place (before q2, which was accepted after it); one reply for both.
 			v := h.settled("th")
-			if len(v.Messages) != 4 || v.Messages[2].ID != "q1" || v.Messages[3].Text() != "You said: again" {
+			if len(v.Messages) != 5 || v.Messages[2].ID != "q1" || v.Messages[3].ID != "q2" || v.Messages[4].Role != agent.RoleAssistant {
 				t.Fatalf("messages: %s", texts(v.Messages))
 			}
 		})
