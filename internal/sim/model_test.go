@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/tools"
 )
 
@@ -33,7 +35,7 @@ type callScript struct {
 // tools that need approval end the run interrupted instead; an approved call runs in the run that continues).
 func (c callScript) executes() bool {
 	switch c.tool {
-	case "sim_effect", "add_note", "list_notes":
+	case "sim_effect", "add_note", "list_notes", "research":
 		return true
 	}
 	return false
@@ -62,8 +64,10 @@ func asks(r *rand.Rand) []callScript {
 func callID(proc, step, i int) string { return fmt.Sprintf("call_%d_%d_%d", proc, step, i) }
 
 // newScript draws a model reply: up to four steps, the last without tool calls (or, a third of the time, with a
-// client tool or a tool that needs approval, which interrupts the run).
-func newScript(r *rand.Rand, maxSteps int) []stepScript {
+// client tool or a tool that needs approval, which interrupts the run). With research set (jobs mode), a step
+// that calls tools may also dispatch a research job, with the input research draws (false: the schedule's budget
+// of jobs is spent).
+func newScript(r *rand.Rand, maxSteps int, research func(*rand.Rand) (string, bool)) []stepScript {
 	n := 1 + r.IntN(3)
 	if r.IntN(8) == 0 {
 		n = maxSteps + 1 // runs into the step limit
@@ -76,6 +80,11 @@ func newScript(r *rand.Rand, maxSteps int) []stepScript {
 		}
 		last := i == n-1
 		if !last {
+			if research != nil && r.IntN(3) == 0 {
+				if args, ok := research(r); ok {
+					st.calls = append(st.calls, callScript{"research", args})
+				}
+			}
 			for range 1 + r.IntN(2) {
 				switch r.IntN(6) {
 				case 0, 1, 2:
@@ -103,6 +112,23 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	p := procOf(ctx)
 	if p == nil {
 		return agent.ModelResult{}, errors.New("sim: model called outside a process")
+	}
+	if p.delivers {
+		p.w.mu.Lock()
+		first := p.step == 0
+		if first {
+			p.expectUW = true
+		}
+		p.w.mu.Unlock()
+		if first {
+			// A delivery pass's turn always stores what it takes (Turn.apply), beside this first request; wait
+			// until that goroutine is at the store's door (the sim holds no *engine.Turn here: see proc.uwGID).
+			select {
+			case <-p.uwArrived:
+			case <-time.After(30 * time.Second):
+				p.w.violate("sim", "%s: the delivery turn's write of what it takes never came", p.name)
+			}
+		}
 	}
 	if err := validTranscript(req.Messages); err != nil {
 		p.w.violate("valid-transcript", "%s: model request: %v", p.name, err)
@@ -269,8 +295,11 @@ func simEffectNS(owner string) string { return "simfx/" + owner }
 func (w *world) toolset(p *proc) []agent.Tool {
 	ts := tools.Demo(p.store, w.clock)
 	ts = append(ts, w.effectTool(p, "sim_effect", agent.ApprovalNever), w.effectTool(p, "sim_approve", agent.ApprovalAlways))
+	if w.jobsOn {
+		ts = append(ts, jobs.Dispatcher{Store: p.store, Jobs: w.jobs, Clock: w.clock, Contract: w.contract}.Tools(w.kinds)...)
+	}
 	for i := range ts {
-		if ts[i].Execute == nil || ts[i].Kind != agent.ToolServer {
+		if ts[i].Execute == nil || (ts[i].Kind != agent.ToolServer && ts[i].Kind != agent.ToolJob) {
 			continue
 		}
 		exec := ts[i].Execute

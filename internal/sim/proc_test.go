@@ -1,13 +1,18 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/threads"
 )
@@ -29,6 +34,9 @@ type proc struct {
 	eng    *engine.Engine
 	reaper *reaper.Reaper
 	svc    *threads.Service
+	tasks  *jobs.Tasks // the job tasks (jobs mode)
+	// delivers: the process runs a delivery task (jobs.Tasks.Deliver), whose turn the sim never holds.
+	delivers bool
 	store  *procStore
 	script []stepScript // the model's replies, step by step (post and regenerate processes)
 
@@ -85,6 +93,11 @@ type proc struct {
 	inDoubt      bool // the sim expects the guard to stop the run as in doubt
 	result       *agent.Run
 	beginErr     error
+	enqueued     *agent.QueuedMessage // what this process's last Enqueue stored (or found)
+	freshID      bool                 // the process posts a message id never posted before
+	// uwGID is the user-message goroutine's id, for a turn the sim gets no *engine.Turn of (a delivery pass runs
+	// BeginQueued and Stream inside jobs.Tasks.Drain): its end is then seen as the goroutine's end (uwOver).
+	uwGID string
 }
 
 func (w *world) newProc(name string, crashable bool) *proc {
@@ -107,9 +120,22 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	}
 	p.store = &procStore{Store: w.base, p: p}
 	tools := w.toolset(p)
-	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: tools, Clock: w.clock}, reaper.Config{StaleAfter: w.ecfg.StaleAfter})
-	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: w.clock, IDs: w.ids, Signer: w.signer}, w.ecfg)
+	// Outside jobs mode the engine and the reaper get no Jobs port: they then make no job or queue calls, and a
+	// schedule drawn before jobs existed replays as it did.
+	var js agent.Jobs
+	if w.jobsOn {
+		js = w.jobs
+	}
+	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: tools, Jobs: js, Clock: w.clock},
+		reaper.Config{StaleAfter: w.ecfg.StaleAfter, DeliveryGrace: w.contract.DeliveryGrace})
+	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: w.clock, IDs: w.ids, Signer: w.signer, Jobs: js}, w.ecfg)
 	p.svc = threads.New(threads.Deps{Store: p.store, Reaper: p.reaper, Clock: w.clock}, threads.Config{StaleAfter: w.ecfg.StaleAfter})
+	if w.jobsOn {
+		// One delivery turn per pass (DrainTurns 1): a process runs at most one run; the pass hands the rest to a
+		// new pass (a recorded wake), as Drain does at its bound.
+		p.tasks = jobs.NewTasks(jobs.Deps{Store: p.store, Model: subagentModel{}, Kinds: w.kinds, Engine: p.eng, Jobs: js, Clock: w.clock},
+			jobs.Config{Contract: w.contract, DrainTurns: 1})
+	}
 	w.procs = append(w.procs, p)
 	if p.crashAt > 0 || p.faultRate > 0 {
 		w.tracef("  %s: crashAt=%d after=%v faultRate=%.2f", p.name, p.crashAt, p.crashAfter, p.faultRate)
@@ -178,6 +204,9 @@ func (p *proc) parkUserWrite() bool {
 	p.uwPending = true
 	first := !p.uwSeen
 	p.uwSeen = true
+	if first && p.delivers {
+		p.uwGID = goroutineID()
+	}
 	w.mu.Unlock()
 	if first {
 		close(p.uwArrived) // the scheduler is still inside the main goroutine's advance: no report
@@ -288,9 +317,67 @@ func userWriteOf(t *engine.Turn) reflect.Value {
 // uwOver reports whether the user-message goroutine has sent its result (and so makes no more store calls).
 func (p *proc) uwOver() bool {
 	p.w.mu.Lock()
-	ch := p.uwChan
+	ch, gid := p.uwChan, p.uwGID
 	p.w.mu.Unlock()
+	if gid != "" {
+		return !goroutineExists(gid)
+	}
 	return ch.IsValid() && !ch.IsNil() && ch.Len() > 0
+}
+
+// uwOverCostly: uwOver reads every goroutine's stack (a delivery pass's turn): the sim asks it less often.
+func (p *proc) uwOverCostly() bool {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	return p.uwGID != ""
+}
+
+// goroutineID is the calling goroutine's id.
+func goroutineID() string {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:n]), "goroutine "), " ")
+	return id
+}
+
+// goroutineExists reports whether a goroutine with this id is still there (it reads every goroutine's stack:
+// the sim asks it only for a user-message goroutine of a delivery pass, once that has gone quiet).
+func goroutineExists(id string) bool {
+	stacks.mu.Lock()
+	defer stacks.mu.Unlock()
+	if stacks.buf == nil {
+		stacks.buf = make([]byte, 1<<20)
+	}
+	var n int
+	for {
+		if n = runtime.Stack(stacks.buf, true); n < len(stacks.buf) {
+			break
+		}
+		stacks.buf = make([]byte, 2*len(stacks.buf))
+	}
+	all, head := stacks.buf[:n], []byte("goroutine "+id+" [")
+	return bytes.HasPrefix(all, head) || bytes.Contains(all, append([]byte("\n\n"), head...))
+}
+
+// stacks is goroutineExists's buffer (every goroutine's stack), shared by the schedules that run in parallel.
+var stacks struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+// streaming reports whether a call of the process's run is made by its run loop (Turn.Stream), where its own
+// writes may be held in flight: the Stream phase, or a delivery pass's turn once it asked the model (and not
+// from the goroutine that stores what the turn takes).
+func (p *proc) streaming(ctx context.Context, kind callKind) bool {
+	switch phaseOf(ctx) {
+	case phaseStream:
+		return true
+	case phaseDeliver:
+		p.w.mu.Lock()
+		defer p.w.mu.Unlock()
+		return p.runCtx != nil && kind != callUserWrite
+	}
+	return false
 }
 
 func (p *proc) ownRun() string {

@@ -30,7 +30,9 @@ package sim
 //	SIM_DURATION=1h go test ./internal/sim -run TestSimulation -timeout 0           # soak (make soak)
 //	go test ./internal/sim -run TestSimulation -args -gaps                          # the known bugs' windows too
 //
-// SIM_SCHEDULES, SIM_SEED, SIM_STORE and SIM_GAPS=1 are the flags' env forms.
+//	go test ./internal/sim -run TestSimulation -args -jobs=false                    # no schedule in jobs mode
+//
+// SIM_SCHEDULES, SIM_SEED, SIM_STORE, SIM_GAPS=1 and SIM_JOBS=0 are the flags' env forms.
 
 import (
 	"context"
@@ -62,6 +64,7 @@ var (
 	flagStore     = flag.String("store", envString("SIM_STORE", "all"), "sqlite, dynamo or all")
 	flagGaps      = flag.Bool("gaps", os.Getenv("SIM_GAPS") == "1", "also explore the windows the engine is known not to close (see the report)")
 	flagTrace     = flag.Bool("trace", false, "print every schedule's trace")
+	flagJobs      = flag.Bool("jobs", os.Getenv("SIM_JOBS") != "0", "half of the schedules dispatch jobs and queue messages (jobs_test.go); -jobs=false: none")
 )
 
 func envUint(k string, def uint64) uint64 {
@@ -158,6 +161,7 @@ func runSchedule(seed uint64, storeName string, base agent.Store, gaps bool) out
 	}
 	w.release() // dead processes' goroutines now return errDead and end (they never reach the store)
 	w.closeInterrupts(context.Background())
+	w.closeJobs(context.Background())
 	o := outcome{seed: seed, store: storeName, simErr: err, stats: w.stats, refused: w.refused}
 	w.mu.Lock()
 	o.violations = slices.Clone(w.violates)
@@ -232,6 +236,7 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	faultsBy := map[string]int{}
 	var count, refused, faults, crashes, accepted, asked, answers, listed atomic.Int64
 	resolved := map[agent.InterruptStatus]int{}
+	var js jobStats
 	var wg sync.WaitGroup
 	for i := range workers {
 		base := open(t, i)
@@ -264,6 +269,7 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 				for st, n := range o.stats.resolved {
 					resolved[st] += n
 				}
+				js.add(o.stats.jobs)
 				mu.Unlock()
 				if o.failed() {
 					mu.Lock()
@@ -284,6 +290,13 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	}
 	t.Logf("%s: %d interrupts asked, %d answering requests, %d still waiting at the end; resolutions: %s", storeName, asked.Load(),
 		answers.Load(), listed.Load(), strings.Join(rs, " "))
+	var ws []string
+	for _, k := range slices.Sorted(maps.Keys(js.wakes)) {
+		ws = append(ws, fmt.Sprintf("%s=%d", k, js.wakes[k]))
+	}
+	t.Logf("%s: jobs mode in %d schedules: %d jobs dispatched, %d executions started (%d lost), %d sub-agent tasks, %d delivery tasks, "+
+		"delivery passes asked by %s; %d steers stored; %d messages queued (202), %d of them stored", storeName, js.schedules, js.dispatched,
+		js.starts, js.lost, js.subagents, js.deliveries, strings.Join(ws, " "), js.steers, js.enqueued, js.queuedStored)
 	methods := slices.Sorted(maps.Keys(faultsBy))
 	var fb []string
 	for _, m := range methods {

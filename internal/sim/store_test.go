@@ -36,6 +36,10 @@ const (
 	phaseOp     phase = iota // a threads-service or reaper call
 	phaseBegin               // engine.Begin, and the user-message write it starts
 	phaseStream              // Turn.Stream: the run loop, its guard, its segmenter, its tools
+	// phaseDeliver is a job task (jobs.Tasks.Deliver): its delivery pass runs BeginQueued and Stream under one
+	// context, so what the other phases tell apart by the context is told apart by the goroutine and by whether
+	// the run asked the model yet (proc.streaming).
+	phaseDeliver
 )
 
 type ctxKey struct{}
@@ -109,7 +113,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	if p.isDead() {
 		return p.parkDead()
 	}
-	if kind == callPlain && phaseOf(ctx) == phaseBegin && goroutineEntry() == entryUserWrite {
+	if ph := phaseOf(ctx); kind == callPlain && (ph == phaseBegin || ph == phaseDeliver) && goroutineEntry() == entryUserWrite {
 		kind = callUserWrite
 	}
 	switch kind {
@@ -126,7 +130,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	}
 	// A run's own writes in the Stream phase may be held: its fenced ones, and its interrupts (insert-if-absent,
 	// not fenced: one that lands late names a message its run never finalized as asking, so readers never list it).
-	if (own != nil || method == "CreateInterrupt") && phaseOf(ctx) == phaseStream && p.delayed(method, final) {
+	if (own != nil || method == "CreateInterrupt") && p.streaming(ctx, kind) && p.delayed(method, final) {
 		// The request is in flight (its arguments, its timestamp, the run's in-doubt check are all behind it)
 		// and the scheduler may let time pass, reap the run and start others before it arrives: the store's
 		// fences alone must then keep it from taking effect (DESIGN principle 8).
@@ -210,8 +214,13 @@ func (s *procStore) CreateThread(ctx context.Context, t agent.Thread) (th agent.
 
 func (s *procStore) GetThread(ctx context.Context, id string) (th agent.Thread, err error) {
 	kind := callPlain
-	if phaseOf(ctx) == phaseStream {
+	switch phaseOf(ctx) {
+	case phaseStream:
 		kind = callPoll // the run loop itself never reads the thread; only the guard does
+	case phaseDeliver:
+		if goroutineEntry() == entryGuard {
+			kind = callPoll
+		}
 	}
 	err = s.call(ctx, "GetThread", false, kind, nil, id, func() error {
 		var e error
@@ -253,7 +262,7 @@ func (s *procStore) DeleteThread(ctx context.Context, id string) error {
 
 func (s *procStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res agent.ClaimResult, err error) {
 	kind := callPlain
-	if phaseOf(ctx) == phaseBegin {
+	if ph := phaseOf(ctx); ph == phaseBegin || ph == phaseDeliver {
 		kind = callClaim
 	}
 	detail := func() string { return fmt.Sprintf("%s run=%s -> epoch %d", req.ThreadID, req.RunID, res.Run.Epoch) }
@@ -376,8 +385,16 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 	s.p.w.mu.Lock()
 	s.p.noopWrite = perr == nil && samePutMessage(prev.Message, mw.Message)
 	s.p.w.mu.Unlock()
+	var before *steerBefore
+	if strings.HasPrefix(mw.Message.ID, "steer_") {
+		before = s.p.w.beforeSteer(mw)
+	}
 	return s.callD(ctx, "PutMessage", true, mw.Final, callPlain, s.ownFence(ctx, mw.Fence), mw.ThreadID, detail, func() error {
-		return s.Store.PutMessage(ctx, mw)
+		err := s.Store.PutMessage(ctx, mw)
+		if err == nil && before != nil {
+			s.p.w.steerStored(s.p, mw, before)
+		}
+		return err
 	})
 }
 
@@ -461,7 +478,7 @@ func (s *procStore) ListInterrupts(ctx context.Context, threadID string) (ins []
 
 func (s *procStore) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (got agent.Interrupt, err error) {
 	detail := func() string { return fmt.Sprintf("%s/%s -> %s", req.ThreadID, req.ID, req.Status) }
-	closing := phaseOf(ctx) == phaseBegin && goroutineEntry() == entryUserWrite
+	closing := (phaseOf(ctx) == phaseBegin || phaseOf(ctx) == phaseDeliver) && goroutineEntry() == entryUserWrite
 	err = s.callD(ctx, "ResolveInterrupt", true, false, callPlain, nil, req.ThreadID, detail, func() error {
 		var e error
 		got, e = s.Store.ResolveInterrupt(ctx, req)

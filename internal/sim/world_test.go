@@ -14,6 +14,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/interrupts"
+	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/threads"
 )
 
@@ -109,6 +110,14 @@ type world struct {
 	closedBy  map[string]string
 	regenLeft map[string]bool
 	stats     stats
+
+	// Jobs mode (jobs_test.go): the schedule dispatches jobs and queues messages.
+	jobsOn       bool
+	contract     agent.JobContract
+	kinds        jobs.Registry
+	jobs         *simJobs
+	execs        []*execution // what the Jobs port recorded, in order
+	researchLeft int
 }
 
 // simThread is what the sim knows of one thread of the schedule.
@@ -120,6 +129,7 @@ type simThread struct {
 	accepted []acceptedMsg
 	dropped  map[string]int // message id → the event of the edit that last dropped it
 	answers  []answerReq    // the answers sent so far (a client may send one again)
+	enqueued []queuedMsg    // the messages posts queued (202)
 }
 
 type postedMsg struct {
@@ -145,6 +155,7 @@ type stats struct {
 	interrupts             int // interrupts stored after the quiesce
 	listed                 int // of those, the ones readers list as waiting
 	resolved               map[agent.InterruptStatus]int
+	jobs                   jobStats
 }
 
 // over reports whether the schedule is over: dead processes' goroutines, let go, may still run a little (their
@@ -390,7 +401,11 @@ func (w *world) uwPending(p *proc) bool {
 func (w *world) advanceUW(p *proc) error {
 	p.uwResume <- struct{}{}
 	deadline := time.Now().Add(30 * time.Second)
-	nap := 20 * time.Microsecond
+	nap, most := 20*time.Microsecond, time.Millisecond
+	costly := p.uwOverCostly()
+	if costly {
+		nap, most = 200*time.Microsecond, 5*time.Millisecond
+	}
 	for spins := 0; ; spins++ {
 		select {
 		case r := <-w.reports:
@@ -405,7 +420,7 @@ func (w *world) advanceUW(p *proc) error {
 			return nil
 		default:
 		}
-		if p.uwOver() {
+		if (!costly || spins >= 200) && p.uwOver() {
 			w.mu.Lock()
 			p.uwDone = true
 			w.mu.Unlock()
@@ -419,7 +434,7 @@ func (w *world) advanceUW(p *proc) error {
 			continue
 		}
 		time.Sleep(nap) // an engine retry's backoff (20 ms and up)
-		nap = min(2*nap, time.Millisecond)
+		nap = min(2*nap, most)
 	}
 }
 
