@@ -37,8 +37,8 @@ type proc struct {
 	tasks  *jobs.Tasks // the job tasks (jobs mode)
 	// delivers: the process runs a delivery task (jobs.Tasks.Deliver), whose turn the sim never holds.
 	delivers bool
-	store  *procStore
-	script []stepScript // the model's replies, step by step (post and regenerate processes)
+	store    *procStore
+	script   []stepScript // the model's replies, step by step (post and regenerate processes)
 
 	resume    chan struct{} // grants the main goroutine (parked in the model or in a claim retry)
 	uwResume  chan struct{} // grants the user-message write

@@ -30,7 +30,9 @@ const (
 // JobStore.
 
 func (s *procStore) CreateJob(ctx context.Context, j agent.Job) (got agent.Job, created bool, err error) {
-	detail := func() string { return fmt.Sprintf("%s/%s call=%s -> created=%v", j.ThreadID, j.ID, j.ToolCallID, created) }
+	detail := func() string {
+		return fmt.Sprintf("%s/%s call=%s -> created=%v", j.ThreadID, j.ID, j.ToolCallID, created)
+	}
 	err = s.callD(ctx, "CreateJob", true, false, callPlain, nil, j.ThreadID, detail, func() error {
 		var e error
 		got, created, e = s.Store.CreateJob(ctx, j)
