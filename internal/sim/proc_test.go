@@ -228,8 +228,8 @@ func (p *proc) parkUserWrite() bool {
 //
 // Unless the sim explores the known gaps (-gaps), one window gets no crash and no transient fault because it hits
 // a bug the sim found (see knownBugs): the rest of a reap, after its release of the claim, of a continuation that
-// died before it wrote its message (a crash there moves to the first call after the reap); and that release's
-// answer is never lost.
+// died before it wrote its message (a crash there, or right after that release, moves to the first call after the
+// reap); and that release's answer is never lost.
 func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost bool) {
 	w := p.w
 	w.mu.Lock()
@@ -248,6 +248,9 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 		return n, false, false, false, false
 	}
 	releasing := method == "ReleaseClaim" && p.releasing && !w.gaps
+	if releasing && p.crashAt == n && p.crashAfter {
+		p.crashAt++ // a crash right after that release is the same window: it moves on too
+	}
 	if p.crashAt == n {
 		return n, true, p.crashAfter, false, false
 	}

@@ -303,7 +303,12 @@ func (w *world) postMT(th *simThread, enqueue bool) error {
 		if w.rng.IntN(4) == 0 {
 			editID = m.id
 		}
-	} else {
+		// A message id sent with enqueue may be queued: a submit of it stores it twice (knownBugs), which the
+		// default schedules steer clear of.
+		dup = w.gaps || !th.sentQueued[m.id]
+	}
+	if !dup {
+		editID = ""
 		th.msgs++
 		m = postedMsg{id: fmt.Sprintf("%s-m%d", th.id, th.msgs), text: fmt.Sprintf("hello %d", w.rng.IntN(1000))}
 		th.posted = append(th.posted, m)
@@ -316,6 +321,12 @@ func (w *world) postMT(th *simThread, enqueue bool) error {
 	}
 	if enqueue {
 		mt = engine.MultitaskEnqueue
+	}
+	if mt == engine.MultitaskEnqueue {
+		if th.sentQueued == nil {
+			th.sentQueued = map[string]bool{}
+		}
+		th.sentQueued[m.id] = true
 	}
 	req := engine.Request{Owner: w.owner, ThreadID: th.id, Kind: engine.TurnSubmit, Multitask: mt, MessageID: editID,
 		Message: &agent.Message{ID: m.id, Role: agent.RoleUser, Parts: []json.RawMessage{textPart(m.text)}}}
