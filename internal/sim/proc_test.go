@@ -90,6 +90,9 @@ type proc struct {
 	loopEnded    bool // the run loop is over (its guard stopped): a final write, FinishRun or DeleteMessage came
 	inReap       bool // the process released the claim of a continuation without a draft and has not finished that reap
 	releasing    bool // the ReleaseClaim being made is of such a continuation
+	// finishing: the FinishRun being made is a reap's outcome of a run that wrote no message; inFinish: the process
+	// made such a write and has not finished that reap (see knownBugs).
+	finishing, inFinish bool
 	inDoubt      bool // the sim expects the guard to stop the run as in doubt
 	result       *agent.Run
 	beginErr     error
@@ -226,10 +229,11 @@ func (p *proc) parkUserWrite() bool {
 
 // nextCall counts a store call and draws its fate.
 //
-// Unless the sim explores the known gaps (-gaps), one window gets no crash and no transient fault because it hits
-// a bug the sim found (see knownBugs): the rest of a reap, after its release of the claim, of a continuation that
-// died before it wrote its message (a crash there, or right after that release, moves to the first call after the
-// reap); and that release's answer is never lost.
+// Unless the sim explores the known gaps (-gaps), two windows of a reap hit bugs the sim found (see knownBugs): the
+// rest of a reap, after its release of the claim, of a continuation that died before it wrote its message, gets no
+// crash and no transient fault, and that release's answer is never lost; the rest of a reap, after it recorded the
+// outcome, of a run that wrote no message, gets no crash. A crash there, or right after that release or outcome,
+// moves to the first call after the reap.
 func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost bool) {
 	w := p.w
 	w.mu.Lock()
@@ -239,7 +243,10 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	r1, r2 := p.rng.Float64(), p.rng.Float64()
 	switch method {
 	case "GetRun", "ClaimRun", "ListStaleClaims", "ListExpiredInterrupts", "DeleteThread", "RequestCancel":
-		p.inReap = false // the reap that released a claim is over: its process moved on
+		p.inReap, p.inFinish = false, false // the reap that released a claim is over: its process moved on
+	}
+	if p.inFinish && !w.gaps && p.crashAt == n {
+		p.crashAt++ // transient faults pass (the reaper retries them), a crash waits for the reap's end
 	}
 	if p.inReap && !w.gaps {
 		if p.crashAt == n {
@@ -248,8 +255,8 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 		return n, false, false, false, false
 	}
 	releasing := method == "ReleaseClaim" && p.releasing && !w.gaps
-	if releasing && p.crashAt == n && p.crashAfter {
-		p.crashAt++ // a crash right after that release is the same window: it moves on too
+	if (releasing || method == "FinishRun" && p.finishing && !w.gaps) && p.crashAt == n && p.crashAfter {
+		p.crashAt++ // a crash right after that write is the same window: it moves on too
 	}
 	if p.crashAt == n {
 		return n, true, p.crashAfter, false, false

@@ -303,8 +303,20 @@ func (s *procStore) RequestCancel(ctx context.Context, threadID, runID string, n
 
 func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
 	detail := func() string { return fmt.Sprintf("%s %s@%d %s", run.ThreadID, run.ID, run.Epoch, run.Status) }
+	// A reap's outcome (code stale) of a run that wrote no message: until the reap writes that message, a reap that
+	// stops is never finished (see knownBugs).
+	unwritten := run.Error != nil && run.Error.Code == agent.CodeStale && s.p.w.noMessage(run)
+	s.p.w.mu.Lock()
+	s.p.finishing = unwritten
+	s.p.w.mu.Unlock()
 	return s.callD(ctx, "FinishRun", true, false, callPlain, s.ownFence(ctx, run.Fence()), run.ThreadID, detail, func() error {
-		return s.Store.FinishRun(ctx, run)
+		err := s.Store.FinishRun(ctx, run)
+		if err == nil && unwritten {
+			s.p.w.mu.Lock()
+			s.p.inFinish = true
+			s.p.w.mu.Unlock()
+		}
+		return err
 	})
 }
 
@@ -519,7 +531,7 @@ func (s *procStore) AppendSegment(ctx context.Context, seg agent.Segment) error 
 	})
 	if seg.Final {
 		s.p.w.mu.Lock()
-		s.p.inReap = false // a reap's last write is the stream's end
+		s.p.inReap, s.p.inFinish = false, false // a reap's last write is the stream's end
 		s.p.w.mu.Unlock()
 	}
 	return err

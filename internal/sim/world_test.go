@@ -279,6 +279,12 @@ func (w *world) undraftedContinuation(threadID, runID string) bool {
 	return err == nil && rec.Message.Meta().RunID != run.ID
 }
 
+// noMessage reports whether run's assistant message is not stored (the run wrote none, and no reap wrote it).
+func (w *world) noMessage(run agent.Run) bool {
+	_, err := w.base.GetMessage(context.Background(), run.ThreadID, run.AssistantMessageID)
+	return agent.IsKind(err, agent.KindNotFound)
+}
+
 // threadOf reads the thread from the underlying store (never faulted); ok is false when it does not exist.
 func (w *world) threadOf(threadID string) (agent.Thread, bool) {
 	th, err := w.base.GetThread(context.Background(), threadID)
