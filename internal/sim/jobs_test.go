@@ -337,6 +337,11 @@ func (w *world) runExec(x *execution, clean bool) error {
 	}
 	p := w.newProc(kind, !clean)
 	p.delivers = true
+	if !clean && p.crashAt == 0 && w.rng.IntN(3) == 0 {
+		// Delivery tasks make few calls: a third of them die at one of their first ones.
+		p.crashAt, p.crashAfter = 1+w.rng.IntN(14), w.rng.IntN(2) == 0
+		w.tracef("  %s: crashAt=%d after=%v", p.name, p.crashAt, p.crashAfter)
+	}
 	if clean {
 		p.faultRate = 0
 		p.script = []stepScript{{deltas: []string{"noted "}}}

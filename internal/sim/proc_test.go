@@ -93,6 +93,7 @@ type proc struct {
 	// finishing: the FinishRun being made is a reap's outcome of a run that wrote no message; inFinish: the process
 	// made such a write and has not finished that reap (see knownBugs).
 	finishing, inFinish bool
+	claimTried          bool // a delivery pass made its first ClaimRun
 	inDoubt      bool // the sim expects the guard to stop the run as in doubt
 	result       *agent.Run
 	beginErr     error
@@ -268,6 +269,33 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	}
 	p.consecFaults[method] = 0
 	return n, false, false, false, false
+}
+
+// slow decides whether the process pauses after a call of the queue's races (jobs mode only, so that schedules
+// without jobs draw what they drew before), and lets the scheduler run others meanwhile: after a delivery pass's
+// last read before its claim (what it read of the queue and the interrupts gets old), after a delivery task's
+// read of its job (before the steer's Enqueue), and after an Enqueue (a turn may claim, or end, before the
+// enqueuer reads the thread again). The pause comes between two calls: a call is instantaneous in virtual time
+// (the engine stamps it just before), time passes between calls.
+func (p *proc) slow(ctx context.Context, method string, kind callKind) bool {
+	deliver := phaseOf(ctx) == phaseDeliver
+	if method == "ClaimRun" && deliver {
+		p.w.mu.Lock()
+		p.claimTried = true
+		p.w.mu.Unlock()
+	}
+	if !p.w.jobsOn || kind != callPlain {
+		return false
+	}
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	switch {
+	case p.dead:
+		return false
+	case method == "Enqueue", deliver && method == "GetJob", deliver && method == "ListInterrupts" && !p.claimTried:
+		return p.rng.IntN(4) == 0
+	}
+	return false
 }
 
 // delayed decides whether a run's own write is held in flight, and notes when the run loop is over.

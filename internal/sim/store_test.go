@@ -138,6 +138,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 			return p.parkDead()
 		}
 	}
+	slowAfter := p.slow(ctx, method, kind)
 	n, crash, after, fault, lost := p.nextCall(method, write, final)
 	if crash && !after {
 		w.tracef("  %s: CRASH before call %d (%s)", p.name, n, method)
@@ -174,6 +175,9 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 		return errInjected
 	}
 	p.afterCall(kind, err)
+	if slowAfter && !p.parkMain("slow") {
+		return p.parkDead()
+	}
 	if kind == callClaim && errors.Is(err, agent.ErrRunActive) {
 		// Begin found the thread busy. It parks here, after the answer, not before its next attempt: a call
 		// is instantaneous in virtual time (the engine stamps it with the clock just before), time passes
