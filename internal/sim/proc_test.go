@@ -94,6 +94,9 @@ type proc struct {
 	// made such a write and has not finished that reap (see knownBugs).
 	finishing, inFinish bool
 	claimTried          bool // a delivery pass made its first ClaimRun
+	// takingSteer: the TakeQueued being made takes a steer's entry; inTake: the process took one and has not marked
+	// its job delivered yet (see knownBugs).
+	takingSteer, inTake bool
 	inDoubt      bool // the sim expects the guard to stop the run as in doubt
 	result       *agent.Run
 	beginErr     error
@@ -234,7 +237,8 @@ func (p *proc) parkUserWrite() bool {
 // rest of a reap, after its release of the claim, of a continuation that died before it wrote its message, gets no
 // crash and no transient fault, and that release's answer is never lost; the rest of a reap, after it recorded the
 // outcome, of a run that wrote no message, gets no crash. A crash there, or right after that release or outcome,
-// moves to the first call after the reap.
+// moves to the first call after the reap. Likewise no crash comes between a turn's take of a steer's queue entry
+// and its mark of the job delivered.
 func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost bool) {
 	w := p.w
 	w.mu.Lock()
@@ -246,8 +250,12 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	case "GetRun", "ClaimRun", "ListStaleClaims", "ListExpiredInterrupts", "DeleteThread", "RequestCancel":
 		p.inReap, p.inFinish = false, false // the reap that released a claim is over: its process moved on
 	}
-	if p.inFinish && !w.gaps && p.crashAt == n {
-		p.crashAt++ // transient faults pass (the reaper retries them), a crash waits for the reap's end
+	switch method {
+	case "PutMessage", "FinishRun", "AppendSegment", "PutValue", "CreateJob", "CreateInterrupt":
+		p.inTake = false // the run's own writes come after what its turn took (a failed mark is not retried)
+	}
+	if (p.inFinish || p.inTake) && !w.gaps && p.crashAt == n {
+		p.crashAt++ // transient faults pass (they are retried), a crash waits for the window's end
 	}
 	if p.inReap && !w.gaps {
 		if p.crashAt == n {
@@ -256,7 +264,7 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 		return n, false, false, false, false
 	}
 	releasing := method == "ReleaseClaim" && p.releasing && !w.gaps
-	if (releasing || method == "FinishRun" && p.finishing && !w.gaps) && p.crashAt == n && p.crashAfter {
+	if (releasing || (method == "FinishRun" && p.finishing || method == "TakeQueued" && p.takingSteer) && !w.gaps) && p.crashAt == n && p.crashAfter {
 		p.crashAt++ // a crash right after that write is the same window: it moves on too
 	}
 	if p.crashAt == n {
