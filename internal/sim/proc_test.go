@@ -97,11 +97,11 @@ type proc struct {
 	// takingSteer: the TakeQueued being made takes a steer's entry; inTake: the process took one and has not marked
 	// its job delivered yet (see knownBugs).
 	takingSteer, inTake bool
-	inDoubt      bool // the sim expects the guard to stop the run as in doubt
-	result       *agent.Run
-	beginErr     error
-	enqueued     *agent.QueuedMessage // what this process's last Enqueue stored (or found)
-	freshID      bool                 // the process posts a message id never posted before
+	inDoubt             bool // the sim expects the guard to stop the run as in doubt
+	result              *agent.Run
+	beginErr            error
+	enqueued            *agent.QueuedMessage // what this process's last Enqueue stored (or found)
+	freshID             bool                 // the process posts a message id never posted before
 	// uwGID is the user-message goroutine's id, for a turn the sim gets no *engine.Turn of (a delivery pass runs
 	// BeginQueued and Stream inside jobs.Tasks.Drain): its end is then seen as the goroutine's end (uwOver).
 	uwGID string
