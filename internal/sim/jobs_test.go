@@ -17,9 +17,10 @@ package sim
 // time pass the delivery grace before a reaper sweep (its re-drive of due jobs, its sweep of forgotten queues).
 //
 // After the human phases a settle lets every recorded task run, with processes that neither crash nor fail, and
-// the reaper sweep, until nothing is left to run; when jobs or queue entries are still waiting then (behind a
-// question, or a lost execution), time passes beyond the interrupts' age and the executions' timeout, once more
-// and again. The invariants are in jobscheck_test.go.
+// while jobs or queue entries still wait, time pass the delivery grace before a reaper sweep, until nothing waits;
+// when a sweep finds nothing to do and something still waits (behind a question, or a lost execution), time
+// passes beyond the interrupts' age and the executions' timeout, up to three times. The invariants are in
+// jobscheck_test.go.
 
 import (
 	"context"
@@ -366,13 +367,13 @@ func (w *world) runExec(x *execution, clean bool) error {
 }
 
 // jobOp is a step of jobs mode: a recorded task runs, or time passes the delivery grace before a reaper sweep,
-// or a message is sent with multitask enqueue (to a busy thread when there is one).
+// or a message is sent with multitask enqueue to a busy thread.
 func (w *world) jobOp() error {
 	ready := w.readyExecs()
 	switch c := w.rng.IntN(100); {
-	case c < 55 && len(ready) > 0:
+	case c < 60 && len(ready) > 0:
 		return w.runExec(ready[w.rng.IntN(len(ready))], false)
-	case c < 70:
+	case c%6 == 0:
 		w.tracef("time passes the delivery grace")
 		if err := w.beforeClock(w.contract.DeliveryGrace + w.smallAdvance()); err != nil {
 			return err
@@ -385,11 +386,10 @@ func (w *world) jobOp() error {
 				busy = append(busy, th)
 			}
 		}
-		th := w.threads[w.rng.IntN(len(w.threads))]
-		if len(busy) > 0 {
-			th = busy[w.rng.IntN(len(busy))]
+		if len(busy) == 0 {
+			return nil // posts with enqueue to an idle thread are among the ops already
 		}
-		return w.postMT(th, true)
+		return w.postMT(busy[w.rng.IntN(len(busy))], true)
 	}
 }
 
@@ -418,12 +418,20 @@ func (w *world) script(p *proc) []stepScript {
 	})
 }
 
-// settle lets every recorded task run (clean) and the reaper sweep until nothing is left to run; jobs and queue
-// entries still waiting then get time: past the interrupts' age and the executions' timeout.
+// settle lets every recorded task run (clean), and while jobs or queue entries still wait, lets time pass the
+// delivery grace before a reaper sweep (which re-drives and sweeps), until nothing waits; when a sweep finds
+// nothing to do and something still waits (behind a question, or a lost execution), time passes beyond the
+// interrupts' age and the executions' timeout, up to three times.
 func (w *world) settle() error {
 	w.tracef("settle")
 	far := 0
 	for round := 0; round < 24; round++ {
+		if err := w.runReady(); err != nil {
+			return err
+		}
+		if !w.waiting() {
+			return nil
+		}
 		if err := w.advanceClock(max(w.ecfg.StaleAfter, w.contract.DeliveryGrace) + time.Second); err != nil {
 			return err
 		}
@@ -431,26 +439,10 @@ func (w *world) settle() error {
 		if err != nil {
 			return err
 		}
-		ran := 0
-		for inner := 0; inner < 40; inner++ {
-			ready := w.readyExecs()
-			if len(ready) == 0 {
-				break
-			}
-			for _, x := range ready {
-				if err := w.runExec(x, true); err != nil {
-					return err
-				}
-				ran++
-				if err := w.drain(); err != nil {
-					return err
-				}
-			}
-		}
-		if ran > 0 || st.Nominated+st.Redriven+st.Swept+st.Expired > 0 {
+		if len(w.readyExecs()) > 0 || st.Nominated+st.Redriven+st.Swept+st.Expired > 0 {
 			continue
 		}
-		if !w.waiting() || far >= 3 {
+		if far >= 3 {
 			return nil
 		}
 		far++
@@ -458,6 +450,25 @@ func (w *world) settle() error {
 		w.tracef("settle: jobs or queue entries wait; time passes %s", d)
 		if err := w.advanceClock(d); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// runReady runs every recorded task that may run, clean, each to its end, and what they record in turn.
+func (w *world) runReady() error {
+	for range 40 {
+		ready := w.readyExecs()
+		if len(ready) == 0 {
+			return nil
+		}
+		for _, x := range ready {
+			if err := w.runExec(x, true); err != nil {
+				return err
+			}
+			if err := w.drain(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
