@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/jobs"
@@ -113,23 +112,6 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if p == nil {
 		return agent.ModelResult{}, errors.New("sim: model called outside a process")
 	}
-	if p.delivers {
-		p.w.mu.Lock()
-		first := p.step == 0
-		if first {
-			p.expectUW = true
-		}
-		p.w.mu.Unlock()
-		if first {
-			// A delivery pass's turn always stores what it takes (Turn.apply), beside this first request; wait
-			// until that goroutine is at the store's door (the sim holds no *engine.Turn here: see proc.uwGID).
-			select {
-			case <-p.uwArrived:
-			case <-time.After(30 * time.Second):
-				p.w.violate("sim", "%s: the delivery turn's write of what it takes never came", p.name)
-			}
-		}
-	}
 	if err := validTranscript(req.Messages); err != nil {
 		p.w.violate("valid-transcript", "%s: model request: %v", p.name, err)
 	}
@@ -144,6 +126,7 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		sc = stepScript{deltas: []string{"done"}}
 	}
 	step := p.modelCalled(ctx, sc)
+	handoffs := !p.delivers || step > 0 // see proc.delivers
 	var events []agent.ModelEvent
 	for _, d := range sc.deltas {
 		events = append(events, agent.ModelEvent{Type: agent.EventTextDelta, Delta: d})
@@ -171,7 +154,7 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	usage := agent.Usage{InputTokens: int64(100 + step), OutputTokens: int64(len(events)), TotalTokens: int64(100 + step + len(events))}
 	for i, ev := range events {
 		// A handoff every other event keeps schedules short while leaving room between any two.
-		if i%2 == 0 {
+		if i%2 == 0 && handoffs {
 			if !p.parkModel(false) {
 				return agent.ModelResult{}, errDead
 			}
@@ -186,7 +169,7 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	// The step's last handoff: after it the engine waits for the user-message write (before it runs tools,
 	// writes a draft or finishes), so the scheduler lets that write through first, as for the end of the loop.
 	_ = endsLoop
-	if !p.parkModel(true) {
+	if handoffs && !p.parkModel(true) {
 		return agent.ModelResult{}, errDead
 	}
 	// Half the time a reply that was complete when the run was stopped is returned anyway (its last bytes were

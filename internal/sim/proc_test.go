@@ -1,13 +1,9 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"math/rand/v2"
 	"reflect"
-	"runtime"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -35,7 +31,11 @@ type proc struct {
 	reaper *reaper.Reaper
 	svc    *threads.Service
 	tasks  *jobs.Tasks // the job tasks (jobs mode)
-	// delivers: the process runs a delivery task (jobs.Tasks.Deliver), whose turn the sim never holds.
+	// delivers: the process runs a delivery task (jobs.Tasks.Deliver). The sim never holds its turn (Drain runs
+	// BeginQueued and Stream), so it cannot tell when the turn's user-message goroutine is over: that goroutine's
+	// calls are not parked, and the turn's first model step makes no handoff. Until the goroutine is over the
+	// run makes no store call of its own (every one of them waits for it: Turn.awaitUser), so its calls come in
+	// program order, and the process's next handoff comes after them.
 	delivers bool
 	store    *procStore
 	script   []stepScript // the model's replies, step by step (post and regenerate processes)
@@ -102,9 +102,6 @@ type proc struct {
 	beginErr            error
 	enqueued            *agent.QueuedMessage // what this process's last Enqueue stored (or found)
 	freshID             bool                 // the process posts a message id never posted before
-	// uwGID is the user-message goroutine's id, for a turn the sim gets no *engine.Turn of (a delivery pass runs
-	// BeginQueued and Stream inside jobs.Tasks.Drain): its end is then seen as the goroutine's end (uwOver).
-	uwGID string
 }
 
 func (w *world) newProc(name string, crashable bool) *proc {
@@ -211,9 +208,6 @@ func (p *proc) parkUserWrite() bool {
 	p.uwPending = true
 	first := !p.uwSeen
 	p.uwSeen = true
-	if first && p.delivers {
-		p.uwGID = goroutineID()
-	}
 	w.mu.Unlock()
 	if first {
 		close(p.uwArrived) // the scheduler is still inside the main goroutine's advance: no report
@@ -363,52 +357,9 @@ func userWriteOf(t *engine.Turn) reflect.Value {
 // uwOver reports whether the user-message goroutine has sent its result (and so makes no more store calls).
 func (p *proc) uwOver() bool {
 	p.w.mu.Lock()
-	ch, gid := p.uwChan, p.uwGID
+	ch := p.uwChan
 	p.w.mu.Unlock()
-	if gid != "" {
-		return !goroutineExists(gid)
-	}
 	return ch.IsValid() && !ch.IsNil() && ch.Len() > 0
-}
-
-// uwOverCostly: uwOver reads every goroutine's stack (a delivery pass's turn): the sim asks it less often.
-func (p *proc) uwOverCostly() bool {
-	p.w.mu.Lock()
-	defer p.w.mu.Unlock()
-	return p.uwGID != ""
-}
-
-// goroutineID is the calling goroutine's id.
-func goroutineID() string {
-	var buf [64]byte
-	n := runtime.Stack(buf[:], false)
-	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:n]), "goroutine "), " ")
-	return id
-}
-
-// goroutineExists reports whether a goroutine with this id is still there (it reads every goroutine's stack:
-// the sim asks it only for a user-message goroutine of a delivery pass, once that has gone quiet).
-func goroutineExists(id string) bool {
-	stacks.mu.Lock()
-	defer stacks.mu.Unlock()
-	if stacks.buf == nil {
-		stacks.buf = make([]byte, 1<<20)
-	}
-	var n int
-	for {
-		if n = runtime.Stack(stacks.buf, true); n < len(stacks.buf) {
-			break
-		}
-		stacks.buf = make([]byte, 2*len(stacks.buf))
-	}
-	all, head := stacks.buf[:n], []byte("goroutine "+id+" [")
-	return bytes.HasPrefix(all, head) || bytes.Contains(all, append([]byte("\n\n"), head...))
-}
-
-// stacks is goroutineExists's buffer (every goroutine's stack), shared by the schedules that run in parallel.
-var stacks struct {
-	mu  sync.Mutex
-	buf []byte
 }
 
 // streaming reports whether a call of the process's run is made by its run loop (Turn.Stream), where its own

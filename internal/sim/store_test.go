@@ -124,7 +124,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 			return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: guard tick not scheduled")
 		}
 	case callUserWrite:
-		if !p.parkUserWrite() {
+		if !p.delivers && !p.parkUserWrite() {
 			return p.parkDead()
 		}
 	}

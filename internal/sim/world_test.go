@@ -409,11 +409,7 @@ func (w *world) uwPending(p *proc) bool {
 func (w *world) advanceUW(p *proc) error {
 	p.uwResume <- struct{}{}
 	deadline := time.Now().Add(30 * time.Second)
-	nap, most := 20*time.Microsecond, time.Millisecond
-	costly := p.uwOverCostly()
-	if costly {
-		nap, most = 200*time.Microsecond, 5*time.Millisecond
-	}
+	nap := 20 * time.Microsecond
 	for spins := 0; ; spins++ {
 		select {
 		case r := <-w.reports:
@@ -428,7 +424,7 @@ func (w *world) advanceUW(p *proc) error {
 			return nil
 		default:
 		}
-		if (!costly || spins >= 200) && p.uwOver() {
+		if p.uwOver() {
 			w.mu.Lock()
 			p.uwDone = true
 			w.mu.Unlock()
@@ -442,7 +438,7 @@ func (w *world) advanceUW(p *proc) error {
 			continue
 		}
 		time.Sleep(nap) // an engine retry's backoff (20 ms and up)
-		nap = min(2*nap, most)
+		nap = min(2*nap, time.Millisecond)
 	}
 }
 
