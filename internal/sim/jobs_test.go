@@ -52,9 +52,9 @@ func jobsMode(seed uint64) bool {
 	return rand.New(rand.NewPCG(seed, 0x10b5)).IntN(2) == 0
 }
 
-// researchBudget bounds the research calls the model scripts of one schedule make (a delivery turn may dispatch
-// a job too, so the chain must end).
-const researchBudget = 4
+// maxJobs bounds the jobs of one schedule: once that many were created, the model's replies dispatch no more (a
+// delivery turn may dispatch a job too, so the chain must end).
+const maxJobs = 4
 
 // jobStats counts what jobs mode exercised.
 type jobStats struct {
@@ -399,10 +399,12 @@ func (w *world) script(p *proc) []stepScript {
 		return newScript(p.rng, w.ecfg.MaxSteps, nil)
 	}
 	return newScript(p.rng, w.ecfg.MaxSteps, func(r *rand.Rand) (string, bool) {
-		if w.researchLeft <= 0 {
+		w.mu.Lock()
+		spent := w.stats.jobs.dispatched >= maxJobs
+		w.mu.Unlock()
+		if spent {
 			return "", false
 		}
-		w.researchLeft--
 		n := r.IntN(1000)
 		switch r.IntN(10) {
 		case 0:

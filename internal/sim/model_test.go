@@ -79,7 +79,7 @@ func newScript(r *rand.Rand, maxSteps int, research func(*rand.Rand) (string, bo
 		}
 		last := i == n-1
 		if !last {
-			if research != nil && r.IntN(3) == 0 {
+			if research != nil && r.IntN(2) == 0 {
 				if args, ok := research(r); ok {
 					st.calls = append(st.calls, callScript{"research", args})
 				}

@@ -57,7 +57,6 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 	if w.jobsOn = jobsMode(seed); w.jobsOn {
 		w.kinds = jobs.NewRegistry(jobs.Research())
 		w.jobs = &simJobs{w: w}
-		w.researchLeft = researchBudget
 		w.stats.jobs.schedules = 1
 	}
 	return w

@@ -305,9 +305,9 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	for _, k := range slices.Sorted(maps.Keys(js.wakes)) {
 		ws = append(ws, fmt.Sprintf("%s=%d", k, js.wakes[k]))
 	}
-	t.Logf("%s: jobs mode in %d schedules: %d jobs dispatched, %d executions started (%d lost), %d sub-agent tasks, %d delivery tasks, "+
-		"delivery passes asked by %s; %d steers stored; %d messages queued (202), %d of them stored", storeName, js.schedules, js.dispatched,
-		js.starts, js.lost, js.subagents, js.deliveries, strings.Join(ws, " "), js.steers, js.enqueued, js.queuedStored)
+	t.Logf("%s: jobs mode in %d schedules: %d jobs dispatched, %d executions started, delivery passes asked by %s, %d of all those lost; "+
+		"%d sub-agent tasks, %d delivery tasks run; %d steers stored; %d messages queued (202), %d of them stored", storeName, js.schedules,
+		js.dispatched, js.starts, strings.Join(ws, " "), js.lost, js.subagents, js.deliveries, js.steers, js.enqueued, js.queuedStored)
 	methods := slices.Sorted(maps.Keys(faultsBy))
 	var fb []string
 	for _, m := range methods {

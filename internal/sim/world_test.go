@@ -112,12 +112,11 @@ type world struct {
 	stats     stats
 
 	// Jobs mode (jobs_test.go): the schedule dispatches jobs and queues messages.
-	jobsOn       bool
-	contract     agent.JobContract
-	kinds        jobs.Registry
-	jobs         *simJobs
-	execs        []*execution // what the Jobs port recorded, in order
-	researchLeft int
+	jobsOn   bool
+	contract agent.JobContract
+	kinds    jobs.Registry
+	jobs     *simJobs
+	execs    []*execution // what the Jobs port recorded, in order
 }
 
 // simThread is what the sim knows of one thread of the schedule.
