@@ -11,7 +11,8 @@ import (
 
 // check reads every thread of the schedule from the underlying store, after the quiesce, and records each
 // invariant that does not hold. (Invariant "one writer" is checked on the way, at every write: checkOwnWrite;
-// "valid transcript" at every model request: validTranscript; "retries converge" at every stream's end.)
+// "valid transcript" at every model request: validTranscript; "retries converge" at every stream's end; the
+// steer invariants at every steer write: steerStored. Jobs, steers and the queue: checkJobs, jobscheck_test.go.)
 func (w *world) check(ctx context.Context) {
 	for _, th := range w.threads {
 		w.checkThread(ctx, th)

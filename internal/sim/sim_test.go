@@ -19,6 +19,13 @@ package sim
 // drain again; time passes beyond staleAfter, a clean reaper sweeps, a client reads every thread, and the
 // invariants are checked on the underlying store (check_test.go).
 //
+// Half of the seeds (drawn from a stream of their own, so the other half draw what they drew before) also run in
+// jobs mode (jobs_test.go): the model's replies dispatch research jobs, posts are sometimes sent with multitask
+// enqueue, the sim's Jobs port records executions and delivery passes that the schedule runs as steps (the
+// sub-agent task, the delivery task with its delivery-pass turn), time passes the delivery grace before reaper
+// sweeps, and after the human phases a settle runs what is left until nothing waits; the jobs, steers and queue
+// are checked too (jobscheck_test.go).
+//
 // Every schedule replays exactly (TestReplayIsExact): the scheduler lets one process run at a time, and only
 // between handoffs (world_test.go, proc_test.go), so the order of all store calls, and with it every fault, is
 // the seed's. What is left to the Go scheduler has no effect on the store: the guard's real-time tickers only
