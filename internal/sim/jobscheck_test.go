@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/transcript"
 )
 
-// The invariants of jobs mode (jobs_test.go). At every steer write (steerStored):
+// The invariants of jobs mode (jobs_test.go). At every steer write (steerStored, takenStored):
 //
 //   - steer-while-asking: no steer is stored while the newest message waits for a person (an assistant message
-//     that ended interrupted, with a pending interrupt for a call that waits in it);
+//     that ended interrupted, with a pending interrupt for a call that waits in it), nor by a delivery pass that
+//     claimed the thread while it waited (the pass would have closed the question itself; queued-while-asking
+//     is the same for a queued user message);
 //   - steer-placed: a steer goes after every message stored so far (after the newest message of the turn that
 //     takes it, its own user message included), and a steer is stored once (never again at another position).
 //
@@ -29,6 +32,65 @@ import (
 //   - queue-drained: the thread's queue is empty.
 //   - (crash-never-lies, for the research tool) a dispatch that reports its acknowledgement has its job; one
 //     marked "not executed" has none.
+
+// waitsForPerson names the newest visible message of recs when it waits for a person (an assistant message that
+// ended interrupted, with a pending interrupt for a call that waits in it), and that interrupt.
+func waitsForPerson(recs []agent.MessageRecord, ins []agent.Interrupt, now time.Time, except string) (msg, in string) {
+	var msgs []agent.Message
+	for _, r := range recs {
+		if r.Message.ID != except {
+			msgs = append(msgs, r.Message)
+		}
+	}
+	visible := agent.Visible(msgs)
+	if len(visible) == 0 {
+		return "", ""
+	}
+	last := visible[len(visible)-1]
+	if last.Role != agent.RoleAssistant || last.Meta().Status != agent.MessageInterrupted {
+		return "", ""
+	}
+	parts := transcript.Decode(last.Parts)
+	for _, x := range ins {
+		if x.MessageID == last.ID && x.Pending(now) && slices.ContainsFunc(parts, func(pt agent.Part) bool {
+			return pt.ToolCallID == x.ToolCallID && unresolvedPart(pt)
+		}) {
+			return last.ID, x.ID + " (" + x.ToolName + ")"
+		}
+	}
+	return "", ""
+}
+
+// askingAtClaim notes, when a delivery pass claims a thread, whether its newest message waits for a person then:
+// such a pass must take nothing from the queue (the answer's turn takes it after the answer). A turn that adds a
+// user message may take the queue after closing the question; a delivery pass must not close it.
+func (w *world) askingAtClaim(p *proc, threadID string) {
+	ctx := context.Background()
+	recs, _ := w.base.ListMessages(ctx, threadID)
+	ins, _ := w.base.ListInterrupts(ctx, threadID)
+	msg, in := waitsForPerson(recs, ins, w.clock.Now(), "")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p.askedAtClaim = ""
+	if msg != "" {
+		p.askedAtClaim = "message " + msg + " waited for interrupt " + in + " when the pass claimed the thread"
+	}
+}
+
+// takenStored checks a delivery pass's write of a queued message (a steer or a user message it took).
+func (w *world) takenStored(p *proc, mw agent.MessageWrite) {
+	w.mu.Lock()
+	asked, noop := p.askedAtClaim, p.noopWrite
+	w.mu.Unlock()
+	if asked == "" || noop {
+		return
+	}
+	inv := "queued-while-asking"
+	if strings.HasPrefix(mw.Message.ID, "steer_") {
+		inv = "steer-while-asking"
+	}
+	w.violate(inv, "%s: delivery pass %s stored queued message %s although %s", p.name, mw.Fence.RunID, mw.Message.ID, asked)
+}
 
 // steerBefore is what the thread held just before a steer write.
 type steerBefore struct {
@@ -51,7 +113,6 @@ func (w *world) steerStored(p *proc, mw agent.MessageWrite, before *steerBefore)
 	if noop {
 		return
 	}
-	var msgs []agent.Message
 	for _, r := range before.recs {
 		if r.Message.ID == mw.Message.ID {
 			if r.Seq != mw.Seq {
@@ -63,26 +124,9 @@ func (w *world) steerStored(p *proc, mw agent.MessageWrite, before *steerBefore)
 			w.violate("steer-placed", "%s: steer %s stored at seq %d, before message %s (%s) at seq %d", p.name, mw.Message.ID, mw.Seq,
 				r.Message.ID, r.Message.Role, r.Seq)
 		}
-		msgs = append(msgs, r.Message)
 	}
-	visible := agent.Visible(msgs)
-	if len(visible) == 0 {
-		return
-	}
-	last := visible[len(visible)-1]
-	if last.Role != agent.RoleAssistant || last.Meta().Status != agent.MessageInterrupted {
-		return
-	}
-	parts := transcript.Decode(last.Parts)
-	now := w.clock.Now()
-	for _, in := range before.ins {
-		if in.MessageID == last.ID && in.Pending(now) && slices.ContainsFunc(parts, func(pt agent.Part) bool {
-			return pt.ToolCallID == in.ToolCallID && unresolvedPart(pt)
-		}) {
-			w.violate("steer-while-asking", "%s: steer %s stored while message %s waits for interrupt %s (%s, pending)", p.name,
-				mw.Message.ID, last.ID, in.ID, in.ToolName)
-			return
-		}
+	if msg, in := waitsForPerson(before.recs, before.ins, w.clock.Now(), mw.Message.ID); msg != "" {
+		w.violate("steer-while-asking", "%s: steer %s stored while message %s waits for interrupt %s, pending", p.name, mw.Message.ID, msg, in)
 	}
 }
 

@@ -97,7 +97,8 @@ type proc struct {
 	// takingSteer: the TakeQueued being made takes a steer's entry; inTake: the process took one and has not marked
 	// its job delivered yet (see knownBugs).
 	takingSteer, inTake bool
-	inDoubt             bool // the sim expects the guard to stop the run as in doubt
+	askedAtClaim        string // a delivery pass's claim found the newest message waiting for a person (jobscheck_test.go)
+	inDoubt             bool   // the sim expects the guard to stop the run as in doubt
 	result              *agent.Run
 	beginErr            error
 	enqueued            *agent.QueuedMessage // what this process's last Enqueue stored (or found)

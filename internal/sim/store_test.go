@@ -275,6 +275,9 @@ func (s *procStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res a
 		res, e = s.Store.ClaimRun(ctx, req)
 		if e == nil {
 			s.p.claimed(res.Run)
+			if s.p.delivers {
+				s.p.w.askingAtClaim(s.p, req.ThreadID)
+			}
 		}
 		return e
 	})
@@ -409,6 +412,9 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 		err := s.Store.PutMessage(ctx, mw)
 		if err == nil && before != nil {
 			s.p.w.steerStored(s.p, mw, before)
+		}
+		if err == nil && s.p.delivers && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() {
+			s.p.w.takenStored(s.p, mw) // a delivery pass's turn stores user messages only from the queue
 		}
 		return err
 	})
