@@ -11,7 +11,8 @@ import (
 
 // check reads every thread of the schedule from the underlying store, after the quiesce, and records each
 // invariant that does not hold. (Invariant "one writer" is checked on the way, at every write: checkOwnWrite;
-// "valid transcript" at every model request: validTranscript; "retries converge" at every stream's end.)
+// "valid transcript" at every model request: validTranscript; "retries converge" at every stream's end; the
+// steer invariants at every steer write: steerStored. Jobs, steers and the queue: checkJobs, jobscheck_test.go.)
 func (w *world) check(ctx context.Context) {
 	for _, th := range w.threads {
 		w.checkThread(ctx, th)
@@ -131,6 +132,7 @@ func (w *world) checkThread(ctx context.Context, th *simThread) {
 			w.violate("accepted-kept", "thread %s: accepted user message %s (by %s) is not stored", th.id, a.id, a.proc.name)
 		}
 	}
+	w.checkJobs(ctx, th, exists, recs)
 }
 
 // mustKeep reports whether an accepted user message must be stored. The engine stores it beside the first model
@@ -245,6 +247,10 @@ func (w *world) checkToolResults(ctx context.Context, threadID string, m agent.M
 				}
 				w.violate(inv, "thread %s: %s reply %s: call %s (%s) has no result (state %q): %s", threadID, st, m.ID, p.ToolCallID, p.ToolNameOf(), p.State, why)
 			}
+			continue
+		}
+		if p.ToolNameOf() == "research" {
+			w.checkDispatch(ctx, threadID, p)
 			continue
 		}
 		if p.ToolNameOf() != "sim_effect" && p.ToolNameOf() != "sim_approve" {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/tools"
 )
 
@@ -33,7 +34,7 @@ type callScript struct {
 // tools that need approval end the run interrupted instead; an approved call runs in the run that continues).
 func (c callScript) executes() bool {
 	switch c.tool {
-	case "sim_effect", "add_note", "list_notes":
+	case "sim_effect", "add_note", "list_notes", "research":
 		return true
 	}
 	return false
@@ -62,8 +63,10 @@ func asks(r *rand.Rand) []callScript {
 func callID(proc, step, i int) string { return fmt.Sprintf("call_%d_%d_%d", proc, step, i) }
 
 // newScript draws a model reply: up to four steps, the last without tool calls (or, a third of the time, with a
-// client tool or a tool that needs approval, which interrupts the run).
-func newScript(r *rand.Rand, maxSteps int) []stepScript {
+// client tool or a tool that needs approval, which interrupts the run). With research set (jobs mode), a step
+// that calls tools may also dispatch a research job, with the input research draws (false: the schedule's budget
+// of jobs is spent).
+func newScript(r *rand.Rand, maxSteps int, research func(*rand.Rand) (string, bool)) []stepScript {
 	n := 1 + r.IntN(3)
 	if r.IntN(8) == 0 {
 		n = maxSteps + 1 // runs into the step limit
@@ -76,6 +79,11 @@ func newScript(r *rand.Rand, maxSteps int) []stepScript {
 		}
 		last := i == n-1
 		if !last {
+			if research != nil && r.IntN(2) == 0 {
+				if args, ok := research(r); ok {
+					st.calls = append(st.calls, callScript{"research", args})
+				}
+			}
 			for range 1 + r.IntN(2) {
 				switch r.IntN(6) {
 				case 0, 1, 2:
@@ -118,6 +126,7 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		sc = stepScript{deltas: []string{"done"}}
 	}
 	step := p.modelCalled(ctx, sc)
+	handoffs := !p.delivers || step > 0 // see proc.delivers
 	var events []agent.ModelEvent
 	for _, d := range sc.deltas {
 		events = append(events, agent.ModelEvent{Type: agent.EventTextDelta, Delta: d})
@@ -145,7 +154,7 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	usage := agent.Usage{InputTokens: int64(100 + step), OutputTokens: int64(len(events)), TotalTokens: int64(100 + step + len(events))}
 	for i, ev := range events {
 		// A handoff every other event keeps schedules short while leaving room between any two.
-		if i%2 == 0 {
+		if i%2 == 0 && handoffs {
 			if !p.parkModel(false) {
 				return agent.ModelResult{}, errDead
 			}
@@ -160,7 +169,7 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	// The step's last handoff: after it the engine waits for the user-message write (before it runs tools,
 	// writes a draft or finishes), so the scheduler lets that write through first, as for the end of the loop.
 	_ = endsLoop
-	if !p.parkModel(true) {
+	if handoffs && !p.parkModel(true) {
 		return agent.ModelResult{}, errDead
 	}
 	// Half the time a reply that was complete when the run was stopped is returned anyway (its last bytes were
@@ -269,8 +278,11 @@ func simEffectNS(owner string) string { return "simfx/" + owner }
 func (w *world) toolset(p *proc) []agent.Tool {
 	ts := tools.Demo(p.store, w.clock)
 	ts = append(ts, w.effectTool(p, "sim_effect", agent.ApprovalNever), w.effectTool(p, "sim_approve", agent.ApprovalAlways))
+	if w.jobsOn {
+		ts = append(ts, jobs.Dispatcher{Store: p.store, Jobs: w.jobs, Clock: w.clock, Contract: w.contract}.Tools(w.kinds)...)
+	}
 	for i := range ts {
-		if ts[i].Execute == nil || ts[i].Kind != agent.ToolServer {
+		if ts[i].Execute == nil || (ts[i].Kind != agent.ToolServer && ts[i].Kind != agent.ToolJob) {
 			continue
 		}
 		exec := ts[i].Execute

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/threads"
 )
@@ -29,8 +30,15 @@ type proc struct {
 	eng    *engine.Engine
 	reaper *reaper.Reaper
 	svc    *threads.Service
-	store  *procStore
-	script []stepScript // the model's replies, step by step (post and regenerate processes)
+	tasks  *jobs.Tasks // the job tasks (jobs mode)
+	// delivers: the process runs a delivery task (jobs.Tasks.Deliver). The sim never holds its turn (Drain runs
+	// BeginQueued and Stream), so it cannot tell when the turn's user-message goroutine is over: that goroutine's
+	// calls are not parked, and the turn's first model step makes no handoff. Until the goroutine is over the
+	// run makes no store call of its own (every one of them waits for it: Turn.awaitUser), so its calls come in
+	// program order, and the process's next handoff comes after them.
+	delivers bool
+	store    *procStore
+	script   []stepScript // the model's replies, step by step (post and regenerate processes)
 
 	resume    chan struct{} // grants the main goroutine (parked in the model or in a claim retry)
 	uwResume  chan struct{} // grants the user-message write
@@ -82,9 +90,19 @@ type proc struct {
 	loopEnded    bool // the run loop is over (its guard stopped): a final write, FinishRun or DeleteMessage came
 	inReap       bool // the process released the claim of a continuation without a draft and has not finished that reap
 	releasing    bool // the ReleaseClaim being made is of such a continuation
-	inDoubt      bool // the sim expects the guard to stop the run as in doubt
-	result       *agent.Run
-	beginErr     error
+	// finishing: the FinishRun being made is a reap's outcome of a run that wrote no message; inFinish: the process
+	// made such a write and has not finished that reap (see knownBugs).
+	finishing, inFinish bool
+	claimTried          bool // a delivery pass made its first ClaimRun
+	// takingSteer: the TakeQueued being made takes a steer's entry; inTake: the process took one and has not marked
+	// its job delivered yet (see knownBugs).
+	takingSteer, inTake bool
+	askedAtClaim        string // a delivery pass's claim found the newest message waiting for a person (jobscheck_test.go)
+	inDoubt             bool   // the sim expects the guard to stop the run as in doubt
+	result              *agent.Run
+	beginErr            error
+	enqueued            *agent.QueuedMessage // what this process's last Enqueue stored (or found)
+	freshID             bool                 // the process posts a message id never posted before
 }
 
 func (w *world) newProc(name string, crashable bool) *proc {
@@ -107,9 +125,22 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	}
 	p.store = &procStore{Store: w.base, p: p}
 	tools := w.toolset(p)
-	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: tools, Clock: w.clock}, reaper.Config{StaleAfter: w.ecfg.StaleAfter})
-	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: w.clock, IDs: w.ids, Signer: w.signer}, w.ecfg)
+	// Outside jobs mode the engine and the reaper get no Jobs port: they then make no job or queue calls, and a
+	// schedule drawn before jobs existed replays as it did.
+	var js agent.Jobs
+	if w.jobsOn {
+		js = w.jobs
+	}
+	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: tools, Jobs: js, Clock: w.clock},
+		reaper.Config{StaleAfter: w.ecfg.StaleAfter, DeliveryGrace: w.contract.DeliveryGrace})
+	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: w.clock, IDs: w.ids, Signer: w.signer, Jobs: js}, w.ecfg)
 	p.svc = threads.New(threads.Deps{Store: p.store, Reaper: p.reaper, Clock: w.clock}, threads.Config{StaleAfter: w.ecfg.StaleAfter})
+	if w.jobsOn {
+		// One delivery turn per pass (DrainTurns 1): a process runs at most one run; the pass hands the rest to a
+		// new pass (a recorded wake), as Drain does at its bound.
+		p.tasks = jobs.NewTasks(jobs.Deps{Store: p.store, Model: subagentModel{}, Kinds: w.kinds, Engine: p.eng, Jobs: js, Clock: w.clock},
+			jobs.Config{Contract: w.contract, DrainTurns: 1})
+	}
 	w.procs = append(w.procs, p)
 	if p.crashAt > 0 || p.faultRate > 0 {
 		w.tracef("  %s: crashAt=%d after=%v faultRate=%.2f", p.name, p.crashAt, p.crashAfter, p.faultRate)
@@ -197,10 +228,12 @@ func (p *proc) parkUserWrite() bool {
 
 // nextCall counts a store call and draws its fate.
 //
-// Unless the sim explores the known gaps (-gaps), one window gets no crash and no transient fault because it hits
-// a bug the sim found (see knownBugs): the rest of a reap, after its release of the claim, of a continuation that
-// died before it wrote its message (a crash there moves to the first call after the reap); and that release's
-// answer is never lost.
+// Unless the sim explores the known gaps (-gaps), two windows of a reap hit bugs the sim found (see knownBugs): the
+// rest of a reap, after its release of the claim, of a continuation that died before it wrote its message, gets no
+// crash and no transient fault, and that release's answer is never lost; the rest of a reap, after it recorded the
+// outcome, of a run that wrote no message, gets no crash. A crash there, or right after that release or outcome,
+// moves to the first call after the reap. Likewise no crash comes between a turn's take of a steer's queue entry
+// and its mark of the job delivered.
 func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost bool) {
 	w := p.w
 	w.mu.Lock()
@@ -210,7 +243,14 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	r1, r2 := p.rng.Float64(), p.rng.Float64()
 	switch method {
 	case "GetRun", "ClaimRun", "ListStaleClaims", "ListExpiredInterrupts", "DeleteThread", "RequestCancel":
-		p.inReap = false // the reap that released a claim is over: its process moved on
+		p.inReap, p.inFinish = false, false // the reap that released a claim is over: its process moved on
+	}
+	switch method {
+	case "PutMessage", "FinishRun", "AppendSegment", "PutValue", "CreateJob", "CreateInterrupt":
+		p.inTake = false // the run's own writes come after what its turn took (a failed mark is not retried)
+	}
+	if (p.inFinish || p.inTake) && !w.gaps && p.crashAt == n {
+		p.crashAt++ // transient faults pass (they are retried), a crash waits for the window's end
 	}
 	if p.inReap && !w.gaps {
 		if p.crashAt == n {
@@ -219,6 +259,9 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 		return n, false, false, false, false
 	}
 	releasing := method == "ReleaseClaim" && p.releasing && !w.gaps
+	if (releasing || (method == "FinishRun" && p.finishing || method == "TakeQueued" && p.takingSteer) && !w.gaps) && p.crashAt == n && p.crashAfter {
+		p.crashAt++ // a crash right after that write is the same window: it moves on too
+	}
 	if p.crashAt == n {
 		return n, true, p.crashAfter, false, false
 	}
@@ -229,6 +272,33 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	}
 	p.consecFaults[method] = 0
 	return n, false, false, false, false
+}
+
+// slow decides whether the process pauses after a call of the queue's races (jobs mode only, so that schedules
+// without jobs draw what they drew before), and lets the scheduler run others meanwhile: after a delivery pass's
+// last read before its claim (what it read of the queue and the interrupts gets old), after a delivery task's
+// read of its job (before the steer's Enqueue), and after an Enqueue (a turn may claim, or end, before the
+// enqueuer reads the thread again). The pause comes between two calls: a call is instantaneous in virtual time
+// (the engine stamps it just before), time passes between calls.
+func (p *proc) slow(ctx context.Context, method string, kind callKind) bool {
+	deliver := phaseOf(ctx) == phaseDeliver
+	if method == "ClaimRun" && deliver {
+		p.w.mu.Lock()
+		p.claimTried = true
+		p.w.mu.Unlock()
+	}
+	if !p.w.jobsOn || kind != callPlain {
+		return false
+	}
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	switch {
+	case p.dead:
+		return false
+	case method == "Enqueue", deliver && method == "GetJob", deliver && method == "ListInterrupts" && !p.claimTried:
+		return p.rng.IntN(4) == 0
+	}
+	return false
 }
 
 // delayed decides whether a run's own write is held in flight, and notes when the run loop is over.
@@ -291,6 +361,21 @@ func (p *proc) uwOver() bool {
 	ch := p.uwChan
 	p.w.mu.Unlock()
 	return ch.IsValid() && !ch.IsNil() && ch.Len() > 0
+}
+
+// streaming reports whether a call of the process's run is made by its run loop (Turn.Stream), where its own
+// writes may be held in flight: the Stream phase, or a delivery pass's turn once it asked the model (and not
+// from the goroutine that stores what the turn takes).
+func (p *proc) streaming(ctx context.Context, kind callKind) bool {
+	switch phaseOf(ctx) {
+	case phaseStream:
+		return true
+	case phaseDeliver:
+		p.w.mu.Lock()
+		defer p.w.mu.Unlock()
+		return p.runCtx != nil && kind != callUserWrite
+	}
+	return false
 }
 
 func (p *proc) ownRun() string {

@@ -36,6 +36,10 @@ const (
 	phaseOp     phase = iota // a threads-service or reaper call
 	phaseBegin               // engine.Begin, and the user-message write it starts
 	phaseStream              // Turn.Stream: the run loop, its guard, its segmenter, its tools
+	// phaseDeliver is a job task (jobs.Tasks.Deliver): its delivery pass runs BeginQueued and Stream under one
+	// context, so what the other phases tell apart by the context is told apart by the goroutine and by whether
+	// the run asked the model yet (proc.streaming).
+	phaseDeliver
 )
 
 type ctxKey struct{}
@@ -109,7 +113,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	if p.isDead() {
 		return p.parkDead()
 	}
-	if kind == callPlain && phaseOf(ctx) == phaseBegin && goroutineEntry() == entryUserWrite {
+	if ph := phaseOf(ctx); kind == callPlain && (ph == phaseBegin || ph == phaseDeliver) && goroutineEntry() == entryUserWrite {
 		kind = callUserWrite
 	}
 	switch kind {
@@ -120,13 +124,13 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 			return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: guard tick not scheduled")
 		}
 	case callUserWrite:
-		if !p.parkUserWrite() {
+		if !p.delivers && !p.parkUserWrite() {
 			return p.parkDead()
 		}
 	}
 	// A run's own writes in the Stream phase may be held: its fenced ones, and its interrupts (insert-if-absent,
 	// not fenced: one that lands late names a message its run never finalized as asking, so readers never list it).
-	if (own != nil || method == "CreateInterrupt") && phaseOf(ctx) == phaseStream && p.delayed(method, final) {
+	if (own != nil || method == "CreateInterrupt") && p.streaming(ctx, kind) && p.delayed(method, final) {
 		// The request is in flight (its arguments, its timestamp, the run's in-doubt check are all behind it)
 		// and the scheduler may let time pass, reap the run and start others before it arrives: the store's
 		// fences alone must then keep it from taking effect (DESIGN principle 8).
@@ -134,6 +138,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 			return p.parkDead()
 		}
 	}
+	slowAfter := p.slow(ctx, method, kind)
 	n, crash, after, fault, lost := p.nextCall(method, write, final)
 	if crash && !after {
 		w.tracef("  %s: CRASH before call %d (%s)", p.name, n, method)
@@ -170,6 +175,9 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 		return errInjected
 	}
 	p.afterCall(kind, err)
+	if slowAfter && !p.parkMain("slow") {
+		return p.parkDead()
+	}
 	if kind == callClaim && errors.Is(err, agent.ErrRunActive) {
 		// Begin found the thread busy. It parks here, after the answer, not before its next attempt: a call
 		// is instantaneous in virtual time (the engine stamps it with the clock just before), time passes
@@ -210,8 +218,13 @@ func (s *procStore) CreateThread(ctx context.Context, t agent.Thread) (th agent.
 
 func (s *procStore) GetThread(ctx context.Context, id string) (th agent.Thread, err error) {
 	kind := callPlain
-	if phaseOf(ctx) == phaseStream {
+	switch phaseOf(ctx) {
+	case phaseStream:
 		kind = callPoll // the run loop itself never reads the thread; only the guard does
+	case phaseDeliver:
+		if goroutineEntry() == entryGuard {
+			kind = callPoll
+		}
 	}
 	err = s.call(ctx, "GetThread", false, kind, nil, id, func() error {
 		var e error
@@ -253,7 +266,7 @@ func (s *procStore) DeleteThread(ctx context.Context, id string) error {
 
 func (s *procStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res agent.ClaimResult, err error) {
 	kind := callPlain
-	if phaseOf(ctx) == phaseBegin {
+	if ph := phaseOf(ctx); ph == phaseBegin || ph == phaseDeliver {
 		kind = callClaim
 	}
 	detail := func() string { return fmt.Sprintf("%s run=%s -> epoch %d", req.ThreadID, req.RunID, res.Run.Epoch) }
@@ -262,6 +275,9 @@ func (s *procStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res a
 		res, e = s.Store.ClaimRun(ctx, req)
 		if e == nil {
 			s.p.claimed(res.Run)
+			if s.p.delivers {
+				s.p.w.askingAtClaim(s.p, req.ThreadID)
+			}
 		}
 		return e
 	})
@@ -294,8 +310,20 @@ func (s *procStore) RequestCancel(ctx context.Context, threadID, runID string, n
 
 func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
 	detail := func() string { return fmt.Sprintf("%s %s@%d %s", run.ThreadID, run.ID, run.Epoch, run.Status) }
+	// A reap's outcome (code stale) of a run that wrote no message: until the reap writes that message, a reap that
+	// stops is never finished (see knownBugs).
+	unwritten := run.Error != nil && run.Error.Code == agent.CodeStale && s.p.w.noMessage(run)
+	s.p.w.mu.Lock()
+	s.p.finishing = unwritten
+	s.p.w.mu.Unlock()
 	return s.callD(ctx, "FinishRun", true, false, callPlain, s.ownFence(ctx, run.Fence()), run.ThreadID, detail, func() error {
-		return s.Store.FinishRun(ctx, run)
+		err := s.Store.FinishRun(ctx, run)
+		if err == nil && unwritten {
+			s.p.w.mu.Lock()
+			s.p.inFinish = true
+			s.p.w.mu.Unlock()
+		}
+		return err
 	})
 }
 
@@ -376,8 +404,19 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 	s.p.w.mu.Lock()
 	s.p.noopWrite = perr == nil && samePutMessage(prev.Message, mw.Message)
 	s.p.w.mu.Unlock()
+	var before *steerBefore
+	if strings.HasPrefix(mw.Message.ID, "steer_") {
+		before = s.p.w.beforeSteer(mw)
+	}
 	return s.callD(ctx, "PutMessage", true, mw.Final, callPlain, s.ownFence(ctx, mw.Fence), mw.ThreadID, detail, func() error {
-		return s.Store.PutMessage(ctx, mw)
+		err := s.Store.PutMessage(ctx, mw)
+		if err == nil && before != nil {
+			s.p.w.steerStored(s.p, mw, before)
+		}
+		if err == nil && s.p.delivers && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() {
+			s.p.w.takenStored(s.p, mw) // a delivery pass's turn stores user messages only from the queue
+		}
+		return err
 	})
 }
 
@@ -461,7 +500,7 @@ func (s *procStore) ListInterrupts(ctx context.Context, threadID string) (ins []
 
 func (s *procStore) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (got agent.Interrupt, err error) {
 	detail := func() string { return fmt.Sprintf("%s/%s -> %s", req.ThreadID, req.ID, req.Status) }
-	closing := phaseOf(ctx) == phaseBegin && goroutineEntry() == entryUserWrite
+	closing := (phaseOf(ctx) == phaseBegin || phaseOf(ctx) == phaseDeliver) && goroutineEntry() == entryUserWrite
 	err = s.callD(ctx, "ResolveInterrupt", true, false, callPlain, nil, req.ThreadID, detail, func() error {
 		var e error
 		got, e = s.Store.ResolveInterrupt(ctx, req)
@@ -502,7 +541,7 @@ func (s *procStore) AppendSegment(ctx context.Context, seg agent.Segment) error 
 	})
 	if seg.Final {
 		s.p.w.mu.Lock()
-		s.p.inReap = false // a reap's last write is the stream's end
+		s.p.inReap, s.p.inFinish = false, false // a reap's last write is the stream's end
 		s.p.w.mu.Unlock()
 	}
 	return err

@@ -14,6 +14,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/interrupts"
+	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/threads"
 )
 
@@ -109,6 +110,13 @@ type world struct {
 	closedBy  map[string]string
 	regenLeft map[string]bool
 	stats     stats
+
+	// Jobs mode (jobs_test.go): the schedule dispatches jobs and queues messages.
+	jobsOn   bool
+	contract agent.JobContract
+	kinds    jobs.Registry
+	jobs     *simJobs
+	execs    []*execution // what the Jobs port recorded, in order
 }
 
 // simThread is what the sim knows of one thread of the schedule.
@@ -120,6 +128,9 @@ type simThread struct {
 	accepted []acceptedMsg
 	dropped  map[string]int // message id → the event of the edit that last dropped it
 	answers  []answerReq    // the answers sent so far (a client may send one again)
+	enqueued []queuedMsg    // the messages posts queued (202)
+	// sentQueued: the message ids posts sent with multitask enqueue (queued or not).
+	sentQueued map[string]bool
 }
 
 type postedMsg struct {
@@ -145,6 +156,7 @@ type stats struct {
 	interrupts             int // interrupts stored after the quiesce
 	listed                 int // of those, the ones readers list as waiting
 	resolved               map[agent.InterruptStatus]int
+	jobs                   jobStats
 }
 
 // over reports whether the schedule is over: dead processes' goroutines, let go, may still run a little (their
@@ -264,6 +276,12 @@ func (w *world) undraftedContinuation(threadID, runID string) bool {
 	}
 	rec, err := w.base.GetMessage(ctx, threadID, run.AssistantMessageID)
 	return err == nil && rec.Message.Meta().RunID != run.ID
+}
+
+// noMessage reports whether run's assistant message is not stored (the run wrote none, and no reap wrote it).
+func (w *world) noMessage(run agent.Run) bool {
+	_, err := w.base.GetMessage(context.Background(), run.ThreadID, run.AssistantMessageID)
+	return agent.IsKind(err, agent.KindNotFound)
 }
 
 // threadOf reads the thread from the underlying store (never faulted); ok is false when it does not exist.
