@@ -15,8 +15,10 @@ import (
 //
 //   - steer-while-asking: no steer is stored while the newest message waits for a person (an assistant message
 //     that ended interrupted, with a pending interrupt for a call that waits in it), nor by a delivery pass that
-//     claimed the thread while it waited (the pass would have closed the question itself; queued-while-asking
-//     is the same for a queued user message);
+//     claimed the thread while it waited, unless that pass answers a queued user message: like the same message
+//     sent without enqueue, a queued user message closes the question (its calls get results) and is answered,
+//     and the steers ride along (queued-while-asking: a pass that claimed while a person was asked stores a
+//     steer before, or without, a queued user message);
 //   - steer-placed: a steer goes after every message stored so far (after the newest message of the turn that
 //     takes it, its own user message included), and a steer is stored once (never again at another position).
 //
@@ -62,8 +64,8 @@ func waitsForPerson(recs []agent.MessageRecord, ins []agent.Interrupt, now time.
 }
 
 // askingAtClaim notes, when a delivery pass claims a thread, whether its newest message waits for a person then:
-// such a pass must take nothing from the queue (the answer's turn takes it after the answer). A turn that adds a
-// user message may take the queue after closing the question; a delivery pass must not close it.
+// such a pass takes nothing from the queue unless it answers a queued user message (which closes the question
+// first, as a new message does); steers alone wait for the answer's turn.
 func (w *world) askingAtClaim(p *proc, threadID string) {
 	ctx := context.Background()
 	recs, _ := w.base.ListMessages(ctx, threadID)
@@ -71,7 +73,7 @@ func (w *world) askingAtClaim(p *proc, threadID string) {
 	msg, in := waitsForPerson(recs, ins, w.clock.Now(), "")
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p.askedAtClaim = ""
+	p.askedAtClaim, p.passUser = "", false
 	if msg != "" {
 		p.askedAtClaim = "message " + msg + " waited for interrupt " + in + " when the pass claimed the thread"
 	}
@@ -81,15 +83,16 @@ func (w *world) askingAtClaim(p *proc, threadID string) {
 func (w *world) takenStored(p *proc, mw agent.MessageWrite) {
 	w.mu.Lock()
 	asked, noop := p.askedAtClaim, p.noopWrite
+	steer := strings.HasPrefix(mw.Message.ID, "steer_")
+	if !steer {
+		p.passUser = true
+	}
+	user := p.passUser
 	w.mu.Unlock()
-	if asked == "" || noop {
+	if asked == "" || noop || user {
 		return
 	}
-	inv := "queued-while-asking"
-	if strings.HasPrefix(mw.Message.ID, "steer_") {
-		inv = "steer-while-asking"
-	}
-	w.violate(inv, "%s: delivery pass %s stored queued message %s although %s", p.name, mw.Fence.RunID, mw.Message.ID, asked)
+	w.violate("queued-while-asking", "%s: delivery pass %s stored steer %s without a queued user message although %s", p.name, mw.Fence.RunID, mw.Message.ID, asked)
 }
 
 // steerBefore is what the thread held just before a steer write.

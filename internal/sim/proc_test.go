@@ -98,6 +98,7 @@ type proc struct {
 	// its job delivered yet (see knownBugs).
 	takingSteer, inTake bool
 	askedAtClaim        string // a delivery pass's claim found the newest message waiting for a person (jobscheck_test.go)
+	passUser            bool   // that pass stored a queued user message (which closes the question, as a new message does)
 	inDoubt             bool   // the sim expects the guard to stop the run as in doubt
 	result              *agent.Run
 	beginErr            error
