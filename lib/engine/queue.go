@@ -228,7 +228,21 @@ func (e *Engine) BeginQueued(ctx context.Context, threadID string) (*Turn, error
 // "a new message was sent instead of an answer") and is answered.
 func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.QueuedMessage) (turnPlan, error) {
 	plan := turnPlan{history: msgs}
-	users := slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser })
+	// Only a user message the thread does not hold yet may close a question: an entry whose message a turn stored
+	// already (queued while that turn's own write was in flight) answers nothing new, and is only taken.
+	held := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		held[m.ID] = true
+	}
+	users := false
+	for _, x := range q {
+		switch {
+		case held[x.Message.ID]:
+			plan.takes = append(plan.takes, take{entry: x, present: true})
+		case x.Kind == agent.QueueUser:
+			users = true
+		}
+	}
 	if last := newestAssistant(msgs); last != nil && last.Meta().Status == agent.MessageInterrupted {
 		ins, err := t.e.store.ListInterrupts(ctx, t.thread.ID)
 		if err != nil {
@@ -243,6 +257,7 @@ func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.Q
 		}
 		t.settle(&plan, *last, ins, settleNewMessage)
 	}
+	plan.takes = nil // planTakes lists the held entries again, with the rest
 	if !t.planTakes(&plan, msgs, q, TurnQueued) {
 		plan.nothing = true
 	}

@@ -543,6 +543,30 @@ func TestEnqueue(t *testing.T) {
 				t.Fatalf("messages: %s", texts(v.Messages))
 			}
 		})
+		t.Run(kind+"/a queued message the thread holds already closes no question", func(t *testing.T) {
+			t.Parallel()
+			h := startHITL(t, store)
+			id := h.addNote("keep")
+			h.send("th", "u1", fmt.Sprintf(`/tool delete_note {"id":%q}`, id))
+			// u1 queued while its own first send's write was in flight (sim seed 863): the thread holds it.
+			q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
+				Message: agent.Message{ID: "u1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"x"}`)}}}
+			if _, _, err := h.stack.Store.Enqueue(context.Background(), q, 0); err != nil {
+				t.Fatal(err)
+			}
+			// A steer waits too; the delivery pass must leave both to the answer's turn.
+			j := h.finishedJob("th", "call_1", "brief")
+			if out := h.deliver(j); out.Status != agent.DeliveredQueued {
+				t.Fatalf("delivery: %+v", out)
+			}
+			v := h.jobsView("th")
+			if len(v.Interrupts) != 1 || len(v.Messages) != 2 || lastPart(t, v.Messages[1], "delete_note").State != agent.StateApprovalRequested {
+				t.Fatalf("the question was closed: interrupts %+v, messages %s", v.Interrupts, texts(v.Messages))
+			}
+			if len(v.Queued) != 1 || v.Queued[0].JobID != j.ID {
+				t.Fatalf("queued %+v, want the steer alone", v.Queued)
+			}
+		})
 		t.Run(kind+"/a queued message does not wait behind a question", func(t *testing.T) {
 			t.Parallel()
 			g := newGate()
