@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -91,4 +92,17 @@ func (q QueuedMessage) Check() error {
 		return E(KindInvalid, CodeInvalidStatus, "queued message %s is created queued, not %q", q.Message.ID, q.Status)
 	}
 	return nil
+}
+
+// HoldsUser reports whether q holds a queued user message.
+func HoldsUser(q []QueuedMessage) bool {
+	return slices.ContainsFunc(q, func(x QueuedMessage) bool { return x.Kind == QueueUser })
+}
+
+// QueueWaits reports whether a thread's queue waits for a person: it holds steers only (a queued user message goes
+// ahead, and closes the question as a new message does) and one of ins is pending at now. The engine's delivery
+// pass and the reaper's sweep both ask it before they claim or wake a thread; the pass decides again once it has
+// the thread's messages.
+func QueueWaits(q []QueuedMessage, ins []Interrupt, now time.Time) bool {
+	return !HoldsUser(q) && slices.ContainsFunc(ins, func(in Interrupt) bool { return in.Pending(now) })
 }

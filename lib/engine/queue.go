@@ -54,10 +54,7 @@ type take struct {
 // planTakes decides which queued entries the turn takes and where they go, and adds them to the history. It
 // returns whether the turn has anything to answer from the queue.
 func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMessage, kind TurnKind) bool {
-	have := make(map[string]bool, len(msgs))
-	for _, m := range msgs {
-		have[m.ID] = true
-	}
+	have := heldIDs(msgs)
 	// users holds the queued user messages in queue order; the request's own message goes after them, unless it
 	// is itself queued (sent with enqueue, then again without): then it is stored once, as the request's, in its
 	// place in the queue's order, and its entry is only taken.
@@ -117,6 +114,15 @@ func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMess
 	}
 	p.takes = append(p.takes, steers...)
 	return added > 0
+}
+
+// heldIDs is the set of the messages' ids.
+func heldIDs(msgs []agent.Message) map[string]bool {
+	held := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		held[m.ID] = true
+	}
+	return held
 }
 
 // writeTakes stores the taken messages (fenced, finalized, at the claim's reserved positions), then marks their
@@ -210,13 +216,11 @@ func (e *Engine) BeginQueued(ctx context.Context, threadID string) (*Turn, error
 	if err != nil {
 		return nil, fmt.Errorf("list interrupts: %w", err)
 	}
-	now := e.clock.Now()
-	users := slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser })
-	if !users && slices.ContainsFunc(ins, func(in agent.Interrupt) bool { return in.Pending(now) }) {
+	if agent.QueueWaits(q, ins, e.clock.Now()) {
 		return nil, ErrNothingQueued // steers wait for the person's answer
 	}
 	trigger := agent.TriggerSteer
-	if users {
+	if agent.HoldsUser(q) {
 		trigger = agent.TriggerQueued
 	}
 	return e.Begin(ctx, Request{Owner: th.Owner, ThreadID: threadID, Kind: TurnQueued, trigger: trigger})
@@ -230,19 +234,8 @@ func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.Q
 	plan := turnPlan{history: msgs}
 	// Only a user message the thread does not hold yet may close a question: an entry whose message a turn stored
 	// already (queued while that turn's own write was in flight) answers nothing new, and is only taken.
-	held := make(map[string]bool, len(msgs))
-	for _, m := range msgs {
-		held[m.ID] = true
-	}
-	users := false
-	for _, x := range q {
-		switch {
-		case held[x.Message.ID]:
-			plan.takes = append(plan.takes, take{entry: x, present: true})
-		case x.Kind == agent.QueueUser:
-			users = true
-		}
-	}
+	held := heldIDs(msgs)
+	users := slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser && !held[x.Message.ID] })
 	if last := newestAssistant(msgs); last != nil && last.Meta().Status == agent.MessageInterrupted {
 		ins, err := t.e.store.ListInterrupts(ctx, t.thread.ID)
 		if err != nil {
@@ -252,12 +245,16 @@ func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.Q
 		if !users && slices.ContainsFunc(ins, func(in agent.Interrupt) bool {
 			return in.MessageID == last.ID && in.Pending(now) && callWaits(transcript.Decode(last.Parts), in.ToolCallID)
 		}) {
+			for _, x := range q {
+				if held[x.Message.ID] {
+					plan.takes = append(plan.takes, take{entry: x, present: true})
+				}
+			}
 			plan.nothing = true
 			return plan, nil
 		}
 		t.settle(&plan, *last, ins, settleNewMessage)
 	}
-	plan.takes = nil // planTakes lists the held entries again, with the rest
 	if !t.planTakes(&plan, msgs, q, TurnQueued) {
 		plan.nothing = true
 	}
@@ -303,10 +300,7 @@ func (t *Turn) pump(ctx context.Context) {
 		e.log.Warn("look at the queue after a run", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
 		return
 	}
-	if t.run.Status == agent.RunInterrupted {
-		q = slices.DeleteFunc(q, func(x agent.QueuedMessage) bool { return x.Kind != agent.QueueUser })
-	}
-	if len(q) > 0 {
+	if len(q) > 0 && (t.run.Status != agent.RunInterrupted || agent.HoldsUser(q)) {
 		e.wake(ctx, t.thread.ID, "after-"+t.run.ID)
 	}
 }

@@ -46,5 +46,3 @@ func (r Registry) Steer(j agent.Job) agent.Message {
 	data, _ := json.Marshal(map[string]any{"type": "data-subagent-artifact", "id": j.ID, "data": art})
 	return agent.Message{ID: agent.SteerMessageID(j.ID), Role: agent.RoleUser, Parts: []json.RawMessage{textPart, data}, Metadata: meta}
 }
-
-func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }

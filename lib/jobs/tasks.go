@@ -3,6 +3,7 @@ package jobs
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -265,7 +266,7 @@ func causeReason(cause string) (string, bool) {
 	var e struct {
 		ErrorMessage string `json:"errorMessage"`
 	}
-	if err := jsonUnmarshal(cause, &e); err == nil && e.ErrorMessage != "" {
+	if err := json.Unmarshal([]byte(cause), &e); err == nil && e.ErrorMessage != "" {
 		cause = e.ErrorMessage
 	}
 	if len(cause) > len(prefix) && cause[:len(prefix)] == prefix {

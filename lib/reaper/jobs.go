@@ -95,9 +95,8 @@ func (r *Reaper) sweepQueues(ctx context.Context, woken map[string]bool) (int, e
 		if err != nil || len(q) == 0 {
 			continue
 		}
-		users := slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser })
 		ins, err := r.store.ListInterrupts(ctx, id)
-		if err != nil || !users && slices.ContainsFunc(ins, func(in agent.Interrupt) bool { return in.Pending(now) }) {
+		if err != nil || agent.QueueWaits(q, ins, now) {
 			continue // only steers, and a person is asked: the answer's turn takes them
 		}
 		if err := r.jobs.Wake(ctx, agent.JobTask{ThreadID: id, Wake: fmt.Sprintf("sweep-%s-%d", id, now.Unix()/60)}); err != nil {

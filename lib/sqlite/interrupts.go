@@ -167,17 +167,5 @@ const listExpiredSQL = `SELECT ` + interruptCols + ` FROM interrupts INDEXED BY 
 // ListExpiredInterrupts returns pending interrupts past their expiry, oldest expiry first (ties by thread and
 // id), from the interrupts_pending index. The answer is exact at the time of the read.
 func (s *Store) ListExpiredInterrupts(ctx context.Context, before time.Time, limit int) ([]agent.Interrupt, error) {
-	s.op()
-	if limit <= 0 {
-		limit = agent.DefaultListLimit
-	}
-	rows, err := s.read().query(ctx, listExpiredSQL, millis(before), limit)
-	if err != nil {
-		return nil, s.fail("list expired interrupts", err)
-	}
-	out, err := collect(rows, scanInterrupt)
-	if err != nil {
-		return nil, s.fail("list expired interrupts", err)
-	}
-	return out, nil
+	return listBefore(ctx, s, "list expired interrupts", listExpiredSQL, scanInterrupt, before, limit)
 }

@@ -207,17 +207,5 @@ const listDueSQL = `SELECT ` + jobCols + ` FROM jobs INDEXED BY jobs_due
 // ListDueJobs returns undelivered jobs past their deadline, earliest first (ties by thread and id), from the
 // jobs_due index. The answer is exact at the time of the read.
 func (s *Store) ListDueJobs(ctx context.Context, before time.Time, limit int) ([]agent.Job, error) {
-	s.op()
-	if limit <= 0 {
-		limit = agent.DefaultListLimit
-	}
-	rows, err := s.read().query(ctx, listDueSQL, millis(before), limit)
-	if err != nil {
-		return nil, s.fail("list due jobs", err)
-	}
-	out, err := collect(rows, scanJob)
-	if err != nil {
-		return nil, s.fail("list due jobs", err)
-	}
-	return out, nil
+	return listBefore(ctx, s, "list due jobs", listDueSQL, scanJob, before, limit)
 }

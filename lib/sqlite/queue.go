@@ -154,21 +154,9 @@ const listQueuedThreadsSQL = `SELECT DISTINCT thread_id FROM queue INDEXED BY qu
 // ListQueuedThreads returns the distinct threads with an entry queued before before, from the queue_waiting
 // index. The answer is exact at the time of the read.
 func (s *Store) ListQueuedThreads(ctx context.Context, before time.Time, limit int) ([]string, error) {
-	s.op()
-	if limit <= 0 {
-		limit = agent.DefaultListLimit
-	}
-	rows, err := s.read().query(ctx, listQueuedThreadsSQL, millis(before), limit)
-	if err != nil {
-		return nil, s.fail("list queued threads", err)
-	}
-	out, err := collect(rows, func(sc scanner) (string, error) {
+	return listBefore(ctx, s, "list queued threads", listQueuedThreadsSQL, func(sc scanner) (string, error) {
 		var id string
 		err := sc.Scan(&id)
 		return id, err
-	})
-	if err != nil {
-		return nil, s.fail("list queued threads", err)
-	}
-	return out, nil
+	}, before, limit)
 }

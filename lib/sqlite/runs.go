@@ -344,28 +344,16 @@ func (s *Store) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) erro
 // ListStaleClaims lists claims whose heartbeat is before before, oldest first. It walks the partial index of
 // claimed threads (never the whole table) and compares each claimed row's heartbeat.
 func (s *Store) ListStaleClaims(ctx context.Context, before time.Time, limit int) ([]agent.StaleClaim, error) {
-	s.op()
-	if limit <= 0 {
-		limit = agent.DefaultListLimit
-	}
-	rows, err := s.read().query(ctx, `SELECT id, claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel
+	return listBefore(ctx, s, "list stale claims", `SELECT id, claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel
 		FROM threads INDEXED BY threads_claimed
 		WHERE claim_run_id IS NOT NULL AND claim_heartbeat_at < ? ORDER BY claim_heartbeat_at, id LIMIT ?`,
-		millis(before), limit)
-	if err != nil {
-		return nil, s.fail("list stale claims", err)
-	}
-	out, err := collect(rows, func(r scanner) (agent.StaleClaim, error) {
-		var sc agent.StaleClaim
-		var hb int64
-		err := r.Scan(&sc.ThreadID, &sc.Claim.RunID, &sc.Claim.Epoch, &hb, &sc.Claim.CancelRequested)
-		sc.Claim.HeartbeatAt = fromMillis(hb)
-		return sc, err
-	})
-	if err != nil {
-		return nil, s.fail("list stale claims", err)
-	}
-	return out, nil
+		func(r scanner) (agent.StaleClaim, error) {
+			var sc agent.StaleClaim
+			var hb int64
+			err := r.Scan(&sc.ThreadID, &sc.Claim.RunID, &sc.Claim.Epoch, &hb, &sc.Claim.CancelRequested)
+			sc.Claim.HeartbeatAt = fromMillis(hb)
+			return sc, err
+		}, before, limit)
 }
 
 // GetRun reads one run of a thread.

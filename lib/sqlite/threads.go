@@ -186,6 +186,24 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 }
 
 // collect scans every row and closes rows. It never returns a nil slice without an error.
+// listBefore runs a reaper work-list query (query takes the cutoff and the limit: limit <= 0 means
+// agent.DefaultListLimit) and scans its rows.
+func listBefore[T any](ctx context.Context, s *Store, what, query string, scan func(scanner) (T, error), before time.Time, limit int) ([]T, error) {
+	s.op()
+	if limit <= 0 {
+		limit = agent.DefaultListLimit
+	}
+	rows, err := s.read().query(ctx, query, millis(before), limit)
+	if err != nil {
+		return nil, s.fail(what, err)
+	}
+	out, err := collect(rows, scan)
+	if err != nil {
+		return nil, s.fail(what, err)
+	}
+	return out, nil
+}
+
 func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
 	defer rows.Close()
 	out := []T{}

