@@ -25,8 +25,27 @@ type ModelRequest struct {
 type ModelMessage struct {
 	Role       string // "user", "assistant" or "tool"
 	Text       string
-	ToolCalls  []ToolCall // assistant only
-	ToolCallID string     // tool only: the call this result answers
+	Files      []ModelFile // user only: attachments the model reads (images, PDFs), after Text
+	ToolCalls  []ToolCall  // assistant only
+	ToolCallID string      // tool only: the call this result answers
+}
+
+// ModelFile is one attachment of a user message as the model receives it: an image or a PDF, by a data URL
+// ("data:<mediaType>;base64,…") or an https URL. Only the media types ModelFileTypes accepts reach a model; the
+// boundary refuses the rest.
+type ModelFile struct {
+	MediaType string
+	URL       string
+	Filename  string
+}
+
+// ModelFileType reports whether a model receives files of mediaType (images and PDFs).
+func ModelFileType(mediaType string) bool {
+	switch mediaType {
+	case "image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf":
+		return true
+	}
+	return false
 }
 
 // ToolCall is one call the model made. Arguments is the raw JSON the model produced.

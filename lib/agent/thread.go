@@ -56,12 +56,17 @@ func (c *Claim) Stale(now time.Time, staleAfter time.Duration) bool {
 	return c != nil && now.Sub(c.HeartbeatAt) > staleAfter
 }
 
-// Usage counts model tokens.
+// Usage counts model tokens, and what they cost when a price table is configured. CachedInputTokens and
+// ReasoningTokens are parts of InputTokens and OutputTokens (as providers report them), not additions.
 type Usage struct {
 	InputTokens       int64 `json:"inputTokens"`
 	OutputTokens      int64 `json:"outputTokens"`
 	TotalTokens       int64 `json:"totalTokens"`
 	CachedInputTokens int64 `json:"cachedInputTokens"`
+	ReasoningTokens   int64 `json:"reasoningTokens,omitempty"`
+	// CostMicroUSD is the price of these tokens in millionths of a US dollar (0 without a price table), kept as an
+	// integer so that sums stay exact however many runs add to a thread.
+	CostMicroUSD int64 `json:"costMicroUsd,omitempty"`
 }
 
 // Add returns u+o.
@@ -71,5 +76,7 @@ func (u Usage) Add(o Usage) Usage {
 		OutputTokens:      u.OutputTokens + o.OutputTokens,
 		TotalTokens:       u.TotalTokens + o.TotalTokens,
 		CachedInputTokens: u.CachedInputTokens + o.CachedInputTokens,
+		ReasoningTokens:   u.ReasoningTokens + o.ReasoningTokens,
+		CostMicroUSD:      u.CostMicroUSD + o.CostMicroUSD,
 	}
 }

@@ -27,17 +27,21 @@ import (
 const (
 	// DefaultBudgetBytes is the model context budget, in bytes of transcript text.
 	DefaultBudgetBytes = 400_000
+	// DefaultBudgetTokens is the model context budget in (estimated) tokens.
+	DefaultBudgetTokens = 100_000
 	// DefaultToolOutputBytes caps one tool result as the model sees it.
 	DefaultToolOutputBytes = 32 << 10
 )
 
 // Config bounds a transcript. Zero fields take the defaults above.
 type Config struct {
+	BudgetTokens    int
 	BudgetBytes     int
 	ToolOutputBytes int
 }
 
 func (c Config) withDefaults() Config {
+	c.BudgetTokens = cmp.Or(c.BudgetTokens, DefaultBudgetTokens)
 	c.BudgetBytes = cmp.Or(c.BudgetBytes, DefaultBudgetBytes)
 	c.ToolOutputBytes = cmp.Or(c.ToolOutputBytes, DefaultToolOutputBytes)
 	return c
@@ -98,6 +102,12 @@ func (h *History) Build(draft []agent.Part) []agent.ModelMessage {
 		out = append(out, turn...)
 	}
 	return append(out, tail...)
+}
+
+// MessageTokens estimates what a stored message costs in the transcript, in tokens (chars/4): what a bounded
+// read sums, newest first, until the budget is met.
+func MessageTokens(m agent.Message) int {
+	return (size(convert(m, DefaultToolOutputBytes, map[string]int{})) + 3) / 4
 }
 
 // MessageSize is what a user message costs in the transcript, to check it against the budget up front.
