@@ -25,6 +25,7 @@ type ModelRequest struct {
 type ModelMessage struct {
 	Role       string // "user", "assistant" or "tool"
 	Text       string
+	Reasoning  string      // assistant only: the step's reasoning, for adapters whose provider takes it back
 	Files      []ModelFile // user only: attachments the model reads (images, PDFs), after Text
 	ToolCalls  []ToolCall  // assistant only
 	ToolCallID string      // tool only: the call this result answers

@@ -55,6 +55,10 @@ type Tool struct {
 	// the tool never ran to completion under that key). Recovery uses it so that a run that died after the tool
 	// ran but before its result was stored reports what really happened, not "not executed".
 	Recorded func(ctx context.Context, inv ToolInvocation) (output json.RawMessage, ok bool, err error)
+	// Snapshot declares that an output of this tool is a whole snapshot of some state (a document, a list) that
+	// supersedes every earlier output of the same tool: the model is shown only the newest one (the others
+	// become a one-line note), so a stale copy never misleads it and N calls do not cost N copies.
+	Snapshot bool
 }
 
 // Spec is the model-facing description of t.

@@ -1,5 +1,5 @@
 // Package transcript turns stored UI messages into the provider-neutral model transcript, and prunes it to the
-// model's budget. It is pure: it reads messages and never changes what is stored.
+// model's budget before every step. It is pure: it reads messages and never changes what is stored.
 //
 // The transcript it returns is always provider-valid (DESIGN principle 5):
 //   - every tool call has exactly one result, right after the assistant message that made it (a call without a
@@ -9,8 +9,25 @@
 //   - a tool output is capped for the model (head, tail and a marker saying how much was cut); the stored output
 //     stays whole.
 //
-// Pruning drops whole older turns from the front until the transcript fits the budget. A request whose newest
-// user message alone is over the budget is refused before anything is written (see CheckMessage).
+// # Pruning tiers
+//
+// The budget is in tokens, estimated as chars/4 (a file by its own rule, see FileTokens) and scaled by what the
+// provider reported for the previous request of the run (Reported), counting the system prompt and the tool
+// specs (Config.FixedTokens). Each tier runs only while the transcript is still over the budget, except tier 0:
+//
+//	tier 0, always  a tool that declares its output a snapshot (agent.Tool.Snapshot) shows the model only its
+//	                newest output; earlier ones become a one-line note. A stale snapshot misleads, so this runs
+//	                even in a short thread.
+//	tier 1          reasoning is dropped from every assistant message but the last.
+//	tier 2          the oldest tool call/result pairs become one-line stubs: the call keeps its id and name (its
+//	                arguments too when short), the result says what was cut. Both sides of a pair always stay.
+//	tier 3          attachments of older user messages become a line naming the file.
+//	tier 4          whole turns (a user message and its replies) are dropped from the front.
+//
+// Never pruned, whatever the budget: the newest user message (with its attachments), the last assistant message
+// (the draft in flight, or the reply before the newest user message), tool calls still waiting for an approval
+// or a client's output, and the surviving snapshots. When those alone are over the budget the transcript is sent
+// over it (Report.Over); CheckMessage refuses, up front, a user message that alone could never fit.
 package transcript
 
 import (
@@ -25,12 +42,17 @@ import (
 
 // Defaults, written once here (config maps env names onto Config).
 const (
-	// DefaultBudgetBytes is the model context budget, in bytes of transcript text.
+	// DefaultBudgetBytes is the model context budget in bytes of transcript text (AGENT_CONTEXT_BYTES, kept for
+	// deployments that set it: the smaller of the two budgets wins).
 	DefaultBudgetBytes = 400_000
-	// DefaultBudgetTokens is the model context budget in (estimated) tokens.
+	// DefaultBudgetTokens is the model context budget in (estimated) tokens, system prompt and tool specs
+	// included. It suits the default model (gpt-4o-mini: 128k tokens) with room for the reply.
 	DefaultBudgetTokens = 100_000
 	// DefaultToolOutputBytes caps one tool result as the model sees it.
 	DefaultToolOutputBytes = 32 << 10
+	// FileTokens is what an image, or a PDF by https URL (whose size the transcript cannot see), is estimated
+	// to cost. A PDF by data URL is counted by its length, like text.
+	FileTokens = 1_000
 )
 
 // Config bounds a transcript. Zero fields take the defaults above.
@@ -38,6 +60,12 @@ type Config struct {
 	BudgetTokens    int
 	BudgetBytes     int
 	ToolOutputBytes int
+	// Snapshots names the tools whose outputs supersede their earlier ones (the engine fills it from
+	// agent.Tool.Snapshot).
+	Snapshots map[string]bool
+	// FixedTokens is what every request spends besides the messages: the system prompt and the tool specs
+	// (see Fixed; the engine fills it).
+	FixedTokens int
 }
 
 func (c Config) withDefaults() Config {
@@ -47,30 +75,39 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// History is a run's stored messages, converted once per run (each step then only adds the draft).
+// budget is the effective budget in tokens: the token budget, or the byte budget's chars/4 when smaller.
+func (c Config) budget() int { return min(c.BudgetTokens, c.BudgetBytes/4) }
+
+// Fixed estimates the tokens a request spends on the system prompt and the tool specs.
+func Fixed(system string, tools []agent.ToolSpec) int {
+	n := len(system)
+	for _, t := range tools {
+		n += len(t.Name) + len(t.Description) + len(t.Parameters)
+	}
+	return tokens(n)
+}
+
+// History is a run's stored messages, converted once per run (each step then converts only the draft and
+// prunes).
 type History struct {
 	cfg Config
 	// calls counts the tool call ids the stored messages used: a model that repeats an id (a deterministic one
 	// answering a regenerate whose first attempt is kept) must not make one id stand for two calls.
-	calls      map[string]int
-	turns      [][]agent.ModelMessage // one entry per stored message
-	sizes      []int
-	newestUser int // index into turns of the newest user message, -1 when none
+	calls   map[string]int
+	entries []entry // one per stored message that reaches the model
+	// scale is the provider's count over the estimate for the last request (1 until Reported).
+	scale float64
+	last  Report
 }
 
 // NewHistory converts the stored messages (oldest first) once.
 func NewHistory(msgs []agent.Message, cfg Config) *History {
-	h := &History{cfg: cfg.withDefaults(), newestUser: -1, calls: map[string]int{}}
+	h := &History{cfg: cfg.withDefaults(), calls: map[string]int{}, scale: 1}
+	h.entries = make([]entry, 0, len(msgs))
 	for _, m := range msgs {
-		turn := convert(m, h.cfg.ToolOutputBytes, h.calls)
-		if len(turn) == 0 {
-			continue
+		if e, ok := convert(m, h.cfg.ToolOutputBytes, h.calls); ok {
+			h.entries = append(h.entries, e)
 		}
-		if m.Role == agent.RoleUser {
-			h.newestUser = len(h.turns)
-		}
-		h.turns = append(h.turns, turn)
-		h.sizes = append(h.sizes, size(turn))
 	}
 	return h
 }
@@ -78,104 +115,176 @@ func NewHistory(msgs []agent.Message, cfg Config) *History {
 // Build returns the transcript for the next model call: the history, then the run's draft (the parts of the
 // assistant message in flight, as the engine holds them; empty for the first step), pruned to the budget.
 func (h *History) Build(draft []agent.Part) []agent.ModelMessage {
-	tail := assistant(draft, h.cfg.ToolOutputBytes, maps.Clone(h.calls))
-	total := size(tail)
-	for _, s := range h.sizes {
-		total += s
+	d := assistant(draft, h.cfg.ToolOutputBytes, maps.Clone(h.calls))
+	p := newPruner(h.entries, d, h.cfg, h.scale)
+	p.prune()
+	h.last = p.report
+	return p.emit()
+}
+
+// Last reports what the latest Build pruned.
+func (h *History) Last() Report { return h.last }
+
+// Reported takes the provider's count of the input tokens of the latest Build's request: later builds scale
+// their estimate by it (the provider knows its tokenizer; chars/4 is a guess). A zero count (a provider that
+// reports no usage) changes nothing, and the factor stays within [1/2, 4] so that one odd report cannot make
+// the budget meaningless.
+func (h *History) Reported(inputTokens int) {
+	est := h.last.EstimatedTokens
+	if inputTokens <= 0 || est <= 0 {
+		return
 	}
-	// Drop whole turns from the front, never the newest user message or anything after it.
-	start := 0
-	keepFrom := len(h.turns)
-	if h.newestUser >= 0 {
-		keepFrom = h.newestUser
-	}
-	for total > h.cfg.BudgetBytes && start < keepFrom {
-		total -= h.sizes[start]
-		start++
-	}
-	// Start at a user message, so no tool result is ever separated from its call.
-	for start < len(h.turns) && h.turns[start][0].Role != "user" {
-		start++
-	}
-	var out []agent.ModelMessage
-	for _, turn := range h.turns[start:] {
-		out = append(out, turn...)
-	}
-	return append(out, tail...)
+	// EstimatedTokens is already scaled; the raw estimate is est/scale.
+	h.scale = min(max(float64(inputTokens)*h.scale/float64(est), 0.5), 4)
 }
 
 // MessageTokens estimates what a stored message costs in the transcript, in tokens (chars/4): what a bounded
 // read sums, newest first, until the budget is met.
 func MessageTokens(m agent.Message) int {
-	return (size(convert(m, DefaultToolOutputBytes, map[string]int{})) + 3) / 4
+	e, _ := convert(m, DefaultToolOutputBytes, map[string]int{})
+	return tokens(e.chars())
 }
 
-// MessageSize is what a user message costs in the transcript, to check it against the budget up front.
+// MessageSize is what a message costs in the transcript, in bytes of text.
 func MessageSize(m agent.Message) int {
-	return size(convert(m, DefaultToolOutputBytes, map[string]int{}))
+	e, _ := convert(m, DefaultToolOutputBytes, map[string]int{})
+	return e.chars()
 }
 
 // CheckMessage refuses a user message that alone is over the budget (it could never be sent to the model).
 func CheckMessage(m agent.Message, cfg Config) error {
 	cfg = cfg.withDefaults()
-	if n := MessageSize(m); n > cfg.BudgetBytes {
+	if n, b := MessageTokens(m), cfg.budget()-cfg.FixedTokens; n > b {
 		return agent.E(agent.KindTooLarge, agent.CodeMessageTooLarge,
-			"the message is %d bytes of text, more than the model budget of %d", n, cfg.BudgetBytes)
+			"the message is about %d tokens, more than the model budget of %d", n, b)
 	}
 	return nil
 }
 
-func size(msgs []agent.ModelMessage) int {
+// Estimate is the chars/4 estimate of a transcript (what Report.EstimatedTokens counts, unscaled and without
+// the fixed tokens).
+func Estimate(msgs []agent.ModelMessage) int {
 	n := 0
 	for _, m := range msgs {
-		n += len(m.Text)
+		n += len(m.Text) + len(m.Reasoning)
+		for _, f := range m.Files {
+			n += fileChars(f)
+		}
 		for _, c := range m.ToolCalls {
 			n += len(c.Arguments) + len(c.Name)
+		}
+	}
+	return tokens(n)
+}
+
+func tokens(chars int) int { return (chars + 3) / 4 }
+
+// entry is one stored message as the model sees it: a user message's text and files, or an assistant
+// message's steps.
+type entry struct {
+	role  agent.Role
+	text  string
+	files []agent.ModelFile
+	steps []step
+}
+
+// step is one model call of an assistant message: what it said and the calls it made, each with its result.
+type step struct {
+	reasoning, text string
+	calls           []call
+}
+
+type call struct {
+	id, name, args, result string
+	output                 bool // the tool returned an output (not an error, a denial or nothing)
+	open                   bool // waiting for an approval, a client's output or an execution
+}
+
+func (c call) chars() int { return len(c.name) + len(c.args) + len(c.result) }
+
+func (e *entry) chars() int {
+	n := len(e.text)
+	for _, f := range e.files {
+		n += fileChars(f)
+	}
+	for _, s := range e.steps {
+		n += len(s.reasoning) + len(s.text)
+		for _, c := range s.calls {
+			n += c.chars()
 		}
 	}
 	return n
 }
 
-// convert maps one UI message to model messages.
-func convert(m agent.Message, toolOutputBytes int, calls map[string]int) []agent.ModelMessage {
+func fileChars(f agent.ModelFile) int {
+	if strings.HasPrefix(f.URL, "data:") && !strings.HasPrefix(f.MediaType, "image/") {
+		return len(f.URL)
+	}
+	return FileTokens * 4
+}
+
+// convert maps one UI message; ok is false when nothing of it reaches the model.
+func convert(m agent.Message, toolOutputBytes int, calls map[string]int) (entry, bool) {
 	switch m.Role {
 	case agent.RoleUser:
+		e := entry{role: agent.RoleUser}
 		var b strings.Builder
 		for _, raw := range m.Parts {
 			p, err := agent.DecodePart(raw)
-			if err != nil || p.Type != "text" {
-				continue
+			switch {
+			case err != nil:
+			case p.Type == "text":
+				if b.Len() > 0 {
+					b.WriteString("\n")
+				}
+				b.WriteString(p.Text)
+			case p.Type == "file":
+				if f, ok := modelFile(raw); ok {
+					e.files = append(e.files, f)
+				}
 			}
-			if b.Len() > 0 {
-				b.WriteString("\n")
-			}
-			b.WriteString(p.Text)
 		}
-		if b.Len() == 0 {
-			return nil
-		}
-		return []agent.ModelMessage{{Role: "user", Text: b.String()}}
+		e.text = b.String()
+		return e, e.text != "" || len(e.files) > 0
 	case agent.RoleAssistant:
-		return assistant(Decode(m.Parts), toolOutputBytes, calls)
+		e := assistant(Decode(m.Parts), toolOutputBytes, calls)
+		return e, len(e.steps) > 0
 	}
-	return nil
+	return entry{}, false
 }
 
-// assistant maps an assistant message's parts: one model message per step, each followed by its tool results.
-// used counts the tool call ids used so far in the transcript: a repeated id is renamed (id~2, id~3, …) for
-// its call and its result alike, so every call stays one call.
-func assistant(parts []agent.Part, toolOutputBytes int, used map[string]int) []agent.ModelMessage {
-	var out []agent.ModelMessage
-	var text strings.Builder
-	var calls []agent.ToolCall
-	var results []agent.ModelMessage
+// modelFile reads a user file part ({type: "file", mediaType, url, filename}, the AI SDK's FileUIPart). Only
+// images and PDFs by data or https URL reach a model: the boundary refuses other files, and a row stored before
+// it did is skipped rather than failing the request.
+func modelFile(raw json.RawMessage) (agent.ModelFile, bool) {
+	var f struct {
+		MediaType string `json:"mediaType"`
+		URL       string `json:"url"`
+		Filename  string `json:"filename"`
+	}
+	if json.Unmarshal(raw, &f) != nil || !agent.ModelFileType(f.MediaType) ||
+		!(strings.HasPrefix(f.URL, "data:") || strings.HasPrefix(f.URL, "https://")) {
+		return agent.ModelFile{}, false
+	}
+	return agent.ModelFile{MediaType: f.MediaType, URL: f.URL, Filename: f.Filename}, true
+}
+
+// assistant maps an assistant message's parts: one step per model call, each with its tool results. used counts
+// the tool call ids used so far in the transcript: a repeated id is renamed (id~2, id~3, …) for its call and its
+// result alike, so every call stays one call. A step that said nothing and called nothing is left out (its
+// reasoning alone is no valid assistant message).
+func assistant(parts []agent.Part, toolOutputBytes int, used map[string]int) entry {
+	e := entry{role: agent.RoleAssistant}
+	var cur step
+	var text, reason strings.Builder
 	flush := func() {
-		if text.Len() > 0 || len(calls) > 0 {
-			out = append(out, agent.ModelMessage{Role: "assistant", Text: text.String(), ToolCalls: calls})
-			out = append(out, results...)
+		cur.text, cur.reasoning = text.String(), reason.String()
+		if cur.text != "" || len(cur.calls) > 0 {
+			e.steps = append(e.steps, cur)
 		}
+		cur = step{}
 		text.Reset()
-		calls, results = nil, nil
+		reason.Reset()
 	}
 	for _, p := range parts {
 		switch {
@@ -183,6 +292,8 @@ func assistant(parts []agent.Part, toolOutputBytes int, used map[string]int) []a
 			flush()
 		case p.Type == "text":
 			text.WriteString(p.Text)
+		case p.Type == "reasoning":
+			reason.WriteString(p.Text)
 		case agent.IsToolPart(p.Type):
 			args := "{}"
 			if len(p.Input) > 0 {
@@ -193,13 +304,12 @@ func assistant(parts []agent.Part, toolOutputBytes int, used map[string]int) []a
 				id = fmt.Sprintf("%s~%d", id, n+1)
 			}
 			used[p.ToolCallID]++
-			calls = append(calls, agent.ToolCall{ID: id, Name: p.ToolNameOf(), Arguments: args})
-			results = append(results, agent.ModelMessage{Role: "tool", ToolCallID: id,
-				Text: Cap(ResultText(p), toolOutputBytes)})
+			cur.calls = append(cur.calls, call{id: id, name: p.ToolNameOf(), args: args,
+				result: Cap(ResultText(p), toolOutputBytes), output: p.State == agent.StateOutputAvailable, open: p.Waiting()})
 		}
 	}
 	flush()
-	return out
+	return e
 }
 
 // ResultText is what the model sees as the result of a tool part.
@@ -278,3 +388,4 @@ func Decode(raw []json.RawMessage) []agent.Part {
 	}
 	return parts
 }
+

@@ -76,8 +76,11 @@ func TestBuild(t *testing.T) {
 		{name: "big user message at step 0", history: []agent.Message{user("u1", "old"), user("u2", big[:300_000])},
 			draft: []agent.Part{{Type: "step-start"}},
 			cfg:   transcript.Config{BudgetBytes: 200_000}, wantFirst: big[:300_000], wantUsers: 1},
-		{name: "prunes old turns whole", history: []agent.Message{user("u1", big[:100]), toolTurn("a1", "c1", big[:5000]), user("u2", "now")},
-			cfg: transcript.Config{BudgetBytes: 1000}, wantFirst: "now", wantUsers: 1},
+		// Old tool results become stubs before any turn is dropped (tier 2 before tier 4; TestPruneTiers has
+		// the tiers one by one).
+		{name: "stubs old tool results before dropping turns", history: []agent.Message{user("u1", big[:100]), toolTurn("a1", "c1", big[:5000]), user("u2", "now")},
+			draft: []agent.Part{{Type: "step-start"}, {Type: "text", Text: "hm"}},
+			cfg:   transcript.Config{BudgetBytes: 1000}, wantFirst: big[:100], wantUsers: 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

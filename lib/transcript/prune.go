@@ -1,0 +1,311 @@
+package transcript
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Report says what one Build pruned (for tests, benchmarks and logs).
+type Report struct {
+	// EstimatedTokens is the transcript as sent, fixed tokens included, scaled by the provider's reports.
+	EstimatedTokens int
+	BudgetTokens    int
+	// Over: the transcript is still over the budget (what is never pruned does not fit).
+	Over             bool
+	Superseded       int // tier 0: snapshot outputs replaced by a note
+	ReasoningDropped int // tier 1: assistant steps whose reasoning was left out
+	PairsStubbed     int // tier 2: tool call/result pairs collapsed to stubs
+	FilesStubbed     int // tier 3: attachments replaced by a line naming them
+	MessagesDropped  int // tier 4 (and leading replies before the first user message): stored messages left out
+}
+
+// stubArgsBytes is the longest argument JSON a stubbed call keeps (longer ones become "{}"): short arguments
+// say what was asked at little cost.
+const stubArgsBytes = 256
+
+// Marks a pruner puts on a call.
+const (
+	callKept uint8 = iota
+	callSuperseded
+	callStubbed
+)
+
+// pruner decides, for one Build, what of the history and the draft the model sees. It never writes to the
+// entries (they are the history's, shared by every step of the run): its decisions are marks beside them.
+type pruner struct {
+	es    []*entry // the history, then the draft when it made a step
+	cfg   Config
+	scale float64
+	// total is the transcript's size in chars as pruned so far, the fixed tokens included; cur is each entry's.
+	total int
+	cur   []int
+	start int // entries before start are left out
+	// newestUser and lastAssistant index es (-1 when none).
+	newestUser, lastAssistant int
+	refs                      []callRef // every call from start on, in transcript order
+	mark                      []uint8   // per ref
+	survivor                  []bool    // per ref: the newest output of a snapshot tool
+	keep                      []bool    // per entry: holds something never pruned (tier 4 stops there)
+	dropReasoning             bool
+	fileStub                  []bool // per entry
+	report                    Report
+}
+
+type callRef struct{ e, s, c int }
+
+func (p *pruner) call(r callRef) *call { return &p.es[r.e].steps[r.s].calls[r.c] }
+
+func newPruner(history []entry, draft entry, cfg Config, scale float64) *pruner {
+	es := make([]*entry, 0, len(history)+1)
+	for i := range history {
+		es = append(es, &history[i])
+	}
+	if len(draft.steps) > 0 {
+		es = append(es, &draft)
+	}
+	p := &pruner{es: es, cfg: cfg, scale: scale, newestUser: -1, lastAssistant: -1,
+		cur: make([]int, len(es)), keep: make([]bool, len(es)), fileStub: make([]bool, len(es))}
+	p.report.BudgetTokens = cfg.budget()
+	// The transcript starts at a user message: replies before the first one (a bounded read that began mid-
+	// thread) are left out, as no tool result may come without its call's turn.
+	for p.start < len(es) && es[p.start].role != agent.RoleUser {
+		p.start++
+	}
+	if p.start == len(es) {
+		p.start = 0 // no user message at all: nothing to align to
+	}
+	p.report.MessagesDropped = p.start
+	p.total = cfg.FixedTokens * 4
+	for i := p.start; i < len(es); i++ {
+		e := es[i]
+		p.cur[i] = e.chars()
+		p.total += p.cur[i]
+		switch e.role {
+		case agent.RoleUser:
+			p.newestUser = i
+		case agent.RoleAssistant:
+			p.lastAssistant = i
+		}
+		for s := range e.steps {
+			for c, cl := range e.steps[s].calls {
+				p.refs = append(p.refs, callRef{i, s, c})
+				if cl.open {
+					p.keep[i] = true // an unresolved interactive part
+				}
+			}
+		}
+	}
+	p.mark = make([]uint8, len(p.refs))
+	p.survivor = make([]bool, len(p.refs))
+	for _, i := range []int{p.newestUser, p.lastAssistant} {
+		if i >= 0 {
+			p.keep[i] = true
+		}
+	}
+	return p
+}
+
+func (p *pruner) over() bool {
+	return float64(p.total)*p.scale > float64(p.cfg.budget())*4
+}
+
+// cut takes n chars off entry i.
+func (p *pruner) cut(i, n int) {
+	p.cur[i] -= n
+	p.total -= n
+}
+
+func (p *pruner) prune() {
+	p.supersede()
+	if p.over() {
+		p.dropOldReasoning()
+	}
+	if p.over() {
+		p.stubPairs()
+	}
+	if p.over() {
+		p.stubFiles()
+	}
+	if p.over() {
+		p.dropTurns()
+	}
+	p.report.Over = p.over()
+	p.report.EstimatedTokens = int(math.Ceil(float64(p.total) * p.scale / 4))
+}
+
+// supersede is tier 0: the newest output of each snapshot tool survives, earlier ones become a note.
+func (p *pruner) supersede() {
+	if len(p.cfg.Snapshots) == 0 {
+		return
+	}
+	seen := map[string]bool{}
+	for k := len(p.refs) - 1; k >= 0; k-- {
+		r := p.refs[k]
+		c := p.call(r)
+		if !c.output || !p.cfg.Snapshots[c.name] {
+			continue
+		}
+		if !seen[c.name] {
+			seen[c.name] = true
+			p.survivor[k], p.keep[r.e] = true, true
+			continue
+		}
+		p.mark[k] = callSuperseded
+		p.cut(r.e, len(c.result)-len(supersededText(c.name)))
+		p.report.Superseded++
+	}
+}
+
+// dropOldReasoning is tier 1.
+func (p *pruner) dropOldReasoning() {
+	p.dropReasoning = true
+	for i := p.start; i < len(p.es); i++ {
+		if i == p.lastAssistant {
+			continue
+		}
+		for _, s := range p.es[i].steps {
+			if s.reasoning != "" {
+				p.cut(i, len(s.reasoning))
+				p.report.ReasoningDropped++
+			}
+		}
+	}
+}
+
+// stubPairs is tier 2, oldest pair first.
+func (p *pruner) stubPairs() {
+	for k, r := range p.refs {
+		if !p.over() {
+			return
+		}
+		c := p.call(r)
+		if r.e == p.lastAssistant || c.open || p.survivor[k] || p.mark[k] != callKept {
+			continue
+		}
+		p.mark[k] = callStubbed
+		p.cut(r.e, c.chars()-(len(c.name)+len(stubArgs(c.args))+len(stubbedText(*c))))
+		p.report.PairsStubbed++
+	}
+}
+
+// stubFiles is tier 3, oldest message first.
+func (p *pruner) stubFiles() {
+	for i := p.start; i < len(p.es) && p.over(); i++ {
+		e := p.es[i]
+		if e.role != agent.RoleUser || i == p.newestUser || len(e.files) == 0 {
+			continue
+		}
+		n := 0
+		for _, f := range e.files {
+			n += fileChars(f)
+		}
+		p.fileStub[i] = true
+		p.cut(i, n-len(fileStubText(e)))
+		p.report.FilesStubbed += len(e.files)
+	}
+}
+
+// dropTurns is tier 4: whole turns from the front, up to the first turn holding something never pruned.
+func (p *pruner) dropTurns() {
+	for p.over() {
+		next := p.start + 1
+		for next < len(p.es) && p.es[next].role != agent.RoleUser {
+			next++
+		}
+		if next == len(p.es) {
+			return // the newest user message's turn
+		}
+		for i := p.start; i < next; i++ {
+			if p.keep[i] {
+				return
+			}
+		}
+		for i := p.start; i < next; i++ {
+			p.total -= p.cur[i]
+			p.cur[i] = 0
+		}
+		p.report.MessagesDropped += next - p.start
+		p.start = next
+	}
+}
+
+// emit builds the model messages from the entries and the marks.
+func (p *pruner) emit() []agent.ModelMessage {
+	out := make([]agent.ModelMessage, 0, 2*(len(p.es)-p.start))
+	k := 0 // the next ref
+	for len(p.refs) > k && p.refs[k].e < p.start {
+		k++
+	}
+	for i := p.start; i < len(p.es); i++ {
+		e := p.es[i]
+		if e.role == agent.RoleUser {
+			m := agent.ModelMessage{Role: "user", Text: e.text, Files: e.files}
+			if p.fileStub[i] {
+				m.Text, m.Files = fileStubText(e), nil
+			}
+			out = append(out, m)
+			continue
+		}
+		for _, s := range e.steps {
+			m := agent.ModelMessage{Role: "assistant", Text: s.text}
+			if !p.dropReasoning || i == p.lastAssistant {
+				m.Reasoning = s.reasoning
+			}
+			at := len(out)
+			out = append(out, m)
+			calls := make([]agent.ToolCall, len(s.calls))
+			for j, c := range s.calls {
+				args, result := c.args, c.result
+				switch p.mark[k] {
+				case callSuperseded:
+					result = supersededText(c.name)
+				case callStubbed:
+					args, result = stubArgs(c.args), stubbedText(c)
+				}
+				k++
+				calls[j] = agent.ToolCall{ID: c.id, Name: c.name, Arguments: args}
+				out = append(out, agent.ModelMessage{Role: "tool", ToolCallID: c.id, Text: result})
+			}
+			if len(calls) > 0 {
+				out[at].ToolCalls = calls
+			}
+		}
+	}
+	return out
+}
+
+func supersededText(tool string) string {
+	return "[superseded: a later " + tool + " result replaces this one]"
+}
+
+func stubbedText(c call) string {
+	return fmt.Sprintf("[pruned to fit the context: the %d-byte result of this %s call is not shown; call it again if it is needed]",
+		len(c.result), c.name)
+}
+
+func stubArgs(args string) string {
+	if len(args) <= stubArgsBytes {
+		return args
+	}
+	return "{}"
+}
+
+// fileStubText is a user message's text with a line for each of its attachments.
+func fileStubText(e *entry) string {
+	var b strings.Builder
+	b.WriteString(e.text)
+	for _, f := range e.files {
+		if b.Len() > 0 {
+			b.WriteString("\n")
+		}
+		name := f.Filename
+		if name == "" {
+			name = "unnamed"
+		}
+		fmt.Fprintf(&b, "[attachment %s (%s) not shown: pruned to fit the context]", name, f.MediaType)
+	}
+	return b.String()
+}
