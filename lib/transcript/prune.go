@@ -3,6 +3,7 @@ package transcript
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -145,7 +146,7 @@ func (p *pruner) supersede() {
 	for k := len(p.refs) - 1; k >= 0; k-- {
 		r := p.refs[k]
 		c := p.call(r)
-		if !c.output || !p.cfg.Snapshots[c.name] {
+		if !c.snapshot {
 			continue
 		}
 		if !seen[c.name] {
@@ -186,7 +187,7 @@ func (p *pruner) stubPairs() {
 			continue
 		}
 		p.mark[k] = callStubbed
-		p.cut(r.e, c.chars()-(len(c.name)+len(stubArgs(c.args))+len(stubbedText(*c))))
+		p.cut(r.e, c.chars()-(len(c.name)+len(stubArgs(c.args))+stubbedLen(*c)))
 		p.report.PairsStubbed++
 	}
 }
@@ -198,7 +199,7 @@ func (p *pruner) stubFiles() {
 		if e.role != agent.RoleUser || i == p.newestUser || len(e.files) == 0 {
 			continue
 		}
-		n := 0
+		n := len(e.text) // the stub text replaces it
 		for _, f := range e.files {
 			n += fileChars(f)
 		}
@@ -281,9 +282,25 @@ func supersededText(tool string) string {
 	return "[superseded: a later " + tool + " result replaces this one]"
 }
 
+// The stub of a pruned result, in three pieces around its size and the tool's name. Tier 2 counts a stub's
+// length for every pair it collapses, so the length has its own function (formatting thousands of stubs that
+// tier 4 then drops would be most of a prune's time).
+const (
+	stubHead = "[pruned to fit the context: the "
+	stubMid  = "-byte result of this "
+	stubTail = " call is not shown; call it again if it is needed]"
+)
+
 func stubbedText(c call) string {
-	return fmt.Sprintf("[pruned to fit the context: the %d-byte result of this %s call is not shown; call it again if it is needed]",
-		len(c.result), c.name)
+	return stubHead + strconv.Itoa(len(c.result)) + stubMid + c.name + stubTail
+}
+
+func stubbedLen(c call) int {
+	digits := 1
+	for n := len(c.result); n >= 10; n /= 10 {
+		digits++
+	}
+	return len(stubHead) + digits + len(stubMid) + len(c.name) + len(stubTail)
 }
 
 func stubArgs(args string) string {

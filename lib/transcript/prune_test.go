@@ -58,7 +58,9 @@ func results(msgs []agent.ModelMessage) map[string]string {
 	return out
 }
 
-func pruned(s string) bool { return strings.HasPrefix(s, "[pruned") || strings.HasPrefix(s, "[superseded") }
+func pruned(s string) bool {
+	return strings.HasPrefix(s, "[pruned") || strings.HasPrefix(s, "[superseded")
+}
 
 func TestPruneTiers(t *testing.T) {
 	t.Parallel()
@@ -321,4 +323,20 @@ func calls(m agent.ModelMessage) string {
 		s += fmt.Sprintf("%s(%s)", c.Name, c.ID)
 	}
 	return s
+}
+
+func TestStubLength(t *testing.T) {
+	t.Parallel()
+	// The pruner counts stubs by length without building them; the count must match what is sent.
+	for _, n := range []int{0, 9, 10, 99, 100, 12345} {
+		h := transcript.NewHistory([]agent.Message{
+			msg("u1", agent.RoleUser, text("q")),
+			msg("a1", agent.RoleAssistant, stepStart(), done("search", "c1", strings.Repeat("x", n))),
+			msg("u2", agent.RoleUser, text("q2")),
+		}, transcript.Config{BudgetTokens: 1})
+		got := h.Build([]agent.Part{stepStart(), text("hm")})
+		if est := transcript.Estimate(got); h.Last().EstimatedTokens != est {
+			t.Errorf("result of %d bytes: report %d tokens, transcript %d", n, h.Last().EstimatedTokens, est)
+		}
+	}
 }

@@ -106,7 +106,7 @@ func NewHistory(msgs []agent.Message, cfg Config) *History {
 	h.entries = make([]entry, 0, len(msgs))
 	for _, m := range msgs {
 		if e, ok := convert(m, h.cfg.ToolOutputBytes, h.calls); ok {
-			h.entries = append(h.entries, e)
+			h.entries = append(h.entries, h.marked(e))
 		}
 	}
 	return h
@@ -115,11 +115,25 @@ func NewHistory(msgs []agent.Message, cfg Config) *History {
 // Build returns the transcript for the next model call: the history, then the run's draft (the parts of the
 // assistant message in flight, as the engine holds them; empty for the first step), pruned to the budget.
 func (h *History) Build(draft []agent.Part) []agent.ModelMessage {
-	d := assistant(draft, h.cfg.ToolOutputBytes, maps.Clone(h.calls))
+	d := h.marked(assistant(draft, h.cfg.ToolOutputBytes, maps.Clone(h.calls)))
 	p := newPruner(h.entries, d, h.cfg, h.scale)
 	p.prune()
 	h.last = p.report
 	return p.emit()
+}
+
+// marked notes on e's calls which outputs are snapshots (once, not per step).
+func (h *History) marked(e entry) entry {
+	if len(h.cfg.Snapshots) == 0 {
+		return e
+	}
+	for s := range e.steps {
+		for c := range e.steps[s].calls {
+			cl := &e.steps[s].calls[c]
+			cl.snapshot = cl.output && h.cfg.Snapshots[cl.name]
+		}
+	}
+	return e
 }
 
 // Last reports what the latest Build pruned.
@@ -198,6 +212,7 @@ type call struct {
 	id, name, args, result string
 	output                 bool // the tool returned an output (not an error, a denial or nothing)
 	open                   bool // waiting for an approval, a client's output or an execution
+	snapshot               bool // an output of a snapshot tool (Config.Snapshots)
 }
 
 func (c call) chars() int { return len(c.name) + len(c.args) + len(c.result) }
@@ -388,4 +403,3 @@ func Decode(raw []json.RawMessage) []agent.Part {
 	}
 	return parts
 }
-
