@@ -58,6 +58,7 @@ type Config struct {
 	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
 	MaxMessageBytes      int           // AGENT_MAX_MESSAGE_BYTES
 	ContextBytes         int           // AGENT_CONTEXT_BYTES
+	ContextTokens        int           // AGENT_CONTEXT_TOKENS: the model's context budget (the smaller of the two wins)
 	ToolOutputBytes      int           // AGENT_TOOL_OUTPUT_BYTES
 	Secret               string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
 	JWTIssuer            string        // AGENT_JWT_ISSUER (optional check)
@@ -124,6 +125,7 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	intVar("AGENT_MAX_MESSAGE_BYTES", &c.MaxMessageBytes, 1)
 	intVar("AGENT_CONTEXT_BYTES", &c.ContextBytes, 1)
+	intVar("AGENT_CONTEXT_TOKENS", &c.ContextTokens, 1)
 	intVar("AGENT_TOOL_OUTPUT_BYTES", &c.ToolOutputBytes, 1)
 	var body int
 	if intVar("AGENT_MAX_BODY_BYTES", &body, 1) {
@@ -171,7 +173,7 @@ func (c Config) Engine(model string) engine.Config {
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
 		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, InterruptTTL: c.InterruptTTL,
-		MaxQueued: c.MaxQueued, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, ToolOutputBytes: c.ToolOutputBytes}}
+		MaxQueued: c.MaxQueued, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
 }
 
 // Reaper is the reaper's share.

@@ -39,6 +39,12 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("component configs: %+v %+v", c.Reaper(), c.Engine("m"))
 				}
 			}},
+		{name: "context tokens", env: map[string]string{"AGENT_CONTEXT_TOKENS": "32000"},
+			check: func(t *testing.T, c Config) {
+				if got := c.Engine("m").Transcript.BudgetTokens; got != 32000 {
+					t.Fatalf("transcript budget %d tokens, want 32000", got)
+				}
+			}},
 		{name: "overrides", env: map[string]string{"AGENT_MAX_STEPS": "3", "AGENT_RUN_TIMEOUT": "5s", "AGENT_MODEL": "m1", "AGENT_MAX_BODY_BYTES": "100"},
 			check: func(t *testing.T, c Config) {
 				if c.MaxSteps != 3 || c.RunTimeout != 5*time.Second || c.Model != "m1" || c.MaxBodyBytes != 100 {

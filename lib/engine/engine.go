@@ -140,7 +140,26 @@ func New(d Deps, cfg Config) *Engine {
 		e.tools[t.Name] = t
 		e.specs = append(e.specs, t.Spec())
 	}
+	e.cfg.Transcript = e.transcriptConfig(d.Tools)
 	return e
+}
+
+// transcriptConfig completes the transcript's bounds with what only the engine knows: which tools return
+// snapshots, and what the system prompt and the tool specs cost in every request.
+func (e *Engine) transcriptConfig(tools []agent.Tool) transcript.Config {
+	tc := e.cfg.Transcript
+	if tc.Snapshots == nil {
+		for _, t := range tools {
+			if t.Snapshot {
+				if tc.Snapshots == nil {
+					tc.Snapshots = map[string]bool{}
+				}
+				tc.Snapshots[t.Name] = true
+			}
+		}
+	}
+	tc.FixedTokens = cmp.Or(tc.FixedTokens, transcript.Fixed(e.cfg.System, e.specs))
+	return tc
 }
 
 // Config returns the effective configuration.

@@ -179,6 +179,9 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 		}
 		return nil
 	})
+	if err == nil {
+		s.history.Reported(int(res.Usage.InputTokens)) // the provider's count beats the chars/4 estimate
+	}
 	if reasonOpen {
 		s.out.send(uistream.ReasoningEnd{ID: reasonID})
 		s.parts = append(s.parts, agent.Part{Type: "reasoning", Text: reasoning.String(), State: "done"})

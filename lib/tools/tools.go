@@ -191,6 +191,8 @@ func ListNotes(values agent.ValueStore) agent.Tool {
 		Description: "List the user's saved notes.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
 		Kind:        agent.ToolServer,
+		// Each output lists every note: an older list is only wrong now (transcript tier 0).
+		Snapshot: true,
 		Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
 			kvs, err := values.ListValues(ctx, notesNS(inv.Owner))
 			if err != nil {
