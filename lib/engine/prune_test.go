@@ -1,9 +1,11 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -33,15 +35,51 @@ func (m *recordingModel) last() agent.ModelRequest {
 	return m.reqs[len(m.reqs)-1]
 }
 
-// recorded builds an engine like the fixture's, whose model requests are recorded; mut adjusts its config.
-func recorded(t *testing.T, f *fixture, mut func(*engine.Config)) (*engine.Engine, *recordingModel) {
+// recorded builds an engine like the fixture's, whose model requests are recorded and whose log lines go to
+// log (JSON, as in Lambda); mut adjusts its config.
+func recorded(t *testing.T, f *fixture, log io.Writer, mut func(*engine.Config)) (*engine.Engine, *recordingModel) {
 	t.Helper()
 	rec := &recordingModel{Model: f.stack.Model}
 	cfg := f.eng.Config()
 	if mut != nil {
 		mut(&cfg)
 	}
-	return engine.New(engine.Deps{Store: f.store, Model: rec, Tools: f.stack.Tools, Reaper: f.stack.Reaper, Signer: f.stack.Signer}, cfg), rec
+	return engine.New(engine.Deps{Store: f.store, Model: rec, Tools: f.stack.Tools, Reaper: f.stack.Reaper, Signer: f.stack.Signer,
+		Logger: slog.New(slog.NewJSONHandler(log, nil))}, cfg), rec
+}
+
+// logLines parses the JSON log lines named msg.
+func logLines(t *testing.T, log *syncBuffer, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// syncBuffer is a bytes.Buffer the run's goroutines may write to at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func runTurn(t *testing.T, eng *engine.Engine, thread, msgID, text string) agent.Run {
@@ -76,7 +114,7 @@ func toolResults(req agent.ModelRequest, name string) []string {
 func TestSnapshotToolSupersedes(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	eng, rec := recorded(t, f, nil)
+	eng, rec := recorded(t, f, io.Discard, nil)
 	runTurn(t, eng, "th-snap", "u1", "/tool list_notes {}")
 	runTurn(t, eng, "th-snap", "u2", `/tool add_note {"text":"milk"}`)
 	runTurn(t, eng, "th-snap", "u3", "/tool list_notes {}")
@@ -98,7 +136,8 @@ func TestPruneBeforeStep(t *testing.T) {
 		}}
 	f := setup(t, withTools(dump))
 	var fixed int
-	eng, rec := recorded(t, f, func(c *engine.Config) {
+	var log syncBuffer
+	eng, rec := recorded(t, f, &log, func(c *engine.Config) {
 		c.System = strings.Repeat("Be brief. ", 400) // 4 KB, about 1,000 tokens
 		c.Transcript.FixedTokens = 0                 // the engine counts them again for this system prompt
 		fixed = 1000
@@ -117,6 +156,13 @@ func TestPruneBeforeStep(t *testing.T) {
 	runTurn(t, eng, "th-prune", "u3", "again")
 	if got := toolResults(rec.last(), "dump"); len(got) != 1 || !strings.HasPrefix(got[0], "[pruned") {
 		t.Fatalf("the old result was not stubbed: %.60q", got)
+	}
+	// The operator can tell from the logs alone: the second turn went out over the budget (the big reply was
+	// then the last assistant message, never pruned), the third stubbed the pair and fit.
+	lines := logLines(t, &log, "agent.prune")
+	if len(lines) != 2 || lines[0]["over"] != true || lines[0]["pairs_stubbed"] != 0.0 ||
+		lines[1]["over"] != false || lines[1]["pairs_stubbed"] != 1.0 || lines[1]["budget_tokens"] != 4500.0 {
+		t.Fatalf("agent.prune lines: %v", lines)
 	}
 	// The stored message keeps the whole output: pruning changes only what the model sees.
 	msgs := f.messages(t, "th-prune")

@@ -146,6 +146,12 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 		Tools:           e.specs,
 		MaxOutputTokens: e.cfg.MaxOutputTokens,
 	}
+	if r := s.history.Last(); r.ReasoningDropped+r.PairsStubbed+r.FilesStubbed+r.MessagesDropped > 0 || r.Over {
+		// Only when a tier beyond 0 ran: what the model did not see explains what it did.
+		s.log.Info("agent.prune", "step", step, "estimated_tokens", r.EstimatedTokens, "budget_tokens", r.BudgetTokens,
+			"over", r.Over, "superseded", r.Superseded, "reasoning_dropped", r.ReasoningDropped,
+			"pairs_stubbed", r.PairsStubbed, "files_stubbed", r.FilesStubbed, "messages_dropped", r.MessagesDropped)
+	}
 	// Part ids include the run id: a later run that continues this message restarts at step 0.
 	textID := fmt.Sprintf("%s-t%d", t.run.ID, step)
 	reasonID := fmt.Sprintf("%s-r%d", t.run.ID, step)
