@@ -340,3 +340,35 @@ func TestStubLength(t *testing.T) {
 		}
 	}
 }
+
+// The byte budget (AGENT_CONTEXT_BYTES) caps the token budget only when it is set: a deployment that raises
+// AGENT_CONTEXT_TOKENS alone gets the whole raise.
+func TestBudget(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("n", 600_000) // 150,000 tokens
+	history := []agent.Message{
+		msg("u1", agent.RoleUser, text("q")),
+		msg("a1", agent.RoleAssistant, stepStart(), done("search", "c1", big)),
+		msg("u2", agent.RoleUser, text("q2")),
+	}
+	draft := []agent.Part{stepStart(), text("hm")}
+	tests := []struct {
+		name   string
+		cfg    transcript.Config
+		budget int
+	}{
+		{"default", transcript.Config{ToolOutputBytes: 1 << 20}, transcript.DefaultBudgetTokens},
+		{"tokens alone", transcript.Config{BudgetTokens: 200_000, ToolOutputBytes: 1 << 20}, 200_000},
+		{"bytes cap tokens", transcript.Config{BudgetTokens: 200_000, BudgetBytes: 400_000, ToolOutputBytes: 1 << 20}, 100_000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := transcript.NewHistory(history, tc.cfg)
+			stubbed := pruned(results(h.Build(draft))["c1"])
+			if r := h.Last(); r.BudgetTokens != tc.budget || stubbed != (tc.budget < 150_000) {
+				t.Fatalf("budget %d (want %d), result stubbed %v", r.BudgetTokens, tc.budget, stubbed)
+			}
+		})
+	}
+}

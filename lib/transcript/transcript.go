@@ -42,9 +42,9 @@ import (
 
 // Defaults, written once here (config maps env names onto Config).
 const (
-	// DefaultBudgetBytes is the model context budget in bytes of transcript text (AGENT_CONTEXT_BYTES, kept for
-	// deployments that set it: the smaller of the two budgets wins).
-	DefaultBudgetBytes = 400_000
+	// DefaultBudgetBytes is what the token budget's default is in bytes (chars/4). The byte budget
+	// (AGENT_CONTEXT_BYTES, from before the token budget) is a cap only when set: then the smaller wins.
+	DefaultBudgetBytes = DefaultBudgetTokens * 4
 	// DefaultBudgetTokens is the model context budget in (estimated) tokens, system prompt and tool specs
 	// included. It suits the default model (gpt-4o-mini: 128k tokens) with room for the reply.
 	DefaultBudgetTokens = 100_000
@@ -70,13 +70,18 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.BudgetTokens = cmp.Or(c.BudgetTokens, DefaultBudgetTokens)
-	c.BudgetBytes = cmp.Or(c.BudgetBytes, DefaultBudgetBytes)
 	c.ToolOutputBytes = cmp.Or(c.ToolOutputBytes, DefaultToolOutputBytes)
 	return c
 }
 
-// budget is the effective budget in tokens: the token budget, or the byte budget's chars/4 when smaller.
-func (c Config) budget() int { return min(c.BudgetTokens, c.BudgetBytes/4) }
+// budget is the effective budget in tokens: the token budget, or the byte budget's chars/4 when one is set and
+// smaller.
+func (c Config) budget() int {
+	if c.BudgetBytes > 0 {
+		return min(c.BudgetTokens, c.BudgetBytes/4)
+	}
+	return c.BudgetTokens
+}
 
 // Fixed estimates the tokens a request spends on the system prompt and the tool specs.
 func Fixed(system string, tools []agent.ToolSpec) int {
