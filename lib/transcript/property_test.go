@@ -140,7 +140,7 @@ func TestPruneProperties(t *testing.T) {
 	for _, name := range append(genTools, "delete_note") {
 		specs = append(specs, agent.ToolSpec{Name: name, Description: name, Parameters: json.RawMessage(`{"type":"object"}`)})
 	}
-	const cases = 250
+	const cases = 200
 	var overs, tiers [5]int
 	for seed := range uint64(cases) {
 		r := rand.New(rand.NewPCG(seed, 10))
