@@ -228,8 +228,8 @@ func TestPruneProperties(t *testing.T) {
 					fail("over budget with a whole result left: %s", m.ToolCallID)
 				}
 			}
-			if users(got) > 1 && !firstTurnProtected(got, keep, lastGot) {
-				fail("over budget with a droppable first turn")
+			if i, ok := allTurnsProtected(got, keep, lastGot); !ok {
+				fail("over budget with a droppable turn at %d", i)
 			}
 		}
 		for i, n := range []int{rep.Superseded, rep.ReasoningDropped, rep.PairsStubbed, rep.FilesStubbed, rep.MessagesDropped} {
@@ -262,31 +262,26 @@ func contains(msgs []agent.ModelMessage, m agent.ModelMessage) bool {
 	return false
 }
 
-func users(msgs []agent.ModelMessage) int {
-	n := 0
-	for _, m := range msgs {
-		if m.Role == "user" {
-			n++
-		}
-	}
-	return n
-}
-
-// firstTurnProtected: the first turn (up to the second user message) holds the last assistant message, a
-// waiting call or the surviving snapshot, which is why tier 4 stopped there.
-func firstTurnProtected(msgs []agent.ModelMessage, keep map[string]bool, last []agent.ModelMessage) bool {
+// allTurnsProtected: every turn but the newest (a user message up to the next one) holds the last assistant
+// message, a waiting call or the surviving snapshot, which is why tier 4 kept it; else it returns the turn's
+// first index.
+func allTurnsProtected(msgs []agent.ModelMessage, keep map[string]bool, last []agent.ModelMessage) (int, bool) {
+	start, protected := 0, false
 	for i, m := range msgs {
 		if i > 0 && m.Role == "user" {
-			return false
+			if !protected {
+				return start, false
+			}
+			start, protected = i, false
 		}
-		if contains(last, m) && m.Role == "assistant" {
-			return true
+		if m.Role == "assistant" && contains(last, m) {
+			protected = true
 		}
 		for _, c := range m.ToolCalls {
 			if keep[c.ID] {
-				return true
+				protected = true
 			}
 		}
 	}
-	return false
+	return 0, true
 }

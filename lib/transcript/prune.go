@@ -3,6 +3,7 @@ package transcript
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -43,15 +44,16 @@ type pruner struct {
 	// total is the transcript's size in chars as pruned so far, the fixed tokens included; cur is each entry's.
 	total int
 	cur   []int
-	start int // entries before start are left out
+	start int // entries before start are left out (replies before the first user message)
 	// newestUser and lastAssistant index es (-1 when none).
 	newestUser, lastAssistant int
 	refs                      []callRef // every call from start on, in transcript order
 	mark                      []uint8   // per ref
 	survivor                  []bool    // per ref: the newest output of a snapshot tool
-	keep                      []bool    // per entry: holds something never pruned (tier 4 stops there)
+	keep                      []bool    // per entry: holds something never pruned (tier 4 keeps its turn)
 	dropReasoning             bool
 	fileStub                  []bool // per entry
+	dropped                   []bool // per entry (nil until tier 4 runs)
 	report                    Report
 }
 
@@ -209,27 +211,28 @@ func (p *pruner) stubFiles() {
 	}
 }
 
-// dropTurns is tier 4: whole turns from the front, up to the first turn holding something never pruned.
+// dropTurns is tier 4: whole turns (a user message and the replies up to the next one), oldest first, except
+// those holding something never pruned (an old surviving snapshot keeps its turn, not every turn after it).
+// The newest user message's turn is the last and always stays.
 func (p *pruner) dropTurns() {
-	for p.over() {
-		next := p.start + 1
+	p.dropped = make([]bool, len(p.es))
+	for i := p.start; p.over(); {
+		next := i + 1
 		for next < len(p.es) && p.es[next].role != agent.RoleUser {
 			next++
 		}
 		if next == len(p.es) {
-			return // the newest user message's turn
+			return
 		}
-		for i := p.start; i < next; i++ {
-			if p.keep[i] {
-				return
+		if !slices.Contains(p.keep[i:next], true) {
+			for j := i; j < next; j++ {
+				p.total -= p.cur[j]
+				p.cur[j] = 0
+				p.dropped[j] = true
 			}
+			p.report.MessagesDropped += next - i
 		}
-		for i := p.start; i < next; i++ {
-			p.total -= p.cur[i]
-			p.cur[i] = 0
-		}
-		p.report.MessagesDropped += next - p.start
-		p.start = next
+		i = next
 	}
 }
 
@@ -242,6 +245,12 @@ func (p *pruner) emit() []agent.ModelMessage {
 	}
 	for i := p.start; i < len(p.es); i++ {
 		e := p.es[i]
+		if p.dropped != nil && p.dropped[i] {
+			for k < len(p.refs) && p.refs[k].e == i {
+				k++
+			}
+			continue
+		}
 		if e.role == agent.RoleUser {
 			m := agent.ModelMessage{Role: "user", Text: e.text, Files: e.files}
 			if p.fileStub[i] {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -193,6 +194,32 @@ func TestPruneTiers(t *testing.T) {
 			check: func(t *testing.T, got []agent.ModelMessage) {
 				if got[0].Text != "now" || got[len(got)-1].Text != "then" {
 					t.Errorf("got %d messages starting %.20q", len(got), got[0].Text)
+				}
+			},
+		},
+		{
+			// An old snapshot keeps its own turn, not every turn after it.
+			name: "tier 4: a protected old turn does not stop later turns from going",
+			history: []agent.Message{
+				msg("u1", agent.RoleUser, text("list")),
+				msg("a1", agent.RoleAssistant, stepStart(), done("list_notes", "c1", "one")),
+				msg("u2", agent.RoleUser, text(big)),
+				msg("a2", agent.RoleAssistant, stepStart(), text("ok")),
+				msg("u3", agent.RoleUser, text(big)),
+				msg("a3", agent.RoleAssistant, stepStart(), text("ok")),
+				msg("u4", agent.RoleUser, text("now")),
+			},
+			draft: []agent.Part{stepStart(), text("so")},
+			cfg:   transcript.Config{BudgetTokens: 500, Snapshots: snap},
+			check: func(t *testing.T, got []agent.ModelMessage) {
+				var texts []string
+				for _, m := range got {
+					if m.Role == "user" {
+						texts = append(texts, m.Text)
+					}
+				}
+				if !slices.Equal(texts, []string{"list", "now"}) || results(got)["c1"] != "one" {
+					t.Errorf("user messages %.20q, snapshot %q", texts, results(got)["c1"])
 				}
 			},
 		},

@@ -22,7 +22,8 @@
 //	tier 2          the oldest tool call/result pairs become one-line stubs: the call keeps its id and name (its
 //	                arguments too when short), the result says what was cut. Both sides of a pair always stay.
 //	tier 3          attachments of older user messages become a line naming the file.
-//	tier 4          whole turns (a user message and its replies) are dropped from the front.
+//	tier 4          whole turns (a user message and its replies) are dropped, oldest first, except the turns that
+//	                hold something never pruned.
 //
 // Never pruned, whatever the budget: the newest user message (with its attachments), the last assistant message
 // (the draft in flight, or the reply before the newest user message), tool calls still waiting for an approval
