@@ -61,7 +61,7 @@ type callRef struct{ e, s, c int }
 
 func (p *pruner) call(r callRef) *call { return &p.es[r.e].steps[r.s].calls[r.c] }
 
-func newPruner(history []entry, draft entry, cfg Config, scale float64) *pruner {
+func newPruner(history []entry, calls int, draft entry, cfg Config, scale float64) *pruner {
 	es := make([]*entry, 0, len(history)+1)
 	for i := range history {
 		es = append(es, &history[i])
@@ -70,7 +70,8 @@ func newPruner(history []entry, draft entry, cfg Config, scale float64) *pruner 
 		es = append(es, &draft)
 	}
 	p := &pruner{es: es, cfg: cfg, scale: scale, newestUser: -1, lastAssistant: -1,
-		cur: make([]int, len(es)), keep: make([]bool, len(es)), fileStub: make([]bool, len(es))}
+		cur: make([]int, len(es)), keep: make([]bool, len(es)), fileStub: make([]bool, len(es)),
+		refs: make([]callRef, 0, calls+draft.calls)}
 	p.report.BudgetTokens = cfg.budget()
 	// The transcript starts at a user message: replies before the first one (a bounded read that began mid-
 	// thread) are left out, as no tool result may come without its call's turn.
@@ -84,7 +85,7 @@ func newPruner(history []entry, draft entry, cfg Config, scale float64) *pruner 
 	p.total = cfg.FixedTokens * 4
 	for i := p.start; i < len(es); i++ {
 		e := es[i]
-		p.cur[i] = e.chars()
+		p.cur[i] = e.size
 		p.total += p.cur[i]
 		switch e.role {
 		case agent.RoleUser:
@@ -238,7 +239,13 @@ func (p *pruner) dropTurns() {
 
 // emit builds the model messages from the entries and the marks.
 func (p *pruner) emit() []agent.ModelMessage {
-	out := make([]agent.ModelMessage, 0, 2*(len(p.es)-p.start))
+	n := len(p.es) - p.start
+	for _, d := range p.dropped {
+		if d {
+			n--
+		}
+	}
+	out := make([]agent.ModelMessage, 0, 2*n) // a reply is usually a call, its result and some text
 	k := 0 // the next ref
 	for len(p.refs) > k && p.refs[k].e < p.start {
 		k++

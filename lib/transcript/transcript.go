@@ -101,6 +101,7 @@ type History struct {
 	// answering a regenerate whose first attempt is kept) must not make one id stand for two calls.
 	calls   map[string]int
 	entries []entry // one per stored message that reaches the model
+	ncalls  int     // the calls of all entries
 	// scale is the provider's count over the estimate for the last request (1 until Reported).
 	scale float64
 	last  Report
@@ -113,6 +114,7 @@ func NewHistory(msgs []agent.Message, cfg Config) *History {
 	for _, m := range msgs {
 		if e, ok := convert(m, h.cfg.ToolOutputBytes, h.calls); ok {
 			h.entries = append(h.entries, h.marked(e))
+			h.ncalls += e.calls
 		}
 	}
 	return h
@@ -122,14 +124,18 @@ func NewHistory(msgs []agent.Message, cfg Config) *History {
 // assistant message in flight, as the engine holds them; empty for the first step), pruned to the budget.
 func (h *History) Build(draft []agent.Part) []agent.ModelMessage {
 	d := h.marked(assistant(draft, h.cfg.ToolOutputBytes, maps.Clone(h.calls)))
-	p := newPruner(h.entries, d, h.cfg, h.scale)
+	p := newPruner(h.entries, h.ncalls, d, h.cfg, h.scale)
 	p.prune()
 	h.last = p.report
 	return p.emit()
 }
 
-// marked notes on e's calls which outputs are snapshots (once, not per step).
+// marked counts e and notes on its calls which outputs are snapshots (once, not per step).
 func (h *History) marked(e entry) entry {
+	e.size = e.chars()
+	for _, s := range e.steps {
+		e.calls += len(s.calls)
+	}
 	if len(h.cfg.Snapshots) == 0 {
 		return e
 	}
@@ -206,6 +212,8 @@ type entry struct {
 	text  string
 	files []agent.ModelFile
 	steps []step
+	size  int // chars(), counted once
+	calls int // the calls of all its steps
 }
 
 // step is one model call of an assistant message: what it said and the calls it made, each with its result.
