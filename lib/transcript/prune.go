@@ -246,7 +246,7 @@ func (p *pruner) emit() []agent.ModelMessage {
 		}
 	}
 	out := make([]agent.ModelMessage, 0, 2*n) // a reply is usually a call, its result and some text
-	k := 0 // the next ref
+	k := 0                                    // the next ref
 	for len(p.refs) > k && p.refs[k].e < p.start {
 		k++
 	}
