@@ -113,7 +113,8 @@ func NewHistory(msgs []agent.Message, cfg Config) *History {
 	h.entries = make([]entry, 0, len(msgs))
 	for _, m := range msgs {
 		if e, ok := convert(m, h.cfg.ToolOutputBytes, h.calls); ok {
-			h.entries = append(h.entries, h.marked(e))
+			e = h.marked(e)
+			h.entries = append(h.entries, e)
 			h.ncalls += e.calls
 		}
 	}
