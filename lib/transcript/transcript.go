@@ -141,8 +141,16 @@ func convert(m agent.Message, toolOutputBytes int, calls map[string]int) []agent
 	switch m.Role {
 	case agent.RoleUser:
 		var b strings.Builder
+		var files []agent.ModelFile
 		for _, raw := range m.Parts {
 			p, err := agent.DecodePart(raw)
+			if err == nil && p.Type == "file" {
+				// Files the boundary would refuse (stored by an older version) are left out.
+				var f struct{ MediaType, URL, Filename string }
+				if json.Unmarshal(raw, &f) == nil && agent.CheckModelFile(f.MediaType, f.URL) == nil {
+					files = append(files, agent.ModelFile(f))
+				}
+			}
 			if err != nil || p.Type != "text" {
 				continue
 			}
@@ -151,10 +159,10 @@ func convert(m agent.Message, toolOutputBytes int, calls map[string]int) []agent
 			}
 			b.WriteString(p.Text)
 		}
-		if b.Len() == 0 {
+		if b.Len() == 0 && len(files) == 0 {
 			return nil
 		}
-		return []agent.ModelMessage{{Role: "user", Text: b.String()}}
+		return []agent.ModelMessage{{Role: "user", Text: b.String(), Files: files}}
 	case agent.RoleAssistant:
 		return assistant(Decode(m.Parts), toolOutputBytes, calls)
 	}

@@ -1,0 +1,89 @@
+package openai
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	oai "github.com/openai/openai-go/v3"
+)
+
+// # Files
+//
+// A user message's files become content parts after its text: an image is an image_url part whose url is the
+// file's URL as it is (https or a data URL; the provider fetches https images itself); a PDF is a file part
+// whose file_data is a data URL and whose filename is the file's (or "document.pdf"). Chat Completions takes
+// PDFs as data only, so a PDF named by an https URL is downloaded first, as the AI SDK does for URLs a provider
+// cannot read: https only, Config.MaxFileBytes at most, within Config.FileTimeout, with Config.FileClient. A
+// download that fails fails the request (KindUnavailable, CodeModelError: the model cannot see the message).
+
+func (m *Model) userParts(ctx context.Context, msg agent.ModelMessage) ([]oai.ChatCompletionContentPartUnionParam, error) {
+	var parts []oai.ChatCompletionContentPartUnionParam
+	if msg.Text != "" {
+		parts = append(parts, oai.TextContentPart(msg.Text))
+	}
+	for _, f := range msg.Files {
+		if strings.HasPrefix(f.MediaType, "image/") {
+			parts = append(parts, oai.ImageContentPart(oai.ChatCompletionContentPartImageImageURLParam{URL: f.URL}))
+			continue
+		}
+		data := f.URL
+		if !strings.HasPrefix(data, "data:") {
+			var err error
+			if data, err = m.download(ctx, f); err != nil {
+				return nil, err
+			}
+		}
+		name := f.Filename
+		if name == "" {
+			name = "document.pdf"
+		}
+		parts = append(parts, oai.FileContentPart(oai.ChatCompletionContentPartFileFileParam{
+			FileData: oai.String(data), Filename: oai.String(name)}))
+	}
+	return parts, nil
+}
+
+// download fetches f's https URL and returns it as a data URL of f's media type.
+func (m *Model) download(ctx context.Context, f agent.ModelFile) (string, error) {
+	fail := func(err error, msg string, args ...any) error {
+		return agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, fmt.Sprintf(msg, args...))
+	}
+	u, err := url.Parse(f.URL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return "", fail(err, "a file is neither a data URL nor an https URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.FileTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.URL, nil)
+	if err != nil {
+		return "", fail(err, "a file's URL cannot be fetched")
+	}
+	res, err := m.cfg.FileClient.Do(req)
+	if err != nil {
+		// The cause names the host; the message does not.
+		return "", fail(err, "a file could not be downloaded")
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return "", fail(fmt.Errorf("GET %s: %s", u.Redacted(), res.Status), "a file could not be downloaded (HTTP %d)", res.StatusCode)
+	}
+	if ct, _, err := mime.ParseMediaType(res.Header.Get("Content-Type")); err == nil && ct != f.MediaType &&
+		ct != "application/octet-stream" && ct != "binary/octet-stream" {
+		return "", fail(fmt.Errorf("GET %s: content type %s", u.Redacted(), ct), "a file's download is %s, not %s", ct, f.MediaType)
+	}
+	data, err := io.ReadAll(io.LimitReader(res.Body, m.cfg.MaxFileBytes+1))
+	if err != nil {
+		return "", fail(err, "a file could not be downloaded")
+	}
+	if int64(len(data)) > m.cfg.MaxFileBytes {
+		return "", fail(fmt.Errorf("GET %s: over %d bytes", u.Redacted(), m.cfg.MaxFileBytes), "a file is larger than %d bytes", m.cfg.MaxFileBytes)
+	}
+	return "data:" + f.MediaType + ";base64," + base64.StdEncoding.EncodeToString(data), nil
+}
