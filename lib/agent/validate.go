@@ -27,8 +27,8 @@ import (
 //   - assistant (a continuation: tool outputs and approval answers on the newest assistant message): every part
 //     type of the schema (text, reasoning, source-url, source-document, file, step-start, data-*, tool-*,
 //     dynamic-tool), each with its fields; a tool part's state is one of the AI SDK's and carries what that
-//     state requires (errorText for output-error, approval {id, approved} for approval-responded and
-//     output-denied).
+//     state requires (errorText for output-error, approval {id} for the approval states, approved false for
+//     output-denied; an approval-responded part without approved is the engine's missing_decision).
 //
 // Ids: the message id is 1-200 bytes of UTF-8 without '#', '/' or control characters (it is a key in the store
 // and in URLs); tool call ids, approval ids and data part ids are 1-200 bytes without control characters.
@@ -304,8 +304,9 @@ func checkTool(typ string, f fields) *Error {
 			return err
 		}
 	}
-	// approval: required with an answer for approval-responded and output-denied (approved false), required
-	// unanswered for approval-requested, optional (approved true) on output-available and output-error.
+	// approval: required for approval-requested (unanswered), approval-responded and output-denied (approved
+	// false), optional (approved true) on output-available and output-error. An approval-responded part without
+	// approved is left to the engine, which names it missing_decision (its code since before this check).
 	need := state == StateApprovalRequested || state == StateApprovalResponded || state == StateOutputDenied
 	if !f.present("approval") {
 		if need {
@@ -336,8 +337,6 @@ func checkTool(typ string, f fields) *Error {
 	switch {
 	case state == StateApprovalRequested && approved != nil:
 		return E(KindInvalid, CodeInvalidMessage, "approval.approved must be absent in state %s", state)
-	case state == StateApprovalResponded && approved == nil:
-		return E(KindInvalid, CodeInvalidMessage, "approval.approved is required in state %s", state)
 	case state == StateOutputDenied && (approved == nil || *approved):
 		return E(KindInvalid, CodeInvalidMessage, "approval.approved must be false in state %s", state)
 	case (state == StateOutputAvailable || state == StateOutputError) && (approved == nil || !*approved):
