@@ -137,6 +137,27 @@ func (f fields) id(k string, required bool) *Error {
 	return nil
 }
 
+// The fields this package checks and the engine reads (agent.Part, a file's mediaType, url and filename).
+var (
+	partFields = []string{"type", "text", "state", "toolCallId", "toolName", "input", "output", "errorText",
+		"approval", "data", "id", "mediaType", "url", "filename", "sourceId", "title"}
+	approvalFields = []string{"id", "approved", "reason", "signature"}
+)
+
+// spelled refuses a key that differs only in case from a known field: encoding/json matches struct fields
+// case-insensitively, so {"type":"text","TYPE":"x"} would be a text part to this check and something else to
+// the engine's decoder. (A key repeated exactly is read alike by both: the last one wins.)
+func (f fields) spelled(known []string) *Error {
+	for k := range f {
+		for _, name := range known {
+			if k != name && strings.EqualFold(k, name) {
+				return E(KindInvalid, CodeInvalidMessage, "has field %q, which must be spelled %q", k, name)
+			}
+		}
+	}
+	return nil
+}
+
 // userTypes are what a person may author.
 func userType(typ string) bool {
 	return typ == "text" || typ == "file" || strings.HasPrefix(typ, "data-")
@@ -147,6 +168,9 @@ func checkPart(role Role, raw json.RawMessage) *Error {
 	var f fields
 	if b := bytes.TrimSpace(raw); len(b) == 0 || b[0] != '{' || json.Unmarshal(raw, &f) != nil {
 		return E(KindInvalid, CodeInvalidMessage, "must be an object with a type")
+	}
+	if err := f.spelled(partFields); err != nil {
+		return err
 	}
 	typ, err := f.str("type", true)
 	if err != nil || typ == "" {
@@ -317,6 +341,10 @@ func checkTool(typ string, f fields) *Error {
 	var a fields
 	if b := bytes.TrimSpace(f["approval"]); b[0] != '{' || json.Unmarshal(b, &a) != nil {
 		return E(KindInvalid, CodeInvalidMessage, "approval must be an object")
+	}
+	if err := a.spelled(approvalFields); err != nil {
+		err.Message = "approval " + err.Message
+		return err
 	}
 	if err := a.id("id", true); err != nil {
 		err.Message = "approval." + err.Message
