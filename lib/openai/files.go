@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	oai "github.com/openai/openai-go/v3"
@@ -22,6 +26,32 @@ import (
 // PDFs as data only, so a PDF named by an https URL is downloaded first, as the AI SDK does for URLs a provider
 // cannot read: https only, Config.MaxFileBytes at most, within Config.FileTimeout, with Config.FileClient. A
 // download that fails fails the request (KindUnavailable, CodeModelError: the model cannot see the message).
+
+// publicClient is the default Config.FileClient: it dials public unicast addresses only (not loopback,
+// private, link-local or unspecified ones), checked on the address actually dialled, after DNS, so a name
+// that resolves inside the network is refused too.
+var publicClient = &http.Client{Transport: &http.Transport{
+	Proxy:               http.ProxyFromEnvironment,
+	DialContext:         (&net.Dialer{Timeout: 10 * time.Second, Control: publicOnly}).DialContext,
+	TLSHandshakeTimeout: 10 * time.Second,
+	ForceAttemptHTTP2:   true,
+}}
+
+func publicOnly(network, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return err
+	}
+	ip = ip.Unmap()
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
+		return fmt.Errorf("refusing to download from %s: not a public address", ip)
+	}
+	return nil
+}
 
 func (m *Model) userParts(ctx context.Context, msg agent.ModelMessage) ([]oai.ChatCompletionContentPartUnionParam, error) {
 	var parts []oai.ChatCompletionContentPartUnionParam

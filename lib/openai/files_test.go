@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +165,22 @@ func TestInvalidFileRefused(t *testing.T) {
 				t.Fatalf("requests = %d, want 1 (a 400 is not retried)", f.srv.Requests())
 			}
 		})
+	}
+}
+
+// The default download client connects to public addresses only: a PDF URL that points into the server's own
+// network (here the loopback TLS server) is refused before a byte is sent to it.
+func TestFileDownloadPublicOnly(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int32
+	files := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { asked.Add(1) }))
+	t.Cleanup(files.Close)
+	f := setup(t)
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
+		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/a.pdf"}}}}}
+	_, _, err := run(context.Background(), f.model(nil), req)
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "not a public address")
+	if asked.Load() != 0 || f.srv.Requests() != 0 {
+		t.Fatalf("the file server was asked %d times, the model %d", asked.Load(), f.srv.Requests())
 	}
 }

@@ -110,8 +110,9 @@ type Config struct {
 	OmitStreamOptions bool
 	// HTTPClient sends the requests (default http.DefaultClient).
 	HTTPClient *http.Client
-	// FileClient downloads the PDFs that a user message names by https URL (default http.DefaultClient; tests
-	// inject an httptest TLS server's client). MaxFileBytes and FileTimeout bound each download.
+	// FileClient downloads the PDFs that a user message names by https URL (default: a client that connects to
+	// public addresses only, so a user cannot make the server fetch from its own network; tests inject an
+	// httptest TLS server's client). MaxFileBytes and FileTimeout bound each download.
 	FileClient   *http.Client
 	MaxFileBytes int64
 	FileTimeout  time.Duration
@@ -158,7 +159,7 @@ func New(cfg Config) *Model {
 		cfg.HTTPClient = http.DefaultClient
 	}
 	if cfg.FileClient == nil {
-		cfg.FileClient = http.DefaultClient
+		cfg.FileClient = publicClient
 	}
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = DefaultMaxFileBytes
