@@ -27,8 +27,10 @@ import (
 //   - assistant (a continuation: tool outputs and approval answers on the newest assistant message): every part
 //     type of the schema (text, reasoning, source-url, source-document, file, step-start, data-*, tool-*,
 //     dynamic-tool), each with its fields; a tool part's state is one of the AI SDK's and carries what that
-//     state requires (errorText for output-error, approval {id} for the approval states, approved false for
-//     output-denied; an approval-responded part without approved is the engine's missing_decision).
+//     state requires (approval {id} for the approval states, approved false for output-denied; an
+//     approval-responded part without approved is the engine's missing_decision). Being the server's own parts
+//     sent back, perhaps as stored (agent.EncodePart leaves empty strings out), a text or reasoning part may
+//     lack its text and an output-error part its errorText; present, they are strings.
 //
 // Ids: the message id is 1-200 bytes of UTF-8 without '#', '/' or control characters (it is a key in the store
 // and in URLs); tool call ids, approval ids and data part ids are 1-200 bytes without control characters.
@@ -189,7 +191,9 @@ func checkFields(role Role, typ string, f fields) *Error {
 	}
 	switch {
 	case typ == "text" || typ == "reasoning":
-		if _, err := f.str("text", true); err != nil {
+		// An assistant message is the server's own sent back, perhaps as GET /threads/{id} read it: EncodePart
+		// leaves empty strings out, so an empty text may come without its field.
+		if _, err := f.str("text", role == RoleUser); err != nil {
 			return err
 		}
 		_, err := f.enum("state", false, "streaming", "done")
@@ -323,10 +327,9 @@ func checkTool(typ string, f fields) *Error {
 	if err != nil {
 		return err
 	}
-	if state == StateOutputError {
-		if _, err := f.str("errorText", true); err != nil {
-			return err
-		}
+	// errorText is a string; absent only as the server stores an empty one (see text above).
+	if _, err := f.str("errorText", false); err != nil {
+		return err
 	}
 	// approval: required for approval-requested (unanswered), approval-responded and output-denied (approved
 	// false), optional (approved true) on output-available and output-error. An approval-responded part without
