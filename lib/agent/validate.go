@@ -101,8 +101,8 @@ func (f fields) present(k string) bool {
 	return ok && string(bytes.TrimSpace(v)) != "null"
 }
 
-// str reads a string field: required says it must be there; ok is false (with err set) when it is of another
-// type or missing though required.
+// str reads a string field (null counts as absent); the error says it is missing though required, or not a
+// string.
 func (f fields) str(k string, required bool) (string, *Error) {
 	if !f.present(k) {
 		if required {
@@ -160,7 +160,7 @@ func (f fields) spelled(known []string) *Error {
 	return nil
 }
 
-// userTypes are what a person may author.
+// userType reports whether a person may author parts of type typ.
 func userType(typ string) bool {
 	return typ == "text" || typ == "file" || strings.HasPrefix(typ, "data-")
 }

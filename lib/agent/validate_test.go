@@ -92,3 +92,18 @@ func TestParseDataURL(t *testing.T) {
 		}
 	}
 }
+
+// The boundary's cost for a message near the default size limit: text and a PNG as a 1.5 MiB data URL (the
+// base64 is decoded once to check it).
+func BenchmarkValidateIncoming(b *testing.B) {
+	img := `{"type":"file","mediaType":"image/png","filename":"a.png","url":"data:image/png;base64,` +
+		strings.Repeat("iVBORw0K", (3<<19)/8) + `"}`
+	m := Message{ID: "u1", Role: RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"what is this?"}`), json.RawMessage(img)}}
+	b.SetBytes(int64(len(img)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ValidateIncoming(m, Limits{MaxBytes: 2 << 20, MaxParts: 100}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
