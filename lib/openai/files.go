@@ -18,15 +18,6 @@ import (
 	oai "github.com/openai/openai-go/v3"
 )
 
-// # Files
-//
-// A user message's files become content parts after its text: an image is an image_url part whose url is the
-// file's URL as it is (https or a data URL; the provider fetches https images itself); a PDF is a file part
-// whose file_data is a data URL and whose filename is the file's (or "document.pdf"). Chat Completions takes
-// PDFs as data only, so a PDF named by an https URL is downloaded first, as the AI SDK does for URLs a provider
-// cannot read: https only, Config.MaxFileBytes at most, within Config.FileTimeout, with Config.FileClient. A
-// download that fails fails the request (KindUnavailable, CodeModelError: the model cannot see the message).
-
 // publicClient is the default Config.FileClient: it dials public unicast addresses only (not loopback,
 // private, link-local or unspecified ones), checked on the address actually dialled, after DNS, so a name
 // that resolves inside the network is refused too.

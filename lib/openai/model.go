@@ -31,6 +31,16 @@
 // *agent.Error cause of ctx, else agent.CodeRunCanceled); KindInternal for a request that cannot be built. An
 // error returned by emit is returned unchanged.
 //
+// # Files
+//
+// A user message's files become content parts after its text: an image is an image_url part whose url is the
+// file's URL as it is (https or a data URL; the provider fetches https images itself); a PDF is a file part
+// whose file_data is a data URL and whose filename is the file's (or "document.pdf"). Chat Completions takes
+// PDFs as data only, so a PDF named by an https URL is downloaded first, as the AI SDK does for URLs a provider
+// cannot read: https only, Config.MaxFileBytes at most, within Config.FileTimeout, with Config.FileClient (by
+// default one that dials public addresses only). A download that fails fails the request (KindUnavailable,
+// CodeModelError: the model cannot see the message). Each Stream call downloads again (a run's steps each do).
+//
 // # Compatibility
 //
 // Some "OpenAI-compatible" servers refuse max_completion_tokens or stream_options: Config.MaxTokensParam and
