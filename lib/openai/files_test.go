@@ -108,21 +108,23 @@ func TestFiles(t *testing.T) {
 func TestFileDownloadFails(t *testing.T) {
 	t.Parallel()
 	files := fileServer(t, bytes.Repeat([]byte("x"), 100))
+	// Only the slow case has a short timeout: under load a TLS handshake alone can take 100 ms.
 	tests := []struct {
 		name, url, public string
+		timeout           time.Duration
 	}{
-		{"not https", strings.Replace(files.URL, "https://", "http://", 1) + "/report.pdf", "a file is neither a data URL nor an https URL"},
-		{"not found", files.URL + "/missing.pdf", "a file could not be downloaded (HTTP 404)"},
-		{"not a PDF", files.URL + "/page.html", "a file's download is text/html, not application/pdf"},
-		{"over the cap", files.URL + "/report.pdf", "a file is larger than 99 bytes"},
-		{"too slow", files.URL + "/slow.pdf", "a file could not be downloaded"},
+		{"not https", strings.Replace(files.URL, "https://", "http://", 1) + "/report.pdf", "a file is neither a data URL nor an https URL", 0},
+		{"not found", files.URL + "/missing.pdf", "a file could not be downloaded (HTTP 404)", 0},
+		{"not a PDF", files.URL + "/page.html", "a file's download is text/html, not application/pdf", 0},
+		{"over the cap", files.URL + "/report.pdf", "a file is larger than 99 bytes", 0},
+		{"too slow", files.URL + "/slow.pdf", "a file could not be downloaded", 100 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			m := f.model(func(c *Config) {
-				c.FileClient, c.MaxFileBytes, c.FileTimeout = files.Client(), 99, 100*time.Millisecond
+				c.FileClient, c.MaxFileBytes, c.FileTimeout = files.Client(), 99, tt.timeout
 			})
 			req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
 				Files: []agent.ModelFile{{MediaType: "application/pdf", URL: tt.url}}}}}
