@@ -47,13 +47,14 @@ test-race:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
 
 # The fuzz targets, package:target (go test takes one -fuzz per invocation): the POST /chat body decoder, the
-# newest-message validator, the stream encoder and its string encoder, the approval signature's canonical JSON.
-# Their seeds (f.Add, and testdata/fuzz/<target>/ for inputs that once failed) also run in test-go.
-FUZZ_TARGETS := ./lib/httpapi:FuzzDecodeChat ./lib/agent:FuzzValidateIncoming ./lib/uistream:FuzzEncoder \
-	./lib/uistream:FuzzAppendString ./lib/interrupts:FuzzCanonical
+# newest-message validator and the stream encoder (FUZZ_BRIEF, run 3 s each by make test: about 15 s with the
+# builds), then the stream's string encoder and the approval signature's canonical JSON. Every target's seeds
+# (f.Add, and testdata/fuzz/<target>/ for inputs that once failed) also run in test-go.
+FUZZ_BRIEF := ./lib/httpapi:FuzzDecodeChat ./lib/agent:FuzzValidateIncoming ./lib/uistream:FuzzEncoder
+FUZZ_TARGETS := $(FUZZ_BRIEF) ./lib/uistream:FuzzAppendString ./lib/interrupts:FuzzCanonical
 FUZZTIME ?= 60s
 test-fuzz:
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s FUZZ_TARGETS="$(FUZZ_BRIEF)"
 
 ## fuzz: every fuzz target for FUZZTIME each (default 60s); a failing input is written under the package's
 ## testdata/fuzz/ (commit it: it becomes a seed)
