@@ -231,10 +231,18 @@ func threadOf(t *testing.T, f *fixture, tok, thread string) []agent.Message {
 
 // Stored history is never validated again: rows an older version wrote (unknown part types, missing fields,
 // files no model takes) are kept as they are and a new turn over them succeeds; the files among them that the
-// boundary would refuse today are left out of what the model sees.
+// boundary would refuse today are left out of what the model sees. On both stores.
 func TestLegacyRowsNeverFailATurn(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	for kind, store := range storeKinds(t) {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			legacyTurn(t, startHITL(t, store).f)
+		})
+	}
+}
+
+func legacyTurn(t *testing.T, f *fixture) {
 	tok := token(t, "alice")
 	ctx := context.Background()
 	now := time.Now()
@@ -258,10 +266,22 @@ func TestLegacyRowsNeverFailATurn(t *testing.T) {
 		{ID: "la2", Role: agent.RoleAssistant, Parts: raw(`{"type":"text","text":"v4 era"}`, `{"type":"tool-add_note","toolCallId":"c1","state":"output-available","input":{"text":"x"},"output":{"id":"n1"}}`),
 			Metadata: json.RawMessage(`{"status":"completed"}`)},
 	}
+	// Written as an older version's run wrote them: under a claim, at the positions it reserved.
+	claim, err := f.store.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "old", Owner: "alice", RunID: "run_legacy",
+		Trigger: agent.TriggerUser, AssistantMessageID: "la2", Now: now, Reserve: len(legacy)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := agent.Fence{RunID: claim.Run.ID, Epoch: claim.Run.Epoch}
 	for i, m := range legacy {
-		if err := f.store.PutMessage(ctx, agent.MessageWrite{ThreadID: "old", Seq: int64(i), Message: m, Fence: agent.Fence{RunID: "run_legacy", Epoch: 0}, Final: true, Now: now}); err != nil {
+		if err := f.store.PutMessage(ctx, agent.MessageWrite{ThreadID: "old", Seq: claim.Run.FirstSeq + int64(i), Message: m, Fence: fence, Final: true, Now: now}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	done := claim.Run
+	done.Status, done.FinishedAt, done.UpdatedAt = agent.RunCompleted, now, now
+	if err := f.store.FinishRun(ctx, done); err != nil {
+		t.Fatal(err)
 	}
 	stored := func() []agent.MessageRecord {
 		rs, err := f.store.ListMessages(ctx, "old")
