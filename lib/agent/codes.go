@@ -32,61 +32,65 @@ const (
 	CodeCanceled    = "canceled"
 
 	// Bad request (400).
-	CodeInvalidJSON      = "invalid_json"
-	CodeUnreadableBody   = "unreadable_body"
-	CodeMissingID        = "missing_id"
-	CodeMissingTrigger   = "missing_trigger"
-	CodeMissingMessages  = "missing_messages"
-	CodeMissingMessage   = "missing_message"
-	CodeInvalidThreadID  = "invalid_thread_id"
-	CodeInvalidTrigger   = "invalid_trigger"
-	CodeInvalidMultitask = "invalid_multitask"
-	CodeInvalidMessage   = "invalid_message" // a message or part the store or the engine cannot accept
+	CodeInvalidJSON        = "invalid_json"
+	CodeUnreadableBody     = "unreadable_body"
+	CodeMissingID          = "missing_id"
+	CodeMissingTrigger     = "missing_trigger"
+	CodeMissingMessages    = "missing_messages"
+	CodeMissingMessage     = "missing_message"
+	CodeInvalidThreadID    = "invalid_thread_id"
+	CodeInvalidTrigger     = "invalid_trigger"
+	CodeInvalidMultitask   = "invalid_multitask"
+	CodeInvalidMessage     = "invalid_message" // a message or part the store or the engine cannot accept
+	CodeInvalidJob         = "invalid_job"     // internal: a job or job result no store keeps
+	CodeUserRequired       = "user_message_required"
+	CodeNothingToRegen     = "nothing_to_regenerate"
+	CodeUnsupported        = "unsupported_message"
+	CodeUnknownApproval    = "unknown_approval"  // an answer names no interrupt of the message
+	CodeApprovalMismatch   = "approval_mismatch" // the answered tool call, name or input differs from what was signed
+	CodeMissingDecision    = "missing_decision"  // a pending approval or client tool of the message has no answer
+	CodeInvalidLimit       = "invalid_limit"
+	CodeInvalidTitle       = "invalid_title"
+	CodeInvalidRunID       = "invalid_run_id"
+	CodeInvalidStatus      = "invalid_status"
+	CodeInvalidSegment     = "invalid_segment"
+	CodeInvalidSubject     = "invalid_subject"
+	CodeInvalidTTL         = "invalid_ttl"
+	CodeInvalidConfig      = "invalid_config"
+	CodeUnauthenticated    = "unauthenticated"
+	CodeMissingToken       = "missing_token"
+	CodeInvalidToken       = "invalid_token"
+	CodeTokenExpired       = "token_expired"
+	CodeWeakSecret         = "weak_secret"
+	CodeTooLarge           = "request_too_large" // the request body is over the limit (413)
+	CodeMessageTooLarge    = "message_too_large" // the newest message is over the limit or the model budget (413)
+	CodeStoreUnavailable   = "store_unavailable" // the store failed in a way that may pass on retry (503)
+	CodeJobsUnavailable    = "jobs_unavailable"  // the job runner (Step Functions) failed in a way that may pass on retry (503)
+	CodeModelError         = "model_error"       // the model provider refused or failed
+	CodeModelTimeout       = "model_timeout"     // no first token, or too long a gap between tokens
+	CodeStepLimit          = "step_limit"        // the run hit its step cap
+	CodeRunTimeout         = "run_timeout"       // the run hit its wall clock
+	CodeStale              = "stale"             // the run stopped sending heartbeats and was reaped
+	CodePersistFailed      = "persist_failed"    // the reply could not be stored
+	CodeInternal           = "internal"
+	CodeSecretUnavailable  = "secret_unavailable" // startup only
+	CodeSecretMissing      = "secret_missing"
+	CodeSecretNotSecure    = "secret_not_secure"
+	CodeSecretUnset        = "secret_unset"
+	CodeStoreCorrupt       = "store_corrupt"
+	CodeInvalidChunk       = "invalid_chunk"  // internal: a stream chunk the encoder refuses
+	CodeInvalidStream      = "invalid_stream" // internal: bytes that are not SSE frames
+	CodeClientGone         = "client_gone"
+	CodeStreamDone         = "stream_done"
+	CodeSegmenterClosed    = "segmenter_closed"
+	CodeSegmentWriteFailed = "segment_write_failed"
+)
+
+// Bad request (400), continued: the newest message's files (agent.ValidateIncoming).
+const (
 	// CodeUnsupportedFileType: a user message's file part has a media type no model receives (images and PDFs
 	// only): refused rather than silently left out of what the model sees.
 	CodeUnsupportedFileType = "unsupported_file_type"
-	CodeInvalidJob          = "invalid_job" // internal: a job or job result no store keeps
-	CodeUserRequired        = "user_message_required"
-	CodeNothingToRegen      = "nothing_to_regenerate"
-	CodeUnsupported         = "unsupported_message"
-	CodeUnknownApproval     = "unknown_approval"  // an answer names no interrupt of the message
-	CodeApprovalMismatch    = "approval_mismatch" // the answered tool call, name or input differs from what was signed
-	CodeMissingDecision     = "missing_decision"  // a pending approval or client tool of the message has no answer
-	CodeInvalidLimit        = "invalid_limit"
-	CodeInvalidTitle        = "invalid_title"
-	CodeInvalidRunID        = "invalid_run_id"
-	CodeInvalidStatus       = "invalid_status"
-	CodeInvalidSegment      = "invalid_segment"
-	CodeInvalidSubject      = "invalid_subject"
-	CodeInvalidTTL          = "invalid_ttl"
-	CodeInvalidConfig       = "invalid_config"
-	CodeUnauthenticated     = "unauthenticated"
-	CodeMissingToken        = "missing_token"
-	CodeInvalidToken        = "invalid_token"
-	CodeTokenExpired        = "token_expired"
-	CodeWeakSecret          = "weak_secret"
-	CodeTooLarge            = "request_too_large" // the request body is over the limit (413)
-	CodeMessageTooLarge     = "message_too_large" // the newest message is over the limit or the model budget (413)
-	CodeStoreUnavailable    = "store_unavailable" // the store failed in a way that may pass on retry (503)
-	CodeJobsUnavailable     = "jobs_unavailable"  // the job runner (Step Functions) failed in a way that may pass on retry (503)
-	CodeModelError          = "model_error"       // the model provider refused or failed
-	CodeModelTimeout        = "model_timeout"     // no first token, or too long a gap between tokens
-	CodeStepLimit           = "step_limit"        // the run hit its step cap
-	CodeRunTimeout          = "run_timeout"       // the run hit its wall clock
-	CodeStale               = "stale"             // the run stopped sending heartbeats and was reaped
-	CodePersistFailed       = "persist_failed"    // the reply could not be stored
-	CodeInternal            = "internal"
-	CodeSecretUnavailable   = "secret_unavailable" // startup only
-	CodeSecretMissing       = "secret_missing"
-	CodeSecretNotSecure     = "secret_not_secure"
-	CodeSecretUnset         = "secret_unset"
-	CodeStoreCorrupt        = "store_corrupt"
-	CodeInvalidChunk        = "invalid_chunk"  // internal: a stream chunk the encoder refuses
-	CodeInvalidStream       = "invalid_stream" // internal: bytes that are not SSE frames
-	CodeClientGone          = "client_gone"
-	CodeStreamDone          = "stream_done"
-	CodeSegmenterClosed     = "segmenter_closed"
-	CodeSegmentWriteFailed  = "segment_write_failed"
 )
 
 // Err values to match with errors.Is (codes compare equal; kinds and messages are not compared).
