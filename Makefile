@@ -5,14 +5,14 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: dev test test-go test-race vet deps node-deps bench build clean soak
+.PHONY: dev test test-go test-race test-fuzz fuzz vet deps node-deps bench build clean soak
 
 ## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set)
 dev:
 	$(GO) run ./cmd/agentloop dev --addr $(ADDR) --data $(DATA)
 
 ## test: every test, including the store suite on dynalite and the AI SDK parsers (installs the pinned npm packages)
-test: deps vet test-go test-race
+test: deps vet test-go test-race test-fuzz
 
 deps: node-deps
 	$(GO) mod download
@@ -45,6 +45,25 @@ RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reap
 	./lib/storetest ./lib/openai ./lib/offline ./lib/localjobs ./lib/jobs
 test-race:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
+
+# The fuzz targets, package:target (go test takes one -fuzz per invocation): the POST /chat body decoder, the
+# newest-message validator and the stream encoder (FUZZ_BRIEF, run 3 s each by make test: about 15 s with the
+# builds), then the stream's string encoder and the approval signature's canonical JSON. Every target's seeds
+# (f.Add, and testdata/fuzz/<target>/ for inputs that once failed) also run in test-go.
+FUZZ_BRIEF := ./lib/httpapi:FuzzDecodeChat ./lib/agent:FuzzValidateIncoming ./lib/uistream:FuzzEncoder
+FUZZ_TARGETS := $(FUZZ_BRIEF) ./lib/uistream:FuzzAppendString ./lib/interrupts:FuzzCanonical
+FUZZTIME ?= 60s
+test-fuzz:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s FUZZ_TARGETS="$(FUZZ_BRIEF)"
+
+## fuzz: every fuzz target for FUZZTIME each (default 60s); a failing input is written under the package's
+## testdata/fuzz/ (commit it: it becomes a seed)
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 ## soak: the fault-schedule simulation (internal/sim) with random seeds, for SIM_DURATION (default 10m) split
 ## between SQLite and DynamoDB (dynalite); a failing seed is printed with the command that replays it

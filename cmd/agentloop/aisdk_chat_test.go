@@ -31,6 +31,15 @@ func TestAISDKChatEnqueue(t *testing.T) {
 	dev.stop(t)
 }
 
+// An image attached by the AI SDK client (sendMessage with files, as useChat sends an <input type=file>) reaches
+// the model as an image content part: the offline model's /received reply names it (see chat.mjs).
+func TestAISDKChatImage(t *testing.T) {
+	bin, data := setup(t)
+	dev := startDev(t, bin, data)
+	chatScenarios(t, dev, aisdktest.ScenarioImage)
+	dev.stop(t)
+}
+
 // chatScenarios runs chat.mjs's scenarios against dev with both SDK majors and logs each result.
 func chatScenarios(t *testing.T, dev *devProc, scenarios ...string) {
 	t.Helper()

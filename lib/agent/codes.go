@@ -86,6 +86,13 @@ const (
 	CodeSegmentWriteFailed = "segment_write_failed"
 )
 
+// Bad request (400), continued: the newest message's files (agent.ValidateIncoming).
+const (
+	// CodeUnsupportedFileType: a user message's file part has a media type no model receives (images and PDFs
+	// only): refused rather than silently left out of what the model sees.
+	CodeUnsupportedFileType = "unsupported_file_type"
+)
+
 // Err values to match with errors.Is (codes compare equal; kinds and messages are not compared).
 var (
 	ErrNotFound          = &Error{Kind: KindNotFound, Code: CodeNotFound}

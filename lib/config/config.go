@@ -44,6 +44,8 @@ type Config struct {
 	// that refuse the newer field. (Not "..._PARAM": that suffix names SSM parameters here.)
 	ModelMaxTokensField  string
 	ModelOmitStreamUsage bool          // OPENAI_STREAM_USAGE=false leaves stream_options out, for servers that refuse it
+	ModelFileMaxBytes    int           // AGENT_MODEL_FILE_MAX_BYTES: a PDF the adapter downloads for the model
+	ModelFileTimeout     time.Duration // AGENT_MODEL_FILE_TIMEOUT: one such download
 	RunTimeout           time.Duration // AGENT_RUN_TIMEOUT
 	ToolTimeout          time.Duration // AGENT_TOOL_TIMEOUT
 	Heartbeat            time.Duration // AGENT_HEARTBEAT
@@ -57,6 +59,7 @@ type Config struct {
 	MaxQueued            int           // AGENT_MAX_QUEUED: a thread's queue bound (multitask enqueue)
 	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
 	MaxMessageBytes      int           // AGENT_MAX_MESSAGE_BYTES
+	MaxMessageParts      int           // AGENT_MAX_MESSAGE_PARTS: parts of a user message
 	ContextBytes         int           // AGENT_CONTEXT_BYTES
 	ContextTokens        int           // AGENT_CONTEXT_TOKENS: the model's context budget (the smaller of the two wins)
 	ToolOutputBytes      int           // AGENT_TOOL_OUTPUT_BYTES
@@ -124,6 +127,9 @@ func Load(getenv func(string) string) (Config, error) {
 		c.ModelRetries = &retries
 	}
 	intVar("AGENT_MAX_MESSAGE_BYTES", &c.MaxMessageBytes, 1)
+	intVar("AGENT_MAX_MESSAGE_PARTS", &c.MaxMessageParts, 1)
+	intVar("AGENT_MODEL_FILE_MAX_BYTES", &c.ModelFileMaxBytes, 1)
+	durVar("AGENT_MODEL_FILE_TIMEOUT", &c.ModelFileTimeout)
 	intVar("AGENT_CONTEXT_BYTES", &c.ContextBytes, 1)
 	intVar("AGENT_CONTEXT_TOKENS", &c.ContextTokens, 1)
 	intVar("AGENT_TOOL_OUTPUT_BYTES", &c.ToolOutputBytes, 1)
@@ -172,7 +178,7 @@ func Load(getenv func(string) string) (Config, error) {
 func (c Config) Engine(model string) engine.Config {
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
-		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, InterruptTTL: c.InterruptTTL,
+		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
 		MaxQueued: c.MaxQueued, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
 }
 
@@ -197,5 +203,6 @@ func (c Config) OpenAI(baseURL, apiKey, model string, log *slog.Logger) openai.C
 	}
 	return openai.Config{BaseURL: baseURL, APIKey: apiKey, Model: model, MaxOutputTokens: c.MaxOutputTokens,
 		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: retries, Logger: log,
-		MaxTokensParam: c.ModelMaxTokensField, OmitStreamOptions: c.ModelOmitStreamUsage}
+		MaxTokensParam: c.ModelMaxTokensField, OmitStreamOptions: c.ModelOmitStreamUsage,
+		MaxFileBytes: int64(c.ModelFileMaxBytes), FileTimeout: c.ModelFileTimeout}
 }

@@ -25,6 +25,8 @@ const (
 	DefaultRunTimeout      = 600 * time.Second // below the chat Lambda's 900 s timeout
 	DefaultToolTimeout     = 30 * time.Second
 	DefaultMaxMessageBytes = 2 << 20
+	// DefaultMaxMessageParts bounds the parts of a user message (text, files, data parts).
+	DefaultMaxMessageParts = 100
 	// DefaultCancelPoll is how often a run looks for a stop request between heartbeats (a read, not a write), so
 	// a stop takes effect within this plus one store round trip.
 	DefaultCancelPoll = 100 * time.Millisecond
@@ -48,6 +50,7 @@ type Config struct {
 	InterruptWait   time.Duration
 	FinishRetry     time.Duration
 	MaxMessageBytes int
+	MaxMessageParts int           // DefaultMaxMessageParts: parts of a user message
 	SegmentFlush    time.Duration // segments.DefaultSegmentInterval
 	CloseTimeout    time.Duration // segments.DefaultCloseTimeout: how long the final segment may take
 	InterruptTTL    time.Duration // agent.DefaultInterruptTTL: how long an approval or client tool waits
@@ -65,6 +68,7 @@ func (c Config) withDefaults() Config {
 	c.InterruptWait = cmp.Or(c.InterruptWait, DefaultInterruptWait)
 	c.FinishRetry = cmp.Or(c.FinishRetry, DefaultFinishRetry)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
+	c.MaxMessageParts = cmp.Or(c.MaxMessageParts, DefaultMaxMessageParts)
 	c.SegmentFlush = cmp.Or(c.SegmentFlush, segments.DefaultSegmentInterval)
 	c.CloseTimeout = cmp.Or(c.CloseTimeout, segments.DefaultCloseTimeout)
 	c.InterruptTTL = cmp.Or(c.InterruptTTL, agent.DefaultInterruptTTL)

@@ -90,41 +90,25 @@ func (e *Engine) Validate(req Request) error {
 	if m == nil {
 		return nil
 	}
-	if m.ID == "" || len(m.ID) > maxIDBytes || strings.ContainsAny(m.ID, "#/") || strings.ContainsFunc(m.ID, unicode.IsControl) {
-		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "message id must be 1-200 characters without '#', '/' or control characters")
-	}
-	size := len(m.Metadata)
-	for _, p := range m.Parts {
-		size += len(p)
-	}
-	if size > e.cfg.MaxMessageBytes {
-		return agent.E(agent.KindTooLarge, agent.CodeMessageTooLarge, "message is %d bytes, the limit is %d", size, e.cfg.MaxMessageBytes)
-	}
-	for i, raw := range m.Parts {
-		p, err := agent.DecodePart(raw)
-		if err != nil || p.Type == "" {
-			return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "part %d must be an object with a type", i)
-		}
-	}
 	if req.Kind != TurnSubmit {
+		// A regenerate's newest message is the client's copy of history, never read: only its shape is checked.
+		if !agent.ValidMessageID(m.ID) {
+			return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "message id must be 1-200 characters without '#', '/' or control characters")
+		}
 		return nil
+	}
+	if err := agent.ValidateIncoming(*m, agent.Limits{MaxBytes: e.cfg.MaxMessageBytes, MaxParts: e.cfg.MaxMessageParts}); err != nil {
+		return err
 	}
 	if m.Role == agent.RoleUser && req.MessageID != "" && req.MessageID != m.ID {
 		return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "messageId %q is not the id of the edited message (%q)", req.MessageID, m.ID)
 	}
-	switch m.Role {
-	case agent.RoleUser:
-		if len(m.Parts) == 0 {
-			return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "a user message needs at least one part")
-		}
-	case agent.RoleAssistant:
+	if m.Role == agent.RoleAssistant {
 		// Tool outputs and approval answers on the newest assistant message; matched after the claim.
 		if req.MessageID != "" && req.MessageID != m.ID {
 			return agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "messageId %q is not the id of the message sent (%q)", req.MessageID, m.ID)
 		}
 		return nil
-	default:
-		return agent.E(agent.KindInvalid, agent.CodeUserRequired, "the newest message must have role user or assistant, got %q", m.Role)
 	}
 	// A message the model could never see whole is refused before anything is written (REVIEW H2).
 	return transcript.CheckMessage(*m, e.cfg.Transcript)

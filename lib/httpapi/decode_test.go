@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -18,6 +19,10 @@ func FuzzDecodeChat(f *testing.F) {
 		`{"id":"t","trigger":"submit-message","multitask":"interrupt","messages":[{"id":"m","role":"user","parts":[{"type":"file","url":"data:,x"}],"metadata":{"a":1}}]}`,
 		`{"id":null}`, `[]`, `{"messages":[null]}`, `{"id":"t","trigger":"submit-message","messages":[{"parts":null}]}`,
 		`{"id":"t","trigger":"submit-message","messages":[{"id":"m","role":"user","parts":[1,"x",null]}]}`, ``, `nul`,
+		`{"id":"t","trigger":"submit-message","messages":[{"id":"m","role":"user","parts":[{"type":"text","text":"see"},{"type":"file","mediaType":"image/png","url":"data:image/png;base64,iVBORw0KGgo=","filename":"a.png"}]}]}`,
+		`{"id":"t","trigger":"submit-message","messages":[{"id":"m","role":"user","parts":[{"type":"file","mediaType":"application/pdf","url":"https://example.com/a.pdf"},{"type":"data-x","data":1}]}]}`,
+		`{"id":"t","trigger":"submit-message","messages":[{"id":"m","role":"user","parts":[{"type":"text","text":"a","TYPE":"b"}]}]}`,
+		`{"id":"t","trigger":"submit-message","messageId":"a","messages":[{"id":"a","role":"assistant","parts":[{"type":"step-start"},{"type":"tool-d","toolCallId":"c","state":"approval-responded","input":{},"approval":{"id":"p","approved":true}}]}]}`,
 	} {
 		f.Add(seed)
 	}
@@ -30,6 +35,19 @@ func FuzzDecodeChat(f *testing.F) {
 		if err == nil {
 			if req.ThreadID == "" || (req.Kind == engine.TurnSubmit && req.Message == nil) {
 				t.Fatalf("accepted an incomplete request: %+v", req)
+			}
+			if req.Kind != engine.TurnSubmit {
+				return
+			}
+			// The engine's decoder reads every accepted part as the validator did (no field it matches
+			// case-insensitively says otherwise).
+			for _, raw := range req.Message.Parts {
+				var fields map[string]json.RawMessage
+				var typ string
+				p, err := agent.DecodePart(raw)
+				if err != nil || json.Unmarshal(raw, &fields) != nil || json.Unmarshal(fields["type"], &typ) != nil || typ != p.Type {
+					t.Fatalf("accepted part %s: the validator read type %q, the engine %+v (%v)", raw, typ, p, err)
+				}
 			}
 			return
 		}

@@ -22,6 +22,9 @@
 //	each message      an object with a known role: system, developer, user, assistant, tool (not the deprecated
 //	                  "function"); content a string or an array of parts: text, image_url or file for user,
 //	                  text (and refusal for assistant) for the others, each part carrying its payload field;
+//	                  image_url.url an http(s) URL or a base64 data URL of image/png, jpeg, gif or webp;
+//	                  file.file_id, or file.file_data a base64 data URL of application/pdf (data URLs with
+//	                  at least one byte: "Invalid image URL: …" / "Invalid file data: …", code invalid_value);
 //	                  content required except on an assistant message with tool_calls; an assistant message
 //	                  with neither is refused; tool_calls entries have an id, type "function", a function name
 //	                  and string arguments; a tool message has a tool_call_id
@@ -59,6 +62,10 @@
 //	                      so a retried request counts and the tool-result request of a /tool turn succeeds.
 //	/think REST           Streams a reasoning delta (delta.reasoning_content, as DeepSeek and vLLM do), then
 //	                      answers REST as if it were the whole message.
+//	/received             Replies with one line per content part of the newest user message, in order: "text",
+//	                      "image_url image/png 68 bytes" (a data URL: its media type and decoded size),
+//	                      "image_url https://…" (a URL, as sent), "file application/pdf report.pdf 1234 bytes"
+//	                      (file_data; "-" for no filename) or "file <file_id>". A string content is "text".
 //	anything else         Streams "You said: <text>" word by word.
 //
 // A request with no user message is answered with a fixed sentence. When max_completion_tokens (or max_tokens)

@@ -2,6 +2,7 @@ package offline
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -34,10 +35,11 @@ func (r reply) text() string { return strings.Join(r.pieces, "") }
 
 // turn is the part of a request the script reads.
 type turn struct {
-	text    string        // the newest user message's text, trimmed
-	after   []wireMessage // the messages after it
-	key     string        // identifies the turn: a hash of the messages up to and including the newest user message
-	reqHash string        // a hash of all the request's messages, for ids
+	text    string          // the newest user message's text, trimmed
+	content json.RawMessage // the newest user message's content, as sent (for /received)
+	after   []wireMessage   // the messages after it
+	key     string          // identifies the turn: a hash of the messages up to and including the newest user message
+	reqHash string          // a hash of all the request's messages, for ids
 }
 
 func textReply(s string) reply {
@@ -73,6 +75,8 @@ func (s *Server) answer(t turn, text string) reply {
 		return reply{pieces: numberedWords(n), drop: true}
 	case "/flaky":
 		return s.flakyCommand(t, text, rest)
+	case "/received":
+		return textReply(received(t.content))
 	case "/think":
 		inner := strings.TrimSpace(rest)
 		r := s.answer(t, inner)
@@ -292,3 +296,60 @@ func splitWords(s string) []string {
 }
 
 func countWords(s string) int64 { return int64(len(strings.Fields(s))) }
+
+// received describes content (a user message's, validated) one line per content part: "text",
+// "image_url image/png 68 bytes" (a data URL: its type and decoded size), "image_url https://…" (a URL, as is),
+// "file application/pdf report.pdf 1234 bytes" (file_data; the filename "-" when there is none) or
+// "file file-abc" (a file_id). A string content is one text part.
+func received(content json.RawMessage) string {
+	var parts []struct {
+		Type     string `json:"type"`
+		ImageURL struct {
+			URL string `json:"url"`
+		} `json:"image_url"`
+		File struct {
+			FileData string `json:"file_data"`
+			FileID   string `json:"file_id"`
+			Filename string `json:"filename"`
+		} `json:"file"`
+	}
+	if json.Unmarshal(content, &parts) != nil {
+		return "text"
+	}
+	lines := make([]string, 0, len(parts))
+	for _, p := range parts {
+		switch p.Type {
+		case "image_url":
+			lines = append(lines, "image_url "+describeURL(p.ImageURL.URL))
+		case "file":
+			if p.File.FileID != "" {
+				lines = append(lines, "file "+p.File.FileID)
+				continue
+			}
+			name := p.File.Filename
+			if name == "" {
+				name = "-"
+			}
+			mt, size := dataURL(p.File.FileData)
+			lines = append(lines, fmt.Sprintf("file %s %s %d bytes", mt, name, size))
+		default:
+			lines = append(lines, p.Type)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func describeURL(u string) string {
+	if !strings.HasPrefix(u, "data:") {
+		return u
+	}
+	mt, size := dataURL(u)
+	return fmt.Sprintf("%s %d bytes", mt, size)
+}
+
+// dataURL returns a validated data URL's media type and decoded size.
+func dataURL(u string) (string, int) {
+	head, payload, _ := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
+	mt, _, _ := strings.Cut(head, ";")
+	return mt, base64.StdEncoding.DecodedLen(len(payload)) - strings.Count(payload[max(0, len(payload)-2):], "=")
+}

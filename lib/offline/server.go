@@ -181,6 +181,7 @@ func (s *Server) plan(msgs []wireMessage) (reply, string) {
 	}
 	t := turn{
 		text:    strings.TrimSpace(msgs[last].text()),
+		content: msgs[last].Content,
 		after:   msgs[last+1:],
 		key:     hashMessages(msgs[:last+1]),
 		reqHash: all,

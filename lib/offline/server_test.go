@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -711,5 +712,42 @@ func TestFragments(t *testing.T) {
 				t.Fatalf("fragment %q starts inside a rune", f)
 			}
 		}
+	}
+}
+
+// /received reports each content part of the newest user message; only that message counts, and a string
+// content is one text part.
+func TestReceived(t *testing.T) {
+	t.Parallel()
+	_, _, url := setup(t)
+	png := "data:image/png;base64," + base64.StdEncoding.EncodeToString(make([]byte, 68))
+	pdf := "data:application/pdf;base64," + base64.StdEncoding.EncodeToString(make([]byte, 1234))
+	tests := []struct {
+		name string
+		msgs []object
+		want string
+	}{
+		{"string content", []object{user("/received")}, "text"},
+		{"parts", []object{{"role": "user", "content": []object{
+			{"type": "text", "text": "/received"},
+			{"type": "image_url", "image_url": object{"url": png}},
+			{"type": "image_url", "image_url": object{"url": "https://example.com/a.png"}},
+			{"type": "file", "file": object{"filename": "report.pdf", "file_data": pdf}},
+			{"type": "file", "file": object{"file_data": pdf[:len(pdf)-4]}},
+			{"type": "file", "file": object{"file_id": "file-abc"}},
+		}}}, "text\nimage_url image/png 68 bytes\nimage_url https://example.com/a.png\nfile application/pdf report.pdf 1234 bytes\n" +
+			"file application/pdf - 1233 bytes\nfile file-abc"},
+		{"only the newest user message", []object{
+			{"role": "user", "content": []object{{"type": "text", "text": "old"}, {"type": "image_url", "image_url": object{"url": png}}}},
+			assistant("ok"), user("/received"),
+		}, "text"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := stream(t, url, request(true, tt.msgs...)); got.text != tt.want {
+				t.Fatalf("reply %q, want %q", got.text, tt.want)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package offline
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -283,8 +284,12 @@ func checkContent(at, role string, raw json.RawMessage) *invalidRequest {
 				return wrongType(pat+"."+field, "a string", payload)
 			}
 		default: // image_url, file
-			if _, ok := asObject(payload); !ok {
+			obj, ok := asObject(payload)
+			if !ok {
 				return wrongType(pat+"."+field, "an object", payload)
+			}
+			if err := checkMedia(pat+"."+field, typ, obj); err != nil {
+				return err
 			}
 		}
 	}
@@ -412,6 +417,69 @@ func checkSequence(msgs []checkedMessage) *invalidRequest {
 	}
 	if len(pending) > 0 {
 		return unanswered()
+	}
+	return nil
+}
+
+// The image types OpenAI reads from a data URL.
+var imageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// checkMedia checks an image_url part's url (an http(s) URL, or a base64 data URL of an image) or a file part's
+// file_data (a base64 data URL of a PDF; or a file_id), with OpenAI's messages for each case.
+func checkMedia(at, typ string, obj map[string]json.RawMessage) *invalidRequest {
+	if typ == "image_url" {
+		raw, ok := obj["url"]
+		if !ok || isNull(raw) {
+			return missing(at + ".url")
+		}
+		u, ok := str(raw)
+		if !ok {
+			return wrongType(at+".url", "a string", raw)
+		}
+		if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
+			return nil
+		}
+		return checkDataURL("Invalid image URL", at+".url", "an image MIME type (e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU=')", u, imageTypes)
+	}
+	if id, ok := str(obj["file_id"]); ok && id != "" {
+		return nil
+	}
+	raw, ok := obj["file_data"]
+	if !ok || isNull(raw) {
+		return missing(at + ".file_data")
+	}
+	data, ok := str(raw)
+	if !ok {
+		return wrongType(at+".file_data", "a string", raw)
+	}
+	return checkDataURL("Invalid file data", at+".file_data", "an application/pdf MIME type (e.g. 'data:application/pdf;base64,SGVsbG8sIFdvcmxkIQ==')", data, []string{"application/pdf"})
+}
+
+// checkDataURL checks "data:<type>;base64,<bytes>" as OpenAI does: the prefix, a supported MIME type, valid and
+// non-empty base64.
+func checkDataURL(what, param, expected, u string, types []string) *invalidRequest {
+	fail := func(got string) *invalidRequest {
+		return &invalidRequest{fmt.Sprintf("%s: '%s'. Expected a base64-encoded data URL with %s, but got %s.", what, param, expected, got),
+			param, codeInvalidValue}
+	}
+	rest, ok := strings.CutPrefix(u, "data:")
+	if !ok {
+		return fail("a value without the 'data:' prefix")
+	}
+	head, payload, ok := strings.Cut(rest, ",")
+	mediaType, _, _ := strings.Cut(head, ";")
+	if !slices.Contains(types, mediaType) {
+		return fail(fmt.Sprintf("unsupported MIME type '%s'", mediaType))
+	}
+	if !ok || !strings.HasSuffix(head, ";base64") {
+		return fail("an invalid base64-encoded value")
+	}
+	b, err := base64.StdEncoding.DecodeString(payload)
+	if err != nil {
+		return fail("an invalid base64-encoded value")
+	}
+	if len(b) == 0 {
+		return fail("empty base64-encoded bytes")
 	}
 	return nil
 }

@@ -80,6 +80,43 @@ func TestValidation(t *testing.T) {
 		{"user parts: text, image and file", req(`{"role":"user","content":[{"type":"text","text":"look"},` +
 			`{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}},` +
 			`{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,AA=="}}]}`), "", "", ""},
+		{"image by https URL, file by file_id", req(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}},` +
+			`{"type":"file","file":{"file_id":"file-abc"}}]}`), "", "", ""},
+		{"image_url without url", req(`{"role":"user","content":[{"type":"image_url","image_url":{}}]}`),
+			"Missing required parameter: 'messages[0].content[0].image_url.url'.", "messages[0].content[0].image_url.url", "missing_required_parameter"},
+		{"image_url url not a string", req(`{"role":"user","content":[{"type":"image_url","image_url":{"url":5}}]}`),
+			"Invalid type for 'messages[0].content[0].image_url.url': expected a string, but got an integer instead.",
+			"messages[0].content[0].image_url.url", "invalid_type"},
+		{"image URL without a scheme", req(`{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"example.com/a.png"}}]}`),
+			"Invalid image URL: 'messages[0].content[1].image_url.url'. Expected a base64-encoded data URL with an image MIME type " +
+				"(e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got a value without the 'data:' prefix.",
+			"messages[0].content[1].image_url.url", "invalid_value"},
+		{"image data URL of a PDF", req(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:application/pdf;base64,AA=="}}]}`),
+			"Invalid image URL: 'messages[0].content[0].image_url.url'. Expected a base64-encoded data URL with an image MIME type " +
+				"(e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got unsupported MIME type 'application/pdf'.",
+			"messages[0].content[0].image_url.url", "invalid_value"},
+		{"image data URL, empty", req(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,"}}]}`),
+			"Invalid image URL: 'messages[0].content[0].image_url.url'. Expected a base64-encoded data URL with an image MIME type " +
+				"(e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got empty base64-encoded bytes.",
+			"messages[0].content[0].image_url.url", "invalid_value"},
+		{"image data URL, bad base64", req(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,!!"}}]}`),
+			"Invalid image URL: 'messages[0].content[0].image_url.url'. Expected a base64-encoded data URL with an image MIME type " +
+				"(e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got an invalid base64-encoded value.",
+			"messages[0].content[0].image_url.url", "invalid_value"},
+		{"file without file_data or file_id", req(`{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf"}}]}`),
+			"Missing required parameter: 'messages[0].content[0].file.file_data'.", "messages[0].content[0].file.file_data", "missing_required_parameter"},
+		{"file_data not a data URL", req(`{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf","file_data":"https://example.com/a.pdf"}}]}`),
+			"Invalid file data: 'messages[0].content[0].file.file_data'. Expected a base64-encoded data URL with an application/pdf MIME type " +
+				"(e.g. 'data:application/pdf;base64,SGVsbG8sIFdvcmxkIQ=='), but got a value without the 'data:' prefix.",
+			"messages[0].content[0].file.file_data", "invalid_value"},
+		{"file_data of an image", req(`{"role":"user","content":[{"type":"file","file":{"filename":"a.png","file_data":"data:image/png;base64,AA=="}}]}`),
+			"Invalid file data: 'messages[0].content[0].file.file_data'. Expected a base64-encoded data URL with an application/pdf MIME type " +
+				"(e.g. 'data:application/pdf;base64,SGVsbG8sIFdvcmxkIQ=='), but got unsupported MIME type 'image/png'.",
+			"messages[0].content[0].file.file_data", "invalid_value"},
+		{"file_data, bad base64", req(`{"role":"user","content":[{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,AAA"}}]}`),
+			"Invalid file data: 'messages[0].content[0].file.file_data'. Expected a base64-encoded data URL with an application/pdf MIME type " +
+				"(e.g. 'data:application/pdf;base64,SGVsbG8sIFdvcmxkIQ=='), but got an invalid base64-encoded value.",
+			"messages[0].content[0].file.file_data", "invalid_value"},
 		{"developer role, assistant parts", req(`{"role":"developer","content":"be brief"},` + u +
 			`,{"role":"assistant","content":[{"type":"text","text":"ok"},{"type":"refusal","refusal":"no"}]},` + u), "", "", ""},
 		{"assistant with neither content nor tool_calls", req(u + `,{"role":"assistant","content":null},` + u),

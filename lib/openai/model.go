@@ -31,6 +31,16 @@
 // *agent.Error cause of ctx, else agent.CodeRunCanceled); KindInternal for a request that cannot be built. An
 // error returned by emit is returned unchanged.
 //
+// # Files
+//
+// A user message's files become content parts after its text: an image is an image_url part whose url is the
+// file's URL as it is (https or a data URL; the provider fetches https images itself); a PDF is a file part
+// whose file_data is a data URL and whose filename is the file's (or "document.pdf"). Chat Completions takes
+// PDFs as data only, so a PDF named by an https URL is downloaded first, as the AI SDK does for URLs a provider
+// cannot read: https only, Config.MaxFileBytes at most, within Config.FileTimeout, with Config.FileClient (by
+// default one that dials public addresses only). A download that fails fails the request (KindUnavailable,
+// CodeModelError: the model cannot see the message). Each Stream call downloads again (a run's steps each do).
+//
 // # Compatibility
 //
 // Some "OpenAI-compatible" servers refuse max_completion_tokens or stream_options: Config.MaxTokensParam and
@@ -69,6 +79,11 @@ const (
 	DefaultBackoffBase       = 500 * time.Millisecond
 	DefaultBackoffMax        = 8 * time.Second
 
+	// DefaultMaxFileBytes bounds a PDF the adapter downloads (Chat Completions takes PDFs as data only).
+	DefaultMaxFileBytes = 20 << 20
+	// DefaultFileTimeout bounds one such download.
+	DefaultFileTimeout = 30 * time.Second
+
 	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
 	maxRetryAfter = 30 * time.Second
 )
@@ -105,6 +120,12 @@ type Config struct {
 	OmitStreamOptions bool
 	// HTTPClient sends the requests (default http.DefaultClient).
 	HTTPClient *http.Client
+	// FileClient downloads the PDFs that a user message names by https URL (default: a client that connects to
+	// public addresses only, so a user cannot make the server fetch from its own network; tests inject an
+	// httptest TLS server's client). MaxFileBytes and FileTimeout bound each download.
+	FileClient   *http.Client
+	MaxFileBytes int64
+	FileTimeout  time.Duration
 	// IDs names tool calls that a provider streams without an id (default agent.RandomIDs).
 	IDs agent.IDs
 	// Logger receives one warning per retry (default slog.Default()).
@@ -147,6 +168,15 @@ func New(cfg Config) *Model {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = http.DefaultClient
 	}
+	if cfg.FileClient == nil {
+		cfg.FileClient = publicClient
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.FileTimeout <= 0 {
+		cfg.FileTimeout = DefaultFileTimeout
+	}
 	if cfg.IDs == nil {
 		cfg.IDs = agent.RandomIDs{}
 	}
@@ -179,7 +209,7 @@ var (
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
-	params, err := m.params(req)
+	params, err := m.params(ctx, req)
 	if err != nil {
 		return agent.ModelResult{}, err
 	}
@@ -390,7 +420,7 @@ func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
 }
 
 // params builds the request body.
-func (m *Model) params(req agent.ModelRequest) (oai.ChatCompletionNewParams, error) {
+func (m *Model) params(ctx context.Context, req agent.ModelRequest) (oai.ChatCompletionNewParams, error) {
 	model := req.Model
 	if model == "" {
 		model = m.cfg.Model
@@ -402,7 +432,7 @@ func (m *Model) params(req agent.ModelRequest) (oai.ChatCompletionNewParams, err
 	if maxTokens <= 0 {
 		maxTokens = m.cfg.MaxOutputTokens
 	}
-	msgs, err := messages(req)
+	msgs, err := m.messages(ctx, req)
 	if err != nil {
 		return oai.ChatCompletionNewParams{}, err
 	}
@@ -436,7 +466,7 @@ func (m *Model) params(req agent.ModelRequest) (oai.ChatCompletionNewParams, err
 }
 
 // messages converts the provider-neutral transcript, system prompt first.
-func messages(req agent.ModelRequest) ([]oai.ChatCompletionMessageParamUnion, error) {
+func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]oai.ChatCompletionMessageParamUnion, error) {
 	out := make([]oai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
 	if req.System != "" {
 		out = append(out, oai.SystemMessage(req.System))
@@ -444,7 +474,15 @@ func messages(req agent.ModelRequest) ([]oai.ChatCompletionMessageParamUnion, er
 	for i, msg := range req.Messages {
 		switch msg.Role {
 		case "user":
-			out = append(out, oai.UserMessage(msg.Text))
+			if len(msg.Files) == 0 {
+				out = append(out, oai.UserMessage(msg.Text))
+				continue
+			}
+			parts, err := m.userParts(ctx, msg)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, oai.UserMessage(parts))
 		case "assistant":
 			a := oai.ChatCompletionAssistantMessageParam{}
 			if msg.Text != "" || len(msg.ToolCalls) == 0 {

@@ -292,8 +292,7 @@ func modelFile(raw json.RawMessage) (agent.ModelFile, bool) {
 		URL       string `json:"url"`
 		Filename  string `json:"filename"`
 	}
-	if json.Unmarshal(raw, &f) != nil || !agent.ModelFileType(f.MediaType) ||
-		!(strings.HasPrefix(f.URL, "data:") || strings.HasPrefix(f.URL, "https://")) {
+	if json.Unmarshal(raw, &f) != nil || agent.CheckModelFile(f.MediaType, f.URL) != nil {
 		return agent.ModelFile{}, false
 	}
 	return agent.ModelFile{MediaType: f.MediaType, URL: f.URL, Filename: f.Filename}, true

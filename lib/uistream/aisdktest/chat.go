@@ -23,6 +23,9 @@ const (
 	// resumes whatever run holds the thread when it is called, so only a client that waits until its message
 	// has left the queue (GET /threads/{id}) gets its own reply.
 	ScenarioEnqueue = "enqueue"
+	// ScenarioImage: sendMessage with a PNG attached (a file part with a data URL); the offline model's
+	// /received reply shows it arrived as an image_url content part.
+	ScenarioImage = "image"
 )
 
 // ChatResult is one scenario that passed with one SDK major.

@@ -22,6 +22,9 @@
 //                and resumeStream() resumes whatever run holds the thread when it is called: at once, the first
 //                chat's (its reply lands after the queued message); once the message has left the queue
 //                (GET /threads/{id}), the message's own reply. The server answers the three in order.
+//   image        sendMessage({text: "/received", files: [a PNG as a data URL]}): the SDK sends the file part, the
+//                offline model's reply lists what it received (the text, then an image_url content part of
+//                image/png with the PNG's size), and the server's copy agrees
 //
 // The scenarios run concurrently. It prints one JSON line per passed scenario on stdout ({sdk, sdkVersion, node, scenario, thread, requests, ms}).
 // A failed scenario is reported on stderr with the chat's messages and every request and response on the wire;
@@ -31,7 +34,7 @@ import { readFile } from "node:fs/promises";
 
 const PACKAGES = { 6: "ai", 7: "ai7" };
 const MIN_NODE = { 6: 18, 7: 22 };
-const SCENARIOS = ["approve", "deny", "client-tool", "enqueue"];
+const SCENARIOS = ["approve", "deny", "client-tool", "enqueue", "image"];
 const TIMEOUT_MS = 10_000; // one wait for the chat to go idle
 const QUIET_MS = 150; // idle this long with no new request: nothing automatic is still coming
 const MAX_REQUESTS = 8; // per scenario: more means the SDK keeps re-posting on its own
@@ -387,12 +390,31 @@ async function enqueue(a) {
     `enqueue-c: resumeStream() once its turn ran gave ${json(c.chat.messages.map(shape))}, want ${json(server.slice(4, 6).map(shape))}`);
 }
 
+// image attaches a PNG as the AI SDK attaches files (a FileUIPart with a data URL) and checks that the model got it
+// as an image content part (the offline model's /received).
+async function image(s) {
+  const bytes = 68;
+  const url = `data:image/png;base64,${Buffer.alloc(bytes, 7).toString("base64")}`;
+  await s.chat.sendMessage({ text: "/received", files: [{ type: "file", mediaType: "image/png", filename: "dot.png", url }] });
+  await s.idle("sendMessage with an image");
+  const sent = s.posts[0]?.body?.messages?.at(-1);
+  check(sent?.parts?.some((p) => p.type === "file" && p.mediaType === "image/png" && p.url === url && p.filename === "dot.png"),
+    `the SDK sent ${json(sent?.parts)}`);
+  const reply = s.chat.lastMessage;
+  const text = reply.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+  const want = `text\nimage_url image/png ${bytes} bytes`;
+  check(text === want, `the model received ${json(text)}, want ${json(want)}`);
+  check(reply.metadata?.status === "completed", `the reply's metadata: ${json(reply.metadata)}`);
+  await agreesWithServer(s);
+}
+
 // Each scenario runs on a new chat whose sendAutomaticallyWhen is the SDK's predicate for that kind of answer.
 const RUN = {
   approve: [ai.lastAssistantMessageIsCompleteWithApprovalResponses, (s) => approval(s, true)],
   deny: [ai.lastAssistantMessageIsCompleteWithApprovalResponses, (s) => approval(s, false)],
   "client-tool": [ai.lastAssistantMessageIsCompleteWithToolCalls, clientTool],
   enqueue: [undefined, enqueue],
+  image: [undefined, image],
 };
 
 // The scenarios run at once, each on its own thread; their reports are printed in the order named.

@@ -1,0 +1,188 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// fileServer serves files over TLS as a remote host would: /report.pdf (a PDF of n bytes), /page.html (text/html),
+// /slow.pdf (never answers within the test's timeout) and 404 for the rest.
+func fileServer(t *testing.T, pdf []byte) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/report.pdf":
+			w.Header().Set("Content-Type", "application/pdf")
+			w.Write(pdf)
+		case "/page.html":
+			w.Header().Set("Content-Type", "text/html")
+			w.Write([]byte("<html></html>"))
+		case "/slow.pdf":
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func dataURL(mediaType string, n int) string {
+	return "data:" + mediaType + ";base64," + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, n))
+}
+
+// Files reach the offline model as the content parts Chat Completions takes, and its /received reply (one line
+// per part it received) proves they were accepted as sent: images by URL or data URL as they are, PDFs as
+// file_data, a PDF named by https URL downloaded first.
+func TestFiles(t *testing.T) {
+	t.Parallel()
+	pdf := bytes.Repeat([]byte("%PDF"), 300)
+	files := fileServer(t, pdf)
+	tests := []struct {
+		name  string
+		text  string
+		files []agent.ModelFile
+		want  string
+		// wantData: the file_data the adapter sent for the first file part, when there is one
+		wantData string
+	}{
+		{"image data URL", "/received", []agent.ModelFile{{MediaType: "image/png", URL: dataURL("image/png", 68)}},
+			"text\nimage_url image/png 68 bytes", ""},
+		{"image https URL", "/received", []agent.ModelFile{{MediaType: "image/jpeg", URL: "https://images.example.com/cat.jpg"}},
+			"text\nimage_url https://images.example.com/cat.jpg", ""},
+		{"PDF data URL", "/received", []agent.ModelFile{{MediaType: "application/pdf", URL: dataURL("application/pdf", 1234), Filename: "report.pdf"}},
+			"text\nfile application/pdf report.pdf 1234 bytes", dataURL("application/pdf", 1234)},
+		{"PDF https URL, downloaded", "/received", []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/report.pdf", Filename: "report.pdf"}},
+			"text\nfile application/pdf report.pdf 1200 bytes", "data:application/pdf;base64," + base64.StdEncoding.EncodeToString(pdf)},
+		{"PDF without a filename", "/received", []agent.ModelFile{{MediaType: "application/pdf", URL: dataURL("application/pdf", 3)}},
+			"text\nfile application/pdf document.pdf 3 bytes", dataURL("application/pdf", 3)},
+		{"several, after the text", "/received", []agent.ModelFile{
+			{MediaType: "image/webp", URL: dataURL("image/webp", 10)},
+			{MediaType: "application/pdf", URL: dataURL("application/pdf", 5), Filename: "a.pdf"},
+			{MediaType: "image/gif", URL: dataURL("image/gif", 1)},
+		}, "text\nimage_url image/webp 10 bytes\nfile application/pdf a.pdf 5 bytes\nimage_url image/gif 1 bytes", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			m := f.model(func(c *Config) { c.FileClient = files.Client() })
+			req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: tt.text, Files: tt.files}}}
+			_, events, err := run(context.Background(), m, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := textOf(events, agent.EventTextDelta); got != tt.want {
+				t.Fatalf("the model received %q, want %q", got, tt.want)
+			}
+			if tt.wantData == "" {
+				return
+			}
+			content := f.lastBody(t)["messages"].([]any)[0].(map[string]any)["content"].([]any)
+			for _, p := range content {
+				if p := p.(map[string]any); p["type"] == "file" {
+					if got := p["file"].(map[string]any)["file_data"]; got != tt.wantData {
+						t.Fatalf("file_data %.80q…, want %.80q…", got, tt.wantData)
+					}
+					return
+				}
+			}
+			t.Fatalf("no file part in %v", content)
+		})
+	}
+}
+
+// A PDF that cannot be downloaded fails the call before the model is asked; the message names no host.
+func TestFileDownloadFails(t *testing.T) {
+	t.Parallel()
+	files := fileServer(t, bytes.Repeat([]byte("x"), 100))
+	// Only the slow case has a short timeout: under load a TLS handshake alone can take 100 ms.
+	tests := []struct {
+		name, url, public string
+		timeout           time.Duration
+	}{
+		{"not https", strings.Replace(files.URL, "https://", "http://", 1) + "/report.pdf", "a file is neither a data URL nor an https URL", 0},
+		{"not found", files.URL + "/missing.pdf", "a file could not be downloaded (HTTP 404)", 0},
+		{"not a PDF", files.URL + "/page.html", "a file's download is text/html, not application/pdf", 0},
+		{"over the cap", files.URL + "/report.pdf", "a file is larger than 99 bytes", 0},
+		{"too slow", files.URL + "/slow.pdf", "a file could not be downloaded", 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			m := f.model(func(c *Config) {
+				c.FileClient, c.MaxFileBytes, c.FileTimeout = files.Client(), 99, tt.timeout
+			})
+			req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
+				Files: []agent.ModelFile{{MediaType: "application/pdf", URL: tt.url}}}}}
+			_, _, err := run(context.Background(), m, req)
+			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.public)
+			if code, msg := agent.Public(err); code != agent.CodeModelError || msg != tt.public || strings.Contains(msg, "127.0.0.1") {
+				t.Fatalf("public (%q, %q), want %q", code, msg, tt.public)
+			}
+			if f.srv.Requests() != 0 {
+				t.Fatalf("the model was asked %d times", f.srv.Requests())
+			}
+		})
+	}
+}
+
+// A file the provider would refuse is refused by the offline model exactly as OpenAI words it, and the adapter
+// reports it like any 400.
+func TestInvalidFileRefused(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		file agent.ModelFile
+		why  string
+	}{
+		{"image data URL of text", agent.ModelFile{MediaType: "image/png", URL: dataURL("text/plain", 3)},
+			"Invalid image URL: 'messages[0].content[1].image_url.url'. Expected a base64-encoded data URL with an image MIME type (e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got unsupported MIME type 'text/plain'."},
+		{"image data URL, bad base64", agent.ModelFile{MediaType: "image/png", URL: "data:image/png;base64,@@"},
+			"but got an invalid base64-encoded value"},
+		{"PDF data URL, empty", agent.ModelFile{MediaType: "application/pdf", URL: "data:application/pdf;base64,"},
+			"Invalid file data: 'messages[0].content[1].file.file_data'. Expected a base64-encoded data URL with an application/pdf MIME type (e.g. 'data:application/pdf;base64,SGVsbG8sIFdvcmxkIQ=='), but got empty base64-encoded bytes."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received", Files: []agent.ModelFile{tt.file}}}}
+			_, _, err := run(context.Background(), f.model(nil), req)
+			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.why)
+			if f.srv.Requests() != 1 {
+				t.Fatalf("requests = %d, want 1 (a 400 is not retried)", f.srv.Requests())
+			}
+		})
+	}
+}
+
+// The default download client connects to public addresses only: a PDF URL that points into the server's own
+// network (here the loopback TLS server) is refused before a byte is sent to it.
+func TestFileDownloadPublicOnly(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int32
+	files := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { asked.Add(1) }))
+	t.Cleanup(files.Close)
+	f := setup(t)
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
+		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/a.pdf"}}}}}
+	_, _, err := run(context.Background(), f.model(nil), req)
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "not a public address")
+	if asked.Load() != 0 || f.srv.Requests() != 0 {
+		t.Fatalf("the file server was asked %d times, the model %d", asked.Load(), f.srv.Requests())
+	}
+}

@@ -1,0 +1,44 @@
+package transcript_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/transcript"
+)
+
+// A user message's image and PDF files reach the model after its text; stored files the boundary would refuse
+// today (rows of older versions) are left out rather than failing the request, and a message of files alone
+// still reaches the model.
+func TestUserFiles(t *testing.T) {
+	t.Parallel()
+	png := "data:image/png;base64,iVBORw0KGgo="
+	parts := func(ps ...string) []json.RawMessage {
+		out := make([]json.RawMessage, len(ps))
+		for i, p := range ps {
+			out[i] = json.RawMessage(p)
+		}
+		return out
+	}
+	msgs := []agent.Message{
+		{ID: "u1", Role: agent.RoleUser, Parts: parts(`{"type":"text","text":"look"}`,
+			`{"type":"file","mediaType":"image/png","url":"`+png+`","filename":"a.png"}`,
+			`{"type":"file","mediaType":"text/plain","url":"data:text/plain;base64,aGk="}`,
+			`{"type":"file","mediaType":"image/png","url":"http://example.com/a.png"}`,
+			`{"type":"file","mediaType":"application/pdf","url":"https://example.com/r.pdf","filename":"r.pdf"}`)},
+		{ID: "a1", Role: agent.RoleAssistant, Parts: parts(`{"type":"text","text":"a cat"}`)},
+		{ID: "u2", Role: agent.RoleUser, Parts: parts(`{"type":"file","mediaType":"image/webp","url":"https://example.com/b.webp"}`)},
+	}
+	got := transcript.NewHistory(msgs, transcript.Config{}).Build(nil)
+	want := []agent.ModelMessage{
+		{Role: "user", Text: "look", Files: []agent.ModelFile{{MediaType: "image/png", URL: png, Filename: "a.png"},
+			{MediaType: "application/pdf", URL: "https://example.com/r.pdf", Filename: "r.pdf"}}},
+		{Role: "assistant", Text: "a cat"},
+		{Role: "user", Files: []agent.ModelFile{{MediaType: "image/webp", URL: "https://example.com/b.webp"}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("transcript\n%+v\nwant\n%+v", got, want)
+	}
+}
