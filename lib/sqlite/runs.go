@@ -370,6 +370,36 @@ func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, 
 	return r, nil
 }
 
+// ListRunsPage reads one page of runs newest first through the runs_by_created index (thread_id, created_at,
+// id), LIMIT p.Limit+1.
+func (s *Store) ListRunsPage(ctx context.Context, threadID string, p agent.RunPage) (agent.Page[agent.Run], error) {
+	s.op()
+	limit := p.Limit
+	if limit <= 0 {
+		limit = agent.DefaultListLimit
+	}
+	q := `SELECT ` + runCols + ` FROM runs INDEXED BY runs_by_created WHERE thread_id = ?`
+	args := []any{threadID}
+	if !p.Before.IsZero() {
+		q += ` AND (created_at, id) < (?, ?)`
+		args = append(args, millis(p.Before.CreatedAt), p.Before.ID)
+	}
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := s.read().query(ctx, q, args...)
+	if err != nil {
+		return agent.Page[agent.Run]{}, s.fail("list runs page", err)
+	}
+	out, err := collect(rows, scanRun)
+	if err != nil {
+		return agent.Page[agent.Run]{}, s.fail("list runs page", err)
+	}
+	if len(out) > limit {
+		return agent.Page[agent.Run]{Items: out[:limit], More: true}, nil
+	}
+	return agent.Page[agent.Run]{Items: out}, nil
+}
+
 // ListRuns returns the thread's runs, oldest first.
 func (s *Store) ListRuns(ctx context.Context, threadID string) ([]agent.Run, error) {
 	s.op()
