@@ -288,7 +288,8 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 	return out, nil
 }
 
-// ListMessagesPage is one strongly consistent Query of IndexMessagesBySeq, newest first (ScanIndexForward=false,
+// ListMessagesPage is one strongly consistent Query of IndexMessagesBySeq, newest first (ScanIndexForward=false;
+// true for p.Oldest,
 // Limit = p.Limit+1 index entries, the one more telling whether older messages remain, starting after the
 // cursor's head), that fetches the heads' other attributes from the table (a local index can: each fetched head
 // is billed as a GetItem of it), plus one BatchGetItem for the chunks of the page's large messages, if any.
@@ -306,14 +307,14 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 		TableName:                 aws.String(s.table),
 		IndexName:                 aws.String(IndexMessagesBySeq),
 		ConsistentRead:            aws.Bool(true),
-		ScanIndexForward:          aws.Bool(false),
+		ScanIndexForward:          aws.Bool(p.Oldest),
 		Select:                    types.SelectAllAttributes,
 		KeyConditionExpression:    aws.String(e.n(AttrPK) + " = " + e.v(avS(pk))),
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),
 	}
-	if !p.Before.IsZero() {
-		in.ExclusiveStartKey = item{AttrPK: avS(pk), AttrSK: avS(msgSK(p.Before.ID)), attrMsgOrder: avS(msgOrder(p.Before.Seq, p.Before.ID))}
+	if !p.From.IsZero() {
+		in.ExclusiveStartKey = item{AttrPK: avS(pk), AttrSK: avS(msgSK(p.From.ID)), attrMsgOrder: avS(msgOrder(p.From.Seq, p.From.ID))}
 	}
 	var heads []item
 	for len(heads) <= limit {

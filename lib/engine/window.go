@@ -46,7 +46,7 @@ func (w *window) readOn(ctx context.Context, store agent.MessageStore, threadID 
 		before = w.recs[0].Cursor()
 	}
 	w.next = cmp.Or(w.next, windowFirstPage)
-	p, err := store.ListMessagesPage(ctx, threadID, agent.MessagePage{Before: before, Limit: w.next})
+	p, err := store.ListMessagesPage(ctx, threadID, agent.MessagePage{From: before, Limit: w.next})
 	if err != nil {
 		return fmt.Errorf("list messages: %w", err)
 	}

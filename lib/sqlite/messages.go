@@ -153,8 +153,8 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 	return out, nil
 }
 
-// ListMessagesPage reads one page newest first through the messages_by_seq index (thread_id, seq, id): a range
-// scan from the cursor down, LIMIT p.Limit+1 (the one more tells whether older messages remain), so its cost is
+// ListMessagesPage reads one page through the messages_by_seq index (thread_id, seq, id): a range scan from the
+// cursor down (or up, oldest first), LIMIT p.Limit+1 (the one more tells whether older messages remain), so its cost is
 // the page's, whatever the thread holds. Deleted rows in the range are skipped by the scan.
 func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.MessagePage) (agent.Page[agent.MessageRecord], error) {
 	s.op()
@@ -164,11 +164,15 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 	}
 	q := `SELECT ` + messageCols + ` FROM messages INDEXED BY messages_by_seq WHERE thread_id = ? AND NOT deleted`
 	args := []any{threadID}
-	if !p.Before.IsZero() {
-		q += ` AND (seq, id) < (?, ?)`
-		args = append(args, p.Before.Seq, p.Before.ID)
+	cmp, order := "<", "DESC"
+	if p.Oldest {
+		cmp, order = ">", "ASC"
 	}
-	q += ` ORDER BY seq DESC, id DESC LIMIT ?`
+	if !p.From.IsZero() {
+		q += ` AND (seq, id) ` + cmp + ` (?, ?)`
+		args = append(args, p.From.Seq, p.From.ID)
+	}
+	q += ` ORDER BY seq ` + order + `, id ` + order + ` LIMIT ?`
 	args = append(args, limit+1)
 	rows, err := s.read().query(ctx, q, args...)
 	if err != nil {

@@ -370,7 +370,7 @@ func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, 
 	return r, nil
 }
 
-// ListRunsPage reads one page of runs newest first through the runs_by_created index (thread_id, created_at,
+// ListRunsPage reads one page of runs (newest or oldest first) through the runs_by_created index (thread_id, created_at,
 // id), LIMIT p.Limit+1.
 func (s *Store) ListRunsPage(ctx context.Context, threadID string, p agent.RunPage) (agent.Page[agent.Run], error) {
 	s.op()
@@ -380,11 +380,15 @@ func (s *Store) ListRunsPage(ctx context.Context, threadID string, p agent.RunPa
 	}
 	q := `SELECT ` + runCols + ` FROM runs INDEXED BY runs_by_created WHERE thread_id = ?`
 	args := []any{threadID}
-	if !p.Before.IsZero() {
-		q += ` AND (created_at, id) < (?, ?)`
-		args = append(args, millis(p.Before.CreatedAt), p.Before.ID)
+	cmp, order := "<", "DESC"
+	if p.Oldest {
+		cmp, order = ">", "ASC"
 	}
-	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	if !p.From.IsZero() {
+		q += ` AND (created_at, id) ` + cmp + ` (?, ?)`
+		args = append(args, millis(p.From.CreatedAt), p.From.ID)
+	}
+	q += ` ORDER BY created_at ` + order + `, id ` + order + ` LIMIT ?`
 	args = append(args, limit+1)
 	rows, err := s.read().query(ctx, q, args...)
 	if err != nil {

@@ -120,9 +120,9 @@ func testMessagesOrderedBySeq(e *messages) {
 	wantUTC(e.t, "GetMessage", got.CreatedAt, got.UpdatedAt)
 }
 
-// walkPages reads the thread's messages page by page, newest first, and returns them in thread order (oldest
-// first), checking each page's size and More flag on the way.
-func walkPages[S agent.MessageStore](e *env[S], threadID string, limit int) []agent.MessageRecord {
+// walkPages reads the thread's messages page by page (newest first, or oldest first) and returns them in thread
+// order (oldest first), checking each page's size and More flag on the way.
+func walkPages[S agent.MessageStore](e *env[S], threadID string, limit int, oldest bool) []agent.MessageRecord {
 	e.t.Helper()
 	var got []agent.MessageRecord
 	var cur agent.MessageCursor
@@ -130,7 +130,7 @@ func walkPages[S agent.MessageStore](e *env[S], threadID string, limit int) []ag
 		if pages > 1000 {
 			e.t.Fatalf("limit %d: more than 1000 pages", limit)
 		}
-		p, err := e.s.ListMessagesPage(e.ctx, threadID, agent.MessagePage{Before: cur, Limit: limit})
+		p, err := e.s.ListMessagesPage(e.ctx, threadID, agent.MessagePage{From: cur, Oldest: oldest, Limit: limit})
 		must(e.t, err, "ListMessagesPage")
 		if len(p.Items) > limit || p.More && len(p.Items) < limit {
 			e.t.Fatalf("limit %d: a page of %d messages, more %v", limit, len(p.Items), p.More)
@@ -141,7 +141,9 @@ func walkPages[S agent.MessageStore](e *env[S], threadID string, limit int) []ag
 		}
 		cur = p.Items[len(p.Items)-1].Cursor()
 	}
-	slices.Reverse(got)
+	if !oldest {
+		slices.Reverse(got)
+	}
 	return got
 }
 
@@ -169,22 +171,31 @@ func testMessagePages(e *messages) {
 	})
 	wantMessages(e, th, want...)
 	for _, limit := range []int{1, 2, 3, 4, 8, 9, 100} {
-		got := walkPages(e, th, limit)
-		if len(got) != len(want) {
-			e.t.Fatalf("limit %d: %d messages, want %d", limit, len(got), len(want))
-		}
-		for i := range want {
-			sameRecord(e, fmt.Sprintf("limit %d: message %d", limit, i), got[i], want[i])
+		for _, oldest := range []bool{false, true} {
+			got := walkPages(e, th, limit, oldest)
+			if len(got) != len(want) {
+				e.t.Fatalf("limit %d, oldest %v: %d messages, want %d", limit, oldest, len(got), len(want))
+			}
+			for i := range want {
+				sameRecord(e, fmt.Sprintf("limit %d, oldest %v: message %d", limit, oldest, i), got[i], want[i])
+			}
 		}
 	}
 	// A cursor in the middle reads on from there, exclusively, whatever was read before it.
-	p, err := e.s.ListMessagesPage(e.ctx, th, agent.MessagePage{Before: want[4].Cursor(), Limit: 2})
+	p, err := e.s.ListMessagesPage(e.ctx, th, agent.MessagePage{From: want[4].Cursor(), Limit: 2})
 	must(e.t, err, "ListMessagesPage(from the middle)")
 	if len(p.Items) != 2 || !p.More {
 		e.t.Fatalf("page before %v = %d messages, more %v; want 2 and more", want[4].Cursor(), len(p.Items), p.More)
 	}
 	sameRecord(e, "page from the middle [0]", p.Items[0], want[3])
 	sameRecord(e, "page from the middle [1]", p.Items[1], want[2])
+	p, err = e.s.ListMessagesPage(e.ctx, th, agent.MessagePage{From: want[4].Cursor(), Oldest: true, Limit: 2})
+	must(e.t, err, "ListMessagesPage(oldest first, from the middle)")
+	if len(p.Items) != 2 || !p.More {
+		e.t.Fatalf("page after %v = %d messages, more %v; want 2 and more", want[4].Cursor(), len(p.Items), p.More)
+	}
+	sameRecord(e, "page after the middle [0]", p.Items[0], want[5])
+	sameRecord(e, "page after the middle [1]", p.Items[1], want[6])
 	for _, unknown := range []string{e.id("th"), th + "-none"} {
 		p, err := e.s.ListMessagesPage(e.ctx, unknown, agent.MessagePage{Limit: 3})
 		must(e.t, err, "ListMessagesPage(unknown thread)")
@@ -214,12 +225,14 @@ func testMessagePageLargeAndDeleted(e *messages) {
 	back := put(e, th, 20, want[5].Message, at(30*time.Second)) // brought back by a newer write, at a new position
 	want = append(slices.Concat(want[:3], want[9:]), back)
 	for _, limit := range []int{1, 4, 5, 100} {
-		got := walkPages(e, th, limit)
-		if len(got) != len(want) {
-			e.t.Fatalf("limit %d: %d messages, want %d", limit, len(got), len(want))
-		}
-		for i := range want {
-			sameRecord(e, fmt.Sprintf("limit %d: message %d", limit, i), got[i], want[i])
+		for _, oldest := range []bool{false, true} {
+			got := walkPages(e, th, limit, oldest)
+			if len(got) != len(want) {
+				e.t.Fatalf("limit %d, oldest %v: %d messages, want %d", limit, oldest, len(got), len(want))
+			}
+			for i := range want {
+				sameRecord(e, fmt.Sprintf("limit %d, oldest %v: message %d", limit, oldest, i), got[i], want[i])
+			}
 		}
 	}
 }

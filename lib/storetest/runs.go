@@ -527,25 +527,29 @@ func testListRunsPage(e *claims) {
 		t.Fatalf("ListRuns = %d runs, want %d", len(want), len(all))
 	}
 	for _, limit := range []int{1, 2, 3, 7, 8} {
-		var got []agent.Run
-		var cur agent.RunCursor
-		for pages := 0; ; pages++ {
-			if pages > len(all) {
-				t.Fatalf("limit %d: more pages than runs", limit)
+		for _, oldest := range []bool{false, true} {
+			var got []agent.Run
+			var cur agent.RunCursor
+			for pages := 0; ; pages++ {
+				if pages > len(all) {
+					t.Fatalf("limit %d: more pages than runs", limit)
+				}
+				p, err := e.s.ListRunsPage(e.ctx, th.ID, agent.RunPage{From: cur, Oldest: oldest, Limit: limit})
+				must(t, err, "ListRunsPage")
+				if len(p.Items) > limit || p.More && len(p.Items) < limit {
+					t.Fatalf("limit %d: a page of %d runs, more %v", limit, len(p.Items), p.More)
+				}
+				got = append(got, p.Items...)
+				if !p.More {
+					break
+				}
+				cur = p.Items[len(p.Items)-1].Cursor()
 			}
-			p, err := e.s.ListRunsPage(e.ctx, th.ID, agent.RunPage{Before: cur, Limit: limit})
-			must(t, err, "ListRunsPage")
-			if len(p.Items) > limit || len(p.Items) == 0 && len(got) < len(all) {
-				t.Fatalf("limit %d: a page of %d runs", limit, len(p.Items))
+			if !oldest {
+				slices.Reverse(got)
 			}
-			got = append(got, p.Items...)
-			if !p.More {
-				break
-			}
-			cur = p.Items[len(p.Items)-1].Cursor()
+			same(t, fmt.Sprintf("runs paged by %d (oldest first: %v)", limit, oldest), got, want)
 		}
-		slices.Reverse(got)
-		same(t, fmt.Sprintf("runs paged by %d, oldest first", limit), got, want)
 	}
 	p, err := e.s.ListRunsPage(e.ctx, e.id("th"), agent.RunPage{})
 	must(t, err, "ListRunsPage(unknown thread)")
