@@ -112,7 +112,9 @@ func (w *window) messages() []agent.Message {
 }
 
 // budget is the engine's token budget for the window.
-func (e *Engine) budget() int { return cmp.Or(e.cfg.Transcript.BudgetTokens, transcript.DefaultBudgetTokens) }
+func (e *Engine) budget() int {
+	return cmp.Or(e.cfg.Transcript.BudgetTokens, transcript.DefaultBudgetTokens)
+}
 
 // heldElsewhere point-reads the queued entries' messages that the window does not show: a turn that stored one
 // and died before taking its entry left it in the thread, and it must not be stored twice.

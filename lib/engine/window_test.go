@@ -37,7 +37,12 @@ func (m *readMeter) GetMessage(ctx context.Context, threadID, id string) (agent.
 	return m.Store.GetMessage(ctx, threadID, id)
 }
 
-func (m *readMeter) reset() { m.lists.Store(0); m.pages.Store(0); m.pageItems.Store(0); m.gets.Store(0) }
+func (m *readMeter) reset() {
+	m.lists.Store(0)
+	m.pages.Store(0)
+	m.pageItems.Store(0)
+	m.gets.Store(0)
+}
 
 // seedThread writes pairs user/assistant turns into thread (created for alice) through the store, the way runs
 // write them: one claim reserves the positions, every message is written final under its fence. Each assistant
