@@ -73,6 +73,14 @@ func (c counting) ListMessages(ctx context.Context, id string) ([]agent.MessageR
 	c.p.count()
 	return c.Store.ListMessages(ctx, id)
 }
+func (c counting) ListMessagesPage(ctx context.Context, id string, p agent.MessagePage) (agent.Page[agent.MessageRecord], error) {
+	c.p.count()
+	return c.Store.ListMessagesPage(ctx, id, p)
+}
+func (c counting) GetMessage(ctx context.Context, threadID, id string) (agent.MessageRecord, error) {
+	c.p.count()
+	return c.Store.GetMessage(ctx, threadID, id)
+}
 func (c counting) GetThread(ctx context.Context, id string) (agent.Thread, error) {
 	c.p.count()
 	return c.Store.GetThread(ctx, id)
