@@ -275,7 +275,7 @@ func dynamoStack(b *testing.B, cfg config.Config, opts ...func(*devserver.Option
 		if err != nil {
 			b.Fatal(err)
 		}
-		counter.MeasureIndexWrites(dynamotest.Client(endpoint), table, []string{dynamo.AttrPK, dynamo.AttrSK}, spec.Input.GlobalSecondaryIndexes)
+		counter.MeasureIndexWrites(dynamotest.Client(endpoint), table, []string{dynamo.AttrPK, dynamo.AttrSK}, spec.Indexes())
 	}
 	return s, counter
 }
