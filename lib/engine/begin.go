@@ -258,7 +258,7 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 		}()
 	}
 	// The first page goes beside those reads; an edit of an older message reads on once the lookup has found it.
-	w := &window{}
+	w := &window{first: t.e.cfg.WindowPage}
 	err := w.readOn(ctx, t.e.store, t.thread.ID)
 	if req.continues() {
 		if ierr := <-insErr; err == nil && ierr != nil {
@@ -286,8 +286,10 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 			i := w.index(own.Message.ID)
 			return i >= 0 && w.tokensBefore(i) >= t.e.budget()
 		}
+		reach := own.Cursor()
+		w.reach = &reach
 	}
-	if err := w.fill(ctx, t.e.store, t.thread.ID, enough); err != nil {
+	if err := w.fill(ctx, t.e.store, t.thread.ID, t.e.budget(), enough); err != nil {
 		return turnPlan{}, err
 	}
 	msgs := w.messages()

@@ -24,10 +24,12 @@ import (
 // regenerate only looks at the newest reply, and a streaming reply orphaned long ago was finished by the first
 // turn after it (the reaper's Orphans pass runs on the window).
 
-// windowFirstPage is the size of a turn's first page; each further page doubles, up to windowMaxPage.
+// DefaultWindowPage is the size of a turn's first page (Config.WindowPage). A further page is sized from what
+// the pages so far cost: the messages the budget still needs at their average, and a quarter more, from one up
+// to MaxWindowPage. A thread that fits the first page is one read; a longer one usually two.
 const (
-	windowFirstPage = 16
-	windowMaxPage   = 256
+	DefaultWindowPage = 32
+	MaxWindowPage     = 1000
 )
 
 // window is the newest part of a thread that a turn read.
@@ -36,6 +38,9 @@ type window struct {
 	tokens   []int                 // transcript.MessageTokens of each of recs
 	complete bool                  // recs begin with the thread's first message
 	pages    int
+	first    int // the size of the first page (Config.WindowPage)
+	// reach, when set, is a message the window must reach (an edit's): pages are sized to get there.
+	reach *agent.MessageCursor
 	next     int // the size of the next page
 }
 
@@ -45,13 +50,14 @@ func (w *window) readOn(ctx context.Context, store agent.MessageStore, threadID 
 	if len(w.recs) > 0 {
 		before = w.recs[0].Cursor()
 	}
-	w.next = cmp.Or(w.next, windowFirstPage)
+	if w.pages == 0 {
+		w.next = cmp.Or(w.first, DefaultWindowPage)
+	}
 	p, err := store.ListMessagesPage(ctx, threadID, agent.MessagePage{From: before, Limit: w.next})
 	if err != nil {
 		return fmt.Errorf("list messages: %w", err)
 	}
 	w.pages++
-	w.next = min(2*w.next, windowMaxPage)
 	older := make([]agent.MessageRecord, len(p.Items))
 	tokens := make([]int, len(p.Items))
 	for i, r := range p.Items { // the page is newest first
@@ -63,14 +69,33 @@ func (w *window) readOn(ctx context.Context, store agent.MessageStore, threadID 
 	return nil
 }
 
-// fill reads on until enough(w) or the window holds the whole thread.
-func (w *window) fill(ctx context.Context, store agent.MessageStore, threadID string, enough func(*window) bool) error {
+// fill reads on until enough(w) or the window holds the whole thread, sizing each page for budget.
+func (w *window) fill(ctx context.Context, store agent.MessageStore, threadID string, budget int, enough func(*window) bool) error {
 	for !w.complete && (w.pages == 0 || !enough(w)) {
+		if w.pages > 0 {
+			w.next = w.nextPage(budget)
+		}
 		if err := w.readOn(ctx, store, threadID); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// nextPage sizes the next page: the messages down to the one the window must reach, or those the budget still
+// needs at the average cost of those read and a quarter more (the first page's size when the budget is met and
+// the read goes on for a user message).
+func (w *window) nextPage(budget int) int {
+	if w.reach != nil && len(w.recs) > 0 && w.index(w.reach.ID) < 0 {
+		// Positions are unique, so no more messages lie between than positions.
+		return min(MaxWindowPage, max(1, int(w.recs[0].Seq-w.reach.Seq)+1))
+	}
+	have := w.tokensBefore(len(w.recs))
+	if have >= budget || len(w.recs) == 0 {
+		return cmp.Or(w.first, DefaultWindowPage)
+	}
+	avg := max(1, have/len(w.recs))
+	return min(MaxWindowPage, max(1, (budget-have)/avg*5/4+1))
 }
 
 // tokensBefore sums the tokens of the messages before index i.
