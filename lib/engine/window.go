@@ -41,7 +41,7 @@ type window struct {
 	first    int // the size of the first page (Config.WindowPage)
 	// reach, when set, is a message the window must reach (an edit's): pages are sized to get there.
 	reach *agent.MessageCursor
-	next     int // the size of the next page
+	next  int // the size of the next page
 }
 
 // readOn reads the page before the window's oldest message.
