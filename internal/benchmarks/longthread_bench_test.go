@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +27,8 @@ import (
 // messages, every other one an assistant reply holding a tool call with a 34 KB output (words, so it compresses
 // like text: DynamoDB keeps it gzipped inline). Then the same plain turns run on each, one at a time, and each
 // turn's message reads (calls, messages, bytes), DynamoDB requests and read units, bytes allocated by the whole
-// process (client, handler, engine, store, offline model), and the peak of the heap's live objects above what
-// the heap held when the turn began (sampled every 200 µs) are summed per thread. Run with -benchtime 1x (make
+// process (client, handler, engine, store, offline model), and the peak of the heap's live objects (sampled every
+// 200 µs), absolute and above what the heap held when the turn began, are averaged per thread. Run with -benchtime 1x (make
 // bench does): the seeding is the slow part and happens once.
 
 const (
@@ -173,6 +175,7 @@ type longFigures struct {
 	ddbReads, ddbRequests   int64
 	rcu                     float64
 	alloc, peakGrowth, peak uint64
+	ops                     map[string]int64 // DynamoDB requests by operation
 }
 
 func (f longFigures) per(n int) map[string]float64 {
@@ -180,7 +183,7 @@ func (f longFigures) per(n int) map[string]float64 {
 	return map[string]float64{"read-calls": float64(f.calls) / d, "messages-read": float64(f.items) / d,
 		"KB-read": float64(f.bytes) / d / 1e3, "ddb-reads": float64(f.ddbReads) / d, "ddb-requests": float64(f.ddbRequests) / d,
 		"rcu": f.rcu / d, "MB-allocated": float64(f.alloc) / d / 1e6, "MB-peak-heap-growth": float64(f.peakGrowth) / d / 1e6,
-		"MB-peak-heap": float64(f.peak) / 1e6}
+		"MB-peak-heap": float64(f.peak) / d / 1e6}
 }
 
 // runLong seeds both threads through seed, then runs the turns and reports both sizes and their ratio.
@@ -193,7 +196,7 @@ func runLong(b *testing.B, s *stack, m *readMeter, seed agent.Store, counter *dy
 	}
 	figures := map[int]*longFigures{}
 	for _, n := range sizes {
-		figures[n] = &longFigures{}
+		figures[n] = &longFigures{ops: map[string]int64{}}
 	}
 	b.ResetTimer()
 	for i := range longTurns {
@@ -217,11 +220,14 @@ func runLong(b *testing.B, s *stack, m *readMeter, seed agent.Store, counter *dy
 			if p > live0 {
 				f.peakGrowth += p - live0
 			}
-			f.peak = max(f.peak, p)
+			f.peak += p
 			f.calls, f.items, f.bytes = f.calls+m.calls.Load(), f.items+m.items.Load(), f.bytes+m.bytes.Load()
 			if counter != nil {
 				c := counter.Counts()
 				f.ddbReads, f.ddbRequests, f.rcu = f.ddbReads+c.Reads, f.ddbRequests+c.Reads+c.Writes, f.rcu+c.ReadUnits
+				for op, k := range c.ByOperation {
+					f.ops[op] += k
+				}
 			}
 		}
 	}
@@ -241,6 +247,15 @@ func runLong(b *testing.B, s *stack, m *readMeter, seed agent.Store, counter *dy
 		b.ReportMetric(small[name], name+"-50/turn")
 		b.ReportMetric(large[name], name+"-5000/turn")
 		b.ReportMetric(ratio, name+"-ratio")
+	}
+	if counter != nil {
+		for _, n := range sizes {
+			var ops []string
+			for _, op := range slices.Sorted(maps.Keys(figures[n].ops)) {
+				ops = append(ops, fmt.Sprintf("%s %.3g", op, float64(figures[n].ops[op])/longTurns))
+			}
+			lines = append(lines, fmt.Sprintf("DynamoDB requests per turn, %d messages: %s", n, strings.Join(ops, ", ")))
+		}
 	}
 	// Printed, not logged: a benchmark's log is cut at ten lines.
 	fmt.Printf("%s: per turn, averaged over %d turns each:\n%-20s %10s %10s\n%s\n", b.Name(), longTurns, "", "50 msgs", "5000 msgs",
