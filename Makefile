@@ -57,7 +57,7 @@ soak: deps
 # an asking turn, its answer and the same call without approval; the 20 s streaming reply: once). Jobs: 100
 # deliveries of each kind on SQLite and 50 on dynalite (idle, busy and coalesced steers), 5 metered delivered jobs
 # per store (their counts are exact), 10 reaper ticks per size (1,000 and 10,000 idle threads, seeded once per
-# size), 10 turns on a 50- and on a 5,000-message thread per store (LongThread: seeded once, 1x). The rest run
+# size), 30 turns on a 50- and on a 5,000-message thread per store (LongThread: seeded once, 1x). The rest run
 # for 2 s each.
 bench: deps
 	$(GO) test -run '^$$' -bench 'Turn' -benchtime 300x -count 1 ./internal/benchmarks

@@ -32,7 +32,7 @@ import (
 // bench does): the seeding is the slow part and happens once.
 
 const (
-	longTurns       = 10     // turns per thread
+	longTurns       = 30     // turns per thread
 	longOutputBytes = 34_000 // one tool output: above the 32 KiB a result is cut to, so each reply costs the most
 )
 
