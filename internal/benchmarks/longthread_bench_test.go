@@ -25,7 +25,8 @@ import (
 // equal those of a 50-message thread within 10 %"). Two threads are seeded straight through the store, the way
 // runs write (one claim reserves the positions, every message written final under its fence): 50 and 5,000
 // messages, every other one an assistant reply holding a tool call with a 34 KB output (words, so it compresses
-// like text: DynamoDB keeps it gzipped inline). Then the same plain turns run on each, one at a time, and each
+// like text: DynamoDB keeps it gzipped inline). Then the same plain turns run on each, one at a time (after each,
+// the turn's two messages are deleted again, so every turn meets exactly 50 or 5,000 messages), and each
 // turn's message reads (calls, messages, bytes), DynamoDB requests and read units, bytes allocated by the whole
 // process (client, handler, engine, store, offline model), and the peak of the heap's live objects (sampled every
 // 200 µs), absolute and above what the heap held when the turn began, are averaged per thread. Run with -benchtime 1x (make
@@ -147,6 +148,28 @@ func seedLongThread(b *testing.B, s agent.Store, owner, thread string, n int) {
 	}
 }
 
+// restore deletes the newest user message and reply of thread, fenced above the run that wrote them.
+func restore(b *testing.B, s agent.Store, thread string) {
+	b.Helper()
+	ctx := context.Background()
+	th, err := s.GetThread(ctx, thread)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := s.ListMessagesPage(ctx, thread, agent.MessagePage{Limit: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range p.Items {
+		if !strings.HasPrefix(r.Message.ID, "turn") && !strings.HasPrefix(r.Message.ID, "msg_") {
+			b.Fatalf("restore %s: %s is not the turn's", thread, r.Message.ID)
+		}
+		if err := s.DeleteMessage(ctx, thread, r.Message.ID, agent.Fence{RunID: "bench-restore", Epoch: th.Epoch + 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // heapPeak samples the heap's live object bytes until stop, and returns the largest value seen.
 func heapPeak(stop <-chan struct{}) <-chan uint64 {
 	out := make(chan uint64, 1)
@@ -229,6 +252,11 @@ func runLong(b *testing.B, s *stack, m *readMeter, seed agent.Store, counter *dy
 					f.ops[op] += k
 				}
 			}
+			// The turn added its message and its reply: hide both again (tombstones are in no page), so every
+			// turn meets a thread of exactly n messages.
+			b.StopTimer()
+			restore(b, seed, fmt.Sprintf("long%d", n))
+			b.StartTimer()
 		}
 	}
 	b.StopTimer()

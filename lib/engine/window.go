@@ -25,8 +25,10 @@ import (
 // turn after it (the reaper's Orphans pass runs on the window).
 
 // DefaultWindowPage is the size of a turn's first page (Config.WindowPage). A further page is sized from what
-// the pages so far cost: the messages the budget still needs at their average, and a quarter more, from one up
-// to MaxWindowPage. A thread that fits the first page is one read; a longer one usually two.
+// the pages so far cost: the messages the budget still needs at their average and a quarter more, but never more
+// than twice the messages read so far (the newest messages may be small and the older ones large: an estimate
+// from the small ones must not read a thousand large ones), and at most MaxWindowPage. So a read overshoots the
+// budget by at most its last page. A thread that fits the first page is one read.
 const (
 	DefaultWindowPage = 32
 	MaxWindowPage     = 1000
@@ -83,8 +85,8 @@ func (w *window) fill(ctx context.Context, store agent.MessageStore, threadID st
 }
 
 // nextPage sizes the next page: the messages down to the one the window must reach, or those the budget still
-// needs at the average cost of those read and a quarter more (the first page's size when the budget is met and
-// the read goes on for a user message).
+// needs at the average cost of those read and a quarter more, at most twice what was read (the first page's size
+// when the budget is met and the read goes on for a user message).
 func (w *window) nextPage(budget int) int {
 	if w.reach != nil && len(w.recs) > 0 && w.index(w.reach.ID) < 0 {
 		// Positions are unique, so no more messages lie between than positions.
@@ -95,7 +97,7 @@ func (w *window) nextPage(budget int) int {
 		return cmp.Or(w.first, DefaultWindowPage)
 	}
 	avg := max(1, have/len(w.recs))
-	return min(MaxWindowPage, max(1, (budget-have)/avg*5/4+1))
+	return min(MaxWindowPage, 2*len(w.recs), max(1, (budget-have)/avg*5/4+1))
 }
 
 // tokensBefore sums the tokens of the messages before index i.
