@@ -76,7 +76,8 @@ soak: deps
 # an asking turn, its answer and the same call without approval; the 20 s streaming reply: once). Jobs: 100
 # deliveries of each kind on SQLite and 50 on dynalite (idle, busy and coalesced steers), 5 metered delivered jobs
 # per store (their counts are exact), 10 reaper ticks per size (1,000 and 10,000 idle threads, seeded once per
-# size). The rest run for 2 s each.
+# size), 30 turns on a 50- and on a 5,000-message thread per store (LongThread: seeded once, 1x). The rest run
+# for 2 s each.
 bench: deps
 	$(GO) test -run '^$$' -bench 'Turn' -benchtime 300x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Stop' -benchtime 50x -count 1 ./internal/benchmarks
@@ -86,6 +87,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench 'SteerDynamo' -benchtime 50x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'JobCost' -benchtime 5x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'ReaperTick' -benchtime 10x -count 1 ./internal/benchmarks
+	$(GO) test -run '^$$' -bench 'LongThread' -benchtime 1x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 $$($(GO) list ./... | grep -v /internal/benchmarks)
 
 ## build: an arm64 `bootstrap` per Lambda function, in sam build's layout: $(BUILD_DIR)/<LogicalId>/bootstrap and

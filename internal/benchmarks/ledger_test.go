@@ -173,6 +173,10 @@ func (l *ledger) GetRun(ctx context.Context, threadID, runID string) (agent.Run,
 func (l *ledger) ListRuns(ctx context.Context, threadID string) ([]agent.Run, error) {
 	return l.use("ListRuns").ListRuns(ctx, threadID)
 }
+
+func (l *ledger) ListRunsPage(ctx context.Context, threadID string, p agent.RunPage) (agent.Page[agent.Run], error) {
+	return l.use("ListRunsPage").ListRunsPage(ctx, threadID, p)
+}
 func (l *ledger) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 	err := l.use("PutMessage").PutMessage(ctx, w)
 	l.saw("PutMessage", w, err)
@@ -183,6 +187,10 @@ func (l *ledger) GetMessage(ctx context.Context, threadID, id string) (agent.Mes
 }
 func (l *ledger) ListMessages(ctx context.Context, threadID string) ([]agent.MessageRecord, error) {
 	return l.use("ListMessages").ListMessages(ctx, threadID)
+}
+
+func (l *ledger) ListMessagesPage(ctx context.Context, threadID string, p agent.MessagePage) (agent.Page[agent.MessageRecord], error) {
+	return l.use("ListMessagesPage").ListMessagesPage(ctx, threadID, p)
 }
 func (l *ledger) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
 	return l.use("DeleteMessage").DeleteMessage(ctx, threadID, id, f)

@@ -37,7 +37,7 @@ func newMeter(endpoint, table string) (*meter, error) {
 	raw := dynamotest.Client(endpoint)
 	m := &meter{endpoint: endpoint, table: table, stores: map[[2]string]*dynamo.Store{}, counters: map[[2]string]*dynamo.Counter{}}
 	m.measure = func(c *dynamo.Counter) {
-		c.MeasureIndexWrites(raw, table, []string{dynamo.AttrPK, dynamo.AttrSK}, spec.Input.GlobalSecondaryIndexes)
+		c.MeasureIndexWrites(raw, table, []string{dynamo.AttrPK, dynamo.AttrSK}, spec.Indexes())
 	}
 	return m, nil
 }

@@ -73,6 +73,14 @@ func (c counting) ListMessages(ctx context.Context, id string) ([]agent.MessageR
 	c.p.count()
 	return c.Store.ListMessages(ctx, id)
 }
+func (c counting) ListMessagesPage(ctx context.Context, id string, p agent.MessagePage) (agent.Page[agent.MessageRecord], error) {
+	c.p.count()
+	return c.Store.ListMessagesPage(ctx, id, p)
+}
+func (c counting) GetMessage(ctx context.Context, threadID, id string) (agent.MessageRecord, error) {
+	c.p.count()
+	return c.Store.GetMessage(ctx, threadID, id)
+}
 func (c counting) GetThread(ctx context.Context, id string) (agent.Thread, error) {
 	c.p.count()
 	return c.Store.GetThread(ctx, id)
@@ -267,7 +275,7 @@ func dynamoStack(b *testing.B, cfg config.Config, opts ...func(*devserver.Option
 		if err != nil {
 			b.Fatal(err)
 		}
-		counter.MeasureIndexWrites(dynamotest.Client(endpoint), table, []string{dynamo.AttrPK, dynamo.AttrSK}, spec.Input.GlobalSecondaryIndexes)
+		counter.MeasureIndexWrites(dynamotest.Client(endpoint), table, []string{dynamo.AttrPK, dynamo.AttrSK}, spec.Indexes())
 	}
 	return s, counter
 }

@@ -54,6 +54,13 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 	// half of staleAfter, a stall, the quiesce), others never reach it.
 	w.ecfg.InterruptTTL = []time.Duration{45 * time.Second, 2 * time.Minute, 20 * time.Minute}[r.IntN(3)]
 	w.contract = agent.DefaultJobContract()
+	if page, ok := windowMode(seed); ok {
+		// The smallest windows a turn can read (a budget of one token, pages of one to three messages), so that
+		// every turn plans from a part of its thread: edits, re-posts, regenerates, continuations and queue takes
+		// whose messages lie behind the window.
+		w.ecfg.Transcript.BudgetTokens, w.ecfg.WindowPage = 1, page
+		w.windowNote = fmt.Sprintf(" window=%d", page)
+	}
 	if w.jobsOn = jobsMode(seed); w.jobsOn {
 		w.kinds = jobs.NewRegistry(jobs.Research())
 		w.jobs = &simJobs{w: w}
@@ -72,7 +79,7 @@ func (w *world) run() error {
 	if w.jobsOn {
 		jobsNote = " jobs"
 	}
-	w.tracef("seed=%d plan=%+v threads=%d interruptTTL=%s%s", w.seed, w.plan, len(w.threads), w.ecfg.InterruptTTL, jobsNote)
+	w.tracef("seed=%d plan=%+v threads=%d interruptTTL=%s%s%s", w.seed, w.plan, len(w.threads), w.ecfg.InterruptTTL, jobsNote, w.windowNote)
 	if err := w.steps(4+w.rng.IntN(12), 10, w.op); err != nil {
 		return err
 	}

@@ -77,12 +77,13 @@ type plan struct {
 
 // world is one schedule: the underlying store, the virtual clock, the processes, and what the checks need.
 type world struct {
-	seed  uint64
-	rng   *rand.Rand
-	base  agent.Store
-	clock *vclock
-	ids   *seqIDs
-	ecfg  engine.Config
+	windowNote string // the window mode's note in the trace (windowMode)
+	seed       uint64
+	rng        *rand.Rand
+	base       agent.Store
+	clock      *vclock
+	ids        *seqIDs
+	ecfg       engine.Config
 	// signer signs the approval requests of the schedule's runs.
 	signer *interrupts.Signer
 	plan   plan

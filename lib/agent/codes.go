@@ -50,6 +50,7 @@ const (
 	CodeApprovalMismatch   = "approval_mismatch" // the answered tool call, name or input differs from what was signed
 	CodeMissingDecision    = "missing_decision"  // a pending approval or client tool of the message has no answer
 	CodeInvalidLimit       = "invalid_limit"
+	CodeInvalidCursor      = "invalid_cursor" // a page cursor (or newest flag) that no page of this list gave
 	CodeInvalidTitle       = "invalid_title"
 	CodeInvalidRunID       = "invalid_run_id"
 	CodeInvalidStatus      = "invalid_status"

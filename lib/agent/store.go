@@ -92,7 +92,80 @@ type RunStore interface {
 	GetRun(ctx context.Context, threadID, runID string) (Run, error)
 	// ListRuns returns the thread's runs, oldest first (ties by id).
 	ListRuns(ctx context.Context, threadID string) ([]Run, error)
+	// ListRunsPage returns one page of the thread's runs in ListRuns' order (created, then id): newest first,
+	// those before p.From (the zero cursor: from the newest), or with p.Oldest oldest first, those after p.From
+	// (zero: from the first); at most p.Limit (<= 0: DefaultListLimit), and whether more remain that way.
+	// Unknown thread: an empty page.
+	ListRunsPage(ctx context.Context, threadID string, p RunPage) (Page[Run], error)
 }
+
+// RunPage asks for the runs on one side of a cursor (exclusive): before it, newest first, or (Oldest) after it,
+// oldest first.
+type RunPage struct {
+	From   RunCursor
+	Oldest bool
+	Limit  int
+}
+
+// RunCursor is a run's place in ListRuns' order; the zero value is the end a read starts from.
+type RunCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// IsZero reports whether c names no run (a read from the newest).
+func (c RunCursor) IsZero() bool { return c.ID == "" && c.CreatedAt.IsZero() }
+
+// Page is one page of a read: Items in the read's order (newest first unless it asked for oldest first), and
+// More when more remain beyond the last.
+type Page[T any] struct {
+	Items []T
+	More  bool
+}
+
+// RunsPage cuts page p from runs in ListRuns' order (oldest first), for stores that read a thread's runs whole.
+func RunsPage(runs []Run, p RunPage) Page[Run] {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	// cut: the runs before it come before the cursor; with a cursor on a run, that run is excluded both ways.
+	cut := len(runs)
+	if p.Oldest {
+		cut = 0
+	}
+	if !p.From.IsZero() {
+		cut = 0
+		for cut < len(runs) && runBefore(runs[cut], p.From) {
+			cut++
+		}
+	}
+	if p.Oldest {
+		start := cut
+		if start < len(runs) && !p.From.IsZero() && runs[start].ID == p.From.ID && runs[start].CreatedAt.Equal(p.From.CreatedAt) {
+			start++
+		}
+		end := min(len(runs), start+limit)
+		return Page[Run]{Items: append([]Run{}, runs[start:end]...), More: end < len(runs)}
+	}
+	start := max(0, cut-limit)
+	out := make([]Run, 0, cut-start)
+	for i := cut - 1; i >= start; i-- {
+		out = append(out, runs[i])
+	}
+	return Page[Run]{Items: out, More: start > 0}
+}
+
+// runBefore reports whether r comes before cursor c in ListRuns' order.
+func runBefore(r Run, c RunCursor) bool {
+	if !r.CreatedAt.Equal(c.CreatedAt) {
+		return r.CreatedAt.Before(c.CreatedAt)
+	}
+	return r.ID < c.ID
+}
+
+// Cursor is the cursor that reads on past r.
+func (r Run) Cursor() RunCursor { return RunCursor{CreatedAt: r.CreatedAt, ID: r.ID} }
 
 // ReleaseRequest is the reaper's conditional release of a claim.
 type ReleaseRequest struct {
@@ -114,12 +187,39 @@ type MessageStore interface {
 	// epoch.
 	PutMessage(ctx context.Context, w MessageWrite) error
 	GetMessage(ctx context.Context, threadID, id string) (MessageRecord, error)
-	// ListMessages returns the thread's messages ordered by seq (ties by id), deleted ones left out.
+	// ListMessages returns the thread's messages ordered by seq (ties by id), deleted ones left out. It reads the
+	// whole thread: a turn reads pages (ListMessagesPage) instead; deletes, the reaper and tests read it all.
 	ListMessages(ctx context.Context, threadID string) ([]MessageRecord, error)
+	// ListMessagesPage returns one page of the thread's messages in ListMessages' order (seq, then id): newest
+	// first, those before p.From (the zero cursor: from the newest), or with p.Oldest oldest first, those after
+	// p.From (zero: from the first); at most p.Limit (<= 0: DefaultListLimit), deleted ones left out, and whether
+	// more remain that way. Its cost is the page's, never the thread's: the stores read an index ordered by
+	// position. Unknown thread: an empty page.
+	ListMessagesPage(ctx context.Context, threadID string, p MessagePage) (Page[MessageRecord], error)
 	// DeleteMessage hides one message, fenced like PutMessage (the hidden message keeps its fence so a late
 	// writer cannot bring it back). Unknown ids are a no-op.
 	DeleteMessage(ctx context.Context, threadID, id string, f Fence) error
 }
+
+// MessagePage asks for the messages on one side of a cursor (exclusive): before it, newest first, or (Oldest)
+// after it, oldest first.
+type MessagePage struct {
+	From   MessageCursor
+	Oldest bool
+	Limit  int
+}
+
+// MessageCursor is a message's place in ListMessages' order; the zero value is the end a read starts from.
+type MessageCursor struct {
+	Seq int64
+	ID  string
+}
+
+// IsZero reports whether c names no message (a read from the newest).
+func (c MessageCursor) IsZero() bool { return c.ID == "" && c.Seq == 0 }
+
+// Cursor is the cursor that reads on past r.
+func (r MessageRecord) Cursor() MessageCursor { return MessageCursor{Seq: r.Seq, ID: r.Message.ID} }
 
 // MessageWrite is one fenced message upsert.
 type MessageWrite struct {

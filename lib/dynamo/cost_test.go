@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -30,7 +31,7 @@ func measureIndexes(tb testing.TB, f *fixture) {
 		tb.Fatal(err)
 	}
 	f.counter.MeasureIndexWrites(dynamotest.Client(endpoint), f.table, []string{dynamo.AttrPK, dynamo.AttrSK},
-		spec.Input.GlobalSecondaryIndexes)
+		spec.Indexes())
 }
 
 // realisticThread is a thread the size the HTTP layer allows in practice: a 16-character useChat id, an
@@ -116,7 +117,7 @@ func TestHeartbeatCost(t *testing.T) {
 	}
 }
 
-// The counter's index accounting follows DynamoDB's rules on the table's two indexes: a thread entering the
+// The counter's index accounting follows DynamoDB's rules on the table's indexes: a thread entering the
 // running index (claim) is one put, leaving it (release) one delete, a title change touches no index (byOwner is
 // keys only and the title is no key), a rename of the sort key of byOwner (UpdateThread moves recency) is a delete
 // and a put.
@@ -148,6 +149,20 @@ func TestCounterIndexRules(t *testing.T) {
 		return err
 	})
 	step("RequestCancel (no index attribute)", 0, func() error { _, err := s.RequestCancel(ctx, th.ID, "", t0); return err })
+	// messagesBySeq (local, keys only): a new message is one entry, a rewrite that keeps its position none, a
+	// delete removes it, and a message brought back is a new entry.
+	msg := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
+	write := func(text string) func() error {
+		return func() error {
+			m := msg
+			m.Parts = []json.RawMessage{json.RawMessage(`{"type":"text","text":"` + text + `"}`)}
+			return s.PutMessage(ctx, agent.MessageWrite{ThreadID: th.ID, Seq: run.FirstSeq, Message: m, Fence: run.Fence(), Now: t0})
+		}
+	}
+	step("PutMessage of a new message (enters messagesBySeq)", 1, write("hi"))
+	step("PutMessage rewriting it (position kept: no index write)", 0, write("hello"))
+	step("DeleteMessage (leaves messagesBySeq)", 1, func() error { return s.DeleteMessage(ctx, th.ID, msg.ID, run.Fence()) })
+	step("PutMessage bringing it back (a new entry)", 1, write("again"))
 	step("FinishRun without a finish time (leaves running only)", 1, func() error {
 		run.Status = agent.RunCanceled
 		return s.FinishRun(ctx, run)

@@ -106,7 +106,8 @@ func OperationClass(op string) string {
 // write costs an index"): an item entering or leaving the index is one index write, a change of an index key is
 // two (delete and put), a change of a projected attribute alone is one, and anything else is none; each index
 // write costs 1 WCU per KB of the index entry, rounded up. Server-reported index units are then ignored.
-// tableKeys are the table's key attribute names; indexes are the table's GSIs (as in its CreateTable input).
+// tableKeys are the table's key attribute names; indexes are the table's secondary indexes (GSIs as in its
+// CreateTable input, local ones in the same shape: dynamotest.TableSpec.Indexes).
 func (c *Counter) MeasureIndexWrites(raw *dynamodb.Client, table string, tableKeys []string, indexes []types.GlobalSecondaryIndex) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -23,7 +24,14 @@ const (
 	attrWriterEpoch = "writerEpoch"
 	// attrHidden marks a deleted message: the head stays as a tombstone with its writer's fence and no content.
 	attrHidden = "hidden"
+	// attrMsgOrder is the sort key of IndexMessagesBySeq: "<seq, 20 digits>#<message id>" (msgOrder), ListMessages'
+	// order as one string, on live message heads only (segments and queue entries carry a seq too, and must not
+	// pay for an index entry). It is set with the head's first write and kept, like seq; a delete removes both.
+	attrMsgOrder = "msgOrder"
 )
+
+// msgOrder is a message's key in IndexMessagesBySeq.
+func msgOrder(seq int64, id string) string { return fmt.Sprintf("%020d#%s", seq, id) }
 
 // envelope is a message body as stored: parts and metadata. It is assembled by hand rather than with
 // json.Marshal, which would compact and HTML-escape the raw parts; this way every part round-trips byte for byte.
@@ -134,6 +142,7 @@ func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 		e.n(attrThreadID) + " = " + e.v(avS(w.ThreadID)),
 		e.n(attrRole) + " = " + e.v(avS(string(m.Role))),
 		e.n(attrSeq) + " = if_not_exists(" + e.n(attrSeq) + ", " + e.v(avN(w.Seq)) + ")",
+		e.n(attrMsgOrder) + " = if_not_exists(" + e.n(attrMsgOrder) + ", " + e.v(avS(msgOrder(w.Seq, m.ID))) + ")",
 		e.n(attrCreatedAt) + " = if_not_exists(" + e.n(attrCreatedAt) + ", " + e.v(avT(w.Now)) + ")",
 		e.n(attrUpdatedAt) + " = " + e.v(avT(w.Now)),
 		e.n(attrWriterRun) + " = " + e.v(avS(w.Fence.RunID)),
@@ -279,6 +288,77 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 	return out, nil
 }
 
+// ListMessagesPage is one strongly consistent Query of IndexMessagesBySeq, newest first (ScanIndexForward=false;
+// true for p.Oldest,
+// Limit = p.Limit+1 index entries, the one more telling whether older messages remain, starting after the
+// cursor's head), that fetches the heads' other attributes from the table (a local index can: each fetched head
+// is billed as a GetItem of it), plus one BatchGetItem for the chunks of the page's large messages, if any.
+// Deleted messages carry no msgOrder, so they are not in the index and cost the read nothing. A Query stops at 1
+// MB of heads: it then goes on from where that one stopped, until the page is full. The cost is the page's,
+// whatever the thread holds.
+func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.MessagePage) (agent.Page[agent.MessageRecord], error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = agent.DefaultListLimit
+	}
+	pk := threadPK(threadID)
+	e := newExpr()
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.table),
+		IndexName:                 aws.String(IndexMessagesBySeq),
+		ConsistentRead:            aws.Bool(true),
+		ScanIndexForward:          aws.Bool(p.Oldest),
+		Select:                    types.SelectAllAttributes,
+		KeyConditionExpression:    aws.String(e.n(AttrPK) + " = " + e.v(avS(pk))),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	}
+	if !p.From.IsZero() {
+		in.ExclusiveStartKey = item{AttrPK: avS(pk), AttrSK: avS(msgSK(p.From.ID)), attrMsgOrder: avS(msgOrder(p.From.Seq, p.From.ID))}
+	}
+	var heads []item
+	for len(heads) <= limit {
+		in.Limit = aws.Int32(int32(limit + 1 - len(heads)))
+		out, err := s.client.Query(ctx, in)
+		if err != nil {
+			return agent.Page[agent.MessageRecord]{}, storeErr(err, "list messages page")
+		}
+		for _, it := range out.Items {
+			if !has(it, attrHidden) {
+				heads = append(heads, it)
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	more := len(heads) > limit
+	if more {
+		heads = heads[:limit]
+	}
+	bodies, err := s.readAll(ctx, heads, pk,
+		func(h item) chunkKeyFunc { return msgChunkSK(getS(h, attrID)) },
+		func(ctx context.Context, h item) (item, error) {
+			return s.getItem(ctx, key(pk, getS(h, AttrSK)))
+		})
+	if err != nil {
+		return agent.Page[agent.MessageRecord]{}, err
+	}
+	page := agent.Page[agent.MessageRecord]{Items: make([]agent.MessageRecord, 0, len(heads)), More: more}
+	for i, h := range heads {
+		if h == nil || has(h, attrHidden) { // deleted while we read
+			continue
+		}
+		r, err := decodeMessage(h, bodies[i])
+		if err != nil {
+			return agent.Page[agent.MessageRecord]{}, err
+		}
+		page.Items = append(page.Items, r)
+	}
+	return page, nil
+}
+
 // DeleteMessage hides the message with one UpdateItem fenced like PutMessage (plus attribute_exists(pk): an
 // unknown id stays unknown): SET hidden, the deleter's fence; REMOVE the content, seq, createdAt and final. The
 // head stays as a tombstone so a late writer at a lower epoch cannot bring the message back; the chunks of a
@@ -287,7 +367,7 @@ func (s *Store) DeleteMessage(ctx context.Context, threadID, id string, f agent.
 	pk := threadPK(threadID)
 	k := key(pk, msgSK(id))
 	e := newExpr()
-	removes := []string{e.n(attrSeq), e.n(attrCreatedAt), e.n(attrFinal)}
+	removes := []string{e.n(attrSeq), e.n(attrMsgOrder), e.n(attrCreatedAt), e.n(attrFinal)}
 	for _, a := range blobAttrs {
 		removes = append(removes, e.n(a))
 	}

@@ -522,6 +522,18 @@ func (s *Store) ListRuns(ctx context.Context, threadID string) ([]agent.Run, err
 	return runs, nil
 }
 
+// ListRunsPage reads the thread's run items (one Query of the RUN# prefix: run items are small, about 1 KB, so
+// a thread's runs cost about one read unit per four of them) and returns the page newest first. Runs are keyed
+// by id, and ids order creation only to the millisecond, so the page is cut from ListRuns' order in memory; this
+// is the API's read of a thread's runs, never a turn's.
+func (s *Store) ListRunsPage(ctx context.Context, threadID string, p agent.RunPage) (agent.Page[agent.Run], error) {
+	all, err := s.ListRuns(ctx, threadID)
+	if err != nil {
+		return agent.Page[agent.Run]{}, err
+	}
+	return agent.RunsPage(all, p), nil
+}
+
 // ListStaleClaims reads the sparse running index, which holds only claimed threads, keys only: one Query per shard
 // for claimBucket < :before. The bucket is the heartbeat rounded down, so every claim with a heartbeat before
 // `before` is among the answers, along with claims up to one bucket (10 s) fresher. The nominees' thread items are

@@ -25,6 +25,11 @@ const (
 	// IndexByOwner is the GSI over threads by owner, most recent first: partition key AttrOwner, sort key
 	// AttrRecency.
 	IndexByOwner = "byOwner"
+	// IndexMessagesBySeq is the local secondary index over the message heads of a thread partition by position:
+	// partition key AttrPK, sort key msgOrder ("<seq, 20 digits>#<id>", which only live message heads carry),
+	// keys only.
+	// Local, so it can be read strongly consistently; see ListMessagesPage.
+	IndexMessagesBySeq = "messagesBySeq"
 	// IndexPending is the sparse GSI over pending interrupts: partition key AttrPendingShard, sort key
 	// AttrPendingExpiry, keys only. An interrupt carries both attributes only while it is pending; the resolve
 	// removes them in its own write. See ListExpiredInterrupts.

@@ -35,6 +35,8 @@ type Turn struct {
 	queued *Queued
 	// pumped: a delivery pass runs this turn and looks at the queue after it (the run's end does not ask).
 	pumped bool
+	// held names queued messages that the thread holds but the turn's window does not show (window.go).
+	held map[string]bool
 }
 
 // Run returns the claimed run record.
@@ -217,15 +219,18 @@ func (e *Engine) finishDelete(ctx context.Context, threadID string) error {
 	return nil
 }
 
-// readAndPlan reads the thread's messages, now that the claim is ours, and plans the turn from them: duplicates
-// and regenerate targets are judged against what the store holds after every earlier run let go (REVIEW H1).
-// The thread's interrupts are read beside the messages for a continuation, and after them only when the newest
-// assistant message waits for answers that the turn leaves behind.
+// readAndPlan reads the thread's window (window.go), now that the claim is ours, and plans the turn from it:
+// duplicates and regenerate targets are judged against what the store holds after every earlier run let go
+// (REVIEW H1). A submit looks its own message id up by one point read beside the first page. The thread's
+// interrupts are read beside the messages for a continuation, and after them only when the newest assistant
+// message waits for answers that the turn leaves behind.
 func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	var ins []agent.Interrupt
 	var queue []agent.QueuedMessage
-	insErr, queueErr := make(chan error, 1), make(chan error, 1)
+	var own *agent.MessageRecord
+	insErr, queueErr, ownErr := make(chan error, 1), make(chan error, 1), make(chan error, 1)
 	takesQueue := req.Kind == TurnQueued || req.Kind == TurnSubmit && !req.continues()
+	looksUp := req.Kind == TurnSubmit && !req.continues()
 	if req.continues() {
 		go func() {
 			var err error
@@ -240,7 +245,21 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 			queueErr <- err
 		}()
 	}
-	recs, err := t.e.store.ListMessages(ctx, t.thread.ID)
+	if looksUp {
+		go func() {
+			r, err := t.e.store.GetMessage(ctx, t.thread.ID, req.Message.ID)
+			switch {
+			case err == nil:
+				own = &r
+			case agent.IsKind(err, agent.KindNotFound):
+				err = nil
+			}
+			ownErr <- err
+		}()
+	}
+	// The first page goes beside those reads; an edit of an older message reads on once the lookup has found it.
+	w := &window{first: t.e.cfg.WindowPage}
+	err := w.readOn(ctx, t.e.store, t.thread.ID)
 	if req.continues() {
 		if ierr := <-insErr; err == nil && ierr != nil {
 			err = fmt.Errorf("list interrupts: %w", ierr)
@@ -251,20 +270,50 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 			err = fmt.Errorf("list queue: %w", qerr)
 		}
 	}
+	if looksUp {
+		if oerr := <-ownErr; err == nil && oerr != nil {
+			err = fmt.Errorf("get message: %w", oerr)
+		}
+	}
 	if err != nil {
-		return turnPlan{}, fmt.Errorf("list messages: %w", err)
+		return turnPlan{}, err
 	}
-	msgs := make([]agent.Message, len(recs))
-	for i, r := range recs {
-		msgs[i] = r.Message
+	enough := budgetMet(t.e.budget())
+	if own != nil && req.edits() {
+		// Everything after the edited message is dropped (so read, however much it is: all of it is newer than
+		// the edited message, so the read ends there), and the budget's worth before it is the history.
+		enough = func(w *window) bool {
+			i := w.index(own.Message.ID)
+			return i >= 0 && w.tokensBefore(i) >= t.e.budget()
+		}
+		reach := own.Cursor()
+		w.reach = &reach
 	}
-	msgs = agent.Visible(msgs)
+	if err := w.fill(ctx, t.e.store, t.thread.ID, t.e.budget(), enough); err != nil {
+		return turnPlan{}, err
+	}
+	msgs := w.messages()
 	if t.e.reaper != nil {
 		// Rare: a streaming message whose run lost its claim without being finished. Finish it now, so the thread
 		// does not keep a "streaming" reply forever (the transcript is provider-valid either way).
 		t.e.reaper.Orphans(ctx, t.thread.ID, t.run.ID, msgs)
 	}
+	if takesQueue && len(queue) > 0 {
+		if t.held, err = t.heldElsewhere(ctx, msgs, queue); err != nil {
+			return turnPlan{}, err
+		}
+	}
 	if req.continues() {
+		if !slices.ContainsFunc(msgs, func(m agent.Message) bool { return m.ID == req.Message.ID }) {
+			// Older than the window: not the newest message, so the plan only tells a repeat from a stale answer.
+			r, err := t.e.store.GetMessage(ctx, t.thread.ID, req.Message.ID)
+			if err != nil && !agent.IsKind(err, agent.KindNotFound) {
+				return turnPlan{}, fmt.Errorf("get message: %w", err)
+			}
+			if err == nil {
+				msgs = append([]agent.Message{r.Message}, msgs...)
+			}
+		}
 		return t.planContinue(ctx, msgs, ins, *req.Message)
 	}
 	if req.Kind == TurnQueued {
@@ -274,7 +323,13 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	if req.Kind == TurnRegenerate {
 		plan, err = planRegenerate(msgs, req.MessageID)
 	} else {
-		plan, err = planSubmit(msgs, *req.Message, req.edits())
+		seen := msgs
+		if own != nil && !slices.ContainsFunc(msgs, func(m agent.Message) bool { return m.ID == own.Message.ID }) {
+			// Stored, older than the window, and not edited (an edit read down to it): the plan refuses it as
+			// it would any older message; it goes first so it stands older than all the window shows.
+			seen = append([]agent.Message{own.Message}, msgs...)
+		}
+		plan, err = planSubmit(seen, *req.Message, req.edits())
 	}
 	if err != nil {
 		return plan, err

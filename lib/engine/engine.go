@@ -56,6 +56,9 @@ type Config struct {
 	InterruptTTL    time.Duration // agent.DefaultInterruptTTL: how long an approval or client tool waits
 	MaxQueued       int           // agent.DefaultMaxQueued: a thread's queue bound (multitask enqueue)
 	Transcript      transcript.Config
+	// WindowPage is the first page of a turn's read of its thread (DefaultWindowPage; window.go): each further
+	// page doubles, up to MaxWindowPage.
+	WindowPage int
 }
 
 func (c Config) withDefaults() Config {
@@ -73,6 +76,7 @@ func (c Config) withDefaults() Config {
 	c.CloseTimeout = cmp.Or(c.CloseTimeout, segments.DefaultCloseTimeout)
 	c.InterruptTTL = cmp.Or(c.InterruptTTL, agent.DefaultInterruptTTL)
 	c.MaxQueued = cmp.Or(c.MaxQueued, agent.DefaultMaxQueued)
+	c.WindowPage = cmp.Or(c.WindowPage, DefaultWindowPage)
 	return c
 }
 

@@ -54,7 +54,7 @@ type take struct {
 // planTakes decides which queued entries the turn takes and where they go, and adds them to the history. It
 // returns whether the turn has anything to answer from the queue.
 func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMessage, kind TurnKind) bool {
-	have := heldIDs(msgs)
+	have := t.holds(msgs)
 	// users holds the queued user messages in queue order; the request's own message goes after them, unless it
 	// is itself queued (sent with enqueue, then again without): then it is stored once, as the request's, in its
 	// place in the queue's order, and its entry is only taken.
@@ -114,6 +114,15 @@ func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMess
 	}
 	p.takes = append(p.takes, steers...)
 	return added > 0
+}
+
+// holds is the set of the messages the thread is known to hold: the window's, and those read by id.
+func (t *Turn) holds(msgs []agent.Message) map[string]bool {
+	held := heldIDs(msgs)
+	for id := range t.held {
+		held[id] = true
+	}
+	return held
 }
 
 // heldIDs is the set of the messages' ids.
@@ -234,7 +243,7 @@ func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.Q
 	plan := turnPlan{history: msgs}
 	// Only a user message the thread does not hold yet may close a question: an entry whose message a turn stored
 	// already (queued while that turn's own write was in flight) answers nothing new, and is only taken.
-	held := heldIDs(msgs)
+	held := t.holds(msgs)
 	users := slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser && !held[x.Message.ID] })
 	if last := newestAssistant(msgs); last != nil && last.Meta().Status == agent.MessageInterrupted {
 		ins, err := t.e.store.ListInterrupts(ctx, t.thread.ID)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/threads"
 )
 
 // maxSmallBody bounds the JSON bodies of the thread routes.
@@ -30,8 +31,36 @@ func (s *server) listThreads(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"threads": ths})
 }
 
+// pageQuery reads the paging parameters of GET /threads/{id} and /runs: limit, cursor, newest (the bounds are
+// lib/threads').
+func pageQuery(r *http.Request) (threads.PageQuery, error) {
+	var q threads.PageQuery
+	vals := r.URL.Query()
+	if v := vals.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return q, agent.E(agent.KindInvalid, agent.CodeInvalidLimit, "limit must be an integer from 1 to %d", threads.MaxPageLimit)
+		}
+		q.Limit = n
+	}
+	if v := vals.Get("newest"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return q, agent.E(agent.KindInvalid, agent.CodeInvalidCursor, "newest must be true or false")
+		}
+		q.Newest = b
+	}
+	q.Cursor = vals.Get("cursor")
+	return q, nil
+}
+
 func (s *server) getThread(w http.ResponseWriter, r *http.Request) {
-	v, err := s.Threads.Get(r.Context(), subjectOf(r.Context()), r.PathValue("id"))
+	q, err := pageQuery(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v, err := s.Threads.GetPage(r.Context(), subjectOf(r.Context()), r.PathValue("id"), q)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -95,10 +124,15 @@ func (s *server) stopRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) listRuns(w http.ResponseWriter, r *http.Request) {
-	runs, err := s.Threads.Runs(r.Context(), subjectOf(r.Context()), r.PathValue("id"))
+	q, err := pageQuery(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"runs": runs})
+	runs, page, err := s.Threads.RunsPage(r.Context(), subjectOf(r.Context()), r.PathValue("id"), q)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": runs, "page": page})
 }

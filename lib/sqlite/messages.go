@@ -153,6 +153,41 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 	return out, nil
 }
 
+// ListMessagesPage reads one page through the messages_by_seq index (thread_id, seq, id): a range scan from the
+// cursor down (or up, oldest first), LIMIT p.Limit+1 (the one more tells whether older messages remain), so its cost is
+// the page's, whatever the thread holds. Deleted rows in the range are skipped by the scan.
+func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.MessagePage) (agent.Page[agent.MessageRecord], error) {
+	s.op()
+	limit := p.Limit
+	if limit <= 0 {
+		limit = agent.DefaultListLimit
+	}
+	q := `SELECT ` + messageCols + ` FROM messages INDEXED BY messages_by_seq WHERE thread_id = ? AND NOT deleted`
+	args := []any{threadID}
+	cmp, order := "<", "DESC"
+	if p.Oldest {
+		cmp, order = ">", "ASC"
+	}
+	if !p.From.IsZero() {
+		q += ` AND (seq, id) ` + cmp + ` (?, ?)`
+		args = append(args, p.From.Seq, p.From.ID)
+	}
+	q += ` ORDER BY seq ` + order + `, id ` + order + ` LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := s.read().query(ctx, q, args...)
+	if err != nil {
+		return agent.Page[agent.MessageRecord]{}, s.fail("list messages page", err)
+	}
+	out, err := collect(rows, scanMessage)
+	if err != nil {
+		return agent.Page[agent.MessageRecord]{}, s.fail("list messages page", err)
+	}
+	if len(out) > limit {
+		return agent.Page[agent.MessageRecord]{Items: out[:limit], More: true}, nil
+	}
+	return agent.Page[agent.MessageRecord]{Items: out}, nil
+}
+
 // DeleteMessage hides one message, fenced like PutMessage: the row stays, with the deleter's fence, its content
 // dropped, so a late writer at a lower epoch (or at the deleter's epoch after a finalizing write) cannot bring
 // it back. An unknown id is a no-op; a fenced delete is KindConflict/CodeRunFenced.

@@ -370,6 +370,40 @@ func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, 
 	return r, nil
 }
 
+// ListRunsPage reads one page of runs (newest or oldest first) through the runs_by_created index (thread_id, created_at,
+// id), LIMIT p.Limit+1.
+func (s *Store) ListRunsPage(ctx context.Context, threadID string, p agent.RunPage) (agent.Page[agent.Run], error) {
+	s.op()
+	limit := p.Limit
+	if limit <= 0 {
+		limit = agent.DefaultListLimit
+	}
+	q := `SELECT ` + runCols + ` FROM runs INDEXED BY runs_by_created WHERE thread_id = ?`
+	args := []any{threadID}
+	cmp, order := "<", "DESC"
+	if p.Oldest {
+		cmp, order = ">", "ASC"
+	}
+	if !p.From.IsZero() {
+		q += ` AND (created_at, id) ` + cmp + ` (?, ?)`
+		args = append(args, millis(p.From.CreatedAt), p.From.ID)
+	}
+	q += ` ORDER BY created_at ` + order + `, id ` + order + ` LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := s.read().query(ctx, q, args...)
+	if err != nil {
+		return agent.Page[agent.Run]{}, s.fail("list runs page", err)
+	}
+	out, err := collect(rows, scanRun)
+	if err != nil {
+		return agent.Page[agent.Run]{}, s.fail("list runs page", err)
+	}
+	if len(out) > limit {
+		return agent.Page[agent.Run]{Items: out[:limit], More: true}, nil
+	}
+	return agent.Page[agent.Run]{Items: out}, nil
+}
+
 // ListRuns returns the thread's runs, oldest first.
 func (s *Store) ListRuns(ctx context.Context, threadID string) ([]agent.Run, error) {
 	s.op()

@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +17,8 @@ func messageTests() []test {
 	type c = leaf[agent.MessageStore]
 	return group(messagePort,
 		c{"OrderedBySeq", testMessagesOrderedBySeq},
+		c{"PagesNewestFirst", testMessagePages},
+		c{"PageLargeAndDeleted", testMessagePageLargeAndDeleted},
 		c{"UpsertKeepsPosition", testMessageUpsert},
 		c{"RawPartsByteForByte", testMessageRawParts},
 		c{"Unknown", testMessageUnknown},
@@ -114,6 +118,123 @@ func testMessagesOrderedBySeq(e *messages) {
 	must(e.t, err, "GetMessage")
 	sameRecord(e, "GetMessage", got, r1)
 	wantUTC(e.t, "GetMessage", got.CreatedAt, got.UpdatedAt)
+}
+
+// walkPages reads the thread's messages page by page (newest first, or oldest first) and returns them in thread
+// order (oldest first), checking each page's size and More flag on the way.
+func walkPages[S agent.MessageStore](e *env[S], threadID string, limit int, oldest bool) []agent.MessageRecord {
+	e.t.Helper()
+	var got []agent.MessageRecord
+	var cur agent.MessageCursor
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			e.t.Fatalf("limit %d: more than 1000 pages", limit)
+		}
+		p, err := e.s.ListMessagesPage(e.ctx, threadID, agent.MessagePage{From: cur, Oldest: oldest, Limit: limit})
+		must(e.t, err, "ListMessagesPage")
+		if len(p.Items) > limit || p.More && len(p.Items) < limit {
+			e.t.Fatalf("limit %d: a page of %d messages, more %v", limit, len(p.Items), p.More)
+		}
+		got = append(got, p.Items...)
+		if !p.More {
+			break
+		}
+		cur = p.Items[len(p.Items)-1].Cursor()
+	}
+	if !oldest {
+		slices.Reverse(got)
+	}
+	return got
+}
+
+// Pages walk ListMessages' order backwards from the newest: written out of order, with gaps in the positions,
+// equal seqs ordered by id (a tie may fall on a page boundary), deleted messages left out, each message exactly
+// once, whatever the page size. An empty or unknown thread is one empty page.
+func testMessagePages(e *messages) {
+	th := e.id("th")
+	msg := func(id string) agent.Message {
+		return agent.Message{ID: th + "-" + id, Role: agent.RoleUser, Parts: textParts("text of " + id)}
+	}
+	var want []agent.MessageRecord
+	for i, w := range []struct {
+		seq int64
+		id  string
+	}{{7, "g"}, {0, "a"}, {3, "d"}, {3, "c"}, {1, "b"}, {12, "h"}, {5, "f"}, {4, "e"}, {3, "x"}, {20, "z"}} {
+		want = append(want, put(e, th, w.seq, msg(w.id), at(time.Duration(i)*time.Second)))
+	}
+	for _, id := range []string{"x", "z"} {
+		must(e.t, e.s.DeleteMessage(e.ctx, th, th+"-"+id, writer), "DeleteMessage")
+	}
+	want = slices.DeleteFunc(want, func(r agent.MessageRecord) bool { return r.Message.ID == th+"-x" || r.Message.ID == th+"-z" })
+	slices.SortFunc(want, func(a, b agent.MessageRecord) int {
+		return cmp.Or(cmp.Compare(a.Seq, b.Seq), strings.Compare(a.Message.ID, b.Message.ID))
+	})
+	wantMessages(e, th, want...)
+	for _, limit := range []int{1, 2, 3, 4, 8, 9, 100} {
+		for _, oldest := range []bool{false, true} {
+			got := walkPages(e, th, limit, oldest)
+			if len(got) != len(want) {
+				e.t.Fatalf("limit %d, oldest %v: %d messages, want %d", limit, oldest, len(got), len(want))
+			}
+			for i := range want {
+				sameRecord(e, fmt.Sprintf("limit %d, oldest %v: message %d", limit, oldest, i), got[i], want[i])
+			}
+		}
+	}
+	// A cursor in the middle reads on from there, exclusively, whatever was read before it.
+	p, err := e.s.ListMessagesPage(e.ctx, th, agent.MessagePage{From: want[4].Cursor(), Limit: 2})
+	must(e.t, err, "ListMessagesPage(from the middle)")
+	if len(p.Items) != 2 || !p.More {
+		e.t.Fatalf("page before %v = %d messages, more %v; want 2 and more", want[4].Cursor(), len(p.Items), p.More)
+	}
+	sameRecord(e, "page from the middle [0]", p.Items[0], want[3])
+	sameRecord(e, "page from the middle [1]", p.Items[1], want[2])
+	p, err = e.s.ListMessagesPage(e.ctx, th, agent.MessagePage{From: want[4].Cursor(), Oldest: true, Limit: 2})
+	must(e.t, err, "ListMessagesPage(oldest first, from the middle)")
+	if len(p.Items) != 2 || !p.More {
+		e.t.Fatalf("page after %v = %d messages, more %v; want 2 and more", want[4].Cursor(), len(p.Items), p.More)
+	}
+	sameRecord(e, "page after the middle [0]", p.Items[0], want[5])
+	sameRecord(e, "page after the middle [1]", p.Items[1], want[6])
+	for _, unknown := range []string{e.id("th"), th + "-none"} {
+		p, err := e.s.ListMessagesPage(e.ctx, unknown, agent.MessagePage{Limit: 3})
+		must(e.t, err, "ListMessagesPage(unknown thread)")
+		if len(p.Items) != 0 || p.More {
+			e.t.Fatalf("ListMessagesPage(unknown thread) = %d messages, more %v; want none", len(p.Items), p.More)
+		}
+	}
+}
+
+// A page holds large messages whole (a store that keeps them in pieces reads the page's pieces), and leaves out
+// messages deleted in its range, even a whole page's worth of them; a message brought back after its delete is
+// read at its new position.
+func testMessagePageLargeAndDeleted(e *messages) {
+	th := e.id("th")
+	big := strings.Repeat("large tool output ", 40_000) // 720 KB: beyond one DynamoDB item
+	var want []agent.MessageRecord
+	for i := range 12 {
+		m := agent.Message{ID: fmt.Sprintf("%s-%02d", th, i), Role: agent.RoleAssistant, Parts: textParts(fmt.Sprintf("%d", i))}
+		if i%4 == 1 {
+			m.Parts = textParts(big, fmt.Sprintf("%d", i))
+		}
+		want = append(want, put(e, th, int64(i), m, at(time.Duration(i)*time.Second)))
+	}
+	for i := 3; i <= 8; i++ { // six deleted in a row: more than a page of 4
+		must(e.t, e.s.DeleteMessage(e.ctx, th, want[i].Message.ID, writer), "DeleteMessage")
+	}
+	back := put(e, th, 20, want[5].Message, at(30*time.Second)) // brought back by a newer write, at a new position
+	want = append(slices.Concat(want[:3], want[9:]), back)
+	for _, limit := range []int{1, 4, 5, 100} {
+		for _, oldest := range []bool{false, true} {
+			got := walkPages(e, th, limit, oldest)
+			if len(got) != len(want) {
+				e.t.Fatalf("limit %d, oldest %v: %d messages, want %d", limit, oldest, len(got), len(want))
+			}
+			for i := range want {
+				sameRecord(e, fmt.Sprintf("limit %d, oldest %v: message %d", limit, oldest, i), got[i], want[i])
+			}
+		}
+	}
 }
 
 // The engine rewrites its draft assistant message after every step: the message keeps its place and creation time

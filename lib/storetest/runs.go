@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ func runTests() []test {
 		c{"FinishRunFenced", testFinishRunFenced},
 		c{"FinishAfterTakeoverKeepsNewClaim", testFinishAfterTakeover},
 		c{"ListRunsOrder", testListRunsOrder},
+		c{"ListRunsPage", testListRunsPage},
 		c{"ListStaleClaims", testListStaleClaims},
 		c{"GetRunUnknown", testGetRunUnknown},
 		c{"ClaimWrongOwnerIsNotFound", testClaimWrongOwner},
@@ -505,6 +507,54 @@ func testListRunsOrder(e *claims) {
 	must(t, err, "ListRuns(unknown thread)")
 	if len(got) != 0 {
 		t.Fatalf("ListRuns(unknown thread) = %d runs, want none", len(got))
+	}
+}
+
+// Pages of runs walk ListRuns' order backwards, created-at ties by id, each run exactly once, with More set on
+// every page but the last.
+func testListRunsPage(e *claims) {
+	t := e.t
+	th := newThread(e)
+	base := e.id("run")
+	var all []agent.Run
+	for i, sec := range []int{0, 10, 10, 10, 20, 30, 30} { // three created at 10 s, two at 30 s: ties by id
+		r := claim(e, th, fmt.Sprintf("%s-%d", base, 9-i), at(time.Duration(sec)*time.Second)).Run
+		all = append(all, finish(e, r, agent.RunCompleted, agent.Usage{}, at(time.Duration(sec)*time.Second)))
+	}
+	want, err := e.s.ListRuns(e.ctx, th.ID)
+	must(t, err, "ListRuns")
+	if len(want) != len(all) {
+		t.Fatalf("ListRuns = %d runs, want %d", len(want), len(all))
+	}
+	for _, limit := range []int{1, 2, 3, 7, 8} {
+		for _, oldest := range []bool{false, true} {
+			var got []agent.Run
+			var cur agent.RunCursor
+			for pages := 0; ; pages++ {
+				if pages > len(all) {
+					t.Fatalf("limit %d: more pages than runs", limit)
+				}
+				p, err := e.s.ListRunsPage(e.ctx, th.ID, agent.RunPage{From: cur, Oldest: oldest, Limit: limit})
+				must(t, err, "ListRunsPage")
+				if len(p.Items) > limit || p.More && len(p.Items) < limit {
+					t.Fatalf("limit %d: a page of %d runs, more %v", limit, len(p.Items), p.More)
+				}
+				got = append(got, p.Items...)
+				if !p.More {
+					break
+				}
+				cur = p.Items[len(p.Items)-1].Cursor()
+			}
+			if !oldest {
+				slices.Reverse(got)
+			}
+			same(t, fmt.Sprintf("runs paged by %d (oldest first: %v)", limit, oldest), got, want)
+		}
+	}
+	p, err := e.s.ListRunsPage(e.ctx, e.id("th"), agent.RunPage{})
+	must(t, err, "ListRunsPage(unknown thread)")
+	if len(p.Items) != 0 || p.More {
+		t.Fatalf("ListRunsPage(unknown thread) = %d runs, more %v; want none", len(p.Items), p.More)
 	}
 }
 

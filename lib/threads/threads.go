@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,6 +135,8 @@ type View struct {
 	// Queued are the messages waiting for the thread to free (multitask enqueue, and steers of finished jobs),
 	// in the order they will be taken.
 	Queued []QueuedView `json:"queued"`
+	// Page tells how to read the messages on (Messages is one page of them: PageQuery).
+	Page PageInfo `json:"page"`
 }
 
 // QueuedView is one queue entry as its owner sees it.
@@ -145,8 +148,19 @@ type QueuedView struct {
 	CreatedAt time.Time       `json:"createdAt"`
 }
 
-// Get returns the thread with its messages and active run.
+// Get returns the thread with the first page of its messages (PageQuery's defaults) and its active run.
 func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
+	return s.GetPage(ctx, owner, id, PageQuery{})
+}
+
+// GetPage returns the thread with one page of its messages (in thread order), its active run, the interrupts the
+// newest message waits for (read with a small page of the newest messages when q's page is not the newest),
+// jobs and queue.
+func (s *Service) GetPage(ctx context.Context, owner, id string, q PageQuery) (View, error) {
+	mp, newestFirst, err := q.messagePage()
+	if err != nil {
+		return View{}, err
+	}
 	th, err := s.owned(ctx, owner, id)
 	if err != nil {
 		return View{}, err
@@ -170,7 +184,7 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 		queue, err = s.store.ListQueued(ctx, th.ID)
 		side <- err
 	}()
-	msgs, err := s.messages(ctx, th.ID)
+	msgs, info, newest, err := s.messagePage(ctx, th.ID, mp, newestFirst)
 	for range 3 {
 		if serr := <-side; err == nil && serr != nil {
 			err = serr
@@ -185,8 +199,8 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 			active = th.ActiveRun.RunID
 		}
 		// Rare: a streaming reply whose run no claim names (a reaper died half way). Finish it, then read again.
-		if s.reaper.Orphans(ctx, th.ID, active, msgs) > 0 {
-			if msgs, err = s.messages(ctx, th.ID); err != nil {
+		if s.reaper.Orphans(ctx, th.ID, active, slices.Concat(msgs, newest)) > 0 {
+			if msgs, info, newest, err = s.messagePage(ctx, th.ID, mp, newestFirst); err != nil {
 				return View{}, err
 			}
 			if fresh, err := s.store.GetThread(ctx, th.ID); err == nil {
@@ -194,7 +208,8 @@ func (s *Service) Get(ctx context.Context, owner, id string) (View, error) {
 			}
 		}
 	}
-	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, msgs, ins), Jobs: append([]agent.Job{}, jobs...), Queued: []QueuedView{}}
+	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, newest, ins), Jobs: append([]agent.Job{}, jobs...), Queued: []QueuedView{},
+		Page: info}
 	for i, q := range queue {
 		v.Queued = append(v.Queued, QueuedView{MessageID: q.Message.ID, Kind: q.Kind, JobID: q.JobID, Position: i + 1, CreatedAt: q.CreatedAt})
 	}
@@ -240,17 +255,38 @@ func (s *Service) pending(ctx context.Context, msgs []agent.Message, ins []agent
 	return out
 }
 
-// messages reads the thread's visible messages.
-func (s *Service) messages(ctx context.Context, id string) ([]agent.Message, error) {
-	recs, err := s.store.ListMessages(ctx, id)
+// messagePage reads one page of the thread's messages, visible ones in thread order, with its info, and the
+// thread's newest visible messages (the page itself when it holds the newest; else a small page of them).
+func (s *Service) messagePage(ctx context.Context, id string, p agent.MessagePage, newestFirst bool) ([]agent.Message, PageInfo, []agent.Message, error) {
+	page, err := s.store.ListMessagesPage(ctx, id, p)
 	if err != nil {
-		return nil, err
+		return nil, PageInfo{}, nil, err
 	}
+	recs, info := inThreadOrder(page, newestFirst, messageCursor)
+	msgs := visible(recs)
+	if newestFirst && p.From.IsZero() || !newestFirst && !page.More {
+		return msgs, info, msgs, nil
+	}
+	// A few: the newest visible message is the newest one but for failed replies that say nothing.
+	tail, err := s.store.ListMessagesPage(ctx, id, agent.MessagePage{Limit: newestLook})
+	if err != nil {
+		return nil, PageInfo{}, nil, err
+	}
+	recs, _ = inThreadOrder(tail, true, messageCursor)
+	return msgs, info, visible(recs), nil
+}
+
+// newestLook is how many of the newest messages a page that is not the newest reads to find the newest visible
+// one (for the interrupts it waits for).
+const newestLook = 4
+
+// visible is the records' messages that a reader sees, in order.
+func visible(recs []agent.MessageRecord) []agent.Message {
 	msgs := make([]agent.Message, 0, len(recs))
 	for _, rec := range recs {
 		msgs = append(msgs, rec.Message)
 	}
-	return agent.Visible(msgs), nil
+	return agent.Visible(msgs)
 }
 
 // Patch changes the title and settings.
@@ -312,25 +348,33 @@ func (s *Service) Stop(ctx context.Context, owner, id, runID string) (string, er
 	return c.RunID, err
 }
 
-// Runs lists the thread's runs, oldest first.
+// Runs lists the first page of the thread's runs (PageQuery's defaults), oldest first.
 func (s *Service) Runs(ctx context.Context, owner, id string) ([]agent.Run, error) {
+	runs, _, err := s.RunsPage(ctx, owner, id, PageQuery{})
+	return runs, err
+}
+
+// RunsPage lists one page of the thread's runs, oldest first within the page.
+func (s *Service) RunsPage(ctx context.Context, owner, id string, q PageQuery) ([]agent.Run, PageInfo, error) {
+	rp, newestFirst, err := q.runPage()
+	if err != nil {
+		return nil, PageInfo{}, err
+	}
 	th, err := s.owned(ctx, owner, id)
 	if err != nil {
-		return nil, err
+		return nil, PageInfo{}, err
 	}
-	runs, err := s.store.ListRuns(ctx, th.ID)
+	page, err := s.store.ListRunsPage(ctx, th.ID, rp)
 	if err != nil {
-		return nil, err
+		return nil, PageInfo{}, err
 	}
-	if s.reaper != nil && s.repairRuns(ctx, th, runs) {
-		if runs, err = s.store.ListRuns(ctx, th.ID); err != nil {
-			return nil, err
+	if s.reaper != nil && s.repairRuns(ctx, th, page.Items) {
+		if page, err = s.store.ListRunsPage(ctx, th.ID, rp); err != nil {
+			return nil, PageInfo{}, err
 		}
 	}
-	if runs == nil {
-		runs = []agent.Run{}
-	}
-	return runs, nil
+	runs, info := inThreadOrder(page, newestFirst, runCursor)
+	return runs, info, nil
 }
 
 // repairRuns finishes runs still recorded as running that no claim names (a reaper died half way); it reports

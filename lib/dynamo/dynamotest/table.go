@@ -26,6 +26,16 @@ type TableSpec struct {
 	TTLAttribute string
 }
 
+// Indexes is every secondary index of the table, the local ones in the shape of global ones (a key schema and a
+// projection: what dynamo.Counter's index accounting needs).
+func (s TableSpec) Indexes() []types.GlobalSecondaryIndex {
+	out := append([]types.GlobalSecondaryIndex{}, s.Input.GlobalSecondaryIndexes...)
+	for _, l := range s.Input.LocalSecondaryIndexes {
+		out = append(out, types.GlobalSecondaryIndex{IndexName: l.IndexName, KeySchema: l.KeySchema, Projection: l.Projection})
+	}
+	return out
+}
+
 // cfnTable is the subset of AWS::DynamoDB::Table properties that shape the data layout. The rest (PITR, SSE,
 // tags, deletion policy) have no counterpart in dynalite and are ignored.
 type cfnTable struct {

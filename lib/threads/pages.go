@@ -1,0 +1,122 @@
+package threads
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Pages of a thread's messages (GET /threads/{id}) and runs (GET /threads/{id}/runs), written once here.
+const (
+	DefaultPageLimit = 100
+	MaxPageLimit     = 500
+)
+
+// PageQuery asks for one page of a thread's messages or runs. The first page (no cursor) starts at the thread's
+// beginning, or with Newest at its end; each page's NextCursor reads on the same way (towards newer messages, or
+// with Newest towards older ones). Within a page, items are always in thread order, oldest first, so a thread
+// that fits one page reads as it always did.
+type PageQuery struct {
+	Limit  int    // 0: DefaultPageLimit; 1 to MaxPageLimit
+	Cursor string // a NextCursor of an earlier page of the same list (it carries the direction)
+	Newest bool   // without a cursor: the newest page first
+}
+
+// PageInfo says how to read on: NextCursor is set when HasMore.
+type PageInfo struct {
+	NextCursor string `json:"nextCursor,omitempty"`
+	HasMore    bool   `json:"hasMore"`
+}
+
+// cursor is what a NextCursor holds (JSON, base64url): opaque to clients, who only hand it back.
+type cursor struct {
+	List   string `json:"l"` // "m" (messages) or "r" (runs)
+	Newest bool   `json:"n,omitempty"`
+	Seq    int64  `json:"s,omitempty"`
+	At     int64  `json:"t,omitempty"` // a run's CreatedAt, Unix nanoseconds
+	ID     string `json:"i"`
+}
+
+func (c cursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func invalidCursor() error {
+	return agent.E(agent.KindInvalid, agent.CodeInvalidCursor, "cursor is not one this list gave")
+}
+
+// decode reads q's cursor for list ("m" or "r"), checking the limit on the way. No cursor: the zero cursor in
+// the direction q asks.
+func (q PageQuery) decode(list string) (cursor, int, error) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = DefaultPageLimit
+	}
+	if limit < 1 || limit > MaxPageLimit {
+		return cursor{}, 0, agent.E(agent.KindInvalid, agent.CodeInvalidLimit, "limit must be an integer from 1 to %d", MaxPageLimit)
+	}
+	if q.Cursor == "" {
+		return cursor{List: list, Newest: q.Newest}, limit, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+	var c cursor
+	if err != nil || json.Unmarshal(b, &c) != nil || c.List != list || c.ID == "" {
+		return cursor{}, 0, invalidCursor()
+	}
+	return c, limit, nil
+}
+
+// messagePage is the store read a message query asks for.
+func (q PageQuery) messagePage() (agent.MessagePage, bool, error) {
+	c, limit, err := q.decode("m")
+	if err != nil {
+		return agent.MessagePage{}, false, err
+	}
+	p := agent.MessagePage{Oldest: !c.Newest, Limit: limit}
+	if c.ID != "" {
+		p.From = agent.MessageCursor{Seq: c.Seq, ID: c.ID}
+	}
+	return p, c.Newest, nil
+}
+
+// runPage is the store read a runs query asks for.
+func (q PageQuery) runPage() (agent.RunPage, bool, error) {
+	c, limit, err := q.decode("r")
+	if err != nil {
+		return agent.RunPage{}, false, err
+	}
+	p := agent.RunPage{Oldest: !c.Newest, Limit: limit}
+	if c.ID != "" {
+		p.From = agent.RunCursor{CreatedAt: time.Unix(0, c.At).UTC(), ID: c.ID}
+	}
+	return p, c.Newest, nil
+}
+
+// inThreadOrder returns a page's items oldest first (a newest-first read comes back reversed), with the page's
+// info: the cursor past the last item read.
+func inThreadOrder[T any](p agent.Page[T], newest bool, next func(T) cursor) ([]T, PageInfo) {
+	items := append([]T{}, p.Items...)
+	info := PageInfo{HasMore: p.More}
+	if p.More && len(items) > 0 {
+		c := next(items[len(items)-1])
+		c.Newest = newest
+		info.NextCursor = c.encode()
+	}
+	if newest {
+		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
+			items[i], items[j] = items[j], items[i]
+		}
+	}
+	return items, info
+}
+
+func messageCursor(r agent.MessageRecord) cursor {
+	return cursor{List: "m", Seq: r.Seq, ID: r.Message.ID}
+}
+
+func runCursor(r agent.Run) cursor {
+	return cursor{List: "r", At: r.CreatedAt.UnixNano(), ID: r.ID}
+}
