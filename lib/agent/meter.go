@@ -25,6 +25,16 @@ func (m *StoreMeter) Add(readUnits, writeUnits float64) {
 	m.writeMilli.Add(int64(math.Round(writeUnits * 1000)))
 }
 
+// AddUnits records capacity units without counting a request (for adapters that learn a request's units once,
+// after counting each of its attempts with Add(0, 0)).
+func (m *StoreMeter) AddUnits(readUnits, writeUnits float64) {
+	if m == nil {
+		return
+	}
+	m.readMilli.Add(int64(math.Round(readUnits * 1000)))
+	m.writeMilli.Add(int64(math.Round(writeUnits * 1000)))
+}
+
 // Throttle records one request the store refused for throughput (it is also counted by Add).
 func (m *StoreMeter) Throttle() {
 	if m != nil {
