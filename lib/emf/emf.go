@@ -159,4 +159,3 @@ func (w *Writer) StoreThrottled(n int) {
 		_ = w.Write(nil, nil, Metric{"StoreThrottled", UnitCount, float64(n)})
 	}
 }
-

@@ -63,9 +63,13 @@ type recordingMetrics struct {
 	runs []agent.RunMetrics
 }
 
-func (m *recordingMetrics) RunFinished(r agent.RunMetrics) { m.mu.Lock(); m.runs = append(m.runs, r); m.mu.Unlock() }
-func (m *recordingMetrics) Reaped(int)                     {}
-func (m *recordingMetrics) StoreThrottled(int)             {}
+func (m *recordingMetrics) RunFinished(r agent.RunMetrics) {
+	m.mu.Lock()
+	m.runs = append(m.runs, r)
+	m.mu.Unlock()
+}
+func (m *recordingMetrics) Reaped(int)         {}
+func (m *recordingMetrics) StoreThrottled(int) {}
 
 // num reads a JSON number field as int64.
 func num(t *testing.T, rec map[string]any, key string) int64 {
