@@ -19,10 +19,16 @@ import (
 // What it cannot count: a model call aborted when the claim was lost reported no usage (providers report it at
 // the end of a stream), though the provider may bill the prompt and the partial output.
 
-// lateWaitPoll is how often recordLate looks for the reaper's outcome.
-const lateWaitPoll = 50 * time.Millisecond
+// lateReads bounds how often recordLate reads the run for the reaper's outcome, lateWaitPoll apart. The reaper
+// records the outcome right after its release, and a fenced run learns of the release only at its next store
+// write or heartbeat, so the first read nearly always finds it; the bound keeps a run whose claim is merely in
+// doubt (no reaper yet) from waiting.
+const (
+	lateReads    = 3
+	lateWaitPoll = 50 * time.Millisecond
+)
 
-// recordLate records the run's late usage, waiting up to FinishRetry for the reaper to store the run's outcome.
+// recordLate records the run's late usage once the reaper's outcome is stored.
 func (s *stepper) recordLate(ctx context.Context) {
 	t, e := s.turn, s.turn.e
 	if s.usage == (agent.Usage{}) {
@@ -30,8 +36,10 @@ func (s *stepper) recordLate(ctx context.Context) {
 	}
 	log := s.log.With("input_tokens", s.usage.InputTokens, "output_tokens", s.usage.OutputTokens,
 		"cost_micro_usd", s.usage.CostMicroUSD)
-	deadline := time.Now().Add(e.cfg.FinishRetry)
-	for {
+	for i := range lateReads {
+		if i > 0 {
+			time.Sleep(lateWaitPoll)
+		}
 		run, err := e.store.GetRun(ctx, t.thread.ID, t.run.ID)
 		switch {
 		case err != nil && agent.KindOf(err) != agent.KindUnavailable:
@@ -46,23 +54,11 @@ func (s *stepper) recordLate(ctx context.Context) {
 		case run.Status.Terminal():
 			s.writeLate(ctx, log, subUsage(s.usage, run.Usage))
 			return
-		default:
-			if th, err := e.store.GetThread(ctx, t.thread.ID); err == nil && th.ActiveRun != nil &&
-				th.ActiveRun.RunID == t.run.ID && th.ActiveRun.Epoch == t.run.Epoch {
-				// The claim is in doubt, not lost: nobody can reap it before it is stale, so there is no outcome
-				// to wait for. The reaper will count what the draft holds; the line below carries the rest.
-				log.Warn("agent.late_usage", "recorded", false, "reason", "claim in doubt, not reaped yet")
-				return
-			}
 		}
-		if time.Now().Add(lateWaitPoll).After(deadline) {
-			// The reaper has not finished the run (its claim may even still be ours: heartbeats failing). Its
-			// usage then stays what the reaper takes from the draft; the line below carries the rest.
-			log.Warn("agent.late_usage", "recorded", false, "reason", "run not finished by the reaper in time")
-			return
-		}
-		time.Sleep(lateWaitPoll)
 	}
+	// Not finished by a reaper (the claim may only be in doubt: heartbeats failing). The reaper will count what
+	// the draft holds; this line carries what the run knows it spent.
+	log.Warn("agent.late_usage", "recorded", false, "reason", "the run is not finished by a reaper yet")
 }
 
 // writeLate stores late, unless there is nothing to add.
