@@ -127,6 +127,15 @@ type Stats struct {
 // Tick runs one sweep (the scheduled function calls it). A failure on one claim is logged and the others go on.
 func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 	var st Stats
+	// The sweep's store requests are metered so that its throttled ones reach the metrics (a run's are counted
+	// by the engine).
+	meter := new(agent.StoreMeter)
+	ctx = agent.WithStoreMeter(ctx, meter)
+	defer func() {
+		if n := meter.Snapshot().Throttled; n > 0 {
+			r.metrics.StoreThrottled(int(n))
+		}
+	}()
 	claims, err := r.store.ListStaleClaims(ctx, r.clock.Now().Add(-r.cfg.StaleAfter), r.cfg.Batch)
 	if err != nil {
 		return st, fmt.Errorf("reaper: list stale claims: %w", err)
