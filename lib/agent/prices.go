@@ -82,8 +82,15 @@ func microPerM(n json.Number) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%q: %v", s, err)
 	}
+	if w > maxPricePerM {
+		return 0, fmt.Errorf("%q: more than %d USD per million tokens", s, maxPricePerM)
+	}
 	return w*1_000_000 + f, nil
 }
+
+// maxPricePerM bounds a price (USD per million tokens) so that Cost cannot overflow: at this rate a step would
+// need over 90 million tokens to overflow an int64 of micro-USD × 1e6.
+const maxPricePerM = 100_000
 
 // Len is the number of models priced.
 func (p Prices) Len() int { return len(p.rates) }

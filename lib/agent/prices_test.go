@@ -63,6 +63,7 @@ func TestParsePricesRefuses(t *testing.T) {
 		{"negative", `{"m": {"input": -1, "output": 1}}`},
 		{"exponent", `{"m": {"input": 1e-3, "output": 1}}`},
 		{"too many decimals", `{"m": {"input": 0.0000001, "output": 1}}`},
+		{"absurd price", `{"m": {"input": 100001, "output": 1}}`},
 		{"unknown field", `{"m": {"input": 1, "output": 1, "reasoning": 2}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
