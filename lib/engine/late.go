@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -16,8 +17,14 @@ import (
 // usage any more): RecordLateUsage is insert-once per run in the store, so a retried or duplicated write counts
 // once, and a crash before it loses only this run's late part (logged below, never counted twice).
 //
+// This write is the one exception to DESIGN principle 8 the issue asks for: it changes no message, segment or
+// outcome a reader sees, only the run's and the thread's usage, and only by what the run reported spending.
+//
 // What it cannot count: a model call aborted when the claim was lost reported no usage (providers report it at
-// the end of a stream), though the provider may bill the prompt and the partial output.
+// the end of a stream), though the provider may bill the prompt and the partial output; and a run that stopped
+// itself because its claim was in doubt (heartbeats failing) is reaped only later, when it is gone: the reaper
+// then counts what its draft holds, and the run's agent.late_usage line (recorded=false) carries the rest. So
+// does a run whose final message could not be stored (engine finish, "leaving the run to the reaper").
 
 // lateReads bounds how often recordLate reads the run for the reaper's outcome, lateWaitPoll apart. The reaper
 // records the outcome right after its release, and a fenced run learns of the release only at its next store
@@ -62,10 +69,7 @@ func (s *stepper) recordLate(ctx context.Context) {
 }
 
 // writeLate stores late, unless there is nothing to add.
-func (s *stepper) writeLate(ctx context.Context, log interface {
-	Info(string, ...any)
-	Warn(string, ...any)
-}, late agent.Usage) {
+func (s *stepper) writeLate(ctx context.Context, log *slog.Logger, late agent.Usage) {
 	t, e := s.turn, s.turn.e
 	if late == (agent.Usage{}) {
 		return
