@@ -13,6 +13,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
+	"github.com/agentloop/agentloop/lib/emf"
 	"github.com/agentloop/agentloop/lib/engine"
 )
 
@@ -57,20 +58,6 @@ func withMetrics(m agent.Metrics) option {
 	return func(o *devserver.Options) { o.Metrics = m }
 }
 
-// recordingMetrics keeps what the engine reported (the real EMF writer is tested in lib/emf).
-type recordingMetrics struct {
-	mu   sync.Mutex
-	runs []agent.RunMetrics
-}
-
-func (m *recordingMetrics) RunFinished(r agent.RunMetrics) {
-	m.mu.Lock()
-	m.runs = append(m.runs, r)
-	m.mu.Unlock()
-}
-func (m *recordingMetrics) Reaped(int)         {}
-func (m *recordingMetrics) StoreThrottled(int) {}
-
 // num reads a JSON number field as int64.
 func num(t *testing.T, rec map[string]any, key string) int64 {
 	t.Helper()
@@ -103,9 +90,8 @@ func TestLogLines(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var logs syncBuffer
-			var metrics recordingMetrics
-			f := setup(t, withJSONLog(&logs), withMetrics(&metrics))
+			var logs, metrics syncBuffer
+			f := setup(t, withJSONLog(&logs), withMetrics(emf.New(&metrics, "test", nil)))
 			run, _ := f.turn(t, "th", "u1", tc.text)
 			if run.Status != tc.status {
 				t.Fatalf("run status %s, want %s (%+v)", run.Status, tc.status, run.Error)
@@ -174,10 +160,17 @@ func TestLogLines(t *testing.T) {
 				_ = num(t, l, "duration_ms")
 			}
 
+			// One EMF document for the run, by its outcome, with its tokens (lib/emf validates the format itself).
 			metrics.mu.Lock()
 			defer metrics.mu.Unlock()
-			if len(metrics.runs) != 1 || metrics.runs[0].Outcome != string(tc.status) || metrics.runs[0].Usage != stored.Usage {
-				t.Fatalf("metrics = %+v, want one run %s with usage %+v", metrics.runs, tc.status, stored.Usage)
+			docs := bytes.Split(bytes.TrimSpace(metrics.buf.Bytes()), []byte("\n"))
+			var doc map[string]any
+			if len(docs) != 1 || json.Unmarshal(docs[0], &doc) != nil {
+				t.Fatalf("EMF output %q, want one document", metrics.buf.Bytes())
+			}
+			if doc["Outcome"] != string(tc.status) || doc["Runs"] != 1.0 || doc["InputTokens"] != float64(stored.Usage.InputTokens) ||
+				doc["OutputTokens"] != float64(stored.Usage.OutputTokens) || doc["StoreRequests"] != r["store_requests"] {
+				t.Fatalf("EMF document %v, want outcome %s and the run's numbers", doc, tc.status)
 			}
 		})
 	}
