@@ -114,8 +114,11 @@ type ReleaseRequest struct {
 // LateUsage is a fenced run's unrecorded spend.
 type LateUsage struct {
 	ThreadID string
-	Fence    Fence
-	Usage    Usage
+	// ThreadCreatedAt, when set, must be the thread's CreatedAt: a thread deleted and created again under the same
+	// id since the run is another thread, and the write is refused as not found.
+	ThreadCreatedAt time.Time
+	Fence           Fence
+	Usage           Usage
 }
 
 // MessageStore keeps a thread's messages. Each stored message remembers the fence of its last writer and whether

@@ -29,7 +29,7 @@ func decodeLate(it item) agent.Usage {
 // RecordLateUsage is two conditional UpdateItems, the thread's first (it is the one that counts):
 //
 //	thread: condition attribute_exists(pk) AND attribute_not_exists(deleting) AND NOT contains(lateRuns, :run)
-//	                  AND NOT (claimRunId = :run AND epoch = :epoch)
+//	                  AND NOT (claimRunId = :run AND epoch = :epoch) [AND createdAt = :created]
 //	        update    ADD usage* :u, lateRuns {:run}
 //	run:    condition epoch = :epoch AND status <> running AND attribute_not_exists(late)
 //	        update    ADD usage* :u  SET late = true, late_usage* = :u
@@ -49,6 +49,9 @@ func (s *Store) RecordLateUsage(ctx context.Context, late agent.LateUsage) error
 	cond := "attribute_exists(" + e.n(AttrPK) + ") AND attribute_not_exists(" + e.n(attrDeleting) + ") AND NOT contains(" +
 		e.n(attrLateRuns) + ", " + run + ") AND NOT (" + e.n(attrClaimRun) + " = " + run + " AND " + e.n(attrEpoch) +
 		" = " + e.v(avN(f.Epoch)) + ")"
+	if !late.ThreadCreatedAt.IsZero() {
+		cond += " AND " + e.n(attrCreatedAt) + " = " + e.v(avT(late.ThreadCreatedAt))
+	}
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 tk,
@@ -64,7 +67,7 @@ func (s *Store) RecordLateUsage(ctx context.Context, late agent.LateUsage) error
 			return err
 		}
 		switch c := decodeClaim(old); {
-		case !live(old):
+		case !live(old), !late.ThreadCreatedAt.IsZero() && !getT(old, attrCreatedAt).Equal(late.ThreadCreatedAt):
 			return threadNotFound(late.ThreadID)
 		case c != nil && c.RunID == f.RunID && c.Epoch == f.Epoch:
 			return agent.E(agent.KindConflict, agent.CodeRunActive, "run %s still holds its claim", f.RunID)

@@ -81,7 +81,8 @@ func (s *stepper) writeLate(ctx context.Context, log *slog.Logger, late agent.Us
 		return
 	}
 	err := e.retry(ctx, func() error {
-		return e.store.RecordLateUsage(ctx, agent.LateUsage{ThreadID: t.thread.ID, Fence: t.run.Fence(), Usage: late})
+		return e.store.RecordLateUsage(ctx, agent.LateUsage{ThreadID: t.thread.ID, ThreadCreatedAt: t.thread.CreatedAt,
+			Fence: t.run.Fence(), Usage: late})
 	})
 	if err != nil {
 		log.Warn("agent.late_usage", "recorded", false, "err", err)

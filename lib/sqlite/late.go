@@ -21,8 +21,10 @@ func (s *Store) RecordLateUsage(ctx context.Context, late agent.LateUsage) error
 	return s.write(ctx, "record late usage", func(c conn) error {
 		var claimRun sql.NullString
 		var claimEpoch sql.NullInt64
-		err := c.queryRow(ctx, `SELECT claim_run_id, claim_epoch FROM threads WHERE id = ?`, late.ThreadID).Scan(&claimRun, &claimEpoch)
-		if errors.Is(err, sql.ErrNoRows) {
+		var created int64
+		err := c.queryRow(ctx, `SELECT claim_run_id, claim_epoch, created_at FROM threads WHERE id = ?`, late.ThreadID).
+			Scan(&claimRun, &claimEpoch, &created)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && !late.ThreadCreatedAt.IsZero() && created != millis(late.ThreadCreatedAt) {
 			return agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", late.ThreadID)
 		}
 		if err != nil {

@@ -15,6 +15,7 @@ func usageTests() []test {
 		c{"RecordLateUsageOnce", testRecordLateUsageOnce},
 		c{"RecordLateUsageConcurrentDuplicates", testRecordLateUsageConcurrent},
 		c{"RecordLateUsageRefusesLiveRun", testRecordLateUsageLiveRun},
+		c{"RecordLateUsageRefusesARecreatedThread", testRecordLateUsageRecreated},
 		c{"FinishRunRecordsStoreUsage", testFinishRunStoreUsage},
 		c{"StoreMeterCountsRequests", testStoreMeter},
 	)
@@ -41,7 +42,7 @@ var (
 func testRecordLateUsageOnce(e *claims) {
 	t := e.t
 	th, run := reaped(e, draftUsage)
-	late := agent.LateUsage{ThreadID: th.ID, Fence: run.Fence(), Usage: lateUsage}
+	late := agent.LateUsage{ThreadID: th.ID, ThreadCreatedAt: th.CreatedAt, Fence: run.Fence(), Usage: lateUsage}
 	for i := range 3 {
 		must(t, e.s.RecordLateUsage(e.ctx, late), "RecordLateUsage")
 		if got := getThread(e, th.ID).Usage; got != draftUsage.Add(lateUsage) {
@@ -102,6 +103,21 @@ func testRecordLateUsageLiveRun(e *claims) {
 	}
 	if got := getRun(e, th.ID, run.ID); got.Usage != (agent.Usage{}) || got.LateUsage != nil {
 		t.Fatalf("run = %s, want no usage", show(got))
+	}
+}
+
+// A thread deleted and created again under the same id is another thread: a late write of a run of the old one
+// is refused as not found and adds nothing to the new one.
+func testRecordLateUsageRecreated(e *claims) {
+	t := e.t
+	th, run := reaped(e, draftUsage)
+	must(t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
+	again, _, err := e.s.CreateThread(e.ctx, agent.Thread{ID: th.ID, Owner: th.Owner, CreatedAt: at(2 * time.Hour), UpdatedAt: at(2 * time.Hour)})
+	must(t, err, "CreateThread(again)")
+	wantErr(t, e.s.RecordLateUsage(e.ctx, agent.LateUsage{ThreadID: th.ID, ThreadCreatedAt: th.CreatedAt, Fence: run.Fence(), Usage: lateUsage}),
+		agent.KindNotFound, "", "RecordLateUsage(recreated thread)")
+	if got := getThread(e, again.ID).Usage; got != (agent.Usage{}) {
+		t.Fatalf("the new thread's usage = %+v, want none", got)
 	}
 }
 
