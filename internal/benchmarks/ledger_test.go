@@ -164,6 +164,9 @@ func (l *ledger) FinishRun(ctx context.Context, run agent.Run) error {
 func (l *ledger) ReleaseClaim(ctx context.Context, r agent.ReleaseRequest) error {
 	return l.use("ReleaseClaim").ReleaseClaim(ctx, r)
 }
+func (l *ledger) RecordLateUsage(ctx context.Context, late agent.LateUsage) error {
+	return l.use("RecordLateUsage").RecordLateUsage(ctx, late)
+}
 func (l *ledger) ListStaleClaims(ctx context.Context, before time.Time, limit int) ([]agent.StaleClaim, error) {
 	return l.use("ListStaleClaims").ListStaleClaims(ctx, before, limit)
 }

@@ -235,6 +235,35 @@ func (s *stack) run(b *testing.B, text string, ops func() int64) {
 	}
 	b.ReportMetric(float64(ops()-ops0)/float64(b.N), "counted-store-calls/turn")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(frames), "cpu-ns/chunk")
+	s.reportRunStore(b)
+}
+
+// reportRunStore reports what the runs' own outcomes recorded of their store cost (agent.Run.Store: from the
+// claim to just before the FinishRun write), averaged over the runs of the 10 threads.
+func (s *stack) reportRunStore(b *testing.B) {
+	var n int
+	var sum agent.StoreUsage
+	for i := range 10 {
+		runs, err := s.store.ListRuns(context.Background(), fmt.Sprintf("t%d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range runs {
+			if r.Store == nil {
+				b.Fatalf("run %s recorded no store usage", r.ID)
+			}
+			n++
+			sum.Requests += r.Store.Requests
+			sum.ReadUnits += r.Store.ReadUnits
+			sum.WriteUnits += r.Store.WriteUnits
+		}
+	}
+	if n == 0 {
+		return
+	}
+	b.ReportMetric(float64(sum.Requests)/float64(n), "run-store-requests/turn")
+	b.ReportMetric(sum.ReadUnits/float64(n), "run-store-read-units/turn")
+	b.ReportMetric(sum.WriteUnits/float64(n), "run-store-write-units/turn")
 }
 
 var turns = []struct {

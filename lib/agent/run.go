@@ -83,6 +83,12 @@ type Run struct {
 	CreatedAt  time.Time `json:"createdAt"`
 	UpdatedAt  time.Time `json:"updatedAt"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
+	// Store is what the run cost the store (requests, capacity units), as recorded by FinishRun; nil for a run
+	// that was reaped or recorded before it was measured. The FinishRun write itself is not in it.
+	Store *StoreUsage `json:"store,omitempty"`
+	// LateUsage is what the run spent after it lost its claim (reaped or fenced mid-step), recorded once by
+	// RecordLateUsage and already included in Usage.
+	LateUsage *Usage `json:"lateUsage,omitempty"`
 }
 
 // ClaimRequest asks the store to make RunID the active run of ThreadID.

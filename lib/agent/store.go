@@ -89,6 +89,14 @@ type RunStore interface {
 	// before, in no promised order: the reaper's work list. It reads an index of claimed threads, never a scan. The
 	// index only nominates: it may lag, so callers re-check in the write that decides.
 	ListStaleClaims(ctx context.Context, before time.Time, limit int) ([]StaleClaim, error)
+	// RecordLateUsage adds the tokens a run spent after it lost its claim (late.Usage, beyond what the reaper
+	// counted from its draft) to the run's usage and the thread's totals, exactly once per run: a repeated call
+	// (a retry, a duplicate) changes nothing and succeeds. The caller must have read the run terminal at
+	// late.Fence.Epoch (so that FinishRun can no longer overwrite the run's usage). A thread whose claim still names
+	// the run at that epoch: KindConflict/CodeRunActive (the run is not late: FinishRun counts its usage); unknown
+	// thread or run: KindNotFound. The thread's totals are what counts: the adapters document what a crash between
+	// the thread's and the run's halves leaves.
+	RecordLateUsage(ctx context.Context, late LateUsage) error
 	GetRun(ctx context.Context, threadID, runID string) (Run, error)
 	// ListRuns returns the thread's runs, oldest first (ties by id).
 	ListRuns(ctx context.Context, threadID string) ([]Run, error)
@@ -174,6 +182,16 @@ type ReleaseRequest struct {
 	StaleBefore time.Time
 	Usage       Usage
 	Now         time.Time
+}
+
+// LateUsage is a fenced run's unrecorded spend.
+type LateUsage struct {
+	ThreadID string
+	// ThreadCreatedAt, when set, must be the thread's CreatedAt: a thread deleted and created again under the same
+	// id since the run is another thread, and the write is refused as not found.
+	ThreadCreatedAt time.Time
+	Fence           Fence
+	Usage           Usage
 }
 
 // MessageStore keeps a thread's messages. Each stored message remembers the fence of its last writer and whether

@@ -71,7 +71,21 @@ type Config struct {
 	SecretParam          string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
 	OpenAIAPIKeyParam    string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
 	JobsStateMachineARN  string        // JOBS_STATE_MACHINE_ARN: the job state machine (set on the functions that start executions)
+	// Prices is the price table (agent.ParsePrices) from AGENT_PRICES (the JSON itself) or AGENT_PRICES_FILE (a
+	// path to it); not both. Empty: usage carries no cost.
+	Prices agent.Prices
+	// Metrics is AGENT_METRICS: "emf" writes CloudWatch Embedded Metric Format documents to stdout, "off" writes
+	// none; "" is the runtime's default (emf in Lambda, off in `agentloop dev`).
+	Metrics string
+	// MetricsNamespace is AGENT_METRICS_NAMESPACE, the CloudWatch namespace ("" is emf.DefaultNamespace).
+	MetricsNamespace string
 }
+
+// Metrics values.
+const (
+	MetricsEMF = "emf"
+	MetricsOff = "off"
+)
 
 // SecretEnv names the variables that carry a secret in plain text. A deployment template must never set them:
 // in Lambda the secrets come from SSM (SecretParam, OpenAIAPIKeyParam).
@@ -164,6 +178,32 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_REAPER_INTERVAL", &c.ReaperInterval)
 	intVar("AGENT_REAPER_BATCH", &c.ReaperBatch, 1)
 	intVar("AGENT_MAX_QUEUED", &c.MaxQueued, 1)
+	switch inline, file := strings.TrimSpace(getenv("AGENT_PRICES")), strings.TrimSpace(getenv("AGENT_PRICES_FILE")); {
+	case inline != "" && file != "":
+		errs = append(errs, "AGENT_PRICES and AGENT_PRICES_FILE are both set: use one")
+	case inline != "" || file != "":
+		data, name := []byte(inline), "AGENT_PRICES"
+		if file != "" {
+			var err error
+			if data, err = os.ReadFile(file); err != nil {
+				errs = append(errs, fmt.Sprintf("AGENT_PRICES_FILE=%q: %v", file, err))
+				break
+			}
+			name = "AGENT_PRICES_FILE"
+		}
+		p, err := agent.ParsePrices(data)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", name, err))
+		}
+		c.Prices = p
+	}
+	switch v := strings.TrimSpace(getenv("AGENT_METRICS")); v {
+	case "", MetricsEMF, MetricsOff:
+		c.Metrics = v
+	default:
+		errs = append(errs, fmt.Sprintf("AGENT_METRICS=%q: want %s or %s", v, MetricsEMF, MetricsOff))
+	}
+	c.MetricsNamespace = strings.TrimSpace(getenv("AGENT_METRICS_NAMESPACE"))
 	if cmp.Or(c.Heartbeat, agent.DefaultHeartbeat) >= cmp.Or(c.StaleAfter, agent.DefaultStaleAfter)/2 {
 		errs = append(errs, "AGENT_HEARTBEAT must be shorter than half of AGENT_STALE_AFTER (a run stops itself when its heartbeats fail for that long)")
 	}

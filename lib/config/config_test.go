@@ -1,9 +1,12 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/openai"
 )
 
@@ -98,6 +101,46 @@ func TestLoad(t *testing.T) {
 			}
 			if tt.check != nil {
 				tt.check(t, c)
+			}
+		})
+	}
+}
+
+// The price table comes from the env or a file (not both); the metrics switch takes emf, off or nothing.
+func TestLoadPricesAndMetrics(t *testing.T) {
+	t.Parallel()
+	table := `{"m": {"input": 1, "output": 2}}`
+	file := filepath.Join(t.TempDir(), "prices.json")
+	if err := os.WriteFile(file, []byte(table), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u := agent.Usage{InputTokens: 1_000_000, OutputTokens: 1_000_000}
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		wantErr  bool
+		wantCost int64
+	}{
+		{"none", nil, false, 0},
+		{"inline", map[string]string{"AGENT_PRICES": table}, false, 3_000_000},
+		{"file", map[string]string{"AGENT_PRICES_FILE": file}, false, 3_000_000},
+		{"both", map[string]string{"AGENT_PRICES": table, "AGENT_PRICES_FILE": file}, true, 0},
+		{"missing file", map[string]string{"AGENT_PRICES_FILE": file + ".gone"}, true, 0},
+		{"bad json", map[string]string{"AGENT_PRICES": `{"m": 1}`}, true, 0},
+		{"metrics emf", map[string]string{"AGENT_METRICS": "emf", "AGENT_METRICS_NAMESPACE": "ns"}, false, 0},
+		{"metrics unknown", map[string]string{"AGENT_METRICS": "statsd"}, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(func(k string) string { return tc.env[k] })
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if got, _ := c.Prices.Cost("m", u); !tc.wantErr && got != tc.wantCost {
+				t.Fatalf("cost = %d, want %d", got, tc.wantCost)
+			}
+			if !tc.wantErr && (c.Metrics != tc.env["AGENT_METRICS"] || c.MetricsNamespace != tc.env["AGENT_METRICS_NAMESPACE"]) {
+				t.Fatalf("metrics %q %q", c.Metrics, c.MetricsNamespace)
 			}
 		})
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/emf"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/interrupts"
@@ -69,6 +70,9 @@ type Options struct {
 	IDs   agent.IDs
 	// Logger for every component; nil discards.
 	Logger *slog.Logger
+	// Metrics receives run outcomes and reaped runs. Nil: CloudWatch EMF documents on stdout when
+	// Config.Metrics is "emf", else none (the dev server's default is off).
+	Metrics agent.Metrics
 }
 
 // Stack is a running local backend.
@@ -181,12 +185,16 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	s.Tools = toolset
 	rcfg := cfg.Reaper()
 	rcfg.DeliveryGrace = contract.DeliveryGrace
-	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Jobs: s.Jobs, Clock: clock, Logger: log}, rcfg)
+	metrics := o.Metrics
+	if metrics == nil && cfg.Metrics == config.MetricsEMF {
+		metrics = emf.New(os.Stdout, cfg.MetricsNamespace, clock)
+	}
+	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Jobs: s.Jobs, Clock: clock, Logger: log, Metrics: metrics}, rcfg)
 	if s.Signer, err = interrupts.NewSigner(s.Secret); err != nil {
 		return s, err
 	}
 	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
-		Signer: s.Signer, Jobs: s.Jobs, Logger: log},
+		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log},
 		jobs.Config{Contract: contract, ModelName: s.ModelName})

@@ -107,4 +107,7 @@
 // server reports them; index write units computed by DynamoDB's rules where the server reports none, as dynalite
 // does). The tests pin the budget of each method (TestRequestCounts) and the heartbeat's cost (TestHeartbeatCost);
 // the benchmarks report requests and units per turn, per heartbeat and per reaper sweep.
+//
+// In production the Store meters itself per run: a request whose context carries an agent.StoreMeter is counted
+// on it with the capacity the response reports (see meter.go), which the engine records in the run's outcome.
 package dynamo

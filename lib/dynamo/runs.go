@@ -3,6 +3,7 @@ package dynamo
 import (
 	"cmp"
 	"context"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,7 +29,33 @@ const (
 	attrFinishedAt = "finishedAt"
 	attrFirstSeq   = "firstSeq" // the first message position the claim reserved for the run
 	attrReserved   = "reserved" // how many positions it reserved
+	// The run's store cost (agent.StoreUsage), set by FinishRun when measured; units in thousandths.
+	attrStoreRequests  = "storeRequests"
+	attrStoreRead      = "storeReadMilli"
+	attrStoreWrite     = "storeWriteMilli"
+	attrStoreThrottled = "storeThrottled"
+	// attrLate marks a run whose late usage (RecordLateUsage) is in its usage counters; the late usage itself is
+	// kept beside it (attrLate + the usage attribute names).
+	attrLate = "late"
 )
+
+// storeSets renders the SET clauses that record a run's store cost.
+func storeSets(e *expr, su agent.StoreUsage) []string {
+	return []string{
+		e.n(attrStoreRequests) + " = " + e.v(avN(su.Requests)),
+		e.n(attrStoreRead) + " = " + e.v(avN(int64(math.Round(su.ReadUnits*1000)))),
+		e.n(attrStoreWrite) + " = " + e.v(avN(int64(math.Round(su.WriteUnits*1000)))),
+		e.n(attrStoreThrottled) + " = " + e.v(avN(su.Throttled)),
+	}
+}
+
+func decodeStore(it item) *agent.StoreUsage {
+	if !has(it, attrStoreRequests) {
+		return nil
+	}
+	return &agent.StoreUsage{Requests: getN(it, attrStoreRequests), ReadUnits: float64(getN(it, attrStoreRead)) / 1000,
+		WriteUnits: float64(getN(it, attrStoreWrite)) / 1000, Throttled: getN(it, attrStoreThrottled)}
+}
 
 func runItem(r agent.Run) item {
 	it := key(threadPK(r.ThreadID), runSK(r.ID))
@@ -77,6 +104,11 @@ func decodeRun(it item) agent.Run {
 	}
 	if has(it, attrErrCode) || has(it, attrErrMessage) {
 		r.Error = &agent.RunError{Code: getS(it, attrErrCode), Message: getS(it, attrErrMessage)}
+	}
+	r.Store = decodeStore(it)
+	if getBool(it, attrLate) {
+		late := decodeLate(it)
+		r.LateUsage = &late
 	}
 	return r
 }
@@ -401,6 +433,11 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 		e.n(attrUsageOut) + " = " + e.v(avN(run.Usage.OutputTokens)),
 		e.n(attrUsageTotal) + " = " + e.v(avN(run.Usage.TotalTokens)),
 		e.n(attrUsageCached) + " = " + e.v(avN(run.Usage.CachedInputTokens)),
+		e.n(attrUsageReasoning) + " = " + e.v(avN(run.Usage.ReasoningTokens)),
+		e.n(attrUsageCost) + " = " + e.v(avN(run.Usage.CostMicroUSD)),
+	}
+	if run.Store != nil {
+		sets = append(sets, storeSets(e, *run.Store)...)
 	}
 	var removes []string
 	// UpdatedAt as given, else the finish time, else left as stored.
@@ -484,7 +521,8 @@ func usageAdd(e *expr, u agent.Usage) string {
 	for _, c := range []struct {
 		attr string
 		n    int64
-	}{{attrUsageIn, u.InputTokens}, {attrUsageOut, u.OutputTokens}, {attrUsageTotal, u.TotalTokens}, {attrUsageCached, u.CachedInputTokens}} {
+	}{{attrUsageIn, u.InputTokens}, {attrUsageOut, u.OutputTokens}, {attrUsageTotal, u.TotalTokens},
+		{attrUsageCached, u.CachedInputTokens}, {attrUsageReasoning, u.ReasoningTokens}, {attrUsageCost, u.CostMicroUSD}} {
 		if c.n != 0 {
 			parts = append(parts, e.n(c.attr)+" "+e.v(avN(c.n)))
 		}

@@ -41,6 +41,9 @@ const (
 	attrUsageOut    = "usageOutput"
 	attrUsageTotal  = "usageTotal"
 	attrUsageCached = "usageCached"
+	// Reasoning tokens and cost (micro-USD) were added later: an item without them reads them as 0.
+	attrUsageReasoning = "usageReasoning"
+	attrUsageCost      = "usageCostMicroUsd"
 )
 
 func recency(updatedAt time.Time, id string) string { return fmtTime(updatedAt) + "#" + id }
@@ -54,6 +57,8 @@ func usageAttrs(it item, u agent.Usage) {
 	it[attrUsageOut] = avN(u.OutputTokens)
 	it[attrUsageTotal] = avN(u.TotalTokens)
 	it[attrUsageCached] = avN(u.CachedInputTokens)
+	it[attrUsageReasoning] = avN(u.ReasoningTokens)
+	it[attrUsageCost] = avN(u.CostMicroUSD)
 }
 
 func decodeUsage(it item) agent.Usage {
@@ -62,6 +67,8 @@ func decodeUsage(it item) agent.Usage {
 		OutputTokens:      getN(it, attrUsageOut),
 		TotalTokens:       getN(it, attrUsageTotal),
 		CachedInputTokens: getN(it, attrUsageCached),
+		ReasoningTokens:   getN(it, attrUsageReasoning),
+		CostMicroUSD:      getN(it, attrUsageCost),
 	}
 }
 

@@ -37,6 +37,9 @@ type Turn struct {
 	pumped bool
 	// held names queued messages that the thread holds but the turn's window does not show (window.go).
 	held map[string]bool
+	// meter counts the turn's store requests from its claim on (agent.StoreMeter); began is when the turn began.
+	meter *agent.StoreMeter
+	began time.Time
 }
 
 // Run returns the claimed run record.
@@ -77,6 +80,8 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	if err := e.Validate(req); err != nil {
 		return nil, err
 	}
+	meter, began := new(agent.StoreMeter), time.Now()
+	ctx = agent.WithStoreMeter(ctx, meter)
 	claim, claimedAt, err := e.claim(ctx, req)
 	if errors.Is(err, agent.ErrRunActive) && req.Multitask == MultitaskEnqueue && req.Kind == TurnSubmit &&
 		req.Message.Role == agent.RoleUser && !req.edits() {
@@ -85,7 +90,8 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claimedAt, pumped: req.Kind == TurnQueued}
+	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claimedAt, pumped: req.Kind == TurnQueued,
+		meter: meter, began: began}
 	plan, err := t.readAndPlan(ctx, req)
 	if err != nil {
 		return nil, t.abort(ctx, err)

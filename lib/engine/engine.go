@@ -113,6 +113,9 @@ type Engine struct {
 	jobs   agent.Jobs
 	log    *slog.Logger
 	cfg    Config
+	// prices turns each step's usage into cost (empty: no cost); metrics receives each run's outcome.
+	prices  agent.Prices
+	metrics agent.Metrics
 }
 
 // Deps are the engine's ports.
@@ -129,12 +132,19 @@ type Deps struct {
 	// takes the queue).
 	Jobs   agent.Jobs
 	Logger *slog.Logger
+	// Prices is the price table (agent.ParsePrices; the zero value prices nothing, and usage carries no cost).
+	Prices agent.Prices
+	// Metrics receives run outcomes (nil: agent.NopMetrics).
+	Metrics agent.Metrics
 }
 
 // New builds an engine.
 func New(d Deps, cfg Config) *Engine {
 	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, signer: d.Signer, jobs: d.Jobs, log: d.Logger,
-		cfg: cfg.withDefaults(), tools: map[string]agent.Tool{}}
+		cfg: cfg.withDefaults(), tools: map[string]agent.Tool{}, prices: d.Prices, metrics: d.Metrics}
+	if e.metrics == nil {
+		e.metrics = agent.NopMetrics{}
+	}
 	if e.clock == nil {
 		e.clock = agent.SystemClock{}
 	}

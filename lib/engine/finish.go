@@ -18,13 +18,14 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	if err := t.awaitUser(); err != nil {
 		s.log.Error("store user message", "err", err)
 		if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errInDoubt) {
-			return s.abandon(errFenced)
+			return s.abandon(ctx, errFenced)
 		}
 		// The reply has nothing to answer: leave no message, release the claim, tell the client.
 		runErr := &agent.RunError{Code: agent.CodePersistFailed, Message: "Your message could not be saved; please send it again."}
 		t.run.Status, t.run.Error, t.run.Usage, t.run.Steps, t.run.Model = agent.RunFailed, runErr, s.usage, s.steps, s.model
 		t.run.FinishedAt = e.clock.Now()
 		t.run.UpdatedAt = t.run.FinishedAt
+		t.run.Store = s.storeUsage()
 		if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
 			s.log.Error("finish run", "err", err)
 		}
@@ -38,7 +39,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	msgStatus := status.MessageStatus()
 	if err := s.putMessage(ctx, msgStatus, true); err != nil {
 		if errors.Is(err, agent.ErrRunFenced) {
-			return s.abandon(errFenced)
+			return s.abandon(ctx, errFenced)
 		}
 		// Failing for good, or for so long that the claim is in doubt: either way the reply is not stored, and
 		// the reaper recovers it from the segments once the claim is stale.
@@ -54,16 +55,15 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	t.run.Status, t.run.Error, t.run.Usage, t.run.Steps, t.run.Model = status, runErr, s.usage, s.steps, s.model
 	t.run.FinishedAt = e.clock.Now()
 	t.run.UpdatedAt = t.run.FinishedAt
+	t.run.Store = s.storeUsage()
 	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }, s.guard.writable); err != nil {
 		if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errInDoubt) {
-			return s.abandon(errFenced)
+			return s.abandon(ctx, errFenced)
 		}
 		// The reaper finishes the run from its stored final message (the claim goes stale).
 		s.log.Error("finish run; leaving the run to the reaper", "err", err)
 	}
 	s.end(msgStatus, runErr, finishReason(status, s.finishReason))
-	s.log.Info("agent.run", "status", status, "steps", s.steps, "model", s.model,
-		"input_tokens", s.usage.InputTokens, "output_tokens", s.usage.OutputTokens)
 	return t.run
 }
 
@@ -74,6 +74,7 @@ func (s *stepper) finishNoop(ctx context.Context) agent.Run {
 	t.run.Status = agent.RunCompleted
 	t.run.FinishedAt = e.clock.Now()
 	t.run.UpdatedAt = t.run.FinishedAt
+	t.run.Store = s.storeUsage()
 	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
 		s.log.Warn("finish a run with nothing to do", "err", err)
 	}
@@ -83,7 +84,6 @@ func (s *stepper) finishNoop(ctx context.Context) agent.Run {
 	}
 	s.out.send(uistream.Finish{FinishReason: agent.FinishStop, Metadata: md})
 	s.out.close()
-	s.log.Info("agent.run", "status", t.run.Status, "steps", 0, "noop", true)
 	return t.run
 }
 
@@ -100,16 +100,27 @@ func (s *stepper) end(st agent.MessageStatus, runErr *agent.RunError, reason age
 	s.out.close()
 }
 
-// abandon ends a run that lost its claim: it tells the client and writes nothing more to the store (not even a
-// segment: the reaper or the new claim holder owns the thread's story now).
-func (s *stepper) abandon(cause error) agent.Run {
+// abandon ends a run that lost its claim: it tells the client and writes nothing more that a reader sees of its
+// messages, segments or outcome (not even a segment: the reaper or the new claim holder owns the thread's story
+// now). The one write it still makes is the accounting the issue asks for: the tokens it spent beyond what the
+// reaper counted from its draft (recordLate).
+func (s *stepper) abandon(ctx context.Context, cause error) agent.Run {
 	t := s.turn
 	s.log.Warn("run lost its claim; stopping without writes", "cause", cause)
 	s.out.detach()
 	s.end(agent.MessageFailed, &agent.RunError{Code: agent.CodeRunFenced, Message: "This run was taken over and stopped."}, agent.FinishError)
+	s.recordLate(ctx)
 	t.run.Status = agent.RunFailed
 	t.run.Error = &agent.RunError{Code: agent.CodeRunFenced, Message: "the run lost its claim"}
+	t.run.Usage = s.usage
 	return t.run
+}
+
+// storeUsage is what the run has cost the store so far, for its outcome (the FinishRun write that stores it,
+// the final segment and the queue pass after it are not in it; the agent.run line counts them).
+func (s *stepper) storeUsage() *agent.StoreUsage {
+	st := s.turn.meter.Snapshot()
+	return &st
 }
 
 // unsaved ends a run whose reply could not be stored: the client learns it failed (never completed), the stream

@@ -230,6 +230,7 @@ func (s *stepper) applyAnswers(ctx context.Context) {
 			no := false
 			p.State, p.Approval = agent.StateOutputDenied, &agent.PartApproval{ID: a.Interrupt.ID, Approved: &no, Reason: a.Reason}
 			s.out.send(uistream.ToolOutputDenied{ToolCallID: p.ToolCallID})
+			s.logTool(a.Interrupt.ToolName, p.ToolCallID, toolDenied, 0)
 		case agent.InterruptAnswered:
 			if a.Failed() {
 				p.State, p.ErrorText = agent.StateOutputError, a.ErrorText

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,7 @@ import (
 // run is bounded by its own wall clock instead.
 func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	e := t.e
-	ctx = context.WithoutCancel(ctx)
+	ctx = agent.WithStoreMeter(context.WithoutCancel(ctx), t.meter)
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	runCtx, cancelTimeout := context.WithTimeoutCause(runCtx, e.cfg.RunTimeout, errRunTimeout)
@@ -37,7 +38,7 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	s.out.send(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: metadataJSON(map[string]any{"runId": t.run.ID})})
 	if t.plan.noop {
 		s.guard.stop()
-		return s.finishNoop(ctx)
+		return s.report(s.finishNoop(ctx))
 	}
 
 	s.applyAnswers(runCtx)
@@ -45,7 +46,7 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	s.guard.stop()
 	switch cause := context.Cause(runCtx); {
 	case errors.Is(cause, errFenced), errors.Is(cause, errInDoubt):
-		return s.abandon(cause)
+		return s.report(s.abandon(ctx, cause))
 	case errors.Is(cause, errCanceled):
 		status, runErr = agent.RunCanceled, nil
 	case errors.Is(cause, errRunTimeout):
@@ -53,7 +54,7 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	}
 	run := s.finish(ctx, status, runErr)
 	t.pump(ctx)
-	return run
+	return s.report(run)
 }
 
 // stepper is one run's loop state: the draft assistant message as typed parts (encoded once per write), the
@@ -72,6 +73,10 @@ type stepper struct {
 	finishReason agent.FinishReason
 	// waiting holds the interrupts the run asks for, stored before it ends interrupted.
 	waiting waiting
+	// unpriced is set once a step's model was missing from a non-empty price table (logged once per run).
+	unpriced bool
+	// late is what the run recorded as spent after it lost its claim (RecordLateUsage), nil when nothing.
+	late *agent.Usage
 }
 
 // loop runs the steps. It returns the run's outcome; a canceled runCtx is resolved by the caller.
@@ -94,10 +99,12 @@ func (s *stepper) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 		s.out.send(uistream.StartStep{})
 		s.parts = append(s.parts, agent.Part{Type: "step-start"})
 		res, calls, err := s.modelStep(ctx, step)
-		s.usage = s.usage.Add(res.Usage)
 		if res.Model != "" {
 			s.model = res.Model
 		}
+		used := s.price(cmp.Or(res.Model, s.model, e.cfg.Model), res.Usage)
+		s.usage = s.usage.Add(used)
+		s.logStep(step, res, used, len(calls), time.Since(begin), err)
 		if err != nil {
 			s.out.send(uistream.FinishStep{})
 			if ctx.Err() != nil {
@@ -119,9 +126,6 @@ func (s *stepper) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 			s.persistDraft(ctx)
 			s.out.flush()
 		}
-		s.log.Info("agent.step", "step", step, "tool_calls", len(calls), "model", s.model,
-			"finish_reason", res.FinishReason, "input_tokens", res.Usage.InputTokens, "output_tokens", res.Usage.OutputTokens,
-			"ms", time.Since(begin).Milliseconds())
 		if pending > 0 {
 			if err := s.storeInterrupts(ctx); err != nil {
 				s.log.Error("store interrupts", "err", err)
@@ -254,4 +258,68 @@ func metadataJSON(v any) json.RawMessage {
 		panic("engine: metadata: " + err.Error())
 	}
 	return b
+}
+
+// price puts the cost of one step's usage on it, priced for model (the one the provider reported, else the
+// configured one). A model the table does not price costs 0 and is logged once per run.
+func (s *stepper) price(model string, u agent.Usage) agent.Usage {
+	e := s.turn.e
+	if e.prices.Len() == 0 {
+		return u
+	}
+	cost, known := e.prices.Cost(model, u)
+	if !known && !s.unpriced && u != (agent.Usage{}) {
+		s.unpriced = true
+		s.log.Warn("agent.price_unknown", "model", model)
+	}
+	u.CostMicroUSD = cost
+	return u
+}
+
+// logStep writes the agent.step line of one model step (the logger carries the run and thread ids).
+func (s *stepper) logStep(step int, res agent.ModelResult, u agent.Usage, calls int, took time.Duration, err error) {
+	attrs := []any{"step", step, "model", cmp.Or(res.Model, s.model, s.turn.e.cfg.Model), "finish_reason", res.FinishReason,
+		"tool_calls", calls, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens,
+		"cached_input_tokens", u.CachedInputTokens, "reasoning_tokens", u.ReasoningTokens, "total_tokens", u.TotalTokens,
+		"cost_micro_usd", u.CostMicroUSD, "latency_ms", took.Milliseconds()}
+	if err != nil {
+		code, _ := agent.Public(err)
+		s.log.Warn("agent.step", append(attrs, "error_code", code, "err", err)...)
+		return
+	}
+	s.log.Info("agent.step", attrs...)
+}
+
+// report writes the run's one agent.run line and hands its outcome to the metrics port; every way Stream ends
+// passes here exactly once.
+func (s *stepper) report(run agent.Run) agent.Run {
+	t, e := s.turn, s.turn.e
+	took := time.Since(t.began)
+	st := t.meter.Snapshot()
+	u := s.usage
+	outcome, code := string(run.Status), ""
+	if run.Error != nil {
+		code = run.Error.Code
+		if code == agent.CodeRunFenced {
+			outcome = "fenced"
+		}
+	}
+	attrs := []any{"trigger", t.run.Trigger, "status", run.Status, "outcome", outcome, "error_code", code,
+		"steps", s.steps, "model", s.model, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens,
+		"cached_input_tokens", u.CachedInputTokens, "reasoning_tokens", u.ReasoningTokens, "total_tokens", u.TotalTokens,
+		"cost_micro_usd", u.CostMicroUSD, "store_requests", st.Requests, "store_read_units", st.ReadUnits,
+		"store_write_units", st.WriteUnits, "store_throttled", st.Throttled, "duration_ms", took.Milliseconds()}
+	if t.plan.noop {
+		attrs = append(attrs, "noop", true)
+	}
+	if s.late != nil {
+		attrs = append(attrs, "late_input_tokens", s.late.InputTokens, "late_output_tokens", s.late.OutputTokens,
+			"late_cost_micro_usd", s.late.CostMicroUSD)
+	}
+	s.log.Info("agent.run", attrs...)
+	e.metrics.RunFinished(agent.RunMetrics{Outcome: outcome, Model: s.model, Usage: u, Duration: took, Store: st})
+	if st.Throttled > 0 {
+		e.metrics.StoreThrottled(int(st.Throttled))
+	}
+	return run
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ type fixture struct {
 	eng   *engine.Engine
 	store agent.Store // as the engine sees it (wrapped when the test asked)
 	model *offline.Server
+	log   *slog.Logger // the components' logger (Options.Logger)
 }
 
 // option adjusts a fixture before it is built.
@@ -60,7 +62,7 @@ func setup(t *testing.T, opts ...option) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(stack.Close)
-	return &fixture{stack: stack, eng: stack.Engine, store: stack.Store, model: srv}
+	return &fixture{stack: stack, eng: stack.Engine, store: stack.Store, model: srv, log: o.Logger}
 }
 
 // engineWith builds a second engine over the fixture's store, model and tools with an adjusted engine config

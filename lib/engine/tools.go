@@ -46,17 +46,22 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 		switch {
 		case !known:
 			s.result(i, toolResult{err: fmt.Errorf("unknown tool %q", c.Name)})
+			s.logTool(c.Name, c.ID, toolUnknown, 0)
 		case !validInput:
 			s.result(i, toolResult{err: fmt.Errorf("tool input is not valid JSON")})
+			s.logTool(c.Name, c.ID, toolInvalidInput, 0)
 		case tool.Kind == agent.ToolClient || s.needsApproval(tool, input):
 			// Waits for the client (tool output) or a human (approval); the run ends interrupted.
 			if err := s.ask(tool, c, input, i); err != nil {
 				s.result(i, toolResult{err: fmt.Errorf("tool %q could not ask for approval", c.Name)})
+				s.logTool(c.Name, c.ID, toolError, 0)
 				continue
 			}
+			s.logTool(c.Name, c.ID, pick(tool.Kind == agent.ToolClient, toolClient, toolApproval), 0)
 			pending++
 		case tool.Execute == nil:
 			s.result(i, toolResult{err: fmt.Errorf("tool %q cannot run on the server", c.Name)})
+			s.logTool(c.Name, c.ID, toolError, 0)
 		default:
 			toRun = append(toRun, toolCallAt{part: i, call: agent.ToolCall{ID: c.ID, Name: c.Name, Arguments: string(input)}})
 		}
@@ -89,6 +94,9 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 	// tool recorded, not lost: principle 9). A run that stopped, or whose claim is in doubt, starts no tool;
 	// finish then marks those calls "not executed", which is true.
 	if t.awaitUser() != nil || ctx.Err() != nil || !s.guard.writable() {
+		for _, c := range calls {
+			s.logTool(c.call.Name, c.call.ID, toolNotExecuted, 0)
+		}
 		return
 	}
 	s.out.flush()
@@ -128,21 +136,48 @@ func (s *stepper) executeOne(ctx context.Context, idx int, tool agent.Tool, inv 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var r toolResult
+	outcome := toolOK
 	select {
 	case r = <-done:
 		if errors.Is(r.err, context.DeadlineExceeded) {
 			r.err = fmt.Errorf("tool %q timed out after %s", tool.Name, timeout)
+			outcome = toolTimeout
 		}
 	case <-timer.C:
 		r = toolResult{idx: idx, err: fmt.Errorf("tool %q timed out after %s; its outcome is unknown", tool.Name, timeout)}
+		outcome = toolTimeout
 	}
-	outcome := "ok"
-	if r.err != nil {
-		outcome = "error"
+	if r.err != nil && outcome == toolOK {
+		outcome = toolError
 	}
-	s.log.Info("agent.tool", "tool", tool.Name, "tool_call_id", inv.ToolCallID, "outcome", outcome,
-		"ms", time.Since(begin).Milliseconds())
+	s.logTool(tool.Name, inv.ToolCallID, outcome, time.Since(begin))
 	results <- r
+}
+
+// Tool outcomes as the agent.tool log line names them.
+const (
+	toolOK           = "ok"            // executed, returned its output
+	toolError        = "error"         // executed (or could not be), returned an error the model reads
+	toolTimeout      = "timeout"       // did not return within the tool timeout
+	toolDenied       = "denied"        // a human denied the approval: not executed
+	toolApproval     = "approval"      // waits for a human's approval (the run ends interrupted)
+	toolClient       = "client"        // a client tool: the browser answers it
+	toolUnknown      = "unknown_tool"  // the model named a tool that does not exist
+	toolInvalidInput = "invalid_input" // the model's arguments are not JSON
+	toolNotExecuted  = "not_executed"  // the run stopped (or its claim was in doubt) before the tool could start
+)
+
+// logTool writes the agent.tool line of one tool call (the logger carries the run and thread ids).
+func (s *stepper) logTool(name, callID, outcome string, took time.Duration) {
+	s.log.Info("agent.tool", "tool", name, "tool_call_id", callID, "outcome", outcome, "duration_ms", took.Milliseconds())
+}
+
+// pick is a conditional expression.
+func pick[T any](cond bool, yes, no T) T {
+	if cond {
+		return yes
+	}
+	return no
 }
 
 // needsApproval applies the tool's approval policy: a per-input decision, always, or (mutating tools) when the

@@ -213,16 +213,21 @@ func usage(msgs []wireMessage, rep reply) wireUsage {
 			cached += n
 		}
 	}
-	completion := countWords(rep.reasoning) + countWords(rep.text())
+	reasoning := countWords(rep.reasoning)
+	completion := reasoning + countWords(rep.text())
 	for _, c := range rep.calls {
 		completion += 1 + countWords(c.Function.Name+" "+c.Function.Arguments)
 	}
-	return wireUsage{
+	u := wireUsage{
 		PromptTokens:        prompt,
 		CompletionTokens:    completion,
 		TotalTokens:         prompt + completion,
 		PromptTokensDetails: promptDetails{CachedTokens: cached},
 	}
+	if reasoning > 0 {
+		u.CompletionTokensDetails = &completionDetails{ReasoningTokens: reasoning}
+	}
+	return u
 }
 
 // output writes one reply in either wire form.

@@ -69,6 +69,12 @@ type wireUsage struct {
 	CompletionTokens    int64         `json:"completion_tokens"`
 	TotalTokens         int64         `json:"total_tokens"`
 	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+	// CompletionTokensDetails is sent only when the reply reasons (as providers without reasoning leave it out).
+	CompletionTokensDetails *completionDetails `json:"completion_tokens_details,omitempty"`
+}
+
+type completionDetails struct {
+	ReasoningTokens int64 `json:"reasoning_tokens"`
 }
 
 type promptDetails struct {

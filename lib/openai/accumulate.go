@@ -51,6 +51,7 @@ func (a *accumulator) add(c oai.ChatCompletionChunk) error {
 			OutputTokens:      u.CompletionTokens,
 			TotalTokens:       u.TotalTokens,
 			CachedInputTokens: u.PromptTokensDetails.CachedTokens,
+			ReasoningTokens:   u.CompletionTokensDetails.ReasoningTokens,
 		}
 		if a.usage.TotalTokens == 0 {
 			a.usage.TotalTokens = u.PromptTokens + u.CompletionTokens

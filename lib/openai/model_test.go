@@ -394,6 +394,23 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// Reasoning tokens come from completion_tokens_details.reasoning_tokens and are part of the output tokens.
+func TestUsageReasoning(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/think ponder this"}}}
+	res, _, err := run(context.Background(), f.model(nil), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Offline estimate: the user message is 1+3 prompt tokens, none cached (it is the only one); the reasoning
+	// "Thinking about: ponder this" is 4 words and the reply "You said: ponder this" 4 more.
+	want := agent.Usage{InputTokens: 4, OutputTokens: 8, TotalTokens: 12, ReasoningTokens: 4}
+	if res.Usage != want {
+		t.Fatalf("usage %+v, want %+v", res.Usage, want)
+	}
+}
+
 func TestRetries(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -75,16 +75,19 @@ type Deps struct {
 	Jobs   agent.Jobs
 	Clock  agent.Clock
 	Logger *slog.Logger
+	// Metrics counts reaped runs (nil: agent.NopMetrics).
+	Metrics agent.Metrics
 }
 
 // Reaper reaps stale runs.
 type Reaper struct {
-	store Store
-	tools map[string]agent.Tool
-	jobs  agent.Jobs
-	clock agent.Clock
-	log   *slog.Logger
-	cfg   Config
+	store   Store
+	tools   map[string]agent.Tool
+	jobs    agent.Jobs
+	clock   agent.Clock
+	log     *slog.Logger
+	metrics agent.Metrics
+	cfg     Config
 }
 
 // New builds a reaper.
@@ -93,7 +96,10 @@ func New(d Deps, cfg Config) *Reaper {
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
 	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
 	cfg.DeliveryGrace = cmp.Or(cfg.DeliveryGrace, agent.DefaultJobContract().DeliveryGrace)
-	r := &Reaper{store: d.Store, jobs: d.Jobs, clock: d.Clock, log: d.Logger, cfg: cfg, tools: map[string]agent.Tool{}}
+	r := &Reaper{store: d.Store, jobs: d.Jobs, clock: d.Clock, log: d.Logger, metrics: d.Metrics, cfg: cfg, tools: map[string]agent.Tool{}}
+	if r.metrics == nil {
+		r.metrics = agent.NopMetrics{}
+	}
 	if r.clock == nil {
 		r.clock = agent.SystemClock{}
 	}
@@ -121,6 +127,15 @@ type Stats struct {
 // Tick runs one sweep (the scheduled function calls it). A failure on one claim is logged and the others go on.
 func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 	var st Stats
+	// The sweep's store requests are metered so that its throttled ones reach the metrics (a run's are counted
+	// by the engine).
+	meter := new(agent.StoreMeter)
+	ctx = agent.WithStoreMeter(ctx, meter)
+	defer func() {
+		if n := meter.Snapshot().Throttled; n > 0 {
+			r.metrics.StoreThrottled(int(n))
+		}
+	}()
 	claims, err := r.store.ListStaleClaims(ctx, r.clock.Now().Add(-r.cfg.StaleAfter), r.cfg.Batch)
 	if err != nil {
 		return st, fmt.Errorf("reaper: list stale claims: %w", err)
@@ -262,7 +277,7 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 	if err := r.finishRun(ctx, run, draft, usage); err != nil {
 		return true, err
 	}
-	log.Info("agent.reap", "outcome", "reaped", "input_tokens", usage.InputTokens, "output_tokens", usage.OutputTokens)
+	r.logReaped(log, "reaped", run, usage)
 	return true, nil
 }
 
@@ -287,8 +302,11 @@ func (r *Reaper) ReapOrphan(ctx context.Context, threadID, runID string) error {
 	}
 	switch {
 	case run.Status == agent.RunRunning:
-		r.log.Info("agent.reap", "thread_id", threadID, "run_id", runID, "outcome", "orphan")
-		return r.finishRun(ctx, run, draft, usage)
+		if err := r.finishRun(ctx, run, draft, usage); err != nil {
+			return err
+		}
+		r.logReaped(r.log.With("thread_id", threadID, "run_id", runID, "epoch", run.Epoch), "orphan", run, usage)
+		return nil
 	case run.Status == agent.RunFailed && run.Error != nil && run.Error.Code == agent.CodeStale &&
 		draft != nil && draft.Message.Meta().Status == agent.MessageStreaming:
 		// The reaper recorded the outcome and died before the message and the stream's end.
@@ -316,6 +334,16 @@ func (r *Reaper) Orphans(ctx context.Context, threadID, active string, msgs []ag
 		}
 	}
 	return n
+}
+
+// logReaped writes the one agent.reap line of a run this reaper finished, with the usage it counted for it (the
+// draft's; what the run spent after that it records itself, engine "late usage"), and counts it for metrics.
+func (r *Reaper) logReaped(log *slog.Logger, outcome string, run agent.Run, usage agent.Usage) {
+	log.Info("agent.reap", "outcome", outcome, "trigger", run.Trigger, "model", run.Model, "input_tokens", usage.InputTokens,
+		"output_tokens", usage.OutputTokens, "cached_input_tokens", usage.CachedInputTokens,
+		"reasoning_tokens", usage.ReasoningTokens, "total_tokens", usage.TotalTokens, "cost_micro_usd", usage.CostMicroUSD,
+		"age_ms", r.clock.Now().Sub(run.CreatedAt).Milliseconds())
+	r.metrics.Reaped(1)
 }
 
 // draftOf reads the run's assistant message (nil when there is none) and the usage to count for the run: the

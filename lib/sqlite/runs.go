@@ -13,18 +13,35 @@ import (
 const runCols = `thread_id, id, trigger, status, error, usage_input, usage_output, usage_total, usage_cached,
 	steps, model, assistant_message_id, epoch, created_at, updated_at, finished_at, first_seq, reserved`
 
+// runReadCols are runCols and the columns of version 5 (ClaimRun's insert leaves them to their defaults).
+const runReadCols = runCols + `, usage_reasoning, usage_cost, store, late_usage`
+
 func scanRun(sc scanner) (agent.Run, error) {
 	var (
 		r                agent.Run
 		runErr           sql.NullString
 		created, updated int64
 		finished         sql.NullInt64
+		store, late      sql.NullString
 	)
 	err := sc.Scan(&r.ThreadID, &r.ID, &r.Trigger, &r.Status, &runErr,
 		&r.Usage.InputTokens, &r.Usage.OutputTokens, &r.Usage.TotalTokens, &r.Usage.CachedInputTokens,
-		&r.Steps, &r.Model, &r.AssistantMessageID, &r.Epoch, &created, &updated, &finished, &r.FirstSeq, &r.Reserved)
+		&r.Steps, &r.Model, &r.AssistantMessageID, &r.Epoch, &created, &updated, &finished, &r.FirstSeq, &r.Reserved,
+		&r.Usage.ReasoningTokens, &r.Usage.CostMicroUSD, &store, &late)
 	if err != nil {
 		return agent.Run{}, err
+	}
+	if store.Valid {
+		r.Store = &agent.StoreUsage{}
+		if err := json.Unmarshal([]byte(store.String), r.Store); err != nil {
+			return agent.Run{}, err
+		}
+	}
+	if late.Valid {
+		r.LateUsage = &agent.Usage{}
+		if err := json.Unmarshal([]byte(late.String), r.LateUsage); err != nil {
+			return agent.Run{}, err
+		}
 	}
 	if runErr.Valid {
 		r.Error = &agent.RunError{}
@@ -139,7 +156,7 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 				req.RunID, req.ThreadID)
 		}
 		th, err := scanThread(c.queryRow(ctx, `UPDATE threads SET epoch = ?, claim_run_id = ?, claim_epoch = ?,
-			claim_heartbeat_at = ?, claim_cancel = 0, next_seq = ? WHERE id = ? RETURNING `+threadCols,
+			claim_heartbeat_at = ?, claim_cancel = 0, next_seq = ? WHERE id = ? RETURNING `+threadReadCols,
 			epoch, req.RunID, epoch, now, row.nextSeq+int64(reserve), req.ThreadID))
 		if err != nil {
 			return err
@@ -165,7 +182,7 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 func readClaimResult(ctx context.Context, c conn, threadID, runID string) (agent.ClaimResult, error) {
 	var previous sql.NullString
 	run, err := scanRun(scanFunc(func(dest ...any) error {
-		return c.queryRow(ctx, `SELECT `+runCols+`, previous FROM runs WHERE thread_id = ? AND id = ?`,
+		return c.queryRow(ctx, `SELECT `+runReadCols+`, previous FROM runs WHERE thread_id = ? AND id = ?`,
 			threadID, runID).Scan(append(dest, &previous)...)
 	}))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -177,7 +194,7 @@ func readClaimResult(ctx context.Context, c conn, threadID, runID string) (agent
 	if err != nil {
 		return agent.ClaimResult{}, err
 	}
-	th, err := scanThread(c.queryRow(ctx, `SELECT `+threadCols+` FROM threads WHERE id = ?`, threadID))
+	th, err := scanThread(c.queryRow(ctx, `SELECT `+threadReadCols+` FROM threads WHERE id = ?`, threadID))
 	if err != nil {
 		return agent.ClaimResult{}, err
 	}
@@ -259,12 +276,14 @@ func (s *Store) RequestCancel(ctx context.Context, threadID, runID string, now t
 // releaseSQL releases a claim and adds usage in one UPDATE; the caller appends its condition.
 const releaseSQL = `UPDATE threads SET usage_input = usage_input + ?, usage_output = usage_output + ?,
 	usage_total = usage_total + ?, usage_cached = usage_cached + ?,
+	usage_reasoning = usage_reasoning + ?, usage_cost = usage_cost + ?,
 	claim_run_id = NULL, claim_epoch = NULL, claim_heartbeat_at = NULL, claim_cancel = 0,
 	updated_at = coalesce(?, updated_at)
 	WHERE id = ? AND claim_run_id = ? AND claim_epoch = ?`
 
 func releaseArgs(threadID string, f agent.Fence, u agent.Usage, updated time.Time) []any {
-	return []any{u.InputTokens, u.OutputTokens, u.TotalTokens, u.CachedInputTokens, nullMillis(updated),
+	return []any{u.InputTokens, u.OutputTokens, u.TotalTokens, u.CachedInputTokens, u.ReasoningTokens, u.CostMicroUSD,
+		nullMillis(updated),
 		threadID, f.RunID, f.Epoch}
 }
 
@@ -285,6 +304,14 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 		}
 		runErr = string(b)
 	}
+	var store any
+	if run.Store != nil {
+		b, err := json.Marshal(run.Store)
+		if err != nil {
+			return s.fail("encode store usage", err)
+		}
+		store = string(b)
+	}
 	// UpdatedAt as given, else the finish time, else left as stored.
 	updated := nullMillis(run.UpdatedAt)
 	if updated == nil {
@@ -292,11 +319,12 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	}
 	return s.write(ctx, "finish run", func(c conn) error {
 		n, err := c.execN(ctx, `UPDATE runs SET status = ?, error = ?,
-			usage_input = ?, usage_output = ?, usage_total = ?, usage_cached = ?,
-			steps = ?, model = ?, finished_at = ?, updated_at = coalesce(?, updated_at)
+			usage_input = ?, usage_output = ?, usage_total = ?, usage_cached = ?, usage_reasoning = ?, usage_cost = ?,
+			store = ?, steps = ?, model = ?, finished_at = ?, updated_at = coalesce(?, updated_at)
 			WHERE thread_id = ? AND id = ? AND status = ? AND epoch = ?`,
 			string(run.Status), runErr,
 			run.Usage.InputTokens, run.Usage.OutputTokens, run.Usage.TotalTokens, run.Usage.CachedInputTokens,
+			run.Usage.ReasoningTokens, run.Usage.CostMicroUSD, store,
 			run.Steps, run.Model, nullMillis(run.FinishedAt), updated,
 			run.ThreadID, run.ID, string(agent.RunRunning), run.Epoch)
 		if err != nil {
@@ -359,7 +387,7 @@ func (s *Store) ListStaleClaims(ctx context.Context, before time.Time, limit int
 // GetRun reads one run of a thread.
 func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, error) {
 	s.op()
-	r, err := scanRun(s.read().queryRow(ctx, `SELECT `+runCols+` FROM runs WHERE thread_id = ? AND id = ?`,
+	r, err := scanRun(s.read().queryRow(ctx, `SELECT `+runReadCols+` FROM runs WHERE thread_id = ? AND id = ?`,
 		threadID, runID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Run{}, runNotFound(runID)
@@ -407,7 +435,7 @@ func (s *Store) ListRunsPage(ctx context.Context, threadID string, p agent.RunPa
 // ListRuns returns the thread's runs, oldest first.
 func (s *Store) ListRuns(ctx context.Context, threadID string) ([]agent.Run, error) {
 	s.op()
-	rows, err := s.read().query(ctx, `SELECT `+runCols+` FROM runs WHERE thread_id = ? ORDER BY created_at, id`,
+	rows, err := s.read().query(ctx, `SELECT `+runReadCols+` FROM runs WHERE thread_id = ? ORDER BY created_at, id`,
 		threadID)
 	if err != nil {
 		return nil, s.fail("list runs", err)

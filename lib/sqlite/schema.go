@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 4
+const schemaVersion = 5
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -33,7 +33,9 @@ var schema = []string{
 		claim_heartbeat_at INTEGER,
 		claim_cancel       INTEGER NOT NULL DEFAULT 0,
 		next_seq           INTEGER NOT NULL DEFAULT 0,
-		queue_seq          INTEGER NOT NULL DEFAULT 0
+		queue_seq          INTEGER NOT NULL DEFAULT 0,
+		usage_reasoning    INTEGER NOT NULL DEFAULT 0,
+		usage_cost         INTEGER NOT NULL DEFAULT 0 -- micro-USD
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
 	claimedIndex,
@@ -60,6 +62,10 @@ var schema = []string{
 		first_seq            INTEGER NOT NULL DEFAULT 0,
 		reserved             INTEGER NOT NULL DEFAULT 0,
 		previous             TEXT,
+		usage_reasoning      INTEGER NOT NULL DEFAULT 0,
+		usage_cost           INTEGER NOT NULL DEFAULT 0, -- micro-USD
+		store                TEXT, -- JSON of agent.StoreUsage, NULL when not measured
+		late_usage           TEXT, -- JSON of agent.Usage recorded by RecordLateUsage (included in usage_*), NULL when none
 		PRIMARY KEY (thread_id, id)
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS runs_by_created ON runs (thread_id, created_at, id)`,
@@ -233,6 +239,15 @@ var migrations = map[int][]string{
 	4: {
 		`ALTER TABLE threads ADD COLUMN queue_seq INTEGER NOT NULL DEFAULT 0`,
 		jobsTable, jobsByCreated, jobsDue, queueTable, queueBySeq, queueWaiting,
+	},
+	// Version 5 adds reasoning tokens and cost to usage, and a run's store cost and late usage.
+	5: {
+		`ALTER TABLE threads ADD COLUMN usage_reasoning INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE threads ADD COLUMN usage_cost INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE runs ADD COLUMN usage_reasoning INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE runs ADD COLUMN usage_cost INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE runs ADD COLUMN store TEXT`,
+		`ALTER TABLE runs ADD COLUMN late_usage TEXT`,
 	},
 }
 

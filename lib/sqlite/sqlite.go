@@ -172,9 +172,20 @@ type conn struct {
 	n *atomic.Int64
 }
 
+// Per-run metering (agent.StoreMeter): every statement run under a context that carries a meter counts as one
+// request (SQLite has no request unit; a statement is the nearest), and a statement that changes rows adds one
+// write unit per row changed (so WriteUnits are rows written). SQLite has no read units: ReadUnits stay 0.
 func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	c.n.Add(1)
-	return c.x.ExecContext(ctx, query, args...)
+	res, err := c.x.ExecContext(ctx, query, args...)
+	if m := agent.StoreMeterFrom(ctx); m != nil {
+		var rows int64
+		if err == nil {
+			rows, _ = res.RowsAffected()
+		}
+		m.Add(0, float64(rows))
+	}
+	return res, err
 }
 
 // execN runs a statement and returns how many rows it changed.
@@ -188,11 +199,13 @@ func (c conn) execN(ctx context.Context, query string, args ...any) (int64, erro
 
 func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	c.n.Add(1)
+	agent.StoreMeterFrom(ctx).Add(0, 0)
 	return c.x.QueryContext(ctx, query, args...)
 }
 
 func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	c.n.Add(1)
+	agent.StoreMeterFrom(ctx).Add(0, 0)
 	return c.x.QueryRowContext(ctx, query, args...)
 }
 

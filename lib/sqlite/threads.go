@@ -13,6 +13,10 @@ import (
 const threadCols = `id, owner, title, settings, usage_input, usage_output, usage_total, usage_cached,
 	created_at, updated_at, epoch, claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel`
 
+// threadReadCols are threadCols and the columns of version 5, which inserts leave to their defaults or name
+// after threadCols.
+const threadReadCols = threadCols + `, usage_reasoning, usage_cost`
+
 func scanThread(sc scanner) (agent.Thread, error) {
 	var (
 		th               agent.Thread
@@ -24,7 +28,8 @@ func scanThread(sc scanner) (agent.Thread, error) {
 	)
 	err := sc.Scan(&th.ID, &th.Owner, &th.Title, &settings,
 		&th.Usage.InputTokens, &th.Usage.OutputTokens, &th.Usage.TotalTokens, &th.Usage.CachedInputTokens,
-		&created, &updated, &th.Epoch, &claimRun, &claimEpoch, &hb, &cancel)
+		&created, &updated, &th.Epoch, &claimRun, &claimEpoch, &hb, &cancel,
+		&th.Usage.ReasoningTokens, &th.Usage.CostMicroUSD)
 	if err != nil {
 		return agent.Thread{}, err
 	}
@@ -74,13 +79,14 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread,
 		args := append([]any{t.ID, t.Owner, t.Title, string(settings),
 			t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.TotalTokens, t.Usage.CachedInputTokens,
 			millis(t.CreatedAt), millis(t.UpdatedAt), t.Epoch}, claimArgs(t.ActiveRun)...)
-		n, err := c.execN(ctx, `INSERT INTO threads (`+threadCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`, args...)
+		args = append(args, t.Usage.ReasoningTokens, t.Usage.CostMicroUSD)
+		n, err := c.execN(ctx, `INSERT INTO threads (`+threadReadCols+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`, args...)
 		if err != nil {
 			return err
 		}
 		created = n == 1
-		stored, err = scanThread(c.queryRow(ctx, `SELECT `+threadCols+` FROM threads WHERE id = ?`, t.ID))
+		stored, err = scanThread(c.queryRow(ctx, `SELECT `+threadReadCols+` FROM threads WHERE id = ?`, t.ID))
 		return err
 	})
 	if err != nil {
@@ -92,7 +98,7 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread,
 // GetThread reads one thread.
 func (s *Store) GetThread(ctx context.Context, id string) (agent.Thread, error) {
 	s.op()
-	th, err := scanThread(s.read().queryRow(ctx, `SELECT `+threadCols+` FROM threads WHERE id = ?`, id))
+	th, err := scanThread(s.read().queryRow(ctx, `SELECT `+threadReadCols+` FROM threads WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Thread{}, threadNotFound(id)
 	}
@@ -108,7 +114,7 @@ func (s *Store) ListThreads(ctx context.Context, owner string, limit int) ([]age
 	if limit <= 0 {
 		limit = agent.DefaultListLimit
 	}
-	rows, err := s.read().query(ctx, `SELECT `+threadCols+` FROM threads WHERE owner = ?
+	rows, err := s.read().query(ctx, `SELECT `+threadReadCols+` FROM threads WHERE owner = ?
 		ORDER BY updated_at DESC, id DESC LIMIT ?`, owner, limit)
 	if err != nil {
 		return nil, s.fail("list threads", err)
@@ -139,7 +145,7 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 		var err error
 		th, err = scanThread(c.queryRow(ctx, `UPDATE threads
 			SET title = coalesce(?, title), settings = coalesce(?, settings), updated_at = ?
-			WHERE id = ? RETURNING `+threadCols, title, settings, millis(now), id))
+			WHERE id = ? RETURNING `+threadReadCols, title, settings, millis(now), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return threadNotFound(id)
 		}

@@ -387,8 +387,8 @@ func testFinishRunAddsUsage(e *claims) {
 	t := e.t
 	th := newThread(e)
 	usages := []agent.Usage{
-		{InputTokens: 100, OutputTokens: 20, TotalTokens: 120, CachedInputTokens: 50},
-		{InputTokens: 7, OutputTokens: 3, TotalTokens: 10},
+		{InputTokens: 100, OutputTokens: 20, TotalTokens: 120, CachedInputTokens: 50, ReasoningTokens: 12, CostMicroUSD: 987},
+		{InputTokens: 7, OutputTokens: 3, TotalTokens: 10, CostMicroUSD: 5},
 		{},
 	}
 	var total agent.Usage

@@ -93,6 +93,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Jobs", jobTests()},
 		{"Queue", queueTests()},
 		{"Store", storeTests()},
+		{"Usage", usageTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

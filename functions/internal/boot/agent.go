@@ -62,7 +62,7 @@ func (b Base) Tools(js agent.Jobs) []agent.Tool {
 func (b Base) Reaper(toolset []agent.Tool, js agent.Jobs) *reaper.Reaper {
 	cfg := b.Config.Reaper()
 	cfg.DeliveryGrace = Contract().DeliveryGrace
-	return reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Jobs: js, Clock: b.Clock, Logger: b.Log}, cfg)
+	return reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Jobs: js, Clock: b.Clock, Logger: b.Log, Metrics: b.Metrics}, cfg)
 }
 
 // Threads is the thread service (reads, lazy reaps, stream replay).
@@ -97,7 +97,7 @@ func NewAgent(b Base, js agent.Jobs) (*Agent, error) {
 	a := &Agent{Model: b.Model(), Tools: b.Tools(js)}
 	a.Reaper = b.Reaper(a.Tools, js)
 	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Reaper: a.Reaper, Clock: b.Clock,
-		Signer: signer, Jobs: js, Logger: b.Log}, b.Config.Engine(b.ModelName()))
+		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics}, b.Config.Engine(b.ModelName()))
 	a.Threads = b.Threads(a.Reaper)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
 		Logger: b.Log}, jobs.Config{Contract: Contract(), ModelName: b.ModelName()})

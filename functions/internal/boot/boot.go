@@ -26,6 +26,7 @@ import (
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/dynamo"
+	"github.com/agentloop/agentloop/lib/emf"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
 )
 
@@ -86,6 +87,9 @@ type Base struct {
 	Verifier  *auth.Verifier
 	// ModelKey is the model provider's API key ("" when not read or not set).
 	ModelKey string
+	// Metrics is where run outcomes and reaped runs go: CloudWatch EMF documents on stdout unless
+	// AGENT_METRICS=off.
+	Metrics agent.Metrics
 }
 
 // Load reads the settings and the function's secrets (all in one SSM request), and builds the store and, when
@@ -133,5 +137,9 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 	log.Info("cold start", "table", cfg.TableName, "model", cfg.Model, "secrets_from_ssm", fromSSM,
 		"jobs", cfg.JobsStateMachineARN)
 	b.Store = dynamo.New(dynamodb.NewFromConfig(awsCfg), cfg.TableName, dynamo.WithLogger(log))
+	b.Metrics = agent.NopMetrics{}
+	if cfg.Metrics != config.MetricsOff {
+		b.Metrics = emf.New(os.Stdout, cfg.MetricsNamespace, b.Clock)
+	}
 	return b, nil
 }

@@ -1,0 +1,32 @@
+package agent
+
+import "time"
+
+// Metrics receives the operational numbers an operator graphs (lib/emf writes them as CloudWatch Embedded Metric
+// Format). Implementations must be safe for concurrent use and must not block for long: they are called on the
+// run's path.
+type Metrics interface {
+	// RunFinished is called once per run that reached an outcome (an abandoned run included, as "fenced").
+	RunFinished(RunMetrics)
+	// Reaped counts runs the reaper finished.
+	Reaped(n int)
+	// StoreThrottled counts store requests refused for throughput.
+	StoreThrottled(n int)
+}
+
+// RunMetrics is one run's outcome as metrics see it.
+type RunMetrics struct {
+	// Outcome is the run status, or "fenced" for a run that lost its claim.
+	Outcome  string
+	Model    string
+	Usage    Usage
+	Duration time.Duration
+	Store    StoreUsage
+}
+
+// NopMetrics discards everything: the default.
+type NopMetrics struct{}
+
+func (NopMetrics) RunFinished(RunMetrics) {}
+func (NopMetrics) Reaped(int)             {}
+func (NopMetrics) StoreThrottled(int)     {}

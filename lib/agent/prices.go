@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Price is what one model's tokens cost, in US dollars per million tokens. CachedInput is what a cached input
+// token costs (nil: the same as Input). Reasoning tokens are output tokens and are billed as such.
+type Price struct {
+	Input       json.Number  `json:"input"`
+	CachedInput *json.Number `json:"cachedInput,omitempty"`
+	Output      json.Number  `json:"output"`
+}
+
+// Prices is the price table: model name → price. The table is optional (nil prices nothing); ParsePrices reads
+// it from JSON such as
+//
+//	{"gpt-4o-mini": {"input": 0.15, "cachedInput": 0.075, "output": 0.6}}
+//
+// A model is looked up by its exact name, else by the longest table key that is a prefix of it followed by "-"
+// (so "gpt-4o-mini" prices the dated "gpt-4o-mini-2024-07-18" a provider reports).
+type Prices struct {
+	// rates in micro-USD per million tokens, so that Cost is integer arithmetic.
+	rates map[string]rate
+}
+
+type rate struct{ input, cached, output int64 }
+
+// ParsePrices reads a price table (see Prices). Prices are decimal numbers of US dollars per million tokens
+// with at most 6 decimals (a micro-dollar per million tokens); negative prices are refused.
+func ParsePrices(data []byte) (Prices, error) {
+	var raw map[string]Price
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.UseNumber()
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return Prices{}, E(KindInvalid, CodeInvalidConfig, "price table: %v", err)
+	}
+	p := Prices{rates: make(map[string]rate, len(raw))}
+	for model, pr := range raw {
+		in, err := microPerM(pr.Input)
+		if err != nil {
+			return Prices{}, E(KindInvalid, CodeInvalidConfig, "price table: %s input: %v", model, err)
+		}
+		out, err := microPerM(pr.Output)
+		if err != nil {
+			return Prices{}, E(KindInvalid, CodeInvalidConfig, "price table: %s output: %v", model, err)
+		}
+		cached := in
+		if pr.CachedInput != nil {
+			if cached, err = microPerM(*pr.CachedInput); err != nil {
+				return Prices{}, E(KindInvalid, CodeInvalidConfig, "price table: %s cachedInput: %v", model, err)
+			}
+		}
+		p.rates[model] = rate{input: in, cached: cached, output: out}
+	}
+	return p, nil
+}
+
+// microPerM turns a decimal USD amount into integer micro-USD, exactly (no float rounding).
+func microPerM(n json.Number) (int64, error) {
+	s := string(n)
+	if s == "" {
+		return 0, nil
+	}
+	if strings.ContainsAny(s, "eE-") {
+		return 0, fmt.Errorf("%q: want a plain non-negative decimal", s)
+	}
+	whole, frac, _ := strings.Cut(s, ".")
+	if len(frac) > 6 {
+		return 0, fmt.Errorf("%q: more than 6 decimals", s)
+	}
+	frac += strings.Repeat("0", 6-len(frac))
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %v", s, err)
+	}
+	f, err := strconv.ParseInt(frac, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %v", s, err)
+	}
+	if w > maxPricePerM {
+		return 0, fmt.Errorf("%q: more than %d USD per million tokens", s, maxPricePerM)
+	}
+	return w*1_000_000 + f, nil
+}
+
+// maxPricePerM bounds a price (USD per million tokens) so that Cost cannot overflow: at this rate a step would
+// need over 90 million tokens to overflow an int64 of micro-USD × 1e6.
+const maxPricePerM = 100_000
+
+// Len is the number of models priced.
+func (p Prices) Len() int { return len(p.rates) }
+
+// lookup finds model's rate: exact name, else the longest key that prefixes it followed by "-".
+func (p Prices) lookup(model string) (rate, bool) {
+	if r, ok := p.rates[model]; ok {
+		return r, true
+	}
+	best, found := "", false
+	for k := range p.rates {
+		if strings.HasPrefix(model, k+"-") && len(k) > len(best) {
+			best, found = k, true
+		}
+	}
+	return p.rates[best], found
+}
+
+// Cost prices u as spent by model, in micro-USD, rounded half up once for the whole usage (so each model step is
+// priced exactly as an integer and sums of steps stay exact). Cached input tokens are part of InputTokens and are
+// billed at the cached rate; reasoning tokens are part of OutputTokens. It reports false for a model the table
+// does not price (cost 0), and for an empty table.
+func (p Prices) Cost(model string, u Usage) (int64, bool) {
+	r, ok := p.lookup(model)
+	if !ok {
+		return 0, false
+	}
+	cached := min(max(u.CachedInputTokens, 0), max(u.InputTokens, 0))
+	uncached := max(u.InputTokens, 0) - cached
+	// micro-USD per million tokens × tokens = micro-USD × 1e6.
+	scaled := uncached*r.input + cached*r.cached + max(u.OutputTokens, 0)*r.output
+	return (scaled + 500_000) / 1_000_000, true
+}
