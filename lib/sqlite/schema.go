@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 4
+const schemaVersion = 5
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -114,6 +114,8 @@ var schema = []string{
 	queueTable,
 	queueBySeq,
 	queueWaiting,
+	leasesTable,
+	countersTable,
 }
 
 // interruptsTable keeps one row per interrupt (version 3). input and response are the JSON as given (NULL when
@@ -234,6 +236,8 @@ var migrations = map[int][]string{
 		`ALTER TABLE threads ADD COLUMN queue_seq INTEGER NOT NULL DEFAULT 0`,
 		jobsTable, jobsByCreated, jobsDue, queueTable, queueBySeq, queueWaiting,
 	},
+	// Version 5 adds the per-user limits' leases and counters; nothing else changes.
+	5: {leasesTable, countersTable},
 }
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent

@@ -92,6 +92,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Interrupts", interruptTests()},
 		{"Jobs", jobTests()},
 		{"Queue", queueTests()},
+		{"Limits", limitTests()},
 		{"Store", storeTests()},
 	}
 	for _, g := range groups {
