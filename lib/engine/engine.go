@@ -52,7 +52,11 @@ type Config struct {
 	CloseTimeout    time.Duration // segments.DefaultCloseTimeout: how long the final segment may take
 	InterruptTTL    time.Duration // agent.DefaultInterruptTTL: how long an approval or client tool waits
 	MaxQueued       int           // agent.DefaultMaxQueued: a thread's queue bound (multitask enqueue)
-	Transcript      transcript.Config
+	// Per-user limits (limits.go); a negative value means no limit.
+	MaxActiveRunsPerUser int           // DefaultMaxActiveRunsPerUser
+	ThreadsPerMinute     int           // DefaultThreadsPerMinute
+	RunLeaseTTL          time.Duration // DefaultRunLeaseTTL
+	Transcript           transcript.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -69,6 +73,9 @@ func (c Config) withDefaults() Config {
 	c.CloseTimeout = cmp.Or(c.CloseTimeout, segments.DefaultCloseTimeout)
 	c.InterruptTTL = cmp.Or(c.InterruptTTL, agent.DefaultInterruptTTL)
 	c.MaxQueued = cmp.Or(c.MaxQueued, agent.DefaultMaxQueued)
+	c.MaxActiveRunsPerUser = cmp.Or(c.MaxActiveRunsPerUser, DefaultMaxActiveRunsPerUser)
+	c.ThreadsPerMinute = cmp.Or(c.ThreadsPerMinute, DefaultThreadsPerMinute)
+	c.RunLeaseTTL = cmp.Or(c.RunLeaseTTL, DefaultRunLeaseTTL)
 	return c
 }
 
@@ -82,6 +89,7 @@ type Store interface {
 	agent.InterruptStore
 	agent.QueueStore
 	agent.JobStore
+	agent.LimitStore
 }
 
 // Reaper finishes a run whose claim went stale (lib/reaper). The engine calls it when a claim finds a stale

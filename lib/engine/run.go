@@ -23,6 +23,7 @@ import (
 func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	e := t.e
 	ctx = context.WithoutCancel(ctx)
+	defer t.releaseSlot(ctx) // the run has ended, whatever happened to it
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	runCtx, cancelTimeout := context.WithTimeoutCause(runCtx, e.cfg.RunTimeout, errRunTimeout)
