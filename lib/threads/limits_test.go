@@ -31,8 +31,12 @@ func (c *manualClock) add(d time.Duration) {
 // deadReaders is a process whose readers die while they tail: their renewals and releases never reach the store.
 type deadReaders struct{ *sqlite.Store }
 
-func (deadReaders) RenewLease(context.Context, agent.LeaseRequest) error { return errors.New("the process died") }
-func (deadReaders) ReleaseLease(context.Context, string, string) error  { return errors.New("the process died") }
+func (deadReaders) RenewLease(context.Context, agent.LeaseRequest) error {
+	return errors.New("the process died")
+}
+func (deadReaders) ReleaseLease(context.Context, string, string) error {
+	return errors.New("the process died")
+}
 
 // A reader whose process died keeps its lease until the lease's TTL passes: until then a reader over the run's
 // limit is refused (too_many_streams, RetryAfter = the rest of the TTL, nothing written to it), and then it
