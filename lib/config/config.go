@@ -176,6 +176,11 @@ func Load(getenv func(string) string) (Config, error) {
 	limitVar("AGENT_MAX_STREAMS_PER_RUN", &c.MaxStreamsPerRun)
 	durVar("AGENT_RUN_LEASE_TTL", &c.RunLeaseTTL)
 	durVar("AGENT_STREAM_LEASE_TTL", &c.StreamLeaseTTL)
+	for name, d := range map[string]time.Duration{"AGENT_RUN_LEASE_TTL": c.RunLeaseTTL, "AGENT_STREAM_LEASE_TTL": c.StreamLeaseTTL} {
+		if d != 0 && (d < time.Second || d > agent.MaxLeaseTTL) {
+			errs = append(errs, fmt.Sprintf("%s=%s: want from 1s to %s (the lease is renewed a few times within it)", name, d, agent.MaxLeaseTTL))
+		}
+	}
 	if cmp.Or(c.Heartbeat, agent.DefaultHeartbeat) >= cmp.Or(c.StaleAfter, agent.DefaultStaleAfter)/2 {
 		errs = append(errs, "AGENT_HEARTBEAT must be shorter than half of AGENT_STALE_AFTER (a run stops itself when its heartbeats fail for that long)")
 	}

@@ -86,6 +86,8 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("stream limits: %+v", th)
 				}
 			}},
+		{name: "lease TTL too short to renew", env: map[string]string{"AGENT_STREAM_LEASE_TTL": "10ms"}, wantErr: true},
+		{name: "lease TTL past what stores keep", env: map[string]string{"AGENT_RUN_LEASE_TTL": "25h"}, wantErr: true},
 		{name: "negative limit", env: map[string]string{"AGENT_MAX_STREAMS_PER_RUN": "-1"}, wantErr: true},
 		{name: "unknown max tokens field", env: map[string]string{"OPENAI_MAX_TOKENS_FIELD": "max_output_tokens"}, wantErr: true},
 		{name: "bad stream usage", env: map[string]string{"OPENAI_STREAM_USAGE": "sometimes"}, wantErr: true},

@@ -102,7 +102,7 @@ func (e *Engine) acquireRunSlot(ctx context.Context, req Request, runID string) 
 // past its TTL) is taken again when there is room; a run is never stopped for a limit.
 func (s *runSlot) keep(ctx context.Context, r agent.LeaseRequest) {
 	defer close(s.done)
-	tick := time.NewTicker(r.TTL / 4)
+	tick := time.NewTicker(max(r.TTL/4, time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {

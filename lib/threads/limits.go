@@ -74,7 +74,7 @@ func (s *Service) holdStream(ctx context.Context, owner, runID string) (func(), 
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(s.cfg.StreamLeaseTTL / 3)
+		tick := time.NewTicker(max(s.cfg.StreamLeaseTTL/3, time.Millisecond))
 		defer tick.Stop()
 		ctx := context.WithoutCancel(ctx)
 		for {
