@@ -92,6 +92,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	}
 	t.plan = plan
 	if plan.nothing {
+		t.releaseSlot(ctx)
 		return nil, t.release(ctx)
 	}
 	// Answers are decided before a byte is streamed: a lost compare-and-set refuses the request like bad input.

@@ -98,15 +98,23 @@ func (e *Engine) acquireRunSlot(ctx context.Context, req Request, runID string) 
 	return s, nil
 }
 
-// keep renews the slot every quarter of its TTL until it is released. A lease found lost (this process paused
-// past its TTL) is taken again when there is room; a run is never stopped for a limit.
+// keep renews the slot every quarter of its TTL until it is released, and no longer than a run can live (its
+// wall clock, its final writes' retries and a stale window), so a slot whose turn was dropped unreleased still
+// expires. A lease found lost (this process paused past its TTL) is taken again when there is room; a run is
+// never stopped for a limit.
 func (s *runSlot) keep(ctx context.Context, r agent.LeaseRequest) {
 	defer close(s.done)
 	tick := time.NewTicker(max(r.TTL/4, time.Millisecond))
 	defer tick.Stop()
+	cfg := s.e.cfg
+	lifetime := time.NewTimer(cfg.RunTimeout + cfg.FinishRetry + cfg.StaleAfter)
+	defer lifetime.Stop()
 	for {
 		select {
 		case <-s.stop:
+			return
+		case <-lifetime.C:
+			s.e.log.Warn("run slot outlived any run; no longer renewed", "scope", s.scope, "run_id", s.holder)
 			return
 		case <-tick.C:
 		}

@@ -228,3 +228,25 @@ func TestThreadsPerMinute(t *testing.T) {
 		})
 	}
 }
+
+// A delivery pass takes a free slot; one that finds nothing to answer (its queued message is in the thread
+// already) gives it back at once, so the user's next run is not refused.
+func TestEmptyDeliveryPassGivesItsSlotBack(t *testing.T) {
+	t.Parallel()
+	f := setup(t, withConfig(func(c *config.Config) { c.MaxActiveRunsPerUser = 1 }))
+	ctx := context.Background()
+	if run, _ := f.turn(t, "th", "u1", "hello"); run.Status != agent.RunCompleted {
+		t.Fatal(run.Status)
+	}
+	q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Message: *userMsg("u1", "hello"), Owner: "alice",
+		Status: agent.QueueQueued, CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	if _, _, err := f.store.Enqueue(ctx, q, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.eng.BeginQueued(ctx, "th"); !errors.Is(err, engine.ErrNothingQueued) {
+		t.Fatalf("a pass over a message the thread holds: %v, want ErrNothingQueued", err)
+	}
+	if run, _ := f.turn(t, "th2", "u1", "hello"); run.Status != agent.RunCompleted {
+		t.Fatalf("the next run after the empty pass: %s", run.Status)
+	}
+}
