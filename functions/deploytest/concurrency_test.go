@@ -2,6 +2,7 @@ package deploytest_test
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -32,5 +33,16 @@ func TestChatReservedConcurrency(t *testing.T) {
 		if got, set := f.function(t, pkg).Props["ReservedConcurrentExecutions"]; set {
 			t.Errorf("%s reserves concurrency %#v", pkg, got)
 		}
+	}
+}
+
+// The chat URL's CORS exposes Retry-After, which browsers otherwise hide from a 429 (it is not safelisted).
+func TestChatExposesRetryAfter(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	cors := mapAt(mapAt(f.function(t, "./functions/chat").Props, "FunctionUrlConfig"), "Cors")
+	exposed, _ := cors["ExposeHeaders"].([]any)
+	if !slices.Contains(exposed, any("retry-after")) {
+		t.Fatalf("chat Cors.ExposeHeaders = %v, want retry-after in it", exposed)
 	}
 }

@@ -132,7 +132,8 @@ func (s *server) cors(next http.Handler) http.Handler {
 			h.Add("Vary", "Origin")
 			h.Set("Access-Control-Allow-Headers", "authorization, content-type")
 			h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-			h.Set("Access-Control-Expose-Headers", "x-vercel-ai-ui-message-stream")
+			// Retry-After is not a CORS-safelisted header: a browser client sees a 429's only when it is exposed.
+			h.Set("Access-Control-Expose-Headers", "x-vercel-ai-ui-message-stream, retry-after")
 			h.Set("Access-Control-Max-Age", "600")
 		}
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {

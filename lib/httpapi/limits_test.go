@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/agentloop/agentloop/lib/devserver"
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
+	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 )
@@ -241,5 +244,26 @@ func TestThreadsPerMinuteOverHTTP(t *testing.T) {
 				readAll(t, resp)
 			}
 		})
+	}
+}
+
+// A browser reads a 429's Retry-After only when CORS exposes it (it is not a safelisted response header).
+func TestCORSExposesRetryAfter(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(httpapi.NewAPI(httpapi.Deps{AllowOrigins: []string{"*"}}))
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest("GET", srv.URL+"/healthz", nil)
+	req.Header.Set("Origin", "https://app.example")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	exposed := strings.Split(resp.Header.Get("Access-Control-Expose-Headers"), ",")
+	for i := range exposed {
+		exposed[i] = strings.ToLower(strings.TrimSpace(exposed[i]))
+	}
+	if !slices.Contains(exposed, "retry-after") {
+		t.Fatalf("Access-Control-Expose-Headers = %q, want retry-after in it", resp.Header.Get("Access-Control-Expose-Headers"))
 	}
 }
