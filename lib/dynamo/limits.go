@@ -28,7 +28,8 @@ import (
 // fails (the scope is full of entries, some possibly expired, or the holder re-acquires) it reads the item (from
 // the failed condition when the server returns it, else one consistent GetItem), and either refuses (nothing
 // written), extends the holder's own live entry, or purges the expired entries and adds the holder in one
-// UpdateItem conditioned on leaseVer (a lost race reads again). So leaseCount never exceeds the limit and the
+// UpdateItem conditioned on leaseVer (a lost race starts over from the common case, whose winner may
+// have purged; 8 tries). So leaseCount never exceeds the limit and the
 // live holders never exceed it either. RenewLease and ReleaseLease are one UpdateItem each (renew conditioned on
 // the holder's entry being live). Every acquire and renew sets the item's TTL attribute a day past the longest
 // lease TTL (agent.MaxLeaseTTL), so an abandoned scope's item goes away and a live one never does.
@@ -61,40 +62,14 @@ func (s *Store) AcquireLease(ctx context.Context, r agent.LeaseRequest) (time.Du
 	k := key(limitPK(r.Scope), leasesSK)
 	now, exp := r.Now.UnixMilli(), r.Now.Add(r.TTL).UnixMilli()
 	holder := prefixHolder + r.Holder
-
-	// The common case: a new holder in a scope with room.
-	e := newExpr()
-	zero, one := e.v(avN(0)), e.v(avN(1))
-	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(s.table),
-		Key:       k,
-		UpdateExpression: aws.String("SET " + e.n(holder) + " = " + e.v(avN(exp)) + ", " +
-			e.n(attrLeaseCount) + " = if_not_exists(" + e.n(attrLeaseCount) + ", " + zero + ") + " + one + ", " +
-			e.n(attrLeaseVer) + " = if_not_exists(" + e.n(attrLeaseVer) + ", " + zero + ") + " + one + ", " +
-			e.n(AttrExpiresAt) + " = " + e.v(leaseItemTTL(r.Now))),
-		ConditionExpression: aws.String("attribute_not_exists(" + e.n(holder) + ") AND (attribute_not_exists(" +
-			e.n(attrLeaseCount) + ") OR " + e.n(attrLeaseCount) + " < " + e.v(avN(int64(r.Limit))) + ")"),
-		ExpressionAttributeNames:            e.attrNames(),
-		ExpressionAttributeValues:           e.attrValues(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if err == nil {
-		return 0, nil
-	}
-	if !isConditionFailed(err) {
-		return 0, storeErr(err, "acquire lease")
-	}
-	it, err := s.failedItem(ctx, err, k)
 	for attempt := 1; ; attempt++ {
-		if err != nil {
-			return 0, err
-		}
 		if attempt > leaseAttempts {
 			return 0, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo acquire lease: %d lost races on %q", leaseAttempts, r.Scope)
 		}
-		if it == nil {
-			// The item went away (its TTL) since the first write: that write's case again.
-			return s.AcquireLease(ctx, r)
+		// The common case: a new holder in a scope with room (after a lost race too: whoever won may have purged).
+		it, err := s.addHolder(ctx, k, holder, r, exp)
+		if err != nil || it == nil {
+			return 0, err
 		}
 		mine, live, first, expired := getN(it, holder), 0, int64(0), []string(nil)
 		for name := range it {
@@ -127,23 +102,54 @@ func (s *Store) AcquireLease(ctx context.Context, r agent.LeaseRequest) (time.Du
 			}
 			update += " REMOVE " + strings.Join(names, ", ")
 		}
-		_, werr := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                           aws.String(s.table),
-			Key:                                 k,
-			UpdateExpression:                    aws.String(update),
-			ConditionExpression:                 aws.String(e.n(attrLeaseVer) + " = " + e.v(avN(ver))),
-			ExpressionAttributeNames:            e.attrNames(),
-			ExpressionAttributeValues:           e.attrValues(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.table),
+			Key:                       k,
+			UpdateExpression:          aws.String(update),
+			ConditionExpression:       aws.String(e.n(attrLeaseVer) + " = " + e.v(avN(ver))),
+			ExpressionAttributeNames:  e.attrNames(),
+			ExpressionAttributeValues: e.attrValues(),
 		})
-		if werr == nil {
+		if err == nil {
 			return 0, nil
 		}
-		if !isConditionFailed(werr) {
-			return 0, storeErr(werr, "acquire lease")
+		if !isConditionFailed(err) {
+			return 0, storeErr(err, "acquire lease")
 		}
-		it, err = s.failedItem(ctx, werr, k)
 	}
+}
+
+// addHolder is the common case's one write: it adds holder to the scope's item when the holder holds no entry
+// and the item has fewer than r.Limit (creating the item for a scope's first lease). It returns nil when it
+// applied, otherwise the item its condition saw (from the failure, or one consistent GetItem).
+func (s *Store) addHolder(ctx context.Context, k item, holder string, r agent.LeaseRequest, exp int64) (item, error) {
+	e := newExpr()
+	zero, one := e.v(avN(0)), e.v(avN(1))
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.table),
+		Key:       k,
+		UpdateExpression: aws.String("SET " + e.n(holder) + " = " + e.v(avN(exp)) + ", " +
+			e.n(attrLeaseCount) + " = if_not_exists(" + e.n(attrLeaseCount) + ", " + zero + ") + " + one + ", " +
+			e.n(attrLeaseVer) + " = if_not_exists(" + e.n(attrLeaseVer) + ", " + zero + ") + " + one + ", " +
+			e.n(AttrExpiresAt) + " = " + e.v(leaseItemTTL(r.Now))),
+		ConditionExpression: aws.String("attribute_not_exists(" + e.n(holder) + ") AND (attribute_not_exists(" +
+			e.n(attrLeaseCount) + ") OR " + e.n(attrLeaseCount) + " < " + e.v(avN(int64(r.Limit))) + ")"),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return nil, nil
+	}
+	if !isConditionFailed(err) {
+		return nil, storeErr(err, "acquire lease")
+	}
+	it, err := s.failedItem(ctx, err, k)
+	if err == nil && it == nil {
+		// The condition failed on an item that has gone since (its TTL): the next attempt creates it again.
+		it = item{}
+	}
+	return it, err
 }
 
 func (s *Store) RenewLease(ctx context.Context, r agent.LeaseRequest) error {

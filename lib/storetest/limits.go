@@ -19,6 +19,7 @@ func limitTests() []test {
 		leaf[agent.LimitStore]{"LeaseRenew", testLeaseRenew},
 		leaf[agent.LimitStore]{"LeaseChurnPurgesExpired", testLeaseChurn},
 		leaf[agent.LimitStore]{"LeaseConcurrentAcquirers", testLeaseConcurrent},
+		leaf[agent.LimitStore]{"LeaseConcurrentOverExpired", testLeaseConcurrentExpired},
 		leaf[agent.LimitStore]{"LeaseScopesIsolated", testLeaseScopes},
 		leaf[agent.LimitStore]{"LeaseInvalid", testLeaseInvalid},
 		leaf[agent.LimitStore]{"CounterWindowRollsOver", testCounterWindow},
@@ -170,6 +171,38 @@ func testLeaseConcurrent(e *env[agent.LimitStore]) {
 	must(e.t, e.s.ReleaseLease(e.ctx, scope, won[0]), "ReleaseLease")
 	if again := race("b"); len(again) != 1 {
 		e.t.Fatalf("after one release, %d concurrent acquirers: %d won (%v), want 1", n, len(again), again)
+	}
+}
+
+// A scope full of expired leases (holders that died) under a crowd of concurrent acquirers: exactly the limit
+// win and none fails, however many must purge what expired first.
+func testLeaseConcurrentExpired(e *env[agent.LimitStore]) {
+	scope := "streams/user/" + e.id("user")
+	const n, limit = 25, 10
+	for i := range limit {
+		acquire(e, scope, fmt.Sprintf("dead%02d", i), limit, time.Second, 0, 0)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	won := 0
+	for i := range n {
+		wg.Go(func() {
+			retry, err := e.s.AcquireLease(e.ctx, agent.LeaseRequest{Scope: scope, Holder: fmt.Sprintf("new%02d", i), Limit: limit,
+				TTL: time.Minute, Now: at(time.Minute)})
+			if err != nil {
+				e.t.Errorf("concurrent AcquireLease over expired leases: %v", err)
+				return
+			}
+			if retry == 0 {
+				mu.Lock()
+				won++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if won != limit {
+		e.t.Fatalf("%d concurrent acquirers over %d expired leases, limit %d: %d won", n, limit, limit, won)
 	}
 }
 
