@@ -134,7 +134,7 @@ func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (ag
 	creq := agent.ClaimRequest{ThreadID: req.ThreadID, Owner: req.Owner, RunID: runID, Trigger: trigger,
 		AssistantMessageID: assistantID, Reserve: reservedPositions}
 	notFound := agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", req.ThreadID)
-	created, canceled, finished, reaped := false, false, false, 0
+	created, canceled, finished, counted, reaped := false, false, false, false, 0
 	var deadline time.Time
 	for {
 		creq.Now = e.clock.Now()
@@ -146,8 +146,11 @@ func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (ag
 			if req.Kind != TurnSubmit || req.continues() || created {
 				return res, time.Time{}, notFound
 			}
-			if err := e.countThread(ctx, req.Owner); err != nil {
-				return res, time.Time{}, err
+			if !counted { // once per request, though finishing a dead delete may bring it here twice
+				if err := e.countThread(ctx, req.Owner); err != nil {
+					return res, time.Time{}, err
+				}
+				counted = true
 			}
 			now := e.clock.Now()
 			th, _, cerr := e.store.CreateThread(ctx, agent.Thread{ID: req.ThreadID, Owner: req.Owner,
