@@ -31,6 +31,7 @@ const module = "github.com/agentloop/agentloop"
 // forms ({"Ref": X}, {"Fn::GetAtt": [A, B]}, {"Fn::Sub": S}).
 type template struct {
 	Parameters map[string]map[string]any `yaml:"Parameters"`
+	Conditions map[string]any            `yaml:"Conditions"`
 	Globals    struct {
 		Function map[string]any `yaml:"Function"`
 	} `yaml:"Globals"`

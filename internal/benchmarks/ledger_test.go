@@ -268,3 +268,16 @@ func (l *ledger) TakeQueued(ctx context.Context, threadID, messageID string, now
 func (l *ledger) ListQueuedThreads(ctx context.Context, before time.Time, limit int) ([]string, error) {
 	return l.use("ListQueuedThreads").ListQueuedThreads(ctx, before, limit)
 }
+
+func (l *ledger) AcquireLease(ctx context.Context, r agent.LeaseRequest) (time.Duration, error) {
+	return l.use("AcquireLease").AcquireLease(ctx, r)
+}
+func (l *ledger) RenewLease(ctx context.Context, r agent.LeaseRequest) error {
+	return l.use("RenewLease").RenewLease(ctx, r)
+}
+func (l *ledger) ReleaseLease(ctx context.Context, scope, holder string) error {
+	return l.use("ReleaseLease").ReleaseLease(ctx, scope, holder)
+}
+func (l *ledger) Count(ctx context.Context, r agent.CountRequest) (time.Duration, error) {
+	return l.use("Count").Count(ctx, r)
+}

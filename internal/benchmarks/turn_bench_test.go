@@ -124,6 +124,11 @@ func setup(b *testing.B, store agent.Store, ddb func() int64, cfg config.Config,
 	ms := httptest.NewServer(p)
 	b.Cleanup(ms.Close)
 	cfg.Secret = "bench-secret-bench-secret-bench-secret"
+	// Benchmarks open threads far faster than a person does: the new-threads-per-minute limit would stop them. The
+	// run limit stays on (turns run one after another), so a turn's measured cost includes its slot's lease.
+	if cfg.ThreadsPerMinute == 0 {
+		cfg.ThreadsPerMinute = -1
+	}
 	o := devserver.Options{Data: b.TempDir(), Store: store, ModelURL: ms.URL + "/v1/", Config: cfg,
 		Wrap: func(s agent.Store) agent.Store { return counting{Store: s, p: p} }}
 	for _, opt := range opts {

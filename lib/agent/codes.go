@@ -26,6 +26,12 @@ const (
 	CodeQueueFull        = "queue_full"        // multitask enqueue: the thread's queue is at its bound
 	CodeJobFinished      = "job_finished"      // internal: a finished job's activity cannot change
 	CodeJobNotFinished   = "job_not_finished"  // internal: only a finished job can be delivered
+	CodeLeaseLost        = "lease_lost"        // internal: a limit lease to renew is no longer held
+
+	// Over a per-user limit (429, with a Retry-After header in whole seconds).
+	CodeTooManyRuns       = "too_many_runs"       // the user has as many active runs as allowed
+	CodeTooManyStreams    = "too_many_streams"    // the user, or the run, has as many stream readers as allowed
+	CodeThreadRateLimited = "thread_rate_limited" // the user created as many threads this minute as allowed
 
 	// Canceled: the run's claim carries a cancel request (internal to a run), or the request went away (499).
 	CodeRunCanceled = "run_canceled"
@@ -58,6 +64,7 @@ const (
 	CodeInvalidSubject     = "invalid_subject"
 	CodeInvalidTTL         = "invalid_ttl"
 	CodeInvalidConfig      = "invalid_config"
+	CodeInvalidLease       = "invalid_lease" // internal: a limit lease or counter request no store keeps
 	CodeUnauthenticated    = "unauthenticated"
 	CodeMissingToken       = "missing_token"
 	CodeInvalidToken       = "invalid_token"
@@ -112,4 +119,8 @@ var (
 	ErrJobNotFinished    = &Error{Kind: KindConflict, Code: CodeJobNotFinished}
 	ErrStoreUnavailable  = &Error{Kind: KindUnavailable, Code: CodeStoreUnavailable}
 	ErrJobsUnavailable   = &Error{Kind: KindUnavailable, Code: CodeJobsUnavailable}
+	ErrLeaseLost         = &Error{Kind: KindConflict, Code: CodeLeaseLost}
+	ErrTooManyRuns       = &Error{Kind: KindLimited, Code: CodeTooManyRuns}
+	ErrTooManyStreams    = &Error{Kind: KindLimited, Code: CodeTooManyStreams}
+	ErrThreadRateLimited = &Error{Kind: KindLimited, Code: CodeThreadRateLimited}
 )

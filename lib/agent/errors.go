@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Kind classifies an error so the edge (HTTP, Step Functions) can map it once.
@@ -17,6 +18,7 @@ const (
 	KindCanceled
 	KindTooLarge
 	KindUnavailable // a dependency (model, store) failed in a way that may pass on retry
+	KindLimited     // the caller is over a per-user limit; Error.RetryAfter says when to try again (HTTP 429)
 )
 
 func (k Kind) String() string {
@@ -35,6 +37,8 @@ func (k Kind) String() string {
 		return "too_large"
 	case KindUnavailable:
 		return "unavailable"
+	case KindLimited:
+		return "limited"
 	default:
 		return "internal"
 	}
@@ -47,6 +51,8 @@ type Error struct {
 	Code    string
 	Message string
 	Err     error
+	// RetryAfter, on a KindLimited error, is how long the caller should wait before trying again (Limited).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

@@ -23,6 +23,7 @@ type Store interface {
 	InterruptStore
 	JobStore
 	QueueStore
+	LimitStore
 }
 
 // ThreadStore keeps threads. A thread being deleted is tombstoned first: from then on nothing can claim it,

@@ -57,6 +57,14 @@ type Config struct {
 	ReaperInterval       time.Duration // AGENT_REAPER_INTERVAL
 	ReaperBatch          int           // AGENT_REAPER_BATCH
 	MaxQueued            int           // AGENT_MAX_QUEUED: a thread's queue bound (multitask enqueue)
+	// Per-user limits. The env value 0 means no limit (stored here as -1, the components' "none"); unset means
+	// the component's default.
+	MaxActiveRunsPerUser int           // AGENT_MAX_ACTIVE_RUNS_PER_USER
+	ThreadsPerMinute     int           // AGENT_THREADS_PER_MINUTE
+	MaxStreamsPerUser    int           // AGENT_MAX_STREAMS_PER_USER
+	MaxStreamsPerRun     int           // AGENT_MAX_STREAMS_PER_RUN
+	RunLeaseTTL          time.Duration // AGENT_RUN_LEASE_TTL: how long a dead run's slot stays taken
+	StreamLeaseTTL       time.Duration // AGENT_STREAM_LEASE_TTL: how long a dead reader's lease stays taken
 	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
 	MaxMessageBytes      int           // AGENT_MAX_MESSAGE_BYTES
 	MaxMessageParts      int           // AGENT_MAX_MESSAGE_PARTS: parts of a user message
@@ -204,6 +212,23 @@ func Load(getenv func(string) string) (Config, error) {
 		errs = append(errs, fmt.Sprintf("AGENT_METRICS=%q: want %s or %s", v, MetricsEMF, MetricsOff))
 	}
 	c.MetricsNamespace = strings.TrimSpace(getenv("AGENT_METRICS_NAMESPACE"))
+	limitVar := func(name string, dst *int) {
+		var n int
+		if intVar(name, &n, 0) {
+			*dst = cmp.Or(n, -1)
+		}
+	}
+	limitVar("AGENT_MAX_ACTIVE_RUNS_PER_USER", &c.MaxActiveRunsPerUser)
+	limitVar("AGENT_THREADS_PER_MINUTE", &c.ThreadsPerMinute)
+	limitVar("AGENT_MAX_STREAMS_PER_USER", &c.MaxStreamsPerUser)
+	limitVar("AGENT_MAX_STREAMS_PER_RUN", &c.MaxStreamsPerRun)
+	durVar("AGENT_RUN_LEASE_TTL", &c.RunLeaseTTL)
+	durVar("AGENT_STREAM_LEASE_TTL", &c.StreamLeaseTTL)
+	for name, d := range map[string]time.Duration{"AGENT_RUN_LEASE_TTL": c.RunLeaseTTL, "AGENT_STREAM_LEASE_TTL": c.StreamLeaseTTL} {
+		if d != 0 && (d < time.Second || d > agent.MaxLeaseTTL) {
+			errs = append(errs, fmt.Sprintf("%s=%s: want from 1s to %s (the lease is renewed a few times within it)", name, d, agent.MaxLeaseTTL))
+		}
+	}
 	if cmp.Or(c.Heartbeat, agent.DefaultHeartbeat) >= cmp.Or(c.StaleAfter, agent.DefaultStaleAfter)/2 {
 		errs = append(errs, "AGENT_HEARTBEAT must be shorter than half of AGENT_STALE_AFTER (a run stops itself when its heartbeats fail for that long)")
 	}
@@ -219,7 +244,8 @@ func (c Config) Engine(model string) engine.Config {
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
 		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
-		MaxQueued: c.MaxQueued, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
+		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
+		RunLeaseTTL: c.RunLeaseTTL, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
 }
 
 // Reaper is the reaper's share.
@@ -229,7 +255,8 @@ func (c Config) Reaper() reaper.Config {
 
 // Threads is the thread service's share (resume readers included).
 func (c Config) Threads() threads.Config {
-	return threads.Config{StaleAfter: c.StaleAfter, Follow: segments.Follower{PollMax: c.ResumePollMax}}
+	return threads.Config{StaleAfter: c.StaleAfter, Follow: segments.Follower{PollMax: c.ResumePollMax},
+		MaxStreamsPerUser: c.MaxStreamsPerUser, MaxStreamsPerRun: c.MaxStreamsPerRun, StreamLeaseTTL: c.StreamLeaseTTL}
 }
 
 // OpenAI is the model adapter's share, for the given endpoint, key and model name.

@@ -83,6 +83,21 @@ func TestLoad(t *testing.T) {
 				t.Fatalf("openai config %+v", got)
 			}
 		}},
+		// The limits: a number is the limit, 0 is none (the components' negative), unset is the default (zero).
+		{name: "limits", env: map[string]string{"AGENT_MAX_ACTIVE_RUNS_PER_USER": "2", "AGENT_THREADS_PER_MINUTE": "0",
+			"AGENT_MAX_STREAMS_PER_USER": "5", "AGENT_STREAM_LEASE_TTL": "9s", "AGENT_RUN_LEASE_TTL": "20s"},
+			check: func(t *testing.T, c Config) {
+				e, th := c.Engine("m"), c.Threads()
+				if e.MaxActiveRunsPerUser != 2 || e.ThreadsPerMinute >= 0 || e.RunLeaseTTL != 20*time.Second {
+					t.Fatalf("engine limits: runs %d, threads %d, lease %s", e.MaxActiveRunsPerUser, e.ThreadsPerMinute, e.RunLeaseTTL)
+				}
+				if th.MaxStreamsPerUser != 5 || th.MaxStreamsPerRun != 0 || th.StreamLeaseTTL != 9*time.Second {
+					t.Fatalf("stream limits: %+v", th)
+				}
+			}},
+		{name: "lease TTL too short to renew", env: map[string]string{"AGENT_STREAM_LEASE_TTL": "10ms"}, wantErr: true},
+		{name: "lease TTL past what stores keep", env: map[string]string{"AGENT_RUN_LEASE_TTL": "25h"}, wantErr: true},
+		{name: "negative limit", env: map[string]string{"AGENT_MAX_STREAMS_PER_RUN": "-1"}, wantErr: true},
 		{name: "unknown max tokens field", env: map[string]string{"OPENAI_MAX_TOKENS_FIELD": "max_output_tokens"}, wantErr: true},
 		{name: "bad stream usage", env: map[string]string{"OPENAI_STREAM_USAGE": "sometimes"}, wantErr: true},
 		{name: "bad idle timeout", env: map[string]string{"AGENT_MODEL_IDLE_TIMEOUT": "0s"}, wantErr: true},

@@ -19,6 +19,12 @@
 //	segment chunk   RUNSEG#<runId>     SEGC#<seq>#<ver>#<nnnn>         TTL expiresAt
 //	value           KV#<namespace>     V#<key>
 //	value chunk     KV#<namespace>     VC#<key>#<ver>#<nnnn>
+//	lease scope     LIMIT#<scope>      LEASES                          h:<holder> = expiry (ms), leaseCount, leaseVer; TTL
+//	counter window  LIMIT#<scope>      W#<window start ms, 20 digits>  leaseCount; TTL an hour after the window
+//
+// Per-user limits (limits.go): a lease scope is one item of holders-as-attributes, one conditional UpdateItem to
+// acquire (in the common case), renew or release; a counter window is one item, one conditional UpdateItem per
+// count. A scope names its user, so each user's limits are partitions of their own. No scans, no transactions.
 //
 // The active-run claim is a set of top-level attributes on the thread item (claimRunId, claimHeartbeatAt,
 // claimBucket, runShard = "RUN#<fnv32a(thread id) mod 16>", claimCancel, and the claim it took over in claimPrev*);

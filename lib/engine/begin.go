@@ -40,6 +40,8 @@ type Turn struct {
 	// meter counts the turn's store requests from its claim on (agent.StoreMeter); began is when the turn began.
 	meter *agent.StoreMeter
 	began time.Time
+	// slot is the user's active-run slot this run holds (limits.go); nil for server-side turns.
+	slot *runSlot
 }
 
 // Run returns the claimed run record.
@@ -82,22 +84,23 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	}
 	meter, began := new(agent.StoreMeter), time.Now()
 	ctx = agent.WithStoreMeter(ctx, meter)
-	claim, claimedAt, err := e.claim(ctx, req)
+	claim, claimedAt, slot, err := e.claim(ctx, req)
 	if errors.Is(err, agent.ErrRunActive) && req.Multitask == MultitaskEnqueue && req.Kind == TurnSubmit &&
-		req.Message.Role == agent.RoleUser && !req.edits() {
+		req.Message.Role == agent.RoleUser && !req.edits() || errors.Is(err, agent.ErrTooManyRuns) && e.queueAtLimit(ctx, req) {
 		return e.enqueue(ctx, req)
 	}
 	if err != nil {
 		return nil, err
 	}
 	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claimedAt, pumped: req.Kind == TurnQueued,
-		meter: meter, began: began}
+		meter: meter, began: began, slot: slot}
 	plan, err := t.readAndPlan(ctx, req)
 	if err != nil {
 		return nil, t.abort(ctx, err)
 	}
 	t.plan = plan
 	if plan.nothing {
+		t.releaseSlot(ctx)
 		return nil, t.release(ctx)
 	}
 	// Answers are decided before a byte is streamed: a lost compare-and-set refuses the request like bad input.
@@ -121,11 +124,10 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 // may take, and the reply.
 const reservedPositions = 2 + maxTake
 
-// claim takes the thread's run claim: creating the thread for a first message, reaping a stale claim in the way,
-// and cancelling the active run first when the request says interrupt. It also returns the claim's heartbeat time
-// (the Now of the attempt that won).
-func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, time.Time, error) {
-	runID := e.ids.New("run")
+// claimThread takes the thread's run claim for runID: creating the thread for a first message (counted against
+// the user's threads per minute first), reaping a stale claim in the way, and cancelling the active run first when
+// the request says interrupt. It also returns the claim's heartbeat time (the Now of the attempt that won).
+func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (agent.ClaimResult, time.Time, error) {
 	trigger, assistantID := agent.TriggerUser, "msg_"+strings.TrimPrefix(runID, "run_")
 	switch {
 	case req.Kind == TurnQueued:
@@ -140,7 +142,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, tim
 	creq := agent.ClaimRequest{ThreadID: req.ThreadID, Owner: req.Owner, RunID: runID, Trigger: trigger,
 		AssistantMessageID: assistantID, Reserve: reservedPositions}
 	notFound := agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", req.ThreadID)
-	created, canceled, finished, reaped := false, false, false, 0
+	created, canceled, finished, counted, reaped := false, false, false, false, 0
 	var deadline time.Time
 	for {
 		creq.Now = e.clock.Now()
@@ -151,6 +153,12 @@ func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, tim
 		case agent.IsKind(err, agent.KindNotFound):
 			if req.Kind != TurnSubmit || req.continues() || created {
 				return res, time.Time{}, notFound
+			}
+			if !counted { // once per request, though finishing a dead delete may bring it here twice
+				if err := e.countThread(ctx, req.Owner); err != nil {
+					return res, time.Time{}, err
+				}
+				counted = true
 			}
 			now := e.clock.Now()
 			th, _, cerr := e.store.CreateThread(ctx, agent.Thread{ID: req.ThreadID, Owner: req.Owner,
@@ -494,6 +502,7 @@ func (e *Engine) putFinal(ctx context.Context, w agent.MessageWrite, mayWrite fu
 func (t *Turn) abort(ctx context.Context, err error) error {
 	e := t.e
 	ctx = context.WithoutCancel(ctx)
+	defer t.releaseSlot(ctx)
 	code, msg := agent.Public(err)
 	now := e.clock.Now()
 	t.run.Status, t.run.Error, t.run.FinishedAt, t.run.UpdatedAt = agent.RunFailed, &agent.RunError{Code: code, Message: msg}, now, now

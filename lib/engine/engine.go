@@ -55,10 +55,14 @@ type Config struct {
 	CloseTimeout    time.Duration // segments.DefaultCloseTimeout: how long the final segment may take
 	InterruptTTL    time.Duration // agent.DefaultInterruptTTL: how long an approval or client tool waits
 	MaxQueued       int           // agent.DefaultMaxQueued: a thread's queue bound (multitask enqueue)
-	Transcript      transcript.Config
 	// WindowPage is the first page of a turn's read of its thread (DefaultWindowPage; window.go): each further
 	// page doubles, up to MaxWindowPage.
 	WindowPage int
+	// Per-user limits (limits.go); a negative value means no limit.
+	MaxActiveRunsPerUser int           // DefaultMaxActiveRunsPerUser
+	ThreadsPerMinute     int           // DefaultThreadsPerMinute
+	RunLeaseTTL          time.Duration // DefaultRunLeaseTTL
+	Transcript           transcript.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -77,6 +81,9 @@ func (c Config) withDefaults() Config {
 	c.InterruptTTL = cmp.Or(c.InterruptTTL, agent.DefaultInterruptTTL)
 	c.MaxQueued = cmp.Or(c.MaxQueued, agent.DefaultMaxQueued)
 	c.WindowPage = cmp.Or(c.WindowPage, DefaultWindowPage)
+	c.MaxActiveRunsPerUser = cmp.Or(c.MaxActiveRunsPerUser, DefaultMaxActiveRunsPerUser)
+	c.ThreadsPerMinute = cmp.Or(c.ThreadsPerMinute, DefaultThreadsPerMinute)
+	c.RunLeaseTTL = cmp.Or(c.RunLeaseTTL, DefaultRunLeaseTTL)
 	return c
 }
 
@@ -90,6 +97,7 @@ type Store interface {
 	agent.InterruptStore
 	agent.QueueStore
 	agent.JobStore
+	agent.LimitStore
 }
 
 // Reaper finishes a run whose claim went stale (lib/reaper). The engine calls it when a claim finds a stale

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -62,18 +61,6 @@ func logLines(t *testing.T, log *syncBuffer, msg string) []map[string]any {
 		}
 	}
 	return out
-}
-
-// syncBuffer is a bytes.Buffer the run's goroutines may write to at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
 }
 
 func (b *syncBuffer) String() string {

@@ -24,6 +24,7 @@ import (
 func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	e := t.e
 	ctx = agent.WithStoreMeter(context.WithoutCancel(ctx), t.meter)
+	defer t.releaseSlot(ctx) // the run has ended, whatever happened to it
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
 	runCtx, cancelTimeout := context.WithTimeoutCause(runCtx, e.cfg.RunTimeout, errRunTimeout)

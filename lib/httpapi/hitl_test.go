@@ -454,6 +454,8 @@ func TestConcurrentAnswers(t *testing.T) {
 			var executed atomic.Int32
 			h := startHITL(t, store, func(h *hitlStack) {
 				h.tools = launchTool(&executed, 50*time.Millisecond)
+				// The race is for the thread's claim: every answer must reach it, not stop at the user's run limit.
+				h.cfg = func(c *config.Config) { c.MaxActiveRunsPerUser = 20 }
 			})
 			h.send("th", "u1", `/tool launch {"target":"moon"}`)
 			body := answerBody(h.view("th"), respond(true, ""))

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
@@ -130,7 +132,8 @@ func (s *server) cors(next http.Handler) http.Handler {
 			h.Add("Vary", "Origin")
 			h.Set("Access-Control-Allow-Headers", "authorization, content-type")
 			h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-			h.Set("Access-Control-Expose-Headers", "x-vercel-ai-ui-message-stream")
+			// Retry-After is not a CORS-safelisted header: a browser client sees a 429's only when it is exposed.
+			h.Set("Access-Control-Expose-Headers", "x-vercel-ai-ui-message-stream, retry-after")
 			h.Set("Access-Control-Max-Age", "600")
 		}
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
@@ -162,6 +165,8 @@ func statusOf(err error) int {
 		return 499
 	case agent.KindUnavailable:
 		return http.StatusServiceUnavailable
+	case agent.KindLimited:
+		return http.StatusTooManyRequests
 	default:
 		return http.StatusInternalServerError
 	}
@@ -182,7 +187,16 @@ func writeError(w http.ResponseWriter, err error) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer`)
 	}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", retryAfterSeconds(agent.RetryAfterOf(err)))
+	}
 	writeJSON(w, status, body)
+}
+
+// retryAfterSeconds is a Retry-After header value: whole seconds, rounded up, at least 1 (a client told 0 would
+// retry at once and be refused again).
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -32,14 +32,17 @@ type fixture struct {
 
 // setup serves every route over the whole local stack (lib/devserver: SQLite, openai adapter, offline endpoint,
 // HS256 auth).
-func setup(t *testing.T) *fixture {
+func setup(t *testing.T, adjust ...func(*config.Config)) *fixture {
 	t.Helper()
 	model := httptest.NewServer(offline.New(offline.WithWordDelay(20 * time.Millisecond)))
 	t.Cleanup(model.Close)
+	cfg := config.Config{Secret: string(secret), Heartbeat: 50 * time.Millisecond, SegmentFlush: 20 * time.Millisecond,
+		CancelPoll: 20 * time.Millisecond, MaxBodyBytes: 64 << 10, ResumePollMax: 20 * time.Millisecond}
+	for _, a := range adjust {
+		a(&cfg)
+	}
 	stack, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), ModelURL: model.URL + "/v1/",
-		Config: config.Config{Secret: string(secret), Heartbeat: 50 * time.Millisecond, SegmentFlush: 20 * time.Millisecond,
-			CancelPoll: 20 * time.Millisecond, MaxBodyBytes: 64 << 10, ResumePollMax: 20 * time.Millisecond},
-		OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond }})
+		Config: cfg, OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +298,8 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 // 20 concurrent posts to one thread: exactly one stream, 19 run_active.
 func TestConcurrentPostsOneWinner(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	// The race is for the thread's claim: every post must reach it, not stop at the user's run limit.
+	f := setup(t, func(c *config.Config) { c.MaxActiveRunsPerUser = 21 })
 	tok := token(t, "alice")
 	readAll(t, f.do(t, "POST", "/chat", tok, chatBody("t1", "u0", "warm up")))
 	const n = 20

@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 5
+const schemaVersion = 6
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -120,6 +120,8 @@ var schema = []string{
 	queueTable,
 	queueBySeq,
 	queueWaiting,
+	leasesTable,
+	countersTable,
 }
 
 // interruptsTable keeps one row per interrupt (version 3). input and response are the JSON as given (NULL when
@@ -249,6 +251,8 @@ var migrations = map[int][]string{
 		`ALTER TABLE runs ADD COLUMN store TEXT`,
 		`ALTER TABLE runs ADD COLUMN late_usage TEXT`,
 	},
+	// Version 6 adds the per-user limits' leases and counters; nothing else changes.
+	6: {leasesTable, countersTable},
 }
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent

@@ -37,6 +37,11 @@
 // insert. TakeQueued is one UPDATE from queued; ListQueuedThreads reads the partial index queue_waiting (queued
 // rows by created_at). DeleteThread removes both with everything else.
 //
+// Limits (version 5). A lease is one row of leases keyed (scope, holder) with its expiry; AcquireLease is one
+// transaction (extend the holder's live row; else count the scope's live rows and, with room, purge its expired
+// rows and insert), so of concurrent acquirers exactly the limit win. A counter window is one row of counters
+// keyed (scope, window_start); Count is one transaction that refuses at the limit and drops older windows.
+//
 // Fencing. Each message row keeps its last writer's run id and epoch, whether that writer finalized it, and
 // whether it is deleted; PutMessage and DeleteMessage are one upsert or update whose condition compares those
 // with the write's fence (see putMessageSQL). A deleted message keeps its row (content dropped) so a late writer

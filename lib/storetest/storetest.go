@@ -52,6 +52,10 @@
 //     per thread in acceptance order (gaps allowed), and TakeQueued sets TakenAt = now and ExpiresAt = now +
 //     agent.DefaultQueueKeep. An entry's whole state is read back through Enqueue of its id (the stored entry is
 //     returned), which is how the suite sees a taken one. ListQueuedThreads names each thread once.
+//   - Limits: a refusal is a positive retryAfter and a nil error, exact to the millisecond (the earliest live
+//     lease's expiry, or the window's end, minus Now); a lease expiring at Now is expired. Of concurrent acquirers
+//     in one scope exactly the limit win. Bad requests are CodeInvalidLease; a renew without a live lease is
+//     CodeLeaseLost.
 //   - Errors are *agent.Error values (possibly wrapped), matched with errors.Is on their code. Not-found codes are
 //     not pinned (a claim on another owner's thread must answer exactly as one on a missing thread); conflict,
 //     invalid-input, unavailable and canceled codes are: both stores refuse the same bad input with the same code
@@ -92,6 +96,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Interrupts", interruptTests()},
 		{"Jobs", jobTests()},
 		{"Queue", queueTests()},
+		{"Limits", limitTests()},
 		{"Store", storeTests()},
 		{"Usage", usageTests()},
 	}

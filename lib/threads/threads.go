@@ -33,6 +33,7 @@ type Store interface {
 	agent.InterruptStore
 	agent.JobStore
 	agent.QueueStore
+	agent.LimitStore
 }
 
 // Reaper reaps a stale claim (lib/reaper).
@@ -46,6 +47,10 @@ type Reaper interface {
 type Config struct {
 	StaleAfter time.Duration // agent.DefaultStaleAfter
 	Follow     segments.Follower
+	// Stream readers (limits.go); a negative limit means none.
+	MaxStreamsPerUser int           // DefaultMaxStreamsPerUser
+	MaxStreamsPerRun  int           // DefaultMaxStreamsPerRun
+	StreamLeaseTTL    time.Duration // DefaultStreamLeaseTTL
 }
 
 // Service serves one caller's threads.
@@ -68,6 +73,7 @@ type Deps struct {
 // New builds the service.
 func New(d Deps, cfg Config) *Service {
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, agent.DefaultStaleAfter)
+	cfg = cfg.withLimits()
 	s := &Service{store: d.Store, reaper: d.Reaper, clock: d.Clock, log: d.Logger, cfg: cfg}
 	if s.clock == nil {
 		s.clock = agent.SystemClock{}
@@ -396,7 +402,8 @@ func (s *Service) repairRuns(ctx context.Context, th agent.Thread, runs []agent.
 // Attach replays the active run's stream to w and follows it until it ends; begin is called once, before the
 // first byte (to send headers). A thread with no active run, one that does not exist yet, or another user's
 // (indistinguishable from not existing), has nothing to attach to: Attach returns false and writes nothing
-// (HTTP 204, which is what the AI SDK client expects of a resume with nothing to resume).
+// (HTTP 204, which is what the AI SDK client expects of a resume with nothing to resume). A reader over a stream
+// limit (limits.go) gets false and a KindLimited error, before anything is written.
 func (s *Service) Attach(ctx context.Context, owner, id string, begin func(), w io.Writer, flush func()) (bool, error) {
 	th, err := s.owned(ctx, owner, id)
 	if agent.IsKind(err, agent.KindNotFound) {
@@ -409,6 +416,11 @@ func (s *Service) Attach(ctx context.Context, owner, id string, begin func(), w 
 		return false, nil
 	}
 	claim := *th.ActiveRun
+	release, err := s.holdStream(ctx, owner, claim.RunID)
+	if err != nil {
+		return false, err
+	}
+	defer release()
 	f := s.cfg.Follow
 	f.Segments, f.Clock = s.store, s.clock
 	f.Ended = func(ctx context.Context) (bool, error) { return s.runEnded(ctx, th.ID, claim) }

@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"context"
+	"time"
+)
+
+// LimitStore keeps the per-user limits (DESIGN.md principle 6: runs and stream readers per user), so that they
+// hold across every instance and every Lambda: each decision is one conditional write (or one local
+// transaction), never a count held in memory.
+//
+// Two shapes of limit:
+//
+//   - A lease is a slot of a bounded set (the active runs of a user, the stream readers of a user or of a run).
+//     Its holder takes it with AcquireLease, keeps it alive with RenewLease and gives it back with ReleaseLease;
+//     a holder that crashes never gives it back, so every lease expires at its TTL and an expired lease counts
+//     for nothing.
+//   - A counter is a fixed window (new threads per minute): Count adds one to the window that holds Now, or
+//     refuses when it is full.
+//
+// Scopes are opaque strings that name one bounded set or counter and include the user they belong to (e.g.
+// "runs/<owner>"), so one user's limits never touch another's. A refusal is not an error: it is a positive
+// retryAfter with a nil error, and nothing is written. Both stores refuse the same requests with the same
+// retryAfter (to the millisecond, from the request's Now).
+type LimitStore interface {
+	// AcquireLease gives r.Holder a lease in r.Scope until r.Now+r.TTL when fewer than r.Limit other holders
+	// hold a live one (expiry after r.Now). A holder that holds a live lease already gets it again, extended to
+	// r.Now+r.TTL (idempotent: a retry whose first attempt applied converges), whatever the count. When the
+	// scope is full it returns how long until the first live lease expires (> 0) and writes nothing. Bad input
+	// (empty scope or holder, Limit < 1, TTL outside (0, MaxLeaseTTL]): KindInvalid/CodeInvalidLease.
+	AcquireLease(ctx context.Context, r LeaseRequest) (retryAfter time.Duration, err error)
+	// RenewLease extends r.Holder's live lease to r.Now+r.TTL (r.Limit is not read). A holder with no live
+	// lease (released, expired, never acquired): KindConflict/CodeLeaseLost, and nothing changes; the caller
+	// may try AcquireLease.
+	RenewLease(ctx context.Context, r LeaseRequest) error
+	// ReleaseLease gives holder's lease in scope back. Releasing a lease not held is a no-op.
+	ReleaseLease(ctx context.Context, scope, holder string) error
+	// Count adds one to r.Scope's window that holds r.Now (windows are aligned on multiples of r.Window since
+	// the Unix epoch) when it holds fewer than r.Limit; otherwise it returns the time until that window ends
+	// (> 0) and writes nothing. Bad input (empty scope, Limit < 1, Window outside (0, MaxLeaseTTL]):
+	// KindInvalid/CodeInvalidLease.
+	Count(ctx context.Context, r CountRequest) (retryAfter time.Duration, err error)
+}
+
+// MaxLeaseTTL bounds lease TTLs and counter windows: stores may keep limit items only a little longer (the
+// DynamoDB store sets their TTL attribute that far ahead of every write).
+const MaxLeaseTTL = 24 * time.Hour
+
+// LeaseRequest asks for (or renews) one holder's slot in a bounded scope.
+type LeaseRequest struct {
+	Scope  string
+	Holder string
+	Limit  int
+	TTL    time.Duration
+	Now    time.Time
+}
+
+// Check refuses what no store keeps.
+func (r LeaseRequest) Check(renew bool) error {
+	switch {
+	case r.Scope == "" || r.Holder == "":
+		return E(KindInvalid, CodeInvalidLease, "a lease needs a scope and a holder")
+	case !renew && r.Limit < 1:
+		return E(KindInvalid, CodeInvalidLease, "a lease limit must be at least 1, got %d", r.Limit)
+	case r.TTL <= 0 || r.TTL > MaxLeaseTTL:
+		return E(KindInvalid, CodeInvalidLease, "a lease TTL must be in (0, %s], got %s", MaxLeaseTTL, r.TTL)
+	}
+	return nil
+}
+
+// CountRequest counts one event in a fixed-window counter.
+type CountRequest struct {
+	Scope  string
+	Window time.Duration
+	Limit  int
+	Now    time.Time
+}
+
+// Check refuses what no store keeps.
+func (r CountRequest) Check() error {
+	switch {
+	case r.Scope == "":
+		return E(KindInvalid, CodeInvalidLease, "a counter needs a scope")
+	case r.Limit < 1:
+		return E(KindInvalid, CodeInvalidLease, "a counter limit must be at least 1, got %d", r.Limit)
+	case r.Window <= 0 || r.Window > MaxLeaseTTL:
+		return E(KindInvalid, CodeInvalidLease, "a counter window must be in (0, %s], got %s", MaxLeaseTTL, r.Window)
+	}
+	return nil
+}
+
+// WindowOf returns the start and end of the fixed window of length w that holds now (windows are aligned on
+// multiples of w since the Unix epoch, in milliseconds), so every store and every instance agrees on it.
+func WindowOf(now time.Time, w time.Duration) (start, end time.Time) {
+	ms := w.Milliseconds()
+	if ms <= 0 {
+		ms = 1
+	}
+	s := now.UnixMilli() / ms * ms
+	return time.UnixMilli(s).UTC(), time.UnixMilli(s + ms).UTC()
+}
+
+// Limited builds the refusal of a request over a limit (KindLimited, HTTP 429): code names the limit, retryAfter
+// says when to try again.
+func Limited(code string, retryAfter time.Duration, format string, args ...any) *Error {
+	e := E(KindLimited, code, format, args...)
+	e.RetryAfter = retryAfter
+	return e
+}
+
+// RetryAfterOf reports the RetryAfter of the first *Error in err's chain that carries one (0: none).
+func RetryAfterOf(err error) time.Duration {
+	for err != nil {
+		if e, ok := err.(*Error); ok && e.RetryAfter > 0 {
+			return e.RetryAfter
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return 0
+		}
+		err = u.Unwrap()
+	}
+	return 0
+}

@@ -1,0 +1,177 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Per-user limits the engine enforces (DESIGN.md principle 6), through the store's agent.LimitStore so that they
+// hold across every instance and Lambda. lib/config maps AGENT_MAX_ACTIVE_RUNS_PER_USER and
+// AGENT_THREADS_PER_MINUTE onto Config.
+//
+//   - Active runs: every run a user's request starts (a new message, tool outputs or approval answers that
+//     continue a reply, an edit, a regenerate) holds a slot of "runs/<owner>" from before its claim until it
+//     ends, and is refused when none is free. Server-side turns (a delivery pass: steers, queued messages,
+//     BeginQueued) are never refused, since they answer something already accepted: they take a slot when one
+//     is free (so the user's own requests see them) and run without one otherwise. A multitask enqueue request
+//     at the limit whose thread is busy is queued anyway (it starts no run; its answer is a server-side turn); a
+//     multitask interrupt request asks for a slot like any request that starts a run.
+//   - New threads: the first POST /chat on a new id counts one in "threads/<owner>", a fixed one-minute window,
+//     just before the thread is created.
+//
+// A refused request is refused before anything is written (no thread, no message, no claim): 429 with
+// CodeTooManyRuns or CodeThreadRateLimited and a RetryAfter. A slot's lease lives RunLeaseTTL and is renewed
+// every quarter of it while the run goes on, so a process that dies frees its slot within RunLeaseTTL; a run that
+// ends gives it back at once.
+const (
+	// DefaultMaxActiveRunsPerUser bounds the runs one user's requests keep going at once.
+	DefaultMaxActiveRunsPerUser = 4
+	// DefaultThreadsPerMinute bounds the threads one user creates per minute.
+	DefaultThreadsPerMinute = 30
+	// DefaultRunLeaseTTL is how long a run's slot outlives its last renewal (a crashed process's slot is free
+	// after at most this); renewed every quarter of it.
+	DefaultRunLeaseTTL = 60 * time.Second
+	// RunRetryAfter caps the Retry-After of too_many_runs: the store answers when a slot frees for sure (a
+	// crashed holder's lease expiring), but runs usually end, and give their slot back, much sooner.
+	RunRetryAfter = 5 * time.Second
+)
+
+// runScope and threadScope name a user's limits in the store.
+func runScope(owner string) string    { return "runs/" + owner }
+func threadScope(owner string) string { return "threads/" + owner }
+
+// countsAsUserRun reports whether req starts a run on a user's behalf (and so takes an active-run slot).
+func countsAsUserRun(req Request) bool { return req.Kind == TurnSubmit || req.Kind == TurnRegenerate }
+
+// runSlot is a run's lease in its user's active-run scope, renewed in the background until released.
+type runSlot struct {
+	e      *Engine
+	scope  string
+	holder string
+	stop   chan struct{}
+	once   sync.Once
+	done   chan struct{}
+}
+
+// claim takes the user's run slot (when the request counts), then the thread's run claim; the slot is given back
+// when the claim fails, and otherwise when the run ends (Turn.releaseSlot).
+func (e *Engine) claim(ctx context.Context, req Request) (agent.ClaimResult, time.Time, *runSlot, error) {
+	runID := e.ids.New("run")
+	slot, err := e.acquireRunSlot(ctx, req, runID)
+	if err != nil {
+		return agent.ClaimResult{}, time.Time{}, nil, err
+	}
+	res, at, err := e.claimThread(ctx, req, runID)
+	if err != nil {
+		slot.release(ctx)
+		return res, at, nil, err
+	}
+	return res, at, slot, nil
+}
+
+func (e *Engine) acquireRunSlot(ctx context.Context, req Request, runID string) (*runSlot, error) {
+	if e.cfg.MaxActiveRunsPerUser < 0 {
+		return nil, nil
+	}
+	r := agent.LeaseRequest{Scope: runScope(req.Owner), Holder: runID, Limit: e.cfg.MaxActiveRunsPerUser,
+		TTL: e.cfg.RunLeaseTTL, Now: e.clock.Now()}
+	retry, err := e.store.AcquireLease(ctx, r)
+	if !countsAsUserRun(req) && (err != nil || retry > 0) {
+		// A server-side turn runs whatever the count says.
+		if err != nil {
+			e.log.Warn("take a run slot for a server-side turn", "thread_id", req.ThreadID, "err", err)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if retry > 0 {
+		return nil, agent.Limited(agent.CodeTooManyRuns, min(retry, RunRetryAfter),
+			"you have %d runs going, the most allowed at once; wait for one to finish", e.cfg.MaxActiveRunsPerUser)
+	}
+	s := &runSlot{e: e, scope: r.Scope, holder: runID, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.keep(context.WithoutCancel(ctx), r)
+	return s, nil
+}
+
+// keep renews the slot every quarter of its TTL until it is released, and no longer than a run can live (its
+// wall clock, its final writes' retries and a stale window), so a slot whose turn was dropped unreleased still
+// expires. A lease found lost (this process paused past its TTL) is taken again when there is room; a run is
+// never stopped for a limit.
+func (s *runSlot) keep(ctx context.Context, r agent.LeaseRequest) {
+	defer close(s.done)
+	tick := time.NewTicker(max(r.TTL/4, time.Millisecond))
+	defer tick.Stop()
+	cfg := s.e.cfg
+	lifetime := time.NewTimer(cfg.RunTimeout + cfg.FinishRetry + cfg.StaleAfter)
+	defer lifetime.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-lifetime.C:
+			s.e.log.Warn("run slot outlived any run; no longer renewed", "scope", s.scope, "run_id", s.holder)
+			return
+		case <-tick.C:
+		}
+		r.Now = s.e.clock.Now()
+		err := s.e.store.RenewLease(ctx, r)
+		if agent.IsKind(err, agent.KindConflict) {
+			_, err = s.e.store.AcquireLease(ctx, r)
+		}
+		if err != nil {
+			s.e.log.Warn("renew run slot", "scope", s.scope, "run_id", s.holder, "err", err)
+		}
+	}
+}
+
+// release stops the renewals and gives the slot back (idempotent; nil-safe). A failed release leaves the lease
+// to expire.
+func (s *runSlot) release(ctx context.Context) {
+	if s == nil {
+		return
+	}
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		ctx := context.WithoutCancel(ctx)
+		if err := s.e.retry(ctx, func() error { return s.e.store.ReleaseLease(ctx, s.scope, s.holder) }); err != nil {
+			s.e.log.Warn("release run slot", "scope", s.scope, "run_id", s.holder, "err", err)
+		}
+	})
+}
+
+// queueAtLimit reports whether a request refused for the user's run limit may be queued instead: a multitask
+// enqueue of a user message to a thread of the caller that a live run holds (one read; the enqueue itself
+// re-checks that the thread is busy and wakes a delivery pass otherwise).
+func (e *Engine) queueAtLimit(ctx context.Context, req Request) bool {
+	if req.Multitask != MultitaskEnqueue || req.Kind != TurnSubmit || req.Message.Role != agent.RoleUser || req.edits() {
+		return false
+	}
+	th, err := e.store.GetThread(ctx, req.ThreadID)
+	return err == nil && th.Owner == req.Owner && th.ActiveRun != nil && !th.ActiveRun.Stale(e.clock.Now(), e.cfg.StaleAfter)
+}
+
+// releaseSlot gives the turn's run slot back: the run has ended (or never started).
+func (t *Turn) releaseSlot(ctx context.Context) { t.slot.release(ctx) }
+
+// countThread counts a new thread of owner against the per-minute limit, before it is created.
+func (e *Engine) countThread(ctx context.Context, owner string) error {
+	if e.cfg.ThreadsPerMinute < 0 {
+		return nil
+	}
+	retry, err := e.store.Count(ctx, agent.CountRequest{Scope: threadScope(owner), Window: time.Minute,
+		Limit: e.cfg.ThreadsPerMinute, Now: e.clock.Now()})
+	if err != nil {
+		return err
+	}
+	if retry > 0 {
+		return agent.Limited(agent.CodeThreadRateLimited, retry,
+			"you created %d threads in the last minute, the most allowed; try again shortly", e.cfg.ThreadsPerMinute)
+	}
+	return nil
+}

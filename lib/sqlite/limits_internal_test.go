@@ -1,0 +1,73 @@
+package sqlite
+
+import (
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// A file written by version 4 (the schema before per-user limits) is migrated in place: what it holds reads
+// back, and its users take leases and counts.
+func TestMigratesVersion4(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v4.db")
+	raw, err := sql.Open("sqlite", dsn(path, busyTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v4, err := os.ReadFile(filepath.Join("testdata", "schema_v4.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := strings.Split(string(v4), ";\n")
+	stmts = append(stmts,
+		`INSERT INTO threads VALUES ('th1', 'u1', 'old', '{"reviewTools":true}', 1, 2, 3, 0, 1000, 2000, 2, NULL, NULL, NULL, 0, 5, 0)`,
+		`INSERT INTO messages VALUES ('th1', 'a1', 4, 'assistant', '[{"type":"text","text":"yo"}]', NULL, 1000, 1000, 'r1', 2, 1, 0)`,
+		`PRAGMA user_version = 4`,
+	)
+	for _, stmt := range stmts {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		if _, err := raw.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("v4 fixture: %v\n%s", err, stmt)
+		}
+	}
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open(v4 file): %v", err)
+	}
+	defer s.Close()
+	var version int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
+		t.Fatalf("user_version after migration = %d, %v; want %d", version, err, schemaVersion)
+	}
+	if th, err := s.GetThread(ctx, "th1"); err != nil || th.Title != "old" || th.Epoch != 2 {
+		t.Fatalf("GetThread after migration = %+v, %v", th, err)
+	}
+	if msgs, err := s.ListMessages(ctx, "th1"); err != nil || len(msgs) != 1 || msgs[0].Seq != 4 {
+		t.Fatalf("ListMessages after migration = %+v, %v", msgs, err)
+	}
+	now := time.UnixMilli(3000).UTC()
+	lease := agent.LeaseRequest{Scope: "runs/u1", Holder: "r1", Limit: 1, TTL: time.Minute, Now: now}
+	if retry, err := s.AcquireLease(ctx, lease); err != nil || retry != 0 {
+		t.Fatalf("AcquireLease after migration = %v, %v", retry, err)
+	}
+	lease.Holder = "r2"
+	if retry, err := s.AcquireLease(ctx, lease); err != nil || retry != time.Minute {
+		t.Fatalf("AcquireLease over the limit after migration = %v, %v; want refused for a minute", retry, err)
+	}
+	if retry, err := s.Count(ctx, agent.CountRequest{Scope: "threads/u1", Window: time.Minute, Limit: 1, Now: now}); err != nil || retry != 0 {
+		t.Fatalf("Count after migration = %v, %v", retry, err)
+	}
+}
