@@ -406,7 +406,7 @@ func (s *Store) ListRunsPage(ctx context.Context, threadID string, p agent.RunPa
 	if limit <= 0 {
 		limit = agent.DefaultListLimit
 	}
-	q := `SELECT ` + runCols + ` FROM runs INDEXED BY runs_by_created WHERE thread_id = ?`
+	q := `SELECT ` + runReadCols + ` FROM runs INDEXED BY runs_by_created WHERE thread_id = ?`
 	args := []any{threadID}
 	cmp, order := "<", "DESC"
 	if p.Oldest {
