@@ -21,9 +21,9 @@ import (
 
 // publicClient is the default Config.FileClient: it dials public unicast addresses only (not loopback,
 // private, link-local or unspecified ones), checked on the address actually dialled, after DNS, so a name
-// that resolves inside the network is refused too.
+// that resolves inside the network is refused too. It connects directly, never through HTTPS_PROXY (whose own
+// address would be checked instead of the file host's).
 var publicClient = &http.Client{Transport: &http.Transport{
-	Proxy:               http.ProxyFromEnvironment,
 	DialContext:         (&net.Dialer{Timeout: 10 * time.Second, Control: publicOnly}).DialContext,
 	TLSHandshakeTimeout: 10 * time.Second,
 	ForceAttemptHTTP2:   true,
