@@ -52,9 +52,12 @@ test-race:
 # (f.Add, and testdata/fuzz/<target>/ for inputs that once failed) also run in test-go.
 FUZZ_BRIEF := ./lib/httpapi:FuzzDecodeChat ./lib/agent:FuzzValidateIncoming ./lib/uistream:FuzzEncoder
 FUZZ_TARGETS := $(FUZZ_BRIEF) ./lib/uistream:FuzzAppendString ./lib/interrupts:FuzzCanonical
+# FUZZMINIMIZETIME bounds the shrinking of each new input (go test's default, 60 s, can take a whole brief run,
+# and a run that ends mid-shrink has been seen to fail with "fuzzing process hung or terminated unexpectedly").
 FUZZTIME ?= 60s
+FUZZMINIMIZETIME ?= 10s
 test-fuzz:
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s FUZZ_TARGETS="$(FUZZ_BRIEF)"
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s FUZZMINIMIZETIME=1s FUZZ_TARGETS="$(FUZZ_BRIEF)"
 
 ## fuzz: every fuzz target for FUZZTIME each (default 60s); a failing input is written under the package's
 ## testdata/fuzz/ (commit it: it becomes a seed)
@@ -62,7 +65,7 @@ fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg; \
 	done
 
 ## soak: the fault-schedule simulation (internal/sim) with random seeds, for SIM_DURATION (default 10m) split

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,9 +21,9 @@ import (
 
 // publicClient is the default Config.FileClient: it dials public unicast addresses only (not loopback,
 // private, link-local or unspecified ones), checked on the address actually dialled, after DNS, so a name
-// that resolves inside the network is refused too.
+// that resolves inside the network is refused too. It connects directly, never through HTTPS_PROXY (whose own
+// address would be checked instead of the file host's).
 var publicClient = &http.Client{Transport: &http.Transport{
-	Proxy:               http.ProxyFromEnvironment,
 	DialContext:         (&net.Dialer{Timeout: 10 * time.Second, Control: publicOnly}).DialContext,
 	TLSHandshakeTimeout: 10 * time.Second,
 	ForceAttemptHTTP2:   true,
@@ -71,8 +72,57 @@ func (m *Model) userParts(ctx context.Context, msg agent.ModelMessage) ([]oai.Ch
 	return parts, nil
 }
 
-// download fetches f's https URL and returns it as a data URL of f's media type.
+// fileCacheTTL is how long a downloaded file is reused: a run's steps, not a copy of the remote file.
+const fileCacheTTL = 10 * time.Minute
+
+// fileCache keeps the data URLs of recent downloads, newest last, max bytes of them at most.
+type fileCache struct {
+	mu      sync.Mutex
+	max     int64
+	bytes   int64
+	entries []cachedFile
+}
+
+type cachedFile struct {
+	url, mediaType, data string
+	at                   time.Time
+}
+
+func (c *fileCache) get(url, mediaType string, now time.Time) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		if e.url == url && e.mediaType == mediaType && now.Sub(e.at) < fileCacheTTL {
+			return e.data, true
+		}
+	}
+	return "", false
+}
+
+func (c *fileCache) put(url, mediaType, data string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries = append(c.entries, cachedFile{url: url, mediaType: mediaType, data: data, at: now})
+	c.bytes += int64(len(data))
+	for len(c.entries) > 0 && (c.bytes > c.max || now.Sub(c.entries[0].at) >= fileCacheTTL) {
+		c.bytes -= int64(len(c.entries[0].data))
+		c.entries = c.entries[1:]
+	}
+}
+
+// download fetches f's https URL and returns it as a data URL of f's media type (a recent download's again).
 func (m *Model) download(ctx context.Context, f agent.ModelFile) (string, error) {
+	if data, ok := m.files.get(f.URL, f.MediaType, time.Now()); ok {
+		return data, nil
+	}
+	data, err := m.fetch(ctx, f)
+	if err == nil {
+		m.files.put(f.URL, f.MediaType, data, time.Now())
+	}
+	return data, err
+}
+
+func (m *Model) fetch(ctx context.Context, f agent.ModelFile) (string, error) {
 	fail := func(err error, msg string, args ...any) error {
 		return agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, fmt.Sprintf(msg, args...))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -184,5 +185,33 @@ func TestFileDownloadPublicOnly(t *testing.T) {
 	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "not a public address")
 	if asked.Load() != 0 || f.srv.Requests() != 0 {
 		t.Fatalf("the file server was asked %d times, the model %d", asked.Load(), f.srv.Requests())
+	}
+}
+
+// A run's steps send the same history again: a PDF downloaded for one call is not downloaded for the next.
+func TestFileDownloadedOnce(t *testing.T) {
+	t.Parallel()
+	var gets atomic.Int32
+	files := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gets.Add(1)
+		w.Header().Set("Content-Type", "application/pdf")
+		w.Write([]byte("%PDF-1.7 " + r.URL.Path))
+	}))
+	t.Cleanup(files.Close)
+	f := setup(t)
+	m := f.model(func(c *Config) { c.FileClient = files.Client() })
+	for _, path := range []string{"/a.pdf", "/a.pdf", "/b.pdf", "/a.pdf"} {
+		req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
+			Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + path, Filename: "x.pdf"}}}}}
+		_, events, err := run(context.Background(), m, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := textOf(events, agent.EventTextDelta), fmt.Sprintf("text\nfile application/pdf x.pdf %d bytes", len("%PDF-1.7 "+path)); got != want {
+			t.Fatalf("%s: the model received %q, want %q", path, got, want)
+		}
+	}
+	if gets.Load() != 2 {
+		t.Fatalf("%d downloads for two files", gets.Load())
 	}
 }

@@ -39,7 +39,9 @@
 // PDFs as data only, so a PDF named by an https URL is downloaded first, as the AI SDK does for URLs a provider
 // cannot read: https only, Config.MaxFileBytes at most, within Config.FileTimeout, with Config.FileClient (by
 // default one that dials public addresses only). A download that fails fails the request (KindUnavailable,
-// CodeModelError: the model cannot see the message). Each Stream call downloads again (a run's steps each do).
+// CodeModelError: the model cannot see the message). The data URLs of recent downloads are kept (twice
+// MaxFileBytes of them at most, for fileCacheTTL) so that a run's later steps, which send the same history, do
+// not download again.
 //
 // # Compatibility
 //
@@ -134,8 +136,9 @@ type Config struct {
 
 // Model is the agent.Model adapter. It is safe for concurrent use.
 type Model struct {
-	cfg  Config
-	chat oai.ChatCompletionService
+	cfg   Config
+	chat  oai.ChatCompletionService
+	files fileCache // PDFs downloaded for recent requests: a run's steps send the same history again
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -191,7 +194,7 @@ func New(cfg Config) *Model {
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
-	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...)}
+	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...), files: fileCache{max: 2 * cfg.MaxFileBytes}}
 }
 
 func cmpOr(v, def string) string {
