@@ -55,10 +55,11 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 	w.ecfg.InterruptTTL = []time.Duration{45 * time.Second, 2 * time.Minute, 20 * time.Minute}[r.IntN(3)]
 	w.contract = agent.DefaultJobContract()
 	if page, ok := windowMode(seed); ok {
-		// The smallest windows a turn can read (a budget of one token, pages of one to three messages), so that
-		// every turn plans from a part of its thread: edits, re-posts, regenerates, continuations and queue takes
-		// whose messages lie behind the window.
-		w.ecfg.Transcript.BudgetTokens, w.ecfg.WindowPage = 1, page
+		// The smallest windows a turn can read (one token's worth, pages of one to three messages), so that every
+		// turn plans from a part of its thread: edits, re-posts, regenerates, continuations and queue takes whose
+		// messages lie behind the window. The model's own budget stays (a budget of one token would refuse every
+		// message as too large for the model).
+		w.ecfg.WindowTokens, w.ecfg.WindowPage = 1, page
 		w.windowNote = fmt.Sprintf(" window=%d", page)
 	}
 	if w.jobsOn = jobsMode(seed); w.jobsOn {

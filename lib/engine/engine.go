@@ -58,6 +58,10 @@ type Config struct {
 	// WindowPage is the first page of a turn's read of its thread (DefaultWindowPage; window.go): each further
 	// page doubles, up to MaxWindowPage.
 	WindowPage int
+	// WindowTokens is what a turn's read of its thread must cover, in estimated tokens (zero: the transcript's
+	// budget, which is what the model can use). Only tests set it apart, to plan turns from the smallest windows
+	// while the model still takes every message.
+	WindowTokens int
 	// Per-user limits (limits.go); a negative value means no limit.
 	MaxActiveRunsPerUser int           // DefaultMaxActiveRunsPerUser
 	ThreadsPerMinute     int           // DefaultThreadsPerMinute

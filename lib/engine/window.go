@@ -140,7 +140,7 @@ func (w *window) messages() []agent.Message {
 
 // budget is the engine's token budget for the window.
 func (e *Engine) budget() int {
-	return cmp.Or(e.cfg.Transcript.BudgetTokens, transcript.DefaultBudgetTokens)
+	return cmp.Or(e.cfg.WindowTokens, e.cfg.Transcript.BudgetTokens, transcript.DefaultBudgetTokens)
 }
 
 // heldElsewhere point-reads the queued entries' messages that the window does not show: a turn that stored one
