@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -25,6 +26,9 @@ type Turn struct {
 	// claimedAt is the clock time of the claim: the claim is ours for staleAfter from its last heartbeat, and
 	// this is the first one.
 	claimedAt time.Time
+	// keptAt is when a long close-out last heartbeat the claim itself (keepClaim; unix nanoseconds, 0: never): it
+	// runs beside the stream, so it is atomic.
+	keptAt atomic.Int64
 	// userWrite receives the result of storing the request's user message, which runs beside the first model
 	// request (the critical path before the model is the claim plus one read). Nil when there is none to store.
 	// It is awaited before anything else is written or any tool runs.
@@ -573,4 +577,12 @@ func (e *Engine) retry(ctx context.Context, op func() error, mayWrite ...func() 
 }
 
 // fresh reports whether the claim, with no heartbeat since it was taken, is still surely ours.
-func (t *Turn) fresh() bool { return t.e.clock.Now().Sub(t.claimedAt) <= t.e.cfg.StaleAfter/2 }
+func (t *Turn) fresh() bool { return t.e.clock.Now().Sub(t.goodAt()) <= t.e.cfg.StaleAfter/2 }
+
+// goodAt is when the claim was last known good by the turn itself: its claim, or keepClaim's last heartbeat.
+func (t *Turn) goodAt() time.Time {
+	if n := t.keptAt.Load(); n > t.claimedAt.UnixNano() {
+		return time.Unix(0, n)
+	}
+	return t.claimedAt
+}

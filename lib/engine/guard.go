@@ -49,7 +49,11 @@ func (g *guard) writable() bool {
 	if g.lost != nil {
 		return false
 	}
-	if g.t.e.clock.Now().Sub(g.lastOK) > g.t.e.cfg.StaleAfter/2 {
+	last := g.lastOK
+	if kept := g.t.goodAt(); kept.After(last) {
+		last = kept // a long close-out beside the stream heartbeat the claim itself (keepClaim)
+	}
+	if g.t.e.clock.Now().Sub(last) > g.t.e.cfg.StaleAfter/2 {
 		g.lost = errInDoubt
 		g.cancel(errInDoubt)
 		return false

@@ -330,8 +330,8 @@ func settledText(st agent.InterruptStatus, why settleReason) string {
 func (t *Turn) closeOut(ctx context.Context) error {
 	e := t.e
 	for _, id := range t.plan.drop {
-		if !t.fresh() {
-			return errInDoubt
+		if err := t.keepClaim(ctx); err != nil {
+			return err
 		}
 		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, id, t.run.Fence()) }); err != nil {
 			return fmt.Errorf("drop message %s: %w", id, err)
@@ -354,6 +354,24 @@ func (t *Turn) closeOut(ctx context.Context) error {
 		if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
 			return fmt.Errorf("cancel interrupt %s: %w", r.ID, err)
 		}
+	}
+	return nil
+}
+
+// keepClaim holds the claim through a long close-out (an edit far back drops every later message, one fenced write
+// each, before the run's heartbeats start): once a heartbeat interval has passed since the claim was last known
+// good, it heartbeats, fenced, and counts the claim good from then. errInDoubt once it is not fresh any more.
+func (t *Turn) keepClaim(ctx context.Context) error {
+	e := t.e
+	if now := e.clock.Now(); now.Sub(t.goodAt()) >= e.cfg.Heartbeat {
+		if err := e.store.Heartbeat(ctx, t.thread.ID, t.run.Fence(), now); err == nil {
+			t.keptAt.Store(now.UnixNano())
+		} else if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, agent.ErrRunCanceled) {
+			return fmt.Errorf("keep the claim: %w", err)
+		}
+	}
+	if !t.fresh() {
+		return errInDoubt
 	}
 	return nil
 }

@@ -187,3 +187,36 @@ func TestBoundedReads(t *testing.T) {
 		}
 	})
 }
+
+// slowDeletes takes delay over every message delete, as a loaded store does.
+type slowDeletes struct {
+	agent.Store
+	delay time.Duration
+}
+
+func (s *slowDeletes) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
+	time.Sleep(s.delay)
+	return s.Store.DeleteMessage(ctx, threadID, id, f)
+}
+
+// An edit far back drops every later message, one fenced write each, before the run's heartbeats start: taking
+// longer than half of staleAfter, it must hold its claim itself rather than stop as "in doubt" half way (which
+// left the thread cut and the edit unanswered).
+func TestLongEditKeepsItsClaim(t *testing.T) {
+	t.Parallel()
+	slow := &slowDeletes{delay: 15 * time.Millisecond}
+	f := setup(t, withStore(func(s agent.Store) agent.Store { slow.Store = s; return slow }))
+	msgs := seedThread(t, f.store, "cut", 60, 100) // 120 drops × 15 ms: 1.8 s, staleAfter is 2 s
+	req := submit("cut", msgs[0].ID, "from the start, again")
+	req.MessageID = msgs[0].ID
+	tr, err := f.eng.Begin(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run := tr.Stream(context.Background(), &strings.Builder{}); run.Status != agent.RunCompleted {
+		t.Fatalf("run %s: %s %+v", run.ID, run.Status, run.Error)
+	}
+	if after := f.messages(t, "cut"); len(after) != 2 || after[0].ID != msgs[0].ID {
+		t.Fatalf("after the edit: %d messages, want the edited one and its reply", len(after))
+	}
+}
