@@ -181,6 +181,13 @@ func MessageSize(m agent.Message) int {
 // CheckMessage refuses a user message that alone is over the budget (it could never be sent to the model).
 func CheckMessage(m agent.Message, cfg Config) error {
 	cfg = cfg.withDefaults()
+	if cfg.FixedTokens >= cfg.budget() {
+		// No message could ever fit: the deployment is misconfigured, not the request (the client sees an
+		// internal error; the log has this text).
+		return agent.E(agent.KindInternal, agent.CodeInvalidConfig,
+			"the system prompt and tool specs (about %d tokens) fill the model budget of %d: raise AGENT_CONTEXT_TOKENS",
+			cfg.FixedTokens, cfg.budget())
+	}
 	if n, b := MessageTokens(m), cfg.budget()-cfg.FixedTokens; n > b {
 		return agent.E(agent.KindTooLarge, agent.CodeMessageTooLarge,
 			"the message is about %d tokens, more than the model budget of %d", n, b)

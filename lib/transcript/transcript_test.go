@@ -2,6 +2,7 @@ package transcript_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -125,6 +126,13 @@ func TestCheckMessage(t *testing.T) {
 	}
 	if err := transcript.CheckMessage(user("u", "fine"), transcript.Config{BudgetBytes: 100}); err != nil {
 		t.Fatal(err)
+	}
+	// A system prompt and tool specs that fill the budget are the deployment's fault, not the message's: no 413
+	// with a negative budget in its text, but an internal error whose text (for the log) says what to raise.
+	err := transcript.CheckMessage(user("u", "fine"), transcript.Config{BudgetTokens: 1000, FixedTokens: 1200})
+	if agent.KindOf(err) != agent.KindInternal || !errors.Is(err, agent.E(agent.KindInternal, agent.CodeInvalidConfig, "")) ||
+		!strings.Contains(err.Error(), "AGENT_CONTEXT_TOKENS") {
+		t.Fatalf("budget filled by the fixed part: %v, want an internal invalid_config error", err)
 	}
 }
 
