@@ -114,6 +114,20 @@ func kindOf(raw json.RawMessage) string {
 	return "an integer"
 }
 
+// requiredString reads obj's field key (at names obj), refusing it as OpenAI does when it is missing, null or not
+// a string.
+func requiredString(obj map[string]json.RawMessage, at, key string) (string, *invalidRequest) {
+	raw, ok := obj[key]
+	if !ok || isNull(raw) {
+		return "", missing(at + "." + key)
+	}
+	v, ok := str(raw)
+	if !ok {
+		return "", wrongType(at+"."+key, "a string", raw)
+	}
+	return v, nil
+}
+
 func isNull(raw json.RawMessage) bool {
 	b := bytes.TrimSpace(raw)
 	return len(b) == 0 || string(b) == "null"
@@ -201,13 +215,9 @@ func checkMessage(i int, raw json.RawMessage) (checkedMessage, *invalidRequest) 
 	if !ok {
 		return checkedMessage{}, wrongType(at, "an object", raw)
 	}
-	rawRole, ok := m["role"]
-	if !ok || isNull(rawRole) {
-		return checkedMessage{}, missing(at + ".role")
-	}
-	role, ok := str(rawRole)
-	if !ok {
-		return checkedMessage{}, wrongType(at+".role", "a string", rawRole)
+	role, bad := requiredString(m, at, "role")
+	if bad != nil {
+		return checkedMessage{}, bad
 	}
 	if !slices.Contains(roles, role) {
 		return checkedMessage{}, wrongValue(at+".role", role, roles)
@@ -261,13 +271,9 @@ func checkContent(at, role string, raw json.RawMessage) *invalidRequest {
 		if !ok {
 			return wrongType(pat, "an object", p)
 		}
-		rawType, ok := part["type"]
-		if !ok || isNull(rawType) {
-			return missing(pat + ".type")
-		}
-		typ, ok := str(rawType)
-		if !ok {
-			return wrongType(pat+".type", "a string", rawType)
+		typ, bad := requiredString(part, pat, "type")
+		if bad != nil {
+			return bad
 		}
 		if !slices.Contains(partTypes[role], typ) {
 			return wrongValue(pat+".type", typ, partTypes[role])
@@ -428,13 +434,9 @@ var imageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
 // file_data (a base64 data URL of a PDF; or a file_id), with OpenAI's messages for each case.
 func checkMedia(at, typ string, obj map[string]json.RawMessage) *invalidRequest {
 	if typ == "image_url" {
-		raw, ok := obj["url"]
-		if !ok || isNull(raw) {
-			return missing(at + ".url")
-		}
-		u, ok := str(raw)
-		if !ok {
-			return wrongType(at+".url", "a string", raw)
+		u, bad := requiredString(obj, at, "url")
+		if bad != nil {
+			return bad
 		}
 		if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
 			return nil
@@ -444,13 +446,9 @@ func checkMedia(at, typ string, obj map[string]json.RawMessage) *invalidRequest 
 	if id, ok := str(obj["file_id"]); ok && id != "" {
 		return nil
 	}
-	raw, ok := obj["file_data"]
-	if !ok || isNull(raw) {
-		return missing(at + ".file_data")
-	}
-	data, ok := str(raw)
-	if !ok {
-		return wrongType(at+".file_data", "a string", raw)
+	data, bad := requiredString(obj, at, "file_data")
+	if bad != nil {
+		return bad
 	}
 	return checkDataURL("Invalid file data", at+".file_data", "an application/pdf MIME type (e.g. 'data:application/pdf;base64,SGVsbG8sIFdvcmxkIQ==')", data, []string{"application/pdf"})
 }
