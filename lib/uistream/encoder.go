@@ -103,6 +103,12 @@ func (e *Encoder) Done() {
 	}
 	e.done = true
 	e.emit([]byte(DoneFrame))
+	if e.setDeadline != nil && e.clientErr == nil {
+		// The deadline is the connection's, not this response's: left set, it would fail the response's own end
+		// (written when the handler returns, after the run's outcome and its slot are stored) once that work
+		// outlasts the write timeout, and any later keep-alive request on the connection.
+		_ = e.setDeadline(time.Time{})
+	}
 }
 
 // ClientErr reports why the client stopped receiving frames (an *agent.Error with CodeClientGone), or nil
