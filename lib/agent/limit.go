@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -121,4 +122,55 @@ func RetryAfterOf(err error) time.Duration {
 		err = u.Unwrap()
 	}
 	return 0
+}
+
+// KeepLeases renews held every period, in the background, until the returned stop is called (stop waits for a
+// renewal in flight, and may be called more than once) or, when lifetime > 0, until lifetime has passed (a holder
+// whose release was never reached must still expire). A lease found lost (its holder paused past the TTL) is
+// taken again when there is room: a holder that is already running is never cut off for a limit. failed hears
+// every renewal that did not apply (lifetime's end as ErrLeaseLost). Giving the leases back stays with the
+// caller, after stop.
+func KeepLeases(ctx context.Context, store LimitStore, clock Clock, held []LeaseRequest, period, lifetime time.Duration,
+	failed func(LeaseRequest, error)) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(max(period, time.Millisecond))
+		defer tick.Stop()
+		var end <-chan time.Time
+		if lifetime > 0 {
+			t := time.NewTimer(lifetime)
+			defer t.Stop()
+			end = t.C
+		}
+		for {
+			select {
+			case <-quit:
+				return
+			case <-end:
+				for _, r := range held {
+					failed(r, ErrLeaseLost)
+				}
+				return
+			case <-tick.C:
+			}
+			for _, r := range held {
+				r.Now = clock.Now()
+				err := store.RenewLease(ctx, r)
+				if IsKind(err, KindConflict) {
+					_, err = store.AcquireLease(ctx, r)
+				}
+				if err != nil {
+					failed(r, err)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+		})
+	}
 }

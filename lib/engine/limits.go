@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -51,9 +52,8 @@ type runSlot struct {
 	e      *Engine
 	scope  string
 	holder string
-	stop   chan struct{}
+	stop   func() // ends the renewals (agent.KeepLeases)
 	once   sync.Once
-	done   chan struct{}
 }
 
 // claim takes the user's run slot (when the request counts), then the thread's run claim; the slot is given back
@@ -93,40 +93,18 @@ func (e *Engine) acquireRunSlot(ctx context.Context, req Request, runID string) 
 		return nil, agent.Limited(agent.CodeTooManyRuns, min(retry, RunRetryAfter),
 			"you have %d runs going, the most allowed at once; wait for one to finish", e.cfg.MaxActiveRunsPerUser)
 	}
-	s := &runSlot{e: e, scope: r.Scope, holder: runID, stop: make(chan struct{}), done: make(chan struct{})}
-	go s.keep(context.WithoutCancel(ctx), r)
-	return s, nil
-}
-
-// keep renews the slot every quarter of its TTL until it is released, and no longer than a run can live (its
-// wall clock, its final writes' retries and a stale window), so a slot whose turn was dropped unreleased still
-// expires. A lease found lost (this process paused past its TTL) is taken again when there is room; a run is
-// never stopped for a limit.
-func (s *runSlot) keep(ctx context.Context, r agent.LeaseRequest) {
-	defer close(s.done)
-	tick := time.NewTicker(max(r.TTL/4, time.Millisecond))
-	defer tick.Stop()
-	cfg := s.e.cfg
-	lifetime := time.NewTimer(cfg.RunTimeout + cfg.FinishRetry + cfg.StaleAfter)
-	defer lifetime.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-lifetime.C:
-			s.e.log.Warn("run slot outlived any run; no longer renewed", "scope", s.scope, "run_id", s.holder)
-			return
-		case <-tick.C:
-		}
-		r.Now = s.e.clock.Now()
-		err := s.e.store.RenewLease(ctx, r)
-		if agent.IsKind(err, agent.KindConflict) {
-			_, err = s.e.store.AcquireLease(ctx, r)
-		}
-		if err != nil {
-			s.e.log.Warn("renew run slot", "scope", s.scope, "run_id", s.holder, "err", err)
-		}
-	}
+	// Renewed every quarter of its TTL, and no longer than a run can live (its wall clock, its final writes'
+	// retries and a stale window), so a slot whose turn was dropped unreleased still expires.
+	cfg := e.cfg
+	stop := agent.KeepLeases(context.WithoutCancel(ctx), e.store, e.clock, []agent.LeaseRequest{r}, r.TTL/4,
+		cfg.RunTimeout+cfg.FinishRetry+cfg.StaleAfter, func(r agent.LeaseRequest, err error) {
+			if errors.Is(err, agent.ErrLeaseLost) {
+				e.log.Warn("run slot outlived any run; no longer renewed", "scope", r.Scope, "run_id", r.Holder)
+				return
+			}
+			e.log.Warn("renew run slot", "scope", r.Scope, "run_id", r.Holder, "err", err)
+		})
+	return &runSlot{e: e, scope: r.Scope, holder: runID, stop: stop}, nil
 }
 
 // release stops the renewals and gives the slot back (idempotent; nil-safe). A failed release leaves the lease
@@ -136,8 +114,7 @@ func (s *runSlot) release(ctx context.Context) {
 		return
 	}
 	s.once.Do(func() {
-		close(s.stop)
-		<-s.done
+		s.stop()
 		ctx := context.WithoutCancel(ctx)
 		if err := s.e.retry(ctx, func() error { return s.e.store.ReleaseLease(ctx, s.scope, s.holder) }); err != nil {
 			s.e.log.Warn("release run slot", "scope", s.scope, "run_id", s.holder, "err", err)

@@ -47,27 +47,6 @@ func recorded(t *testing.T, f *fixture, log io.Writer, mut func(*engine.Config))
 		Logger: slog.New(slog.NewJSONHandler(log, nil))}, cfg), rec
 }
 
-// logLines parses the JSON log lines named msg.
-func logLines(t *testing.T, log *syncBuffer, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(log.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func runTurn(t *testing.T, eng *engine.Engine, thread, msgID, text string) agent.Run {
 	t.Helper()
@@ -146,7 +125,7 @@ func TestPruneBeforeStep(t *testing.T) {
 	}
 	// The operator can tell from the logs alone: the second turn went out over the budget (the big reply was
 	// then the last assistant message, never pruned), the third stubbed the pair and fit.
-	lines := logLines(t, &log, "agent.prune")
+	lines := log.records(t, "agent.prune")
 	if len(lines) != 2 || lines[0]["over"] != true || lines[0]["pairs_stubbed"] != 0.0 ||
 		lines[1]["over"] != false || lines[1]["pairs_stubbed"] != 1.0 || lines[1]["budget_tokens"] != 4500.0 {
 		t.Fatalf("agent.prune lines: %v", lines)

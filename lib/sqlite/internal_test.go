@@ -120,44 +120,12 @@ func TestHeartbeatWritesNoIndex(t *testing.T) {
 func TestMigratesVersion1(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "v1.db")
-	raw, err := sql.Open("sqlite", dsn(path, busyTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1, err := os.ReadFile(filepath.Join("testdata", "schema_v1.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmts := strings.Split(string(v1), ";\n")
-	stmts = append(stmts,
+	s := migrated(t, 1,
 		`INSERT INTO threads VALUES ('th1', 'u1', 'old', '{"reviewTools":true}', 1, 2, 3, 0, 1000, 2000, 2, NULL, NULL, NULL, 0)`,
 		`INSERT INTO runs VALUES ('th1', 'r1', 'user', 'completed', NULL, 1, 2, 3, 0, 1, 'm', 'a1', 2, 1000, 2000, 2000)`,
 		`INSERT INTO messages VALUES ('th1', 'u1', 0, 'user', '[{"type":"text","text":"hi"}]', NULL, 1000, 1000)`,
 		`INSERT INTO messages VALUES ('th1', 'a1', 4, 'assistant', '[{"type":"text","text":"yo"}]', '{"status":"completed"}', 1000, 1000)`,
-		`PRAGMA user_version = 1`,
 	)
-	for _, stmt := range stmts {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		if _, err := raw.ExecContext(ctx, stmt); err != nil {
-			t.Fatalf("v1 fixture: %v\n%s", err, stmt)
-		}
-	}
-	if err := raw.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open(v1 file): %v", err)
-	}
-	defer s.Close()
-	var version int
-	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
-		t.Fatalf("user_version after migration = %d, %v; want %d", version, err, schemaVersion)
-	}
 	th, err := s.GetThread(ctx, "th1")
 	if err != nil || th.Title != "old" || !th.Settings.ReviewTools || th.Epoch != 2 || th.Usage.TotalTokens != 3 {
 		t.Fatalf("GetThread after migration = %+v, %v", th, err)
@@ -192,7 +160,7 @@ func TestMigratesVersion1(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := Open(ctx, path)
+	s2, err := Open(ctx, s.Path())
 	if err != nil {
 		t.Fatalf("second Open after migration: %v", err)
 	}
@@ -239,43 +207,11 @@ func TestBusyIsUnavailable(t *testing.T) {
 func TestMigratesVersion2(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "v2.db")
-	raw, err := sql.Open("sqlite", dsn(path, busyTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v2, err := os.ReadFile(filepath.Join("testdata", "schema_v2.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmts := strings.Split(string(v2), ";\n")
-	stmts = append(stmts,
+	s := migrated(t, 2,
 		`INSERT INTO threads VALUES ('th1', 'u1', 'old', '{"reviewTools":true}', 1, 2, 3, 0, 1000, 2000, 2, NULL, NULL, NULL, 0, 5)`,
 		`INSERT INTO runs VALUES ('th1', 'r1', 'user', 'completed', NULL, 1, 2, 3, 0, 1, 'm', 'a1', 2, 1000, 2000, 2000, 3, 2, NULL)`,
 		`INSERT INTO messages VALUES ('th1', 'a1', 4, 'assistant', '[{"type":"text","text":"yo"}]', NULL, 1000, 1000, 'r1', 2, 1, 0)`,
-		`PRAGMA user_version = 2`,
 	)
-	for _, stmt := range stmts {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		if _, err := raw.ExecContext(ctx, stmt); err != nil {
-			t.Fatalf("v2 fixture: %v\n%s", err, stmt)
-		}
-	}
-	if err := raw.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open(v2 file): %v", err)
-	}
-	defer s.Close()
-	var version int
-	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
-		t.Fatalf("user_version after migration = %d, %v; want %d", version, err, schemaVersion)
-	}
 	if th, err := s.GetThread(ctx, "th1"); err != nil || th.Title != "old" || th.Epoch != 2 {
 		t.Fatalf("GetThread after migration = %+v, %v", th, err)
 	}
@@ -331,45 +267,13 @@ func TestExpiredInterruptsUseThePendingIndex(t *testing.T) {
 func TestMigratesVersion3(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "v3.db")
-	raw, err := sql.Open("sqlite", dsn(path, busyTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v3, err := os.ReadFile(filepath.Join("testdata", "schema_v3.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmts := strings.Split(string(v3), ";\n")
-	stmts = append(stmts,
+	s := migrated(t, 3,
 		`INSERT INTO threads VALUES ('th1', 'u1', 'old', '{"reviewTools":true}', 1, 2, 3, 0, 1000, 2000, 2, NULL, NULL, NULL, 0, 5)`,
 		`INSERT INTO runs VALUES ('th1', 'r1', 'user', 'completed', NULL, 1, 2, 3, 0, 1, 'm', 'a1', 2, 1000, 2000, 2000, 3, 2, NULL)`,
 		`INSERT INTO messages VALUES ('th1', 'a1', 4, 'assistant', '[{"type":"text","text":"yo"}]', NULL, 1000, 1000, 'r1', 2, 1, 0)`,
 		`INSERT INTO interrupts VALUES ('th1', 'i1', 'r1', 2, 'a1', 'approval', 'c1', 'delete_note', '{"id":1}', 'sig',
 			'pending', NULL, 1000, 5000, NULL)`,
-		`PRAGMA user_version = 3`,
 	)
-	for _, stmt := range stmts {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		if _, err := raw.ExecContext(ctx, stmt); err != nil {
-			t.Fatalf("v3 fixture: %v\n%s", err, stmt)
-		}
-	}
-	if err := raw.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open(v3 file): %v", err)
-	}
-	defer s.Close()
-	var version int
-	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
-		t.Fatalf("user_version after migration = %d, %v; want %d", version, err, schemaVersion)
-	}
 	if th, err := s.GetThread(ctx, "th1"); err != nil || th.Title != "old" || th.Epoch != 2 {
 		t.Fatalf("GetThread after migration = %+v, %v", th, err)
 	}
@@ -454,4 +358,43 @@ func TestReaperListsUseTheirPartialIndexes(t *testing.T) {
 	if ops := explainOps(t, s, takeSQL, 1, 2, "th", "m1"); ops["IdxDelete"] == 0 {
 		t.Fatalf("take plan deletes no index entry (%v): queue_waiting would keep taken entries", ops)
 	}
+}
+
+// migrated writes a file of schema version (testdata/schema_v<version>.sql, then rows, then that user_version),
+// opens it with Open, and checks that the migration took it to schemaVersion.
+func migrated(t *testing.T, version int, rows ...string) *Store {
+	t.Helper()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("v%d.db", version))
+	raw, err := sql.Open("sqlite", dsn(path, busyTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := os.ReadFile(filepath.Join("testdata", fmt.Sprintf("schema_v%d.sql", version)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := append(strings.Split(string(schema), ";\n"), rows...)
+	stmts = append(stmts, fmt.Sprintf(`PRAGMA user_version = %d`, version))
+	for _, stmt := range stmts {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		if _, err := raw.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("v%d fixture: %v\n%s", version, err, stmt)
+		}
+	}
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open(v%d file): %v", version, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var got int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&got); err != nil || got != schemaVersion {
+		t.Fatalf("user_version after migration = %d, %v; want %d", got, err, schemaVersion)
+	}
+	return s
 }

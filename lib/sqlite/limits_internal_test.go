@@ -1,10 +1,6 @@
 package sqlite
 
 import (
-	"database/sql"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,42 +12,10 @@ import (
 func TestMigratesVersion4(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "v4.db")
-	raw, err := sql.Open("sqlite", dsn(path, busyTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v4, err := os.ReadFile(filepath.Join("testdata", "schema_v4.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmts := strings.Split(string(v4), ";\n")
-	stmts = append(stmts,
+	s := migrated(t, 4,
 		`INSERT INTO threads VALUES ('th1', 'u1', 'old', '{"reviewTools":true}', 1, 2, 3, 0, 1000, 2000, 2, NULL, NULL, NULL, 0, 5, 0)`,
 		`INSERT INTO messages VALUES ('th1', 'a1', 4, 'assistant', '[{"type":"text","text":"yo"}]', NULL, 1000, 1000, 'r1', 2, 1, 0)`,
-		`PRAGMA user_version = 4`,
 	)
-	for _, stmt := range stmts {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		if _, err := raw.ExecContext(ctx, stmt); err != nil {
-			t.Fatalf("v4 fixture: %v\n%s", err, stmt)
-		}
-	}
-	if err := raw.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open(v4 file): %v", err)
-	}
-	defer s.Close()
-	var version int
-	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
-		t.Fatalf("user_version after migration = %d, %v; want %d", version, err, schemaVersion)
-	}
 	if th, err := s.GetThread(ctx, "th1"); err != nil || th.Title != "old" || th.Epoch != 2 {
 		t.Fatalf("GetThread after migration = %+v, %v", th, err)
 	}

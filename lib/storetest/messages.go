@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -124,22 +125,32 @@ func testMessagesOrderedBySeq(e *messages) {
 // order (oldest first), checking each page's size and More flag on the way.
 func walkPages[S agent.MessageStore](e *env[S], threadID string, limit int, oldest bool) []agent.MessageRecord {
 	e.t.Helper()
-	var got []agent.MessageRecord
-	var cur agent.MessageCursor
+	return walk(e.t, "messages", limit, 1000, oldest, func(from agent.MessageCursor) (agent.Page[agent.MessageRecord], error) {
+		return e.s.ListMessagesPage(e.ctx, threadID, agent.MessagePage{From: from, Oldest: oldest, Limit: limit})
+	}, agent.MessageRecord.Cursor)
+}
+
+// walk reads a list page by page from its start (read's zero cursor), each page from the last item's cursor, and
+// returns the items in oldest-first order, checking each page's size and More flag, and that it ends within
+// maxPages, on the way.
+func walk[T, C any](t *testing.T, what string, limit, maxPages int, oldest bool, read func(from C) (agent.Page[T], error), cursor func(T) C) []T {
+	t.Helper()
+	var got []T
+	var cur C
 	for pages := 0; ; pages++ {
-		if pages > 1000 {
-			e.t.Fatalf("limit %d: more than 1000 pages", limit)
+		if pages > maxPages {
+			t.Fatalf("%s, limit %d: more than %d pages", what, limit, maxPages)
 		}
-		p, err := e.s.ListMessagesPage(e.ctx, threadID, agent.MessagePage{From: cur, Oldest: oldest, Limit: limit})
-		must(e.t, err, "ListMessagesPage")
+		p, err := read(cur)
+		must(t, err, "list "+what+" page")
 		if len(p.Items) > limit || p.More && len(p.Items) < limit {
-			e.t.Fatalf("limit %d: a page of %d messages, more %v", limit, len(p.Items), p.More)
+			t.Fatalf("%s, limit %d: a page of %d, more %v", what, limit, len(p.Items), p.More)
 		}
 		got = append(got, p.Items...)
 		if !p.More {
 			break
 		}
-		cur = p.Items[len(p.Items)-1].Cursor()
+		cur = cursor(p.Items[len(p.Items)-1])
 	}
 	if !oldest {
 		slices.Reverse(got)

@@ -3,7 +3,6 @@ package storetest
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -528,26 +527,9 @@ func testListRunsPage(e *claims) {
 	}
 	for _, limit := range []int{1, 2, 3, 7, 8} {
 		for _, oldest := range []bool{false, true} {
-			var got []agent.Run
-			var cur agent.RunCursor
-			for pages := 0; ; pages++ {
-				if pages > len(all) {
-					t.Fatalf("limit %d: more pages than runs", limit)
-				}
-				p, err := e.s.ListRunsPage(e.ctx, th.ID, agent.RunPage{From: cur, Oldest: oldest, Limit: limit})
-				must(t, err, "ListRunsPage")
-				if len(p.Items) > limit || p.More && len(p.Items) < limit {
-					t.Fatalf("limit %d: a page of %d runs, more %v", limit, len(p.Items), p.More)
-				}
-				got = append(got, p.Items...)
-				if !p.More {
-					break
-				}
-				cur = p.Items[len(p.Items)-1].Cursor()
-			}
-			if !oldest {
-				slices.Reverse(got)
-			}
+			got := walk(t, "runs", limit, len(all), oldest, func(from agent.RunCursor) (agent.Page[agent.Run], error) {
+				return e.s.ListRunsPage(e.ctx, th.ID, agent.RunPage{From: from, Oldest: oldest, Limit: limit})
+			}, agent.Run.Cursor)
 			same(t, fmt.Sprintf("runs paged by %d (oldest first: %v)", limit, oldest), got, want)
 		}
 	}

@@ -71,37 +71,13 @@ func (s *Service) holdStream(ctx context.Context, owner, runID string) (func(), 
 	if len(held) == 0 {
 		return func() {}, nil
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(max(s.cfg.StreamLeaseTTL/3, time.Millisecond))
-		defer tick.Stop()
-		ctx := context.WithoutCancel(ctx)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			for _, r := range held {
-				r.Now = s.clock.Now()
-				err := s.store.RenewLease(ctx, r)
-				if agent.IsKind(err, agent.KindConflict) {
-					// Lost (this process paused past the TTL): take it again when there is room. A reader already
-					// streaming is never cut off for a limit.
-					_, err = s.store.AcquireLease(ctx, r)
-				}
-				if err != nil {
-					s.log.Warn("renew stream lease", "scope", r.Scope, "err", err)
-				}
-			}
-		}
-	}()
+	// Renewed every third of the TTL for as long as the reader tails.
+	stop := agent.KeepLeases(context.WithoutCancel(ctx), s.store, s.clock, held, s.cfg.StreamLeaseTTL/3, 0,
+		func(r agent.LeaseRequest, err error) { s.log.Warn("renew stream lease", "scope", r.Scope, "err", err) })
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			close(stop)
-			<-done
+			stop()
 			release()
 		})
 	}, nil
