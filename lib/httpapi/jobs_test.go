@@ -94,7 +94,8 @@ func (g *gate) tools(agent.ValueStore, agent.Clock) []agent.Tool {
 }
 
 // hold starts a turn that holds the thread until the gate opens (text: "/tool hold {}" unless given); it
-// returns when the run is claimed.
+// returns when the run is claimed and its user message stored, so the turn has planned (a message queued before
+// the turn read the queue is taken by it, placed before its own message: not what a test of a busy thread means).
 func (h *hitlStack) hold(thread, id string, text ...string) <-chan string {
 	done := make(chan string, 1)
 	msg := "/tool hold {}"
@@ -107,7 +108,11 @@ func (h *hitlStack) hold(thread, id string, text ...string) <-chan string {
 	}()
 	waitFor(h.t, "the holding run", func() bool {
 		th, err := h.stack.Store.GetThread(context.Background(), thread)
-		return err == nil && th.ActiveRun != nil
+		if err != nil || th.ActiveRun == nil {
+			return false
+		}
+		_, err = h.stack.Store.GetMessage(context.Background(), thread, id)
+		return err == nil
 	})
 	return done
 }
