@@ -33,6 +33,12 @@ const (
 	CodeTooManyStreams    = "too_many_streams"    // the user, or the run, has as many stream readers as allowed
 	CodeThreadRateLimited = "thread_rate_limited" // the user created as many threads this minute as allowed
 
+	// Over a bound on what one model turn may start: never an HTTP answer, but the error result of the tool call
+	// that was not executed, which the model reads (and the client sees on the tool part).
+	CodeTooManyToolCalls = "too_many_tool_calls" // the model step called more tools than one step may
+	CodeTooManyJobs      = "too_many_jobs"       // the run, or the user, has as many sub-agent jobs as allowed
+	CodeJobChainTooDeep  = "job_chain_too_deep"  // a delivery turn's job was itself started by a chain of delivery turns
+
 	// Canceled: the run's claim carries a cancel request (internal to a run), or the request went away (499).
 	CodeRunCanceled = "run_canceled"
 	CodeCanceled    = "canceled"

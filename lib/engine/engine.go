@@ -66,7 +66,10 @@ type Config struct {
 	MaxActiveRunsPerUser int           // DefaultMaxActiveRunsPerUser
 	ThreadsPerMinute     int           // DefaultThreadsPerMinute
 	RunLeaseTTL          time.Duration // DefaultRunLeaseTTL
-	Transcript           transcript.Config
+	// What one model turn may start (limits.go); a negative value means no limit.
+	MaxToolCallsPerStep int // DefaultMaxToolCallsPerStep
+	MaxJobsPerRun       int // DefaultMaxJobsPerRun
+	Transcript          transcript.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -88,6 +91,8 @@ func (c Config) withDefaults() Config {
 	c.MaxActiveRunsPerUser = cmp.Or(c.MaxActiveRunsPerUser, DefaultMaxActiveRunsPerUser)
 	c.ThreadsPerMinute = cmp.Or(c.ThreadsPerMinute, DefaultThreadsPerMinute)
 	c.RunLeaseTTL = cmp.Or(c.RunLeaseTTL, DefaultRunLeaseTTL)
+	c.MaxToolCallsPerStep = cmp.Or(c.MaxToolCallsPerStep, DefaultMaxToolCallsPerStep)
+	c.MaxJobsPerRun = cmp.Or(c.MaxJobsPerRun, DefaultMaxJobsPerRun)
 	return c
 }
 

@@ -38,6 +38,12 @@ const (
 	// RunRetryAfter caps the Retry-After of too_many_runs: the store answers when a slot frees for sure (a
 	// crashed holder's lease expiring), but runs usually end, and give their slot back, much sooner.
 	RunRetryAfter = 5 * time.Second
+	// DefaultMaxToolCallsPerStep bounds the tool calls of one model step that are executed (or asked about);
+	// the calls after it get an error result the model reads, and never run.
+	DefaultMaxToolCallsPerStep = 16
+	// DefaultMaxJobsPerRun bounds the sub-agent jobs one run dispatches; a job tool called after it gets an
+	// error result the model reads, and starts nothing.
+	DefaultMaxJobsPerRun = 4
 )
 
 // runScope and threadScope name a user's limits in the store.
@@ -151,4 +157,33 @@ func (e *Engine) countThread(ctx context.Context, owner string) error {
 			"you created %d threads in the last minute, the most allowed; try again shortly", e.cfg.ThreadsPerMinute)
 	}
 	return nil
+}
+
+// overStepCap reports whether the step's k-th tool call (from 0) is past MaxToolCallsPerStep.
+func (s *stepper) overStepCap(k int) bool {
+	limit := s.turn.e.cfg.MaxToolCallsPerStep
+	return limit >= 0 && k >= limit
+}
+
+// takeJob counts one job the run dispatches; false when the run has dispatched MaxJobsPerRun already.
+func (s *stepper) takeJob() bool {
+	if limit := s.turn.e.cfg.MaxJobsPerRun; limit >= 0 && s.jobs >= limit {
+		return false
+	}
+	s.jobs++
+	return true
+}
+
+// tooManyCalls and tooManyJobs are the results of the calls past a bound: the model reads them (and may call
+// again in a later step, or a later turn), the client sees them on the tool part.
+func (e *Engine) tooManyCalls(tool string) error {
+	return agent.E(agent.KindLimited, agent.CodeTooManyToolCalls,
+		"%s was not executed: one step may call at most %d tools. Call it again in a later step if it is still needed.",
+		tool, e.cfg.MaxToolCallsPerStep)
+}
+
+func (e *Engine) tooManyJobs(tool string) error {
+	return agent.E(agent.KindLimited, agent.CodeTooManyJobs,
+		"%s was not dispatched: one turn may start at most %d background jobs. Work with the jobs already started.",
+		tool, e.cfg.MaxJobsPerRun)
 }

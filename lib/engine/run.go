@@ -78,6 +78,8 @@ type stepper struct {
 	unpriced bool
 	// late is what the run recorded as spent after it lost its claim (RecordLateUsage), nil when nothing.
 	late *agent.Usage
+	// jobs counts the job tool calls the run executed (limits.go: MaxJobsPerRun).
+	jobs int
 }
 
 // loop runs the steps. It returns the run's outcome; a canceled runCtx is resolved by the caller.

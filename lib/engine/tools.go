@@ -29,7 +29,7 @@ type toolResult struct {
 func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending int) {
 	e := s.turn.e
 	var toRun []toolCallAt
-	for _, c := range calls {
+	for k, c := range calls {
 		input := json.RawMessage(c.Arguments)
 		if len(input) == 0 {
 			input = json.RawMessage(`{}`)
@@ -44,6 +44,9 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 		i := len(s.parts) - 1
 		tool, known := e.tools[c.Name]
 		switch {
+		case s.overStepCap(k):
+			s.result(i, toolResult{err: e.tooManyCalls(c.Name)})
+			s.logTool(c.Name, c.ID, toolOverLimit, 0)
 		case !known:
 			s.result(i, toolResult{err: fmt.Errorf("unknown tool %q", c.Name)})
 			s.logTool(c.Name, c.ID, toolUnknown, 0)
@@ -62,6 +65,9 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 		case tool.Execute == nil:
 			s.result(i, toolResult{err: fmt.Errorf("tool %q cannot run on the server", c.Name)})
 			s.logTool(c.Name, c.ID, toolError, 0)
+		case tool.Kind == agent.ToolJob && !s.takeJob():
+			s.result(i, toolResult{err: e.tooManyJobs(c.Name)})
+			s.logTool(c.Name, c.ID, toolOverLimit, 0)
 		default:
 			toRun = append(toRun, toolCallAt{part: i, call: agent.ToolCall{ID: c.ID, Name: c.Name, Arguments: string(input)}})
 		}
@@ -165,6 +171,7 @@ const (
 	toolUnknown      = "unknown_tool"  // the model named a tool that does not exist
 	toolInvalidInput = "invalid_input" // the model's arguments are not JSON
 	toolNotExecuted  = "not_executed"  // the run stopped (or its claim was in doubt) before the tool could start
+	toolOverLimit    = "over_limit"    // past the step's tool calls or the run's jobs (limits.go): not executed
 )
 
 // logTool writes the agent.tool line of one tool call (the logger carries the run and thread ids).

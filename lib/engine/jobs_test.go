@@ -1,0 +1,100 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/devserver"
+	"github.com/agentloop/agentloop/lib/engine"
+)
+
+// startLog is a Jobs port that records what it was asked to start and runs nothing.
+type startLog struct {
+	mu     sync.Mutex
+	starts []agent.Job
+	wakes  []agent.JobTask
+	fail   error // Start answers this when set
+}
+
+func (s *startLog) Start(_ context.Context, j agent.Job) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.starts = append(s.starts, j)
+	return s.fail
+}
+
+func (s *startLog) Wake(_ context.Context, w agent.JobTask) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wakes = append(s.wakes, w)
+	return nil
+}
+
+func (s *startLog) started() []agent.Job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]agent.Job(nil), s.starts...)
+}
+
+func withJobs(js agent.Jobs) option { return func(o *devserver.Options) { o.Jobs = js } }
+
+// researchCalls is the offline model's command for n parallel research calls in one step.
+func researchCalls(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "/tool research {\"question\":\"q%d\"} ", i)
+	}
+	return b.String()
+}
+
+// toolErrors returns the error texts of the stored reply's tool parts, by code prefix.
+func toolErrors(t *testing.T, msgs []agent.Message) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, m := range msgs {
+		if m.Role != agent.RoleAssistant {
+			continue
+		}
+		for _, raw := range m.Parts {
+			var p agent.Part
+			if err := json.Unmarshal(raw, &p); err != nil {
+				t.Fatal(err)
+			}
+			if p.State == agent.StateOutputError {
+				code, _, _ := strings.Cut(p.ErrorText, ":")
+				out[code]++
+			}
+		}
+	}
+	return out
+}
+
+// REVIEW S2: a model returning 200 research calls in one step started 200 jobs. The step's calls are capped
+// (the extra calls get an error result the model reads and are never executed), and so are a run's jobs.
+func TestJobToolCallsAreBounded(t *testing.T) {
+	t.Parallel()
+	js := &startLog{}
+	f := setup(t, withJobs(js))
+	run, _ := f.turn(t, "th-200", "m1", researchCalls(200))
+	if run.Status != agent.RunCompleted {
+		t.Fatalf("run %s: %+v", run.Status, run.Error)
+	}
+	jobs, err := f.store.ListJobs(context.Background(), "th-200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != engine.DefaultMaxJobsPerRun || len(js.started()) != engine.DefaultMaxJobsPerRun {
+		t.Fatalf("jobs started by one request: %d (%d starts), want %d", len(jobs), len(js.started()), engine.DefaultMaxJobsPerRun)
+	}
+	errs := toolErrors(t, f.messages(t, "th-200"))
+	want := map[string]int{agent.CodeTooManyToolCalls: 200 - engine.DefaultMaxToolCallsPerStep,
+		agent.CodeTooManyJobs: engine.DefaultMaxToolCallsPerStep - engine.DefaultMaxJobsPerRun}
+	if fmt.Sprint(errs) != fmt.Sprint(want) {
+		t.Fatalf("tool errors by code %v, want %v", errs, want)
+	}
+}
