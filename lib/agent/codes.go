@@ -107,6 +107,15 @@ const (
 	CodeUnsupportedFileType = "unsupported_file_type"
 )
 
+// A tool call's error result, as its errorText names it (the client, the model and the transcript read only
+// the text; REVIEW S3).
+const (
+	CodeUnknownTool      = "unknown_tool"       // the model named a tool that does not exist
+	CodeInvalidToolInput = "invalid_tool_input" // the tool's input is not JSON, or not what the tool takes
+	CodeToolTimeout      = "tool_timeout"       // the tool did not return within the tool timeout
+	CodeToolFailed       = "tool_failed"        // the tool could not run, or failed in a way it described
+)
+
 // Err values to match with errors.Is (codes compare equal; kinds and messages are not compared).
 var (
 	ErrNotFound          = &Error{Kind: KindNotFound, Code: CodeNotFound}

@@ -222,7 +222,7 @@ func (s *stepper) applyAnswers(ctx context.Context) {
 			p.State, p.Approval = agent.StateApprovalResponded, &agent.PartApproval{ID: a.Interrupt.ID, Approved: &yes, Reason: a.Reason}
 			if tool, ok := s.turn.e.tools[a.Interrupt.ToolName]; !ok || tool.Execute == nil {
 				// The tool went away between the request and the answer (a new deployment): it cannot run.
-				s.result(i, toolResult{err: fmt.Errorf("tool %q is not available any more; it was not executed", a.Interrupt.ToolName)})
+				s.result(i, toolResult{err: agent.E(agent.KindNotFound, agent.CodeUnknownTool, "tool %q is not available any more; it was not executed", a.Interrupt.ToolName)})
 				continue
 			}
 			run = append(run, toolCallAt{part: i, call: agent.ToolCall{ID: a.Interrupt.ToolCallID, Name: a.Interrupt.ToolName, Arguments: string(a.Interrupt.Input)}})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -48,22 +47,22 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 			s.result(i, toolResult{err: e.tooManyCalls(c.Name)})
 			s.logTool(c.Name, c.ID, toolOverLimit, 0)
 		case !known:
-			s.result(i, toolResult{err: fmt.Errorf("unknown tool %q", c.Name)})
+			s.result(i, toolResult{err: agent.E(agent.KindInvalid, agent.CodeUnknownTool, "unknown tool %q", c.Name)})
 			s.logTool(c.Name, c.ID, toolUnknown, 0)
 		case !validInput:
-			s.result(i, toolResult{err: fmt.Errorf("tool input is not valid JSON")})
+			s.result(i, toolResult{err: agent.E(agent.KindInvalid, agent.CodeInvalidToolInput, "tool input is not valid JSON")})
 			s.logTool(c.Name, c.ID, toolInvalidInput, 0)
 		case tool.Kind == agent.ToolClient || s.needsApproval(tool, input):
 			// Waits for the client (tool output) or a human (approval); the run ends interrupted.
 			if err := s.ask(tool, c, input, i); err != nil {
-				s.result(i, toolResult{err: fmt.Errorf("tool %q could not ask for approval", c.Name)})
-				s.logTool(c.Name, c.ID, toolError, 0)
+				s.result(i, toolResult{err: agent.E(agent.KindUnavailable, agent.CodeToolFailed, "tool %q could not ask for approval", c.Name)})
+				s.logToolError(c.Name, c.ID, toolError, 0, err)
 				continue
 			}
 			s.logTool(c.Name, c.ID, pick(tool.Kind == agent.ToolClient, toolClient, toolApproval), 0)
 			pending++
 		case tool.Execute == nil:
-			s.result(i, toolResult{err: fmt.Errorf("tool %q cannot run on the server", c.Name)})
+			s.result(i, toolResult{err: agent.E(agent.KindInvalid, agent.CodeToolFailed, "tool %q cannot run on the server", c.Name)})
 			s.logTool(c.Name, c.ID, toolError, 0)
 		case tool.Kind == agent.ToolJob && !s.takeJob():
 			s.result(i, toolResult{err: e.tooManyJobs(c.Name)})
@@ -76,11 +75,12 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 	return pending
 }
 
-// result puts one tool result on the draft's part i and streams it.
+// result puts one tool result on the draft's part i and streams it. An error shows only its safe text
+// (toolErrorText); its chain is in the agent.tool line.
 func (s *stepper) result(i int, r toolResult) {
 	part := &s.parts[i]
 	if r.err != nil {
-		part.State, part.ErrorText = agent.StateOutputError, r.err.Error()
+		part.State, part.ErrorText = agent.StateOutputError, toolErrorText(r.err)
 		s.out.send(uistream.ToolOutputError{ToolCallID: part.ToolCallID, ErrorText: part.ErrorText})
 		return
 	}
@@ -132,7 +132,7 @@ func (s *stepper) executeOne(ctx context.Context, idx int, tool agent.Tool, inv 
 	go func() {
 		out, err := tool.Execute(tctx, inv)
 		if err == nil && !json.Valid(out) {
-			err = fmt.Errorf("tool %q returned invalid JSON", tool.Name)
+			err = agent.E(agent.KindInvalid, agent.CodeToolFailed, "tool %q returned invalid JSON", tool.Name)
 		}
 		done <- toolResult{idx: idx, output: out, err: err}
 	}()
@@ -146,17 +146,17 @@ func (s *stepper) executeOne(ctx context.Context, idx int, tool agent.Tool, inv 
 	select {
 	case r = <-done:
 		if errors.Is(r.err, context.DeadlineExceeded) {
-			r.err = fmt.Errorf("tool %q timed out after %s", tool.Name, timeout)
+			r.err = agent.E(agent.KindUnavailable, agent.CodeToolTimeout, "tool %q timed out after %s", tool.Name, timeout)
 			outcome = toolTimeout
 		}
 	case <-timer.C:
-		r = toolResult{idx: idx, err: fmt.Errorf("tool %q timed out after %s; its outcome is unknown", tool.Name, timeout)}
+		r = toolResult{idx: idx, err: agent.E(agent.KindUnavailable, agent.CodeToolTimeout, "tool %q timed out after %s; its outcome is unknown", tool.Name, timeout)}
 		outcome = toolTimeout
 	}
 	if r.err != nil && outcome == toolOK {
 		outcome = toolError
 	}
-	s.logTool(tool.Name, inv.ToolCallID, outcome, time.Since(begin))
+	s.logToolError(tool.Name, inv.ToolCallID, outcome, time.Since(begin), r.err)
 	results <- r
 }
 
@@ -176,7 +176,30 @@ const (
 
 // logTool writes the agent.tool line of one tool call (the logger carries the run and thread ids).
 func (s *stepper) logTool(name, callID, outcome string, took time.Duration) {
-	s.log.Info("agent.tool", "tool", name, "tool_call_id", callID, "outcome", outcome, "duration_ms", took.Milliseconds())
+	s.logToolError(name, callID, outcome, took, nil)
+}
+
+// logToolError writes the agent.tool line of one tool call with its error's whole chain, which only the log
+// sees (REVIEW S3).
+func (s *stepper) logToolError(name, callID, outcome string, took time.Duration, err error) {
+	attrs := []any{"tool", name, "tool_call_id", callID, "outcome", outcome, "duration_ms", took.Milliseconds()}
+	if err != nil {
+		attrs = append(attrs, "error_code", agent.CodeOf(err), "error", err.Error())
+	}
+	s.log.Info("agent.tool", attrs...)
+}
+
+// toolErrorText is what a tool error shows the client, the model and the stored transcript (REVIEW S3): the
+// tool's own message when it returned an *agent.Error that is not internal (a tool meant to be read returns
+// agent.E(agent.KindInvalid, …)), else a generic text with the code. Any other text (an AWS error with its
+// ARNs and request ids, a store's error) stays in the agent.tool log line.
+func toolErrorText(err error) string {
+	if agent.KindOf(err) != agent.KindInternal {
+		if _, msg := agent.Public(err); msg != "" {
+			return msg
+		}
+	}
+	return "the tool failed (" + agent.CodeOf(err) + ")"
 }
 
 // pick is a conditional expression.

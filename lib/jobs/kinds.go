@@ -93,7 +93,7 @@ func Research() Kind {
 		Check: func(input json.RawMessage) error {
 			var in ResearchInput
 			if err := json.Unmarshal(input, &in); err != nil || strings.TrimSpace(in.Question) == "" {
-				return fmt.Errorf("research needs a non-empty question")
+				return agent.E(agent.KindInvalid, agent.CodeInvalidToolInput, "research needs a non-empty question")
 			}
 			return nil
 		},

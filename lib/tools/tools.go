@@ -132,14 +132,14 @@ func AddNote(values agent.ValueStore, clock agent.Clock) agent.Tool {
 				Text string `json:"text"`
 			}
 			if err := json.Unmarshal(inv.Input, &in); err != nil {
-				return nil, fmt.Errorf("input must be {\"text\": string}: %w", err)
+				return nil, agent.E(agent.KindInvalid, agent.CodeInvalidToolInput, "input must be {\"text\": string}: %v", err)
 			}
 			in.Text = strings.TrimSpace(in.Text)
 			if in.Text == "" {
-				return nil, errors.New("text must not be empty")
+				return nil, agent.E(agent.KindInvalid, agent.CodeInvalidToolInput, "text must not be empty")
 			}
 			if len(in.Text) > MaxNoteBytes {
-				return nil, fmt.Errorf("text is %d bytes, the limit is %d", len(in.Text), MaxNoteBytes)
+				return nil, agent.E(agent.KindInvalid, agent.CodeInvalidToolInput, "text is %d bytes, the limit is %d", len(in.Text), MaxNoteBytes)
 			}
 			key, err := idempotencyKey(inv)
 			if err != nil {
@@ -240,7 +240,7 @@ func DeleteNote(values agent.ValueStore) agent.Tool {
 				ID string `json:"id"`
 			}
 			if err := json.Unmarshal(inv.Input, &in); err != nil || in.ID == "" {
-				return nil, errors.New(`input must be {"id": string}`)
+				return nil, agent.E(agent.KindInvalid, agent.CodeInvalidToolInput, `input must be {"id": string}`)
 			}
 			key, err := idempotencyKey(inv)
 			if err != nil {
@@ -258,7 +258,7 @@ func DeleteNote(values agent.ValueStore) agent.Tool {
 			if _, exists, err := note(ctx, values, inv.Owner, in.ID); err != nil {
 				return nil, err
 			} else if !exists {
-				return nil, fmt.Errorf("no note with id %q", in.ID)
+				return nil, agent.E(agent.KindNotFound, agent.CodeToolFailed, "no note with id %q", in.ID)
 			}
 			// The intent first: once the note is gone, nothing else would show that this call removed it.
 			if err := fx.put(ctx, inv.Owner, key, effect{State: effectPending, Target: in.ID}); err != nil {
