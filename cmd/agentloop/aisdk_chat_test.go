@@ -50,8 +50,8 @@ func chatScenarios(t *testing.T, dev *devProc, scenarios ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("both SDK majors drove the chat in %s", time.Since(started).Round(time.Millisecond))
-	for _, sdk := range []string{aisdktest.SDK6, aisdktest.SDK7} {
+	t.Logf("every SDK version drove the chat in %s", time.Since(started).Round(time.Millisecond))
+	for _, sdk := range aisdktest.SDKs {
 		for _, sc := range scenarios {
 			i := slices.IndexFunc(results, func(r aisdktest.ChatResult) bool { return r.SDK == sdk && r.Scenario == sc })
 			if i < 0 {

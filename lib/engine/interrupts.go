@@ -26,7 +26,7 @@ import (
 type waiting struct{ asks []agent.Interrupt }
 
 // ask records that the call at part index i waits for a human or the client, and marks the part and the
-// stream accordingly: an approval request carries its id and signature.
+// stream accordingly: an approval request carries its id (the signature stays on the stored part).
 func (s *stepper) ask(tool agent.Tool, c agent.ToolCall, input json.RawMessage, i int) error {
 	t, e := s.turn, s.turn.e
 	kind := agent.InterruptApproval
@@ -45,7 +45,7 @@ func (s *stepper) ask(tool agent.Tool, c agent.ToolCall, input json.RawMessage, 
 	if kind == agent.InterruptApproval {
 		s.parts[i].State = agent.StateApprovalRequested
 		s.parts[i].Approval = &agent.PartApproval{ID: id, Signature: sig}
-		s.out.send(uistream.ToolApprovalRequest{ApprovalID: id, ToolCallID: c.ID, Signature: sig})
+		s.out.send(uistream.ToolApprovalRequest{ApprovalID: id, ToolCallID: c.ID})
 	}
 	return nil
 }

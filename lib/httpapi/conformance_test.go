@@ -1,6 +1,9 @@
 package httpapi_test
 
 import (
+	"bufio"
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +14,7 @@ import (
 )
 
 // Streams captured from the real handler parse with the ai package's own schema and readUIMessageStream, under
-// ai@6 (Node 20) and ai@7 (Node 22), and reduce to the message the server persisted.
+// ai@6.0.0 and the newest ai@6 (Node 20) and ai@7 (Node 22), and reduce to the message the server persisted.
 func TestProtocolConformance(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -63,14 +66,58 @@ func TestProtocolConformance(t *testing.T) {
 		files = append(files, file)
 	}
 	parsed := aisdktest.Check(t, files...)
-	if len(parsed) != 2*len(cases) {
-		t.Fatalf("want %d results, got %d", 2*len(cases), len(parsed))
+	if len(parsed) != len(aisdktest.SDKs)*len(cases) {
+		t.Fatalf("want %d results, got %d", len(aisdktest.SDKs)*len(cases), len(parsed))
 	}
 	for i, c := range cases {
-		for _, p := range parsed[2*i : 2*i+2] {
+		for _, p := range aisdktest.OfFile(parsed, i) {
 			c.check(t, p)
 			if md := p.Message.Meta(); md.RunID == "" || md.Usage == nil {
 				t.Fatalf("%s/%s: finish metadata not merged: %s", c.name, p.SDK, p.Message.Metadata)
+			}
+		}
+	}
+}
+
+// A resumed stream (GET /chat/{id}/stream while the run streams: the replay from the start, then the tail) and a
+// stopped run's stream (finish "other", status canceled) parse with every SDK version, as the original does.
+func TestProtocolConformanceResumeAndStop(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tok := token(t, "alice")
+	resp := f.do(t, "POST", "/chat", tok, chatBody("conf-resume", "u1", "/slow 200"))
+	if resp.StatusCode != 200 {
+		t.Fatalf("post: %d", resp.StatusCode)
+	}
+	// Wait for the first word on the wire (a signal, not a sleep): the run streams.
+	orig := bufio.NewReader(resp.Body)
+	var head bytes.Buffer
+	for !bytes.Contains(head.Bytes(), []byte(`"text-delta"`)) {
+		line, err := orig.ReadBytes('\n')
+		head.Write(line)
+		if err != nil {
+			t.Fatalf("the run ended before its first word: %v\n%s", err, head.Bytes())
+		}
+	}
+	attached := f.do(t, "GET", "/chat/conf-resume/stream", tok, nil)
+	if attached.StatusCode != 200 {
+		t.Fatalf("resume: %d", attached.StatusCode)
+	}
+	if stop := f.do(t, "POST", "/threads/conf-resume/stop", tok, nil); stop.StatusCode != 202 {
+		t.Fatalf("stop: %d", stop.StatusCode)
+	}
+	rest, err := io.ReadAll(orig)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	original := append(head.Bytes(), rest...)
+	resumed := readAll(t, attached)
+	parsed := aisdktest.CheckStreams(t, original, resumed)
+	for i, name := range []string{"original", "resumed"} {
+		for _, p := range aisdktest.OfFile(parsed, i) {
+			if p.FinishReason != "other" || p.Message.Meta().Status != agent.MessageCanceled || !strings.HasPrefix(p.Message.Text(), "word1") {
+				t.Fatalf("%s under ai@%s: finish %q, metadata %s, text %q", name, p.SDK, p.FinishReason, p.Message.Metadata, p.Message.Text())
 			}
 		}
 	}

@@ -165,13 +165,13 @@ func TestProtocolConformanceJobs(t *testing.T) {
 		bodies[i] = c.stream
 	}
 	parsed := aisdktest.CheckStreams(t, bodies...)
-	if len(parsed) != 2*len(cases) {
+	if len(parsed) != len(aisdktest.SDKs)*len(cases) {
 		t.Fatalf("%d results", len(parsed))
 	}
 	for i, c := range cases {
 		stored := h.view(c.thread).Messages
 		reply := stored[len(stored)-1]
-		for _, p := range parsed[2*i : 2*i+2] {
+		for _, p := range aisdktest.OfFile(parsed, i) {
 			text := p.Message.Text()
 			if p.Message.ID != c.run.AssistantMessageID || reply.ID != c.run.AssistantMessageID || p.FinishReason != "stop" || len(p.Errors) != 0 {
 				t.Fatalf("%s under ai@%s: message %s (run %s made %s, the thread ends with %s), finish %q, errors %v",

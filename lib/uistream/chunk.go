@@ -86,9 +86,10 @@ type ToolOutputAvailable struct {
 type ToolOutputError struct{ ToolCallID, ErrorText string }
 
 // ToolApprovalRequest asks the user to approve the tool call (state approval-requested). The client answers
-// with an approval-responded part carrying ApprovalID. Signature (optional) is the AI SDK v7 approval
-// signature; the client keeps it on the part's approval object (both majors accept the field).
-type ToolApprovalRequest struct{ ApprovalID, ToolCallID, Signature string }
+// with an approval-responded part carrying ApprovalID. It has no signature field (REVIEW H1): ai@6 before
+// 6.0.202 parses this chunk as a strict object and refuses any other field, and the server never reads the
+// client's copy of a signature anyway; the signature stays on the stored part (GET /threads/{id}).
+type ToolApprovalRequest struct{ ApprovalID, ToolCallID string }
 
 // ToolOutputDenied marks a tool call whose approval was denied (state output-denied).
 type ToolOutputDenied struct{ ToolCallID string }
@@ -219,11 +220,7 @@ func (c ToolApprovalRequest) appendFields(b []byte) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	b, err = appendID(b, c, "toolCallId", c.ToolCallID)
-	if err != nil || c.Signature == "" {
-		return b, err
-	}
-	return appendStringField(b, "signature", c.Signature), nil
+	return appendID(b, c, "toolCallId", c.ToolCallID)
 }
 
 func (c ToolOutputDenied) appendFields(b []byte) ([]byte, error) {

@@ -43,7 +43,7 @@ func FuzzEncoder(f *testing.F) {
 			ToolInputStart{ToolCallID: id, ToolName: s}, ToolInputDelta{ToolCallID: id, InputTextDelta: s},
 			ToolInputAvailable{ToolCallID: id, ToolName: s, Input: raw}, ToolInputError{ToolCallID: id, ToolName: s, Input: raw, ErrorText: s},
 			ToolOutputAvailable{ToolCallID: id, Output: raw}, ToolOutputError{ToolCallID: id, ErrorText: s},
-			ToolApprovalRequest{ApprovalID: s, ToolCallID: id, Signature: s}, ToolOutputDenied{ToolCallID: id},
+			ToolApprovalRequest{ApprovalID: s, ToolCallID: id}, ToolOutputDenied{ToolCallID: id},
 			Data{Type: "data-" + s, ID: id, Data: raw}, Data{Type: s, Data: raw, Transient: true}, Error{ErrorText: s},
 			Finish{FinishReason: agent.FinishReason(s), Metadata: raw}, MessageMetadata{Metadata: raw}, FinishStep{},
 		}

@@ -1,6 +1,8 @@
 // Package aisdktest checks agentloop against the real AI SDK client code, ai@6 and ai@7, through the Node
 // scripts in testdata/checker (run by its run.sh):
 //
+// Every check runs with ai@6.0.0, the newest ai@6 and the newest ai@7 (SDKs).
+//
 //   - Check parses captured UI message streams (check.mjs): every frame must match the wire format, every
 //     chunk must pass the package's uiMessageChunkSchema with no field that the schema does not declare, and
 //     the stream must reduce through DefaultChatTransport + readUIMessageStream, the path useChat takes,
@@ -28,11 +30,16 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 )
 
-// SDK majors every stream is checked with.
+// The AI SDK versions every stream and chat scenario is checked with (the supported range: ai@6.0.0 up to the
+// newest ai@7; package.json pins them).
 const (
-	SDK6 = "6"
-	SDK7 = "7"
+	SDK60 = "6.0" // ai@6.0.0, the oldest ai@6: its schemas are strict objects (no unknown field passes)
+	SDK6  = "6"   // the newest ai@6
+	SDK7  = "7"   // the newest ai@7, under Node 22
 )
+
+// SDKs lists them in the order results come: every file (or scenario) has one result per entry.
+var SDKs = []string{SDK60, SDK6, SDK7}
 
 // Timeout bounds one Check, including a first `npm ci`.
 const Timeout = 10 * time.Minute
@@ -48,7 +55,7 @@ type Input struct {
 // ParsedMessage is what one SDK major made of one stream.
 type ParsedMessage struct {
 	File         string        `json:"file"`
-	SDK          string        `json:"sdk"`        // SDK6 or SDK7
+	SDK          string        `json:"sdk"`        // one of SDKs
 	SDKVersion   string        `json:"sdkVersion"` // e.g. "6.0.326"
 	Node         string        `json:"node"`       // the Node version that ran it
 	Chunks       int           `json:"chunks"`
@@ -71,8 +78,8 @@ func (p ParsedMessage) Parts() ([]agent.Part, error) {
 	return parts, nil
 }
 
-// Check checks files with both SDK majors and returns two results per file, in file order, ai@6 first. Any
-// failure, including a missing node or npm, fails t.
+// Check checks files with every SDK of SDKs and returns len(SDKs) results per file, in file order and SDKs
+// order. Any failure, including a missing node or npm, fails t.
 func Check(t testing.TB, files ...string) []ParsedMessage {
 	t.Helper()
 	inputs := make([]Input, len(files))
@@ -80,6 +87,12 @@ func Check(t testing.TB, files ...string) []ParsedMessage {
 		inputs[i] = Input{File: f}
 	}
 	return CheckInputs(t, inputs...)
+}
+
+// OfFile returns the results of the i-th file of a Check (one per SDK of SDKs).
+func OfFile(results []ParsedMessage, i int) []ParsedMessage {
+	n := len(SDKs)
+	return results[n*i : n*i+n]
 }
 
 // CheckInputs is Check with continuation messages.
@@ -108,7 +121,7 @@ func CheckStreams(t testing.TB, bodies ...[]byte) []ParsedMessage {
 	return Check(t, files...)
 }
 
-// Run checks inputs with both SDK majors. The error carries the checker's diagnostics.
+// Run checks inputs with every SDK of SDKs. The error carries the checker's diagnostics.
 func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
 	if len(inputs) == 0 {
 		return nil, errors.New("aisdktest: no streams to check")
@@ -152,9 +165,9 @@ func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
 	for _, p := range parsed {
 		got[[2]string{p.File, p.SDK}] = p
 	}
-	out := make([]ParsedMessage, 0, 2*len(files))
+	out := make([]ParsedMessage, 0, len(SDKs)*len(files))
 	for _, f := range files {
-		for _, sdk := range []string{SDK6, SDK7} {
+		for _, sdk := range SDKs {
 			p, ok := got[[2]string{f, sdk}]
 			if !ok {
 				return nil, fmt.Errorf("aisdktest: no ai@%s result for %s\n%s", sdk, f, stderr)

@@ -185,14 +185,14 @@ func approvalChunks(t *testing.T) []uistream.Chunk {
 		uistream.ToolInputStart{ToolCallID: "call_d", ToolName: "delete_note"},
 		uistream.ToolInputDelta{ToolCallID: "call_d", InputTextDelta: `{"id":"note_1"}`},
 		uistream.ToolInputAvailable{ToolCallID: "call_d", ToolName: "delete_note", Input: json.RawMessage(`{"id":"note_1"}`)},
-		uistream.ToolApprovalRequest{ApprovalID: "appr_1", ToolCallID: "call_d", Signature: "c2lnbmF0dXJl"},
+		uistream.ToolApprovalRequest{ApprovalID: "appr_1", ToolCallID: "call_d"},
 		uistream.FinishStep{},
 		uistream.Finish{FinishReason: agent.FinishToolCalls,
 			Metadata: meta(t, agent.MessageMetadata{Status: agent.MessageInterrupted, RunID: "run_1"})},
 	}
 }
 
-// Streams built by the Encoder, and the golden files of the uistream package, parse in both SDK majors to
+// Streams built by the Encoder, and the golden files of the uistream package, parse in every SDK version to
 // the UIMessage a browser would show.
 func TestEncoderStreamsParseInBothSDKs(t *testing.T) {
 	t.Parallel()
@@ -207,11 +207,11 @@ func TestEncoderStreamsParseInBothSDKs(t *testing.T) {
 		t.Fatalf("no golden files (%v)", err)
 	}
 	results := aisdktest.Check(t, append(files, goldens...)...)
-	if len(results) != 2*(len(files)+len(goldens)) {
+	if len(results) != len(aisdktest.SDKs)*(len(files)+len(goldens)) {
 		t.Fatalf("got %d results for %d files", len(results), len(files)+len(goldens))
 	}
 	for i, s := range streams {
-		for _, p := range results[2*i : 2*i+2] {
+		for _, p := range aisdktest.OfFile(results, i) {
 			t.Run(s.name+"/ai@"+p.SDK, func(t *testing.T) {
 				parts, err := p.Parts()
 				if err != nil {
@@ -225,8 +225,15 @@ func TestEncoderStreamsParseInBothSDKs(t *testing.T) {
 	for _, p := range results {
 		seen[p.SDK+"/"+p.Node[:3]] = true
 	}
-	if !seen["6/v20"] && !seen["6/v18"] || !seen["7/v22"] {
-		t.Errorf("SDK/Node combinations checked: %v; want ai@6 on the system Node and ai@7 on Node 22", seen)
+	if !seen["6.0/v20"] && !seen["6.0/v18"] || !seen["6/v20"] && !seen["6/v18"] || !seen["7/v22"] {
+		t.Errorf("SDK/Node combinations checked: %v; want ai@6.0.0 and the newest ai@6 on the system Node and ai@7 on Node 22", seen)
+	}
+	versions := map[string]string{}
+	for _, p := range results {
+		versions[p.SDK] = p.SDKVersion
+	}
+	if versions[aisdktest.SDK60] != "6.0.0" || !strings.HasPrefix(versions[aisdktest.SDK6], "6.") || !strings.HasPrefix(versions[aisdktest.SDK7], "7.") {
+		t.Errorf("SDK versions checked: %v; want ai@6.0.0, an ai@6 and an ai@7", versions)
 	}
 }
 
@@ -269,7 +276,7 @@ func TestContinuationAfterApproval(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		from := first[i/2].SDK
+		from := first[i/len(aisdktest.SDKs)].SDK
 		if p.Message.ID != "msg_6" || partTypes(parts) != "step-start,tool-delete_note,step-start,text" {
 			t.Fatalf("ai@%s (continuing ai@%s's message): parts = %s", p.SDK, from, partTypes(parts))
 		}

