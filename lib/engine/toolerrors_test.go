@@ -110,7 +110,7 @@ func TestToolPublicErrors(t *testing.T) {
 	if run.Status != agent.RunCompleted {
 		t.Fatalf("run = %+v", run)
 	}
-	for _, want := range []string{`"errorText":"text must not be empty"`, `"errorText":"unknown tool \"no_such_tool\""`} {
+	for _, want := range []string{`"errorText":"invalid_tool_input: text must not be empty"`, `"errorText":"unknown_tool: unknown tool \"no_such_tool\""`} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("stream lacks %s: %s", want, raw)
 		}

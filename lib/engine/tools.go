@@ -189,15 +189,14 @@ func (s *stepper) logToolError(name, callID, outcome string, took time.Duration,
 	s.log.Info("agent.tool", attrs...)
 }
 
-// toolErrorText is what a tool error shows the client, the model and the stored transcript (REVIEW S3): the
-// tool's own message when it returned an *agent.Error that is not internal (a tool meant to be read returns
-// agent.E(agent.KindInvalid, …)), else a generic text with the code. Any other text (an AWS error with its
-// ARNs and request ids, a store's error) stays in the agent.tool log line.
+// toolErrorText is what a tool error shows the client, the model and the stored transcript (REVIEW S3):
+// "code: message" from the tool's own *agent.Error when it is not internal (a tool meant to be read returns
+// agent.E(agent.KindInvalid, …)), else a generic text with the code. Nothing else of the error (an AWS error
+// with its ARNs and request ids, a store's error, the causes) leaves the agent.tool log line.
 func toolErrorText(err error) string {
 	if agent.KindOf(err) != agent.KindInternal {
-		if _, msg := agent.Public(err); msg != "" {
-			return msg
-		}
+		code, msg := agent.Public(err)
+		return code + ": " + msg
 	}
 	return "the tool failed (" + agent.CodeOf(err) + ")"
 }
