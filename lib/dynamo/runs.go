@@ -334,42 +334,38 @@ func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
 
 // Heartbeat: one UpdateItem on the thread,
 //
-//	condition: claimRunId = :run AND epoch = :epoch AND attribute_not_exists(claimCancel)
-//	update:    SET claimHeartbeatAt = :now, claimBucket = :bucket
+//	condition: claimRunId = :run AND epoch = :epoch
+//	update:    SET claimHeartbeatAt = :now, claimBucket = :bucket   (ReturnValues ALL_NEW)
 //
 // claimHeartbeatAt is in no index, and claimBucket (the running index's sort key) is the heartbeat rounded down to
 // the bucket (10 s): within a bucket the write leaves it as it was, and DynamoDB writes to a GSI only when an
 // update changes an attribute the index holds. So a heartbeat is one table write (1 WCU for a thread item up to
 // 1 KB), and once per bucket the index pays a delete and a put: 1.2 WCU per second in all (TestHeartbeatCost).
-// On failure the item (failedItem) tells a cancel request on our own claim apart from a lost claim.
+// A cancel request is not a fence (REVIEW D2): the heartbeat is recorded whatever claimCancel says, and the item
+// it returns (ALL_NEW costs no capacity) tells the run it was asked to stop. On failure the claim is gone.
 func (s *Store) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
 	k := key(threadPK(threadID), threadSK)
 	e := newExpr()
-	cond := e.n(attrClaimRun) + " = " + e.v(avS(f.RunID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(f.Epoch)) +
-		" AND attribute_not_exists(" + e.n(attrClaimCancel) + ")"
-	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	cond := e.n(attrClaimRun) + " = " + e.v(avS(f.RunID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(f.Epoch))
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(s.table),
 		Key:       k,
 		UpdateExpression: aws.String("SET " + e.n(AttrClaimHeartbeat) + " = " + e.v(avT(now)) + ", " +
 			e.n(AttrClaimBucket) + " = " + e.v(avS(s.bucketOf(now)))),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            e.attrNames(),
-		ExpressionAttributeValues:           e.attrValues(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+		ReturnValues:              types.ReturnValueAllNew,
 	})
-	if !isConditionFailed(err) {
+	switch {
+	case isConditionFailed(err):
+		return fenced(f)
+	case err != nil:
 		return storeErr(err, "heartbeat")
-	}
-	// A cancel request is only ever lifted by a new claim, so a later read that still shows our claim shows
-	// the cancel that failed the condition.
-	old, err := s.failedItem(ctx, err, k)
-	if err != nil {
-		return err
-	}
-	if c := decodeClaim(old); c != nil && c.RunID == f.RunID && c.Epoch == f.Epoch && c.CancelRequested {
+	case getBool(res.Attributes, attrClaimCancel):
 		return agent.E(agent.KindCanceled, agent.CodeRunCanceled, "run %s was canceled", f.RunID)
 	}
-	return fenced(f)
+	return nil
 }
 
 // RequestCancel: one UpdateItem on the thread, condition attribute_exists(claimRunId) [AND claimRunId = :run],

@@ -26,8 +26,8 @@ type Turn struct {
 	// claimedAt is the clock time of the claim: the claim is ours for staleAfter from its last heartbeat, and
 	// this is the first one.
 	claimedAt time.Time
-	// keptAt is when a long close-out last heartbeat the claim itself (keepClaim; unix nanoseconds, 0: never): it
-	// runs beside the stream, so it is atomic.
+	// keptAt is the newest heartbeat the store accepted (the guard's, or keepClaim's during a long close-out;
+	// unix nanoseconds, 0: none): the close-out runs beside the stream, so it is atomic.
 	keptAt atomic.Int64
 	// userWrite receives the result of storing the request's user message, which runs beside the first model
 	// request (the critical path before the model is the claim plus one read). Nil when there is none to store.
@@ -46,6 +46,8 @@ type Turn struct {
 	began time.Time
 	// slot is the user's active-run slot this run holds (limits.go); nil for server-side turns.
 	slot *runSlot
+	// guardp is the run's guard once it streams (guard.go): the write gate asks it.
+	guardp atomic.Pointer[guard]
 }
 
 // Run returns the claimed run record.
@@ -462,19 +464,16 @@ func (t *Turn) apply(ctx context.Context) {
 			return
 		}
 		if p.user != nil {
-			// A write of a new message id passes the store's message-level fence, so the claim is checked here:
-			// a process that paused for half of staleAfter since its claim must not write (a reaper may own the
-			// thread by now, or a delete may have emptied it).
-			if !t.fresh() {
-				t.userWrite <- errInDoubt
-				return
-			}
+			// A write of a new message id passes the store's message-level fence, so the claim's horizon is
+			// checked before every attempt (putFinal): a process that paused, or retried, for half of staleAfter
+			// since the claim was last known good must not write (a reaper may own the thread by now, or a delete
+			// may have emptied it: REVIEW D1).
 			seq := p.userSeq
 			if seq == 0 {
 				seq = t.run.FirstSeq
 			}
 			w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: seq, Message: *p.user, Fence: t.run.Fence(), Final: true}
-			if err := t.e.putFinal(ctx, w, nil); err != nil {
+			if err := t.putFinal(ctx, w); err != nil {
 				t.userWrite <- err
 				return
 			}
@@ -492,13 +491,12 @@ func (t *Turn) awaitUser() error {
 	return t.userErr
 }
 
-// putFinal writes a finalized message, retried on transient errors. The stores accept a retry that rewrites
-// exactly what the same run finalized (its first attempt applied and lost its answer), so retries converge.
-func (e *Engine) putFinal(ctx context.Context, w agent.MessageWrite, mayWrite func() bool) error {
-	w.Now = e.clock.Now() // every attempt carries the same write
-	return e.retry(ctx, func() error {
-		return e.store.PutMessage(ctx, w)
-	}, mayWrite)
+// putFinal writes a finalized message, fenced (gated at the claim's horizon before every attempt) and retried on
+// transient errors. The stores accept a retry that rewrites exactly what the same run finalized (its first attempt
+// applied and lost its answer), so retries converge.
+func (t *Turn) putFinal(ctx context.Context, w agent.MessageWrite) error {
+	w.Now = t.e.clock.Now() // every attempt carries the same write
+	return t.fenced(ctx, func(ctx context.Context) error { return t.e.store.PutMessage(ctx, w) })
 }
 
 // abort ends a claimed run that failed before streaming: record it failed, release the claim, and write a final
@@ -510,7 +508,8 @@ func (t *Turn) abort(ctx context.Context, err error) error {
 	code, msg := agent.Public(err)
 	now := e.clock.Now()
 	t.run.Status, t.run.Error, t.run.FinishedAt, t.run.UpdatedAt = agent.RunFailed, &agent.RunError{Code: code, Message: msg}, now, now
-	if ferr := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); ferr != nil {
+	// Fenced like every write after the claim: past the horizon the claim is left to go stale (the reaper ends it).
+	if ferr := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); ferr != nil {
 		e.log.Error("release claim after failed begin", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", ferr)
 	}
 	end := segments.ErrorEnd(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageFailed}, msg)
@@ -552,12 +551,18 @@ func compact(raw json.RawMessage) []byte {
 }
 
 // retry runs op until it succeeds, fails for good, or FinishRetry has passed: only transient store errors
-// (KindUnavailable) are retried, with capped backoff. mayWrite, when set, is asked before every retry: a run
-// whose claim went into doubt while an attempt was failing stops retrying (errInDoubt).
+// (KindUnavailable) are retried, with capped backoff. mayWrite, when set, is asked before every attempt, the
+// first included: a run whose claim is in doubt sends nothing more (errInDoubt). A write that carries the run's
+// fence goes through Turn.fenced instead, which also puts a deadline at the horizon on each attempt.
 func (e *Engine) retry(ctx context.Context, op func() error, mayWrite ...func() bool) error {
 	deadline := time.Now().Add(e.cfg.FinishRetry)
 	wait := 20 * time.Millisecond
 	for {
+		for _, ok := range mayWrite {
+			if ok != nil && !ok() {
+				return errInDoubt
+			}
+		}
 		err := op()
 		if err == nil || agent.KindOf(err) != agent.KindUnavailable || time.Now().Add(wait).After(deadline) {
 			return err
@@ -567,22 +572,6 @@ func (e *Engine) retry(ctx context.Context, op func() error, mayWrite ...func() 
 			return err
 		case <-time.After(wait):
 		}
-		for _, ok := range mayWrite {
-			if ok != nil && !ok() {
-				return errInDoubt
-			}
-		}
 		wait = min(2*wait, time.Second)
 	}
-}
-
-// fresh reports whether the claim, with no heartbeat since it was taken, is still surely ours.
-func (t *Turn) fresh() bool { return t.e.clock.Now().Sub(t.goodAt()) <= t.e.cfg.StaleAfter/2 }
-
-// goodAt is when the claim was last known good by the turn itself: its claim, or keepClaim's last heartbeat.
-func (t *Turn) goodAt() time.Time {
-	if n := t.keptAt.Load(); n > t.claimedAt.UnixNano() {
-		return time.Unix(0, n)
-	}
-	return t.claimedAt
 }

@@ -17,7 +17,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	t, e := s.turn, s.turn.e
 	if err := t.awaitUser(); err != nil {
 		s.log.Error("store user message", "err", err)
-		if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errInDoubt) {
+		if lostClaim(err) || errors.Is(err, errInDoubt) {
 			return s.abandon(ctx, errFenced)
 		}
 		// The reply has nothing to answer: leave no message, release the claim, tell the client.
@@ -26,7 +26,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 		t.run.FinishedAt = e.clock.Now()
 		t.run.UpdatedAt = t.run.FinishedAt
 		t.run.Store = s.storeUsage()
-		if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+		if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); err != nil {
 			s.log.Error("finish run", "err", err)
 		}
 		s.end(agent.MessageFailed, runErr, agent.FinishError)
@@ -38,7 +38,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	}
 	msgStatus := status.MessageStatus()
 	if err := s.putMessage(ctx, msgStatus, true); err != nil {
-		if errors.Is(err, agent.ErrRunFenced) {
+		if lostClaim(err) {
 			return s.abandon(ctx, errFenced)
 		}
 		// Failing for good, or for so long that the claim is in doubt: either way the reply is not stored, and
@@ -48,7 +48,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	}
 	if old := t.plan.replaces; old != "" && (status == agent.RunCompleted || status == agent.RunInterrupted) && s.guard.writable() {
 		// Hidden while the claim is still ours (the new reply names it, so readers skip it even if this fails).
-		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, old, t.run.Fence()) }, s.guard.writable); err != nil {
+		if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.DeleteMessage(ctx, t.thread.ID, old, t.run.Fence()) }); err != nil {
 			s.log.Warn("hide regenerated reply", "message_id", old, "err", err)
 		}
 	}
@@ -56,12 +56,14 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	t.run.FinishedAt = e.clock.Now()
 	t.run.UpdatedAt = t.run.FinishedAt
 	t.run.Store = s.storeUsage()
-	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }, s.guard.writable); err != nil {
-		if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errInDoubt) {
+	if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+		if lostClaim(err) || errors.Is(err, errInDoubt) {
 			return s.abandon(ctx, errFenced)
 		}
 		// The reaper finishes the run from its stored final message (the claim goes stale).
 		s.log.Error("finish run; leaving the run to the reaper", "err", err)
+	} else {
+		s.out.released.Store(true) // the outcome is stored: the final segment goes out (REVIEW D7)
 	}
 	s.end(msgStatus, runErr, finishReason(status, s.finishReason))
 	return t.run
@@ -75,7 +77,7 @@ func (s *stepper) finishNoop(ctx context.Context) agent.Run {
 	t.run.FinishedAt = e.clock.Now()
 	t.run.UpdatedAt = t.run.FinishedAt
 	t.run.Store = s.storeUsage()
-	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+	if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); err != nil {
 		s.log.Warn("finish a run with nothing to do", "err", err)
 	}
 	md := t.plan.noopMessage.Metadata

@@ -17,70 +17,146 @@ var (
 	errInDoubt    = errors.New("run's claim in doubt: heartbeats failed for half of staleAfter")
 )
 
+// The claim's horizon (DESIGN principle 8, REVIEW fence E). A claim is ours for StaleAfter from its last accepted
+// heartbeat (the claim itself is the first); a reaper may take it after that. So the run writes nothing, and no
+// attempt of a fenced write is sent, later than half of StaleAfter after the claim was last known good: that is
+// the horizon. Every fenced store call is checked against it before each attempt (the first included) and carries
+// a context deadline at it; the store adapters check it again before each attempt of their own (the AWS SDK
+// retries inside one call) through the write gate the context carries (agent.WithWriteGate).
+
+// horizon is the time after which the run must not write: half of StaleAfter past the claim's last known good
+// moment.
+func (t *Turn) horizon() time.Time { return t.goodAt().Add(t.e.cfg.StaleAfter / 2) }
+
+// goodAt is when the claim was last known good: its claim, or the newest heartbeat the store accepted (the
+// guard's while the run streams, keepClaim's during a long close-out).
+func (t *Turn) goodAt() time.Time {
+	if n := t.keptAt.Load(); n > t.claimedAt.UnixNano() {
+		return time.Unix(0, n)
+	}
+	return t.claimedAt
+}
+
+// kept records an accepted heartbeat at now (heartbeats run beside each other: the newest wins).
+func (t *Turn) kept(now time.Time) {
+	for {
+		old := t.keptAt.Load()
+		if now.UnixNano() <= old || t.keptAt.CompareAndSwap(old, now.UnixNano()) {
+			return
+		}
+	}
+}
+
+// mayWrite is the write gate: nil while the run may still write; errFenced once it lost its claim, errInDoubt
+// once the horizon has passed.
+func (t *Turn) mayWrite() error {
+	if g := t.guardp.Load(); g != nil {
+		return g.check()
+	}
+	if t.e.clock.Now().After(t.horizon()) {
+		return errInDoubt
+	}
+	return nil
+}
+
+// fresh reports whether the claim is still surely ours (mayWrite, as a bool).
+func (t *Turn) fresh() bool { return t.mayWrite() == nil }
+
+// attempt is the context of one attempt of a fenced store call: a deadline at the horizon (clock time, counted
+// from now) and the write gate for the adapter's own retries. cancel must be called.
+func (t *Turn) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	left := t.horizon().Sub(t.e.clock.Now())
+	return context.WithTimeoutCause(agent.WithWriteGate(ctx, t.mayWrite), left, errInDoubt)
+}
+
+// fenced runs op, a store write that carries the run's fence, retried on transient errors (retry): before every
+// attempt, the first included, the horizon is checked, and each attempt runs under attempt's context. An attempt
+// cut at the horizon, or refused by the gate inside the adapter, is errInDoubt: its outcome is unknown and the
+// claim is no longer surely ours.
+func (t *Turn) fenced(ctx context.Context, op func(ctx context.Context) error) error {
+	return t.e.retry(ctx, func() error {
+		if err := t.mayWrite(); err != nil {
+			return err
+		}
+		actx, cancel := t.attempt(ctx)
+		defer cancel()
+		err := op(actx)
+		if err != nil && (errors.Is(err, errInDoubt) || errors.Is(context.Cause(actx), errInDoubt)) {
+			return errInDoubt
+		}
+		return err
+	})
+}
+
 // guard watches the run's claim while it streams: a fenced heartbeat every Heartbeat, a read for a stop request
-// every CancelPoll (so a stop takes effect within that, not a heartbeat later), and the time of the last
-// heartbeat the store accepted. It cancels the run with errCanceled, errFenced or errInDoubt.
+// every CancelPoll (so a stop takes effect within that, not a heartbeat later). It cancels the run with
+// errCanceled, errFenced or errInDoubt. A stop is not a fence (REVIEW D2): the heartbeats go on after it, until
+// the run has finished (stop), so a run that waits for a slow tool after a stop still holds its claim and stores
+// its outcome.
 type guard struct {
 	t      *Turn
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	lastOK time.Time // clock time of the claim or the last accepted heartbeat
-	lost   error     // errFenced or errInDoubt once seen
+	mu   sync.Mutex
+	lost error         // errFenced or errInDoubt once seen
+	gone chan struct{} // closed when lost is set
 }
 
+// startGuard starts the guard; ctx is the run's store context (not the run's own, which a stop cancels).
 func startGuard(ctx context.Context, t *Turn, cancel context.CancelCauseFunc) *guard {
-	g := &guard{t: t, cancel: cancel, done: make(chan struct{}), lastOK: t.claimedAt}
+	g := &guard{t: t, cancel: cancel, done: make(chan struct{}), gone: make(chan struct{})}
+	t.guardp.Store(g)
 	g.wg.Add(2)
-	go g.every(ctx, t.e.cfg.Heartbeat, func() bool { return g.heartbeat(ctx) })
-	go g.every(ctx, t.e.cfg.CancelPoll, func() bool { return g.pollCancel(ctx) })
+	go g.every(t.e.cfg.Heartbeat, func() bool { return g.heartbeat(ctx) })
+	go g.every(t.e.cfg.CancelPoll, func() bool { return g.pollCancel(ctx) })
 	return g
 }
 
 func (g *guard) stop() { close(g.done); g.wg.Wait() }
 
-// writable reports whether the run may still write: it has not lost its claim, and its last accepted heartbeat
-// is younger than half of staleAfter (after that a reaper may soon take the claim, so the run stops itself).
-func (g *guard) writable() bool {
+// writable reports whether the run may still write: it has not lost its claim, and the horizon has not passed
+// (after that a reaper may soon take the claim, so the run stops itself).
+func (g *guard) writable() bool { return g.check() == nil }
+
+// check is writable with the reason: errFenced or errInDoubt (the run is then canceled with it).
+func (g *guard) check() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.lost != nil {
-		return false
+		return g.lost
 	}
-	last := g.lastOK
-	if kept := g.t.goodAt(); kept.After(last) {
-		last = kept // a long close-out beside the stream heartbeat the claim itself (keepClaim)
+	if g.t.e.clock.Now().After(g.t.horizon()) {
+		g.loseLocked(errInDoubt)
+		return errInDoubt
 	}
-	if g.t.e.clock.Now().Sub(last) > g.t.e.cfg.StaleAfter/2 {
-		g.lost = errInDoubt
-		g.cancel(errInDoubt)
-		return false
-	}
-	return true
+	return nil
 }
 
 // lose records that the claim is gone and stops the run.
 func (g *guard) lose(cause error) {
 	g.mu.Lock()
+	g.loseLocked(cause)
+	g.mu.Unlock()
+}
+
+func (g *guard) loseLocked(cause error) {
 	if g.lost == nil {
 		g.lost = cause
+		close(g.gone)
 	}
-	g.mu.Unlock()
 	g.cancel(cause)
 }
 
-// every calls beat each period until it returns false, the guard stops, or ctx ends.
-func (g *guard) every(ctx context.Context, period time.Duration, beat func() bool) {
+// every calls beat each period until it returns false or the guard stops.
+func (g *guard) every(period time.Duration, beat func() bool) {
 	defer g.wg.Done()
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
 		select {
 		case <-g.done:
-			return
-		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
@@ -90,20 +166,22 @@ func (g *guard) every(ctx context.Context, period time.Duration, beat func() boo
 	}
 }
 
-// heartbeat writes the fenced heartbeat; false once the run must stop.
+// heartbeat writes the fenced heartbeat; false once the run must stop writing. A heartbeat that answers
+// run_canceled was recorded: the claim is good, and the run is asked to stop.
 func (g *guard) heartbeat(ctx context.Context) bool {
 	e, t := g.t.e, g.t
 	if !g.writable() {
 		return false
 	}
 	now := e.clock.Now()
-	err := e.store.Heartbeat(ctx, t.thread.ID, t.run.Fence(), now)
+	hctx, cancel := t.attempt(ctx)
+	err := e.store.Heartbeat(hctx, t.thread.ID, t.run.Fence(), now)
+	cancel()
 	switch {
 	case err == nil:
-		g.mu.Lock()
-		g.lastOK = now
-		g.mu.Unlock()
+		t.kept(now)
 	case errors.Is(err, agent.ErrRunCanceled):
+		t.kept(now)
 		g.cancel(errCanceled)
 	case errors.Is(err, agent.ErrRunFenced):
 		g.lose(errFenced)
@@ -115,7 +193,7 @@ func (g *guard) heartbeat(ctx context.Context) bool {
 	return true
 }
 
-// pollCancel reads the claim between heartbeats (it never writes); false once the run must stop.
+// pollCancel reads the claim between heartbeats (it never writes); false once there is nothing more to learn.
 func (g *guard) pollCancel(ctx context.Context) bool {
 	e, t := g.t.e, g.t
 	th, err := e.store.GetThread(ctx, t.thread.ID)

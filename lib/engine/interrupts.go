@@ -59,13 +59,10 @@ func (s *stepper) storeInterrupts(ctx context.Context) error {
 		return err
 	}
 	for _, in := range s.waiting.asks {
-		if !s.guard.writable() {
-			return errInDoubt
-		}
-		err := e.retry(ctx, func() error {
+		err := s.turn.fenced(ctx, func(ctx context.Context) error {
 			_, _, err := e.store.CreateInterrupt(ctx, in)
 			return err
-		}, s.guard.writable)
+		})
 		if err != nil {
 			return fmt.Errorf("store interrupt %s: %w", in.ID, err)
 		}
@@ -333,7 +330,7 @@ func (t *Turn) closeOut(ctx context.Context) error {
 		if err := t.keepClaim(ctx); err != nil {
 			return err
 		}
-		if err := e.retry(ctx, func() error { return e.store.DeleteMessage(ctx, t.thread.ID, id, t.run.Fence()) }); err != nil {
+		if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.DeleteMessage(ctx, t.thread.ID, id, t.run.Fence()) }); err != nil {
 			return fmt.Errorf("drop message %s: %w", id, err)
 		}
 	}
@@ -342,12 +339,12 @@ func (t *Turn) closeOut(ctx context.Context) error {
 			return errInDoubt
 		}
 		w := agent.MessageWrite{ThreadID: t.thread.ID, Message: *m, Fence: t.run.Fence(), Final: t.plan.settledFinal}
-		if err := e.putFinal(ctx, w, t.fresh); err != nil {
+		if err := t.putFinal(ctx, w); err != nil {
 			return fmt.Errorf("settle message %s: %w", m.ID, err)
 		}
 	}
 	for _, r := range t.plan.cancel {
-		err := e.retry(ctx, func() error {
+		err := t.fenced(ctx, func(ctx context.Context) error {
 			_, err := e.store.ResolveInterrupt(ctx, r)
 			return err
 		})
@@ -364,9 +361,13 @@ func (t *Turn) closeOut(ctx context.Context) error {
 func (t *Turn) keepClaim(ctx context.Context) error {
 	e := t.e
 	if now := e.clock.Now(); now.Sub(t.goodAt()) >= e.cfg.Heartbeat {
-		if err := e.store.Heartbeat(ctx, t.thread.ID, t.run.Fence(), now); err == nil {
-			t.keptAt.Store(now.UnixNano())
-		} else if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, agent.ErrRunCanceled) {
+		hctx, cancel := t.attempt(ctx)
+		err := e.store.Heartbeat(hctx, t.thread.ID, t.run.Fence(), now)
+		cancel()
+		if err == nil || errors.Is(err, agent.ErrRunCanceled) {
+			t.kept(now) // recorded (a stop is not a fence)
+		}
+		if errors.Is(err, agent.ErrRunFenced) || errors.Is(err, agent.ErrRunCanceled) {
 			return fmt.Errorf("keep the claim: %w", err)
 		}
 	}

@@ -19,8 +19,11 @@ type output struct {
 	enc      *uistream.Encoder
 	seg      *segments.Segmenter
 	detached atomic.Bool // the run lost its claim: nothing more goes to the store
-	// writable, once the run's guard runs, reports whether the claim is still ours (nil before).
-	writable func() bool
+	// released is set once the run's FinishRun succeeded: its claim is let go, and the final segment is written
+	// whatever the horizon says (REVIEW D7).
+	released atomic.Bool
+	// turn, once the run streams, gates every segment write at the claim's horizon (nil before).
+	turn *Turn
 }
 
 func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer) *output {
@@ -38,12 +41,22 @@ func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer) 
 	return o
 }
 
-// write appends a segment unless the run was detached. Insert-if-absent makes a fenced run's segments unable
-// to overwrite anything, and readers stop at the first final segment, so nothing it appends after the reaper's
-// final segment is ever read; detaching just saves the writes.
+// write appends a segment unless the run was detached, gated at the claim's horizon with a deadline there.
+// Insert-if-absent makes a fenced run's segments unable to overwrite anything, and readers stop at the first
+// final segment, so nothing it appends after the reaper's final segment is ever read; detaching just saves the
+// writes. Once the run's outcome is stored (released) the final segment goes out whatever the horizon says: the
+// run ended well, and its readers must learn it (REVIEW D7).
 func (o *output) write(ctx context.Context, s agent.Segment) error {
-	if o.detached.Load() || (o.writable != nil && !o.writable()) {
+	if o.detached.Load() {
 		return nil
+	}
+	if o.turn != nil && !o.released.Load() {
+		if o.turn.mayWrite() != nil {
+			return nil
+		}
+		actx, cancel := o.turn.attempt(ctx)
+		defer cancel()
+		ctx = actx
 	}
 	return o.e.store.AppendSegment(ctx, s)
 }

@@ -147,7 +147,7 @@ func (t *Turn) writeTakes(ctx context.Context) error {
 			return errInDoubt
 		}
 		w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: tk.seq, Message: tk.entry.Message, Fence: t.run.Fence(), Final: true}
-		if err := e.putFinal(ctx, w, t.fresh); err != nil {
+		if err := t.putFinal(ctx, w); err != nil {
 			return fmt.Errorf("store queued message %s: %w", tk.entry.Message.ID, err)
 		}
 	}
@@ -281,7 +281,7 @@ func (t *Turn) release(ctx context.Context) error {
 	}
 	now := e.clock.Now()
 	t.run.Status, t.run.FinishedAt, t.run.UpdatedAt = agent.RunCompleted, now, now
-	if err := e.retry(ctx, func() error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+	if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); err != nil {
 		e.log.Warn("release a delivery pass with nothing to do", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
 	}
 	md := metadataJSON(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageCompleted})

@@ -34,8 +34,8 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 		log:     e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID),
 		history: transcript.NewHistory(t.plan.history, e.cfg.Transcript),
 		parts:   slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
-	s.guard = startGuard(runCtx, t, cancelRun)
-	s.out.writable = s.guard.writable
+	s.guard = startGuard(ctx, t, cancelRun) // the store context: heartbeats go on after a stop (REVIEW D2)
+	s.out.turn = t
 	s.out.send(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: metadataJSON(map[string]any{"runId": t.run.ID})})
 	if t.plan.noop {
 		s.guard.stop()
@@ -221,12 +221,12 @@ func (s *stepper) message(st agent.MessageStatus) agent.Message {
 			Replaces: s.turn.plan.replaces})}
 }
 
-// putMessage writes the draft, fenced with the run's claim. A fenced write stops the run: someone else owns
-// the thread now.
+// putMessage writes the draft, fenced with the run's claim and gated at its horizon before every attempt. A
+// fenced write stops the run: someone else owns the thread now.
 func (s *stepper) putMessage(ctx context.Context, st agent.MessageStatus, final bool) error {
 	t, e := s.turn, s.turn.e
-	if !s.guard.writable() {
-		return errInDoubt
+	if err := t.mayWrite(); err != nil {
+		return err
 	}
 	if err := t.awaitUser(); err != nil {
 		return err
@@ -234,18 +234,22 @@ func (s *stepper) putMessage(ctx context.Context, st agent.MessageStatus, final 
 	w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: t.run.AssistantSeq(), Message: s.message(st), Fence: t.run.Fence(), Final: final}
 	var err error
 	if final {
-		err = e.putFinal(ctx, w, s.guard.writable)
+		err = t.putFinal(ctx, w)
 	} else {
-		err = e.retry(ctx, func() error {
+		err = t.fenced(ctx, func(ctx context.Context) error {
 			w.Now = e.clock.Now()
 			return e.store.PutMessage(ctx, w)
-		}, s.guard.writable)
+		})
 	}
 	if errors.Is(err, agent.ErrRunFenced) {
 		s.guard.lose(errFenced)
 	}
 	return err
 }
+
+// lostClaim reports whether err says the run's claim is gone (the store refused a fenced write, or the guard
+// learned it).
+func lostClaim(err error) bool { return errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errFenced) }
 
 // persistDraft upserts the assistant message as it stands (one fenced write per step).
 func (s *stepper) persistDraft(ctx context.Context) {

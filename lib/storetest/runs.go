@@ -22,6 +22,7 @@ func runTests() []test {
 		c{"Heartbeat", testHeartbeat},
 		c{"HeartbeatFenced", testHeartbeatFenced},
 		c{"RequestCancel", testRequestCancel},
+		c{"HeartbeatWhileCanceled", testHeartbeatWhileCanceled},
 		c{"FinishRunStatuses", testFinishRunStatuses},
 		c{"FinishRunAddsUsage", testFinishRunAddsUsage},
 		c{"FinishRunMovesThreadUp", testFinishRunMovesThreadUp},
@@ -330,6 +331,7 @@ func testRequestCancel(e *claims) {
 
 	err = e.s.Heartbeat(e.ctx, th.ID, agent.Fence{RunID: run.ID, Epoch: run.Epoch}, at(2*time.Second))
 	wantErr(t, err, agent.KindCanceled, agent.CodeRunCanceled, "Heartbeat after RequestCancel")
+	want.HeartbeatAt = at(2 * time.Second) // a cancel request is not a fence: the heartbeat is recorded (REVIEW D2)
 	same(t, "claim after canceled heartbeat", getThread(e, th.ID).ActiveRun, &want)
 
 	// A cancel request does not free the thread: until the run finishes, others still get run_active.
@@ -353,6 +355,30 @@ func testRequestCancel(e *claims) {
 	same(t, "claim after takeover", getThread(e, th.ID).ActiveRun,
 		&agent.Claim{RunID: last.Run.ID, Epoch: 3, HeartbeatAt: at(time.Hour)})
 	must(t, e.s.Heartbeat(e.ctx, th.ID, last.Run.Fence(), at(time.Hour+time.Second)), "Heartbeat after takeover")
+}
+
+// A cancel request is not a fence (REVIEW D2): a stopped run still finishing (a slow tool returning) keeps its
+// claim alive. Each heartbeat is recorded and answers KindCanceled/CodeRunCanceled, so the claim never goes stale
+// under the run and no reaper takes it, while the run learns it was asked to stop.
+func testHeartbeatWhileCanceled(e *claims) {
+	t := e.t
+	th := newThread(e)
+	run := claim(e, th, e.id("run"), at(0)).Run
+	_, err := e.s.RequestCancel(e.ctx, th.ID, run.ID, at(time.Second))
+	must(t, err, "RequestCancel")
+	for _, beat := range []time.Duration{20 * time.Second, 40 * time.Second, time.Minute} {
+		err := e.s.Heartbeat(e.ctx, th.ID, run.Fence(), at(beat))
+		wantErr(t, err, agent.KindCanceled, agent.CodeRunCanceled, fmt.Sprintf("Heartbeat at %s after the stop", beat))
+		same(t, fmt.Sprintf("claim after the heartbeat at %s", beat), getThread(e, th.ID).ActiveRun,
+			&agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: at(beat), CancelRequested: true})
+	}
+	// A reaper deciding at a cutoff the heartbeats passed keeps its hands off; the run finishes canceled.
+	err = e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: run.Fence(), StaleBefore: at(50 * time.Second)})
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "ReleaseClaim of a canceled run that heartbeats")
+	finish(e, run, agent.RunCanceled, agent.Usage{}, at(time.Minute+time.Second))
+	if got := getThread(e, th.ID); got.ActiveRun != nil {
+		t.Fatalf("claim after the canceled run finished = %s, want none", show(got.ActiveRun))
+	}
 }
 
 // Every terminal status, with or without an error, round-trips and releases the claim.
