@@ -37,7 +37,7 @@ func seedIdle(ctx context.Context, s agent.Store, id, shape string, now time.Tim
 		CreatedAt: now, UpdatedAt: now}); err != nil {
 		return err
 	}
-	job := agent.Job{ID: agent.JobID(id, "call_1"), ThreadID: id, Owner: "o", Kind: "research", ToolCallID: "call_1",
+	job := agent.Job{ID: agent.JobID(id, "run_1", "call_1"), ThreadID: id, Owner: "o", Kind: "research", ToolCallID: "call_1",
 		Input: json.RawMessage(`{"question":"q"}`), Status: agent.JobRunning, CreatedAt: now, UpdatedAt: now, DueAt: now.Add(31 * time.Minute)}
 	switch shape {
 	case shapeRunning:

@@ -140,7 +140,7 @@ func runJobCost(b *testing.B, js *jobStack) {
 		js.turn(b, th, "u1", "hello")
 		now := time.Now()
 		before := l.tally()
-		if _, _, err := js.dev.SQLite.CreateJob(context.Background(), agent.Job{ID: agent.JobID(th, "call_x"), ThreadID: th, Owner: "bench",
+		if _, _, err := js.dev.SQLite.CreateJob(context.Background(), agent.Job{ID: agent.JobID(th, "run_x", "call_x"), ThreadID: th, Owner: "bench",
 			Kind: "research", ToolCallID: "call_x", Input: json.RawMessage(`{"question":"q"}`), Status: agent.JobRunning,
 			CreatedAt: now, UpdatedAt: now, DueAt: now.Add(time.Hour)}); err != nil {
 			b.Fatal(err)

@@ -242,7 +242,7 @@ func (js *jobStack) dispatch(b *testing.B, thread string) {
 func (js *jobStack) finishedJob(b *testing.B, thread string) agent.Job {
 	ctx := context.Background()
 	now := time.Now().UTC()
-	j := agent.Job{ID: agent.JobID(thread, "call_bench"), ThreadID: thread, Owner: "bench", Kind: "research", ToolCallID: "call_bench",
+	j := agent.Job{ID: agent.JobID(thread, "run_bench", "call_bench"), ThreadID: thread, Owner: "bench", Kind: "research", ToolCallID: "call_bench",
 		Input: json.RawMessage(`{"question":"q"}`), Status: agent.JobRunning, CreatedAt: now, UpdatedAt: now, DueAt: now.Add(time.Hour)}
 	if _, _, err := js.dev.Store.CreateJob(ctx, j); err != nil {
 		b.Fatal(err)

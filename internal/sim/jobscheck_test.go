@@ -271,8 +271,10 @@ func (w *world) droppedSince(th *simThread, at int) bool {
 
 // checkDispatch: a research call's result tells the truth about its job (principle 9).
 func (w *world) checkDispatch(ctx context.Context, threadID string, p agent.Part) {
-	_, err := w.base.GetJob(ctx, threadID, agent.JobID(threadID, p.ToolCallID))
-	has := err == nil
+	// A job's id names its dispatching run too (agent.JobID), which the part does not record: the call's job is
+	// the thread's job of that tool call id (the simulated model's ids are unique).
+	jobs, err := w.base.ListJobs(ctx, threadID)
+	has := err == nil && slices.ContainsFunc(jobs, func(j agent.Job) bool { return j.ToolCallID == p.ToolCallID })
 	switch {
 	case p.State == agent.StateOutputAvailable && !has:
 		w.violate("crash-never-lies", "thread %s: research call %s reports %s but it has no job", threadID, p.ToolCallID, p.Output)

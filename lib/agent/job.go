@@ -17,8 +17,8 @@ const (
 	JobError   JobStatus = "error"
 )
 
-// Job is an async sub-agent task. ID is derived from thread id + tool call id (JobID) so a retried dispatch
-// converges. Created insert-if-absent; its result is stored once (first writer wins); delivery is recorded once.
+// Job is an async sub-agent task. ID is derived from thread id + dispatching run + tool call id (JobID) so a
+// retried dispatch converges. Created insert-if-absent; its result is stored once (first writer wins); delivery is recorded once.
 type Job struct {
 	ID         string          `json:"id"`
 	ThreadID   string          `json:"threadId"`
@@ -51,11 +51,13 @@ func (j Job) Finished() bool { return !j.FinishedAt.IsZero() }
 // Failed reports whether the job finished with a failure.
 func (j Job) Failed() bool { return j.Finished() && j.Error != "" }
 
-// JobID derives a job's id from its thread and the tool call that dispatched it: the same dispatch, retried or
-// replayed by a later run, names the same job. It is short and safe as a Step Functions execution name
-// (at most 80 characters of [0-9A-Za-z_-]).
-func JobID(threadID, toolCallID string) string {
-	sum := sha256.Sum256([]byte(threadID + "\x00" + toolCallID))
+// JobID derives a job's id from its thread, the run that dispatched it and the tool call (as interrupts.ID
+// does): the same dispatch, retried within its run or recovered after the run died (recovery asks with the dead
+// run's id), names the same job; a later run that repeats the tool call id (a model with deterministic ids
+// answering a regenerate, a thread deleted and created again on the same id) names a new job, whose execution
+// runs. It is short and safe as a Step Functions execution name (at most 80 characters of [0-9A-Za-z_-]).
+func JobID(threadID, runID, toolCallID string) string {
+	sum := sha256.Sum256([]byte(threadID + "\x00" + runID + "\x00" + toolCallID))
 	return "job_" + idEncoding.EncodeToString(sum[:16])
 }
 

@@ -152,9 +152,9 @@ func TestJobAndQueueCost(t *testing.T) {
 	ctx := context.Background()
 	s := f.store
 	th := realisticThread(t, s)
-	j := agent.Job{ID: agent.JobID(th.ID, "call_Zk3Lm9Qp2Rt8Vw5Xy7Ab1Cd"), ThreadID: th.ID, Owner: th.Owner, Kind: "research",
+	j := agent.Job{ID: agent.JobID(th.ID, "run_1", "call_Zk3Lm9Qp2Rt8Vw5Xy7Ab1Cd"), ThreadID: th.ID, Owner: th.Owner, Kind: "research",
 		ToolCallID: "call_Zk3Lm9Qp2Rt8Vw5Xy7Ab1Cd", Input: json.RawMessage(`{"topic":"the tides of the Bay of Fundy"}`),
-		Status: agent.JobRunning, Activity: "starting", Execution: agent.JobID(th.ID, "call_Zk3Lm9Qp2Rt8Vw5Xy7Ab1Cd"),
+		Status: agent.JobRunning, Activity: "starting", Execution: agent.JobID(th.ID, "run_1", "call_Zk3Lm9Qp2Rt8Vw5Xy7Ab1Cd"),
 		DueAt: t0.Add(30 * time.Minute), CreatedAt: t0, UpdatedAt: t0}
 	steer := agent.QueuedMessage{ThreadID: th.ID, Kind: agent.QueueSteer, JobID: j.ID, Status: agent.QueueQueued, CreatedAt: t0,
 		Message: agent.Message{ID: agent.SteerMessageID(j.ID), Role: agent.RoleUser, Parts: []json.RawMessage{

@@ -98,3 +98,30 @@ func TestJobToolCallsAreBounded(t *testing.T) {
 		t.Fatalf("tool errors by code %v, want %v", errs, want)
 	}
 }
+
+// REVIEW H4: a job's id was thread + tool call id, so a thread deleted and created again on the same id, asked
+// the same thing by a model with deterministic call ids, named the old job: its execution (already used) never
+// ran. The id includes the dispatching run: a new run names a new job and a new execution.
+func TestJobIDIsTheRunsOwn(t *testing.T) {
+	t.Parallel()
+	js := &startLog{}
+	f := setup(t, withJobs(js))
+	ctx := context.Background()
+	ask := `/tool research {"question":"what is Go?"}`
+	f.turn(t, "th-again", "m1", ask)
+	if err := f.stack.Threads.Delete(ctx, "alice", "th-again"); err != nil {
+		t.Fatal(err)
+	}
+	f.turn(t, "th-again", "m1", ask)
+	starts := js.started()
+	if len(starts) != 2 || starts[0].ToolCallID != starts[1].ToolCallID {
+		t.Fatalf("starts %+v, want two of one tool call id", starts)
+	}
+	if starts[0].ID == starts[1].ID || starts[0].Execution == starts[1].Execution {
+		t.Fatalf("the re-created thread's job is named %s (execution %s) again: its execution never runs", starts[1].ID, starts[1].Execution)
+	}
+	jobs, err := f.store.ListJobs(ctx, "th-again")
+	if err != nil || len(jobs) != 1 || jobs[0].ID != starts[1].ID {
+		t.Fatalf("jobs of the new thread %+v (%v)", jobs, err)
+	}
+}

@@ -123,7 +123,7 @@ func (h *hitlStack) finishedJob(thread, callID, brief string) agent.Job {
 	h.t.Helper()
 	ctx := context.Background()
 	now := time.Now().UTC()
-	j := agent.Job{ID: agent.JobID(thread, callID), ThreadID: thread, Owner: "alice", Kind: "research", ToolCallID: callID,
+	j := agent.Job{ID: agent.JobID(thread, "run_1", callID), ThreadID: thread, Owner: "alice", Kind: "research", ToolCallID: callID,
 		Input: json.RawMessage(`{"question":"q"}`), Status: agent.JobRunning, CreatedAt: now, UpdatedAt: now, DueAt: now.Add(time.Hour)}
 	if _, _, err := h.stack.Store.CreateJob(ctx, j); err != nil {
 		h.t.Fatal(err)

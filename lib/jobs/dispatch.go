@@ -35,7 +35,7 @@ func (d Dispatcher) Tools(reg Registry) []agent.Tool {
 				return d.dispatch(ctx, k, inv)
 			},
 			Recorded: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, bool, error) {
-				j, err := d.Store.GetJob(ctx, inv.ThreadID, agent.JobID(inv.ThreadID, inv.ToolCallID))
+				j, err := d.Store.GetJob(ctx, inv.ThreadID, agent.JobID(inv.ThreadID, inv.RunID, inv.ToolCallID))
 				switch {
 				case errors.Is(err, agent.ErrJobNotFound):
 					return nil, false, nil
@@ -57,7 +57,7 @@ func (d Dispatcher) dispatch(ctx context.Context, k Kind, inv agent.ToolInvocati
 		}
 	}
 	now := d.Clock.Now()
-	j := agent.Job{ID: agent.JobID(inv.ThreadID, inv.ToolCallID), ThreadID: inv.ThreadID, Owner: inv.Owner, Kind: k.Name,
+	j := agent.Job{ID: agent.JobID(inv.ThreadID, inv.RunID, inv.ToolCallID), ThreadID: inv.ThreadID, Owner: inv.Owner, Kind: k.Name,
 		ToolCallID: inv.ToolCallID, Input: inv.Input, Status: agent.JobRunning, CreatedAt: now, UpdatedAt: now,
 		// The reaper finishes a job whose execution never reported back, once the execution would have timed out.
 		DueAt: now.Add(d.Contract.ExecutionTimeout + d.Contract.DeliveryGrace)}

@@ -120,8 +120,9 @@ func TestSteer(t *testing.T) {
 func TestJobIDIsAnExecutionName(t *testing.T) {
 	t.Parallel()
 	for _, th := range []string{"t", strings.Repeat("é", 100), "a/b c"} {
-		id := agent.JobID(th, "call_1")
-		if len(id) > 80 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" || id != agent.JobID(th, "call_1") || id == agent.JobID(th, "call_2") {
+		id := agent.JobID(th, "run_1", "call_1")
+		if len(id) > 80 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" || id != agent.JobID(th, "run_1", "call_1") || id == agent.JobID(th, "run_1", "call_2") ||
+			id == agent.JobID(th, "run_2", "call_1") {
 			t.Fatalf("JobID(%q) = %q", th, id)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
+	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/sfn"
@@ -105,7 +106,7 @@ func TestStateMachineRunsTheTaskHandlers(t *testing.T) {
 			if resp.StatusCode != 200 || !strings.Contains(stream.String(), `"jobId"`) {
 				t.Fatalf("dispatch: %d %s", resp.StatusCode, stream.String())
 			}
-			jobID := agent.JobID(thread, toolCallID(t, stream.String()))
+			jobID := ackedJobID(t, stream.String())
 			ctx := context.Background()
 			var j agent.Job
 			deadline := time.Now().Add(20 * time.Second)
@@ -149,12 +150,16 @@ func TestStateMachineRunsTheTaskHandlers(t *testing.T) {
 }
 
 // toolCallID reads the dispatch's tool call id from the stream.
-func toolCallID(t *testing.T, stream string) string {
+// ackedJobID is the job id the stream's dispatch acknowledged (the job tool's output).
+func ackedJobID(t *testing.T, stream string) string {
 	t.Helper()
 	for _, f := range strings.Split(stream, "\n\n") {
-		var c struct{ Type, ToolCallID string }
-		if json.Unmarshal([]byte(strings.TrimPrefix(f, "data: ")), &c) == nil && c.Type == "tool-output-available" {
-			return c.ToolCallID
+		var c struct {
+			Type   string
+			Output jobs.Ack
+		}
+		if json.Unmarshal([]byte(strings.TrimPrefix(f, "data: ")), &c) == nil && c.Type == "tool-output-available" && c.Output.JobID != "" {
+			return c.Output.JobID
 		}
 	}
 	t.Fatalf("no tool output in %s", stream)

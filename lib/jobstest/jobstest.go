@@ -206,7 +206,7 @@ func (f *fixture) order() []string {
 
 // job is the case's job (tool call tc).
 func (f *fixture) job(tc string) agent.Job {
-	return agent.Job{ID: agent.JobID(f.thread, tc), ThreadID: f.thread, Kind: "research", ToolCallID: tc, Status: agent.JobRunning}
+	return agent.Job{ID: agent.JobID(f.thread, "run_1", tc), ThreadID: f.thread, Kind: "research", ToolCallID: tc, Status: agent.JobRunning}
 }
 
 // wait waits for the case's executions to end.

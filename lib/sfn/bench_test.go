@@ -31,7 +31,7 @@ func BenchmarkExecution(b *testing.B) {
 	jobs := sfn.New(local.Client, local.Server.StateMachineARN)
 	var n atomic.Int64
 	run := func() {
-		id := agent.JobID(thread, fmt.Sprint("call_", n.Add(1)))
+		id := agent.JobID(thread, "run_1", fmt.Sprint("call_", n.Add(1)))
 		if err := jobs.Start(context.Background(), agent.Job{ID: id, ThreadID: thread}); err != nil {
 			b.Fatal(err)
 		}
@@ -41,7 +41,7 @@ func BenchmarkExecution(b *testing.B) {
 	}
 	b.Run("delivered", func(b *testing.B) {
 		for b.Loop() {
-			id := agent.JobID(thread, fmt.Sprint("call_", n.Add(1)))
+			id := agent.JobID(thread, "run_1", fmt.Sprint("call_", n.Add(1)))
 			if err := jobs.Start(context.Background(), agent.Job{ID: id, ThreadID: thread}); err != nil {
 				b.Fatal(err)
 			}

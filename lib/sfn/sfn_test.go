@@ -69,7 +69,7 @@ const started = `{"executionArn":"arn:aws:states:us-east-1:000000000000:executio
 // WakeName. One request each.
 func TestStartAndWakeRequests(t *testing.T) {
 	t.Parallel()
-	j := agent.Job{ID: agent.JobID("thr_1", "call_1"), ThreadID: "thr_1", Kind: "research", ToolCallID: "call_1", Input: []byte(`{"q":1}`)}
+	j := agent.Job{ID: agent.JobID("thr_1", "run_1", "call_1"), ThreadID: "thr_1", Kind: "research", ToolCallID: "call_1", Input: []byte(`{"q":1}`)}
 	w := agent.JobTask{ThreadID: "thr_1", JobID: j.ID, Wake: "run_7"}
 	cases := []struct {
 		name string

@@ -50,7 +50,7 @@ type jobs = env[jobStore]
 // later.
 func jobOf(threadID, toolCallID string, created time.Time) agent.Job {
 	return agent.Job{
-		ID:         agent.JobID(threadID, toolCallID),
+		ID:         agent.JobID(threadID, "run_1", toolCallID),
 		ThreadID:   threadID,
 		Owner:      "owner-of-" + threadID,
 		Kind:       "research",
@@ -58,7 +58,7 @@ func jobOf(threadID, toolCallID string, created time.Time) agent.Job {
 		Input:      json.RawMessage(`{"topic":"tides"}`),
 		Status:     agent.JobRunning,
 		Activity:   "starting",
-		Execution:  agent.JobID(threadID, toolCallID),
+		Execution:  agent.JobID(threadID, "run_1", toolCallID),
 		DueAt:      created.Add(30 * time.Minute),
 		CreatedAt:  created,
 		UpdatedAt:  created,

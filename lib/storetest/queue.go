@@ -141,7 +141,7 @@ func testEnqueueAssignsSeq(e *queues) {
 		}
 		list = append(list, got)
 	}
-	steer := enqueue(e, steerOf(th.ID, agent.JobID(th.ID, e.id("call")), at(0)))
+	steer := enqueue(e, steerOf(th.ID, agent.JobID(th.ID, "run_1", e.id("call")), at(0)))
 	wantQueued(e, th.ID, append(list, steer)...)
 
 	// Taking entries never hands their seqs out again: a later entry still comes after every earlier one.
@@ -316,7 +316,7 @@ func testQueuedMessageBytes(e *queues) {
 	q.Message.Metadata = json.RawMessage(`{ "sent" : "2031-03-04T05:06:07Z" }`)
 	q = enqueue(e, q)
 
-	jobID := agent.JobID(th.ID, e.id("call"))
+	jobID := agent.JobID(th.ID, "run_1", e.id("call"))
 	steer := steerOf(th.ID, jobID, at(time.Second))
 	steer.Message.Parts = []json.RawMessage{mustJSON(map[string]any{"type": "data-job-result",
 		"data": map[string]string{"jobId": jobID, "report": randomText(450 << 10)}})}
@@ -436,7 +436,7 @@ func testTakeQueued(e *queues) {
 	th := newThread(e)
 	a := enqueue(e, queuedOf(th.ID, e.id("msg"), at(0)))
 	b := enqueue(e, queuedOf(th.ID, e.id("msg"), at(time.Second)))
-	c := enqueue(e, steerOf(th.ID, agent.JobID(th.ID, e.id("call")), at(2*time.Second)))
+	c := enqueue(e, steerOf(th.ID, agent.JobID(th.ID, "run_1", e.id("call")), at(2*time.Second)))
 	take(e, th.ID, b.Message.ID, at(time.Minute))
 	wantQueued(e, th.ID, a, c)
 	take(e, th.ID, b.Message.ID, at(time.Hour))
@@ -499,7 +499,7 @@ func testListQueuedThreads(e *queues) {
 	enqueue(e, queuedOf(a.ID, e.id("msg"), base))
 	enqueue(e, queuedOf(a.ID, e.id("msg"), base.Add(time.Minute)))
 	b1 := enqueue(e, queuedOf(b.ID, e.id("msg"), base.Add(2*time.Minute)))
-	enqueue(e, steerOf(b.ID, agent.JobID(b.ID, e.id("call")), base.Add(59*time.Minute)))
+	enqueue(e, steerOf(b.ID, agent.JobID(b.ID, "run_1", e.id("call")), base.Add(59*time.Minute)))
 	c1 := enqueue(e, queuedOf(c.ID, e.id("msg"), base))
 	c2 := enqueue(e, queuedOf(c.ID, e.id("msg"), base))
 	take(e, c.ID, c1.Message.ID, base.Add(time.Second))
@@ -551,7 +551,7 @@ func testDeleteThreadRemovesQueue(e *queues) {
 	base := at(-80 * 24 * time.Hour)
 	fill := func(th agent.Thread) []agent.QueuedMessage {
 		plain := enqueue(e, queuedOf(th.ID, th.ID+"-plain", base))
-		big := steerOf(th.ID, agent.JobID(th.ID, "call-big"), base.Add(time.Second))
+		big := steerOf(th.ID, agent.JobID(th.ID, "run_1", "call-big"), base.Add(time.Second))
 		big.Message.Parts = []json.RawMessage{mustJSON(map[string]any{"type": "data-job-result",
 			"data": map[string]string{"report": randomText(450 << 10)}})}
 		big = enqueue(e, big)
