@@ -100,9 +100,41 @@ func HoldsUser(q []QueuedMessage) bool {
 }
 
 // QueueWaits reports whether a thread's queue waits for a person: it holds steers only (a queued user message goes
-// ahead, and closes the question as a new message does) and one of ins is pending at now. The engine's delivery
-// pass and the reaper's sweep both ask it before they claim or wake a thread; the pass decides again once it has
-// the thread's messages.
-func QueueWaits(q []QueuedMessage, ins []Interrupt, now time.Time) bool {
-	return !HoldsUser(q) && slices.ContainsFunc(ins, func(in Interrupt) bool { return in.Pending(now) })
+// ahead, and closes the question as a new message does) and the thread's newest message asks (Asks). The engine's
+// delivery pass and the reaper's sweep both ask it (through QueueWaitsIn) before they claim or wake a thread; the
+// pass decides again once it has the thread's messages.
+func QueueWaits(q []QueuedMessage, newest *Message, ins []Interrupt, now time.Time) bool {
+	return !HoldsUser(q) && Asks(newest, ins, now)
+}
+
+// Asks reports whether newest, the thread's newest message (nil: none), waits for a person: an assistant message
+// that ended interrupted with a call still waiting in it whose interrupt (one of ins) is pending at now. An
+// interrupt of an older message holds nothing (REVIEW H8): it was left behind by a later turn that settled its
+// message and died before it canceled the interrupt.
+func Asks(newest *Message, ins []Interrupt, now time.Time) bool {
+	if newest == nil || newest.Role != RoleAssistant || newest.Meta().Status != MessageInterrupted {
+		return false
+	}
+	waiting := map[string]bool{}
+	for _, raw := range newest.Parts {
+		if p, err := DecodePart(raw); err == nil && p.Waiting() {
+			waiting[p.ToolCallID] = true
+		}
+	}
+	return slices.ContainsFunc(ins, func(in Interrupt) bool {
+		return in.MessageID == newest.ID && waiting[in.ToolCallID] && in.Pending(now)
+	})
+}
+
+// QueueWaitsIn is QueueWaits for a thread of s: the newest message is read (one message) only when it can matter,
+// when q holds no user message and one of ins is pending.
+func QueueWaitsIn(ctx context.Context, s MessageStore, threadID string, q []QueuedMessage, ins []Interrupt, now time.Time) (bool, error) {
+	if HoldsUser(q) || !slices.ContainsFunc(ins, func(in Interrupt) bool { return in.Pending(now) }) {
+		return false, nil
+	}
+	page, err := s.ListMessagesPage(ctx, threadID, MessagePage{Limit: 1})
+	if err != nil || len(page.Items) == 0 {
+		return false, err
+	}
+	return QueueWaits(q, &page.Items[0].Message, ins, now), nil
 }

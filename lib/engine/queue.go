@@ -225,7 +225,11 @@ func (e *Engine) BeginQueued(ctx context.Context, threadID string) (*Turn, error
 	if err != nil {
 		return nil, fmt.Errorf("list interrupts: %w", err)
 	}
-	if agent.QueueWaits(q, ins, e.clock.Now()) {
+	waits, err := agent.QueueWaitsIn(ctx, e.store, threadID, q, ins, e.clock.Now())
+	if err != nil {
+		return nil, fmt.Errorf("read the newest message: %w", err)
+	}
+	if waits {
 		return nil, ErrNothingQueued // steers wait for the person's answer
 	}
 	trigger := agent.TriggerSteer

@@ -599,3 +599,57 @@ func TestEnqueue(t *testing.T) {
 		})
 	}
 }
+
+// REVIEW H8: a pending interrupt left on an older message (a turn settled that message and died before it canceled
+// the interrupt) holds no steer: the newest message asks nothing, so a delivery pass runs at once, and the reaper's
+// sweep wakes the thread for a steer that waits in its queue.
+func TestLeftoverInterruptHoldsNoSteer(t *testing.T) {
+	t.Parallel()
+	for kind, store := range storeKinds(t) {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			h := startHITL(t, store)
+			ctx := context.Background()
+			id := h.addNote("keep")
+			h.send("th", "u1", fmt.Sprintf(`/tool delete_note {"id":%q}`, id))
+			asked := h.view("th").Interrupts
+			if len(asked) != 1 {
+				t.Fatalf("interrupts: %+v", asked)
+			}
+			h.send("th", "u2", "never mind") // settles the question and cancels its interrupt
+			leftover := asked[0]
+			leftover.ID, leftover.Status = "leftover_"+leftover.ID, agent.InterruptPending
+			leftover.ExpiresAt = time.Now().Add(48 * time.Hour)
+			if _, _, err := h.stack.Store.CreateInterrupt(ctx, leftover); err != nil {
+				t.Fatal(err)
+			}
+			j := h.finishedJob("th", "call_1", "brief past a leftover")
+			if out := h.deliver(j); out.Status != agent.DeliveredSteer || out.Turns != 1 {
+				t.Fatalf("delivery with a leftover interrupt on an older message: %+v", out)
+			}
+			v := h.settled("th")
+			if n := steers(v.Messages); n[j.ID] != 1 || !strings.Contains(v.Messages[len(v.Messages)-1].Text(), "brief past a leftover") {
+				t.Fatalf("messages: %s", texts(v.Messages))
+			}
+			// The reaper's sweep: a steer queued on the idle thread is woken for, the leftover notwithstanding.
+			j2 := h.finishedJob("th", "call_2", "brief of the sweep")
+			q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueSteer, Message: steerOf(t, h, j2), JobID: j2.ID, Status: agent.QueueQueued, CreatedAt: time.Now().UTC()}
+			if _, _, err := h.stack.Store.Enqueue(ctx, q, 0); err != nil {
+				t.Fatal(err)
+			}
+			// Marked delivered, so that only the queue's sweep can find it (a finished undelivered job is re-driven).
+			if _, err := h.stack.Store.MarkJobDelivered(ctx, "th", j2.ID, time.Now().UTC()); err != nil {
+				t.Fatal(err)
+			}
+			rp := reaper.New(reaper.Deps{Store: h.stack.Store, Tools: h.stack.Tools, Jobs: h.stack.Jobs, Clock: shifted{2 * time.Hour}}, reaper.Config{})
+			st, err := rp.Tick(ctx)
+			if err != nil || st.Swept != 1 {
+				t.Fatalf("tick = %+v, %v; want one sweep of the queue", st, err)
+			}
+			v = h.settled("th")
+			if n := steers(v.Messages); n[j2.ID] != 1 {
+				t.Fatalf("messages: %s", texts(v.Messages))
+			}
+		})
+	}
+}

@@ -96,8 +96,11 @@ func (r *Reaper) sweepQueues(ctx context.Context, woken map[string]bool) (int, e
 			continue
 		}
 		ins, err := r.store.ListInterrupts(ctx, id)
-		if err != nil || agent.QueueWaits(q, ins, now) {
-			continue // only steers, and a person is asked: the answer's turn takes them
+		if err != nil {
+			continue
+		}
+		if waits, err := agent.QueueWaitsIn(ctx, r.store, id, q, ins, now); err != nil || waits {
+			continue // only steers, and the newest message asks a person: the answer's turn takes them
 		}
 		if err := r.jobs.Wake(ctx, agent.JobTask{ThreadID: id, Wake: fmt.Sprintf("sweep-%s-%d", id, now.Unix()/60)}); err != nil {
 			r.log.Warn("reaper: delivery pass", "thread_id", id, "err", err)
