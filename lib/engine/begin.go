@@ -517,8 +517,10 @@ func (t *Turn) abort(ctx context.Context, err error) error {
 		e.log.Warn("final segment after failed begin", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", serr)
 	}
 	if agent.KindOf(err) == agent.KindInternal {
-		e.log.Error("begin failed", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
+		e.log.ErrorContext(ctx, "begin failed", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
 	}
+	// A run refused after its claim is a run like any other for operators: its agent.run line and metric (S9).
+	(&stepper{turn: t, log: e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID), logCtx: ctx}).report(t.run)
 	return err
 }
 

@@ -66,7 +66,7 @@ func (s *stepper) storeInterrupts(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("store interrupt %s: %w", in.ID, err)
 		}
-		s.log.Info("agent.interrupt", "interrupt_id", in.ID, "kind", in.Kind, "tool", in.ToolName, "tool_call_id", in.ToolCallID)
+		s.log.InfoContext(s.logCtx, "agent.interrupt", "interrupt_id", in.ID, "kind", in.Kind, "tool", in.ToolName, "tool_call_id", in.ToolCallID)
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 	runCtx, cancelTimeout := context.WithTimeoutCause(runCtx, e.cfg.RunTimeout, errRunTimeout)
 	defer cancelTimeout()
 
-	s := &stepper{turn: t, out: newOutput(ctx, e, t.run, client),
+	s := &stepper{turn: t, out: newOutput(ctx, e, t.run, client), logCtx: ctx,
 		log:     e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID),
 		history: transcript.NewHistory(t.plan.history, e.cfg.Transcript),
 		parts:   slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
@@ -61,10 +61,13 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 // stepper is one run's loop state: the draft assistant message as typed parts (encoded once per write), the
 // usage so far, and where the stream goes.
 type stepper struct {
-	turn    *Turn
-	out     *output
-	guard   *guard
-	log     *slog.Logger
+	turn  *Turn
+	out   *output
+	guard *guard
+	log   *slog.Logger
+	// logCtx is the request's context (never canceled), for the agent.* lines: a handler such as Lambda's
+	// (lambdacontext) adds the request id from it (REVIEW S23).
+	logCtx  context.Context
 	history *transcript.History
 	parts   []agent.Part
 	usage   agent.Usage
@@ -155,7 +158,7 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 	}
 	if r := s.history.Last(); r.ReasoningDropped+r.PairsStubbed+r.FilesStubbed+r.MessagesDropped > 0 || r.Over {
 		// Only when a tier beyond 0 ran: what the model did not see explains what it did.
-		s.log.Info("agent.prune", "step", step, "estimated_tokens", r.EstimatedTokens, "budget_tokens", r.BudgetTokens,
+		s.log.InfoContext(s.logCtx, "agent.prune", "step", step, "estimated_tokens", r.EstimatedTokens, "budget_tokens", r.BudgetTokens,
 			"over", r.Over, "superseded", r.Superseded, "reasoning_dropped", r.ReasoningDropped,
 			"pairs_stubbed", r.PairsStubbed, "files_stubbed", r.FilesStubbed, "messages_dropped", r.MessagesDropped)
 	}
@@ -291,10 +294,10 @@ func (s *stepper) logStep(step int, res agent.ModelResult, u agent.Usage, calls 
 		"cost_micro_usd", u.CostMicroUSD, "latency_ms", took.Milliseconds()}
 	if err != nil {
 		code, _ := agent.Public(err)
-		s.log.Warn("agent.step", append(attrs, "error_code", code, "err", err)...)
+		s.log.WarnContext(s.logCtx, "agent.step", append(attrs, "error_code", code, "err", err)...)
 		return
 	}
-	s.log.Info("agent.step", attrs...)
+	s.log.InfoContext(s.logCtx, "agent.step", attrs...)
 }
 
 // report writes the run's one agent.run line and hands its outcome to the metrics port; every way Stream ends
@@ -311,7 +314,7 @@ func (s *stepper) report(run agent.Run) agent.Run {
 			outcome = "fenced"
 		}
 	}
-	attrs := []any{"trigger", t.run.Trigger, "status", run.Status, "outcome", outcome, "error_code", code,
+	attrs := []any{"owner", t.owner, "trigger", t.run.Trigger, "status", run.Status, "outcome", outcome, "error_code", code,
 		"steps", s.steps, "model", s.model, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens,
 		"cached_input_tokens", u.CachedInputTokens, "reasoning_tokens", u.ReasoningTokens, "total_tokens", u.TotalTokens,
 		"cost_micro_usd", u.CostMicroUSD, "store_requests", st.Requests, "store_read_units", st.ReadUnits,
@@ -323,7 +326,7 @@ func (s *stepper) report(run agent.Run) agent.Run {
 		attrs = append(attrs, "late_input_tokens", s.late.InputTokens, "late_output_tokens", s.late.OutputTokens,
 			"late_cost_micro_usd", s.late.CostMicroUSD)
 	}
-	s.log.Info("agent.run", attrs...)
+	s.log.InfoContext(s.logCtx, "agent.run", attrs...)
 	e.metrics.RunFinished(agent.RunMetrics{Outcome: outcome, Model: s.model, Usage: u, Duration: took, Store: st})
 	if st.Throttled > 0 {
 		e.metrics.StoreThrottled(int(st.Throttled))

@@ -186,7 +186,7 @@ func (s *stepper) logToolError(name, callID, outcome string, took time.Duration,
 	if err != nil {
 		attrs = append(attrs, "error_code", agent.CodeOf(err), "error", err.Error())
 	}
-	s.log.Info("agent.tool", attrs...)
+	s.log.InfoContext(s.logCtx, "agent.tool", attrs...)
 }
 
 // toolErrorText is what a tool error shows the client, the model and the stored transcript (REVIEW S3):
