@@ -3,6 +3,8 @@ package sfn_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"sync/atomic"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/jobstest"
+	"github.com/agentloop/agentloop/lib/sfn"
 	"github.com/agentloop/agentloop/lib/sfn/sfntest"
 )
 
@@ -49,7 +53,13 @@ type aslState struct {
 		IsPresent *bool
 		Next      string
 	}
-	Retry []struct{ ErrorEquals []string }
+	Retry []struct {
+		ErrorEquals     []string
+		IntervalSeconds float64
+		MaxAttempts     int
+		BackoffRate     float64
+		JitterStrategy  string
+	}
 	Catch []struct {
 		ErrorEquals []string
 		ResultPath  string
@@ -58,7 +68,8 @@ type aslState struct {
 }
 
 // The shape the contract relies on: wake → Deliver, else RunSubagent → Deliver → Succeed; both tasks invoke
-// their Lambda with the whole state as the event and take its result as the state; both retry the Lambda
+// their Lambda with the whole state as the event and take its result as the state; both retry throttling first
+// (6 attempts from 1 s, doubling, with full jitter: a burst of invokes must not fail jobs), then the Lambda
 // service errors and TransientError, named as the Go runtime names agent.TransientError; every sub-agent error
 // is caught into $.failure (the JobTask's field) and delivered; delivery catches nothing.
 func TestDefinitionShape(t *testing.T) {
@@ -77,15 +88,20 @@ func TestDefinitionShape(t *testing.T) {
 		t.Fatalf("start state %s = %+v, want a Choice: wake present → %s, else %s", def.StartAt, route, sfntest.StateDeliver, sfntest.StateRunSubagent)
 	}
 	transient := reflect.TypeFor[agent.TransientError]().Name()
-	retried := []string{"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException", "Lambda.TooManyRequestsException", transient}
+	retried := []string{"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
+		"Lambda.ClientExecutionTimeoutException", transient}
 	for name, fn := range map[string]string{sfntest.StateRunSubagent: "${SubagentFunctionArn}", sfntest.StateDeliver: "${WakeFunctionArn}"} {
 		s := def.States[name]
 		if s.Type != "Task" || s.Resource != "arn:aws:states:::lambda:invoke" || s.Parameters["FunctionName"] != fn ||
 			s.Parameters["Payload.$"] != "$" || s.OutputPath != "$.Payload" {
 			t.Errorf("%s = %+v, want a lambda:invoke task of %s with the state as payload and the payload as output", name, s, fn)
 		}
-		if len(s.Retry) != 1 || !slices.Equal(s.Retry[0].ErrorEquals, retried) {
-			t.Errorf("%s retries %+v, want one retrier of %v", name, s.Retry, retried)
+		if len(s.Retry) != 2 || !slices.Equal(s.Retry[1].ErrorEquals, retried) {
+			t.Fatalf("%s retries %+v, want throttling's retrier, then one of %v", name, s.Retry, retried)
+		}
+		if th := s.Retry[0]; !slices.Equal(th.ErrorEquals, []string{"Lambda.TooManyRequestsException"}) || th.MaxAttempts != 6 ||
+			th.IntervalSeconds != 1 || th.BackoffRate != 2 || th.JitterStrategy != "FULL" {
+			t.Errorf("%s throttling retrier %+v, want 6 attempts from 1 s, backoff 2, full jitter", name, th)
 		}
 	}
 	sub, del := def.States[sfntest.StateRunSubagent], def.States[sfntest.StateDeliver]
@@ -137,4 +153,57 @@ func jsonName(t *testing.T, field string) string {
 	}
 	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 	return name
+}
+
+// throttled answers 429 (what sfnlocal reports as Lambda.TooManyRequestsException, as the Lambda service does for
+// a throttled invoke) to the first n calls, then serves h; calls counts them all.
+func throttled(n int32, calls *atomic.Int32, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= n {
+			http.Error(w, "Rate Exceeded.", http.StatusTooManyRequests)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// REVIEW H10: a burst of throttled invokes (Lambda.TooManyRequestsException) got the service errors' 2 retries,
+// then the sub-agent's Catch failed the job. Throttling has a retrier of its own (6 attempts, backoff 2, jitter),
+// on both tasks: five throttles in a row still run the job and deliver its result.
+func TestThrottledTasksAreRetried(t *testing.T) {
+	t.Parallel()
+	local := sfntest.StartJobs(t, jobstest.Contract())
+	const thread = "thr_throttled"
+	var subCalls, delCalls atomic.Int32
+	delivered := make(chan agent.JobTask, 1)
+	local.Route(t, thread,
+		throttled(5, &subCalls, sfntest.Function(func(_ context.Context, in agent.JobTask) (agent.JobTask, error) { return in, nil })),
+		throttled(5, &delCalls, sfntest.Function(func(_ context.Context, in agent.JobTask) (agent.DeliveryResult, error) {
+			delivered <- in
+			return agent.DeliveryResult{ThreadID: in.ThreadID, JobID: in.JobID, Status: agent.DeliveredSteer}, nil
+		})))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	j := agent.Job{ID: "job_throttled", ThreadID: thread}
+	if err := sfn.New(local.Client, local.Server.StateMachineARN).Start(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if err := local.Wait(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, err := local.Describe(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case in := <-delivered:
+		if in.Failure != nil {
+			t.Fatalf("the job was failed by throttling: %+v (sub-agent calls %d)", in.Failure, subCalls.Load())
+		}
+	default:
+		t.Fatalf("nothing delivered: execution %s, delivery calls %d\n%s", out.Status, delCalls.Load(), local.Server.Output())
+	}
+	if out.Status != "SUCCEEDED" || subCalls.Load() != 6 || delCalls.Load() != 6 {
+		t.Fatalf("execution %s, sub-agent calls %d, delivery calls %d; want SUCCEEDED after 5 throttles each", out.Status, subCalls.Load(), delCalls.Load())
+	}
 }

@@ -23,7 +23,8 @@
 //
 // What the state machine promises (and lib/sfn's tests hold it to agent.DefaultJobContract): the sub-agent task
 // is bounded by TaskTimeout per attempt, retried TaskRetries times on Lambda service errors and on
-// TransientError (RetryInterval, doubling); any other error, a timeout or exhausted retries is caught into
+// TransientError (RetryInterval, doubling), and throttled invokes apart (Lambda.TooManyRequestsException: 6
+// attempts from 1 s, doubling, full jitter, on both tasks, so a burst does not fail jobs); any other error, a timeout or exhausted retries is caught into
 // JobTask.Failure ({"Error": errorType or "States.Timeout", "Cause": the Lambda error document as text}) and
 // delivered; delivery is retried DeliverRetries times; the whole execution is bounded by ExecutionTimeout. The
 // Lambda Go runtime reports an error's Go type name as errorType, so the task handlers return

@@ -67,11 +67,12 @@ func Substitute(def []byte, subs map[string]string) ([]byte, error) {
 }
 
 // Contract reads the job contract a definition states: the sub-agent task's TimeoutSeconds (TaskTimeout), its
-// retriers' MaxAttempts (TaskRetries) and IntervalSeconds (RetryInterval), the delivery task's retriers'
-// MaxAttempts (DeliverRetries) and IntervalSeconds (RetryInterval again), and the top-level TimeoutSeconds
-// (ExecutionTimeout). DeliveryGrace is no part of the state machine: it comes back zero. The contract has one
-// number of each kind, so a definition whose retriers disagree, or that states a BackoffRate other than 2, is an
-// error rather than a contract.
+// contract retrier's MaxAttempts (TaskRetries) and IntervalSeconds (RetryInterval), the delivery task's
+// contract retrier's MaxAttempts (DeliverRetries) and IntervalSeconds (RetryInterval again), and the top-level
+// TimeoutSeconds (ExecutionTimeout). A task's contract retrier is the one that names TransientError (its other
+// retriers, such as throttling's, are Lambda's business, which the local runner never meets). DeliveryGrace is
+// no part of the state machine: it comes back zero. The contract has one number of each kind, so a definition
+// whose contract retriers disagree, or that states a BackoffRate other than 2, is an error rather than a contract.
 func Contract(def []byte) (agent.JobContract, error) {
 	m, err := decode(def)
 	if err != nil {
@@ -106,7 +107,8 @@ func Contract(def []byte) (agent.JobContract, error) {
 	return c, nil
 }
 
-// WithContract returns def with c's numbers in the places Contract reads them from, everything else as it was
+// WithContract returns def with c's numbers in the places Contract reads them from, and every other retrier's
+// IntervalSeconds scaled as RetryInterval is from agent.DefaultJobContract's, everything else as it was
 // (re-encoded: key order and spacing change, nothing else). TaskTimeout and ExecutionTimeout must be whole
 // seconds (TimeoutSeconds is an integer); RetryInterval may be a fraction of a second, which aws-local-stepfunctions
 // honours and AWS refuses: a scaled copy is for the local interpreter only.
@@ -142,8 +144,15 @@ func WithContract(def []byte, c agent.JobContract) ([]byte, error) {
 		if len(list) == 0 {
 			return nil, fmt.Errorf("sfntest: %s has no Retry", s.name)
 		}
+		scale := c.RetryInterval.Seconds() / agent.DefaultJobContract().RetryInterval.Seconds()
 		for _, r := range list {
 			r := r.(map[string]any)
+			if !contractRetrier(r) {
+				if iv, err := number(r, "IntervalSeconds"); err == nil {
+					r["IntervalSeconds"] = json.Number(strconv.FormatFloat(iv*scale, 'f', -1, 64))
+				}
+				continue
+			}
 			r["MaxAttempts"] = json.Number(strconv.Itoa(s.attempts))
 			r["IntervalSeconds"] = interval
 		}
@@ -193,13 +202,33 @@ func seconds(m map[string]any, key string) (time.Duration, error) {
 	return time.Duration(math.Round(f * float64(time.Second))), nil
 }
 
-// retriers reads the MaxAttempts and IntervalSeconds all of a task's retriers share.
+// TransientErrorName is how a task's error *agent.TransientError is named in ErrorEquals (ErrorType).
+const TransientErrorName = "TransientError"
+
+// contractRetrier reports whether a retrier names TransientError: the retrier the contract states.
+func contractRetrier(r map[string]any) bool {
+	names, _ := r["ErrorEquals"].([]any)
+	for _, n := range names {
+		if n == TransientErrorName {
+			return true
+		}
+	}
+	return false
+}
+
+// retriers reads the MaxAttempts and IntervalSeconds of a task's contract retrier (there must be one).
 func retriers(s map[string]any) (attempts int, interval time.Duration, err error) {
 	list, _ := s["Retry"].([]any)
-	if len(list) == 0 {
-		return 0, 0, fmt.Errorf("sfntest: no Retry")
+	var mine []any
+	for _, r := range list {
+		if r, ok := r.(map[string]any); ok && contractRetrier(r) {
+			mine = append(mine, r)
+		}
 	}
-	for i, r := range list {
+	if len(mine) == 0 {
+		return 0, 0, fmt.Errorf("sfntest: no Retry names %s", TransientErrorName)
+	}
+	for i, r := range mine {
 		r, _ := r.(map[string]any)
 		a, err := number(r, "MaxAttempts")
 		if err != nil {

@@ -44,7 +44,9 @@ func TestContractErrors(t *testing.T) {
 		t.Error("WithContract took a TaskTimeout of 1.5 s (TimeoutSeconds is an integer)")
 	}
 	cases := []struct{ name, from, to, want string }{
-		{"backoff", `"BackoffRate": 2`, `"BackoffRate": 3`, "BackoffRate"},
+		{"backoff", `"BackoffRate": 2
+        }`, `"BackoffRate": 3
+        }`, "BackoffRate"},
 		{"no retry", `"Retry"`, `"NoRetry"`, "no Retry"},
 		{"no task", `"RunSubagent": {`, `"Other": {`, "no state RunSubagent"},
 		{"intervals differ", `"IntervalSeconds": 2,
