@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -136,5 +138,145 @@ func TestStopWhileASlowToolRunsKeepsTheTurn(t *testing.T) {
 				t.Fatalf("the tool's returned output is not kept: %s", rec.Message.Parts)
 			}
 		})
+	}
+}
+
+// lateWrites wraps the store: it fails and delays calls as a case says (hooks run inside the call, so time passes
+// exactly where the case puts it), and records every fenced message or outcome write that reaches the store
+// after the claim's horizon.
+type lateWrites struct {
+	agent.Store
+	clock   *manualClock
+	horizon time.Time
+	// before runs as a call starts (an error fails it without applying); after runs once it applied.
+	before func(call string, n int) error
+	after  func(call string, n int)
+
+	mu    sync.Mutex
+	calls map[string]int
+	late  []string
+}
+
+func (l *lateWrites) wrap(s agent.Store) agent.Store { l.Store = s; return l }
+
+func (l *lateWrites) call(name string, fenced bool, apply func() error) error {
+	l.mu.Lock()
+	if l.calls == nil {
+		l.calls = map[string]int{}
+	}
+	l.calls[name]++
+	n := l.calls[name]
+	l.mu.Unlock()
+	if err := l.before(name, n); err != nil {
+		return err
+	}
+	if now := l.clock.Now(); fenced && now.After(l.horizon) {
+		l.mu.Lock()
+		l.late = append(l.late, fmt.Sprintf("%s #%d at horizon+%s", name, n, now.Sub(l.horizon)))
+		l.mu.Unlock()
+	}
+	if err := apply(); err != nil {
+		return err
+	}
+	l.after(name, n)
+	return nil
+}
+
+func (l *lateWrites) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
+	return l.call("Heartbeat", false, func() error { return l.Store.Heartbeat(ctx, threadID, f, now) })
+}
+
+func (l *lateWrites) GetMessage(ctx context.Context, threadID, id string) (rec agent.MessageRecord, err error) {
+	err = l.call("GetMessage", false, func() error { rec, err = l.Store.GetMessage(ctx, threadID, id); return err })
+	return rec, err
+}
+
+func (l *lateWrites) PutMessage(ctx context.Context, w agent.MessageWrite) error {
+	name := "PutMessage(" + string(w.Message.Role) + ")"
+	return l.call(name, true, func() error { return l.Store.PutMessage(ctx, w) })
+}
+
+func (l *lateWrites) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
+	return l.call("DeleteMessage", true, func() error { return l.Store.DeleteMessage(ctx, threadID, id, f) })
+}
+
+func (l *lateWrites) FinishRun(ctx context.Context, run agent.Run) error {
+	return l.call("FinishRun", true, func() error { return l.Store.FinishRun(ctx, run) })
+}
+
+func (l *lateWrites) lateOnes() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.late)
+}
+
+// No attempt of a fenced write leaves after the claim's horizon (REVIEW D1, fence E): the horizon is checked
+// before every attempt, the first included. The REVIEW's scenario, compressed: heartbeats fail transiently (a
+// throttled partition), so the claim is known good only at its own time; a write fails transiently while time
+// passes the horizon (StaleAfter/2 = 1 s here), and then the store would take it. A retry (or the next write's
+// first attempt) sent then could land after a reaper took the thread, or in a re-created thread of another user.
+func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
+	t.Parallel()
+	unavailable := func(call string) error {
+		return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "injected: %s throttled", call)
+	}
+	cases := []struct {
+		name   string
+		before func(clock *manualClock, call string, n int) error
+		after  func(clock *manualClock, call string, n int)
+	}{
+		// begin.go's user message write was retried unchecked for FinishRetry.
+		{name: "user message retried", before: func(clock *manualClock, call string, n int) error {
+			if call == "PutMessage(user)" && n == 1 {
+				clock.add(1500 * time.Millisecond) // the attempt fails slowly: time passes the horizon
+				return unavailable(call)
+			}
+			return nil
+		}},
+		// FinishRun's first attempt was not checked after the final message's write.
+		{name: "outcome after the final message", after: func(clock *manualClock, call string, n int) {
+			if call == "PutMessage(assistant)" {
+				clock.add(1500 * time.Millisecond) // its answer comes back after the horizon
+			}
+		}},
+		// abort's FinishRun (a begin that failed after its claim) was not checked at all.
+		{name: "abort", before: func(clock *manualClock, call string, n int) error {
+			if call == "GetMessage" {
+				clock.add(1500 * time.Millisecond)
+				return agent.E(agent.KindInternal, agent.CodeInternal, "injected: read failed for good")
+			}
+			return nil
+		}},
+	}
+	for name, store := range limitStores(t) {
+		for _, tc := range cases {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				clock := newManualClock()
+				l := &lateWrites{clock: clock, horizon: clock.Now().Add(time.Second)}
+				l.before = func(call string, n int) error {
+					if call == "Heartbeat" {
+						return unavailable(call)
+					}
+					if tc.before != nil {
+						return tc.before(clock, call, n)
+					}
+					return nil
+				}
+				l.after = func(call string, n int) {
+					if tc.after != nil {
+						tc.after(clock, call, n)
+					}
+				}
+				f := setup(t, store(t), withStore(l.wrap), withClock(clock))
+				tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "hello"))
+				if err == nil {
+					tr.Stream(context.Background(), io.Discard)
+				}
+				if late := l.lateOnes(); len(late) > 0 {
+					t.Fatalf("fenced writes sent after the claim's horizon: %s", strings.Join(late, "; "))
+				}
+			})
+		}
 	}
 }

@@ -252,7 +252,9 @@ func (s *stepper) putMessage(ctx context.Context, st agent.MessageStatus, final 
 
 // lostClaim reports whether err says the run's claim is gone (the store refused a fenced write, or the guard
 // learned it).
-func lostClaim(err error) bool { return errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errFenced) }
+func lostClaim(err error) bool {
+	return errors.Is(err, agent.ErrRunFenced) || errors.Is(err, errFenced)
+}
 
 // persistDraft upserts the assistant message as it stands (one fenced write per step).
 func (s *stepper) persistDraft(ctx context.Context) {
