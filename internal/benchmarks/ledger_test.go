@@ -161,6 +161,14 @@ func (l *ledger) FinishRun(ctx context.Context, run agent.Run) error {
 	l.saw("FinishRun", run, err)
 	return err
 }
+func (l *ledger) TakeOver(ctx context.Context, r agent.TakeRequest) (agent.Fence, error) {
+	return l.use("TakeOver").TakeOver(ctx, r)
+}
+
+func (l *ledger) RecordOutcome(ctx context.Context, run agent.Run, holder agent.Fence) error {
+	return l.use("RecordOutcome").RecordOutcome(ctx, run, holder)
+}
+
 func (l *ledger) ReleaseClaim(ctx context.Context, r agent.ReleaseRequest) error {
 	return l.use("ReleaseClaim").ReleaseClaim(ctx, r)
 }

@@ -74,17 +74,33 @@ type RunStore interface {
 	// RequestCancel marks the thread's active claim as cancel-requested and returns it. runID, when not empty,
 	// must name the active run. No claim (or another run's): KindConflict/CodeNoActiveRun.
 	RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (Claim, error)
-	// FinishRun records run's terminal outcome (status, error, usage, steps, model, finishedAt) by compare-and-set:
-	// the stored run must still be running at run.Epoch, else KindConflict/CodeRunFenced and nothing changes. It
-	// then releases the thread claim if (and only if) the claim still names run.ID at run.Epoch, adding run.Usage
-	// to the thread's totals in that same write (so usage is added exactly once, by whichever write releases the
-	// claim); the release also sets the thread's UpdatedAt to run.FinishedAt (when set), so a thread moves up in
-	// ListThreads when a turn ends.
+	// FinishRun is the run's own finish (fence C). It first releases the thread's claim, on condition that the
+	// claim still names run.ID at run.Epoch, adding run.Usage to the thread's totals in that same write (so usage is
+	// added exactly once, by whichever write releases a claim) and setting the thread's UpdatedAt to run.FinishedAt
+	// (when set), so a thread moves up in ListThreads when a turn ends. That release is the decision: when it is
+	// refused (the claim was taken over, by the reaper or a later run) the run is fenced: KindConflict/CodeRunFenced,
+	// and nothing changes. Then it records run's terminal outcome (status, error, usage, steps, model, finishedAt)
+	// by compare-and-set from running at run.Epoch. A retry whose release applied earlier (a lost answer, or a crash
+	// between the two writes in a store that makes two) finds the thread idle at run.Epoch and records the
+	// outcome; a crash between them leaves a claimless running run, which the reaper finishes (ReapOrphan).
 	FinishRun(ctx context.Context, run Run) error
-	// ReleaseClaim is the reaper's decision: it releases the thread's claim on condition "still names req.RunID at
-	// req.Epoch, and the heartbeat is before req.StaleBefore" (zero StaleBefore: any heartbeat), adding req.Usage
-	// to the thread's totals in the same write. Otherwise KindConflict/CodeRunFenced and nothing changes; a live
-	// run keeps its claim.
+	// TakeOver is the reaper's decision (fence A): in one conditional write it takes the thread's claim for the
+	// reaper, at epoch+1, under the run id ReapRunID(req.RunID), with a fresh heartbeat at req.Now. The condition
+	// is the reap decision: the claim still names req.Fence with a heartbeat before req.StaleBefore (zero: any
+	// heartbeat), or, when req.Fence.RunID is empty, the thread has no claim at all (a claimless running run being
+	// finished). Everything the dead run (or a dead reaper) may still write is then fenced by the new epoch, and the
+	// reaper writes at the returned fence, then gives the claim back with ReleaseClaim. Otherwise
+	// KindConflict/CodeRunFenced and nothing changes; a live run keeps its claim.
+	TakeOver(ctx context.Context, req TakeRequest) (Fence, error)
+	// RecordOutcome is the reaper's write of a dead run's outcome: a compare-and-set of the run item from running at
+	// run.Epoch (else KindConflict/CodeRunFenced; unknown run KindNotFound), adding nothing to the thread and
+	// releasing nothing. holder is the reaper's own claim (TakeOver's fence): a store that can (SQLite) checks in
+	// the same transaction that the thread's claim still names it; a zero holder checks no claim.
+	RecordOutcome(ctx context.Context, run Run, holder Fence) error
+	// ReleaseClaim releases the thread's claim on condition "still names req.Fence.RunID at req.Fence.Epoch, and
+	// the heartbeat is before req.StaleBefore" (zero StaleBefore: any heartbeat), adding req.Usage to the thread's
+	// totals in the same write. Otherwise KindConflict/CodeRunFenced and nothing changes; a live run keeps its
+	// claim. The reaper gives back its TakeOver claim with it, adding the dead run's usage.
 	ReleaseClaim(ctx context.Context, req ReleaseRequest) error
 	// ListStaleClaims returns up to limit (<= 0: DefaultListLimit) active claims whose heartbeat may be before
 	// before, in no promised order: the reaper's work list. It reads an index of claimed threads, never a scan. The
@@ -184,6 +200,34 @@ type ReleaseRequest struct {
 	Usage       Usage
 	Now         time.Time
 }
+
+// TakeRequest is the reaper's takeover of a stale claim (RunStore.TakeOver).
+type TakeRequest struct {
+	ThreadID string
+	// Fence is the claim to take; an empty RunID asks for a thread with no claim.
+	Fence       Fence
+	StaleBefore time.Time
+	// RunID is the dead run the reaper finishes (the claim is named after it: ReapRunID).
+	RunID string
+	Now   time.Time
+}
+
+// reapPrefix names the claims the reaper holds while it finishes a dead run.
+const reapPrefix = "reap:"
+
+// ReapRunID is the run id of the claim the reaper holds while it finishes runID.
+func ReapRunID(runID string) string { return reapPrefix + ReapedRunID(runID) }
+
+// ReapedRunID is the run a claim's run id belongs to: the dead run for a reaper's claim, else runID itself.
+func ReapedRunID(runID string) string {
+	for len(runID) > len(reapPrefix) && runID[:len(reapPrefix)] == reapPrefix {
+		runID = runID[len(reapPrefix):]
+	}
+	return runID
+}
+
+// IsReapClaim reports whether a claim's run id is a reaper's.
+func IsReapClaim(runID string) bool { return len(runID) > len(reapPrefix) && runID[:len(reapPrefix)] == reapPrefix }
 
 // LateUsage is a fenced run's unrecorded spend.
 type LateUsage struct {

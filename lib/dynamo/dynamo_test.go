@@ -737,10 +737,10 @@ func TestListStaleClaims(t *testing.T) {
 	}
 }
 
-// A FinishRun that died between its two writes (or whose first write's answer was lost) left a finished run
-// holding its claim. Calling FinishRun again with that same outcome performs the missing release and adds the
-// usage once; a different outcome is fenced and changes nothing; and once released, a further FinishRun is
-// fenced again (usage is never added twice). The reaper's ReleaseClaim frees such a claim too (the suite).
+// A FinishRun that died between its two writes (or whose first write's answer was lost) left an idle thread at
+// the run's epoch (the release, fence C's first write, added the usage) and a run item still running. Calling
+// FinishRun again records the outcome and adds no usage; a different outcome after that is fenced; and a
+// FinishRun of a run whose claim the reaper took is fenced with nothing written.
 func TestFinishRunCompletesHalfFinishedRun(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -751,44 +751,23 @@ func TestFinishRunCompletesHalfFinishedRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first half of a FinishRun, done by hand: the run item says completed, the claim stays.
-	_, err = f.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(f.table),
-		Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "THREAD#" + th.ID}, "sk": &types.AttributeValueMemberS{Value: "RUN#r1"}},
-		UpdateExpression:          aws.String("SET #s = :s"),
-		ExpressionAttributeNames:  map[string]string{"#s": "status"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: "completed"}},
-	})
-	if err != nil {
+	// The first half of a FinishRun, done by hand: the release.
+	if err := s.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: res.Run.Fence(), Usage: agent.Usage{InputTokens: 9}}); err != nil {
 		t.Fatal(err)
 	}
-	claimed := func() *agent.Claim {
-		t.Helper()
-		got, err := s.GetThread(ctx, th.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got.ActiveRun
-	}
-
-	other := res.Run
-	other.Status = agent.RunFailed
-	other.Usage = agent.Usage{InputTokens: 1000}
-	if err := s.FinishRun(ctx, other); !errors.Is(err, agent.ErrRunFenced) {
-		t.Fatalf("FinishRun with another outcome: %v, want run_fenced", err)
-	}
-	if claimed() == nil {
-		t.Fatal("a fenced FinishRun released the claim")
-	}
-
 	run := res.Run
 	run.Status = agent.RunCompleted
 	run.Usage = agent.Usage{InputTokens: 9}
 	if err := s.FinishRun(ctx, run); err != nil {
-		t.Fatalf("FinishRun with the recorded outcome: %v, want the missing release done", err)
+		t.Fatalf("FinishRun after its own release: %v, want the outcome recorded", err)
 	}
-	if err := s.FinishRun(ctx, run); !errors.Is(err, agent.ErrRunFenced) {
-		t.Fatalf("FinishRun after the release: %v, want run_fenced", err)
+	if got, err := s.GetRun(ctx, th.ID, "r1"); err != nil || got.Status != agent.RunCompleted {
+		t.Fatalf("run after the repair: %+v %v, want completed", got, err)
+	}
+	other := run
+	other.Status = agent.RunFailed
+	if err := s.FinishRun(ctx, other); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("FinishRun with another outcome: %v, want run_fenced", err)
 	}
 	got, err := s.GetThread(ctx, th.ID)
 	if err != nil {

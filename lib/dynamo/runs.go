@@ -322,12 +322,13 @@ func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
 		cond += " AND " + e.n(AttrClaimHeartbeat) + " < " + e.v(avT(req.StaleBefore))
 	}
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(threadPK(req.ThreadID), threadSK),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
+		TableName:                           aws.String(s.table),
+		Key:                                 key(threadPK(req.ThreadID), threadSK),
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	return err
 }
@@ -406,20 +407,50 @@ func (s *Store) RequestCancel(ctx context.Context, threadID, runID string, now t
 	return *decodeClaim(res.Attributes), nil
 }
 
-// FinishRun is a compare-and-set on the run item (condition: status = running AND epoch = :epoch), then the
-// release write (see release): the claim goes, and the usage is added, only if the claim still names the run at
-// its epoch. A run whose claim was released or taken over meanwhile is recorded and adds nothing.
+// FinishRun is fence C: the release write first (see release; condition: the claim still names the run at its
+// epoch), which is the decision and adds the usage, then the outcome's compare-and-set on the run item
+// (recordOutcome). A refused release is run_fenced and writes nothing more: the reaper (which takes a stale claim
+// at epoch+1) or a later run holds the thread, and the run's outcome is theirs to record.
 //
-// The two items cannot change atomically without a transaction. If the first write applied and its answer was
-// lost (the SDK retries it and the condition fails), or the process died between the two writes and FinishRun is
-// called again, the run item already holds this very outcome at this epoch: the release is then done now, and
-// the call succeeds only if that release applies (so a second FinishRun of a finished run is still run_fenced,
-// and usage is never added twice: only a release adds it, and only one release can apply). Otherwise a failed
-// compare-and-set is run_fenced (or not found) and nothing changes.
+// The two items cannot change atomically without a transaction. A release that fails its condition on a thread
+// that is idle at the run's own epoch was this very release, applied by an earlier attempt whose answer was lost
+// (every takeover and every later claim moves the epoch): the outcome is then recorded. A crash between the two
+// writes leaves the thread idle and the run item running: the reaper's orphan sweep finishes it from its stored
+// final message (ReapOrphan), as it does for a run item written late.
 func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	if !run.Status.Terminal() {
 		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "FinishRun needs a terminal status, got %q", run.Status)
 	}
+	err := s.release(ctx, agent.ReleaseRequest{ThreadID: run.ThreadID, Fence: run.Fence(), Usage: run.Usage, Now: run.FinishedAt})
+	if isConditionFailed(err) {
+		k := key(threadPK(run.ThreadID), threadSK)
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return err
+		}
+		if !live(old) || has(old, attrClaimRun) || getN(old, attrEpoch) != run.Epoch {
+			return fenced(run.Fence())
+		}
+		// Idle at our epoch: our own release applied before; record the outcome.
+	} else if err != nil {
+		return storeErr(err, "release claim")
+	}
+	return s.recordOutcome(ctx, run)
+}
+
+// RecordOutcome is the reaper's write of a dead run's outcome: the compare-and-set of recordOutcome alone. The
+// reaper holds the thread (TakeOver) while it writes; one item cannot check another, so holder is not checked
+// here: the compare-and-set from running at the run's epoch is what keeps a second reaper from overwriting it.
+func (s *Store) RecordOutcome(ctx context.Context, run agent.Run, holder agent.Fence) error {
+	if !run.Status.Terminal() {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "RecordOutcome needs a terminal status, got %q", run.Status)
+	}
+	return s.recordOutcome(ctx, run)
+}
+
+// recordOutcome is one UpdateItem on the run item, condition status = running AND epoch = :epoch. A failed
+// condition on an item that already holds this outcome at this epoch is a retry whose answer was lost: success.
+func (s *Store) recordOutcome(ctx context.Context, run agent.Run) error {
 	k := key(threadPK(run.ThreadID), runSK(run.ID))
 	e := newExpr()
 	sets := []string{
@@ -470,33 +501,75 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 		ExpressionAttributeValues:           e.attrValues(),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	retried := false
-	if isConditionFailed(err) {
-		old, err := s.failedItem(ctx, err, k)
-		if err != nil {
-			return err
-		}
-		if len(old) == 0 {
-			return runNotFound(run.ThreadID, run.ID)
-		}
-		if getS(old, attrStatus) != string(run.Status) || getN(old, attrEpoch) != run.Epoch {
-			return fenced(run.Fence())
-		}
-		retried = true // this outcome is already recorded: only the release may be missing
-	} else if err != nil {
+	if !isConditionFailed(err) {
 		return storeErr(err, "finish run")
 	}
-
-	err = s.release(ctx, agent.ReleaseRequest{ThreadID: run.ThreadID, Fence: run.Fence(), Usage: run.Usage, Now: run.FinishedAt})
-	switch {
-	case err == nil:
-		return nil
-	case isConditionFailed(err) && retried:
-		return fenced(run.Fence())
-	case isConditionFailed(err):
-		return nil // the claim moved on (released or taken over): the outcome is recorded, nothing to release
+	old, err := s.failedItem(ctx, err, k)
+	if err != nil {
+		return err
 	}
-	return storeErr(err, "release claim")
+	if len(old) == 0 {
+		return runNotFound(run.ThreadID, run.ID)
+	}
+	if getS(old, attrStatus) == string(run.Status) && getN(old, attrEpoch) == run.Epoch &&
+		getS(old, attrErrCode) == errCode(run.Error) && getN(old, attrUsageTotal) == run.Usage.TotalTokens {
+		return nil // this outcome, recorded by an earlier attempt whose answer was lost
+	}
+	return fenced(run.Fence())
+}
+
+func errCode(e *agent.RunError) string {
+	if e == nil {
+		return ""
+	}
+	return e.Code
+}
+
+// TakeOver is the reaper's decision: one UpdateItem on the thread,
+//
+//	condition: attribute_exists(pk) AND attribute_not_exists(deleting) AND
+//	           (claimRunId = :run AND epoch = :epoch AND claimHeartbeatAt < :staleBefore | attribute_not_exists(claimRunId))
+//	update:    SET claimRunId = "reap:<run>", claimHeartbeatAt, claimBucket, runShard  REMOVE claimCancel,
+//	           claimPrev*  ADD epoch 1
+//	returns:   UPDATED_NEW (the epoch)
+//
+// The reaper's claim sits in the running index like any claim, so a reaper that dies leaves a claim the next sweep
+// takes the same way.
+func (s *Store) TakeOver(ctx context.Context, req agent.TakeRequest) (agent.Fence, error) {
+	runID := agent.ReapRunID(req.RunID)
+	e := newExpr()
+	cond := "attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e) + " AND "
+	if req.Fence.RunID == "" {
+		cond += "attribute_not_exists(" + e.n(attrClaimRun) + ")"
+	} else {
+		cond += e.n(attrClaimRun) + " = " + e.v(avS(req.Fence.RunID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(req.Fence.Epoch))
+		if !req.StaleBefore.IsZero() {
+			cond += " AND " + e.n(AttrClaimHeartbeat) + " < " + e.v(avT(req.StaleBefore))
+		}
+	}
+	update := "SET " + strings.Join([]string{
+		e.n(attrClaimRun) + " = " + e.v(avS(runID)),
+		e.n(AttrClaimHeartbeat) + " = " + e.v(avT(req.Now)),
+		e.n(AttrClaimBucket) + " = " + e.v(avS(s.bucketOf(req.Now))),
+		e.n(AttrRunShard) + " = " + e.v(avS(s.runShard(req.ThreadID))),
+	}, ", ") + " REMOVE " + strings.Join([]string{e.n(attrClaimCancel), e.n(attrPrevRun), e.n(attrPrevHeartbeat), e.n(attrPrevCancel)}, ", ") +
+		" ADD " + e.n(attrEpoch) + " " + e.v(avN(1))
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(threadPK(req.ThreadID), threadSK),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+		ReturnValues:              types.ReturnValueUpdatedNew,
+	})
+	if isConditionFailed(err) {
+		return agent.Fence{}, fenced(req.Fence)
+	}
+	if err != nil {
+		return agent.Fence{}, storeErr(err, "take over claim")
+	}
+	return agent.Fence{RunID: runID, Epoch: getN(res.Attributes, attrEpoch)}, nil
 }
 
 // ReleaseClaim is the reaper's decision, one release write (see release) conditioned on the claim still naming

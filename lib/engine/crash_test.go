@@ -273,6 +273,15 @@ func (c *crashStore) FinishRun(ctx context.Context, run agent.Run) error {
 	return c.write(storeCall{method: "FinishRun"}, func() error { return c.Store.FinishRun(ctx, run) })
 }
 
+func (c *crashStore) TakeOver(ctx context.Context, req agent.TakeRequest) (f agent.Fence, err error) {
+	err = c.write(storeCall{method: "TakeOver"}, func() error { f, err = c.Store.TakeOver(ctx, req); return err })
+	return f, err
+}
+
+func (c *crashStore) RecordOutcome(ctx context.Context, run agent.Run, holder agent.Fence) error {
+	return c.write(storeCall{method: "RecordOutcome"}, func() error { return c.Store.RecordOutcome(ctx, run, holder) })
+}
+
 func (c *crashStore) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
 	return c.write(storeCall{method: "ReleaseClaim"}, func() error { return c.Store.ReleaseClaim(ctx, req) })
 }
@@ -636,10 +645,13 @@ func crashTable() []crashRow {
 		{name: "plain/W9 final AppendSegment", text: plainText, point: atFinalSegment, user: wantYes, reply: agent.RunCompleted},
 
 		// A crash of the reaper itself, half way through reaping the draft of a tool turn that died at W5.
-		{name: "reap/crash after ReleaseClaim", text: toolText, point: atDraft, user: wantYes, note: wantYes, reply: agent.RunFailed,
+		// (The reaper's claim it leaves goes stale and the next sweep reaps it the same way.)
+		{name: "reap/crash after TakeOver", text: toolText, point: atDraft, user: wantYes, note: wantYes, reply: agent.RunFailed,
+			reaperCrash: &crashPoint{method: "TakeOver", n: 1}},
+		{name: "reap/crash after the run's RecordOutcome", text: toolText, point: atDraft, user: wantYes, note: wantYes, reply: agent.RunFailed,
+			reaperCrash: &crashPoint{method: "RecordOutcome", n: 1}},
+		{name: "reap/crash after its own ReleaseClaim", text: toolText, point: atDraft, user: wantYes, note: wantYes, reply: agent.RunFailed,
 			reaperCrash: &crashPoint{method: "ReleaseClaim", n: 1}},
-		{name: "reap/crash after the run's FinishRun", text: toolText, point: atDraft, user: wantYes, note: wantYes, reply: agent.RunFailed,
-			reaperCrash: &crashPoint{method: "FinishRun", n: 1}},
 		{name: "reap/crash after the message's PutMessage", text: toolText, point: atDraft, user: wantYes, note: wantYes, reply: agent.RunFailed,
 			reaperCrash: &crashPoint{method: "PutMessage", n: 1}},
 
@@ -756,9 +768,11 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 		rs := &crashStore{point: *row.reaperCrash}
 		rs.arm()
 		_, _ = process(t, rs).Reaper.Tick(ctx)
-		if !rs.isDead() {
+		dead, at := rs.crashed()
+		if !dead {
 			t.Fatalf("the reaper's crash point %s was never reached", rs.point)
 		}
+		time.Sleep(time.Until(at.Add(crashStaleAfter + 50*time.Millisecond))) // its claim goes stale
 	}
 
 	// A second process over the same store: after staleAfter and one reaper pass, the thread is free.

@@ -231,60 +231,95 @@ func (r *Reaper) Run(ctx context.Context) {
 }
 
 // Reap finishes the run that claim c names on thread threadID, if the claim is still there and stale. It
-// reports whether this call released the claim (false: the run is alive, or someone else reaped it).
+// reports whether this call took the claim (false: the run is alive, or someone else reaped it).
+//
+// The decision is TakeOver (fence A): the reaper takes the claim at epoch+1 rather than only removing it, so
+// nobody claims the thread while it cleans up, and everything the dead run may still write is fenced by the new
+// epoch (on SQLite every write of the run checks the claim in its own transaction). It then reads the run and
+// its draft (after the decision, so what it reads can no longer change under it: D16), records the outcome,
+// finalizes the message at its own fence, ends the stream, and gives the claim back, adding the dead run's usage
+// in that same write. A claim of a reaper that died on the way is reaped the same way: the claim names the dead
+// run (agent.ReapedRunID), and the next reaper takes it at the next epoch and does the same steps, each
+// idempotent.
 func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error) {
 	now := r.clock.Now()
-	fence := agent.Fence{RunID: c.RunID, Epoch: c.Epoch}
-	run, err := r.store.GetRun(ctx, threadID, c.RunID)
-	missing := agent.IsKind(err, agent.KindNotFound)
-	if err != nil && !missing {
-		return false, fmt.Errorf("reaper: get run: %w", err)
-	}
-	ours := !missing && run.Epoch == c.Epoch && run.Status == agent.RunRunning
-	usage := run.Usage // a terminal run's recorded usage; a running run's comes from its draft
-	var draft *agent.MessageRecord
-	if ours {
-		if draft, usage, err = r.draftOf(ctx, run); err != nil {
-			return false, err
-		}
-	}
-	if missing || run.Epoch != c.Epoch {
-		usage = agent.Usage{}
-	}
-	err = r.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: threadID, Fence: fence,
-		StaleBefore: now.Add(-r.cfg.StaleAfter), Usage: usage, Now: now})
+	dead := agent.ReapedRunID(c.RunID)
+	hold, err := r.store.TakeOver(ctx, agent.TakeRequest{ThreadID: threadID, Fence: agent.Fence{RunID: c.RunID, Epoch: c.Epoch},
+		StaleBefore: now.Add(-r.cfg.StaleAfter), RunID: dead, Now: now})
 	if errors.Is(err, agent.ErrRunFenced) {
-		// A live run, or another reaper decided first, or our own release applied and only its answer was lost
-		// (the SDK's retry then finds the claim gone). In the last two cases the claim no longer names the run
-		// while its item still says running: finish it, idempotently, so it is not left running forever.
-		if ours && r.released(ctx, threadID, fence) {
-			return false, r.finishRun(ctx, run, draft, usage)
+		// A live run, or another reaper decided first, or our own takeover applied and only its answer was lost
+		// (the SDK's retry then finds the claim moved): the last one is ours to finish.
+		want := agent.Fence{RunID: agent.ReapRunID(dead), Epoch: c.Epoch + 1}
+		th, gerr := r.store.GetThread(ctx, threadID)
+		if gerr != nil || th.ActiveRun == nil || th.ActiveRun.RunID != want.RunID || th.ActiveRun.Epoch != want.Epoch {
+			return false, nil
 		}
-		return false, nil
+		hold = want
+	} else if err != nil {
+		return false, fmt.Errorf("reaper: take over claim: %w", err)
 	}
-	if err != nil {
-		return false, fmt.Errorf("reaper: release claim: %w", err)
-	}
-	log := r.log.With("thread_id", threadID, "run_id", c.RunID, "epoch", c.Epoch)
-	if !ours {
-		if !missing && run.Status.Terminal() {
-			// Its outcome is stored but its stream may lack its end (a crash after the release was due).
-			r.endStream(ctx, run)
-		}
-		log.Info("agent.reap", "outcome", "released", "run_missing", missing)
-		return true, nil
-	}
-	if err := r.finishRun(ctx, run, draft, usage); err != nil {
-		return true, err
-	}
-	r.logReaped(log, "reaped", run, usage)
-	return true, nil
+	return true, r.cleanUp(ctx, threadID, dead, hold, agent.IsReapClaim(c.RunID), false)
 }
 
-// ReapOrphan finishes a run that is still recorded as running although no claim names it any more: a reaper
-// that died between its release (the decision) and the run's outcome leaves exactly that, and no later sweep can
-// find it through the index of claims. Readers that meet such a run's "streaming" message call this. It does
-// nothing for a run that is finished, missing, or still holds its claim.
+// cleanUp finishes run runID while the reaper holds the thread at hold, then gives the claim back. reaperDied:
+// the claim taken was a reaper's, whose recorded outcome was never added to the thread (its release adds it).
+// orphan: the run's claim was released by the run itself (FinishRun's first half), which added its usage.
+func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent.Fence, reaperDied, orphan bool) error {
+	log := r.log.With("thread_id", threadID, "run_id", runID, "epoch", hold.Epoch-1)
+	run, err := r.store.GetRun(ctx, threadID, runID)
+	missing := agent.IsKind(err, agent.KindNotFound)
+	if err != nil && !missing {
+		return fmt.Errorf("reaper: get run: %w", err)
+	}
+	var usage agent.Usage
+	switch {
+	case missing:
+		log.Info("agent.reap", "outcome", "released", "run_missing", true)
+	case run.Status == agent.RunRunning:
+		draft, u, err := r.draftOf(ctx, run)
+		if err != nil {
+			return err
+		}
+		usage = u
+		if err := r.finishRun(ctx, run, draft, usage, hold); err != nil {
+			return err
+		}
+		r.logReaped(log, "reaped", run, usage)
+	default:
+		if reaperDied {
+			usage = run.Usage // recorded by the reaper that died before its release counted it
+		}
+		if draft, ok := r.unfinalized(ctx, run); ok {
+			// A reaper recorded the outcome and died before the message.
+			if err := r.finalizeMessage(ctx, run, draft, run.Usage, hold); err != nil {
+				return err
+			}
+			if err := r.cancelAsked(ctx, run); err != nil {
+				return err
+			}
+		}
+		// Its outcome is stored but its stream may lack its end (a crash after the outcome was due).
+		r.endStream(ctx, run)
+		log.Info("agent.reap", "outcome", "released", "run_missing", false)
+	}
+	if orphan {
+		usage = agent.Usage{}
+	}
+	err = retry(ctx, func() error {
+		return r.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: threadID, Fence: hold, Usage: usage, Now: r.clock.Now()})
+	})
+	if err != nil && !errors.Is(err, agent.ErrRunFenced) {
+		return fmt.Errorf("reaper: release claim: %w", err)
+	}
+	return nil
+}
+
+// ReapOrphan finishes a run that is still recorded as running although no claim names it any more: a FinishRun
+// that died between its release (the decision) and the run's outcome (DynamoDB makes them two writes), or a run
+// item written after the reaper took its claim, leaves exactly that, and no sweep can find it through the index
+// of claims. Readers that meet such a run call this. It takes the idle thread (TakeOver with no fence) so that
+// its writes are fenced like any reap, and does nothing for a run that is finished, missing, or still holds its
+// claim, nor on a thread someone else holds (a later reader retries).
 func (r *Reaper) ReapOrphan(ctx context.Context, threadID, runID string) error {
 	run, err := r.store.GetRun(ctx, threadID, runID)
 	if agent.IsKind(err, agent.KindNotFound) {
@@ -293,30 +328,22 @@ func (r *Reaper) ReapOrphan(ctx context.Context, threadID, runID string) error {
 	if err != nil {
 		return fmt.Errorf("reaper: get run: %w", err)
 	}
+	if run.Status != agent.RunRunning {
+		if _, ok := r.unfinalized(ctx, run); !ok {
+			return nil
+		}
+	}
 	if !r.released(ctx, threadID, run.Fence()) {
 		return nil
 	}
-	draft, usage, err := r.draftOf(ctx, run)
-	if err != nil {
-		return err
-	}
-	switch {
-	case run.Status == agent.RunRunning:
-		if err := r.finishRun(ctx, run, draft, usage); err != nil {
-			return err
-		}
-		r.logReaped(r.log.With("thread_id", threadID, "run_id", runID, "epoch", run.Epoch), "orphan", run, usage)
+	hold, err := r.store.TakeOver(ctx, agent.TakeRequest{ThreadID: threadID, RunID: runID, Now: r.clock.Now()})
+	if errors.Is(err, agent.ErrRunFenced) || agent.IsKind(err, agent.KindNotFound) {
 		return nil
-	case run.Status == agent.RunFailed && run.Error != nil && run.Error.Code == agent.CodeStale &&
-		draft != nil && draft.Message.Meta().Status == agent.MessageStreaming:
-		// The reaper recorded the outcome and died before the message and the stream's end.
-		r.log.Info("agent.reap", "thread_id", threadID, "run_id", runID, "outcome", "orphan message")
-		if err := r.finalizeMessage(ctx, run, draft, run.Usage); err != nil {
-			return err
-		}
-		r.endStream(ctx, run)
 	}
-	return nil
+	if err != nil {
+		return fmt.Errorf("reaper: take over idle thread: %w", err)
+	}
+	return r.cleanUp(ctx, threadID, runID, hold, false, true)
 }
 
 // Orphans finishes the runs of msgs' streaming assistant messages that hold no claim (see ReapOrphan); active
@@ -334,6 +361,20 @@ func (r *Reaper) Orphans(ctx context.Context, threadID, active string, msgs []ag
 		}
 	}
 	return n
+}
+
+// unfinalized returns the draft of a run the reaper recorded failed (stale) whose message still reads streaming:
+// a reaper died between the outcome and the message.
+func (r *Reaper) unfinalized(ctx context.Context, run agent.Run) (*agent.MessageRecord, bool) {
+	if run.Status != agent.RunFailed || run.Error == nil || run.Error.Code != agent.CodeStale {
+		return nil, false
+	}
+	draft, _, err := r.draftOf(ctx, run)
+	if err != nil || draft == nil {
+		return nil, false
+	}
+	md := draft.Message.Meta()
+	return draft, md.Status == agent.MessageStreaming && (md.RunID == "" || md.RunID == run.ID)
 }
 
 // logReaped writes the one agent.reap line of a run this reaper finished, with the usage it counted for it (the
@@ -377,8 +418,9 @@ func (r *Reaper) released(ctx context.Context, threadID string, f agent.Fence) b
 	return err == nil && (th.ActiveRun == nil || th.ActiveRun.RunID != f.RunID || th.ActiveRun.Epoch != f.Epoch)
 }
 
-// finishRun records the dead run's outcome, finalizes its message and ends its stream.
-func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.MessageRecord, usage agent.Usage) error {
+// finishRun records the dead run's outcome, finalizes its message and ends its stream, writing at hold (the
+// reaper's claim).
+func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.MessageRecord, usage agent.Usage, hold agent.Fence) error {
 	now := r.clock.Now()
 	run.Status, run.Error = agent.RunFailed, &agent.RunError{Code: agent.CodeStale, Message: "The run stopped unexpectedly."}
 	md := agent.MessageMetadata{}
@@ -394,11 +436,11 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 		}
 	}
 	run.Usage, run.FinishedAt, run.UpdatedAt = usage, now, now
-	if err := retry(ctx, func() error { return r.store.FinishRun(ctx, run) }); err != nil && !errors.Is(err, agent.ErrRunFenced) {
+	if err := retry(ctx, func() error { return r.store.RecordOutcome(ctx, run, hold) }); err != nil && !errors.Is(err, agent.ErrRunFenced) {
 		return fmt.Errorf("reaper: finish run: %w", err)
 	}
 	if !finalMsg {
-		if err := r.finalizeMessage(ctx, run, draft, usage); err != nil {
+		if err := r.finalizeMessage(ctx, run, draft, usage, hold); err != nil {
 			return err
 		}
 		if err := r.cancelAsked(ctx, run); err != nil {
@@ -411,7 +453,7 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 
 // finalizeMessage stores the dead run's assistant message as failed, fenced at the run's epoch and finalized, so
 // nothing the dead run might still write can change it.
-func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agent.MessageRecord, usage agent.Usage) error {
+func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agent.MessageRecord, usage agent.Usage, hold agent.Fence) error {
 	var parts, base []agent.Part
 	var cancel []agent.ResolveRequest
 	seq := run.AssistantSeq()
@@ -438,7 +480,7 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 			// The run died before it took any answer: the message still asks, and its interrupts stay
 			// answerable. It is written back unchanged, finalized at the dead run's epoch, so that nothing the
 			// dead run may still write can land.
-			w := agent.MessageWrite{ThreadID: run.ThreadID, Seq: seq, Fence: run.Fence(), Final: true, Message: draft.Message}
+			w := agent.MessageWrite{ThreadID: run.ThreadID, Seq: seq, Fence: hold, Final: true, Message: draft.Message}
 			err := retry(ctx, func() error { w.Now = r.clock.Now(); return r.store.PutMessage(ctx, w) })
 			if err != nil && !errors.Is(err, agent.ErrRunFenced) {
 				return fmt.Errorf("reaper: fence continued message: %w", err)
@@ -464,7 +506,7 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 		raw[i] = agent.EncodePart(p)
 	}
 	md, _ := json.Marshal(agent.MessageMetadata{Status: agent.MessageFailed, RunID: run.ID, Model: run.Model, Usage: &usage})
-	w := agent.MessageWrite{ThreadID: run.ThreadID, Seq: seq, Fence: run.Fence(), Final: true,
+	w := agent.MessageWrite{ThreadID: run.ThreadID, Seq: seq, Fence: hold, Final: true,
 		Message: agent.Message{ID: run.AssistantMessageID, Role: agent.RoleAssistant, Parts: raw, Metadata: md}}
 	err := retry(ctx, func() error { w.Now = r.clock.Now(); return r.store.PutMessage(ctx, w) })
 	if err != nil && !errors.Is(err, agent.ErrRunFenced) {

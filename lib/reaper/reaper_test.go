@@ -282,18 +282,54 @@ func TestReapAfterLostReleaseAnswer(t *testing.T) {
 	finalSegment(t, f.store, run.ID)
 }
 
-// diesAfterRelease is a reaper store that dies right after the release applied (the reaper's process ends).
-type diesAfterRelease struct{ *sqlite.Store }
+// diesAfterTakeOver is a reaper store that dies right after its takeover applied (the reaper's process ends).
+type diesAfterTakeOver struct{ *sqlite.Store }
 
-func (d diesAfterRelease) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
-	if err := d.Store.ReleaseClaim(ctx, req); err != nil {
-		return err
+func (d diesAfterTakeOver) TakeOver(ctx context.Context, req agent.TakeRequest) (agent.Fence, error) {
+	if _, err := d.Store.TakeOver(ctx, req); err != nil {
+		return agent.Fence{}, err
 	}
-	return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "the reaper's process died")
+	return agent.Fence{}, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "the reaper's process died")
 }
 
-// A reaper that dies between its release and the run's outcome leaves a run that no claim names; a reader that
-// meets its streaming message finishes it (no sweep can find it: the index holds claims only).
+// laterClock is the system clock moved on by d.
+type laterClock struct{ d time.Duration }
+
+func (c laterClock) Now() time.Time { return time.Now().Add(c.d) }
+
+// A reaper that dies right after its takeover leaves its own claim: the next sweep, once that claim is stale,
+// reaps it the same way, at the next epoch, and finishes the run the dead reaper was finishing.
+func TestDeadReaperIsReaped(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	run := f.claim(t, "th", "run_1", old)
+	f.draft(t, run, `{"status":"streaming","runId":"run_1","usage":{"inputTokens":1,"outputTokens":1,"totalTokens":2,"cachedInputTokens":0}}`,
+		`{"type":"tool-list_notes","toolCallId":"c1","state":"input-available","input":{}}`)
+	dying := reaper.New(reaper.Deps{Store: diesAfterTakeOver{f.store}, Clock: agent.SystemClock{}}, reaper.Config{StaleAfter: staleAfter})
+	if _, err := dying.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err == nil {
+		t.Fatal("the dying reaper reported success")
+	}
+	th, _ := f.store.GetThread(ctx, "th")
+	if th.ActiveRun == nil || th.ActiveRun.RunID != agent.ReapRunID(run.ID) || th.ActiveRun.Epoch != run.Epoch+1 {
+		t.Fatalf("setup: claim %+v, want the reaper's at epoch %d", th.ActiveRun, run.Epoch+1)
+	}
+	next := reaper.New(reaper.Deps{Store: f.store, Clock: laterClock{2 * staleAfter}}, reaper.Config{StaleAfter: staleAfter})
+	st, err := next.Tick(ctx)
+	if err != nil || st.Reaped != 1 {
+		t.Fatalf("next sweep: %+v, %v; want the dead reaper's claim reaped", st, err)
+	}
+	got, _ := f.store.GetRun(ctx, "th", run.ID)
+	rec, _ := f.store.GetMessage(ctx, "th", run.AssistantMessageID)
+	if idle := f.idle(t, "th"); got.Status != agent.RunFailed || rec.Message.Meta().Status != agent.MessageFailed ||
+		idle.Usage.TotalTokens != 2 || idle.Epoch != run.Epoch+2 {
+		t.Fatalf("after the next sweep: run %s, message %s, thread %+v", got.Status, rec.Message.Metadata, idle)
+	}
+}
+
+// A FinishRun that died between its release and the run's outcome (DynamoDB makes them two writes) leaves a run
+// that no claim names; a reader that meets it finishes it (no sweep can find it: the index holds claims only).
 func TestOrphanIsFinishedByItsReader(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -302,17 +338,15 @@ func TestOrphanIsFinishedByItsReader(t *testing.T) {
 	run := f.claim(t, "th", "run_1", old)
 	f.draft(t, run, `{"status":"streaming","runId":"run_1","usage":{"inputTokens":1,"outputTokens":1,"totalTokens":2,"cachedInputTokens":0}}`,
 		`{"type":"tool-list_notes","toolCallId":"c1","state":"input-available","input":{}}`)
-	dying := reaper.New(reaper.Deps{Store: diesAfterRelease{f.store}, Clock: agent.SystemClock{}}, reaper.Config{StaleAfter: staleAfter})
-	if _, err := dying.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err == nil {
-		t.Fatal("the dying reaper reported success")
-	}
-	if got, _ := f.store.GetRun(ctx, "th", run.ID); got.Status != agent.RunRunning {
-		t.Fatalf("setup: run %s", got.Status)
+	if err := f.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: "th", Fence: run.Fence(),
+		Usage: agent.Usage{InputTokens: 1, OutputTokens: 1, TotalTokens: 2}}); err != nil {
+		t.Fatal(err)
 	}
 	rec, _ := f.store.GetMessage(ctx, "th", run.AssistantMessageID)
 	f.r.Orphans(ctx, "th", "", []agent.Message{rec.Message})
 	got, _ := f.store.GetRun(ctx, "th", run.ID)
 	rec, _ = f.store.GetMessage(ctx, "th", run.AssistantMessageID)
+	// The usage was added once, by the run's own release.
 	if got.Status != agent.RunFailed || rec.Message.Meta().Status != agent.MessageFailed || f.idle(t, "th").Usage.TotalTokens != 2 {
 		t.Fatalf("orphan: run %s, message %s", got.Status, rec.Message.Metadata)
 	}

@@ -98,6 +98,9 @@ func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 	}
 	now := millis(w.Now)
 	return s.write(ctx, "put message", func(c conn) error {
+		if err := claimAllows(ctx, c, w.ThreadID, w.Fence); err != nil {
+			return err
+		}
 		n, err := c.execN(ctx, putMessageSQL, w.ThreadID, m.ID, w.Seq, string(m.Role), parts, metadata, now, now,
 			w.Fence.RunID, w.Fence.Epoch, w.Final)
 		if err != nil {
@@ -194,6 +197,9 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 func (s *Store) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
 	s.op()
 	return s.write(ctx, "delete message", func(c conn) error {
+		if err := claimAllows(ctx, c, threadID, f); err != nil {
+			return err
+		}
 		n, err := c.execN(ctx, `UPDATE messages SET deleted = 1, final = 0, parts = '[]', metadata = NULL,
 			writer_run_id = ?, writer_epoch = ?
 			WHERE thread_id = ? AND id = ? AND (writer_epoch < ? OR (writer_epoch = ? AND NOT final))`,
@@ -211,4 +217,24 @@ func (s *Store) DeleteMessage(ctx context.Context, threadID, id string, f agent.
 		}
 		return messageFenced(id, f)
 	})
+}
+
+// claimAllows is fence F for message writes: when the thread has a row, its claim must name f (the writing run,
+// or the reaper's takeover claim), checked in the write's own transaction, so a run that lost its claim (reaped,
+// taken over, finished) writes nothing, a new id included. Messages of a thread with no row (the store suite's
+// message cases, which need no thread) are fenced by their own rows only.
+func claimAllows(ctx context.Context, c conn, threadID string, f agent.Fence) error {
+	var claimRun sql.NullString
+	var claimEpoch sql.NullInt64
+	err := c.queryRow(ctx, `SELECT claim_run_id, claim_epoch FROM threads WHERE id = ?`, threadID).Scan(&claimRun, &claimEpoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if claimRun.String != f.RunID || claimEpoch.Int64 != f.Epoch || !claimRun.Valid {
+		return agent.E(agent.KindConflict, agent.CodeRunFenced, "run %q at epoch %d does not hold thread %q", f.RunID, f.Epoch, threadID)
+	}
+	return nil
 }

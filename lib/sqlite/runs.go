@@ -286,20 +286,77 @@ func releaseArgs(threadID string, f agent.Fence, u agent.Usage, updated time.Tim
 		threadID, f.RunID, f.Epoch}
 }
 
-// FinishRun records run's outcome by compare-and-set from running at run.Epoch, then releases the thread's claim
-// if it still names the run at that epoch, adding the run's usage in that same UPDATE (a run whose claim was
-// already released or taken over adds nothing). The run's UpdatedAt is stored as given (FinishedAt when zero); an
-// unknown run is KindNotFound; a non-terminal status is KindInvalid/CodeInvalidStatus.
+// FinishRun releases the thread's claim, on condition that it still names the run at its epoch, adding the run's
+// usage in that same UPDATE (fence C: the release is the decision), then records the run's outcome by
+// compare-and-set from running at run.Epoch, both in one transaction: a refused release is run_fenced and
+// changes nothing. The run's UpdatedAt is stored as given (FinishedAt when zero); an unknown run is KindNotFound;
+// a non-terminal status is KindInvalid/CodeInvalidStatus.
 func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	s.op()
 	if !run.Status.Terminal() {
 		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "run %q: status %q is not terminal", run.ID, run.Status)
 	}
+	return s.write(ctx, "finish run", func(c conn) error {
+		n, err := c.execN(ctx, releaseSQL, releaseArgs(run.ThreadID, run.Fence(), run.Usage, run.FinishedAt)...)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			if err := runExists(ctx, c, run); err != nil {
+				return err
+			}
+			return fenced(run.Fence())
+		}
+		return recordOutcome(ctx, c, run)
+	})
+}
+
+// RecordOutcome is the reaper's write of a dead run's outcome: the compare-and-set of FinishRun without the
+// release, checked in the same transaction against the reaper's claim (holder) when one is given (fence F).
+func (s *Store) RecordOutcome(ctx context.Context, run agent.Run, holder agent.Fence) error {
+	s.op()
+	if !run.Status.Terminal() {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "run %q: status %q is not terminal", run.ID, run.Status)
+	}
+	return s.write(ctx, "record outcome", func(c conn) error {
+		if holder.RunID != "" {
+			if err := holds(ctx, c, run.ThreadID, holder); err != nil {
+				return err
+			}
+		}
+		return recordOutcome(ctx, c, run)
+	})
+}
+
+// runExists is nil when the run has a row, else KindNotFound.
+func runExists(ctx context.Context, c conn, run agent.Run) error {
+	var one int
+	err := c.queryRow(ctx, `SELECT 1 FROM runs WHERE thread_id = ? AND id = ?`, run.ThreadID, run.ID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return runNotFound(run.ID)
+	}
+	return err
+}
+
+// holds is fence F: nil when the thread's claim names f, else run_fenced. Writes of a run (messages, its outcome)
+// check it inside their own transaction, so nothing a run writes lands once its claim is gone.
+func holds(ctx context.Context, c conn, threadID string, f agent.Fence) error {
+	var one int
+	err := c.queryRow(ctx, `SELECT 1 FROM threads WHERE id = ? AND claim_run_id = ? AND claim_epoch = ?`,
+		threadID, f.RunID, f.Epoch).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fenced(f)
+	}
+	return err
+}
+
+// recordOutcome is the outcome's compare-and-set from running at run.Epoch.
+func recordOutcome(ctx context.Context, c conn, run agent.Run) error {
 	var runErr any
 	if run.Error != nil {
 		b, err := json.Marshal(run.Error)
 		if err != nil {
-			return s.fail("encode run error", err)
+			return err
 		}
 		runErr = string(b)
 	}
@@ -307,7 +364,7 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	if run.Store != nil {
 		b, err := json.Marshal(run.Store)
 		if err != nil {
-			return s.fail("encode store usage", err)
+			return err
 		}
 		store = string(b)
 	}
@@ -316,33 +373,58 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	if updated == nil {
 		updated = nullMillis(run.FinishedAt)
 	}
-	return s.write(ctx, "finish run", func(c conn) error {
-		n, err := c.execN(ctx, `UPDATE runs SET status = ?, error = ?,
-			usage_input = ?, usage_output = ?, usage_total = ?, usage_cached = ?, usage_reasoning = ?, usage_cost = ?,
-			store = ?, steps = ?, model = ?, finished_at = ?, updated_at = coalesce(?, updated_at)
-			WHERE thread_id = ? AND id = ? AND status = ? AND epoch = ?`,
-			string(run.Status), runErr,
-			run.Usage.InputTokens, run.Usage.OutputTokens, run.Usage.TotalTokens, run.Usage.CachedInputTokens,
-			run.Usage.ReasoningTokens, run.Usage.CostMicroUSD, store,
-			run.Steps, run.Model, nullMillis(run.FinishedAt), updated,
-			run.ThreadID, run.ID, string(agent.RunRunning), run.Epoch)
+	n, err := c.execN(ctx, `UPDATE runs SET status = ?, error = ?,
+		usage_input = ?, usage_output = ?, usage_total = ?, usage_cached = ?, usage_reasoning = ?, usage_cost = ?,
+		store = ?, steps = ?, model = ?, finished_at = ?, updated_at = coalesce(?, updated_at)
+		WHERE thread_id = ? AND id = ? AND status = ? AND epoch = ?`,
+		string(run.Status), runErr,
+		run.Usage.InputTokens, run.Usage.OutputTokens, run.Usage.TotalTokens, run.Usage.CachedInputTokens,
+		run.Usage.ReasoningTokens, run.Usage.CostMicroUSD, store,
+		run.Steps, run.Model, nullMillis(run.FinishedAt), updated,
+		run.ThreadID, run.ID, string(agent.RunRunning), run.Epoch)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		if err := runExists(ctx, c, run); err != nil {
+			return err
+		}
+		return fenced(run.Fence())
+	}
+	return nil
+}
+
+// TakeOver takes a stale claim (or, with no fence, an idle thread) for the reaper at epoch+1, in one UPDATE.
+func (s *Store) TakeOver(ctx context.Context, req agent.TakeRequest) (agent.Fence, error) {
+	s.op()
+	runID := agent.ReapRunID(req.RunID)
+	query := `UPDATE threads SET epoch = epoch + 1, claim_run_id = ?, claim_epoch = epoch + 1, claim_heartbeat_at = ?,
+		claim_cancel = 0 WHERE id = ? AND `
+	args := []any{runID, millis(req.Now), req.ThreadID}
+	if req.Fence.RunID == "" {
+		query += `claim_run_id IS NULL`
+	} else {
+		query += `claim_run_id = ? AND claim_epoch = ?`
+		args = append(args, req.Fence.RunID, req.Fence.Epoch)
+		if !req.StaleBefore.IsZero() {
+			query += ` AND claim_heartbeat_at < ?`
+			args = append(args, millis(req.StaleBefore))
+		}
+	}
+	var out agent.Fence
+	err := s.write(ctx, "take over claim", func(c conn) error {
+		var epoch int64
+		err := c.queryRow(ctx, query+` RETURNING epoch`, args...).Scan(&epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fenced(req.Fence)
+		}
 		if err != nil {
 			return err
 		}
-		if n == 0 {
-			var one int
-			err := c.queryRow(ctx, `SELECT 1 FROM runs WHERE thread_id = ? AND id = ?`, run.ThreadID, run.ID).Scan(&one)
-			if errors.Is(err, sql.ErrNoRows) {
-				return runNotFound(run.ID)
-			}
-			if err != nil {
-				return err
-			}
-			return fenced(run.Fence())
-		}
-		_, err = c.exec(ctx, releaseSQL, releaseArgs(run.ThreadID, run.Fence(), run.Usage, run.FinishedAt)...)
-		return err
+		out = agent.Fence{RunID: runID, Epoch: epoch}
+		return nil
 	})
+	return out, err
 }
 
 // ReleaseClaim releases the claim if it still names req.Fence and its heartbeat is before req.StaleBefore (any

@@ -71,11 +71,11 @@ func TestTwoStoresShareFile(t *testing.T) {
 		t.Fatalf("b.GetThread of a's thread: %v", err)
 	}
 	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
-	w := agent.MessageWrite{ThreadID: "th1", Message: m, Fence: testFence, Now: nowTime()}
+	w := agent.MessageWrite{ThreadID: "th-messages", Message: m, Fence: testFence, Now: nowTime()}
 	if err := b.PutMessage(ctx, w); err != nil {
 		t.Fatalf("b.PutMessage: %v", err)
 	}
-	msgs, err := a.ListMessages(ctx, "th1")
+	msgs, err := a.ListMessages(ctx, "th-messages")
 	if err != nil || len(msgs) != 1 || string(msgs[0].Message.Parts[0]) != string(m.Parts[0]) {
 		t.Fatalf("a.ListMessages = %v, %v; want b's message", msgs, err)
 	}
@@ -266,7 +266,6 @@ func TestOpsCounters(t *testing.T) {
 func TestPartSurroundingWhitespaceDropped(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	newThread(t, s, "th1")
 	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(" \n{ \"type\": \"text\" }\t ")}}
 	w := agent.MessageWrite{ThreadID: "th1", Message: m, Fence: testFence, Now: nowTime()}
 	if err := s.PutMessage(t.Context(), w); err != nil {
@@ -315,7 +314,6 @@ func TestClaimStartsAboveExistingMessages(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := setup(t)
-	newThread(t, s, "th1")
 	for _, seq := range []int64{3, 0, 7} {
 		m := agent.Message{ID: fmt.Sprintf("m%d", seq), Role: agent.RoleUser}
 		w := agent.MessageWrite{ThreadID: "th1", Seq: seq, Message: m, Fence: testFence, Now: nowTime()}
@@ -326,6 +324,7 @@ func TestClaimStartsAboveExistingMessages(t *testing.T) {
 	if err := s.DeleteMessage(ctx, "th1", "m7", testFence); err != nil {
 		t.Fatal(err)
 	}
+	newThread(t, s, "th1") // after the messages: a thread's row fences message writes by its claim (fence F)
 	res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", Owner: "u1", RunID: "r1", Now: nowTime(),
 		StaleAfter: time.Minute, Reserve: 2})
 	if err != nil {
@@ -338,3 +337,56 @@ func TestClaimStartsAboveExistingMessages(t *testing.T) {
 
 // testFence is the fence of this file's message writes: one writer that never finalizes.
 var testFence = agent.Fence{RunID: "r1", Epoch: 1}
+
+// Fence F (REVIEW §3): PutMessage, DeleteMessage and FinishRun check the thread's claim in their own transaction,
+// so a run whose claim the reaper took writes nothing, a new id included (which no message row could fence), while
+// the reaper's takeover claim writes.
+func TestWritesCheckTheClaim(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := setup(t)
+	newThread(t, s, "th1")
+	res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", Owner: "u1", RunID: "r1", Now: nowTime(), Reserve: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := res.Run
+	msg := func(id string) agent.Message {
+		return agent.Message{ID: id, Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
+	}
+	if err := s.PutMessage(ctx, agent.MessageWrite{ThreadID: "th1", Seq: run.FirstSeq, Message: msg("u1"), Fence: run.Fence(), Now: nowTime()}); err != nil {
+		t.Fatalf("PutMessage while holding the claim: %v", err)
+	}
+	hold, err := s.TakeOver(ctx, agent.TakeRequest{ThreadID: "th1", Fence: run.Fence(), RunID: run.ID, Now: nowTime()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := agent.MessageWrite{ThreadID: "th1", Seq: run.AssistantSeq(), Message: msg("new-id"), Fence: run.Fence(), Now: nowTime()}
+	if err := s.PutMessage(ctx, late); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("PutMessage of a new id after the takeover: %v, want %s", err, agent.CodeRunFenced)
+	}
+	if err := s.DeleteMessage(ctx, "th1", "u1", run.Fence()); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("DeleteMessage after the takeover: %v, want %s", err, agent.CodeRunFenced)
+	}
+	done := run
+	done.Status = agent.RunCompleted
+	if err := s.FinishRun(ctx, done); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("FinishRun after the takeover: %v, want %s", err, agent.CodeRunFenced)
+	}
+	msgs, err := s.ListMessages(ctx, "th1")
+	if err != nil || len(msgs) != 1 || msgs[0].Message.ID != "u1" {
+		t.Fatalf("messages after the late writes = %+v, %v; want u1 alone", msgs, err)
+	}
+	// The reaper's claim writes, and a second holder of the same id is refused.
+	late.Fence = hold
+	if err := s.PutMessage(ctx, late); err != nil {
+		t.Fatalf("PutMessage by the reaper's claim: %v", err)
+	}
+	if err := s.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: "th1", Fence: hold}); err != nil {
+		t.Fatal(err)
+	}
+	late.Fence = hold
+	if err := s.PutMessage(ctx, late); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("PutMessage after the reaper gave the thread back: %v, want %s", err, agent.CodeRunFenced)
+	}
+}

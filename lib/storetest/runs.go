@@ -28,6 +28,8 @@ func runTests() []test {
 		c{"FinishRunMovesThreadUp", testFinishRunMovesThreadUp},
 		c{"FinishRunFenced", testFinishRunFenced},
 		c{"FinishAfterTakeoverKeepsNewClaim", testFinishAfterTakeover},
+		c{"FinishRunAfterReapIsFenced", testFinishRunAfterReap},
+		c{"TakeOverIsTheReapDecision", testTakeOver},
 		c{"ListRunsOrder", testListRunsOrder},
 		c{"ListRunsPage", testListRunsPage},
 		c{"ListStaleClaims", testListStaleClaims},
@@ -42,7 +44,7 @@ func runTests() []test {
 		c{"FinishRunRefusesNonTerminal", testFinishRunNonTerminal},
 		c{"ReleaseClaim", testReleaseClaim},
 		c{"ReleaseClaimWithoutRunRow", testReleaseClaimWithoutRun},
-		c{"ReleaseThenFinishCountsUsageOnce", testReleaseThenFinish},
+		c{"ReapCountsUsageOnce", testReleaseThenFinish},
 		c{"ListStaleClaimsDefaultLimit", testListStaleClaimsDefaultLimit},
 	)
 }
@@ -484,7 +486,8 @@ func testFinishRunFenced(e *claims) {
 	}
 }
 
-// The reaper finishes a run whose claim was already taken over: the run is recorded and the new claim survives.
+// A run whose claim was taken over (a lazy takeover by a later claim) is fenced: its FinishRun changes nothing,
+// and the new claim survives.
 func testFinishAfterTakeover(e *claims) {
 	t := e.t
 	th := newThread(e)
@@ -493,23 +496,89 @@ func testFinishAfterTakeover(e *claims) {
 	if res.Previous == nil || res.Previous.RunID != old.ID {
 		t.Fatalf("takeover Previous = %s, want %s", show(res.Previous), old.ID)
 	}
-	reaped := finished(old, agent.RunFailed, agent.Usage{InputTokens: 3, TotalTokens: 3}, at(time.Hour+time.Second))
-	reaped.Error = &agent.RunError{Code: agent.CodeStale, Message: "heartbeat lost"}
-	must(t, e.s.FinishRun(e.ctx, reaped), "FinishRun(taken-over run)")
-	same(t, "reaped run", getRun(e, th.ID, old.ID), reaped)
-
+	late := finished(old, agent.RunCompleted, agent.Usage{InputTokens: 3, TotalTokens: 3}, at(time.Hour+time.Second))
+	wantErr(t, e.s.FinishRun(e.ctx, late), agent.KindConflict, agent.CodeRunFenced, "FinishRun(taken-over run)")
+	if got := getRun(e, th.ID, old.ID); got.Status != agent.RunRunning {
+		t.Fatalf("taken-over run after its FinishRun: %s, want running (the reaper records it)", got.Status)
+	}
 	got := getThread(e, th.ID)
 	same(t, "new claim survives", got.ActiveRun, &agent.Claim{RunID: res.Run.ID, Epoch: 2, HeartbeatAt: at(time.Hour)})
-	// Usage is added only by the write that releases a claim, and a takeover released none: the reaped run's
-	// usage is not counted here (the engine reaps through ReleaseClaim before it claims, which counts it once).
 	if got.Usage != (agent.Usage{}) {
-		t.Fatalf("thread usage = %+v, want none added by a finish that released no claim", got.Usage)
+		t.Fatalf("thread usage = %+v, want none added by a fenced finish", got.Usage)
 	}
 	must(t, e.s.Heartbeat(e.ctx, th.ID, agent.Fence{RunID: res.Run.ID, Epoch: 2}, at(time.Hour+2*time.Second)), "Heartbeat(new run)")
 	finish(e, res.Run, agent.RunCompleted, agent.Usage{}, at(time.Hour+3*time.Second))
 	if c := getThread(e, th.ID).ActiveRun; c != nil {
 		t.Fatalf("claim after the new run finished = %s, want none", show(c))
 	}
+}
+
+// REVIEW D4 (knownBugs seed 2745), fence C: a FinishRun in flight across the reaper's decision is refused as
+// fenced: the run stays as the reaper records it, and its usage does not reach the thread through it.
+func testFinishRunAfterReap(e *claims) {
+	t := e.t
+	th := newThread(e)
+	run := claim(e, th, e.id("run"), at(0)).Run
+	hold, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, Fence: run.Fence(), StaleBefore: at(time.Minute),
+		RunID: run.ID, Now: at(time.Minute)})
+	must(t, err, "TakeOver")
+	done := finished(run, agent.RunCompleted, agent.Usage{InputTokens: 100, OutputTokens: 50, TotalTokens: 150}, at(time.Minute+time.Second))
+	wantErr(t, e.s.FinishRun(e.ctx, done), agent.KindConflict, agent.CodeRunFenced, "FinishRun after the reaper's decision")
+	if got := getRun(e, th.ID, run.ID); got.Status != agent.RunRunning || got.Usage != (agent.Usage{}) {
+		t.Fatalf("run after a fenced FinishRun = %s, want running with no usage", show(got))
+	}
+	got := getThread(e, th.ID)
+	if got.Usage != (agent.Usage{}) {
+		t.Fatalf("thread usage after a fenced FinishRun = %+v, want none", got.Usage)
+	}
+	same(t, "the reaper's claim", got.ActiveRun, &agent.Claim{RunID: hold.RunID, Epoch: hold.Epoch, HeartbeatAt: at(time.Minute)})
+	// The same after the reaper gave the thread back.
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: hold}), "ReleaseClaim(reaper)")
+	wantErr(t, e.s.FinishRun(e.ctx, done), agent.KindConflict, agent.CodeRunFenced, "FinishRun after the reap")
+	if got := getRun(e, th.ID, run.ID); got.Status != agent.RunRunning {
+		t.Fatalf("run after a fenced FinishRun = %s, want running", show(got))
+	}
+}
+
+// TakeOver takes a stale claim at epoch+1 under the reaper's run id: a live claim, another run's, another epoch
+// or a second take are refused; an idle thread is taken only when asked for one (no fence).
+func testTakeOver(e *claims) {
+	t := e.t
+	th := newThread(e)
+	run := claim(e, th, e.id("run"), at(0)).Run
+	take := agent.TakeRequest{ThreadID: th.ID, Fence: run.Fence(), StaleBefore: at(0), RunID: run.ID, Now: at(time.Minute)}
+	_, err := e.s.TakeOver(e.ctx, take)
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "TakeOver of a live claim")
+	_, err = e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, RunID: run.ID, Now: at(time.Minute)})
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "TakeOver of a claimed thread as idle")
+	take.StaleBefore = at(time.Second)
+	hold, err := e.s.TakeOver(e.ctx, take)
+	must(t, err, "TakeOver")
+	if want := (agent.Fence{RunID: agent.ReapRunID(run.ID), Epoch: run.Epoch + 1}); hold != want {
+		t.Fatalf("TakeOver = %+v, want %+v", hold, want)
+	}
+	_, err = e.s.TakeOver(e.ctx, take)
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "second TakeOver")
+	wantErr(t, e.s.Heartbeat(e.ctx, th.ID, run.Fence(), at(time.Minute)), agent.KindConflict, agent.CodeRunFenced, "Heartbeat of the dead run")
+	// A reaper that died is reaped the same way: its claim is taken at the next epoch, named after the same run.
+	again, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, Fence: hold, StaleBefore: at(2 * time.Minute),
+		RunID: agent.ReapedRunID(hold.RunID), Now: at(2 * time.Minute)})
+	must(t, err, "TakeOver of a dead reaper's claim")
+	if want := (agent.Fence{RunID: agent.ReapRunID(run.ID), Epoch: run.Epoch + 2}); again != want {
+		t.Fatalf("TakeOver of a dead reaper = %+v, want %+v", again, want)
+	}
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: again}), "ReleaseClaim")
+	idle, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, RunID: run.ID, Now: at(3 * time.Minute)})
+	must(t, err, "TakeOver of an idle thread")
+	if idle.Epoch != run.Epoch+3 {
+		t.Fatalf("TakeOver of an idle thread: epoch %d, want %d", idle.Epoch, run.Epoch+3)
+	}
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: idle}), "ReleaseClaim")
+	if res := claim(e, th, e.id("run"), at(4*time.Minute)); res.Run.Epoch != run.Epoch+4 {
+		t.Fatalf("claim after the reaps: epoch %d, want %d", res.Run.Epoch, run.Epoch+4)
+	}
+	_, err = e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: e.id("th"), RunID: run.ID, Now: at(time.Minute)})
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "TakeOver of an unknown thread")
 }
 
 // ListRuns is oldest first with ties broken by id ascending.
@@ -1021,32 +1090,45 @@ func testReleaseClaimWithoutRun(e *claims) {
 	}
 }
 
-// The reaper's order: release the claim (adding the draft's usage), then record the run as failed. Usage reaches
-// the thread exactly once, through the release; the run keeps what FinishRun recorded.
+// The reaper's order: take the claim (the decision), record the run as failed, give the claim back adding the
+// draft's usage. Usage reaches the thread exactly once, through the release; the run keeps what was recorded.
 func testReleaseThenFinish(e *claims) {
 	t := e.t
-	th := newThread(e)
-	run := claim(e, th, e.id("run"), at(0)).Run
 	draft := agent.Usage{InputTokens: 40, OutputTokens: 10, TotalTokens: 50}
-	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: run.Fence(), StaleBefore: at(time.Minute),
-		Usage: draft, Now: at(time.Hour)}), "ReleaseClaim")
-	if got := getRun(e, th.ID, run.ID); got.Status != agent.RunRunning {
-		t.Fatalf("run after release: status %s, want running (the release decides, FinishRun records)", got.Status)
-	}
-	reaped := finished(run, agent.RunFailed, draft, at(time.Hour+time.Second))
-	reaped.Error = &agent.RunError{Code: agent.CodeStale, Message: "the run stopped sending heartbeats"}
-	must(t, e.s.FinishRun(e.ctx, reaped), "FinishRun(failed/stale)")
+	th, run, reaped := reap(e, draft)
 	same(t, "reaped run", getRun(e, th.ID, run.ID), reaped)
 	if got := getThread(e, th.ID).Usage; got != draft {
 		t.Fatalf("thread usage = %+v, want the draft's %+v once", got, draft)
 	}
 	// A second reaper doing the same finds nothing to do and counts nothing.
-	err := e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: run.Fence(), Usage: draft})
-	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "second reaper's ReleaseClaim")
-	wantErr(t, e.s.FinishRun(e.ctx, reaped), agent.KindConflict, agent.CodeRunFenced, "second reaper's FinishRun")
+	_, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, Fence: run.Fence(), RunID: run.ID, Now: at(time.Hour)})
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "second reaper's TakeOver")
+	other := reaped
+	other.Usage = agent.Usage{InputTokens: 1, TotalTokens: 1}
+	wantErr(t, e.s.RecordOutcome(e.ctx, other, agent.Fence{}), agent.KindConflict, agent.CodeRunFenced, "second reaper's RecordOutcome")
+	wantErr(t, e.s.FinishRun(e.ctx, reaped), agent.KindConflict, agent.CodeRunFenced, "the dead run's FinishRun")
 	if got := getThread(e, th.ID).Usage; got != draft {
 		t.Fatalf("thread usage after a second reaper = %+v, want %+v", got, draft)
 	}
+}
+
+// reap claims a run and reaps it as the reaper does: take the claim, record the run failed (stale) with the
+// draft's usage, give the claim back adding that usage.
+func reap(e *claims, draft agent.Usage) (agent.Thread, agent.Run, agent.Run) {
+	t := e.t
+	th := newThread(e)
+	run := claim(e, th, e.id("run"), at(0)).Run
+	hold, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, Fence: run.Fence(), StaleBefore: at(time.Minute),
+		RunID: run.ID, Now: at(time.Hour)})
+	must(t, err, "TakeOver")
+	if got := getRun(e, th.ID, run.ID); got.Status != agent.RunRunning {
+		t.Fatalf("run after the takeover: status %s, want running (the takeover decides, RecordOutcome records)", got.Status)
+	}
+	reaped := finished(run, agent.RunFailed, draft, at(time.Hour))
+	reaped.Error = &agent.RunError{Code: agent.CodeStale, Message: "The run stopped unexpectedly."}
+	must(t, e.s.RecordOutcome(e.ctx, reaped, hold), "RecordOutcome(failed/stale)")
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: hold, Usage: draft, Now: at(time.Hour)}), "ReleaseClaim")
+	return th, run, reaped
 }
 
 // limit <= 0 means agent.DefaultListLimit. The claims sit twenty days back, older than any other case's, and there

@@ -226,11 +226,13 @@ func testListThreadsFullRecords(e *claims) {
 func testDeleteThreadCascades(e *env[agent.Store]) {
 	t := e.t
 	fill := func(th agent.Thread) (runIDs []string) {
+		r1 := claim(e, th, th.ID+"-r1", at(time.Second)).Run
 		for i := range 2 {
 			m := agent.Message{ID: fmt.Sprintf("%s-m%d", th.ID, i), Role: agent.RoleUser, Parts: textParts("hello")}
-			must(t, e.s.PutMessage(e.ctx, byWriter(th.ID, int64(i), m, at(0))), "PutMessage")
+			w := byWriter(th.ID, int64(i), m, at(0))
+			w.Fence = r1.Fence()
+			must(t, e.s.PutMessage(e.ctx, w), "PutMessage")
 		}
-		r1 := claim(e, th, th.ID+"-r1", at(time.Second)).Run
 		finish(e, r1, agent.RunCompleted, agent.Usage{InputTokens: 1}, at(2*time.Second))
 		r2 := claim(e, th, th.ID+"-r2", at(3*time.Second)).Run
 		finish(e, r2, agent.RunFailed, agent.Usage{}, at(4*time.Second)) // a held claim would refuse the delete

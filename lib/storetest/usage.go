@@ -21,15 +21,9 @@ func usageTests() []test {
 	)
 }
 
-// reaped claims a run, and reaps it as the reaper does: release with the draft's usage, then FinishRun failed.
+// reaped claims a run, and reaps it as the reaper does (reap).
 func reaped(e *claims, draft agent.Usage) (agent.Thread, agent.Run) {
-	th := newThread(e)
-	run := claim(e, th, e.id("run"), at(0)).Run
-	must(e.t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: run.Fence(), StaleBefore: at(time.Minute),
-		Usage: draft, Now: at(time.Hour)}), "ReleaseClaim")
-	r := finished(run, agent.RunFailed, draft, at(time.Hour))
-	r.Error = &agent.RunError{Code: agent.CodeStale, Message: "The run stopped unexpectedly."}
-	must(e.t, e.s.FinishRun(e.ctx, r), "FinishRun(stale)")
+	th, _, r := reap(e, draft)
 	return th, r
 }
 
@@ -55,9 +49,11 @@ func testRecordLateUsageOnce(e *claims) {
 	}
 	// The late usage of another run of the thread counts too, once.
 	next := claim(e, getThread(e, th.ID), e.id("run"), at(2*time.Hour)).Run
-	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: next.Fence()}), "ReleaseClaim(next)")
+	hold, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, Fence: next.Fence(), RunID: next.ID, Now: at(3 * time.Hour)})
+	must(t, err, "TakeOver(next)")
 	r := finished(next, agent.RunFailed, agent.Usage{}, at(3*time.Hour))
-	must(t, e.s.FinishRun(e.ctx, r), "FinishRun(next)")
+	must(t, e.s.RecordOutcome(e.ctx, r, hold), "RecordOutcome(next)")
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: hold}), "ReleaseClaim(next)")
 	must(t, e.s.RecordLateUsage(e.ctx, agent.LateUsage{ThreadID: th.ID, Fence: next.Fence(), Usage: lateUsage}), "RecordLateUsage(next)")
 	if got, want := getThread(e, th.ID).Usage, draftUsage.Add(lateUsage).Add(lateUsage); got != want {
 		t.Fatalf("thread usage after a second late run = %+v, want %+v", got, want)
