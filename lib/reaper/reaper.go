@@ -254,7 +254,8 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 		if gerr != nil || th.ActiveRun == nil || th.ActiveRun.RunID != want.RunID || th.ActiveRun.Epoch != want.Epoch {
 			return false, nil
 		}
-		hold = want
+		// Not counted as this call's reap: a concurrent reaper may be the one whose take applied.
+		return false, r.cleanUp(ctx, threadID, dead, want, agent.IsReapClaim(c.RunID), false)
 	} else if err != nil {
 		return false, fmt.Errorf("reaper: take over claim: %w", err)
 	}
