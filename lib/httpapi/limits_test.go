@@ -1,9 +1,12 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -25,14 +28,23 @@ import (
 
 // limitStack serves every route over the local stack with the given limits, on SQLite or on dynalite.
 func limitStack(t *testing.T, store string, limits func(*config.Config)) *fixture {
+	return limitStackWith(t, store, limits, nil)
+}
+
+// limitStackWith is limitStack with the stack's options adjusted (a clock, a model that holds its replies).
+func limitStackWith(t *testing.T, store string, limits func(*config.Config), adjust func(*devserver.Options, *http.Handler)) *fixture {
 	t.Helper()
-	model := httptest.NewServer(offline.New(offline.WithWordDelay(20 * time.Millisecond)))
-	t.Cleanup(model.Close)
+	var model http.Handler = offline.New(offline.WithWordDelay(20 * time.Millisecond))
 	cfg := config.Config{Secret: string(secret), Heartbeat: 50 * time.Millisecond, SegmentFlush: 20 * time.Millisecond,
 		CancelPoll: 20 * time.Millisecond, ResumePollMax: 20 * time.Millisecond}
 	limits(&cfg)
-	o := devserver.Options{Data: t.TempDir(), ModelURL: model.URL + "/v1/", Config: cfg,
-		OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond }}
+	o := devserver.Options{Data: t.TempDir(), Config: cfg, OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond }}
+	if adjust != nil {
+		adjust(&o, &model)
+	}
+	ms := httptest.NewServer(model)
+	t.Cleanup(ms.Close)
+	o.ModelURL = ms.URL + "/v1/"
 	if store == "dynamo" {
 		client := dynamotest.Client(dynamotest.Start(t))
 		table := fmt.Sprintf("limits_%d", time.Now().UnixNano())
@@ -49,6 +61,51 @@ func limitStack(t *testing.T, store string, limits func(*config.Config)) *fixtur
 	srv := httptest.NewServer(stack.Handler)
 	t.Cleanup(srv.Close)
 	return &fixture{url: srv.URL, store: stack.Store}
+}
+
+// pausedClock is the wall clock, which a test can pause: while paused every Now is the instant it paused at, so
+// requests made meanwhile happen "at the same time" whatever order a loaded machine runs them in. A paused
+// clock resumes at the wall clock, which is past every instant it ever gave (SystemClock is monotonic enough:
+// the stack's own writes compare times in milliseconds). jitter, when set, hands each reading back up to that
+// much later (a goroutine preempted between reading the clock and using what it read).
+type pausedClock struct {
+	jitter time.Duration
+	mu     sync.Mutex
+	at     time.Time
+}
+
+func (c *pausedClock) Now() time.Time {
+	c.mu.Lock()
+	now := c.at
+	c.mu.Unlock()
+	if now.IsZero() {
+		now = agent.SystemClock{}.Now()
+	}
+	if c.jitter > 0 {
+		time.Sleep(rand.N(c.jitter))
+	}
+	return now
+}
+
+// pause stops the clock until the returned func is called.
+func (c *pausedClock) pause() (resume func()) {
+	c.mu.Lock()
+	c.at = agent.SystemClock{}.Now()
+	c.mu.Unlock()
+	return func() { c.mu.Lock(); c.at = time.Time{}; c.mu.Unlock() }
+}
+
+// heldModel wraps the model so that every reply waits until release is closed (or its request ends): a run
+// stays live for as long as a test needs it, however slowly the machine runs the test.
+func heldModel(model http.Handler, release <-chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		model.ServeHTTP(w, r)
+	})
 }
 
 func limitBackends() []string {
@@ -73,36 +130,44 @@ func wantTooMany(t *testing.T, resp *http.Response, code string, max int) {
 	}
 }
 
-// Concurrent clients of one user each start a slow run on a thread of their own: exactly the limit get a
-// stream, the others 429 too_many_runs with Retry-After and nothing stored; another user is not affected; once
-// the runs end, the user starts runs again.
+// Concurrent clients of one user each start a run on a thread of their own: exactly the limit get a stream, the
+// others 429 too_many_runs with Retry-After and nothing stored; another user is not affected; once the runs
+// end, the user starts runs again. The runs' model holds its replies until every client has been answered (a
+// run that ended while the others were still posting would free its slot: that is timing, not the limit).
 func TestActiveRunsLimitOverHTTP(t *testing.T) {
 	t.Parallel()
 	for _, store := range limitBackends() {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
 			const limit, clients = 3, 10
-			f := limitStack(t, store, func(c *config.Config) { c.MaxActiveRunsPerUser = limit })
+			release := make(chan struct{})
+			end := sync.OnceFunc(func() { close(release) })
+			defer end()
+			f := limitStackWith(t, store, func(c *config.Config) { c.MaxActiveRunsPerUser = limit },
+				func(o *devserver.Options, model *http.Handler) { *model = heldModel(*model, release) })
 			alice, bob := token(t, "alice"), token(t, "bob")
-			var mu sync.Mutex
-			var streams []*http.Response
-			var refused []string
+			resps := make([]*http.Response, clients)
+			errs := make([]error, clients)
 			var wg sync.WaitGroup
 			for i := range clients {
 				wg.Go(func() {
-					thread := fmt.Sprintf("run-%d", i)
-					resp := f.do(t, "POST", "/chat", alice, chatBody(thread, "u1", "/slow 100"))
-					mu.Lock()
-					defer mu.Unlock()
-					if resp.StatusCode == http.StatusOK {
-						streams = append(streams, resp)
-						return
-					}
-					wantTooMany(t, resp, agent.CodeTooManyRuns, 5)
-					refused = append(refused, thread)
+					resps[i], errs[i] = f.post(alice, "/chat", chatBody(fmt.Sprintf("run-%d", i), "u1", "/slow 5"))
 				})
 			}
 			wg.Wait()
+			var streams []*http.Response
+			var refused []string
+			for i, resp := range resps {
+				if errs[i] != nil {
+					t.Fatalf("POST /chat run-%d: %v", i, errs[i])
+				}
+				if resp.StatusCode == http.StatusOK {
+					streams = append(streams, resp)
+					continue
+				}
+				wantTooMany(t, resp, agent.CodeTooManyRuns, 5)
+				refused = append(refused, fmt.Sprintf("run-%d", i))
+			}
 			if len(streams) != limit || len(refused) != clients-limit {
 				t.Fatalf("%d concurrent runs with limit %d: %d streamed, %d refused", clients, limit, len(streams), len(refused))
 			}
@@ -111,6 +176,7 @@ func TestActiveRunsLimitOverHTTP(t *testing.T) {
 					t.Fatalf("GET /threads/%s after its refusal: %d, want 404 (nothing stored)", thread, resp.StatusCode)
 				}
 			}
+			end()
 			resp := f.do(t, "POST", "/chat", bob, chatBody("bob-1", "u1", "hello"))
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("bob while alice is at her limit: %d", resp.StatusCode)
@@ -131,17 +197,32 @@ func TestActiveRunsLimitOverHTTP(t *testing.T) {
 	}
 }
 
-// postWhenFree posts a message, retrying briefly while the previous runs are finishing (their slot is given
-// back after the stream's last byte reached the client).
+// post is do for a goroutine other than the test's: it reports the error instead of failing the test.
+func (f *fixture) post(tok, path string, body any) (*http.Response, error) {
+	js, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest("POST", f.url+path, bytes.NewReader(js))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	return http.DefaultClient.Do(req)
+}
+
+// postWhenFree posts a message, retrying while the previous runs are finishing (their slot is given back after
+// the stream's last byte reached the client).
 func postWhenFree(t *testing.T, f *fixture, tok, thread string) *http.Response {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	for tries := 0; ; tries++ {
 		resp := f.do(t, "POST", "/chat", tok, chatBody(thread, "u1", "hello"))
 		if resp.StatusCode == http.StatusOK {
 			return resp
 		}
-		if resp.StatusCode != http.StatusTooManyRequests || time.Now().After(deadline) {
+		// 1,500 tries: over 30 s, a bound for a slot never given back, not a measure of how soon it is.
+		if resp.StatusCode != http.StatusTooManyRequests || tries == 1500 {
 			t.Fatalf("POST /chat %s after the runs ended: %d %s", thread, resp.StatusCode, readAll(t, resp))
 		}
 		readAll(t, resp)
@@ -152,40 +233,59 @@ func postWhenFree(t *testing.T, f *fixture, tok, thread string) *http.Response {
 // More readers than allowed attach to one live run: exactly the per-run limit get its stream, the others 429
 // too_many_streams with Retry-After; the per-user limit counts the user's readers of all runs; another user's
 // readers are their own; a reader that ends gives its lease back.
+//
+// Nothing here depends on timing: the runs stay live until the test ends (their model holds its replies), and
+// the clock is paused while readers attach, so a refused reader's Retry-After is measured from the same instant
+// as the leases that refused it (with the wall clock, a reader that read the clock just before a winner and
+// reached the store just after it was told 3.001 s, "4", and failed under load).
 func TestStreamReaderLimitsOverHTTP(t *testing.T) {
 	t.Parallel()
 	for _, store := range limitBackends() {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
 			const perRun, perUser, readers = 2, 3, 6
-			f := limitStack(t, store, func(c *config.Config) {
-				c.MaxStreamsPerRun, c.MaxStreamsPerUser, c.StreamLeaseTTL = perRun, perUser, 3*time.Second
+			const ttl = 3 * time.Second
+			clock, release := &pausedClock{jitter: 3 * time.Millisecond}, make(chan struct{})
+			end := sync.OnceFunc(func() { close(release) })
+			defer end()
+			f := limitStackWith(t, store, func(c *config.Config) {
+				c.MaxStreamsPerRun, c.MaxStreamsPerUser, c.StreamLeaseTTL = perRun, perUser, ttl
+			}, func(o *devserver.Options, model *http.Handler) {
+				o.Clock, *model = clock, heldModel(*model, release)
 			})
 			alice, bob := token(t, "alice"), token(t, "bob")
 			start := func(tok, thread string) *http.Response {
-				resp := f.do(t, "POST", "/chat", tok, chatBody(thread, "u1", "/slow 150"))
+				resp := f.do(t, "POST", "/chat", tok, chatBody(thread, "u1", "/slow 5"))
 				if resp.StatusCode != http.StatusOK {
 					t.Fatalf("POST /chat %s: %d", thread, resp.StatusCode)
 				}
 				return resp
 			}
+			// attach opens n readers at once (at one instant of the paused clock) and checks every refusal.
 			attach := func(tok, thread string, n int) (ok []*http.Response, refused int) {
-				var mu sync.Mutex
+				defer clock.pause()()
+				resps := make([]*http.Response, n)
+				errs := make([]error, n)
 				var wg sync.WaitGroup
-				for range n {
+				for i := range n {
 					wg.Go(func() {
-						resp := f.do(t, "GET", "/chat/"+thread+"/stream", tok, nil)
-						mu.Lock()
-						defer mu.Unlock()
-						if resp.StatusCode == http.StatusOK {
-							ok = append(ok, resp)
-							return
-						}
-						wantTooMany(t, resp, agent.CodeTooManyStreams, 3)
-						refused++
+						req, _ := http.NewRequest("GET", f.url+"/chat/"+thread+"/stream", nil)
+						req.Header.Set("Authorization", "Bearer "+tok)
+						resps[i], errs[i] = http.DefaultClient.Do(req)
 					})
 				}
 				wg.Wait()
+				for i, resp := range resps {
+					if errs[i] != nil {
+						t.Fatalf("GET /chat/%s/stream: %v", thread, errs[i])
+					}
+					if resp.StatusCode == http.StatusOK {
+						ok = append(ok, resp)
+						continue
+					}
+					wantTooMany(t, resp, agent.CodeTooManyStreams, int(ttl/time.Second))
+					refused++
+				}
 				return ok, refused
 			}
 			w1, w2 := start(alice, "r1"), start(alice, "r2")
@@ -202,17 +302,20 @@ func TestStreamReaderLimitsOverHTTP(t *testing.T) {
 			if len(onB) != 1 || refused != 0 {
 				t.Fatalf("bob's reader while alice is at her limit: %d attached", len(onB))
 			}
-			// Readers that end (the client went away) give their leases back.
+			// Readers that end (the client went away) give their leases back: the server learns it when it sees
+			// the connection close, so poll (the clock is paused only while a reader attaches: the leases held
+			// cannot expire in the meantime, 3 s is far longer than the poll).
 			onR1[0].Body.Close()
 			var again []*http.Response
-			deadline := time.Now().Add(5 * time.Second)
-			for len(again) == 0 {
-				again, _ = attach(alice, "r1", 1)
-				if len(again) == 0 && time.Now().After(deadline) {
-					t.Fatal("no reader attached after one went away")
+			for tries := 0; len(again) == 0; tries++ {
+				if again, _ = attach(alice, "r1", 1); len(again) == 0 {
+					if tries == 1500 {
+						t.Fatal("no reader attached in 1,500 tries (over 30 s) after one went away")
+					}
+					time.Sleep(20 * time.Millisecond)
 				}
-				time.Sleep(20 * time.Millisecond)
 			}
+			end()
 			for _, r := range append(append(append(append(onR1[1:], onR2...), onB...), again...), w1, w2, b) {
 				io.Copy(io.Discard, r.Body)
 				r.Body.Close()
@@ -223,13 +326,17 @@ func TestStreamReaderLimitsOverHTTP(t *testing.T) {
 
 // New threads per minute over HTTP: the second new thread of the minute is 429 thread_rate_limited with a
 // Retry-After of at most the minute, and is not created; a message to the existing thread and another user's new
-// thread go through.
+// thread go through. The clock is paused: with the wall clock, the two posts could fall on either side of a
+// minute's boundary (fixed windows), and the second would be allowed.
 func TestThreadsPerMinuteOverHTTP(t *testing.T) {
 	t.Parallel()
 	for _, store := range limitBackends() {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
-			f := limitStack(t, store, func(c *config.Config) { c.ThreadsPerMinute = 1 })
+			clock := &pausedClock{}
+			defer clock.pause()()
+			f := limitStackWith(t, store, func(c *config.Config) { c.ThreadsPerMinute = 1 },
+				func(o *devserver.Options, _ *http.Handler) { o.Clock = clock })
 			alice, bob := token(t, "alice"), token(t, "bob")
 			readAll(t, f.do(t, "POST", "/chat", alice, chatBody("first", "u1", "hello")))
 			wantTooMany(t, f.do(t, "POST", "/chat", alice, chatBody("second", "u1", "hello")), agent.CodeThreadRateLimited, 60)
