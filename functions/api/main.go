@@ -31,5 +31,5 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 	// A thread read reaps a dead run lazily; the reaper asks the tools (job tools included) what they recorded,
 	// never a model, and re-drives nothing (that is the scheduled reaper's work).
 	rp := b.Reaper(b.Tools(nil), nil)
-	return httpapi.NewAPI(httpapi.Deps{Threads: b.Threads(rp), Clock: b.Clock, Logger: log, Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
+	return httpapi.NewAPI(httpapi.Deps{Threads: b.Threads(rp), Clock: b.Clock, Logger: log, Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes, Refusals: b.Refusals}), nil
 }

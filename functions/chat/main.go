@@ -40,5 +40,5 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 		return nil, err
 	}
 	return httpapi.NewChat(httpapi.Deps{Engine: a.Engine, Threads: a.Threads, Clock: b.Clock, Logger: log,
-		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes}), nil
+		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes, Refusals: b.Refusals}), nil
 }

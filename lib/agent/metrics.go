@@ -24,9 +24,16 @@ type RunMetrics struct {
 	Store    StoreUsage
 }
 
+// Refusals counts requests refused with an error status (HTTP 4xx and 5xx), by the error's code (code "" when
+// the refusal carried none). lib/emf implements it beside Metrics.
+type Refusals interface {
+	Refused(code string, status int)
+}
+
 // NopMetrics discards everything: the default.
 type NopMetrics struct{}
 
 func (NopMetrics) RunFinished(RunMetrics) {}
 func (NopMetrics) Reaped(int)             {}
 func (NopMetrics) StoreThrottled(int)     {}
+func (NopMetrics) Refused(string, int)    {}

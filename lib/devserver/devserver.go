@@ -204,7 +204,8 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	s.Handler = httpapi.New(httpapi.Deps{Engine: s.Engine, Threads: s.Threads, Auth: verifier, Clock: clock, Logger: log,
+	refusals, _ := metrics.(agent.Refusals)
+	s.Handler = httpapi.New(httpapi.Deps{Engine: s.Engine, Threads: s.Threads, Auth: verifier, Clock: clock, Logger: log, Refusals: refusals,
 		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}})
 	return s, nil
 }

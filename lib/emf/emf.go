@@ -22,11 +22,13 @@
 //	StoreWriteUnits   None          the run's store write units (as the store reported them)
 //	ReapedRuns        Count         runs the reaper finished (no dimension)
 //	StoreThrottled    Count         store requests refused for throughput (no dimension)
+//	Refusals          Count         requests refused with an error status (HTTP 4xx, 5xx), by Code and overall
 //
 // A dimension set of [] publishes the metrics without dimensions too, so totals need no metric math.
 package emf
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -151,6 +153,13 @@ func (w *Writer) Reaped(n int) {
 	if n > 0 {
 		_ = w.Write(nil, nil, Metric{"ReapedRuns", UnitCount, float64(n)})
 	}
+}
+
+var _ agent.Refusals = (*Writer)(nil)
+
+// Refused writes one Refusals count, by Code and overall.
+func (w *Writer) Refused(code string, status int) {
+	_ = w.Write(map[string]string{"Code": cmp.Or(code, "none")}, [][]string{{"Code"}, {}}, Metric{"Refusals", UnitCount, 1})
 }
 
 // StoreThrottled writes the StoreThrottled count (nothing for 0).

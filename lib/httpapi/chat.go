@@ -131,10 +131,7 @@ func (s *server) resumeStream(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// fail writes err as a JSON error and logs internal ones.
+// fail writes err as a JSON error; its http.refused line (refusals.go) logs it, with the causes of a 5xx.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if statusOf(err) >= 500 {
-		s.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
 	writeError(w, err)
 }

@@ -38,6 +38,8 @@ type Deps struct {
 	MaxBodyBytes int64
 	// AllowOrigins enables CORS for these origins ("*" for any). Empty: no CORS headers (function URLs add their own).
 	AllowOrigins []string
+	// Refusals counts refused requests by code (lib/emf); nil counts none. Each is logged either way (refusals.go).
+	Refusals agent.Refusals
 }
 
 type server struct {
@@ -70,7 +72,7 @@ func (s *server) handler(routes ...func(*server, *http.ServeMux)) http.Handler {
 		r(s, mux)
 	}
 	s.fallback(mux)
-	return s.cors(mux)
+	return s.observe(s.cors(mux))
 }
 
 func (s *server) chatRoutes(mux *http.ServeMux) {
@@ -109,6 +111,7 @@ func (s *server) authed(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
+		noteOwner(w, p.Subject)
 		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, p.Subject)))
 	}
 }
@@ -180,6 +183,7 @@ type errorBody struct {
 }
 
 func writeError(w http.ResponseWriter, err error) {
+	noteError(w, err)
 	var body errorBody
 	// Never the chain of causes: provider bodies, AWS request ids and keys go to the log only.
 	body.Error.Code, body.Error.Message = agent.Public(err)

@@ -90,6 +90,8 @@ type Base struct {
 	// Metrics is where run outcomes and reaped runs go: CloudWatch EMF documents on stdout unless
 	// AGENT_METRICS=off.
 	Metrics agent.Metrics
+	// Refusals counts the function URL's refused requests by code, where Metrics goes.
+	Refusals agent.Refusals
 }
 
 // Load reads the settings and the function's secrets (all in one SSM request), and builds the store and, when
@@ -137,9 +139,10 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 	log.Info("cold start", "table", cfg.TableName, "model", cfg.Model, "secrets_from_ssm", fromSSM,
 		"jobs", cfg.JobsStateMachineARN)
 	b.Store = dynamo.New(dynamodb.NewFromConfig(awsCfg), cfg.TableName, dynamo.WithLogger(log))
-	b.Metrics = agent.NopMetrics{}
+	b.Metrics, b.Refusals = agent.NopMetrics{}, agent.NopMetrics{}
 	if cfg.Metrics != config.MetricsOff {
-		b.Metrics = emf.New(os.Stdout, cfg.MetricsNamespace, b.Clock)
+		w := emf.New(os.Stdout, cfg.MetricsNamespace, b.Clock)
+		b.Metrics, b.Refusals = w, w
 	}
 	return b, nil
 }
