@@ -90,7 +90,7 @@ const (
 func approvalCrash(t *testing.T, b crashBackend, stage crashStage, point crashPoint) {
 	inAnswer := stage == stageAnswer
 	ctx := context.Background()
-	process := b.start(t)
+	process := b.start(t, nil)
 	cs := &crashStore{point: point}
 	first := process(t, cs)
 	noteID := addNoteVia(t, first, "keep or delete")

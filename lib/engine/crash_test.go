@@ -94,6 +94,11 @@ type crashPoint struct {
 	// settle, when set, delays applying the crashing write, so that writes in flight before it (stream segments)
 	// land first: the crash then happens at a known state rather than racing the segment flush.
 	settle time.Duration
+	// holdReply: the model's reply stalls after its first word until the process has died, so a crash point
+	// that counts heartbeats is reached by count, however fast the reply or slow the machine (with the reply
+	// streaming freely, a reply that outran two heartbeats ended the run first: "the crash point Heartbeat #2
+	// was never reached").
+	holdReply bool
 }
 
 func (p crashPoint) String() string {
@@ -114,6 +119,18 @@ type crashStore struct {
 	hits    int
 	dead    bool
 	crashAt time.Time
+	died    chan struct{} // closed at the crash (nil: nobody waits for it)
+}
+
+// die marks the process dead at its crash point; the caller holds c.mu.
+func (c *crashStore) die() {
+	if c.dead {
+		return
+	}
+	c.dead, c.crashAt = true, time.Now()
+	if c.died != nil {
+		close(c.died)
+	}
 }
 
 func (c *crashStore) wrap(s agent.Store) agent.Store { c.Store = s; return c }
@@ -135,9 +152,7 @@ func (c *crashStore) isArmed() bool { c.mu.Lock(); defer c.mu.Unlock(); return c
 func (c *crashStore) kill() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.dead {
-		c.dead, c.crashAt = true, time.Now()
-	}
+	c.die()
 }
 
 // dyingHTTP is the DynamoDB client's transport of a process that dies right after one chosen request was applied
@@ -197,7 +212,7 @@ func (c *crashStore) write(call storeCall, apply func() error) error {
 	}
 	c.hits++
 	if c.hits == c.point.n {
-		c.dead, c.crashAt = true, time.Now()
+		c.die()
 		return errProcessDied
 	}
 	return nil
@@ -404,20 +419,50 @@ func (c *crashStore) ListExpiredInterrupts(ctx context.Context, before time.Time
 
 // crashBackend is one kind of durable store. start makes a fresh one for a row and returns how to start a
 // "process" over it: each call is a new stack (its own engine, reaper, tools and store handle) over the same data,
-// crashing as cs says (nil: a process that does not crash).
+// crashing as cs says (nil: a process that does not crash). The model's replies stall after their first word
+// while hold is open (nil: never).
 type crashBackend struct {
 	name  string
-	start func(t *testing.T) func(t *testing.T, cs *crashStore) *devserver.Stack
+	start func(t *testing.T, hold <-chan struct{}) func(t *testing.T, cs *crashStore) *devserver.Stack
 }
 
 // crashModel serves the offline model over HTTP, replies arriving piece by piece so that heartbeats and segment
-// flushes happen while a reply streams.
-func crashModel(t *testing.T) string {
+// flushes happen while a reply streams. While hold is open, a reply stalls after its first word.
+func crashModel(t *testing.T, hold <-chan struct{}) string {
 	srv := offline.New(offline.WithWordDelay(5*time.Millisecond), offline.WithReplyDelay(8*time.Millisecond))
-	hs := httptest.NewServer(srv)
+	var h http.Handler = srv
+	if hold != nil {
+		end := t.Context().Done() // a row that fails with the reply held lets it go
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			srv.ServeHTTP(&heldWriter{ResponseWriter: w, hold: hold, end: end, done: r.Context().Done()}, r)
+		})
+	}
+	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return hs.URL + "/v1/"
 }
+
+// heldWriter lets a streamed reply's first two writes through (the assistant role and the first word) and holds
+// every later one until hold is closed.
+type heldWriter struct {
+	http.ResponseWriter
+	hold, end, done <-chan struct{}
+	writes          int
+}
+
+func (w *heldWriter) Write(p []byte) (int, error) {
+	if w.writes++; w.writes > 2 {
+		select {
+		case <-w.hold:
+		case <-w.end:
+		case <-w.done:
+			return 0, http.ErrHandlerTimeout
+		}
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *heldWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func crashOptions(modelURL, data string) devserver.Options {
 	return devserver.Options{Data: data, ModelURL: modelURL,
@@ -459,8 +504,8 @@ func newCrashStack(t *testing.T, o devserver.Options, name string) *devserver.St
 }
 
 // sqliteBackend: a second process opens the same SQLite file (devserver.New with the same Data directory).
-var sqliteBackend = crashBackend{name: "sqlite", start: func(t *testing.T) func(*testing.T, *crashStore) *devserver.Stack {
-	data, model := t.TempDir(), crashModel(t)
+var sqliteBackend = crashBackend{name: "sqlite", start: func(t *testing.T, hold <-chan struct{}) func(*testing.T, *crashStore) *devserver.Stack {
+	data, model := t.TempDir(), crashModel(t, hold)
 	return func(t *testing.T, cs *crashStore) *devserver.Stack {
 		o := crashOptions(model, data)
 		name := "recovering process"
@@ -475,7 +520,7 @@ var sqliteBackend = crashBackend{name: "sqlite", start: func(t *testing.T) func(
 func dynamoBackend(endpoint string) crashBackend {
 	var mu sync.Mutex
 	tables := 0
-	return crashBackend{name: "dynamo", start: func(t *testing.T) func(*testing.T, *crashStore) *devserver.Stack {
+	return crashBackend{name: "dynamo", start: func(t *testing.T, hold <-chan struct{}) func(*testing.T, *crashStore) *devserver.Stack {
 		mu.Lock()
 		tables++
 		table := fmt.Sprintf("crash%d_%d", time.Now().UnixNano(), tables)
@@ -483,7 +528,7 @@ func dynamoBackend(endpoint string) crashBackend {
 		if err := dynamotest.CreateTable(context.Background(), dynamotest.Client(endpoint), table); err != nil {
 			t.Fatal(err)
 		}
-		model := crashModel(t)
+		model := crashModel(t, hold)
 		return func(t *testing.T, cs *crashStore) *devserver.Stack {
 			o := crashOptions(model, t.TempDir())
 			client, name := dynamotest.Client(endpoint), "recovering process"
@@ -594,7 +639,7 @@ var (
 	atClaim        = crashPoint{method: "ClaimRun", n: 1}
 	atUser         = crashPoint{method: "PutMessage", match: written(agent.RoleUser, true), n: 1}
 	atFirstSegment = crashPoint{method: "AppendSegment", n: 1}
-	atHeartbeat2   = crashPoint{method: "Heartbeat", n: 2}
+	atHeartbeat2   = crashPoint{method: "Heartbeat", n: 2, holdReply: true}
 	atDraft        = crashPoint{method: "PutMessage", match: written(agent.RoleAssistant, false), n: 1}
 	atFinal        = crashPoint{method: "PutMessage", match: written(agent.RoleAssistant, true), n: 1}
 	atFinishRun    = crashPoint{method: "FinishRun", n: 1}
@@ -624,7 +669,7 @@ func crashTable() []crashRow {
 		// before the user message's write is applied: the note may exist after a crash at W3.
 		{name: "tool/W3 user PutMessage", text: toolText, point: atUser, user: wantYes, reply: agent.RunFailed},
 		{name: "tool/mid-step first AppendSegment", text: toolText, point: atFirstSegment, reply: agent.RunFailed},
-		{name: "tool/mid-step Heartbeat #1", text: toolText, point: crashPoint{method: "Heartbeat", n: 1}, reply: agent.RunFailed},
+		{name: "tool/mid-step Heartbeat #1", text: toolText, point: crashPoint{method: "Heartbeat", n: 1, holdReply: true}, reply: agent.RunFailed},
 		{name: "tool/W4 note PutValue", text: toolText, user: wantYes, note: wantYes, reply: agent.RunFailed,
 			point: crashPoint{method: "PutValue", match: notes, n: 1, settle: 100 * time.Millisecond}},
 		{name: "tool/W4 effect record PutValue", text: toolText, user: wantYes, note: wantYes, reply: agent.RunFailed,
@@ -710,11 +755,15 @@ type view struct {
 
 func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 	ctx := context.Background()
-	process := b.start(t)
-	cs := &crashStore{point: row.point}
 	if row.point.dynamoRequest != "" && b.name != "dynamo" {
 		t.Skip("impossible on this store: the store call is one transaction")
 	}
+	cs := &crashStore{point: row.point, died: make(chan struct{})}
+	var hold <-chan struct{}
+	if row.point.holdReply {
+		hold = cs.died
+	}
+	process := b.start(t, hold)
 	first := process(t, cs)
 
 	var prior agent.Run
@@ -731,7 +780,8 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 	}
 	cs.arm()
 
-	// The first process runs the turn and dies at the crash point; whatever its goroutines do afterwards fails.
+	// The first process runs the turn and dies at the crash point; whatever its goroutines do afterwards fails
+	// (the run, if it is still going, is abandoned).
 	if tr, err := first.Engine.Begin(ctx, req); err == nil {
 		done := make(chan agent.Run, 1)
 		go func() { done <- tr.Stream(ctx, io.Discard) }()
@@ -740,8 +790,7 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 			if !cs.isDead() {
 				t.Fatalf("the crash point %s was never reached: the run ended %+v", row.point, run)
 			}
-		case <-time.After(10 * time.Second):
-			t.Logf("the dead process's run is still going after 10 s (abandoned)")
+		case <-cs.died:
 		}
 	} else if !cs.isDead() {
 		t.Fatalf("begin failed without a crash: %v", err)
