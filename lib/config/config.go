@@ -48,6 +48,7 @@ type Config struct {
 	ModelFileTimeout     time.Duration // AGENT_MODEL_FILE_TIMEOUT: one such download
 	RunTimeout           time.Duration // AGENT_RUN_TIMEOUT
 	ToolTimeout          time.Duration // AGENT_TOOL_TIMEOUT
+	StoreTimeout         time.Duration // AGENT_STORE_TIMEOUT: one DynamoDB request attempt (dynamo.DefaultRequestTimeout)
 	Heartbeat            time.Duration // AGENT_HEARTBEAT
 	StaleAfter           time.Duration // AGENT_STALE_AFTER
 	CancelPoll           time.Duration // AGENT_CANCEL_POLL
@@ -179,6 +180,7 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_MODEL_IDLE_TIMEOUT", &c.ModelIdleTimeout)
 	durVar("AGENT_RUN_TIMEOUT", &c.RunTimeout)
 	durVar("AGENT_TOOL_TIMEOUT", &c.ToolTimeout)
+	durVar("AGENT_STORE_TIMEOUT", &c.StoreTimeout)
 	durVar("AGENT_HEARTBEAT", &c.Heartbeat)
 	durVar("AGENT_STALE_AFTER", &c.StaleAfter)
 	durVar("AGENT_INTERRUPT_TTL", &c.InterruptTTL)

@@ -94,6 +94,11 @@ type Base struct {
 	Refusals agent.Refusals
 }
 
+// dynamoClient is the production DynamoDB client: the SDK's, with HTTP timeouts (dynamo.HTTPClient; REVIEW D3).
+func dynamoClient(awsCfg aws.Config, cfg config.Config) *dynamodb.Client {
+	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) { o.HTTPClient = dynamo.HTTPClient(cfg.StoreTimeout) })
+}
+
 // Load reads the settings and the function's secrets (all in one SSM request), and builds the store and, when
 // the application secret is read, the token verifier.
 func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger, wanted func(cfg config.Config) Secrets) (Base, error) {
@@ -138,7 +143,7 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 	}
 	log.Info("cold start", "table", cfg.TableName, "model", cfg.Model, "secrets_from_ssm", fromSSM,
 		"jobs", cfg.JobsStateMachineARN)
-	b.Store = dynamo.New(dynamodb.NewFromConfig(awsCfg), cfg.TableName, dynamo.WithLogger(log))
+	b.Store = dynamo.New(dynamoClient(awsCfg, cfg), cfg.TableName, dynamo.WithLogger(log))
 	b.Metrics, b.Refusals = agent.NopMetrics{}, agent.NopMetrics{}
 	if cfg.Metrics != config.MetricsOff {
 		w := emf.New(os.Stdout, cfg.MetricsNamespace, b.Clock)
