@@ -42,6 +42,7 @@ package sim
 // SIM_SCHEDULES, SIM_SEED, SIM_STORE, SIM_GAPS=1 and SIM_JOBS=0 are the flags' env forms.
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -121,27 +122,21 @@ var regressions = []uint64{
 // of this generator: a change to how schedules are drawn re-draws them, and the seeds must be found again (run
 // -gaps over a few hundred seeds; the failure summary lists seeds per invariant).
 var knownBugs = []struct {
-	seed uint64
-	inv  string // the invariant the seed breaks
-	bug  string
+	seed  uint64
+	store string // "" is sqlite
+	inv   string // the invariant the seed breaks
+	bug   string
 }{
-	// The user message is a new id, so the store's message-level fence cannot refuse it; the engine checks its
-	// claim's age just before the write, so only a write already in flight when its process stalls past half of
-	// staleAfter lands late. Closing this needs a thread generation in the message keys (or transactions).
-	{4, "one-writer", "engine+store: a user-message write in flight while its process stalls past its run's reap lands after the claim was released"},
-	{24, "one-writer", "engine+store: a user-message write in flight while its process stalls past a reap lands while the next run holds the claim"},
-	// The same for a reply's first write (a one-step reply has no draft): no row exists yet, so it lands between
-	// the reaper's release and the reaper's own write of that message.
-	{57, "one-writer", "engine+store: a reply's first write in flight while its process stalls past its run's reap lands after the claim was released"},
-	// FinishRun's compare-and-set is on the run item, and a reap marks the run only after its release (the
-	// decision, on the thread): a FinishRun in flight across that moment records the run's own outcome.
-	{2745, "one-writer", "engine+store: a FinishRun in flight while its process stalls lands between a reaper's release and its outcome write"},
-	// What a turn closes before its user message (Turn.closeOut) is written to messages an earlier run wrote: the
-	// message fence (writer epoch below the writer's) passes for a run that has lost its claim since. The engine
-	// checks its claim's age before each write, so only a write already in flight lands late.
-	{721, "one-writer", "engine+store: an edit's drop of a later message, in flight while its process stalls past its run's reap, lands after the claim was released (the reply is gone, the edit never happened)"},
+	// Fixed on SQLite by fence F (every message write and FinishRun checks the claim in its own transaction, and
+	// the reaper writes under its takeover claim): gapRegressions. On DynamoDB a new id's first write still lands
+	// after the reaper's takeover: the user message (4, 24) and the reply (57) until the reaper stubs every id the
+	// dead run can create (fence B); an edit's drop (721) until an edit commits in one write (fence D).
+	{4, "dynamo", "one-writer", "dynamo: a user-message write in flight while its process stalls past its run's reap lands after the claim was taken"},
+	{24, "dynamo", "one-writer", "dynamo: a user-message write in flight while its process stalls past a reap lands while the next run holds the claim"},
+	{57, "dynamo", "one-writer", "dynamo: a reply's first write in flight while its process stalls past its run's reap lands while the reaper holds the claim"},
+	{721, "dynamo", "one-writer", "dynamo: an edit's drop of a later message, in flight while its process stalls past its run's reap, lands after the claim was released (the reply is gone, the edit never happened)"},
 	// Human in the loop. The default schedules let these pass (world.leftAsking, proc.nextCall).
-	{3721, "tool-results", "reaper: a reap that stops half way (a lost answer on its release, or a crash or transient error after it: the continued() ResolveInterrupt has no retry) of a continuation that died before its first draft write is never finished: the message still reads interrupted (the asking run wrote it), so Orphans/ReapOrphan, which look for streaming drafts only, pass it by. The reply keeps asking for an answer that was taken (and its approved tool possibly run), until the next message settles it with 'Not executed: the run that was to execute it stopped.', which is not what a denied call should say (output-denied), and a lie for an approved one that ran (settle does not ask the tool's recorded outcome)"},
+	{3721, "", "tool-results", "reaper: a reap that stops half way (a lost answer on its release, or a crash or transient error after it: the continued() ResolveInterrupt has no retry) of a continuation that died before its first draft write is never finished: the message still reads interrupted (the asking run wrote it), so Orphans/ReapOrphan, which look for streaming drafts only, pass it by. The reply keeps asking for an answer that was taken (and its approved tool possibly run), until the next message settles it with 'Not executed: the run that was to execute it stopped.', which is not what a denied call should say (output-denied), and a lie for an approved one that ran (settle does not ask the tool's recorded outcome)"},
 	// Jobs mode (jobs_test.go) found four bugs under -gaps: a submit of a queued message id stored it twice
 	// (seed 5911) or out of its queue order (4935), a steer taken but its job never marked delivered (11007), both
 	// fixed with regression tests in lib/httpapi/jobs_test.go; and a reap that stops between the outcome and the
@@ -480,18 +475,57 @@ func replayOnce(t *testing.T, seed uint64) {
 	}
 }
 
-// TestKnownBugs replays the seeds of knownBugs (SQLite, -gaps).
+// gapRegressions are seeds that found bugs only with the known windows open (-gaps), fixed; they replay with
+// -gaps on the stores named, every time.
+var gapRegressions = []struct {
+	seed   uint64
+	stores []string
+}{
+	{4, []string{"sqlite"}}, {24, []string{"sqlite"}}, {57, []string{"sqlite"}}, {721, []string{"sqlite"}}, // fence F
+	{2745, []string{"sqlite", "dynamo"}}, // fence C: FinishRun releases first (REVIEW D4)
+}
+
+// TestGapRegressions replays gapRegressions with the known windows open.
+func TestGapRegressions(t *testing.T) {
+	for _, g := range gapRegressions {
+		for _, name := range g.stores {
+			t.Run(fmt.Sprintf("seed%d/%s", g.seed, name), func(t *testing.T) {
+				base := sqliteStores(t, int(g.seed))
+				if name == "dynamo" {
+					if testing.Short() {
+						t.Skip("dynalite in -short")
+					}
+					base = dynamoStores(t)(t, int(g.seed))
+				}
+				o := runSchedule(g.seed, name, base, true)
+				if o.failed() {
+					t.Fatalf("seed=%d store=%s (-gaps)\n    %s\n    %v\n  replay: go test ./internal/sim -run TestSimulation -args -seed %d -store %s -gaps",
+						g.seed, name, strings.Join(o.violations, "\n    "), o.simErr, g.seed, name)
+				}
+			})
+		}
+	}
+}
+
+// TestKnownBugs replays the seeds of knownBugs (-gaps).
 func TestKnownBugs(t *testing.T) {
 	for _, kb := range knownBugs {
-		t.Run(fmt.Sprintf("seed%d", kb.seed), func(t *testing.T) {
+		name := cmp.Or(kb.store, "sqlite")
+		t.Run(fmt.Sprintf("seed%d/%s", kb.seed, name), func(t *testing.T) {
 			base := sqliteStores(t, int(kb.seed))
-			o := runSchedule(kb.seed, "sqlite", base, true)
+			if name == "dynamo" {
+				if testing.Short() {
+					t.Skip("dynalite in -short")
+				}
+				base = dynamoStores(t)(t, int(kb.seed))
+			}
+			o := runSchedule(kb.seed, name, base, true)
 			if o.simErr != nil {
 				t.Fatalf("sim error: %v", o.simErr)
 			}
 			for _, v := range o.violations {
 				if strings.HasPrefix(v, kb.inv+":") {
-					t.Skipf("bug: %s\n  still reproduces: %s\n  replay: go test ./internal/sim -run TestSimulation -args -seed %d -store sqlite -gaps", kb.bug, v, kb.seed)
+					t.Skipf("bug: %s\n  still reproduces: %s\n  replay: go test ./internal/sim -run TestSimulation -args -seed %d -store %s -gaps", kb.bug, v, kb.seed, name)
 				}
 			}
 			t.Logf("seed %d no longer breaks %s: the bug (%s) may be fixed; other violations: %v", kb.seed, kb.inv, kb.bug, o.violations)

@@ -327,6 +327,21 @@ func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
 	})
 }
 
+func (s *procStore) TakeOver(ctx context.Context, req agent.TakeRequest) (f agent.Fence, err error) {
+	err = s.call(ctx, "TakeOver", true, callPlain, nil, req.ThreadID, func() error {
+		var e error
+		f, e = s.Store.TakeOver(ctx, req)
+		return e
+	})
+	return f, err
+}
+
+func (s *procStore) RecordOutcome(ctx context.Context, run agent.Run, holder agent.Fence) error {
+	return s.call(ctx, "RecordOutcome", true, callPlain, nil, run.ThreadID, func() error {
+		return s.Store.RecordOutcome(ctx, run, holder)
+	})
+}
+
 func (s *procStore) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
 	undrafted := s.p.w.undraftedContinuation(req.ThreadID, req.Fence.RunID)
 	s.p.w.mu.Lock()

@@ -69,6 +69,12 @@ type Usage struct {
 	CostMicroUSD int64 `json:"costMicroUsd,omitempty"`
 }
 
+// Sub returns u-o.
+func (u Usage) Sub(o Usage) Usage {
+	return u.Add(Usage{InputTokens: -o.InputTokens, OutputTokens: -o.OutputTokens, TotalTokens: -o.TotalTokens,
+		CachedInputTokens: -o.CachedInputTokens, ReasoningTokens: -o.ReasoningTokens, CostMicroUSD: -o.CostMicroUSD})
+}
+
 // Add returns u+o.
 func (u Usage) Add(o Usage) Usage {
 	return Usage{

@@ -288,7 +288,12 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		r.logReaped(log, "reaped", run, usage)
 	default:
 		if reaperDied {
-			usage = run.Usage // recorded by the reaper that died before its release counted it
+			// Recorded by the reaper that died before its release counted it; the run's late usage, if it
+			// recorded some since, reached the thread by itself (RecordLateUsage).
+			usage = run.Usage
+			if run.LateUsage != nil {
+				usage = usage.Sub(*run.LateUsage)
+			}
 		}
 		if draft, ok := r.unfinalized(ctx, run); ok {
 			// A reaper recorded the outcome and died before the message.
@@ -371,8 +376,11 @@ func (r *Reaper) unfinalized(ctx context.Context, run agent.Run) (*agent.Message
 		return nil, false
 	}
 	draft, _, err := r.draftOf(ctx, run)
-	if err != nil || draft == nil {
+	if err != nil {
 		return nil, false
+	}
+	if draft == nil {
+		return nil, true // no message at all: the reap writes the failed one
 	}
 	md := draft.Message.Meta()
 	return draft, md.Status == agent.MessageStreaming && (md.RunID == "" || md.RunID == run.ID)
