@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/config"
 )
 
 // beatStore records the heartbeats the store accepted (a canceled run's heartbeat is accepted too: it answers
@@ -279,4 +280,42 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A tool's deadline never passes the claim's horizon (REVIEW D5): with the run's heartbeats failing, a tool
+// (one that ignores its context) is abandoned once the horizon has passed, its context canceled, instead of
+// being waited for until its own timeout (a minute here) while a reaper may hand the thread on.
+func TestToolAbandonedAtTheHorizon(t *testing.T) {
+	t.Parallel()
+	clock := newManualClock()
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	canceled := make(chan struct{})
+	tool := agent.Tool{Name: "slow", Description: "ignores its context", InputSchema: emptySchema, Kind: agent.ToolServer,
+		Execute: func(ctx context.Context, _ agent.ToolInvocation) (json.RawMessage, error) {
+			close(started)
+			go func() { <-ctx.Done(); close(canceled) }()
+			<-release
+			return json.RawMessage(`"done"`), nil
+		}}
+	failBeats := newFaulty(func(method string, n int, final bool) bool { return method == "Heartbeat" })
+	f := setup(t, withStore(failBeats.wrap), withClock(clock), withTools(tool),
+		withConfig(func(c *config.Config) { c.ToolTimeout = time.Minute }))
+	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan agent.Run, 1)
+	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	<-started
+	clock.add(1500 * time.Millisecond) // past the horizon (StaleAfter/2 = 1 s), no heartbeat accepted
+	select {
+	case run := <-ran:
+		if run.Error == nil || run.Error.Code != agent.CodeRunFenced {
+			t.Fatalf("run %s %+v, want it stopped as in doubt (run_fenced)", run.Status, run.Error)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run still waits for its tool past the claim's horizon")
+	}
+	<-canceled
 }

@@ -138,20 +138,38 @@ func (s *stepper) executeOne(ctx context.Context, idx int, tool agent.Tool, inv 
 	}()
 	// Wait for the tool's own answer until its deadline, even when the run is stopped meanwhile (the tool's
 	// context is canceled then, and a tool that returned its output keeps it: REVIEW L15). Past the deadline the
-	// tool is abandoned, even one that ignores its context (REVIEW L14); a late answer is dropped.
+	// tool is abandoned, even one that ignores its context (REVIEW L14); a late answer is dropped. The deadline
+	// is min(start+ToolTimeout, the claim's horizon) (REVIEW D5): the horizon moves on with every accepted
+	// heartbeat, so it is checked when it comes due, and once it has passed the guard cancels the run (and so the
+	// tool's context) and the tool is abandoned: a reaper may soon hand the thread on.
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	horizon := time.NewTimer(s.turn.horizon().Sub(e.clock.Now()))
+	defer horizon.Stop()
 	var r toolResult
 	outcome := toolOK
-	select {
-	case r = <-done:
-		if errors.Is(r.err, context.DeadlineExceeded) {
-			r.err = agent.E(agent.KindUnavailable, agent.CodeToolTimeout, "tool %q timed out after %s", tool.Name, timeout)
+wait:
+	for {
+		select {
+		case r = <-done:
+			if errors.Is(r.err, context.DeadlineExceeded) {
+				r.err = agent.E(agent.KindUnavailable, agent.CodeToolTimeout, "tool %q timed out after %s", tool.Name, timeout)
+				outcome = toolTimeout
+			}
+			break wait
+		case <-timer.C:
+			r = toolResult{idx: idx, err: agent.E(agent.KindUnavailable, agent.CodeToolTimeout, "tool %q timed out after %s; its outcome is unknown", tool.Name, timeout)}
 			outcome = toolTimeout
+			break wait
+		case <-s.guard.gone:
+			r = toolResult{idx: idx, err: agent.E(agent.KindUnavailable, agent.CodeToolTimeout, "tool %q was abandoned when its run's claim was lost or in doubt; its outcome is unknown", tool.Name)}
+			outcome = toolTimeout
+			break wait
+		case <-horizon.C:
+			if s.guard.check() == nil { // heartbeats moved the horizon on (a failed check closes gone)
+				horizon.Reset(max(s.turn.horizon().Sub(e.clock.Now()), time.Millisecond))
+			}
 		}
-	case <-timer.C:
-		r = toolResult{idx: idx, err: agent.E(agent.KindUnavailable, agent.CodeToolTimeout, "tool %q timed out after %s; its outcome is unknown", tool.Name, timeout)}
-		outcome = toolTimeout
 	}
 	if r.err != nil && outcome == toolOK {
 		outcome = toolError
