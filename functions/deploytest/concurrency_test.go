@@ -30,7 +30,7 @@ func TestChatReservedConcurrency(t *testing.T) {
 	if got := chat.Props["ReservedConcurrentExecutions"]; !reflect.DeepEqual(got, wantProp) {
 		t.Errorf("chat ReservedConcurrentExecutions = %#v, want %#v", got, wantProp)
 	}
-	for _, pkg := range []string{"./functions/api", "./functions/subagent", "./functions/wake", "./functions/reaper"} {
+	for _, pkg := range []string{"./functions/api", "./functions/reaper"} { // subagent, wake: jobs_concurrency_test.go
 		if got, set := f.function(t, pkg).Props["ReservedConcurrentExecutions"]; set {
 			t.Errorf("%s reserves concurrency %#v", pkg, got)
 		}
