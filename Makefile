@@ -101,7 +101,10 @@ BUILD_DIR ?= .aws-sam/build
 LAMBDA_FUNCTIONS := ChatFunction ApiFunction SubagentFunction WakeFunction ReaperFunction
 LAMBDA_GOENV := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
 LAMBDA_GOFLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
-lambda-build = mkdir -p $(ARTIFACTS_DIR) && $(LAMBDA_GOENV) $(GO) build $(LAMBDA_GOFLAGS) -o $(ARTIFACTS_DIR)/bootstrap $(1)
+## bundle/ (when present) is copied into every package: files too large for Lambda's 4 KB environment, such as
+## a long system prompt (AGENT_SYSTEM_PROMPT_FILE=bundle/system-prompt.txt) or price table (AGENT_PRICES_FILE).
+lambda-build = mkdir -p $(ARTIFACTS_DIR) && $(LAMBDA_GOENV) $(GO) build $(LAMBDA_GOFLAGS) -o $(ARTIFACTS_DIR)/bootstrap $(1) && \
+	if [ -d bundle ]; then rm -rf $(ARTIFACTS_DIR)/bundle && cp -R bundle $(ARTIFACTS_DIR)/bundle; fi
 
 .PHONY: build-ChatFunction build-ApiFunction build-SubagentFunction build-WakeFunction build-ReaperFunction
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -34,7 +35,7 @@ type Config struct {
 	Model            string        // AGENT_MODEL
 	OpenAIBaseURL    string        // OPENAI_BASE_URL
 	OpenAIAPIKey     string        // OPENAI_API_KEY
-	SystemPrompt     string        // AGENT_SYSTEM_PROMPT
+	SystemPrompt     string        // AGENT_SYSTEM_PROMPT, or the file AGENT_SYSTEM_PROMPT_FILE (any size)
 	MaxSteps         int           // AGENT_MAX_STEPS
 	MaxOutputTokens  int           // AGENT_MAX_OUTPUT_TOKENS
 	ModelTimeout     time.Duration // AGENT_MODEL_TIMEOUT: time to the first token
@@ -190,15 +191,34 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_REAPER_INTERVAL", &c.ReaperInterval)
 	intVar("AGENT_REAPER_BATCH", &c.ReaperBatch, 1)
 	intVar("AGENT_MAX_QUEUED", &c.MaxQueued, 1)
+	// A setting too large for the environment (Lambda's 4 KB for all variables: REVIEW H6) comes from a file in
+	// the deployment package instead; a relative path is read from the package's root (LAMBDA_TASK_ROOT).
+	readFile := func(name, file string) ([]byte, bool) {
+		if root := getenv("LAMBDA_TASK_ROOT"); root != "" && !filepath.IsAbs(file) {
+			file = filepath.Join(root, file)
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s=%q: %v", name, file, err))
+			return nil, false
+		}
+		return data, true
+	}
+	if file := strings.TrimSpace(getenv("AGENT_SYSTEM_PROMPT_FILE")); file != "" {
+		if c.SystemPrompt != "" {
+			errs = append(errs, "AGENT_SYSTEM_PROMPT and AGENT_SYSTEM_PROMPT_FILE are both set: use one")
+		} else if data, ok := readFile("AGENT_SYSTEM_PROMPT_FILE", file); ok {
+			c.SystemPrompt = string(data)
+		}
+	}
 	switch inline, file := strings.TrimSpace(getenv("AGENT_PRICES")), strings.TrimSpace(getenv("AGENT_PRICES_FILE")); {
 	case inline != "" && file != "":
 		errs = append(errs, "AGENT_PRICES and AGENT_PRICES_FILE are both set: use one")
 	case inline != "" || file != "":
 		data, name := []byte(inline), "AGENT_PRICES"
 		if file != "" {
-			var err error
-			if data, err = os.ReadFile(file); err != nil {
-				errs = append(errs, fmt.Sprintf("AGENT_PRICES_FILE=%q: %v", file, err))
+			var ok bool
+			if data, ok = readFile("AGENT_PRICES_FILE", file); !ok {
 				break
 			}
 			name = "AGENT_PRICES_FILE"

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,6 +161,49 @@ func TestLoadPricesAndMetrics(t *testing.T) {
 			}
 			if !tc.wantErr && (c.Metrics != tc.env["AGENT_METRICS"] || c.MetricsNamespace != tc.env["AGENT_METRICS_NAMESPACE"]) {
 				t.Fatalf("metrics %q %q", c.Metrics, c.MetricsNamespace)
+			}
+		})
+	}
+}
+
+// REVIEW H6: a system prompt or a price table of any size deploys as a file in the deployment package (the
+// environment holds 4 KB in all): AGENT_SYSTEM_PROMPT_FILE and AGENT_PRICES_FILE, a relative path read from
+// the package's root (LAMBDA_TASK_ROOT in Lambda).
+func TestLargeSettingsFromFiles(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	prompt := strings.Repeat("You are a careful assistant. ", 1000) // ~29 KB: far past the environment's 4 KB
+	if err := os.MkdirAll(filepath.Join(root, "bundle"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bundle", "system-prompt.txt"), []byte(prompt), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bundle", "prices.json"), []byte(`{"m": {"input": 1, "output": 2}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		wantErr bool
+	}{
+		{"absolute", map[string]string{"AGENT_SYSTEM_PROMPT_FILE": filepath.Join(root, "bundle", "system-prompt.txt")}, false},
+		{"relative to the task root", map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_SYSTEM_PROMPT_FILE": "bundle/system-prompt.txt",
+			"AGENT_PRICES_FILE": "bundle/prices.json"}, false},
+		{"both", map[string]string{"AGENT_SYSTEM_PROMPT": "hi", "AGENT_SYSTEM_PROMPT_FILE": filepath.Join(root, "bundle", "system-prompt.txt")}, true},
+		{"missing", map[string]string{"AGENT_SYSTEM_PROMPT_FILE": filepath.Join(root, "gone.txt")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(func(k string) string { return tc.env[k] })
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if !tc.wantErr && c.SystemPrompt != prompt {
+				t.Fatalf("system prompt of %d bytes, want the file's %d", len(c.SystemPrompt), len(prompt))
+			}
+			if cost, _ := c.Prices.Cost("m", agent.Usage{InputTokens: 1_000_000}); tc.env["AGENT_PRICES_FILE"] != "" && cost != 1_000_000 {
+				t.Fatal("no price table from the relative AGENT_PRICES_FILE")
 			}
 		})
 	}
