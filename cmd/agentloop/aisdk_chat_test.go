@@ -31,6 +31,16 @@ func TestAISDKChatEnqueue(t *testing.T) {
 	dev.stop(t)
 }
 
+// Continuation coalescing (issue 16 item 6) through the SDK's AbstractChat: a job's result that arrives while a
+// question waits is answered in the answer's own turn, as a new reply after the steer, and the README's re-sync
+// makes the chat agree with the server (see chat.mjs).
+func TestAISDKChatCoalesce(t *testing.T) {
+	bin, data := setup(t)
+	dev := startDev(t, bin, data)
+	chatScenarios(t, dev, aisdktest.ScenarioCoalesce)
+	dev.stop(t)
+}
+
 // An image attached by the AI SDK client (sendMessage with files, as useChat sends an <input type=file>) reaches
 // the model as an image content part: the offline model's /received reply names it (see chat.mjs).
 func TestAISDKChatImage(t *testing.T) {

@@ -12,7 +12,8 @@ import (
 // check reads every thread of the schedule from the underlying store, after the quiesce, and records each
 // invariant that does not hold. (Invariant "one writer" is checked on the way, at every write: checkOwnWrite;
 // "valid transcript" at every model request: validTranscript; "retries converge" at every stream's end; the
-// steer invariants at every steer write: steerStored. Jobs, steers and the queue: checkJobs, jobscheck_test.go.)
+// steer invariants at every steer write: steerStored; "no steer waits through more than one answering turn" at
+// every model request: steerWaitsThroughAnswer. Jobs, steers and the queue: checkJobs, jobscheck_test.go.)
 func (w *world) check(ctx context.Context) {
 	for _, th := range w.threads {
 		w.checkThread(ctx, th)
@@ -372,4 +373,32 @@ func jsonEqual(a, b []byte) bool {
 	xb, _ := json.Marshal(x)
 	yb, _ := json.Marshal(y)
 	return string(xb) == string(yb)
+}
+
+// steerWaitsThroughAnswer is the invariant "no steer waits through more than one answering turn" (issue 16 item
+// 6, continuation coalescing), checked at every model request: a turn that answers a question (a continuation)
+// while steers wait takes them, applying the answers without a model step and answering question and steers in
+// the delivery pass it chains. So a continuation asks the model only when no steer queued before its claim waits
+// in the queue (one whose message the thread does not hold yet).
+func (w *world) steerWaitsThroughAnswer(p *proc) {
+	w.mu.Lock()
+	run := p.run
+	w.mu.Unlock()
+	if run.Trigger != agent.TriggerContinuation {
+		return
+	}
+	ctx := context.Background()
+	q, err := w.base.ListQueued(ctx, run.ThreadID)
+	if err != nil {
+		return
+	}
+	for _, e := range q {
+		if e.Kind != agent.QueueSteer || !e.CreatedAt.Before(run.CreatedAt) {
+			continue
+		}
+		if _, err := w.base.GetMessage(ctx, run.ThreadID, e.Message.ID); err == nil {
+			continue
+		}
+		w.violate("steer-waits-answer", "%s: continuation %s asks the model while steer %s, queued before its claim, waits", p.name, run.ID, e.Message.ID)
+	}
 }

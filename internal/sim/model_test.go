@@ -116,6 +116,7 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		p.w.violate("valid-transcript", "%s: model request: %v", p.name, err)
 	}
 	p.w.checkResultsSeen(p, req.Messages)
+	p.w.steerWaitsThroughAnswer(p)
 	var sc stepScript
 	p.w.mu.Lock()
 	idx := p.step

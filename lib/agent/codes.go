@@ -53,8 +53,9 @@ const (
 	CodeInvalidThreadID    = "invalid_thread_id"
 	CodeInvalidTrigger     = "invalid_trigger"
 	CodeInvalidMultitask   = "invalid_multitask"
-	CodeInvalidMessage     = "invalid_message" // a message or part the store or the engine cannot accept
-	CodeInvalidJob         = "invalid_job"     // internal: a job or job result no store keeps
+	CodeInvalidMessage     = "invalid_message"     // a message or part the store or the engine cannot accept
+	CodeReservedMessageID  = "reserved_message_id" // a client message id in the server's namespace (steer_<jobId>)
+	CodeInvalidJob         = "invalid_job"         // internal: a job or job result no store keeps
 	CodeUserRequired       = "user_message_required"
 	CodeNothingToRegen     = "nothing_to_regenerate"
 	CodeUnsupported        = "unsupported_message"

@@ -61,8 +61,11 @@ func JobID(threadID, runID, toolCallID string) string {
 	return "job_" + idEncoding.EncodeToString(sum[:16])
 }
 
+// SteerIDPrefix begins every steer message id; no client message may use it (ValidateIncoming).
+const SteerIDPrefix = "steer_"
+
 // SteerMessageID is the id of the steer message that delivers job id into its thread.
-func SteerMessageID(jobID string) string { return "steer_" + jobID }
+func SteerMessageID(jobID string) string { return SteerIDPrefix + jobID }
 
 // JobResult stores a job's outcome once.
 type JobResult struct {

@@ -58,11 +58,15 @@ func validID(id string) bool {
 
 // ValidateIncoming checks the newest message of a submit request strictly (see the rules above). Errors are
 // KindInvalid with CodeInvalidMessage (CodeUnsupportedFileType for a file the model cannot read, CodeUserRequired
-// for a role other than user or assistant), or KindTooLarge with CodeMessageTooLarge; the message names the part,
+// for a role other than user or assistant, CodeReservedMessageID for an id in the server's steer_ namespace), or KindTooLarge with CodeMessageTooLarge; the message names the part,
 // e.g. "parts[2] (file): media type text/plain is not accepted (images and PDFs only)".
 func ValidateIncoming(m Message, lim Limits) error {
 	if !ValidMessageID(m.ID) {
 		return E(KindInvalid, CodeInvalidMessage, "message id must be 1-200 characters without '#', '/' or control characters")
+	}
+	if strings.HasPrefix(m.ID, SteerIDPrefix) {
+		// The server's job results (REVIEW H7): a client message must never take, replace or edit a steer.
+		return E(KindInvalid, CodeReservedMessageID, "message ids starting with %q are reserved for the server's job results", SteerIDPrefix)
 	}
 	if m.Role != RoleUser && m.Role != RoleAssistant {
 		return E(KindInvalid, CodeUserRequired, "the newest message must have role user or assistant, got %q", m.Role)

@@ -27,7 +27,7 @@ func FuzzValidateIncoming(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	codes := []string{CodeInvalidMessage, CodeUnsupportedFileType, CodeUserRequired, CodeMessageTooLarge}
+	codes := []string{CodeInvalidMessage, CodeUnsupportedFileType, CodeUserRequired, CodeMessageTooLarge, CodeReservedMessageID}
 	lim := Limits{MaxBytes: 4 << 10, MaxParts: 8}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var m Message

@@ -65,6 +65,10 @@ type turnPlan struct {
 	// noop: every answer of the request was applied already; the turn only reports the stored message.
 	noop        bool
 	noopMessage agent.Message
+	// answerOnly: steers wait in the queue (continuation coalescing, queue.go): the turn applies the answers to
+	// the message, stores it final and ends without a model step; a delivery pass chained in the same request
+	// takes the steers after it and answers question and result together in a new reply.
+	answerOnly bool
 
 	// What the turn closes before its own user message is stored: interrupts it leaves unanswered (canceled,
 	// or expired), the newest assistant message with results for its waiting calls, and (an edit) the
@@ -250,6 +254,7 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	var own *agent.MessageRecord
 	insErr, queueErr, ownErr := make(chan error, 1), make(chan error, 1), make(chan error, 1)
 	takesQueue := req.Kind == TurnQueued || req.Kind == TurnSubmit && !req.continues()
+	readsQueue := takesQueue || req.continues() // a continuation looks for steers to coalesce (queue.go)
 	looksUp := req.Kind == TurnSubmit && !req.continues()
 	if req.continues() {
 		go func() {
@@ -258,7 +263,7 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 			insErr <- err
 		}()
 	}
-	if takesQueue {
+	if readsQueue {
 		go func() {
 			var err error
 			queue, err = t.e.store.ListQueued(ctx, t.thread.ID)
@@ -285,7 +290,7 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 			err = fmt.Errorf("list interrupts: %w", ierr)
 		}
 	}
-	if takesQueue {
+	if readsQueue {
 		if qerr := <-queueErr; err == nil && qerr != nil {
 			err = fmt.Errorf("list queue: %w", qerr)
 		}
@@ -334,7 +339,11 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 				msgs = append([]agent.Message{r.Message}, msgs...)
 			}
 		}
-		return t.planContinue(ctx, msgs, ins, *req.Message)
+		plan, err := t.planContinue(ctx, msgs, ins, *req.Message)
+		if err == nil && !plan.noop {
+			plan.answerOnly = steersWait(msgs, queue)
+		}
+		return plan, err
 	}
 	if req.Kind == TurnQueued {
 		return t.planQueued(ctx, msgs, queue)
@@ -367,7 +376,7 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 		case plan.replaces == last.ID:
 			why = settleRegenerate
 		}
-		t.settle(&plan, *last, ins, why)
+		t.settle(ctx, &plan, *last, ins, why)
 	}
 	if takesQueue {
 		t.planTakes(&plan, msgs, queue, TurnSubmit)

@@ -194,11 +194,12 @@ func (t *Turn) requestParts(a interrupts.Answer) []agent.Part {
 
 // applyAnswers puts the answers on the continued message's parts and streams them: denied calls get
 // output-denied (the model reads that the user denied them), client tools their output, and approved server
-// tools run now, like any step's tools.
-func (s *stepper) applyAnswers(ctx context.Context) {
+// tools run now, like any step's tools. It reports false when the answers could not be stored before an approved
+// tool would run (none ran then).
+func (s *stepper) applyAnswers(ctx context.Context) bool {
 	t := s.turn
 	if len(t.plan.answers) == 0 {
-		return
+		return true
 	}
 	index := map[string]int{}
 	for i, p := range s.parts {
@@ -240,11 +241,19 @@ func (s *stepper) applyAnswers(ctx context.Context) {
 	}
 	// The answers are stored on the message, under this run's id, before an approved tool has an effect: a
 	// crash from here on is this run's own draft, which the reaper (or a reader finding the run orphaned)
-	// finishes with the outcome each tool recorded (principle 9).
+	// finishes with the outcome each tool recorded (principle 9). When they cannot be stored, no tool runs
+	// (REVIEW H5): the message would still ask, and a later turn would report the call not executed.
 	if len(run) > 0 {
-		s.persistDraft(ctx)
+		if err := s.putMessage(ctx, agent.MessageStreaming, false); err != nil {
+			s.log.Warn("store the answers before running approved tools", "err", err)
+			for _, c := range run {
+				s.logTool(c.call.Name, c.call.ID, toolNotExecuted, 0)
+			}
+			return false
+		}
 	}
 	s.execute(ctx, run)
+	return true
 }
 
 // settleReason is why a turn leaves the newest assistant message's requests unanswered.
@@ -259,9 +268,10 @@ const (
 // settle closes what a new turn leaves behind on the thread's newest assistant message: its waiting calls get a
 // result that says what happened (unless the message is dropped), and its interrupts still pending are
 // canceled (or expired, past their age). ins are the thread's interrupts.
-func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, why settleReason) {
+func (t *Turn) settle(ctx context.Context, p *turnPlan, msg agent.Message, ins []agent.Interrupt, why settleReason) {
 	now := t.e.clock.Now()
 	status := map[string]agent.InterruptStatus{} // tool call id → how its interrupt ends
+	byCall := map[string]agent.Interrupt{}
 	for _, in := range ins {
 		if in.MessageID != msg.ID {
 			continue
@@ -274,7 +284,7 @@ func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, why
 			}
 			p.cancel = append(p.cancel, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: st, Now: now})
 		}
-		status[in.ToolCallID] = st
+		status[in.ToolCallID], byCall[in.ToolCallID] = st, in
 	}
 	if why == settleDropped {
 		return
@@ -285,9 +295,7 @@ func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, why
 		if !part.Waiting() {
 			continue
 		}
-		part.Approval = nil
-		part.State, part.ErrorText = agent.StateOutputError, settledText(status[part.ToolCallID], why)
-		parts[i], changed = part, true
+		parts[i], changed = t.settledPart(ctx, msg, part, byCall[part.ToolCallID], status[part.ToolCallID], why), true
 	}
 	if !changed {
 		return
@@ -305,6 +313,50 @@ func (t *Turn) settle(p *turnPlan, msg agent.Message, ins []agent.Interrupt, why
 			p.history[i] = settled
 		}
 	}
+}
+
+// settledPart is the result a waiting call of msg gets when a turn moves on. An answer that was resolved (its
+// continuation died before it wrote anything, so the message still asks) says what it says (REVIEW H5): a denial
+// is output-denied, a client's output is the output, and an approved call reports what the tool recorded under
+// the call's idempotency key (as the reaper's Synthesize does). Without a record it did not run: a continuation
+// runs an approved tool only once the answers are stored on the message (applyAnswers), which would no longer ask.
+func (t *Turn) settledPart(ctx context.Context, msg agent.Message, part agent.Part, in agent.Interrupt, st agent.InterruptStatus, why settleReason) agent.Part {
+	part.Approval = nil
+	switch st {
+	case agent.InterruptDenied:
+		no := false
+		part.State, part.Approval = agent.StateOutputDenied, &agent.PartApproval{ID: in.ID, Approved: &no, Reason: interrupts.Resolution(in).Reason}
+		return part
+	case agent.InterruptAnswered:
+		if a := interrupts.Resolution(in); a.Failed() {
+			part.State, part.ErrorText = agent.StateOutputError, a.ErrorText
+		} else {
+			part.State, part.Output = agent.StateOutputAvailable, a.Output
+		}
+		return part
+	case agent.InterruptApproved:
+		if out, ok := t.recorded(ctx, msg, part); ok {
+			part.State, part.Output = agent.StateOutputAvailable, out
+			return part
+		}
+	}
+	part.State, part.ErrorText = agent.StateOutputError, settledText(st, why)
+	return part
+}
+
+// recorded asks the call's tool for the outcome it recorded (ok false: none, or the tool cannot tell).
+func (t *Turn) recorded(ctx context.Context, msg agent.Message, part agent.Part) (json.RawMessage, bool) {
+	tool, ok := t.e.tools[part.ToolNameOf()]
+	if !ok || tool.Recorded == nil {
+		return nil, false
+	}
+	out, ok, err := tool.Recorded(ctx, agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.thread.Owner, RunID: msg.Meta().RunID,
+		ToolCallID: part.ToolCallID, Input: part.Input, IdempotencyKey: agent.IdempotencyKey(t.thread.ID, part.ToolCallID)})
+	if err != nil {
+		t.e.log.Warn("tool outcome", "thread_id", t.thread.ID, "run_id", t.run.ID, "tool", tool.Name, "tool_call_id", part.ToolCallID, "err", err)
+		return nil, false
+	}
+	return out, ok
 }
 
 func settledText(st agent.InterruptStatus, why settleReason) string {

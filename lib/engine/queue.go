@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -24,6 +27,69 @@ import (
 // thread is never stored again (its entry is only marked taken), and a taken entry stays, so re-queueing the
 // same id is a no-op. Every turn writes the message, then marks the entry taken, then marks the job delivered:
 // a crash between leaves an entry that the next turn takes without storing anything twice.
+
+// Continuation coalescing (issue 16 item 6, REVIEW H2). A turn that answers a question while steers wait in the
+// queue does not continue the asking message with a model step: that step may ask again, and the steers would
+// wait behind every question of the chain. It applies the answers (approved tools run, denied ones get
+// output-denied, a client tool its output), stores the message final and ends without a model step (answerOnly);
+// then, in the same request, a delivery pass claims the thread, stores the steers after the answered message and
+// answers question and result together in a new reply, which is the stream the answering client gets. Its start
+// names the new reply's id, and its metadata says the thread gained messages the client has not seen
+// (threadChanged, newMessages): the client re-syncs from GET /threads/{id} (README). Each of the two is an
+// ordinary run, with the crash recovery of its kind. A steer therefore waits through at most one answering turn.
+
+// steersWait reports whether q holds a steer the thread does not hold yet (one the answering turn coalesces).
+func steersWait(msgs []agent.Message, q []agent.QueuedMessage) bool {
+	held := heldIDs(msgs)
+	return slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueSteer && !held[x.Message.ID] })
+}
+
+// coalesce streams an answer-only turn and chains the delivery pass that answers the waiting steers: the pass's
+// stream goes to the client; the answer-only run's own stream (kept in its segments) goes to the client only when
+// no pass follows (the run did not complete, or someone else's pass took the steers first).
+func (t *Turn) coalesce(ctx context.Context, client io.Writer) agent.Run {
+	e := t.e
+	var own bytes.Buffer
+	t.pumped = true // the pass is chained here, not asked for
+	run := t.stream(ctx, &own)
+	if run.Status == agent.RunCompleted {
+		next, err := e.BeginQueued(context.WithoutCancel(ctx), t.thread.ID)
+		if err == nil {
+			return next.Stream(ctx, client)
+		}
+		if !errors.Is(err, ErrNothingQueued) && !errors.Is(err, agent.ErrRunActive) {
+			e.log.Warn("coalesce: delivery pass after the answers", "thread_id", t.thread.ID, "run_id", run.ID, "err", err)
+			e.wake(ctx, t.thread.ID, "after-"+run.ID)
+		}
+	} else {
+		t.pumped = false
+		t.pump(context.WithoutCancel(ctx))
+	}
+	writeClient(client, own.Bytes())
+	return run
+}
+
+// writeClient writes an already encoded stream to the client and flushes it (best effort, as the encoder's).
+func writeClient(client io.Writer, b []byte) {
+	if _, err := client.Write(b); err != nil {
+		return
+	}
+	if w, ok := client.(http.ResponseWriter); ok {
+		_ = http.NewResponseController(w).Flush()
+	}
+}
+
+// newMessages is how many messages the turn stored, besides its user message and its reply, that the client
+// did not send: the queue entries it took (steers, queued user messages).
+func (p *turnPlan) newMessages() int {
+	n := 0
+	for _, tk := range p.takes {
+		if !tk.present {
+			n++
+		}
+	}
+	return n
+}
 
 // maxTake bounds how many queued entries one turn takes (the rest wait for the next one); a claim reserves a
 // position for each.
@@ -266,7 +332,7 @@ func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.Q
 			plan.nothing = true
 			return plan, nil
 		}
-		t.settle(&plan, *last, ins, settleNewMessage)
+		t.settle(ctx, &plan, *last, ins, settleNewMessage)
 	}
 	if !t.planTakes(&plan, msgs, q, TurnQueued) {
 		plan.nothing = true

@@ -22,6 +22,14 @@ import (
 // the run. A client that goes away does not stop the run; ctx's cancellation is ignored for that reason, and the
 // run is bounded by its own wall clock instead.
 func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
+	if t.plan.answerOnly {
+		return t.coalesce(ctx, client)
+	}
+	return t.stream(ctx, client)
+}
+
+// stream runs the turn (Stream without continuation coalescing).
+func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 	e := t.e
 	ctx = agent.WithStoreMeter(context.WithoutCancel(ctx), t.meter)
 	defer t.releaseSlot(ctx) // the run has ended, whatever happened to it
@@ -36,14 +44,31 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 		parts:   slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
 	s.guard = startGuard(ctx, t, cancelRun) // the store context: heartbeats go on after a stop (REVIEW D2)
 	s.out.turn = t
-	s.out.send(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: metadataJSON(map[string]any{"runId": t.run.ID})})
+	start := map[string]any{"runId": t.run.ID}
+	if n := t.plan.newMessages(); n > 0 {
+		// The thread gained messages the client did not send (steers, queued messages) before this reply: it
+		// re-syncs from GET /threads/{id} (README). Plain metadata: every supported AI SDK version accepts it.
+		start["threadChanged"], start["newMessages"] = true, n
+	}
+	s.out.send(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: metadataJSON(start)})
 	if t.plan.noop {
 		s.guard.stop()
 		return s.report(s.finishNoop(ctx))
 	}
 
-	s.applyAnswers(runCtx)
-	status, runErr := s.loop(runCtx)
+	answered := s.applyAnswers(runCtx)
+	status, runErr := agent.RunCompleted, (*agent.RunError)(nil)
+	if !answered {
+		// No approved tool ran; finish marks those calls "not executed", which is true.
+		status, runErr = agent.RunFailed, &agent.RunError{Code: agent.CodePersistFailed, Message: "Your answer could not be saved, so the tool did not run."}
+	} else if t.plan.answerOnly {
+		// Coalescing: the message ends with its answers; the chained delivery pass answers them with the steers.
+		if runCtx.Err() != nil || t.awaitUser() != nil {
+			status = agent.RunFailed
+		}
+	} else {
+		status, runErr = s.loop(runCtx)
+	}
 	s.guard.stop()
 	switch cause := context.Cause(runCtx); {
 	case errors.Is(cause, errFenced), errors.Is(cause, errInDoubt):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -651,5 +652,107 @@ func TestLeftoverInterruptHoldsNoSteer(t *testing.T) {
 				t.Fatalf("messages: %s", texts(v.Messages))
 			}
 		})
+	}
+}
+
+// REVIEW H2, issue 16 item 6 (continuation coalescing): a job finishes while a question is pending, and every
+// continuation asks again (/loop). The first answer's turn takes the steer: the answered message is stored final,
+// the steer after it, and one new reply answers both, streamed to the answering client (its start names the new
+// reply, its metadata says the thread gained a message). The steer never waits through a second answering turn.
+func TestSteerCoalescedIntoTheAnsweringTurn(t *testing.T) {
+	t.Parallel()
+	for kind, store := range storeKinds(t) {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			h := startHITL(t, store)
+			h.send("th", "u1", `/loop ask_user_question {"question":"Colour?","options":["red","blue"]}`)
+			j := h.finishedJob("th", "call_1", "brief behind a chain")
+			if out := h.deliver(j); out.Status != agent.DeliveredQueued {
+				t.Fatalf("delivery while a question is pending: %+v", out)
+			}
+			answer := func(p map[string]any) {
+				if p["state"] == agent.StateInputAvailable {
+					p["state"], p["output"] = agent.StateOutputAvailable, "blue"
+				}
+			}
+			asked := h.view("th").Messages[1]
+			// Answer up to four questions, as long as the newest message asks; note the answer whose turn
+			// delivered the steer, and that answer's stream.
+			deliveredBy, first := 0, ""
+			for i := 1; i <= 4 && deliveredBy == 0; i++ {
+				v := h.view("th")
+				if len(v.Interrupts) == 0 {
+					break
+				}
+				status, body := h.post(answerBody(v, answer))
+				if status != 200 {
+					t.Fatalf("answer %d: %d %s", i, status, body)
+				}
+				if i == 1 {
+					first = body
+				}
+				if steers(h.view("th").Messages)[j.ID] == 1 {
+					deliveredBy = i
+				}
+			}
+			if deliveredBy != 1 {
+				t.Fatalf("the steer was delivered by answer %d (0: not after four), want the first: %s", deliveredBy, texts(h.view("th").Messages))
+			}
+			reply := h.view("th").Messages[3]
+			start := chunks(t, first)[0]
+			md, _ := start["messageMetadata"].(map[string]any)
+			if start["messageId"] != reply.ID || md["threadChanged"] != true || md["newMessages"] != float64(1) {
+				t.Fatalf("the answer's stream starts %v; the reply is %s", start, reply.ID)
+			}
+			v := h.settled("th")
+			// u1, the asking message (answered, final), the steer, one reply for both.
+			if len(v.Messages) != 4 || v.Messages[1].ID != asked.ID || v.Messages[2].ID != agent.SteerMessageID(j.ID) || v.Messages[3].Role != agent.RoleAssistant {
+				t.Fatalf("messages: %s", texts(v.Messages))
+			}
+			if p := lastPart(t, v.Messages[1], "ask_user_question"); p.State != agent.StateOutputAvailable || v.Messages[1].Meta().Status != agent.MessageCompleted {
+				t.Fatalf("the answered message: %+v, %s", p, v.Messages[1].Metadata)
+			}
+			if !strings.Contains(v.Messages[3].Text(), "brief behind a chain") || v.Jobs[0].Status != agent.JobDone {
+				t.Fatalf("reply %q, jobs %+v", v.Messages[3].Text(), v.Jobs)
+			}
+			runs := h.runs("th")
+			if len(runs) != 3 || runs[1].Trigger != agent.TriggerContinuation || runs[1].Steps != 0 || runs[2].Trigger != agent.TriggerSteer {
+				t.Fatalf("runs = %+v", runs)
+			}
+		})
+	}
+}
+
+// REVIEW H7: a client message can never take a steer's id. A user message, a queued one (multitask enqueue) and an
+// edit (messageId) named steer_<jobId> are refused with 400 reserved_message_id before anything is stored, and
+// the job's own steer is then delivered with its brief.
+func TestClientCannotTakeASteerID(t *testing.T) {
+	t.Parallel()
+	h := startHITL(t, nil)
+	h.send("th", "u1", "hello")
+	j := h.finishedJob("th", "call_1", "THE-REAL-BRIEF")
+	steer := agent.SteerMessageID(j.ID)
+	tok := token(t, "alice")
+	plain := chatBody("th", steer, "a fake steer")
+	enqueue := chatBody("th", steer, "a fake steer")
+	enqueue["multitask"] = "enqueue"
+	edit := chatBody("th", steer, "a fake steer")
+	edit["messageId"] = steer
+	for name, body := range map[string]map[string]any{"plain": plain, "enqueue": enqueue, "edit": edit} {
+		resp := h.f.do(t, "POST", "/chat", tok, body)
+		if resp.StatusCode != 400 {
+			t.Fatalf("%s: a user message with id %s: %d %s", name, steer, resp.StatusCode, readAll(t, resp))
+		}
+		if code := errorCode(t, resp); code != agent.CodeReservedMessageID {
+			t.Fatalf("%s: code %q, want %q", name, code, agent.CodeReservedMessageID)
+		}
+	}
+	if out := h.deliver(j); out.Status != agent.DeliveredSteer {
+		t.Fatalf("delivery: %+v", out)
+	}
+	v := h.settled("th")
+	i := slices.IndexFunc(v.Messages, func(m agent.Message) bool { return m.ID == steer })
+	if i < 0 || !strings.Contains(v.Messages[i].Text(), "THE-REAL-BRIEF") || !strings.Contains(string(v.Messages[i].Metadata), "subagentResult") {
+		t.Fatalf("the steer: %s", texts(v.Messages))
 	}
 }

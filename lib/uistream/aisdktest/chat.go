@@ -23,6 +23,11 @@ const (
 	// resumes whatever run holds the thread when it is called, so only a client that waits until its message
 	// has left the queue (GET /threads/{id}) gets its own reply.
 	ScenarioEnqueue = "enqueue"
+	// ScenarioCoalesce: continuation coalescing. A research job finishes while a question (asked again by every
+	// continuation) waits; the answer's automatic re-post gets one new reply after the steer that answers both,
+	// its start naming it and its metadata saying threadChanged; the README's re-sync from GET /threads/{id} makes
+	// the chat agree with the server.
+	ScenarioCoalesce = "coalesce"
 	// ScenarioImage: sendMessage with a PNG attached (a file part with a data URL); the offline model's
 	// /received reply shows it arrived as an image_url content part.
 	ScenarioImage = "image"

@@ -23,6 +23,10 @@
 //                and resumeStream() resumes whatever run holds the thread when it is called: at once, the first
 //                chat's (its reply lands after the queued message); once the message has left the queue
 //                (GET /threads/{id}), the message's own reply. The server answers the three in order.
+//   coalesce     a research job finishes while a question waits (/loop ask_user_question: every continuation
+//                asks again); the answer's automatic re-post gets one new reply after the steer that answers both
+//                (start names it; metadata threadChanged, newMessages 1); the README's re-sync from GET
+//                /threads/{id} makes chat.messages agree with the server
 //   image        sendMessage({text: "/received", files: [a PNG as a data URL]}): the SDK sends the file part, the
 //                offline model's reply lists what it received (the text, then an image_url content part of
 //                image/png with the PNG's size), and the server's copy agrees
@@ -35,7 +39,7 @@ import { readFile } from "node:fs/promises";
 
 const PACKAGES = { "6.0": "ai600", 6: "ai", 7: "ai7" };
 const MIN_NODE = { "6.0": 18, 6: 18, 7: 22 };
-const SCENARIOS = ["approve", "deny", "client-tool", "enqueue", "image"];
+const SCENARIOS = ["approve", "deny", "client-tool", "enqueue", "image", "coalesce"];
 const TIMEOUT_MS = 10_000; // one wait for the chat to go idle
 const QUIET_MS = 150; // idle this long with no new request: nothing automatic is still coming
 const MAX_REQUESTS = 8; // per scenario: more means the SDK keeps re-posting on its own
@@ -391,6 +395,44 @@ async function enqueue(a) {
     `enqueue-c: resumeStream() once its turn ran gave ${json(c.chat.messages.map(shape))}, want ${json(server.slice(4, 6).map(shape))}`);
 }
 
+// coalesce is continuation coalescing (issue 16 item 6) as useChat sees it: a research job finishes while a question
+// (a client tool, asked again by every continuation: /loop) waits; the answer's automatic re-post gets one reply
+// that answers question and result together, as a new message after the steer: its start names the new reply, and
+// its metadata says the thread gained messages (threadChanged, newMessages). The client re-syncs as the README
+// shows (GET /threads/{id}, then chat.messages = its messages: setMessages in React), and then agrees with the
+// server; nothing asks any more, and the SDK sends nothing more on its own.
+async function coalesce(s) {
+  await s.send(`/tool research ${json({ question: "/slow 20" })}`);
+  const asked = await s.send(`/loop ask_user_question ${json({ question: "Which colour?", options: ["red", "blue"] })}`);
+  const pending = toolPart(asked, "ask_user_question");
+  check(pending.state === "input-available", `ask_user_question part is ${pending.state}, want input-available: ${json(pending)}`);
+  await waitForServer(s, "the research job's steer to wait in the queue", (v) => (v.queued ?? []).some((q) => q.kind === "steer"));
+
+  await s.chat.addToolOutput({ tool: "ask_user_question", toolCallId: pending.toolCallId, output: { answer: "blue" } });
+  await s.idle("addToolOutput");
+  check(s.posts.length === 3, `${s.posts.length} requests after the answer, want 3 (one automatic re-post)`);
+  const sent = s.posts[2].body;
+  check(sent?.trigger === "submit-message" && sent?.messageId === asked.id,
+    `the automatic request is ${json({ trigger: sent?.trigger, messageId: sent?.messageId })}, want submit-message on ${asked.id}`);
+  const { message } = s.finished.at(-1);
+  check(message.id !== asked.id && message.metadata?.threadChanged === true && message.metadata?.newMessages === 1,
+    `the answer's reply is ${message.id} with metadata ${json(message.metadata)}: want a new message (not ${asked.id}), threadChanged, newMessages 1`);
+
+  // The README's re-sync: onFinish sees threadChanged, reads the thread, and replaces the chat's messages.
+  const view = await s.serverThread();
+  s.chat.messages = view.messages;
+  const server = view.messages.map((m) => [m.role, m.id]);
+  check(server.length === 6 && server[3][1] === asked.id && server[4][1].startsWith("steer_") && server[5][1] === message.id,
+    `the server's thread: ${json(server)}; want research, its reply, the question, ${asked.id} answered, the steer, then ${message.id}`);
+  const answered = toolPart(view.messages[3], "ask_user_question");
+  check(answered.state === "output-available" && answered.output?.answer === "blue", `the answered part: ${json(answered)}`);
+  const reply = view.messages[5].parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+  check(/research complete/i.test(reply), `the reply does not answer the research result: ${json(reply)}`);
+  await sleep(QUIET_MS);
+  check(s.wire.filter((w) => w.method === "POST").length === 3, `the SDK sent more on its own after the re-sync: ${s.posts.length} posts`);
+  await agreesWithServer(s);
+}
+
 // image attaches a PNG as the AI SDK attaches files (a FileUIPart with a data URL) and checks that the model got it
 // as an image content part (the offline model's /received).
 async function image(s) {
@@ -415,6 +457,7 @@ const RUN = {
   deny: [ai.lastAssistantMessageIsCompleteWithApprovalResponses, (s) => approval(s, false)],
   "client-tool": [ai.lastAssistantMessageIsCompleteWithToolCalls, clientTool],
   enqueue: [undefined, enqueue],
+  coalesce: [ai.lastAssistantMessageIsCompleteWithToolCalls, coalesce],
   image: [undefined, image],
 };
 
