@@ -155,11 +155,20 @@ func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (ag
 	created, canceled, finished, counted, reaped := false, false, false, false, 0
 	var deadline time.Time
 	for {
-		creq.Now = e.clock.Now()
-		res, err := e.store.ClaimRun(ctx, creq)
+		// A transient failure is retried with the same run id: a claim that applied and lost its answer is then
+		// recognised as ours (REVIEW D9). The claim is counted from the first attempt's time, the earliest it
+		// may have applied at.
+		var res agent.ClaimResult
+		at := e.clock.Now()
+		err := e.retry(ctx, func() error {
+			var err error
+			creq.Now = e.clock.Now()
+			res, err = e.store.ClaimRun(ctx, creq)
+			return err
+		})
 		switch {
 		case err == nil:
-			return res, creq.Now, nil
+			return res, at, nil
 		case agent.IsKind(err, agent.KindNotFound):
 			if req.Kind != TurnSubmit || req.continues() || created {
 				return res, time.Time{}, notFound

@@ -319,3 +319,87 @@ func TestToolAbandonedAtTheHorizon(t *testing.T) {
 	}
 	<-canceled
 }
+
+// A run whose outcome is stored ends its stream for its readers, however slow its finish was (REVIEW D7): the
+// final segment is written insert-if-absent after a successful FinishRun even once the horizon has passed (it
+// used to be dropped, and resume readers were told "The run ended without finishing its stream").
+func TestFinalSegmentAfterASlowFinish(t *testing.T) {
+	t.Parallel()
+	for name, store := range limitStores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clock := newManualClock()
+			l := &lateWrites{clock: clock, horizon: clock.Now().Add(time.Hour),
+				before: func(string, int) error { return nil },
+				after: func(call string, _ int) {
+					if call == "FinishRun" {
+						clock.add(1500 * time.Millisecond) // its answer comes back after the horizon
+					}
+				}}
+			f := setup(t, store(t), withStore(l.wrap), withClock(clock))
+			run, _ := f.run(t, submit("th", "u1", "hello"))
+			if run.Status != agent.RunCompleted {
+				t.Fatalf("run %s %+v", run.Status, run.Error)
+			}
+			segs, err := f.store.ListSegments(context.Background(), run.ID, 0, clock.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(segs); n == 0 || !segs[n-1].Final || !strings.Contains(string(segs[n-1].Data), `"type":"finish"`) {
+				t.Fatalf("the run's segments do not end with a final segment holding its finish (%d segments)", len(segs))
+			}
+		})
+	}
+}
+
+// lostClaimAnswer applies the first ClaimRun and loses its answer (every SDK attempt timed out after the write
+// applied), as a transient error.
+type lostClaimAnswer struct {
+	agent.Store
+	mu    sync.Mutex
+	calls int // claims that applied
+}
+
+func (l *lostClaimAnswer) wrap(s agent.Store) agent.Store { l.Store = s; return l }
+
+func (l *lostClaimAnswer) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.ClaimResult, error) {
+	res, err := l.Store.ClaimRun(ctx, req)
+	l.mu.Lock()
+	if err == nil {
+		l.calls++
+	}
+	first := l.calls == 1 && err == nil
+	l.mu.Unlock()
+	if first {
+		return agent.ClaimResult{}, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "injected: the claim applied, its answer was lost")
+	}
+	return res, err
+}
+
+// A claim whose answer was lost is retried by the engine with the same run id, which the store recognises as
+// ours (REVIEW D9): the turn runs. It used to fail the request with the transient error and leave the thread
+// claimed by a run that never ran (409 run_active until the claim went stale).
+func TestClaimRetriedWithTheSameRunID(t *testing.T) {
+	t.Parallel()
+	for name, store := range limitStores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			lost := &lostClaimAnswer{}
+			f := setup(t, store(t), withStore(lost.wrap))
+			tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "hello"))
+			if err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			if run := tr.Stream(context.Background(), io.Discard); run.Status != agent.RunCompleted {
+				t.Fatalf("run %s %+v", run.Status, run.Error)
+			}
+			runs, err := f.store.ListRuns(context.Background(), "th")
+			if err != nil || len(runs) != 1 {
+				t.Fatalf("%d runs (%v), want the one claimed once", len(runs), err)
+			}
+			if th, _ := f.store.GetThread(context.Background(), "th"); th.ActiveRun != nil {
+				t.Fatalf("claim left: %+v", th.ActiveRun)
+			}
+		})
+	}
+}
