@@ -161,6 +161,10 @@ func (l *ledger) FinishRun(ctx context.Context, run agent.Run) error {
 	l.saw("FinishRun", run, err)
 	return err
 }
+func (l *ledger) FenceMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
+	return l.use("FenceMessage").FenceMessage(ctx, threadID, id, f)
+}
+
 func (l *ledger) TakeOver(ctx context.Context, r agent.TakeRequest) (agent.Fence, error) {
 	return l.use("TakeOver").TakeOver(ctx, r)
 }

@@ -327,6 +327,12 @@ func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
 	})
 }
 
+func (s *procStore) FenceMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
+	return s.call(ctx, "FenceMessage", true, callPlain, nil, threadID, func() error {
+		return s.Store.FenceMessage(ctx, threadID, id, f)
+	})
+}
+
 func (s *procStore) TakeOver(ctx context.Context, req agent.TakeRequest) (f agent.Fence, err error) {
 	err = s.call(ctx, "TakeOver", true, callPlain, nil, req.ThreadID, func() error {
 		var e error

@@ -75,7 +75,11 @@ type Run struct {
 	Steps              int       `json:"steps"`
 	Model              string    `json:"model,omitempty"`
 	AssistantMessageID string    `json:"assistantMessageId"`
-	Epoch              int64     `json:"epoch"`
+	// UserMessageID is the user message the run was claimed to write (ClaimRequest.UserMessageID), so that the
+	// reaper can fence it (fence B). Stores whose message writes check the claim themselves (SQLite, fence F) need
+	// not keep it: their GetRun may return it empty.
+	UserMessageID string `json:"-"`
+	Epoch         int64  `json:"epoch"`
 	// FirstSeq and Reserved are the message positions the claim reserved for this run ([FirstSeq,
 	// FirstSeq+Reserved)); the run's new messages take them, the assistant message the last one.
 	FirstSeq   int64     `json:"-"`
@@ -100,7 +104,10 @@ type ClaimRequest struct {
 	RunID              string
 	Trigger            Trigger
 	AssistantMessageID string
-	Now                time.Time
+	// UserMessageID, when the run writes a user message (a submitted or edited one), is its id: the run item
+	// keeps it (Run.UserMessageID) so that the reaper can fence it before the run's write of it lands.
+	UserMessageID string
+	Now           time.Time
 	// StaleAfter: an existing claim whose heartbeat is older than this is taken over. Zero or negative: never
 	// (the caller reaps a stale claim first, so that the reaper's conditional release is the only reap decision).
 	StaleAfter time.Duration

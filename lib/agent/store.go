@@ -227,7 +227,9 @@ func ReapedRunID(runID string) string {
 }
 
 // IsReapClaim reports whether a claim's run id is a reaper's.
-func IsReapClaim(runID string) bool { return len(runID) > len(reapPrefix) && runID[:len(reapPrefix)] == reapPrefix }
+func IsReapClaim(runID string) bool {
+	return len(runID) > len(reapPrefix) && runID[:len(reapPrefix)] == reapPrefix
+}
 
 // LateUsage is a fenced run's unrecorded spend.
 type LateUsage struct {
@@ -259,6 +261,13 @@ type MessageStore interface {
 	// more remain that way. Its cost is the page's, never the thread's: the stores read an index ordered by
 	// position. Unknown thread: an empty page.
 	ListMessagesPage(ctx context.Context, threadID string, p MessagePage) (Page[MessageRecord], error)
+	// FenceMessage is the reaper's stub (fence B): it makes sure no writer below f.Epoch can write message id any
+	// more, whether or not that writer's first write has landed. An unknown id gets a hidden stub (read as absent:
+	// GetMessage is not found, lists leave it out; a later writer above f.Epoch brings it back as a new message at
+	// its own seq); a stored one (hidden or not) keeps its content and position and takes f as its writer, not
+	// finalized, when its writer's epoch is below f.Epoch. A message written at f.Epoch or above is left as it is;
+	// neither case is an error. SQLite checks f against the thread's claim like any message write.
+	FenceMessage(ctx context.Context, threadID, id string, f Fence) error
 	// DeleteMessage hides one message, fenced like PutMessage (the hidden message keeps its fence so a late
 	// writer cannot bring it back). Unknown ids are a no-op.
 	DeleteMessage(ctx context.Context, threadID, id string, f Fence) error

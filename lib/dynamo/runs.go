@@ -26,6 +26,7 @@ const (
 	attrSteps      = "steps"
 	attrModel      = "model"
 	attrAssistant  = "assistantMessageId"
+	attrUserMsg    = "userMessageId" // the user message the run writes, for the reaper's stub (fence B)
 	attrFinishedAt = "finishedAt"
 	attrFirstSeq   = "firstSeq" // the first message position the claim reserved for the run
 	attrReserved   = "reserved" // how many positions it reserved
@@ -74,6 +75,9 @@ func runItem(r agent.Run) item {
 		it[attrModel] = avS(r.Model)
 	}
 	it[attrAssistant] = avS(r.AssistantMessageID)
+	if r.UserMessageID != "" {
+		it[attrUserMsg] = avS(r.UserMessageID)
+	}
 	it[attrEpoch] = avN(r.Epoch)
 	it[attrFirstSeq] = avN(r.FirstSeq)
 	it[attrReserved] = avN(int64(r.Reserved))
@@ -95,6 +99,7 @@ func decodeRun(it item) agent.Run {
 		Steps:              int(getN(it, attrSteps)),
 		Model:              getS(it, attrModel),
 		AssistantMessageID: getS(it, attrAssistant),
+		UserMessageID:      getS(it, attrUserMsg),
 		Epoch:              getN(it, attrEpoch),
 		FirstSeq:           getN(it, attrFirstSeq),
 		Reserved:           int(getN(it, attrReserved)),
@@ -226,6 +231,7 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 			Trigger:            req.Trigger,
 			Status:             agent.RunRunning,
 			AssistantMessageID: req.AssistantMessageID,
+			UserMessageID:      req.UserMessageID,
 			Epoch:              epoch,
 			FirstSeq:           getN(claimed, attrNextSeq) - reserve,
 			Reserved:           int(reserve),

@@ -151,6 +151,9 @@ func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (ag
 	}
 	creq := agent.ClaimRequest{ThreadID: req.ThreadID, Owner: req.Owner, RunID: runID, Trigger: trigger,
 		AssistantMessageID: assistantID, Reserve: reservedPositions}
+	if req.Kind == TurnSubmit && !req.continues() && req.Message != nil {
+		creq.UserMessageID = req.Message.ID // the reaper fences it (fence B)
+	}
 	notFound := agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", req.ThreadID)
 	created, canceled, finished, counted, reaped := false, false, false, false, 0
 	var deadline time.Time

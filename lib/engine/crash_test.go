@@ -288,6 +288,10 @@ func (c *crashStore) FinishRun(ctx context.Context, run agent.Run) error {
 	return c.write(storeCall{method: "FinishRun"}, func() error { return c.Store.FinishRun(ctx, run) })
 }
 
+func (c *crashStore) FenceMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
+	return c.write(storeCall{method: "FenceMessage"}, func() error { return c.Store.FenceMessage(ctx, threadID, id, f) })
+}
+
 func (c *crashStore) TakeOver(ctx context.Context, req agent.TakeRequest) (f agent.Fence, err error) {
 	err = c.write(storeCall{method: "TakeOver"}, func() error { f, err = c.Store.TakeOver(ctx, req); return err })
 	return f, err

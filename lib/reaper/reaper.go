@@ -272,6 +272,19 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 	if err != nil && !missing {
 		return fmt.Errorf("reaper: get run: %w", err)
 	}
+	if !missing && run.Status == agent.RunRunning {
+		// Fence B: every id the dead run can still create is stubbed (or, stored, fenced) at the reaper's epoch
+		// before anything is read, so what the reads below see can no longer change, and a first write still in
+		// flight (its user message, its reply) is refused instead of landing after the reap.
+		for _, id := range []string{run.UserMessageID, run.AssistantMessageID} {
+			if id == "" {
+				continue
+			}
+			if err := retry(ctx, func() error { return r.store.FenceMessage(ctx, threadID, id, hold) }); err != nil {
+				return fmt.Errorf("reaper: fence message: %w", err)
+			}
+		}
+	}
 	var usage agent.Usage
 	switch {
 	case missing:

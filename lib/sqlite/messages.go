@@ -191,6 +191,25 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 	return agent.Page[agent.MessageRecord]{Items: out}, nil
 }
 
+// FenceMessage is the reaper's stub (fence B), checked against the claim like any message write: an unknown id
+// gets a hidden row (deleted, no content) written by f; a stored one below f.Epoch takes f as its writer, not
+// final, content and position kept; one at f.Epoch or above is left alone. (On SQLite fence F already refuses
+// every write of a run that lost its claim; the stub keeps the two stores' answers the same.)
+func (s *Store) FenceMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
+	s.op()
+	return s.write(ctx, "fence message", func(c conn) error {
+		if err := claimAllows(ctx, c, threadID, f); err != nil {
+			return err
+		}
+		_, err := c.exec(ctx, `INSERT INTO messages (`+messageCols+`, writer_run_id, writer_epoch, final, deleted)
+			VALUES (?, ?, 0, '', '[]', NULL, 0, 0, ?, ?, 0, 1)
+			ON CONFLICT (thread_id, id) DO UPDATE SET writer_run_id = excluded.writer_run_id,
+				writer_epoch = excluded.writer_epoch, final = 0
+			WHERE messages.writer_epoch < excluded.writer_epoch`, threadID, id, f.RunID, f.Epoch)
+		return err
+	})
+}
+
 // DeleteMessage hides one message, fenced like PutMessage: the row stays, with the deleter's fence, its content
 // dropped, so a late writer at a lower epoch (or at the deleter's epoch after a finalizing write) cannot bring
 // it back. An unknown id is a no-op; a fenced delete is KindConflict/CodeRunFenced.

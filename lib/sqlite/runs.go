@@ -165,7 +165,7 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 			Thread: th,
 			Run: agent.Run{
 				ID: req.RunID, ThreadID: req.ThreadID, Trigger: req.Trigger, Status: agent.RunRunning,
-				AssistantMessageID: req.AssistantMessageID, Epoch: epoch, FirstSeq: row.nextSeq, Reserved: reserve,
+				AssistantMessageID: req.AssistantMessageID, UserMessageID: req.UserMessageID, Epoch: epoch, FirstSeq: row.nextSeq, Reserved: reserve,
 				CreatedAt: fromMillis(now), UpdatedAt: fromMillis(now),
 			},
 			Previous: row.claim,

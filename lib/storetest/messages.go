@@ -28,6 +28,7 @@ func messageTests() []test {
 		c{"Fenced", testMessageFenced},
 		c{"FinalRetryConverges", testMessageFinalRetry},
 		c{"DeleteFenced", testDeleteMessageFenced},
+		c{"FenceMessageStubsAndFences", testFenceMessage},
 		c{"InvalidRefused", testMessageInvalid},
 	)
 }
@@ -610,4 +611,43 @@ func testMessageFinalRetry(e *messages) {
 	if len(rec.Message.Parts) != 1 || !bytes.Equal(rec.Message.Parts[0], m.Parts[0]) {
 		e.t.Fatalf("stored parts %s, want %s", rec.Message.Parts, m.Parts)
 	}
+}
+
+// FenceMessage (the reaper's fence B): an unknown id gets a hidden stub that refuses a lower writer's first write
+// (which no message row could fence before) and lets a higher one bring the message back at its own seq; a stored
+// message keeps its content and position, refuses a lower writer and lets the fence's own epoch write it; one
+// written at the fence's epoch or above is left alone.
+func testFenceMessage(e *messages) {
+	t := e.t
+	th := e.id("th") // no thread row: the message port's own fencing
+	dead := agent.Fence{RunID: "run-1", Epoch: 1}
+	reaper := agent.Fence{RunID: agent.ReapRunID("run-1"), Epoch: 2}
+	next := agent.Fence{RunID: "run-3", Epoch: 3}
+	reply := agent.Message{ID: th + "-reply", Role: agent.RoleAssistant, Parts: textParts("late reply")}
+	must(t, e.s.FenceMessage(e.ctx, th, reply.ID, reaper), "FenceMessage(unknown id)")
+	_, err := e.s.GetMessage(e.ctx, th, reply.ID)
+	wantErr(t, err, agent.KindNotFound, "", "GetMessage of a stub")
+	wantMessages(e, th)
+	err = e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th, Seq: 5, Message: reply, Fence: dead, Final: true, Now: at(time.Second)})
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "the dead run's first write after the stub")
+	wantMessages(e, th)
+	must(t, e.s.FenceMessage(e.ctx, th, reply.ID, reaper), "FenceMessage again")
+	back := putAs(e, next, true, th, 7, reply, at(2*time.Second))
+	wantMessages(e, th, back)
+
+	user := agent.Message{ID: th + "-user", Role: agent.RoleUser, Parts: textParts("hello")}
+	stored := putAs(e, dead, false, th, 4, user, at(3*time.Second))
+	must(t, e.s.FenceMessage(e.ctx, th, user.ID, reaper), "FenceMessage(stored id)")
+	wantMessages(e, th, stored, back)
+	other := user
+	other.Parts = textParts("changed late")
+	err = e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th, Seq: 4, Message: other, Fence: dead, Final: true, Now: at(4 * time.Second)})
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "the dead run's write after the fence")
+	final := putAs(e, reaper, true, th, 4, user, at(5*time.Second))
+	final.CreatedAt = stored.CreatedAt
+	wantMessages(e, th, final, back)
+	// At or above the fence's epoch: left alone (the reaper's own final write stays final).
+	must(t, e.s.FenceMessage(e.ctx, th, user.ID, reaper), "FenceMessage of a message at its epoch")
+	err = e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th, Seq: 4, Message: other, Fence: reaper, Now: at(6 * time.Second)})
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "a write over a message finalized at the fence's epoch")
 }
