@@ -11,7 +11,9 @@ package ssmsecrets
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
@@ -19,6 +21,11 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
+
+// MissingParams is the cause of a CodeMissing error: the names of the SSM parameters to create.
+type MissingParams []string
+
+func (m MissingParams) Error() string { return "missing SSM parameters: " + strings.Join(m, ", ") }
 
 // Stable error codes; every Load error is an *agent.Error with one of them.
 const (
@@ -79,13 +86,22 @@ func Load(ctx context.Context, api API, secrets ...Secret) ([]string, error) {
 		}
 	}
 	values := make([]string, len(secrets))
+	var missing MissingParams
+	var labels []string
+	for _, s := range secrets {
+		if p, ok := params[s.Param]; s.Param != "" && (!ok || aws.ToString(p.Value) == "") && !slices.Contains(missing, s.Param) {
+			missing, labels = append(missing, s.Param), append(labels, fmt.Sprintf("%s (%s)", s.Param, s.Label))
+		}
+	}
+	if len(missing) > 0 {
+		// Every one at once: a first deploy learns all it must create from one failed cold start.
+		return nil, agent.Wrap(missing, agent.KindInternal, CodeMissing, fmt.Sprintf(
+			"SSM SecureString parameters that do not exist or are empty in this account and region: %s", strings.Join(labels, ", ")))
+	}
 	for i, s := range secrets {
 		switch {
 		case s.Param != "":
-			p, ok := params[s.Param]
-			if !ok || aws.ToString(p.Value) == "" {
-				return nil, agent.E(agent.KindInternal, CodeMissing, "%s: SSM parameter %q does not exist or is empty", s.Label, s.Param)
-			}
+			p := params[s.Param]
 			if p.Type != types.ParameterTypeSecureString {
 				return nil, agent.E(agent.KindInternal, CodeNotSecure, "%s: SSM parameter %q is a %s, want a SecureString", s.Label, s.Param, p.Type)
 			}

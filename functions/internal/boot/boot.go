@@ -8,10 +8,12 @@ package boot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -110,6 +112,9 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 	if cfg.TableName == "" {
 		return b, fmt.Errorf("TABLE_NAME is not set")
 	}
+	if awsCfg.Region == "" {
+		return b, fmt.Errorf("no AWS region: set AWS_REGION (Lambda sets it; the stack's SSM parameters and table live there)")
+	}
 	b.Config = cfg
 	want := wanted(cfg)
 	var list []ssmsecrets.Secret
@@ -129,7 +134,7 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 	}
 	values, err := ssmsecrets.Load(ctx, ssm.NewFromConfig(awsCfg), list...)
 	if err != nil {
-		return b, err
+		return b, firstDeployHint(err, awsCfg.Region)
 	}
 	if want.App != nil {
 		b.AppSecret, values = []byte(values[0]), values[1:]
@@ -150,4 +155,20 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 		b.Metrics, b.Refusals = w, w
 	}
 	return b, nil
+}
+
+// firstDeployHint adds to a cold start's SSM error what a first deploy must create, in which region, and how
+// (REVIEW H6): the parameters are per region, and a stack deployed to another region than its parameters
+// finds none.
+func firstDeployHint(err error, region string) error {
+	var missing ssmsecrets.MissingParams
+	if !errors.As(err, &missing) {
+		return fmt.Errorf("read the SSM parameters in region %s: %w", region, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nThe stack runs in region %s; create each parameter there (the application secret: 32 bytes or more):", region)
+	for _, name := range missing {
+		fmt.Fprintf(&b, "\n  aws ssm put-parameter --region %s --type SecureString --name %s --value '<value>'", region, name)
+	}
+	return fmt.Errorf("%w%s", err, b.String())
 }
