@@ -117,6 +117,14 @@ const (
 	CodeToolFailed       = "tool_failed"        // the tool could not run, or failed in a way it described
 )
 
+// A run's error (the stream's error chunk, GET /threads/{id}/runs).
+const (
+	// CodeContextExhausted: what a turn must show the model (the messages it answers, its newest tool results,
+	// calls still waiting) is alone over the model's context budget. The turn ends before sending a request the
+	// provider would refuse; the thread's next message is answered (the reply before it can be pruned then).
+	CodeContextExhausted = "context_exhausted"
+)
+
 // Err values to match with errors.Is (codes compare equal; kinds and messages are not compared).
 var (
 	ErrNotFound          = &Error{Kind: KindNotFound, Code: CodeNotFound}

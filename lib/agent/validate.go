@@ -20,7 +20,8 @@ import (
 // required here with the same JSON types, and fields it does not know are ignored, as zod ignores them. On top of
 // it, what each role may send:
 //
-//   - user (a new message, or an edit): text {text}, file {mediaType, url, filename?} and data-* {data?, id?}.
+//   - user (a new message, or an edit): text {text}, file {mediaType, url, filename?} and data-* {data?, id?}, with
+//     something the model sees: a text not only of white space, or a file.
 //     A file reaches the model, so its media type must be one ModelFileType accepts (images and PDFs) and its
 //     url a base64 data URL of that same media type with at least one byte, or an https URL. At most
 //     Limits.MaxParts parts.
@@ -94,7 +95,23 @@ func ValidateIncoming(m Message, lim Limits) error {
 			return err
 		}
 	}
+	if m.Role == RoleUser && !modelSees(m.Parts) {
+		return E(KindInvalid, CodeInvalidMessage, "a user message needs a text with something in it, or a file: the model would see nothing")
+	}
 	return nil
+}
+
+// modelSees reports whether a user message's parts (already checked) give the model something: a text that is
+// not only white space, or a file. data-* parts are for the UI alone (REVIEW S8: a message of those was stored
+// and then left out of the transcript, and the model answered nothing, or its last reply again).
+func modelSees(parts []json.RawMessage) bool {
+	for _, raw := range parts {
+		var p struct{ Type, Text string }
+		if json.Unmarshal(raw, &p) == nil && (p.Type == "file" || (p.Type == "text" && strings.TrimSpace(p.Text) != "")) {
+			return true
+		}
+	}
+	return false
 }
 
 // fields is a part as its JSON fields.

@@ -40,7 +40,7 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 
 	s := &stepper{turn: t, out: newOutput(ctx, e, t.run, client), logCtx: ctx,
 		log:     e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID),
-		history: transcript.NewHistory(t.plan.history, e.cfg.Transcript),
+		history: transcript.NewHistory(t.plan.history, t.plan.transcriptConfig(e.cfg.Transcript)),
 		parts:   slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
 	s.guard = startGuard(ctx, t, cancelRun) // the store context: heartbeats go on after a stop (REVIEW D2)
 	s.out.turn = t
@@ -186,6 +186,9 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 		s.log.InfoContext(s.logCtx, "agent.prune", "step", step, "estimated_tokens", r.EstimatedTokens, "budget_tokens", r.BudgetTokens,
 			"over", r.Over, "superseded", r.Superseded, "reasoning_dropped", r.ReasoningDropped,
 			"pairs_stubbed", r.PairsStubbed, "files_stubbed", r.FilesStubbed, "messages_dropped", r.MessagesDropped)
+	}
+	if r := s.history.Last(); r.Over {
+		return agent.ModelResult{}, nil, contextExhausted(r) // never a request the provider refuses (REVIEW S1)
 	}
 	// Part ids include the run id: a later run that continues this message restarts at step 0.
 	textID := fmt.Sprintf("%s-t%d", t.run.ID, step)

@@ -129,6 +129,12 @@ func TestNewestMessageValidation(t *testing.T) {
 		{"data part id with a control character", userMsg("u2", map[string]any{"type": "data-note", "id": "a\x00", "data": 1}), 400, agent.CodeInvalidMessage,
 			"parts[0] (data-note): id must be 1-200 characters without control characters"},
 
+		// Nothing the model could see (REVIEW S8): refused before any write, never a run the provider refuses.
+		{"only a data part", userMsg("u2", map[string]any{"type": "data-note", "data": 1}), 400, agent.CodeInvalidMessage,
+			"a user message needs a text with something in it, or a file: the model would see nothing"},
+		{"only blank text", userMsg("u2", text(" \n\t"), text(""), map[string]any{"type": "data-note", "data": 1}), 400, agent.CodeInvalidMessage,
+			"a user message needs a text with something in it, or a file: the model would see nothing"},
+
 		// Sizes and ids.
 		{"too many parts", userMsg("u2", many...), 413, agent.CodeMessageTooLarge, "message has 101 parts, the limit is 100"},
 		{"message id with a slash", userMsg("u/2", text("a")), 400, agent.CodeInvalidMessage,

@@ -34,6 +34,10 @@
 //	                  messages answering each of its ids (in any order); a tool message answers a call of the
 //	                  assistant message right before its run of tool messages ("messages with role 'tool' must
 //	                  be a response to a preceeding message with 'tool_calls'", OpenAI's spelling)
+//	the context      the messages fit the context window (WithContextTokens, default DefaultContextTokens), counted
+//	                 as chars/4 of their text, tool call ids, names and arguments (files not counted); a longer
+//	                 request gets OpenAI's "This model's maximum context length is N tokens. However, your
+//	                 messages resulted in M tokens. …", param "messages", code context_length_exceeded
 //
 // # Behaviour (a public contract: engine and end-to-end tests rely on it)
 //

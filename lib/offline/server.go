@@ -25,13 +25,17 @@ const (
 	DefaultWordDelay = 100 * time.Millisecond // per /slow word
 	// MaxRequestBytes bounds a request body; a larger one is answered 413.
 	MaxRequestBytes = 32 << 20
+	// DefaultContextTokens is the context window the offline model enforces (gpt-4o-mini's), in tokens counted
+	// as chars/4 of the messages' text and tool calls (see contextTokens).
+	DefaultContextTokens = 128_000
 )
 
 // Server is the scripted model. It is an http.Handler; the zero value is not usable, call New.
 type Server struct {
-	wordDelay  time.Duration
-	replyDelay time.Duration
-	clock      agent.Clock
+	wordDelay     time.Duration
+	replyDelay    time.Duration
+	clock         agent.Clock
+	contextTokens int
 
 	requests atomic.Int64
 
@@ -49,12 +53,16 @@ func WithWordDelay(d time.Duration) Option { return func(s *Server) { s.wordDela
 // `agentloop dev` sees the reply arrive word by word.
 func WithReplyDelay(d time.Duration) Option { return func(s *Server) { s.replyDelay = d } }
 
+// WithContextTokens sets the context window a request must fit (default DefaultContextTokens); a request over it
+// is answered 400 context_length_exceeded, as OpenAI does.
+func WithContextTokens(n int) Option { return func(s *Server) { s.contextTokens = n } }
+
 // WithClock sets the clock behind the "created" timestamps (default the system clock).
 func WithClock(c agent.Clock) Option { return func(s *Server) { s.clock = c } }
 
 // New returns a Server.
 func New(opts ...Option) *Server {
-	s := &Server{wordDelay: DefaultWordDelay, clock: agent.SystemClock{}, flaky: map[string]int{}}
+	s := &Server{wordDelay: DefaultWordDelay, clock: agent.SystemClock{}, contextTokens: DefaultContextTokens, flaky: map[string]int{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -141,6 +149,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := json.Unmarshal(req.Messages, &msgs); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid messages: "+err.Error())
+		return
+	}
+
+	if n := contextTokens(msgs); n > s.contextTokens {
+		writeJSON(w, http.StatusBadRequest, contextExceeded(s.contextTokens, n).body())
 		return
 	}
 

@@ -751,3 +751,23 @@ func TestReceived(t *testing.T) {
 		})
 	}
 }
+
+// A request over the context window is refused as OpenAI refuses it: 400, invalid_request_error, param
+// "messages", code context_length_exceeded; one that fits is answered.
+func TestContextLength(t *testing.T) {
+	t.Parallel()
+	_, _, url := setup(t, WithContextTokens(1000))
+	complete(t, url, request(false, user(strings.Repeat("w", 3990))))
+	res := post(t, context.Background(), url, request(false, user(strings.Repeat("w", 2000)), assistant("ok"), user(strings.Repeat("w", 2004))))
+	defer res.Body.Close()
+	var body errorBody
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	e := body.Error
+	if res.StatusCode != http.StatusBadRequest || e.Type != "invalid_request_error" || deref(e.Param) != "messages" ||
+		deref(e.Code) != "context_length_exceeded" ||
+		e.Message != "This model's maximum context length is 1000 tokens. However, your messages resulted in 1002 tokens. Please reduce the length of the messages." {
+		t.Fatalf("status %d, error %+v (param %s, code %s)", res.StatusCode, e, deref(e.Param), deref(e.Code))
+	}
+}

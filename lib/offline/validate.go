@@ -41,6 +41,7 @@ const (
 	msgNullContent   = "Invalid value for 'content': expected a string, got null."
 	msgNamePattern   = "Invalid '%s': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
 	msgNameTooLong   = "Invalid '%s': string too long. Expected a string with maximum length 64, but got a string with length %d instead."
+	msgContextLength = "This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages."
 	codeInvalidType  = "invalid_type"
 	codeInvalidValue = "invalid_value"
 	codeMissing      = "missing_required_parameter"
@@ -60,6 +61,24 @@ var roles = []string{"system", "assistant", "user", "tool", "developer"} // in t
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
 const maxToolName = 64
+
+// contextExceeded is OpenAI's answer to a request over the model's context window.
+func contextExceeded(limit, got int) *invalidRequest {
+	return &invalidRequest{fmt.Sprintf(msgContextLength, limit, got), "messages", "context_length_exceeded"}
+}
+
+// contextTokens counts a request's messages as chars/4 (the engine's own estimate): their text, tool call names
+// and arguments, and tool call ids. Files are not counted (providers bill them by pages and tiles).
+func contextTokens(msgs []wireMessage) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.text()) + len(m.ToolCallID)
+		for _, c := range m.ToolCalls {
+			n += len(c.ID) + len(c.Function.Name) + len(c.Function.Arguments)
+		}
+	}
+	return (n + 3) / 4
+}
 
 func missing(param string) *invalidRequest {
 	return &invalidRequest{fmt.Sprintf("Missing required parameter: '%s'.", param), param, codeMissing}

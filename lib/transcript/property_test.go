@@ -98,31 +98,21 @@ func genThread(r *rand.Rand) genCase {
 	return c
 }
 
-// protected is what the pruned transcript must keep exactly as the unpruned one has it: the newest user message,
-// the last assistant message, the calls still waiting and the newest snapshot.
-type protected struct {
-	newestUser agent.ModelMessage
-	last       []agent.ModelMessage // the last assistant message's model messages
-	calls      map[string]bool      // call ids whose call and result must be intact
-}
-
-// split finds, in a transcript built from a genCase, the newest user message and the last assistant message.
-func split(msgs []agent.ModelMessage, draft bool) (newestUser int, last []agent.ModelMessage) {
-	users := []int{}
+// split finds, in a transcript built from a genCase, the newest user message and the newest step of the draft
+// (its assistant message and its tool results; none without a draft): what must reach the model as it is.
+func split(msgs []agent.ModelMessage, draft bool) (newestUser int, newest []agent.ModelMessage) {
+	nu := 0
 	for i, m := range msgs {
 		if m.Role == "user" {
-			users = append(users, i)
+			nu = i
 		}
 	}
-	nu := users[len(users)-1]
-	if draft {
-		return nu, msgs[nu+1:]
+	if !draft {
+		return nu, nil
 	}
-	// The reply of the newest turn that has one (a reply that said nothing is not in the transcript): each
-	// generated turn has one reply, so it is everything between that turn's user message and the next.
-	for k := len(users) - 1; k > 0; k-- {
-		if users[k]-users[k-1] > 1 {
-			return nu, msgs[users[k-1]+1 : users[k]]
+	for j := len(msgs) - 1; j > nu; j-- {
+		if msgs[j].Role == "assistant" {
+			return nu, msgs[j:]
 		}
 	}
 	return nu, nil
@@ -177,7 +167,7 @@ func TestPruneProperties(t *testing.T) {
 			fail("newest user message changed: %.60q", got[nuGot].Text)
 		}
 		if !reflect.DeepEqual(lastFull, lastGot) {
-			fail("last assistant message changed (%d vs %d model messages)", len(lastGot), len(lastFull))
+			fail("the draft's newest step changed (%d vs %d model messages)", len(lastGot), len(lastFull))
 		}
 		keep := map[string]bool{}
 		for _, m := range lastFull {
@@ -262,8 +252,8 @@ func contains(msgs []agent.ModelMessage, m agent.ModelMessage) bool {
 	return false
 }
 
-// allTurnsProtected: every turn but the newest (a user message up to the next one) holds the last assistant
-// message, a waiting call or the surviving snapshot, which is why tier 4 kept it; else it returns the turn's
+// allTurnsProtected: every turn but the newest (a user message up to the next one) holds the draft's newest
+// step, a waiting call or the surviving snapshot, which is why tier 4 kept it; else it returns the turn's
 // first index.
 func allTurnsProtected(msgs []agent.ModelMessage, keep map[string]bool, last []agent.ModelMessage) (int, bool) {
 	start, protected := 0, false

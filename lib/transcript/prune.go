@@ -45,16 +45,19 @@ type pruner struct {
 	total int
 	cur   []int
 	start int // entries before start are left out (replies before the first user message)
-	// newestUser and lastAssistant index es (-1 when none).
-	newestUser, lastAssistant int
-	refs                      []callRef // every call from start on, in transcript order
-	mark                      []uint8   // per ref
-	survivor                  []bool    // per ref: the newest output of a snapshot tool
-	keep                      []bool    // per entry: holds something never pruned (tier 4 keeps its turn)
-	dropReasoning             bool
-	fileStub                  []bool // per entry
-	dropped                   []bool // per entry (nil until tier 4 runs)
-	report                    Report
+	// lastAssistant indexes es (-1 when none), newest is its newest step; draft says it is the run's draft.
+	lastAssistant, newest int
+	draft                 bool
+	protect               []bool    // per entry: a message the turn answers (Config.Protect)
+	refs                  []callRef // every call from start on, in transcript order
+	mark                  []uint8   // per ref
+	survivor              []bool    // per ref: the newest output of a snapshot tool
+	keep                  []bool    // per entry: holds something never pruned (tier 4 keeps its turn)
+	dropReasoning         bool
+	reasonGone            bool   // the newest step of the last assistant message lost its reasoning too
+	fileStub              []bool // per entry
+	dropped               []bool // per entry (nil until tier 4 runs)
+	report                Report
 }
 
 type callRef struct{ e, s, c int }
@@ -69,8 +72,8 @@ func newPruner(history []entry, calls int, draft entry, cfg Config, scale float6
 	if len(draft.steps) > 0 {
 		es = append(es, &draft)
 	}
-	p := &pruner{es: es, cfg: cfg, scale: scale, newestUser: -1, lastAssistant: -1,
-		cur: make([]int, len(es)), keep: make([]bool, len(es)), fileStub: make([]bool, len(es)),
+	p := &pruner{es: es, cfg: cfg, scale: scale, lastAssistant: -1, newest: -1, draft: len(draft.steps) > 0,
+		cur: make([]int, len(es)), keep: make([]bool, len(es)), fileStub: make([]bool, len(es)), protect: make([]bool, len(es)),
 		refs: make([]callRef, 0, calls+draft.calls)}
 	p.report.BudgetTokens = cfg.budget()
 	// The transcript starts at a user message: replies before the first one (a bounded read that began mid-
@@ -87,11 +90,8 @@ func newPruner(history []entry, calls int, draft entry, cfg Config, scale float6
 		e := es[i]
 		p.cur[i] = e.size
 		p.total += p.cur[i]
-		switch e.role {
-		case agent.RoleUser:
-			p.newestUser = i
-		case agent.RoleAssistant:
-			p.lastAssistant = i
+		if e.role == agent.RoleAssistant {
+			p.lastAssistant, p.newest = i, len(e.steps)-1
 		}
 		for s := range e.steps {
 			for c, cl := range e.steps[s].calls {
@@ -104,13 +104,32 @@ func newPruner(history []entry, calls int, draft entry, cfg Config, scale float6
 	}
 	p.mark = make([]uint8, len(p.refs))
 	p.survivor = make([]bool, len(p.refs))
-	for _, i := range []int{p.newestUser, p.lastAssistant} {
-		if i >= 0 {
-			p.keep[i] = true
-		}
+	p.protectAnswered()
+	if p.draft {
+		p.keep[len(es)-1] = true
 	}
 	return p
 }
+
+// protectAnswered marks the messages the turn answers: those Config.Protect names, else the newest user message.
+func (p *pruner) protectAnswered() {
+	newestUser := -1
+	for i := p.start; i < len(p.es); i++ {
+		if p.es[i].role != agent.RoleUser {
+			continue
+		}
+		newestUser = i
+		if len(p.cfg.Protect) > 0 && slices.Contains(p.cfg.Protect, p.es[i].id) {
+			p.protect[i], p.keep[i] = true, true
+		}
+	}
+	if !slices.Contains(p.protect, true) && newestUser >= 0 {
+		p.protect[newestUser], p.keep[newestUser] = true, true
+	}
+}
+
+// newestStep: call r is in the newest step of the last assistant message.
+func (p *pruner) newestStep(r callRef) bool { return r.e == p.lastAssistant && r.s == p.newest }
 
 func (p *pruner) over() bool {
 	return float64(p.total)*p.scale > float64(p.cfg.budget())*4
@@ -128,10 +147,13 @@ func (p *pruner) prune() {
 		p.dropOldReasoning()
 	}
 	if p.over() {
-		p.stubPairs()
+		p.stubPairs(false)
 	}
 	if p.over() {
 		p.stubFiles()
+	}
+	if p.over() && !p.draft && p.lastAssistant >= 0 {
+		p.stubNewestReply()
 	}
 	if p.over() {
 		p.dropTurns()
@@ -167,11 +189,8 @@ func (p *pruner) supersede() {
 func (p *pruner) dropOldReasoning() {
 	p.dropReasoning = true
 	for i := p.start; i < len(p.es); i++ {
-		if i == p.lastAssistant {
-			continue
-		}
-		for _, s := range p.es[i].steps {
-			if s.reasoning != "" {
+		for si, s := range p.es[i].steps {
+			if s.reasoning != "" && (i != p.lastAssistant || si != p.newest) {
 				p.cut(i, len(s.reasoning))
 				p.report.ReasoningDropped++
 			}
@@ -179,14 +198,15 @@ func (p *pruner) dropOldReasoning() {
 	}
 }
 
-// stubPairs is tier 2, oldest pair first.
-func (p *pruner) stubPairs() {
+// stubPairs is tier 2, oldest pair first. The newest step of the last assistant message is left alone, unless
+// newest is set: then it is what is stubbed (the draft's never is).
+func (p *pruner) stubPairs(newest bool) {
 	for k, r := range p.refs {
 		if !p.over() {
 			return
 		}
 		c := p.call(r)
-		if r.e == p.lastAssistant || c.open || p.survivor[k] || p.mark[k] != callKept {
+		if p.newestStep(r) != newest || c.open || p.survivor[k] || p.mark[k] != callKept {
 			continue
 		}
 		p.mark[k] = callStubbed
@@ -195,11 +215,22 @@ func (p *pruner) stubPairs() {
 	}
 }
 
+// stubNewestReply ends tier 3: the newest step of the reply before the protected messages (not a draft's) loses
+// its reasoning and its pairs.
+func (p *pruner) stubNewestReply() {
+	if r := p.es[p.lastAssistant].steps[p.newest].reasoning; r != "" && !p.reasonGone {
+		p.reasonGone = true
+		p.cut(p.lastAssistant, len(r))
+		p.report.ReasoningDropped++
+	}
+	p.stubPairs(true)
+}
+
 // stubFiles is tier 3, oldest message first.
 func (p *pruner) stubFiles() {
 	for i := p.start; i < len(p.es) && p.over(); i++ {
 		e := p.es[i]
-		if e.role != agent.RoleUser || i == p.newestUser || len(e.files) == 0 {
+		if e.role != agent.RoleUser || p.protect[i] || len(e.files) == 0 {
 			continue
 		}
 		n := len(e.text) // the stub text replaces it
@@ -214,7 +245,7 @@ func (p *pruner) stubFiles() {
 
 // dropTurns is tier 4: whole turns (a user message and the replies up to the next one), oldest first, except
 // those holding something never pruned (an old surviving snapshot keeps its turn, not every turn after it).
-// The newest user message's turn is the last and always stays.
+// The newest turn always stays.
 func (p *pruner) dropTurns() {
 	p.dropped = make([]bool, len(p.es))
 	for i := p.start; p.over(); {
@@ -266,9 +297,9 @@ func (p *pruner) emit() []agent.ModelMessage {
 			out = append(out, m)
 			continue
 		}
-		for _, s := range e.steps {
+		for si, s := range e.steps {
 			m := agent.ModelMessage{Role: "assistant", Text: s.text}
-			if !p.dropReasoning || i == p.lastAssistant {
+			if !p.dropReasoning || (i == p.lastAssistant && si == p.newest && !p.reasonGone) {
 				m.Reasoning = s.reasoning
 			}
 			at := len(out)

@@ -4,8 +4,8 @@
 // The transcript it returns is always provider-valid (DESIGN principle 5):
 //   - every tool call has exactly one result, right after the assistant message that made it (a call without a
 //     result gets a synthesized one);
-//   - it starts at a user message, and the newest user message is never pruned;
-//   - the run's own in-flight turn (the draft) is never split or dropped;
+//   - it starts at a user message, and the messages the turn answers (Config.Protect) are never pruned;
+//   - the run's own in-flight turn (the draft) is never split or dropped (its older tool pairs may be stubbed);
 //   - a tool output is capped for the model (head, tail and a marker saying how much was cut); the stored output
 //     stays whole.
 //
@@ -18,17 +18,22 @@
 //	tier 0, always  a tool that declares its output a snapshot (agent.Tool.Snapshot) shows the model only its
 //	                newest output; earlier ones become a one-line note. A stale snapshot misleads, so this runs
 //	                even in a short thread.
-//	tier 1          reasoning is dropped from every assistant message but the last.
+//	tier 1          reasoning is dropped from every step but the newest step of the last assistant message.
 //	tier 2          the oldest tool call/result pairs become one-line stubs: the call keeps its id and name (its
 //	                arguments too when short), the result says what was cut. Both sides of a pair always stay.
-//	tier 3          attachments of older user messages become a line naming the file.
+//	                The last assistant message's older pairs go too (REVIEW S1: a reply whose tool outputs
+//	                passed the budget made the thread unanswerable); its newest step waits for tier 3.
+//	tier 3          attachments of older user messages become a line naming the file; then the newest step of
+//	                the reply before the protected messages (not of the draft) is stubbed as well.
 //	tier 4          whole turns (a user message and its replies) are dropped, oldest first, except the turns that
 //	                hold something never pruned.
 //
-// Never pruned, whatever the budget: the newest user message (with its attachments), the last assistant message
-// (the draft in flight, or the reply before the newest user message), tool calls still waiting for an approval
-// or a client's output, and the surviving snapshots. When those alone are over the budget the transcript is sent
-// over it (Report.Over); CheckMessage refuses, up front, a user message that alone could never fit.
+// Never pruned, whatever the budget: the messages the turn answers (Config.Protect, with their attachments), the
+// draft's newest step (the results the model must answer now), tool calls still waiting for an approval or a
+// client's output, and the surviving snapshots. When those alone are over the budget, Report.Over says so and
+// the engine ends the turn with context_exhausted rather than send a request the provider refuses; the next
+// message fits again, as the reply before it is no longer the draft. CheckMessage refuses, up front, a user
+// message that alone could never fit.
 package transcript
 
 import (
@@ -67,6 +72,10 @@ type Config struct {
 	// FixedTokens is what every request spends besides the messages: the system prompt and the tool specs
 	// (see Fixed; the engine fills it).
 	FixedTokens int
+	// Protect names the messages the turn answers (the request's own message and the queued messages the turn
+	// took, steers included): never pruned, whatever comes after them (REVIEW S6). Empty, or naming no message
+	// of the history: the newest user message.
+	Protect []string
 }
 
 func (c Config) withDefaults() Config {
@@ -216,6 +225,7 @@ func tokens(chars int) int { return (chars + 3) / 4 }
 // entry is one stored message as the model sees it: a user message's text and files, or an assistant
 // message's steps.
 type entry struct {
+	id    string // the stored message's (empty for the draft)
 	role  agent.Role
 	text  string
 	files []agent.ModelFile
@@ -264,7 +274,7 @@ func fileChars(f agent.ModelFile) int {
 func convert(m agent.Message, toolOutputBytes int, calls map[string]int) (entry, bool) {
 	switch m.Role {
 	case agent.RoleUser:
-		e := entry{role: agent.RoleUser}
+		e := entry{id: m.ID, role: agent.RoleUser}
 		var b strings.Builder
 		for _, raw := range m.Parts {
 			p, err := agent.DecodePart(raw)
@@ -285,6 +295,7 @@ func convert(m agent.Message, toolOutputBytes int, calls map[string]int) (entry,
 		return e, e.text != "" || len(e.files) > 0
 	case agent.RoleAssistant:
 		e := assistant(Decode(m.Parts), toolOutputBytes, calls)
+		e.id = m.ID
 		return e, len(e.steps) > 0
 	}
 	return entry{}, false
