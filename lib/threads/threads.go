@@ -22,6 +22,9 @@ const (
 	DefaultListLimit = 50
 	MaxListLimit     = 200
 	MaxTitleBytes    = 200
+	// DefaultViewJobs is how many finished jobs a thread's view shows, the newest (every unfinished one is
+	// shown): the view stays bounded however many jobs the thread ran (REVIEW S7).
+	DefaultViewJobs = 20
 )
 
 // Store is what the service reads and writes.
@@ -136,8 +139,11 @@ type View struct {
 	Messages   []agent.Message   `json:"messages"`
 	ActiveRun  *agent.Run        `json:"activeRun"`
 	Interrupts []agent.Interrupt `json:"interrupts"`
-	// Jobs are the thread's sub-agent jobs with their status and live activity line, oldest first.
+	// Jobs are the thread's sub-agent jobs with their status and live activity line, oldest first: every one
+	// still running and the newest DefaultViewJobs finished ones.
 	Jobs []agent.Job `json:"jobs"`
+	// JobsOmitted counts the older finished jobs Jobs leaves out.
+	JobsOmitted int `json:"jobsOmitted"`
 	// Queued are the messages waiting for the thread to free (multitask enqueue, and steers of finished jobs),
 	// in the order they will be taken.
 	Queued []QueuedView `json:"queued"`
@@ -214,8 +220,9 @@ func (s *Service) GetPage(ctx context.Context, owner, id string, q PageQuery) (V
 			}
 		}
 	}
-	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, newest, ins), Jobs: append([]agent.Job{}, jobs...), Queued: []QueuedView{},
-		Page: info}
+	shown, omitted := newestJobs(jobs, DefaultViewJobs)
+	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, newest, ins), Jobs: shown, JobsOmitted: omitted,
+		Queued: []QueuedView{}, Page: info}
 	for i, q := range queue {
 		v.Queued = append(v.Queued, QueuedView{MessageID: q.Message.ID, Kind: q.Kind, JobID: q.JobID, Position: i + 1, CreatedAt: q.CreatedAt})
 	}
@@ -464,3 +471,25 @@ func (s *Service) runEnded(ctx context.Context, threadID string, c agent.Claim) 
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// newestJobs keeps, in order (oldest first), every job still running and the newest n of the others; it returns
+// how many it left out.
+func newestJobs(jobs []agent.Job, n int) ([]agent.Job, int) {
+	out := []agent.Job{}
+	finished := 0
+	for _, j := range jobs {
+		if j.Status != agent.JobRunning {
+			finished++
+		}
+	}
+	skip := max(finished-n, 0)
+	omitted := skip
+	for _, j := range jobs {
+		if j.Status != agent.JobRunning && skip > 0 {
+			skip--
+			continue
+		}
+		out = append(out, j)
+	}
+	return out, omitted
+}

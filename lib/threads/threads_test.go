@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -181,5 +183,59 @@ func TestGetStopDelete(t *testing.T) {
 	}
 	if _, err := f.svc.List(ctx, "alice", 500); !errors.Is(err, &agent.Error{Code: agent.CodeInvalidLimit}) {
 		t.Fatalf("limit 500: %v", err)
+	}
+}
+
+// REVIEW S7: GET /threads/{id} shows every unfinished job and the newest DefaultViewJobs finished ones (oldest
+// first, as before), and says how many older ones it left out: the view stays bounded however many jobs the
+// thread ran in its life.
+func TestViewPagesJobs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	t0 := time.Now().Add(-time.Hour)
+	if _, _, err := f.store.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: t0, UpdatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	finished := threads.DefaultViewJobs + 7
+	var running []string
+	for i := range finished + 2 {
+		at := t0.Add(time.Duration(i) * time.Second)
+		j := agent.Job{ID: fmt.Sprintf("job_%03d", i), ThreadID: "th", Owner: "alice", Kind: "research", ToolCallID: fmt.Sprintf("c%d", i),
+			Status: agent.JobRunning, CreatedAt: at, UpdatedAt: at, DueAt: at.Add(time.Hour)}
+		j.Execution = j.ID
+		if _, _, err := f.store.CreateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 || i == finished+1 { // an old one and a new one still running
+			running = append(running, j.ID)
+			continue
+		}
+		if _, _, err := f.store.FinishJob(ctx, agent.JobResult{ThreadID: "th", ID: j.ID, Result: []byte(`{"brief":"x"}`), DueAt: at, Now: at}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.store.MarkJobDelivered(ctx, "th", j.ID, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := f.svc.Get(ctx, "alice", "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	done := 0
+	for _, j := range v.Jobs {
+		ids = append(ids, j.ID)
+		if j.Status != agent.JobRunning {
+			done++
+		}
+	}
+	if done != threads.DefaultViewJobs || !slices.Contains(ids, running[0]) || !slices.Contains(ids, running[1]) ||
+		!slices.IsSorted(ids) || v.JobsOmitted != finished-threads.DefaultViewJobs {
+		t.Fatalf("jobs %v (%d finished), omitted %d: want both running jobs, the newest %d finished, oldest first, %d omitted",
+			ids, done, v.JobsOmitted, threads.DefaultViewJobs, finished-threads.DefaultViewJobs)
+	}
+	if ids[len(ids)-1] != fmt.Sprintf("job_%03d", finished+1) {
+		t.Fatalf("the newest job is missing: %v", ids)
 	}
 }
