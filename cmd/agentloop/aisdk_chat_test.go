@@ -16,7 +16,7 @@ import (
 func TestAISDKChatHumanInTheLoop(t *testing.T) {
 	bin, data := setup(t)
 	dev := startDev(t, bin, data)
-	scenarios := []string{aisdktest.ScenarioApprove, aisdktest.ScenarioDeny, aisdktest.ScenarioClientTool}
+	scenarios := []string{aisdktest.ScenarioApprove, aisdktest.ScenarioDeny, aisdktest.ScenarioClientTool, aisdktest.ScenarioPredicate}
 	chatScenarios(t, dev, scenarios...)
 	dev.stop(t)
 }

@@ -99,6 +99,11 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 		req.Message.Role == agent.RoleUser && !req.edits() || errors.Is(err, agent.ErrTooManyRuns) && e.queueAtLimit(ctx, req) {
 		return e.enqueue(ctx, req)
 	}
+	if errors.Is(err, agent.ErrRunActive) && req.Multitask == MultitaskEnqueue && req.continues() {
+		// REVIEW H12: only user messages are queued. An answer waits for nothing the queue could give it (the
+		// active run may be answering the same request), so it is refused in words the client can act on.
+		return nil, agent.Wrap(err, agent.KindConflict, agent.CodeRunActive, "an answer is not queued: send it again once the active run has ended")
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -826,3 +826,46 @@ func launchTool(executed *atomic.Int32, d time.Duration) func(agent.ValueStore, 
 			}}}
 	}
 }
+
+// REVIEW H12: an answer sent with multitask "enqueue" while a run holds the thread is not queued (only user
+// messages are): it is refused with 409 run_active and a message that says so, changes nothing, and the answer
+// sent again once the thread is free is a no-op (the run that held the thread applied the same answer).
+func TestAnswerWithEnqueueIsRefusedWhileARunIsActive(t *testing.T) {
+	t.Parallel()
+	started, release := make(chan struct{}), make(chan struct{})
+	var executed atomic.Int32
+	h := startHITL(t, nil, func(h *hitlStack) {
+		h.tools = func(agent.ValueStore, agent.Clock) []agent.Tool {
+			return []agent.Tool{{Name: "launch", Kind: agent.ToolServer, Approval: agent.ApprovalAlways,
+				InputSchema: json.RawMessage(`{"type":"object"}`),
+				Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+					executed.Add(1)
+					close(started)
+					<-release
+					return json.RawMessage(`{"launched":true}`), nil
+				}}}
+		}
+	})
+	h.send("th", "u1", `/tool launch {}`)
+	body := answerBody(h.view("th"), respond(true, ""))
+	first := make(chan int, 1)
+	go func() { s, _ := h.post(body); first <- s }()
+	<-started // the answer's continuation holds the thread, inside the approved tool
+	body["multitask"] = "enqueue"
+	resp := h.f.do(t, "POST", "/chat", token(t, "alice"), body)
+	var e struct{ Error struct{ Code, Message string } }
+	if err := json.Unmarshal(readAll(t, resp), &e); err != nil || resp.StatusCode != 409 || e.Error.Code != agent.CodeRunActive ||
+		!strings.Contains(e.Error.Message, "not queued") {
+		t.Fatalf("an answer with enqueue while a run is active: %d %+v (%v)", resp.StatusCode, e, err)
+	}
+	close(release)
+	if s := <-first; s != 200 {
+		t.Fatalf("the first answer: %d", s)
+	}
+	if status, stream := h.post(body); status != 200 || executed.Load() != 1 {
+		t.Fatalf("the answer again on a free thread: %d %s; executed %d", status, stream, executed.Load())
+	}
+	if v := h.view("th"); len(v.Messages) != 2 || lastPart(t, v.Messages[1], "launch").State != agent.StateOutputAvailable {
+		t.Fatalf("messages: %s", texts(v.Messages))
+	}
+}

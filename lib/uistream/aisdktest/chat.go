@@ -28,6 +28,9 @@ const (
 	// its start naming it and its metadata saying threadChanged; the README's re-sync from GET /threads/{id} makes
 	// the chat agree with the server.
 	ScenarioCoalesce = "coalesce"
+	// ScenarioPredicate: the README's sendAutomaticallyWhen against the SDK's own predicates on the messages the
+	// server leaves (no request): false for a reply stopped after a tool step (REVIEW H9), true once answered.
+	ScenarioPredicate = "predicate"
 	// ScenarioImage: sendMessage with a PNG attached (a file part with a data URL); the offline model's
 	// /received reply shows it arrived as an image_url content part.
 	ScenarioImage = "image"

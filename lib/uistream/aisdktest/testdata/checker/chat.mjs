@@ -27,6 +27,8 @@
 //                asks again); the answer's automatic re-post gets one new reply after the steer that answers both
 //                (start names it; metadata threadChanged, newMessages 1); the README's re-sync from GET
 //                /threads/{id} makes chat.messages agree with the server
+//   predicate    the README's sendAutomaticallyWhen, checked with the SDK's own predicates on the messages the
+//                server leaves: never true for a reply stopped after a tool step (REVIEW H9), true for answers
 //   image        sendMessage({text: "/received", files: [a PNG as a data URL]}): the SDK sends the file part, the
 //                offline model's reply lists what it received (the text, then an image_url content part of
 //                image/png with the PNG's size), and the server's copy agrees
@@ -39,7 +41,7 @@ import { readFile } from "node:fs/promises";
 
 const PACKAGES = { "6.0": "ai600", 6: "ai", 7: "ai7" };
 const MIN_NODE = { "6.0": 18, 6: 18, 7: 22 };
-const SCENARIOS = ["approve", "deny", "client-tool", "enqueue", "image", "coalesce"];
+const SCENARIOS = ["approve", "deny", "client-tool", "enqueue", "image", "coalesce", "predicate"];
 const TIMEOUT_MS = 10_000; // one wait for the chat to go idle
 const QUIET_MS = 150; // idle this long with no new request: nothing automatic is still coming
 const MAX_REQUESTS = 8; // per scenario: more means the SDK keeps re-posting on its own
@@ -451,13 +453,44 @@ async function image(s) {
   await agreesWithServer(s);
 }
 
-// Each scenario runs on a new chat whose sendAutomaticallyWhen is the SDK's predicate for that kind of answer.
+// readmeAutomatic is the README's sendAutomaticallyWhen: re-post once every approval of the last step is answered,
+// or once every call of a message that stopped to wait for the client (metadata.status "interrupted") has its
+// output; never for a reply stopped after a tool step (status "canceled", finished tool parts), which the server
+// would refuse with 400 not_interrupted (REVIEW H9).
+const readmeAutomatic = (opts) =>
+  ai.lastAssistantMessageIsCompleteWithApprovalResponses(opts) ||
+  (opts.messages.at(-1)?.metadata?.status === "interrupted" && ai.lastAssistantMessageIsCompleteWithToolCalls(opts));
+
+// predicate pins readmeAutomatic against the SDK's own predicates on the messages the server leaves (no server
+// needed): a reply stopped after a tool step, a reply that finished, an answered client tool, an answered approval.
+async function predicate(s) {
+  const tool = (state, extra = {}) => ({ type: "tool-add_note", toolCallId: "c1", state, input: { text: "x" }, ...extra });
+  const msg = (status, parts) => [{ id: "u1", role: "user", parts: [{ type: "text", text: "hi" }] },
+    { id: "a1", role: "assistant", metadata: { status }, parts: [{ type: "step-start" }, ...parts] }];
+  const cases = [
+    ["stopped after a tool step", msg("canceled", [tool("output-available", { output: { id: "n" } })]), false],
+    ["finished after a tool step", msg("completed", [tool("output-available", { output: { id: "n" } }), { type: "step-start" }, { type: "text", text: "ok" }]), false],
+    ["a client tool answered", msg("interrupted", [{ type: "tool-ask_user_question", toolCallId: "c2", state: "output-available", input: {}, output: { answer: "blue" } }]), true],
+    ["an approval answered", msg("interrupted", [tool("approval-responded", { approval: { id: "ap", approved: true } })]), true],
+    ["an approval not yet answered", msg("interrupted", [tool("approval-requested", { approval: { id: "ap" } })]), false],
+  ];
+  for (const [name, messages, want] of cases) {
+    const got = await readmeAutomatic({ messages });
+    check(got === want, `${name}: the README's sendAutomaticallyWhen says ${got}, want ${want}`);
+  }
+  // The predicate the README used to show re-posts the stopped reply (and the server answers 400).
+  check(ai.lastAssistantMessageIsCompleteWithToolCalls({ messages: cases[0][1] }) === true,
+    "the SDK's lastAssistantMessageIsCompleteWithToolCalls no longer holds for a stopped reply: revisit the README");
+}
+
+// Each scenario runs on a new chat whose sendAutomaticallyWhen is the README's (or, for enqueue and image, none).
 const RUN = {
-  approve: [ai.lastAssistantMessageIsCompleteWithApprovalResponses, (s) => approval(s, true)],
-  deny: [ai.lastAssistantMessageIsCompleteWithApprovalResponses, (s) => approval(s, false)],
-  "client-tool": [ai.lastAssistantMessageIsCompleteWithToolCalls, clientTool],
+  approve: [readmeAutomatic, (s) => approval(s, true)],
+  deny: [readmeAutomatic, (s) => approval(s, false)],
+  "client-tool": [readmeAutomatic, clientTool],
   enqueue: [undefined, enqueue],
-  coalesce: [ai.lastAssistantMessageIsCompleteWithToolCalls, coalesce],
+  coalesce: [readmeAutomatic, coalesce],
+  predicate: [undefined, predicate],
   image: [undefined, image],
 };
 
