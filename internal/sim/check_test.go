@@ -141,12 +141,21 @@ func (w *world) checkThread(ctx context.Context, th *simThread) {
 // for good (the run then ends persist_failed, telling the client to send it again), lost it in a way its client
 // saw. Those are exempt unless the sim explores the known gaps (-gaps), which reports them.
 func (w *world) mustKeep(a acceptedMsg) bool {
+	w.mu.Lock()
+	p := a.proc
+	fenced := p.expectUW && p.result != nil && p.result.Error != nil && p.result.Error.Code == agent.CodeRunFenced
+	w.mu.Unlock()
+	if fenced {
+		// The run lost its claim before its message's write landed, and the write was refused (the fences:
+		// the reaper stubs the message first, SQLite checks the claim): its client was told the run stopped, and
+		// sends the message again (a write that did land is kept, and checked like any other).
+		return false
+	}
 	if w.gaps {
 		return true
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := a.proc
 	if !p.expectUW {
 		return true // a re-post of a stored message
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
+	"github.com/agentloop/agentloop/lib/reaper"
 )
 
 // measureIndexes turns on the counter's own index accounting for f's table (dynalite reports no index write
@@ -240,3 +241,68 @@ func TestInterruptCost(t *testing.T) {
 	}
 	t.Logf("a resolved approval's item is %d bytes", dynamo.ItemSize(head.Item))
 }
+
+// What finishing a turn and reaping a dead one write (fences A, B, C): FinishRun is the release and the outcome,
+// two writes as before the fences (only their order changed); a reap is the takeover, the user message's and the
+// reply's fences, the outcome, the failed reply, the final segment and the reaper's release.
+func TestFinishAndReapCost(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	measureIndexes(t, f)
+	ctx := context.Background()
+	s := f.store
+	th := realisticThread(t, s)
+	turn := func(runID string, at time.Time) agent.Run {
+		t.Helper()
+		req := claimReq(th.ID, runID, at)
+		req.Owner, req.UserMessageID, req.AssistantMessageID, req.Reserve = th.Owner, "u-"+runID, "msg-"+runID, 2
+		res, err := s.ClaimRun(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := res.Run
+		user := agent.Message{ID: req.UserMessageID, Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hello there"}`)}}
+		if err := s.PutMessage(ctx, agent.MessageWrite{ThreadID: th.ID, Seq: run.FirstSeq, Message: user, Fence: run.Fence(), Final: true, Now: at}); err != nil {
+			t.Fatal(err)
+		}
+		draft := agent.Message{ID: req.AssistantMessageID, Role: agent.RoleAssistant,
+			Parts:    []json.RawMessage{json.RawMessage(`{"type":"text","text":"partial"}`)},
+			Metadata: json.RawMessage(`{"status":"streaming","runId":"` + runID + `"}`)}
+		if err := s.PutMessage(ctx, agent.MessageWrite{ThreadID: th.ID, Seq: run.AssistantSeq(), Message: draft, Fence: run.Fence(), Now: at}); err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	run := turn("run_01jd8x5q3w9m2k7v4c6b1n0za", t0)
+	f.counter.Reset()
+	done := run
+	done.Status, done.Usage, done.FinishedAt = agent.RunCompleted, agent.Usage{InputTokens: 100, OutputTokens: 20, TotalTokens: 120}, t0.Add(time.Second)
+	if err := s.FinishRun(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	c := f.counter.Counts()
+	if c.Writes != 2 {
+		t.Errorf("FinishRun: %d writes, want 2 (the release, the outcome)", c.Writes)
+	}
+	t.Logf("FinishRun: %d writes, %.1f WCU (table %.1f, index %.1f)", c.Writes, c.WriteUnits(), c.TableWriteUnits, c.IndexWriteUnits)
+
+	dead := turn("run_01jd8x5q3w9m2k7v4c6b1n0zb", t0.Add(time.Minute))
+	r := reaper.New(reaper.Deps{Store: s, Clock: fixedClock(t0.Add(time.Hour))}, reaper.Config{StaleAfter: 30 * time.Second})
+	f.counter.Reset()
+	if ok, err := r.Reap(ctx, th.ID, agent.Claim{RunID: dead.ID, Epoch: dead.Epoch, HeartbeatAt: t0.Add(time.Minute)}); err != nil || !ok {
+		t.Fatalf("Reap: %v %v", ok, err)
+	}
+	c = f.counter.Counts()
+	// TakeOver 1, FenceMessage 1 each (both stored), RecordOutcome 1, the failed reply 1, the final segment and
+	// its run marker 2, ReleaseClaim 1. Before the fences a reap was 6: ReleaseClaim, FinishRun's compare-and-set
+	// and its refused release (billed), the reply, the segment and its marker.
+	if c.Writes != 8 {
+		t.Errorf("a reap: %d writes %v, want 8", c.Writes, c.ByOperation)
+	}
+	t.Logf("a reap: %d writes, %d reads, %.1f WCU (table %.1f, index %.1f) %v", c.Writes, c.Reads, c.WriteUnits(),
+		c.TableWriteUnits, c.IndexWriteUnits, c.ByOperation)
+}
+
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }

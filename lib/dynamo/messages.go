@@ -359,46 +359,56 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 	return page, nil
 }
 
-// FenceMessage is the reaper's stub (fence B): a PutItem of a hidden head (no seq, msgOrder or content, so no
-// index entry and no reader sees it) with the fence as its writer, conditioned on attribute_not_exists(pk); when
-// the message exists, one UpdateItem SET writerRunId, writerEpoch REMOVE final, conditioned on writerEpoch <
-// :epoch (content and position kept). A message already written at the fence's epoch or above is left alone.
-// The usual reap pays one write per id (the reply's stub, or the user message's fence), two for an id whose
-// first write raced the stub.
+// FenceMessage is the reaper's stub (fence B). A stored message (the usual case: the user message, a reply
+// with a draft) takes one UpdateItem SET writerRunId, writerEpoch REMOVE final, conditioned on attribute_exists(pk)
+// AND writerEpoch < :epoch (content and position kept). When that fails on an absent item (ALL_OLD is empty), a
+// PutItem of a hidden head (no seq, msgOrder or content, so no index entry and no reader sees it) with the fence
+// as its writer, conditioned on attribute_not_exists(pk); a message that appeared meanwhile is fenced by trying
+// the update again. A message already written at the fence's epoch or above is left alone.
 func (s *Store) FenceMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
 	k := key(threadPK(threadID), msgSK(id))
-	stub := key(threadPK(threadID), msgSK(id))
-	stub[attrKind] = avS("msg")
-	stub[attrID] = avS(id)
-	stub[attrThreadID] = avS(threadID)
-	stub[attrHidden] = avBool(true)
-	stub[attrWriterRun] = avS(f.RunID)
-	stub[attrWriterEpoch] = avN(f.Epoch)
-	e := newExpr()
-	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(s.table),
-		Item:                     stub,
-		ConditionExpression:      aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
-		ExpressionAttributeNames: e.attrNames(),
-	})
-	if !isConditionFailed(err) {
-		return storeErr(err, "stub message")
+	for attempt := 0; attempt < 3; attempt++ {
+		e := newExpr()
+		_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(s.table),
+			Key:       k,
+			UpdateExpression: aws.String("SET " + e.n(attrWriterRun) + " = " + e.v(avS(f.RunID)) + ", " + e.n(attrWriterEpoch) +
+				" = " + e.v(avN(f.Epoch)) + " REMOVE " + e.n(attrFinal)),
+			ConditionExpression: aws.String("attribute_exists(" + e.n(AttrPK) + ") AND (attribute_not_exists(" + e.n(attrWriterEpoch) +
+				") OR " + e.n(attrWriterEpoch) + " < " + e.v(avN(f.Epoch)) + ")"),
+			ExpressionAttributeNames:            e.attrNames(),
+			ExpressionAttributeValues:           e.attrValues(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		if !isConditionFailed(err) {
+			return storeErr(err, "fence message")
+		}
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return err
+		}
+		if len(old) > 0 {
+			return nil // written at the fence's epoch or above already
+		}
+		stub := key(threadPK(threadID), msgSK(id))
+		stub[attrKind] = avS("msg")
+		stub[attrID] = avS(id)
+		stub[attrThreadID] = avS(threadID)
+		stub[attrHidden] = avBool(true)
+		stub[attrWriterRun] = avS(f.RunID)
+		stub[attrWriterEpoch] = avN(f.Epoch)
+		e = newExpr()
+		_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName:                aws.String(s.table),
+			Item:                     stub,
+			ConditionExpression:      aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
+			ExpressionAttributeNames: e.attrNames(),
+		})
+		if !isConditionFailed(err) {
+			return storeErr(err, "stub message")
+		}
 	}
-	e = newExpr()
-	_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(s.table),
-		Key:       k,
-		UpdateExpression: aws.String("SET " + e.n(attrWriterRun) + " = " + e.v(avS(f.RunID)) + ", " + e.n(attrWriterEpoch) +
-			" = " + e.v(avN(f.Epoch)) + " REMOVE " + e.n(attrFinal)),
-		ConditionExpression: aws.String("attribute_exists(" + e.n(AttrPK) + ") AND (attribute_not_exists(" + e.n(attrWriterEpoch) +
-			") OR " + e.n(attrWriterEpoch) + " < " + e.v(avN(f.Epoch)) + ")"),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
-	})
-	if isConditionFailed(err) {
-		return nil // written at the fence's epoch or above already
-	}
-	return storeErr(err, "fence message")
+	return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "message %s kept changing under its fence", id)
 }
 
 // DeleteMessage hides the message with one UpdateItem fenced like PutMessage (plus attribute_exists(pk): an
