@@ -174,3 +174,7 @@ func KeepLeases(ctx context.Context, store LimitStore, clock Clock, held []Lease
 		})
 	}
 }
+
+// RunSlotScope is the lease scope of a user's active runs; a run holds its slot under its run id. The engine
+// takes it, the reaper gives a reaped run's back.
+func RunSlotScope(owner string) string { return "runs/" + owner }

@@ -287,6 +287,10 @@ func TestFinishAndReapCost(t *testing.T) {
 	t.Logf("FinishRun: %d writes, %.1f WCU (table %.1f, index %.1f)", c.Writes, c.WriteUnits(), c.TableWriteUnits, c.IndexWriteUnits)
 
 	dead := turn("run_01jd8x5q3w9m2k7v4c6b1n0zb", t0.Add(time.Minute))
+	slot := agent.LeaseRequest{Scope: agent.RunSlotScope(th.Owner), Holder: dead.ID, Limit: 1, TTL: time.Hour, Now: t0.Add(time.Minute)}
+	if retry, err := s.AcquireLease(ctx, slot); err != nil || retry > 0 {
+		t.Fatalf("AcquireLease: %v %v", retry, err)
+	}
 	r := reaper.New(reaper.Deps{Store: s, Clock: fixedClock(t0.Add(time.Hour))}, reaper.Config{StaleAfter: 30 * time.Second})
 	f.counter.Reset()
 	if ok, err := r.Reap(ctx, th.ID, agent.Claim{RunID: dead.ID, Epoch: dead.Epoch, HeartbeatAt: t0.Add(time.Minute)}); err != nil || !ok {
@@ -294,10 +298,15 @@ func TestFinishAndReapCost(t *testing.T) {
 	}
 	c = f.counter.Counts()
 	// TakeOver 1, FenceMessage 1 each (both stored), RecordOutcome 1, the failed reply 1, the final segment and
-	// its run marker 2, ReleaseClaim 1. Before the fences a reap was 6: ReleaseClaim, FinishRun's compare-and-set
-	// and its refused release (billed), the reply, the segment and its marker.
-	if c.Writes != 8 {
-		t.Errorf("a reap: %d writes %v, want 8", c.Writes, c.ByOperation)
+	// its run marker 2, ReleaseClaim 1, the run slot's release 1. Before the fences a reap was 6: ReleaseClaim,
+	// FinishRun's compare-and-set and its refused release (billed), the reply, the segment and its marker (and
+	// the slot waited for its lease to expire).
+	if c.Writes != 9 {
+		t.Errorf("a reap: %d writes %v, want 9", c.Writes, c.ByOperation)
+	}
+	next := agent.LeaseRequest{Scope: agent.RunSlotScope(th.Owner), Holder: "run_next", Limit: 1, TTL: time.Hour, Now: t0.Add(time.Hour)}
+	if retry, err := s.AcquireLease(ctx, next); err != nil || retry > 0 {
+		t.Errorf("the user's next run after the reap: retry after %v (%v), want the reaped run's slot given back", retry, err)
 	}
 	t.Logf("a reap: %d writes, %d reads, %.1f WCU (table %.1f, index %.1f) %v", c.Writes, c.Reads, c.WriteUnits(),
 		c.TableWriteUnits, c.IndexWriteUnits, c.ByOperation)

@@ -47,7 +47,7 @@ const (
 )
 
 // runScope and threadScope name a user's limits in the store.
-func runScope(owner string) string    { return "runs/" + owner }
+func runScope(owner string) string    { return agent.RunSlotScope(owner) }
 func threadScope(owner string) string { return "threads/" + owner }
 
 // countsAsUserRun reports whether req starts a run on a user's behalf (and so takes an active-run slot).

@@ -65,6 +65,7 @@ type Store interface {
 	agent.InterruptStore
 	agent.JobStore
 	agent.QueueStore
+	agent.LimitStore
 }
 
 // Deps are the reaper's ports. Tools are looked up for the outcomes they recorded. Jobs, when set, is asked for
@@ -324,6 +325,7 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 	if orphan {
 		usage = agent.Usage{}
 	}
+	r.giveBackSlot(ctx, threadID, runID)
 	err = retry(ctx, func() error {
 		return r.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: threadID, Fence: hold, Usage: usage, Now: r.clock.Now()})
 	})
@@ -331,6 +333,19 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		return fmt.Errorf("reaper: release claim: %w", err)
 	}
 	return nil
+}
+
+// giveBackSlot releases the dead run's slot in its user's active-run scope (issue 16 item 11: at once, not after
+// the lease's TTL). Readers attached to the run end with its final segment and give their own leases back; only a
+// reader whose process died too waits for its lease to expire (its holder id is the reader's, unknown here).
+func (r *Reaper) giveBackSlot(ctx context.Context, threadID, runID string) {
+	th, err := r.store.GetThread(ctx, threadID)
+	if err != nil {
+		return
+	}
+	if err := retry(ctx, func() error { return r.store.ReleaseLease(ctx, agent.RunSlotScope(th.Owner), runID) }); err != nil {
+		r.log.Warn("reaper: give back the run slot", "thread_id", threadID, "run_id", runID, "err", err)
+	}
 }
 
 // ReapOrphan finishes a run that is still recorded as running although no claim names it any more: a FinishRun

@@ -387,3 +387,24 @@ func TestTickExpiresAndCancelsInterrupts(t *testing.T) {
 		t.Fatalf("a second sweep expired %d again", st.Expired)
 	}
 }
+
+// Issue 16 item 11: a reaped run's slot in its user's active-run scope is given back by the reaper at once, not
+// when its lease expires, so a user whose processes die is not refused new runs for the lease's TTL.
+func TestReapGivesBackTheRunSlot(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	run := f.claim(t, "th", "run_1", old)
+	slot := agent.LeaseRequest{Scope: agent.RunSlotScope("alice"), Holder: run.ID, Limit: 1, TTL: time.Hour, Now: old}
+	if retry, err := f.store.AcquireLease(ctx, slot); err != nil || retry > 0 {
+		t.Fatalf("AcquireLease: %v %v", retry, err)
+	}
+	if ok, err := f.r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err != nil || !ok {
+		t.Fatalf("Reap: %v %v", ok, err)
+	}
+	next := agent.LeaseRequest{Scope: agent.RunSlotScope("alice"), Holder: "run_2", Limit: 1, TTL: time.Hour, Now: time.Now()}
+	if retry, err := f.store.AcquireLease(ctx, next); err != nil || retry > 0 {
+		t.Fatalf("the user's next run after the reap: retry after %v (%v), want the reaped run's slot free", retry, err)
+	}
+}
