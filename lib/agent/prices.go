@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Price is what one model's tokens cost, in US dollars per million tokens. CachedInput is what a cached input
@@ -20,8 +21,9 @@ type Price struct {
 //
 //	{"gpt-4o-mini": {"input": 0.15, "cachedInput": 0.075, "output": 0.6}}
 //
-// A model is looked up by its exact name, else by the longest table key that is a prefix of it followed by "-"
-// (so "gpt-4o-mini" prices the dated "gpt-4o-mini-2024-07-18" a provider reports).
+// A model is looked up by its exact name, else by its name without a snapshot date, "-YYYY-MM-DD" or "-YYYYMMDD"
+// (so "gpt-4o-mini" prices the dated "gpt-4o-mini-2024-07-18" a provider reports, and "gpt-4o" prices no
+// "gpt-4o-mini").
 type Prices struct {
 	// rates in micro-USD per million tokens, so that Cost is integer arithmetic.
 	rates map[string]rate
@@ -95,18 +97,33 @@ const maxPricePerM = 100_000
 // Len is the number of models priced.
 func (p Prices) Len() int { return len(p.rates) }
 
-// lookup finds model's rate: exact name, else the longest key that prefixes it followed by "-".
+// lookup finds model's rate: its exact name, else the name without a date suffix ("-YYYY-MM-DD", or "-YYYYMMDD"
+// as Anthropic dates its snapshots) when that name is listed. Nothing else matches: with only "gpt-4o" listed,
+// "gpt-4o-mini" is another model, not a gpt-4o (REVIEW S19).
 func (p Prices) lookup(model string) (rate, bool) {
 	if r, ok := p.rates[model]; ok {
 		return r, true
 	}
-	best, found := "", false
-	for k := range p.rates {
-		if strings.HasPrefix(model, k+"-") && len(k) > len(best) {
-			best, found = k, true
+	if base, ok := undated(model); ok {
+		r, ok := p.rates[base]
+		return r, ok
+	}
+	return rate{}, false
+}
+
+// undated cuts a snapshot date off a model name: "gpt-4o-2024-08-06" and "claude-sonnet-4-20250514" name dated
+// snapshots of "gpt-4o" and "claude-sonnet-4".
+func undated(model string) (string, bool) {
+	for _, layout := range []string{"2006-01-02", "20060102"} {
+		n := len(model) - len(layout) - 1
+		if n <= 0 || model[n] != '-' {
+			continue
+		}
+		if _, err := time.Parse(layout, model[n+1:]); err == nil {
+			return model[:n], true
 		}
 	}
-	return p.rates[best], found
+	return "", false
 }
 
 // Cost prices u as spent by model, in micro-USD, rounded half up once for the whole usage (so each model step is

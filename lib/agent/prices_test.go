@@ -37,8 +37,8 @@ func TestPricesCost(t *testing.T) {
 		{"rounds up from half", "gpt-4o-mini", agent.Usage{InputTokens: 4}, 1, true},
 		// A dated model name a provider reports is priced by its family's entry.
 		{"dated name", "gpt-4o-mini-2024-07-18", agent.Usage{InputTokens: 1_000_000}, 150_000, true},
-		// "gpt-4o-x" is no dated variant of "gpt-4o-mini"; "gpt-4o" prefixes it with a dash.
-		{"longest prefix", "gpt-4o-2024-08-06", agent.Usage{OutputTokens: 1000}, 10_000, true},
+		// A dated gpt-4o is gpt-4o's, not gpt-4o-mini's.
+		{"dated family", "gpt-4o-2024-08-06", agent.Usage{OutputTokens: 1000}, 10_000, true},
 		{"unknown model", "claude", agent.Usage{InputTokens: 1000}, 0, false},
 		{"no prefix without dash", "gpt-4ox", agent.Usage{InputTokens: 1000}, 0, false},
 	} {
@@ -72,5 +72,31 @@ func TestParsePricesRefuses(t *testing.T) {
 				t.Fatalf("ParsePrices(%s) = %v, want invalid", tc.json, err)
 			}
 		})
+	}
+}
+
+// Only a dated snapshot of a listed model takes its price (REVIEW S19): with only gpt-4o listed, gpt-4o-mini and
+// its snapshots are another model, not gpt-4o.
+func TestPricesMatchOnlyDatedNames(t *testing.T) {
+	t.Parallel()
+	prices, err := agent.ParsePrices([]byte(`{"gpt-4o": {"input": 2.5, "output": 10}, "claude-sonnet-4": {"input": 3, "output": 15}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for model, known := range map[string]bool{
+		"gpt-4o":                   true,
+		"gpt-4o-2024-08-06":        true,
+		"claude-sonnet-4-20250514": true, // a date without dashes, as Anthropic names snapshots
+		"gpt-4o-mini":              false,
+		"gpt-4o-mini-2024-07-18":   false,
+		"gpt-4o-audio-preview":     false,
+		"gpt-4o-2024-08":           false,
+		"gpt-4o-2024-08-06-extra":  false,
+		"gpt-4o-20240806x":         false,
+		"gpt-4o-2024-0a-06":        false,
+	} {
+		if _, got := prices.Cost(model, agent.Usage{InputTokens: 1000}); got != known {
+			t.Errorf("Cost(%s) known = %v, want %v", model, got, known)
+		}
 	}
 }
