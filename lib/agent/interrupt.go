@@ -29,6 +29,11 @@ const (
 // DefaultInterruptTTL is how long a pending interrupt waits for its answer (DESIGN "Human in the loop").
 const DefaultInterruptTTL = 24 * time.Hour
 
+// DefaultResolvedInterruptKeep is how long a resolved interrupt stays in its thread after its resolution (a retried
+// answer is recognised within it), after which the store removes it, so a thread's interrupt reads grow with its
+// recent questions, not with all it ever asked (REVIEW S7).
+const DefaultResolvedInterruptKeep = 24 * time.Hour
+
 // Interrupt is a pending human decision. ID is the approval id the client sees (for a client tool, the client
 // answers by tool call id and the ID stays internal); it is derived from the thread, the run and the tool call,
 // so a retried insert converges and a deterministic model repeating a call id in a later run gets a new one.
@@ -69,7 +74,9 @@ type InterruptStore interface {
 	CreateInterrupt(ctx context.Context, in Interrupt) (Interrupt, bool, error)
 	// GetInterrupt: unknown id is KindNotFound/CodeInterruptNotFound.
 	GetInterrupt(ctx context.Context, threadID, id string) (Interrupt, error)
-	// ListInterrupts returns the thread's interrupts, oldest first (ties by id), every status.
+	// ListInterrupts returns the thread's interrupts, oldest first (ties by id), every status. A resolved
+	// interrupt is kept at least DefaultResolvedInterruptKeep after its ResolvedAt and removed after that: SQLite
+	// by the thread's next resolve, DynamoDB by the table's TTL (within days of it).
 	ListInterrupts(ctx context.Context, threadID string) ([]Interrupt, error)
 	// ResolveInterrupt moves the interrupt from pending to req.Status (any status but pending) with req.Response
 	// and ResolvedAt = req.Now, by compare-and-set on status = pending. It returns the interrupt as stored after

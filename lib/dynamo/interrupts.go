@@ -14,8 +14,10 @@ import (
 )
 
 // Interrupt item attributes, besides the shared id, threadId, runId, epoch, status, createdAt and expiresTime (the
-// exact expiry). AttrExpiresAt, the table's TTL, is never set on an interrupt: an expired one is resolved by the
-// reaper, and only its thread's delete removes it.
+// exact expiry). AttrExpiresAt, the table's TTL, is set by the resolve to agent.DefaultResolvedInterruptKeep after
+// it (REVIEW S7: a thread's interrupt reads then grow with its recent questions, not with all it ever asked); a
+// pending interrupt has none (an expired one is resolved by the reaper first). Chunk items of a large input or
+// response carry no TTL: they are never read without their head, and go with the thread's delete.
 const (
 	attrMessageID     = "messageId"
 	attrInterruptKind = "interruptKind" // "kind" is every item's type tag
@@ -199,7 +201,8 @@ func sortChildren[T any](list []T, by func(T) (at time.Time, threadID, id string
 // ResolveInterrupt is the compare-and-set, one UpdateItem on the interrupt head:
 //
 //	condition: #status = :pending
-//	update:    SET status = :status, resolvedAt = :now, resolveId = :call [, respBody | respVer, respChunks [, respEnc]]
+//	update:    SET status = :status, resolvedAt = :now, resolveId = :call, expiresAt = :now + keep (TTL)
+//	           [, respBody | respVer, respChunks [, respEnc]]
 //	           REMOVE pendingShard, pendingExpiresAt
 //	returns:   ALL_NEW; on a failed condition ALL_OLD
 //
@@ -231,11 +234,12 @@ func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) 
 		e.n(attrStatus) + " = " + e.v(avS(string(req.Status))),
 		e.n(attrResolvedAt) + " = " + e.v(avT(req.Now)),
 		e.n(attrResolveID) + " = " + e.v(avS(call)),
+		e.n(AttrExpiresAt) + " = " + e.v(avN(ttlSeconds(req.Now.Add(agent.DefaultResolvedInterruptKeep)))),
 	}
 	for a, v := range resp {
 		sets = append(sets, e.n(a)+" = "+e.v(v))
 	}
-	sort.Strings(sets[3:]) // a stable request, for the recorded tests and for people reading logs
+	sort.Strings(sets[4:]) // a stable request, for the recorded tests and for people reading logs
 	update := "SET " + strings.Join(sets, ", ") + " REMOVE " + e.n(AttrPendingShard) + ", " + e.n(AttrPendingExpiry)
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),

@@ -84,10 +84,16 @@ func TestPendingIndexHoldsOnlyPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []string{dynamo.AttrPendingShard, dynamo.AttrPendingExpiry, dynamo.AttrExpiresAt} {
+	for _, a := range []string{dynamo.AttrPendingShard, dynamo.AttrPendingExpiry} {
 		if _, ok := head.Item[a]; ok {
 			t.Errorf("resolved interrupt head still has %s", a)
 		}
+	}
+	// REVIEW S7: the resolve sets the table's TTL, so resolved interrupts leave the thread (and its reads)
+	// agent.DefaultResolvedInterruptKeep after their answer, whatever the thread's age.
+	ttl, _ := head.Item[dynamo.AttrExpiresAt].(*types.AttributeValueMemberN)
+	if want := fmt.Sprint(t0.Add(agent.DefaultResolvedInterruptKeep).Add(time.Second - 1).Unix()); ttl == nil || ttl.Value != want {
+		t.Errorf("resolved interrupt head's %s = %v, want %s (resolved + the keep age, rounded up to seconds)", dynamo.AttrExpiresAt, head.Item[dynamo.AttrExpiresAt], want)
 	}
 	// An expired but still pending interrupt is found through the index; the resolved ones are not.
 	got, err := s.ListExpiredInterrupts(ctx, t0.Add(2*time.Hour), 0)

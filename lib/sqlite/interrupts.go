@@ -133,6 +133,13 @@ func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) 
 		var err error
 		stored, err = scanInterrupt(c.queryRow(ctx, resolveSQL, string(req.Status), rawJSON(req.Response),
 			millis(req.Now), req.ThreadID, req.ID))
+		if err == nil {
+			// The thread's interrupts resolved longer than the keep age ago go (DynamoDB: the table's TTL), so
+			// its reads grow with its recent questions only (REVIEW S7).
+			_, err = c.exec(ctx, `DELETE FROM interrupts WHERE thread_id = ? AND status <> 'pending' AND resolved_at < ?`,
+				req.ThreadID, millis(req.Now.Add(-agent.DefaultResolvedInterruptKeep)))
+			return err
+		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}

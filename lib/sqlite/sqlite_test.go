@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -388,5 +389,45 @@ func TestWritesCheckTheClaim(t *testing.T) {
 	late.Fence = hold
 	if err := s.PutMessage(ctx, late); !errors.Is(err, agent.ErrRunFenced) {
 		t.Fatalf("PutMessage after the reaper gave the thread back: %v, want %s", err, agent.CodeRunFenced)
+	}
+}
+
+// REVIEW S7: a thread's resolved interrupts do not pile up for its reads: a resolve removes the thread's interrupts
+// resolved more than agent.DefaultResolvedInterruptKeep before it (DynamoDB: the table's TTL does, see
+// lib/dynamo). Pending ones stay whatever their age.
+func TestResolvedInterruptsArePurged(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	t0 := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
+	if _, _, err := s.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: t0, UpdatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	later := t0.Add(agent.DefaultResolvedInterruptKeep + time.Second)
+	for i, id := range []string{"old", "waiting", "new"} {
+		in := agent.Interrupt{ID: id, ThreadID: "th", RunID: "r", MessageID: "m" + id, Kind: agent.InterruptApproval, ToolCallID: "c" + id,
+			ToolName: "t", Status: agent.InterruptPending, CreatedAt: t0.Add(time.Duration(i) * time.Second), ExpiresAt: t0.Add(48 * time.Hour)}
+		if _, _, err := s.CreateInterrupt(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range []struct {
+		id  string
+		now time.Time
+	}{{"old", t0}, {"new", later}} {
+		if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: "th", ID: r.id, Status: agent.InterruptApproved, Now: r.now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ins, err := s.ListInterrupts(ctx, "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, in := range ins {
+		ids = append(ids, in.ID)
+	}
+	if strings.Join(ids, ",") != "waiting,new" {
+		t.Fatalf("interrupts %v, want the pending one and the one resolved within the keep age", ids)
 	}
 }

@@ -38,6 +38,7 @@ func interruptTests() []test {
 		c{"ListExpiredDefaultLimit", testListExpiredInterruptsDefaultLimit},
 		c{"DeleteThreadRemovesInterrupts", testDeleteThreadRemovesInterrupts},
 		c{"InvalidRefused", testInterruptInvalid},
+		c{"ResolvedKeptForTheKeepAge", testResolvedInterruptKept},
 	)
 }
 
@@ -618,4 +619,22 @@ func testInterruptInvalid(e *interrupts) {
 		wantErr(t, err, agent.KindInvalid, tc.code, tc.name+": ResolveInterrupt")
 	}
 	wantInterrupts(e, th.ID, in)
+}
+
+// A resolved interrupt stays readable (Get and List) for agent.DefaultResolvedInterruptKeep after its resolution,
+// whatever else the thread resolves meanwhile: a retried answer is recognised within it. (After it the store
+// removes it, each in its own way: the adapters test that.)
+func testResolvedInterruptKept(e *interrupts) {
+	th := newThread(e)
+	a := createInterrupt(e, interruptOf(th.ID, e.id("apr"), at(0)))
+	b := createInterrupt(e, interruptOf(th.ID, e.id("apr"), at(time.Second)))
+	ra := agent.ResolveRequest{ThreadID: th.ID, ID: a.ID, Status: agent.InterruptApproved, Response: json.RawMessage(`{"approved":true}`), Now: at(time.Minute)}
+	_, err := e.s.ResolveInterrupt(e.ctx, ra)
+	must(e.t, err, "ResolveInterrupt "+a.ID)
+	rb := agent.ResolveRequest{ThreadID: th.ID, ID: b.ID, Status: agent.InterruptDenied, Response: json.RawMessage(`{"approved":false}`),
+		Now: at(time.Minute + agent.DefaultResolvedInterruptKeep - time.Millisecond)}
+	_, err = e.s.ResolveInterrupt(e.ctx, rb)
+	must(e.t, err, "ResolveInterrupt "+b.ID)
+	sameInterrupt(e.t, "GetInterrupt "+a.ID, getInterrupt(e, th.ID, a.ID), resolved(a, ra))
+	wantInterrupts(e, th.ID, resolved(a, ra), resolved(b, rb))
 }
