@@ -252,6 +252,9 @@ func (l *ledger) GetJob(ctx context.Context, threadID, id string) (agent.Job, er
 func (l *ledger) ListJobs(ctx context.Context, threadID string) ([]agent.Job, error) {
 	return l.use("ListJobs").ListJobs(ctx, threadID)
 }
+func (l *ledger) SetJobDue(ctx context.Context, threadID, id string, due, now time.Time) error {
+	return l.use("SetJobDue").SetJobDue(ctx, threadID, id, due, now)
+}
 func (l *ledger) SetJobActivity(ctx context.Context, threadID, id, activity string, now time.Time) error {
 	return l.use("SetJobActivity").SetJobActivity(ctx, threadID, id, activity, now)
 }

@@ -74,6 +74,12 @@ func (s *procStore) SetJobActivity(ctx context.Context, threadID, id, activity s
 	})
 }
 
+func (s *procStore) SetJobDue(ctx context.Context, threadID, id string, due, now time.Time) error {
+	return s.call(ctx, "SetJobDue", true, callPlain, nil, threadID, func() error {
+		return s.Store.SetJobDue(ctx, threadID, id, due, now)
+	})
+}
+
 func (s *procStore) FinishJob(ctx context.Context, r agent.JobResult) (j agent.Job, stored bool, err error) {
 	detail := func() string {
 		what := "result"

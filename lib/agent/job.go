@@ -92,6 +92,11 @@ type JobStore interface {
 	// SetJobActivity replaces the activity line of a job that has not finished, and sets its UpdatedAt to now. A
 	// finished job: KindConflict/CodeJobFinished, nothing changes. Unknown id: KindNotFound/CodeJobNotFound.
 	SetJobActivity(ctx context.Context, threadID, id, activity string, now time.Time) error
+	// SetJobDue moves the DueAt of a job that has not finished to due (its place in ListDueJobs too) and sets its
+	// UpdatedAt to now: the sub-agent task moves a start's deadline to its execution's, the reaper gives a job it
+	// starts again another start's. A finished job: KindConflict/CodeJobFinished, nothing changes. Unknown id:
+	// KindNotFound/CodeJobNotFound.
+	SetJobDue(ctx context.Context, threadID, id string, due, now time.Time) error
 	// FinishJob stores the job's result or failure (exactly one of r.Result, r.Error) by compare-and-set on "not
 	// finished": the first writer wins. It returns the job as stored after the call and whether this call
 	// stored it; a job already finished is returned unchanged with stored false and no error. The winning write
@@ -215,6 +220,10 @@ type JobContract struct {
 	ExecutionTimeout time.Duration
 	// DeliveryGrace is how long after a job finished the reaper waits before re-driving an undelivered one.
 	DeliveryGrace time.Duration
+	// StartDue is how long a dispatched job may wait for its sub-agent task's first report (the task moves the
+	// job's deadline to its execution's) before the reaper starts it again (Start is idempotent by execution
+	// name), until its execution's deadline. Like DeliveryGrace, the reaper's number, not the state machine's.
+	StartDue time.Duration
 }
 
 // DefaultJobContract is the contract infra/jobs.asl.json states (a function: no package-level mutable state).
@@ -226,5 +235,6 @@ func DefaultJobContract() JobContract {
 		RetryInterval:    2 * time.Second,
 		ExecutionTimeout: 1800 * time.Second,
 		DeliveryGrace:    60 * time.Second,
+		StartDue:         2 * time.Minute,
 	}
 }

@@ -181,10 +181,10 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		_ = runner.Close(ctx)
 	})
 	kinds := jobs.NewRegistry(jobs.Research())
-	toolset := append(newTools(s.Store, clock), jobs.Dispatcher{Store: s.Store, Jobs: s.Jobs, Clock: clock, Contract: contract}.Tools(kinds)...)
+	toolset := append(newTools(s.Store, clock), jobs.Dispatcher{Store: s.Store, Jobs: s.Jobs, Clock: clock, Contract: contract, Logger: log}.Tools(kinds)...)
 	s.Tools = toolset
 	rcfg := cfg.Reaper()
-	rcfg.DeliveryGrace = contract.DeliveryGrace
+	rcfg.DeliveryGrace, rcfg.StartDue, rcfg.ExecutionTimeout = contract.DeliveryGrace, contract.StartDue, contract.ExecutionTimeout
 	metrics := o.Metrics
 	if metrics == nil && cfg.Metrics == config.MetricsEMF {
 		metrics = emf.New(os.Stdout, cfg.MetricsNamespace, clock)

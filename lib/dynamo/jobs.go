@@ -203,6 +203,34 @@ func (s *Store) SetJobActivity(ctx context.Context, threadID, id, activity strin
 	return agent.E(agent.KindConflict, agent.CodeJobFinished, "job %s has finished: its activity is final", id)
 }
 
+// SetJobDue is one UpdateItem on the job head, condition attribute_exists(pk) AND
+// attribute_not_exists(finishedAt): SET dueAt (which moves the job within the dueWork index), updatedAt. The
+// failure's item (or one GetItem) tells an unknown job from a finished one.
+func (s *Store) SetJobDue(ctx context.Context, threadID, id string, due, now time.Time) error {
+	k := key(threadPK(threadID), jobSK(id))
+	e := newExpr()
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String("SET " + e.n(AttrDueAt) + " = " + e.v(avT(due)) + ", " + e.n(attrUpdatedAt) + " = " + e.v(avT(now))),
+		ConditionExpression:                 aws.String("attribute_exists(" + e.n(AttrPK) + ") AND attribute_not_exists(" + e.n(attrFinishedAt) + ")"),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if !isConditionFailed(err) {
+		return storeErr(err, "set job due")
+	}
+	old, err := s.failedItem(ctx, err, k)
+	if err != nil {
+		return err
+	}
+	if len(old) == 0 {
+		return jobNotFound(threadID, id)
+	}
+	return agent.E(agent.KindConflict, agent.CodeJobFinished, "job %s has finished: its deadline is its delivery's", id)
+}
+
 // FinishJob is the compare-and-set, one UpdateItem on the job head:
 //
 //	condition: attribute_exists(pk) AND attribute_not_exists(finishedAt)

@@ -102,6 +102,14 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 	if !ok {
 		return in, &agent.JobFailedError{Reason: fmt.Sprintf("unknown job kind %q", j.Kind)}
 	}
+	// The execution runs: the job is due at its end now, not at its start's (the reaper would start it again).
+	now := t.clock.Now()
+	switch err := t.store.SetJobDue(ctx, j.ThreadID, j.ID, now.Add(t.cfg.Contract.ExecutionTimeout+t.cfg.Contract.DeliveryGrace), now); {
+	case errors.Is(err, agent.ErrJobFinished), errors.Is(err, agent.ErrJobNotFound):
+		return in, nil
+	case err != nil:
+		return in, transient(err)
+	}
 	begin := time.Now()
 	env := Env{Model: t.model, ModelName: t.cfg.ModelName, MaxSteps: t.cfg.MaxSteps, Activity: func(line string) {
 		if err := t.store.SetJobActivity(ctx, j.ThreadID, j.ID, line, t.clock.Now()); err != nil && !errors.Is(err, agent.ErrJobFinished) {
@@ -123,7 +131,7 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 		_, msg := agent.Public(err)
 		return in, &agent.JobFailedError{Reason: msg}
 	}
-	now := t.clock.Now()
+	now = t.clock.Now()
 	_, _, err = t.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Result: result,
 		DueAt: now.Add(t.cfg.Contract.DeliveryGrace), Now: now})
 	switch {

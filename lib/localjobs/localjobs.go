@@ -84,6 +84,7 @@ func New(tasks Tasks, c agent.JobContract, logger *slog.Logger) *Runner {
 	c.RetryInterval = cmp.Or(c.RetryInterval, d.RetryInterval)
 	c.ExecutionTimeout = cmp.Or(c.ExecutionTimeout, d.ExecutionTimeout)
 	c.DeliveryGrace = cmp.Or(c.DeliveryGrace, d.DeliveryGrace)
+	c.StartDue = cmp.Or(c.StartDue, d.StartDue)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -2,8 +2,10 @@ package reaper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
@@ -11,8 +13,9 @@ import (
 // Jobs and queues (DESIGN "Sub-agent jobs"): each sweep also re-drives what a died process left behind, through
 // two more sparse indexes (cost proportional to what they hold, never to the table):
 //
-//   - jobs past their due time and still undelivered: a job whose execution never reported back (past the
-//     execution's timeout) gets a failure result; then a finished job whose steer is neither in the thread nor
+//   - jobs past their due time and still undelivered: a job whose sub-agent task never reported (its Start
+//     failed, or never happened) is started again, every StartDue, until its execution's deadline; past it, a job
+//     whose execution never reported back gets a failure result; then a finished job whose steer is neither in the thread nor
 //     waiting in its queue gets a delivery pass for it (the wake died between "result stored" and "steer
 //     delivered");
 //   - threads whose queue has held an entry for longer than the delivery grace, idle and waiting for nobody:
@@ -35,6 +38,10 @@ func (r *Reaper) redrive(ctx context.Context, woken map[string]bool) (int, error
 	for _, j := range due {
 		if err := ctx.Err(); err != nil {
 			return n, err
+		}
+		if !j.Finished() && now.Before(j.CreatedAt.Add(r.cfg.ExecutionTimeout+r.cfg.DeliveryGrace)) {
+			r.restart(ctx, j, now)
+			continue
 		}
 		if !j.Finished() {
 			fin, _, err := r.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID,
@@ -67,6 +74,27 @@ func (r *Reaper) redrive(ctx context.Context, woken map[string]bool) (int, error
 		r.log.Info("agent.job.redrive", "thread_id", j.ThreadID, "job_id", j.ID)
 	}
 	return n, nil
+}
+
+// restart starts again a job whose sub-agent task never reported (its start failed, or its process died before
+// it): its deadline moves to the next start's first, so that the task, once it runs, moves it last (to its
+// execution's end), then Start, idempotent by execution name (an execution that exists already is not run twice).
+func (r *Reaper) restart(ctx context.Context, j agent.Job, now time.Time) {
+	due := now.Add(r.cfg.StartDue)
+	if deadline := j.CreatedAt.Add(r.cfg.ExecutionTimeout + r.cfg.DeliveryGrace); deadline.Before(due) {
+		due = deadline
+	}
+	if err := r.store.SetJobDue(ctx, j.ThreadID, j.ID, due, now); err != nil {
+		if !errors.Is(err, agent.ErrJobFinished) && !errors.Is(err, agent.ErrJobNotFound) {
+			r.log.Warn("reaper: move a job's start deadline", "thread_id", j.ThreadID, "job_id", j.ID, "err", err)
+		}
+		return // finished meanwhile (the next sweep delivers it if need be), or gone with its thread
+	}
+	if err := r.jobs.Start(ctx, j); err != nil {
+		r.log.Warn("reaper: start a job again", "thread_id", j.ThreadID, "job_id", j.ID, "err", err)
+		return
+	}
+	r.log.Info("agent.job.restart", "thread_id", j.ThreadID, "job_id", j.ID, "age_ms", now.Sub(j.CreatedAt).Milliseconds())
 }
 
 // sweepQueues asks for a delivery pass on idle threads whose queue nobody took.

@@ -53,6 +53,10 @@ type Config struct {
 	// DeliveryGrace is how long a queue entry may wait on an idle thread before the sweep asks for a delivery
 	// pass (agent.DefaultJobContract().DeliveryGrace).
 	DeliveryGrace time.Duration
+	// StartDue and ExecutionTimeout are the job contract's (agent.DefaultJobContract()): a job that never
+	// reported is started again every StartDue, and failed once its execution would have ended (jobs.go).
+	StartDue         time.Duration
+	ExecutionTimeout time.Duration
 }
 
 // Store is what the reaper needs: runs and claims, messages, stream segments, and threads (a tool's recorded
@@ -97,6 +101,8 @@ func New(d Deps, cfg Config) *Reaper {
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
 	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
 	cfg.DeliveryGrace = cmp.Or(cfg.DeliveryGrace, agent.DefaultJobContract().DeliveryGrace)
+	cfg.StartDue = cmp.Or(cfg.StartDue, agent.DefaultJobContract().StartDue)
+	cfg.ExecutionTimeout = cmp.Or(cfg.ExecutionTimeout, agent.DefaultJobContract().ExecutionTimeout)
 	r := &Reaper{store: d.Store, jobs: d.Jobs, clock: d.Clock, log: d.Logger, metrics: d.Metrics, cfg: cfg, tools: map[string]agent.Tool{}}
 	if r.metrics == nil {
 		r.metrics = agent.NopMetrics{}

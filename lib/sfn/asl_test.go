@@ -29,7 +29,7 @@ func TestDefinitionStatesTheContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := agent.DefaultJobContract()
-	want.DeliveryGrace = 0 // the reaper's, not the state machine's
+	want.DeliveryGrace, want.StartDue = 0, 0 // the reaper's, not the state machine's
 	if got != want {
 		t.Fatalf("infra/jobs.asl.json states %+v,\nagent.DefaultJobContract() is %+v", got, want)
 	}

@@ -134,6 +134,23 @@ func (s *Store) SetJobActivity(ctx context.Context, threadID, id, activity strin
 	})
 }
 
+// SetJobDue is one UPDATE conditioned on finished_at IS NULL (jobs_due follows due_at); when it matches nothing,
+// a read in the same transaction tells an unknown job from a finished one.
+func (s *Store) SetJobDue(ctx context.Context, threadID, id string, due, now time.Time) error {
+	s.op()
+	return s.write(ctx, "set job due", func(c conn) error {
+		n, err := c.execN(ctx, `UPDATE jobs SET due_at = ?, updated_at = ?
+			WHERE thread_id = ? AND id = ? AND finished_at IS NULL`, millis(due), millis(now), threadID, id)
+		if err != nil || n == 1 {
+			return err
+		}
+		if _, err := getJobIn(ctx, c, threadID, id); err != nil {
+			return err
+		}
+		return agent.E(agent.KindConflict, agent.CodeJobFinished, "job %s has finished: its deadline is its delivery's", id)
+	})
+}
+
 // finishJobSQL is the compare-and-set on "not finished"; it returns the row it wrote.
 const finishJobSQL = `UPDATE jobs SET result = ?, error = ?, finished_at = ?, updated_at = ?, due_at = ?
 	WHERE thread_id = ? AND id = ? AND finished_at IS NULL RETURNING ` + jobCols

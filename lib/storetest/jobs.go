@@ -35,6 +35,7 @@ func jobTests() []test {
 		c{"FinishRaceOneWinner", testFinishJobRace},
 		c{"MarkDelivered", testMarkJobDelivered},
 		c{"DueAtRoundTrips", testJobDueAt},
+		c{"SetDue", testSetJobDue},
 		c{"RawJSONByteForByte", testJobRawJSON},
 		c{"LargeInputAndResult", testJobLarge},
 		c{"ListDue", testListDueJobs},
@@ -522,6 +523,30 @@ func testJobDueAt(e *jobs) {
 	zero.DueAt = time.Time{}
 	createJob(e, zero)
 	sameJob(t, "GetJob(no deadline)", getJob(e, th.ID, zero.ID), zero)
+}
+
+// SetJobDue moves a running job's deadline (its start's to its execution's, or a start's again), within the
+// reaper's work list too, and refuses a finished or unknown job, changing nothing.
+func testSetJobDue(e *jobs) {
+	t := e.t
+	th := newThread(e)
+	j := jobOf(th.ID, e.id("call"), at(-50*24*time.Hour))
+	j.DueAt = at(-50*24*time.Hour + 2*time.Minute)
+	createJob(e, j)
+	wantDue(e, at(-50*24*time.Hour+3*time.Minute), []string{th.ID}, j)
+	moved := at(-50*24*time.Hour + 31*time.Minute)
+	must(t, e.s.SetJobDue(e.ctx, th.ID, j.ID, moved, at(-50*24*time.Hour+10*time.Second)), "SetJobDue")
+	j.DueAt, j.UpdatedAt = moved, at(-50*24*time.Hour+10*time.Second)
+	sameJob(t, "GetJob after SetJobDue", getJob(e, th.ID, j.ID), j)
+	wantDue(e, at(-50*24*time.Hour+3*time.Minute), []string{th.ID})
+	wantDue(e, at(-50*24*time.Hour+32*time.Minute), []string{th.ID}, j)
+
+	err := e.s.SetJobDue(e.ctx, th.ID, e.id("job"), moved, at(-50*24*time.Hour+time.Minute))
+	wantErr(t, err, agent.KindNotFound, agent.CodeJobNotFound, "SetJobDue(unknown id)")
+	done := finishJob(e, resultOf(j, `{"ok":true}`, at(-50*24*time.Hour+time.Minute)))
+	err = e.s.SetJobDue(e.ctx, th.ID, j.ID, moved, at(-50*24*time.Hour+2*time.Minute))
+	wantErr(t, err, agent.KindConflict, agent.CodeJobFinished, "SetJobDue after finish")
+	sameJob(t, "GetJob after the refused SetJobDue", getJob(e, th.ID, j.ID), done)
 }
 
 // Input and Result are JSON kept byte for byte (the result becomes the steer's payload as the sub-agent wrote it).

@@ -361,6 +361,7 @@ func testCanceledContext(e *whole) {
 		{"GetJob", func() error { _, err := e.s.GetJob(ctx, th.ID, job.ID); return err }},
 		{"ListJobs", func() error { _, err := e.s.ListJobs(ctx, th.ID); return err }},
 		{"SetJobActivity", func() error { return e.s.SetJobActivity(ctx, th.ID, job.ID, "changed", at(time.Second)) }},
+		{"SetJobDue", func() error { return e.s.SetJobDue(ctx, th.ID, job.ID, at(time.Hour), at(time.Second)) }},
 		{"FinishJob", func() error {
 			_, _, err := e.s.FinishJob(ctx, resultOf(job, `{"changed":true}`, at(time.Second)))
 			return err

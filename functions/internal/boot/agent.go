@@ -53,7 +53,7 @@ func (b Base) Tools(js agent.Jobs) []agent.Tool {
 	if js == nil {
 		js = noJobs{}
 	}
-	d := jobs.Dispatcher{Store: b.Store, Jobs: js, Clock: b.Clock, Contract: Contract()}
+	d := jobs.Dispatcher{Store: b.Store, Jobs: js, Clock: b.Clock, Contract: Contract(), Logger: b.Log}
 	return append(tools.Demo(b.Store, b.Clock), d.Tools(JobKinds())...)
 }
 
@@ -61,7 +61,7 @@ func (b Base) Tools(js agent.Jobs) []agent.Tool {
 // forgotten queues.
 func (b Base) Reaper(toolset []agent.Tool, js agent.Jobs) *reaper.Reaper {
 	cfg := b.Config.Reaper()
-	cfg.DeliveryGrace = Contract().DeliveryGrace
+	cfg.DeliveryGrace, cfg.StartDue, cfg.ExecutionTimeout = Contract().DeliveryGrace, Contract().StartDue, Contract().ExecutionTimeout
 	return reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Jobs: js, Clock: b.Clock, Logger: b.Log, Metrics: b.Metrics}, cfg)
 }
 
