@@ -367,15 +367,27 @@ func TestDeliveryRecoveredByTheReaper(t *testing.T) {
 						t.Fatal(err)
 					}
 					if crash != "after the queue" {
-						th, _ := h.stack.Store.GetThread(ctx, "th")
-						w := agent.MessageWrite{ThreadID: "th", Seq: 1000, Message: q.Message, Fence: agent.Fence{RunID: "run_dead", Epoch: th.Epoch + 1}, Final: true, Now: time.Now().UTC()}
+						// A delivery turn stored the steer under its claim (a write needs the claim it names)...
+						now := time.Now().UTC()
+						res, err := h.stack.Store.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th", Owner: "alice", RunID: "run_dead",
+							Trigger: agent.TriggerSteer, AssistantMessageID: "msg_dead", Reserve: 2, Now: now})
+						if err != nil {
+							t.Fatal(err)
+						}
+						w := agent.MessageWrite{ThreadID: "th", Seq: res.Run.FirstSeq, Message: q.Message, Fence: res.Run.Fence(), Final: true, Now: now}
 						if err := h.stack.Store.PutMessage(ctx, w); err != nil {
 							t.Fatal(err)
 						}
-					}
-					if crash == "after the take" {
-						// The turn took the entry and died before it marked the job delivered.
-						if err := h.stack.Store.TakeQueued(ctx, "th", q.Message.ID, time.Now().UTC()); err != nil {
+						if crash == "after the take" {
+							// ... took the entry, and died before it marked the job delivered.
+							if err := h.stack.Store.TakeQueued(ctx, "th", q.Message.ID, now); err != nil {
+								t.Fatal(err)
+							}
+						}
+						// Its claim is gone by now (reaped: the thread is idle again).
+						dead := res.Run
+						dead.Status, dead.FinishedAt, dead.UpdatedAt = agent.RunFailed, now, now
+						if err := h.stack.Store.FinishRun(ctx, dead); err != nil {
 							t.Fatal(err)
 						}
 					}
