@@ -24,6 +24,22 @@ const (
 	devUser     = "dev"
 )
 
+// The dev server's connection bounds (REVIEW S22). A request's headers and body must arrive within
+// devReadTimeout (a body is at most AGENT_MAX_BODY_BYTES, a client that trickles one would otherwise hold a
+// POST /chat forever); a keep-alive connection idle for devIdleTimeout is closed. There is no write timeout: a
+// reply streams for as long as its run (bounded by the run wall clock), and the stream's own write deadline
+// (lib/uistream) catches a client that stopped reading.
+const (
+	devReadHeaderTimeout = 10 * time.Second
+	devReadTimeout       = time.Minute
+	devIdleTimeout       = 2 * time.Minute
+)
+
+// devHTTPServer is the dev server's http.Server for h.
+func devHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: devReadHeaderTimeout, ReadTimeout: devReadTimeout, IdleTimeout: devIdleTimeout}
+}
+
 // dev serves every route on one port until ctx ends. ready, when set, receives the base URL once serving.
 func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("agentloop dev", flag.ContinueOnError)
@@ -58,7 +74,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 
 	go stack.Run(ctx)
 
-	srv := &http.Server{Handler: stack.Handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := devHTTPServer(stack.Handler)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	if ready != nil {
