@@ -5,27 +5,52 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// setup builds the real binary once per test.
+// built is the real binary, built once per test binary (a link takes seconds on a small machine; every test
+// that runs it shares it) and removed by TestMain.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// setup returns the real binary and a data directory of the test's own.
 func setup(t *testing.T) (bin, data string) {
 	t.Helper()
-	dir := t.TempDir()
-	bin = filepath.Join(dir, "agentloop")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "agentloop-bin-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "agentloop")
+		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin, filepath.Join(dir, "data")
+	return built.bin, filepath.Join(t.TempDir(), "data")
 }
 
 type devProc struct {
