@@ -47,6 +47,7 @@ type Config struct {
 	ModelOmitStreamUsage bool          // OPENAI_STREAM_USAGE=false leaves stream_options out, for servers that refuse it
 	ModelFileMaxBytes    int           // AGENT_MODEL_FILE_MAX_BYTES: a PDF the adapter downloads for the model
 	ModelFileTimeout     time.Duration // AGENT_MODEL_FILE_TIMEOUT: one such download
+	ModelFilesMaxBytes   int           // AGENT_MODEL_FILES_MAX_BYTES: the files of one model request, decoded
 	RunTimeout           time.Duration // AGENT_RUN_TIMEOUT
 	ToolTimeout          time.Duration // AGENT_TOOL_TIMEOUT
 	StoreTimeout         time.Duration // AGENT_STORE_TIMEOUT: one DynamoDB request attempt (dynamo.DefaultRequestTimeout)
@@ -156,6 +157,7 @@ func Load(getenv func(string) string) (Config, error) {
 	intVar("AGENT_MAX_MESSAGE_PARTS", &c.MaxMessageParts, 1)
 	intVar("AGENT_MODEL_FILE_MAX_BYTES", &c.ModelFileMaxBytes, 1)
 	durVar("AGENT_MODEL_FILE_TIMEOUT", &c.ModelFileTimeout)
+	intVar("AGENT_MODEL_FILES_MAX_BYTES", &c.ModelFilesMaxBytes, 1)
 	intVar("AGENT_CONTEXT_BYTES", &c.ContextBytes, 1)
 	intVar("AGENT_CONTEXT_TOKENS", &c.ContextTokens, 1)
 	intVar("AGENT_TOOL_OUTPUT_BYTES", &c.ToolOutputBytes, 1)
@@ -297,5 +299,5 @@ func (c Config) OpenAI(baseURL, apiKey, model string, log *slog.Logger) openai.C
 	return openai.Config{BaseURL: baseURL, APIKey: apiKey, Model: model, MaxOutputTokens: c.MaxOutputTokens,
 		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: retries, Logger: log,
 		MaxTokensParam: c.ModelMaxTokensField, OmitStreamOptions: c.ModelOmitStreamUsage,
-		MaxFileBytes: int64(c.ModelFileMaxBytes), FileTimeout: c.ModelFileTimeout}
+		MaxFileBytes: int64(c.ModelFileMaxBytes), FileTimeout: c.ModelFileTimeout, MaxRequestFileBytes: int64(c.ModelFilesMaxBytes)}
 }

@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,37 +41,119 @@ func publicOnly(network, address string, _ syscall.RawConn) error {
 		return err
 	}
 	ip = ip.Unmap()
-	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() ||
+		slices.ContainsFunc(deniedPrefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 		return fmt.Errorf("refusing to download from %s: not a public address", ip)
 	}
 	return nil
 }
 
-func (m *Model) userParts(ctx context.Context, msg agent.ModelMessage) ([]oai.ChatCompletionContentPartUnionParam, error) {
+// deniedPrefixes are the special-purpose ranges (RFC 6890 and later) that netip's predicates do not name but
+// that reach inside networks or nowhere public: "this network", shared address space (carrier-grade NAT, also
+// used inside clouds), IETF protocol assignments, documentation, benchmarking, reserved; NAT64 and 6to4 (which
+// embed an IPv4 address of any kind), discard, documentation.
+var deniedPrefixes = func() []netip.Prefix {
+	var ps []netip.Prefix
+	for _, s := range []string{"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15",
+		"198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16",
+		"100::/64", "2001:db8::/32"} {
+		ps = append(ps, netip.MustParsePrefix(s))
+	}
+	return ps
+}()
+
+// sentFile is what one file of a request becomes: the URL the provider gets (an image's as it is, a PDF's data
+// URL), or a line in its place saying why it is not sent.
+type sentFile struct{ url, stub string }
+
+// resolveFiles decides, newest message first, what each user file of msgs becomes (indexed by message, then
+// file): PDFs by https URL are downloaded; an older message's file that cannot be, or that would pass the
+// request's file bytes, becomes a line; the newest user message's fails the request.
+func (m *Model) resolveFiles(ctx context.Context, msgs []agent.ModelMessage) (map[int][]sentFile, error) {
+	newest := -1
+	for i, msg := range msgs {
+		if msg.Role == "user" {
+			newest = i
+		}
+	}
+	out := map[int][]sentFile{}
+	var total int64
+	for i := len(msgs) - 1; i >= 0; i-- {
+		msg := msgs[i]
+		if msg.Role != "user" || len(msg.Files) == 0 {
+			continue
+		}
+		sent := make([]sentFile, len(msg.Files))
+		for j, f := range msg.Files {
+			u := f.URL
+			if !strings.HasPrefix(f.MediaType, "image/") && !strings.HasPrefix(u, "data:") {
+				var err error
+				if u, err = m.download(ctx, f); err != nil {
+					if i == newest || ctx.Err() != nil {
+						return nil, err
+					}
+					m.cfg.Logger.WarnContext(ctx, "an older message's file is not available", "url", safeURL(f.URL), "err", err)
+					sent[j].stub = fileLine(f, "no longer available")
+					continue
+				}
+			}
+			n := dataBytes(u)
+			if total+n > m.cfg.MaxRequestFileBytes {
+				if i == newest {
+					return nil, agent.E(agent.KindTooLarge, agent.CodeMessageTooLarge,
+						"the message's files are over %d bytes in all", m.cfg.MaxRequestFileBytes)
+				}
+				sent[j].stub = fileLine(f, fmt.Sprintf("not shown: the request's files are over %d bytes", m.cfg.MaxRequestFileBytes))
+				continue
+			}
+			total += n
+			sent[j].url = u
+		}
+		out[i] = sent
+	}
+	return out, nil
+}
+
+// dataBytes is the decoded size of a data URL's payload (0 for another URL: the provider fetches it).
+func dataBytes(u string) int64 {
+	if !strings.HasPrefix(u, "data:") {
+		return 0
+	}
+	_, payload, _ := strings.Cut(u, ",")
+	return int64(len(payload)) * 3 / 4
+}
+
+// fileLine is the line sent in place of a file.
+func fileLine(f agent.ModelFile, why string) string {
+	name := f.Filename
+	if name == "" {
+		name = "unnamed"
+	}
+	return fmt.Sprintf("[attachment %s (%s) %s]", name, f.MediaType, why)
+}
+
+func userParts(msg agent.ModelMessage, files []sentFile) []oai.ChatCompletionContentPartUnionParam {
 	var parts []oai.ChatCompletionContentPartUnionParam
 	if msg.Text != "" {
 		parts = append(parts, oai.TextContentPart(msg.Text))
 	}
-	for _, f := range msg.Files {
-		if strings.HasPrefix(f.MediaType, "image/") {
-			parts = append(parts, oai.ImageContentPart(oai.ChatCompletionContentPartImageImageURLParam{URL: f.URL}))
-			continue
-		}
-		data := f.URL
-		if !strings.HasPrefix(data, "data:") {
-			var err error
-			if data, err = m.download(ctx, f); err != nil {
-				return nil, err
+	for j, f := range msg.Files {
+		sent := files[j]
+		switch {
+		case sent.stub != "":
+			parts = append(parts, oai.TextContentPart(sent.stub))
+		case strings.HasPrefix(f.MediaType, "image/"):
+			parts = append(parts, oai.ImageContentPart(oai.ChatCompletionContentPartImageImageURLParam{URL: sent.url}))
+		default:
+			name := f.Filename
+			if name == "" {
+				name = "document.pdf"
 			}
+			parts = append(parts, oai.FileContentPart(oai.ChatCompletionContentPartFileFileParam{
+				FileData: oai.String(sent.url), Filename: oai.String(name)}))
 		}
-		name := f.Filename
-		if name == "" {
-			name = "document.pdf"
-		}
-		parts = append(parts, oai.FileContentPart(oai.ChatCompletionContentPartFileFileParam{
-			FileData: oai.String(data), Filename: oai.String(name)}))
 	}
-	return parts, nil
+	return parts
 }
 
 // fileCacheTTL is how long a downloaded file is reused: a run's steps, not a copy of the remote file.
@@ -138,23 +222,52 @@ func (m *Model) fetch(ctx context.Context, f agent.ModelFile) (string, error) {
 	}
 	res, err := m.cfg.FileClient.Do(req)
 	if err != nil {
-		// The cause names the host; the message does not.
+		// The cause names the host, never the query (a pre-signed URL's is a credential); the message neither.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = safeURL(ue.URL)
+		}
 		return "", fail(err, "a file could not be downloaded")
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return "", fail(fmt.Errorf("GET %s: %s", u.Redacted(), res.Status), "a file could not be downloaded (HTTP %d)", res.StatusCode)
+		return "", fail(fmt.Errorf("GET %s: %s", safeURL(f.URL), res.Status), "a file could not be downloaded (HTTP %d)", res.StatusCode)
 	}
 	if ct, _, err := mime.ParseMediaType(res.Header.Get("Content-Type")); err == nil && ct != f.MediaType &&
 		ct != "application/octet-stream" && ct != "binary/octet-stream" {
-		return "", fail(fmt.Errorf("GET %s: content type %s", u.Redacted(), ct), "a file's download is %s, not %s", ct, f.MediaType)
+		return "", fail(fmt.Errorf("GET %s: content type %s", safeURL(f.URL), ct), "a file's download is %s, not %s", ct, f.MediaType)
 	}
 	data, err := io.ReadAll(io.LimitReader(res.Body, m.cfg.MaxFileBytes+1))
 	if err != nil {
 		return "", fail(err, "a file could not be downloaded")
 	}
 	if int64(len(data)) > m.cfg.MaxFileBytes {
-		return "", fail(fmt.Errorf("GET %s: over %d bytes", u.Redacted(), m.cfg.MaxFileBytes), "a file is larger than %d bytes", m.cfg.MaxFileBytes)
+		return "", fail(fmt.Errorf("GET %s: over %d bytes", safeURL(f.URL), m.cfg.MaxFileBytes), "a file is larger than %d bytes", m.cfg.MaxFileBytes)
 	}
 	return "data:" + f.MediaType + ";base64," + base64.StdEncoding.EncodeToString(data), nil
+}
+
+// safeURL is a URL as logs may show it: scheme, host and path, without user info, query or fragment (a pre-signed
+// URL's query is a credential: REVIEW S16).
+func safeURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
+
+// httpsRedirects returns a copy of c that follows redirects to https URLs only (at most 10, as net/http does).
+func httpsRedirects(c *http.Client) *http.Client {
+	cp := *c
+	cp.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Scheme != "https" {
+			return fmt.Errorf("refusing a redirect to %s: not https", req.URL.Scheme)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &cp
 }

@@ -215,3 +215,100 @@ func TestFileDownloadedOnce(t *testing.T) {
 		t.Fatalf("%d downloads for two files", gets.Load())
 	}
 }
+
+// REVIEW S4: an older message's PDF that can no longer be downloaded (an expired pre-signed URL: 404) failed every
+// later request of the thread. It is a line saying so now; the newest message's own file still fails the call,
+// with a message that says why.
+func TestOlderFileUnavailable(t *testing.T) {
+	t.Parallel()
+	files := fileServer(t, []byte("%PDF-1.7 report"))
+	f := setup(t)
+	m := f.model(func(c *Config) { c.FileClient = files.Client() })
+	gone := agent.ModelFile{MediaType: "application/pdf", URL: files.URL + "/expired.pdf?X-Amz-Signature=secret", Filename: "q3.pdf"}
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{
+		{Role: "user", Text: "read this", Files: []agent.ModelFile{gone}},
+		{Role: "assistant", Text: "done"},
+		{Role: "user", Text: "and now?"},
+	}}
+	_, events, err := run(context.Background(), m, req)
+	if err != nil {
+		t.Fatalf("a turn over an older file that is gone: %v", err)
+	}
+	if got := textOf(events, agent.EventTextDelta); got != "You said: and now?" {
+		t.Fatalf("reply %q", got)
+	}
+	first := f.lastBody(t)["messages"].([]any)[0].(map[string]any)["content"]
+	if s := fmt.Sprint(first); !strings.Contains(s, "[attachment q3.pdf (application/pdf) no longer available]") || strings.Contains(s, "secret") {
+		t.Fatalf("the older message sent: %v", first)
+	}
+	req.Messages = append(req.Messages, agent.ModelMessage{Role: "assistant", Text: "ok"},
+		agent.ModelMessage{Role: "user", Text: "/received", Files: []agent.ModelFile{gone}})
+	_, _, err = run(context.Background(), m, req)
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "a file could not be downloaded (HTTP 404)")
+}
+
+// One request carries at most MaxRequestFileBytes of files: the older messages' files beyond it (newest kept
+// first) become a line; the newest message's own files over it fail the call.
+func TestRequestFileBytesBounded(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := f.model(func(c *Config) { c.MaxRequestFileBytes = 2500 })
+	pdf := func(name string, n int) agent.ModelFile {
+		return agent.ModelFile{MediaType: "application/pdf", URL: dataURL("application/pdf", n), Filename: name}
+	}
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{
+		{Role: "user", Text: "one", Files: []agent.ModelFile{pdf("old.pdf", 1000)}},
+		{Role: "assistant", Text: "ok"},
+		{Role: "user", Text: "two", Files: []agent.ModelFile{pdf("mid.pdf", 1000)}},
+		{Role: "assistant", Text: "ok"},
+		{Role: "user", Text: "/received", Files: []agent.ModelFile{pdf("new.pdf", 1000)}},
+	}}
+	if _, _, err := run(context.Background(), m, req); err != nil {
+		t.Fatal(err)
+	}
+	msgs := f.lastBody(t)["messages"].([]any)
+	if s := fmt.Sprint(msgs[0]); !strings.Contains(s, "[attachment old.pdf (application/pdf) not shown: the request's files are over") {
+		t.Fatalf("the oldest file was sent: %.300s", s)
+	}
+	if s := fmt.Sprint(msgs[2]); !strings.Contains(s, "file_data") {
+		t.Fatalf("the middle file was not sent: %.300s", s)
+	}
+	req.Messages[4].Files = append(req.Messages[4].Files, pdf("new2.pdf", 1000), pdf("new3.pdf", 1000))
+	_, _, err := run(context.Background(), m, req)
+	requireError(t, err, agent.KindTooLarge, agent.CodeMessageTooLarge, "the message's files are over 2500 bytes in all")
+}
+
+// REVIEW S15: the download dialler refused loopback, private and link-local addresses but dialled shared
+// (carrier-grade NAT), benchmark, NAT64 and 6to4 ones, which reach inside many networks.
+func TestFileDownloadDeniedRanges(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"100.64.1.1:443", "198.18.0.1:443", "[64:ff9b::a00:1]:443", "[2002:a00:1::1]:443", "192.0.0.8:443", "240.1.2.3:443", "0.1.2.3:443"} {
+		if publicOnly("tcp", addr, nil) == nil {
+			t.Errorf("%s was allowed", addr)
+		}
+	}
+	for _, addr := range []string{"93.184.215.14:443", "[2606:2800:21f:cb07:6820:80da:af6b:8b2c]:443"} {
+		if err := publicOnly("tcp", addr, nil); err != nil {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+}
+
+// A download follows redirects to https only.
+func TestFileRedirectHTTPSOnly(t *testing.T) {
+	t.Parallel()
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/pdf")
+		w.Write([]byte("%PDF-1.7"))
+	}))
+	t.Cleanup(plain.Close)
+	files := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, plain.URL+"/a.pdf", http.StatusFound)
+	}))
+	t.Cleanup(files.Close)
+	f := setup(t)
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
+		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/a.pdf"}}}}}
+	_, _, err := run(context.Background(), f.model(func(c *Config) { c.FileClient = files.Client() }), req)
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "a file could not be downloaded")
+}

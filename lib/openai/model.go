@@ -38,10 +38,14 @@
 // whose file_data is a data URL and whose filename is the file's (or "document.pdf"). Chat Completions takes
 // PDFs as data only, so a PDF named by an https URL is downloaded first, as the AI SDK does for URLs a provider
 // cannot read: https only, Config.MaxFileBytes at most, within Config.FileTimeout, with Config.FileClient (by
-// default one that dials public addresses only). A download that fails fails the request (KindUnavailable,
-// CodeModelError: the model cannot see the message). The data URLs of recent downloads are kept (twice
-// MaxFileBytes of them at most, for fileCacheTTL) so that a run's later steps, which send the same history, do
-// not download again.
+// default one that dials public addresses only, redirected to https only). A download of the newest user
+// message's file that fails fails the request (KindUnavailable, CodeModelError: the model cannot see the message);
+// an older message's file that fails (an expired pre-signed URL) is sent as the line "[attachment NAME (TYPE) no
+// longer available]" instead, so that it does not fail every later turn of the thread (REVIEW S4). The files of
+// one request carry Config.MaxRequestFileBytes at most (decoded): the newest kept first, older ones beyond it sent
+// as a line; the newest message's own files over it fail the request (KindTooLarge, CodeMessageTooLarge). The data
+// URLs of recent downloads are kept (twice MaxFileBytes of them at most, for fileCacheTTL) so that a run's later
+// steps, which send the same history, do not download again.
 //
 // # Compatibility
 //
@@ -85,6 +89,9 @@ const (
 	DefaultMaxFileBytes = 20 << 20
 	// DefaultFileTimeout bounds one such download.
 	DefaultFileTimeout = 30 * time.Second
+	// DefaultMaxRequestFileBytes bounds the files of one request, decoded, data URLs and downloads alike
+	// (providers refuse about 50 MB; a Lambda holds them all at once, as base64).
+	DefaultMaxRequestFileBytes = 32 << 20
 
 	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
 	maxRetryAfter = 30 * time.Second
@@ -128,6 +135,8 @@ type Config struct {
 	FileClient   *http.Client
 	MaxFileBytes int64
 	FileTimeout  time.Duration
+	// MaxRequestFileBytes bounds the files of one request (see "Files" above).
+	MaxRequestFileBytes int64
 	// IDs names tool calls that a provider streams without an id (default agent.RandomIDs).
 	IDs agent.IDs
 	// Logger receives one warning per retry (default slog.Default()).
@@ -173,6 +182,10 @@ func New(cfg Config) *Model {
 	}
 	if cfg.FileClient == nil {
 		cfg.FileClient = publicClient
+	}
+	cfg.FileClient = httpsRedirects(cfg.FileClient)
+	if cfg.MaxRequestFileBytes <= 0 {
+		cfg.MaxRequestFileBytes = DefaultMaxRequestFileBytes
 	}
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = DefaultMaxFileBytes
@@ -474,6 +487,10 @@ func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]oai.Cha
 	if req.System != "" {
 		out = append(out, oai.SystemMessage(req.System))
 	}
+	files, err := m.resolveFiles(ctx, req.Messages)
+	if err != nil {
+		return nil, err
+	}
 	for i, msg := range req.Messages {
 		switch msg.Role {
 		case "user":
@@ -481,11 +498,7 @@ func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]oai.Cha
 				out = append(out, oai.UserMessage(msg.Text))
 				continue
 			}
-			parts, err := m.userParts(ctx, msg)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, oai.UserMessage(parts))
+			out = append(out, oai.UserMessage(userParts(msg, files[i])))
 		case "assistant":
 			a := oai.ChatCompletionAssistantMessageParam{}
 			if msg.Text != "" || len(msg.ToolCalls) == 0 {

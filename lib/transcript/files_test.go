@@ -1,6 +1,8 @@
 package transcript_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -40,5 +42,25 @@ func TestUserFiles(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("transcript\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// REVIEW S5: a PDF by data URL was counted by its base64 length as text, so a 315 KB PDF (a useChat attachment)
+// was refused with 413 against the default budget of 100k tokens. Providers bill PDFs by pages: it is counted
+// per started 100 KB now, and capped.
+func TestPDFBudgetBySize(t *testing.T) {
+	t.Parallel()
+	pdf := func(n int) json.RawMessage {
+		return file("application/pdf", "data:application/pdf;base64,"+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("%PDF-1.7 "), n/9)), "doc.pdf")
+	}
+	m := withFile(msg("u1", agent.RoleUser, text("summarize")), pdf(315_000))
+	if err := transcript.CheckMessage(m, transcript.Config{}); err != nil {
+		t.Fatalf("a 315 KB PDF: %v", err)
+	}
+	if got, want := transcript.MessageTokens(m), 4*transcript.FileTokens+3; got != want {
+		t.Fatalf("a 315 KB PDF counts %d tokens, want 4 started 100 KB of %d and the text: %d", got, transcript.FileTokens, want)
+	}
+	if got := transcript.MessageTokens(withFile(msg("u1", agent.RoleUser), pdf(30_000_000))); got != transcript.MaxPDFTokens {
+		t.Fatalf("a 30 MB PDF counts %d tokens, want the cap %d", got, transcript.MaxPDFTokens)
 	}
 }

@@ -57,8 +57,12 @@ const (
 	// DefaultToolOutputBytes caps one tool result as the model sees it.
 	DefaultToolOutputBytes = 32 << 10
 	// FileTokens is what an image, or a PDF by https URL (whose size the transcript cannot see), is estimated
-	// to cost. A PDF by data URL is counted by its length, like text.
-	FileTokens = 1_000
+	// to cost. A PDF by data URL costs FileTokens per started PDFChunkBytes of its bytes, at most MaxPDFTokens:
+	// providers bill PDFs by pages, not by the length of their base64 (REVIEW S5: a 315 KB PDF counted as text
+	// was over the whole budget).
+	FileTokens    = 1_000
+	PDFChunkBytes = 100_000
+	MaxPDFTokens  = 50 * FileTokens
 )
 
 // Config bounds a transcript. Zero fields take the defaults above.
@@ -265,9 +269,20 @@ func (e *entry) chars() int {
 
 func fileChars(f agent.ModelFile) int {
 	if strings.HasPrefix(f.URL, "data:") && !strings.HasPrefix(f.MediaType, "image/") {
-		return len(f.URL)
+		return pdfTokens(dataBytes(f.URL)) * 4
 	}
 	return FileTokens * 4
+}
+
+// pdfTokens is what a PDF of n bytes is estimated to cost.
+func pdfTokens(n int) int {
+	return min(max((n+PDFChunkBytes-1)/PDFChunkBytes, 1)*FileTokens, MaxPDFTokens)
+}
+
+// dataBytes is the decoded size of a base64 data URL's payload (without decoding it).
+func dataBytes(u string) int {
+	_, payload, _ := strings.Cut(u, ",")
+	return len(payload) * 3 / 4
 }
 
 // convert maps one UI message; ok is false when nothing of it reaches the model.
