@@ -131,7 +131,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 		t.plan.settled, t.plan.cancel = nil, nil
 	}
 	t.apply(ctx)
-	e.log.Info("run claimed", "thread_id", t.thread.ID, "run_id", t.run.ID, "epoch", t.run.Epoch, "trigger", t.run.Trigger)
+	e.log.InfoContext(ctx, "run claimed", "thread_id", t.thread.ID, "run_id", t.run.ID, "epoch", t.run.Epoch, "trigger", t.run.Trigger)
 	return t, nil
 }
 

@@ -125,7 +125,7 @@ func (s *server) resumeStream(w http.ResponseWriter, r *http.Request) {
 	case err != nil && !active:
 		s.fail(w, r, err)
 	case err != nil:
-		s.Logger.Info("resume ended early", "thread_id", r.PathValue("threadId"), "err", err)
+		s.Logger.InfoContext(r.Context(), "resume ended early", "thread_id", r.PathValue("threadId"), "err", err)
 	case !active:
 		w.WriteHeader(http.StatusNoContent)
 	}
