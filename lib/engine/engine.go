@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -133,6 +134,8 @@ type Engine struct {
 	// prices turns each step's usage into cost (empty: no cost); metrics receives each run's outcome.
 	prices  agent.Prices
 	metrics agent.Metrics
+	// background counts the work a run leaves running after it returns (late.go).
+	background sync.WaitGroup
 }
 
 // Deps are the engine's ports.
@@ -196,6 +199,10 @@ func (e *Engine) transcriptConfig(tools []agent.Tool) transcript.Config {
 	tc.FixedTokens = cmp.Or(tc.FixedTokens, transcript.Fixed(e.cfg.System, e.specs))
 	return tc
 }
+
+// Wait blocks until the work runs left in the background has ended: the late usage of runs left to the reaper
+// (late.go), which waits for their reap.
+func (e *Engine) Wait() { e.background.Wait() }
 
 // Config returns the effective configuration.
 func (e *Engine) Config() Config { return e.cfg }

@@ -44,7 +44,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 		// Failing for good, or for so long that the claim is in doubt: either way the reply is not stored, and
 		// the reaper recovers it from the segments once the claim is stale.
 		s.log.Error("persist final message; leaving the run to the reaper", "err", err)
-		return s.unsaved()
+		return s.unsaved(ctx)
 	}
 	if old := t.plan.replaces; old != "" && (status == agent.RunCompleted || status == agent.RunInterrupted) && s.guard.writable() {
 		// Hidden while the claim is still ours (the new reply names it, so readers skip it even if this fails).
@@ -126,12 +126,14 @@ func (s *stepper) storeUsage() *agent.StoreUsage {
 }
 
 // unsaved ends a run whose reply could not be stored: the client learns it failed (never completed), the stream
-// segments keep the reply, and the claim is left to go stale so the reaper recovers the message from them.
-func (s *stepper) unsaved() agent.Run {
+// segments keep the reply, and the claim is left to go stale so the reaper recovers the message from them. The
+// reaper counts the usage the draft recorded; the run records the rest once it is reaped (recordLate, REVIEW D6).
+func (s *stepper) unsaved(ctx context.Context) agent.Run {
 	t := s.turn
 	runErr := &agent.RunError{Code: agent.CodePersistFailed, Message: "The reply could not be saved."}
 	s.end(agent.MessageFailed, runErr, agent.FinishError)
-	t.run.Status, t.run.Error = agent.RunFailed, runErr
+	s.recordLate(ctx)
+	t.run.Status, t.run.Error, t.run.Usage = agent.RunFailed, runErr, s.usage
 	return t.run
 }
 

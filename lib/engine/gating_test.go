@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/engine"
 )
 
 // beatStore records the heartbeats the store accepted (a canceled run's heartbeat is accepted too: it answers
@@ -399,6 +400,38 @@ func TestClaimRetriedWithTheSameRunID(t *testing.T) {
 			}
 			if th, _ := f.store.GetThread(context.Background(), "th"); th.ActiveRun != nil {
 				t.Fatalf("claim left: %+v", th.ActiveRun)
+			}
+		})
+	}
+}
+
+// A run whose reply could not be stored is left to the reaper, which counts only what its draft recorded: for a
+// one-step reply, nothing. The run records the rest as late usage once the reaper has finished it (REVIEW D6),
+// so the thread's usage is what the model reported, counted once.
+func TestUnsavedRunsUsageRecordedLate(t *testing.T) {
+	t.Parallel()
+	for name, store := range limitStores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clock := newManualClock()
+			fs := newFaulty(func(method string, n int, final bool) bool { return method == "PutMessage" && final })
+			f := setup(t, store(t), withStore(fs.wrap), withClock(clock))
+			f.eng = engineWith(t, f, func(c *engine.Config) { c.FinishRetry = 100 * time.Millisecond })
+			run, _ := f.run(t, submit("th", "u1", "hello there"))
+			if run.Error == nil || run.Error.Code != agent.CodePersistFailed || run.Usage.TotalTokens == 0 {
+				t.Fatalf("run %s %+v usage %+v, want persist_failed with usage", run.Status, run.Error, run.Usage)
+			}
+			fs.mu.Lock()
+			fs.fail = func(string, int, bool) bool { return false } // the store is back
+			fs.mu.Unlock()
+			clock.add(3 * time.Second) // the claim is stale (StaleAfter 2 s)
+			if st, err := f.stack.Reaper.Tick(context.Background()); err != nil || st.Reaped != 1 {
+				t.Fatalf("reaper tick: %+v %v", st, err)
+			}
+			f.eng.Wait() // the run's late usage, recorded once the reaper finished it
+			th, err := f.store.GetThread(context.Background(), "th")
+			if err != nil || th.Usage.InputTokens != run.Usage.InputTokens || th.Usage.OutputTokens != run.Usage.OutputTokens {
+				t.Fatalf("thread usage %+v (%v), want the run's %+v", th.Usage, err, run.Usage)
 			}
 		})
 	}
