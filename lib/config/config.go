@@ -69,6 +69,7 @@ type Config struct {
 	RunLeaseTTL          time.Duration // AGENT_RUN_LEASE_TTL: how long a dead run's slot stays taken
 	MaxToolCallsPerStep  int           // AGENT_MAX_TOOL_CALLS_PER_STEP: the tool calls of one model step that run
 	MaxJobsPerRun        int           // AGENT_MAX_JOBS_PER_RUN: the sub-agent jobs one run dispatches
+	MaxJobChain          int           // AGENT_MAX_JOB_CHAIN: server-side turns in a row that may dispatch jobs
 	StreamLeaseTTL       time.Duration // AGENT_STREAM_LEASE_TTL: how long a dead reader's lease stays taken
 	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
 	MaxMessageBytes      int           // AGENT_MAX_MESSAGE_BYTES
@@ -250,6 +251,7 @@ func Load(getenv func(string) string) (Config, error) {
 	limitVar("AGENT_MAX_STREAMS_PER_RUN", &c.MaxStreamsPerRun)
 	limitVar("AGENT_MAX_TOOL_CALLS_PER_STEP", &c.MaxToolCallsPerStep)
 	limitVar("AGENT_MAX_JOBS_PER_RUN", &c.MaxJobsPerRun)
+	limitVar("AGENT_MAX_JOB_CHAIN", &c.MaxJobChain)
 	durVar("AGENT_RUN_LEASE_TTL", &c.RunLeaseTTL)
 	durVar("AGENT_STREAM_LEASE_TTL", &c.StreamLeaseTTL)
 	for name, d := range map[string]time.Duration{"AGENT_RUN_LEASE_TTL": c.RunLeaseTTL, "AGENT_STREAM_LEASE_TTL": c.StreamLeaseTTL} {
@@ -273,7 +275,7 @@ func (c Config) Engine(model string) engine.Config {
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
 		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
 		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
-		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
+		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
 }
 
 // Reaper is the reaper's share.

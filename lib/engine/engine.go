@@ -70,6 +70,7 @@ type Config struct {
 	// What one model turn may start (limits.go); a negative value means no limit.
 	MaxToolCallsPerStep int // DefaultMaxToolCallsPerStep
 	MaxJobsPerRun       int // DefaultMaxJobsPerRun
+	MaxJobChain         int // DefaultMaxJobChain
 	Transcript          transcript.Config
 }
 
@@ -94,6 +95,7 @@ func (c Config) withDefaults() Config {
 	c.RunLeaseTTL = cmp.Or(c.RunLeaseTTL, DefaultRunLeaseTTL)
 	c.MaxToolCallsPerStep = cmp.Or(c.MaxToolCallsPerStep, DefaultMaxToolCallsPerStep)
 	c.MaxJobsPerRun = cmp.Or(c.MaxJobsPerRun, DefaultMaxJobsPerRun)
+	c.MaxJobChain = cmp.Or(c.MaxJobChain, DefaultMaxJobChain)
 	return c
 }
 

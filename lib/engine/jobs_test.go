@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/devserver"
@@ -123,5 +125,50 @@ func TestJobIDIsTheRunsOwn(t *testing.T) {
 	jobs, err := f.store.ListJobs(ctx, "th-again")
 	if err != nil || len(jobs) != 1 || jobs[0].ID != starts[1].ID {
 		t.Fatalf("jobs of the new thread %+v (%v)", jobs, err)
+	}
+}
+
+// steer queues a steer message whose text asks the offline model for a research call.
+func (f *fixture) steer(t *testing.T, thread string, n int) {
+	t.Helper()
+	jobID := fmt.Sprintf("job_chain%d", n)
+	p, _ := json.Marshal(map[string]string{"type": "text", "text": fmt.Sprintf(`/tool research {"question":"follow-up %d"}`, n)})
+	m := agent.Message{ID: agent.SteerMessageID(jobID), Role: agent.RoleUser, Parts: []json.RawMessage{p}}
+	if _, _, err := f.store.Enqueue(context.Background(), agent.QueuedMessage{ThreadID: thread, Kind: agent.QueueSteer, Message: m,
+		JobID: jobID, Status: agent.QueueQueued, CreatedAt: time.Now()}, 100); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// REVIEW S2: a delivery turn may dispatch jobs whose delivery turns dispatch more, without end. The server-side
+// turns in a row (since the thread's last turn a person started) that may dispatch are bounded; past the bound a
+// job tool gets an error result the model reads, and a person's next message starts the count again.
+func TestJobChainIsBounded(t *testing.T) {
+	t.Parallel()
+	js := &startLog{}
+	f := setup(t, withJobs(js))
+	ctx := context.Background()
+	const thread = "th-chain"
+	f.turn(t, thread, "m1", `/tool research {"question":"first"}`)
+	for n := 1; n <= engine.DefaultMaxJobChain+1; n++ {
+		f.steer(t, thread, n)
+		tr, err := f.eng.BeginQueued(ctx, thread)
+		if err != nil {
+			t.Fatalf("delivery turn %d: %v", n, err)
+		}
+		run := tr.Stream(ctx, io.Discard)
+		if run.Trigger != agent.TriggerSteer {
+			t.Fatalf("delivery turn %d: trigger %s", n, run.Trigger)
+		}
+	}
+	if got, want := len(js.started()), 1+engine.DefaultMaxJobChain; got != want {
+		t.Fatalf("%d jobs started by a user turn and %d delivery turns in a row, want %d", got, engine.DefaultMaxJobChain+1, want)
+	}
+	if errs := toolErrors(t, f.messages(t, thread)); errs[agent.CodeJobChainTooDeep] != 1 {
+		t.Fatalf("tool errors %v, want one %s", errs, agent.CodeJobChainTooDeep)
+	}
+	f.turn(t, thread, "m2", `/tool research {"question":"again"}`)
+	if got := len(js.started()); got != 2+engine.DefaultMaxJobChain {
+		t.Fatalf("a person's message after the chain started %d jobs in all, want one more", got)
 	}
 }

@@ -44,6 +44,10 @@ const (
 	// DefaultMaxJobsPerRun bounds the sub-agent jobs one run dispatches; a job tool called after it gets an
 	// error result the model reads, and starts nothing.
 	DefaultMaxJobsPerRun = 4
+	// DefaultMaxJobChain bounds the server-side turns in a row (delivery turns, trigger steer, since the
+	// thread's last turn a person started) that may dispatch jobs: a job's result that asks for more jobs, whose
+	// results ask for more, stops there until a person writes again.
+	DefaultMaxJobChain = 4
 )
 
 // runScope and threadScope name a user's limits in the store.
@@ -186,4 +190,59 @@ func (e *Engine) tooManyJobs(tool string) error {
 	return agent.E(agent.KindLimited, agent.CodeTooManyJobs,
 		"%s was not dispatched: one turn may start at most %d background jobs. Work with the jobs already started.",
 		tool, e.cfg.MaxJobsPerRun)
+}
+
+// chainTooLong reports whether the run is a server-side turn (trigger steer) that ends a chain of more than
+// MaxJobChain of them in a row since the thread's last turn a person started (a new message, an answer, a
+// regenerate, an edit, a queued message). It reads the thread's newest runs once per run, and only for a
+// server-side turn that calls a job tool; a failed read refuses (the bound holds when the store is unsure).
+func (s *stepper) chainTooLong(ctx context.Context) bool {
+	t, e := s.turn, s.turn.e
+	limit := e.cfg.MaxJobChain
+	if limit < 0 || t.run.Trigger != agent.TriggerSteer {
+		return false
+	}
+	if s.chain == nil {
+		n, err := e.steerChain(ctx, t.thread.ID, t.run.ID, limit+1)
+		if err != nil {
+			s.log.Warn("read the thread's runs for the job chain bound", "err", err)
+			n = limit + 1
+		}
+		s.chain = &n
+	}
+	return *s.chain > limit
+}
+
+// steerChain counts the server-side turns in a row that end the thread's runs, the run runID included, up to
+// most (it reads no further).
+func (e *Engine) steerChain(ctx context.Context, threadID, runID string, most int) (int, error) {
+	n := 1 // the run itself
+	from := agent.RunCursor{}
+	for n < most {
+		page, err := e.store.ListRunsPage(ctx, threadID, agent.RunPage{From: from, Limit: most})
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range page.Items {
+			if r.ID == runID {
+				continue
+			}
+			if r.Trigger != agent.TriggerSteer || n >= most {
+				return n, nil
+			}
+			n++
+		}
+		if !page.More || len(page.Items) == 0 {
+			return n, nil
+		}
+		last := page.Items[len(page.Items)-1]
+		from = agent.RunCursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	return n, nil
+}
+
+func (e *Engine) jobChainTooLong(tool string) error {
+	return agent.E(agent.KindLimited, agent.CodeJobChainTooDeep,
+		"%s was not dispatched: this turn answers a background job's result, and only %d such turns in a row may "+
+			"start jobs. Tell the user what you found; they can ask for more.", tool, e.cfg.MaxJobChain)
 }

@@ -106,8 +106,10 @@ type stepper struct {
 	unpriced bool
 	// late is what the run recorded as spent after it lost its claim (RecordLateUsage), nil when nothing.
 	late *agent.Usage
-	// jobs counts the job tool calls the run executed (limits.go: MaxJobsPerRun).
-	jobs int
+	// jobs counts the job tool calls the run executed (limits.go: MaxJobsPerRun); chain, once known, is how many
+	// server-side turns in a row this one ends (limits.go: MaxJobChain).
+	jobs  int
+	chain *int
 }
 
 // loop runs the steps. It returns the run's outcome; a canceled runCtx is resolved by the caller.

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/agentloop/agentloop/lib/agent"
-	"github.com/agentloop/agentloop/lib/devserver"
 	"github.com/agentloop/agentloop/lib/sfn"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -57,16 +56,22 @@ func deniedSFN(t *testing.T) agent.Jobs {
 	return sfn.New(client, "arn:aws:states:us-east-1:123456789012:stateMachine:agentloop-jobs")
 }
 
-// REVIEW S3: a tool's internal error (here an AWS AccessDenied from the Jobs port's Start, as lib/sfn wraps it)
-// reaches neither the client's stream, nor the stored transcript, nor the model: they read a safe message with
-// the code. The whole chain is in the agent.tool log line with the run and tool call ids.
+// REVIEW S3: a tool's internal error (here an AWS AccessDenied from a Step Functions Start, as lib/sfn wraps it,
+// in a tool of its own: the job tools acknowledge a job whose Start failed, which the reaper starts again, REVIEW
+// H3) reaches neither the client's stream, nor the stored transcript, nor the model: they read a safe message
+// with the code. The whole chain is in the agent.tool log line with the run and tool call ids.
 func TestToolErrorsAreSafe(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
-	f := setup(t, withJSONLog(&logs), func(o *devserver.Options) { o.Jobs = deniedSFN(t) })
+	denied := deniedSFN(t)
+	start := agent.Tool{Name: "start_execution", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+			return nil, denied.Start(ctx, agent.Job{ID: "job_denied", ThreadID: inv.ThreadID})
+		}}
+	f := setup(t, withJSONLog(&logs), withTools(start))
 	model := &requestKeeper{Model: f.stack.Model}
 	eng := engineWithModel(t, f, model)
-	tr, err := eng.Begin(context.Background(), submit("th", "u1", `/tool research {"question":"What is Go?"}`))
+	tr, err := eng.Begin(context.Background(), submit("th", "u1", `/tool start_execution {}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,9 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 		case tool.Execute == nil:
 			s.result(i, toolResult{err: agent.E(agent.KindInvalid, agent.CodeToolFailed, "tool %q cannot run on the server", c.Name)})
 			s.logTool(c.Name, c.ID, toolError, 0)
+		case tool.Kind == agent.ToolJob && s.chainTooLong(ctx):
+			s.result(i, toolResult{err: e.jobChainTooLong(c.Name)})
+			s.logTool(c.Name, c.ID, toolOverLimit, 0)
 		case tool.Kind == agent.ToolJob && !s.takeJob():
 			s.result(i, toolResult{err: e.tooManyJobs(c.Name)})
 			s.logTool(c.Name, c.ID, toolOverLimit, 0)
