@@ -20,8 +20,9 @@ import (
 // a user message takes every queued entry: queued user messages go before its own (they were accepted first),
 // steers after it (coalescing: the reply answers all of them). A delivery pass (TurnQueued, a wake) takes the
 // oldest queued user message, so each gets its own reply in order, and every steer. Continuations and
-// regenerates take nothing: a continuation goes on with the same assistant message, and a steer placed inside it
-// would show the model an order the thread does not; the run's end asks for a delivery pass instead (pump).
+// regenerates take nothing themselves: a steer placed inside the message a continuation goes on with would show
+// the model an order the thread does not. A regenerate's end asks for a delivery pass (pump); a continuation with
+// steers waiting ends with its answers and chains that pass in the same request (continuation coalescing, below).
 //
 // Exactly once: an entry's message keeps its id (steer_<jobId>, or the client's id), a message already in the
 // thread is never stored again (its entry is only marked taken), and a taken entry stays, so re-queueing the
