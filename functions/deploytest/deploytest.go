@@ -130,6 +130,43 @@ func Build(ctx context.Context, pkg, dir, goos, goarch string) (string, error) {
 	return out, nil
 }
 
+// BuildAll compiles the main packages ./functions/<name> of names in one `go build` (the shared packages are
+// compiled once and the links run side by side) into dir/<name>/bootstrap, with the Lambda build flags for
+// goos/goarch, CGO off, and returns the binaries' paths by name.
+func BuildAll(ctx context.Context, names []string, dir, goos, goarch string) (map[string]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	out := filepath.Join(dir, "all")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	args := append([]string{"build"}, LambdaBuildFlags()...)
+	args = append(args, "-o", out+string(filepath.Separator))
+	for _, name := range names {
+		args = append(args, "./functions/"+name)
+	}
+	cmd := exec.CommandContext(ctx, GoCommand(), args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("lambdatest: go build %v: %w\n%s", names, err, b)
+	}
+	paths := make(map[string]string, len(names))
+	for _, name := range names {
+		p := filepath.Join(dir, name, "bootstrap")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(filepath.Join(out, name), p); err != nil {
+			return nil, fmt.Errorf("lambdatest: go build wrote no %s: %w", name, err)
+		}
+		paths[name] = p
+	}
+	return paths, nil
+}
+
 // BuildRIE installs the emulator at RIEPackage into dir with `go install` (module mode, outside this module, so
 // go.mod is untouched) and returns its path.
 func BuildRIE(ctx context.Context, dir string) (string, error) {

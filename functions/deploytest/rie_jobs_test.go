@@ -27,6 +27,7 @@ import (
 // and whose Deliver task invokes the wake bootstrap, which runs the steer turn; the scheduled reaper re-drives
 // an undelivered job through the same machine. Secrets are read only by the functions that need them.
 func TestJobsUnderRIE(t *testing.T) {
+	t.Parallel()
 	e := newEmulated(t)
 	e.extra["subagent"] = []string{"AGENT_MODEL_RETRIES=0"} // a failing model call fails at once
 	subagent := e.start(t, "subagent")

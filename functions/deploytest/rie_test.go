@@ -37,7 +37,9 @@ const (
 var functionNames = []string{"chat", "api", "subagent", "wake", "reaper"}
 
 // built holds the emulator and the bootstraps, built for this machine once per test binary (each build links
-// a whole binary: building them again for every test would cost minutes on a small machine).
+// a whole binary: building them again for every test would cost minutes on a small machine). The tests that
+// use them run in parallel, with each other and with the template's arm64 build (TestTemplateBuild): each
+// mostly waits (for its build, its Node servers, its functions' cold starts).
 var built struct {
 	once      sync.Once
 	dir       string
@@ -61,7 +63,6 @@ func buildAll() error {
 		if built.dir, built.err = os.MkdirTemp("", "agentloop-rie-"); built.err != nil {
 			return
 		}
-		built.bootstrap = map[string]string{}
 		var wg sync.WaitGroup
 		var rieErr error
 		wg.Go(func() {
@@ -70,19 +71,8 @@ func buildAll() error {
 				built.rie, rieErr = deploytest.BuildRIE(ctx, dir)
 			}
 		})
-		// Host architecture: the emulator runs the bootstrap here, not on arm64. One at a time: each link
-		// takes the machine's cores.
-		for _, name := range functionNames {
-			dir := filepath.Join(built.dir, name)
-			if built.err = os.MkdirAll(dir, 0o755); built.err != nil {
-				break
-			}
-			var p string
-			if p, built.err = deploytest.Build(ctx, "./functions/"+name, dir, runtime.GOOS, runtime.GOARCH); built.err != nil {
-				break
-			}
-			built.bootstrap[name] = p
-		}
+		// Host architecture: the emulator runs the bootstrap here, not on arm64. One go build for all of them.
+		built.bootstrap, built.err = deploytest.BuildAll(ctx, functionNames, built.dir, runtime.GOOS, runtime.GOARCH)
 		wg.Wait()
 		built.err = errors.Join(built.err, rieErr)
 	})
@@ -271,6 +261,7 @@ func invoke(t testing.TB, r *deploytest.RIE, payload []byte) (deploytest.Prelude
 // against dynalite with the function URL streaming framing and a complete stream; secrets come from SSM at
 // cold start (once for the container's life) or, without SSM names, from the plain fallback; logs are JSON.
 func TestBootstrapUnderRIE(t *testing.T) {
+	t.Parallel()
 	e := newEmulated(t)
 	chat := e.start(t, "chat")
 	api := e.start(t, "api")
