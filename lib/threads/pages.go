@@ -12,6 +12,10 @@ import (
 const (
 	DefaultPageLimit = 100
 	MaxPageLimit     = 500
+	// maxCursorBytes bounds a cursor as a client sends it: one this list gave holds an id of at most 200 bytes
+	// (agent.ValidMessageID; run ids are shorter), a longer one is forged and must not reach the store as a key
+	// (REVIEW S11).
+	maxCursorBytes = 1024
 )
 
 // PageQuery asks for one page of a thread's messages or runs. The first page (no cursor) starts at the thread's
@@ -61,9 +65,12 @@ func (q PageQuery) decode(list string) (cursor, int, error) {
 	if q.Cursor == "" {
 		return cursor{List: list, Newest: q.Newest}, limit, nil
 	}
+	if len(q.Cursor) > maxCursorBytes {
+		return cursor{}, 0, invalidCursor()
+	}
 	b, err := base64.RawURLEncoding.DecodeString(q.Cursor)
 	var c cursor
-	if err != nil || json.Unmarshal(b, &c) != nil || c.List != list || c.ID == "" {
+	if err != nil || json.Unmarshal(b, &c) != nil || c.List != list || !agent.ValidMessageID(c.ID) {
 		return cursor{}, 0, invalidCursor()
 	}
 	return c, limit, nil
