@@ -408,3 +408,40 @@ func TestReapGivesBackTheRunSlot(t *testing.T) {
 		t.Fatalf("the user's next run after the reap: retry after %v (%v), want the reaped run's slot free", retry, err)
 	}
 }
+
+// lateSegment lands a non-final segment of the dead run at the seq the reaper's final segment is about to take
+// (the dead run's writer was still appending), once.
+type lateSegment struct {
+	*sqlite.Store
+	once sync.Once
+}
+
+func (l *lateSegment) AppendSegment(ctx context.Context, s agent.Segment) error {
+	if s.Final {
+		var err error
+		l.once.Do(func() {
+			late := s
+			late.Final, late.Data = false, []byte("data: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"late\"}\n\n")
+			err = l.Store.AppendSegment(ctx, late)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return l.Store.AppendSegment(ctx, s)
+}
+
+// REVIEW D8: the reaper's final segment, beaten to its seq by a late segment of the dead run, is written at the
+// next seq, so readers end with the reaper's end instead of a synthesized one after a wait.
+func TestFinalSegmentAfterALateSegment(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	run := f.claim(t, "th", "run_1", old)
+	r := reaper.New(reaper.Deps{Store: &lateSegment{Store: f.store}, Clock: agent.SystemClock{}}, reaper.Config{StaleAfter: staleAfter})
+	if ok, err := r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err != nil || !ok {
+		t.Fatalf("Reap: %v %v", ok, err)
+	}
+	finalSegment(t, f.store, run.ID)
+}

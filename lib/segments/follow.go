@@ -118,23 +118,35 @@ func ErrorEnd(md agent.MessageMetadata, message string) []byte {
 
 // AppendFinal appends a final segment holding data after the run's last segment, unless a final one exists.
 // Insert-if-absent makes it safe against a racing writer: whoever takes a seq first keeps it, and readers stop
-// at the first final segment.
+// at the first final segment. A late segment of a writer still running (a fenced run's) that takes the seq
+// first makes the append a no-op: the segments from that seq are read again and the final one goes after them
+// (REVIEW D8), a few times at most.
 func AppendFinal(ctx context.Context, store agent.SegmentStore, clock agent.Clock, threadID, runID string, data []byte) error {
 	segs, err := store.ListSegments(ctx, runID, 0, clock.Now())
 	if err != nil {
 		return err
 	}
 	var next int64
-	for _, s := range segs {
-		if s.Final {
-			return nil
+	for attempt := 0; ; attempt++ {
+		for _, s := range segs {
+			if s.Final {
+				return nil
+			}
+			next = s.Seq + 1
 		}
-		next = s.Seq + 1
+		now := clock.Now()
+		if err := store.AppendSegment(ctx, agent.Segment{ThreadID: threadID, RunID: runID, Seq: next, Data: data, Final: true,
+			CreatedAt: now, ExpiresAt: now.Add(agent.SegmentTTL)}); err != nil {
+			return err
+		}
+		if segs, err = store.ListSegments(ctx, runID, next, clock.Now()); err != nil || attempt == finalAttempts-1 {
+			return err
+		}
 	}
-	now := clock.Now()
-	return store.AppendSegment(ctx, agent.Segment{ThreadID: threadID, RunID: runID, Seq: next, Data: data, Final: true,
-		CreatedAt: now, ExpiresAt: now.Add(agent.SegmentTTL)})
 }
+
+// finalAttempts bounds AppendFinal's appends when late segments keep taking the seq.
+const finalAttempts = 4
 
 // EndOf is the end of a stream for a run that is over but whose own final segment is missing: an error end for
 // a failed run (with its safe message), a plain finish otherwise.
