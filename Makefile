@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: dev test test-go test-race test-fuzz fuzz vet deps node-deps bench build clean soak
+.PHONY: dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak
 
 ## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set)
 dev:
@@ -67,6 +67,13 @@ fuzz:
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg; \
 	done
+
+## test-long: what make test leaves to a longer run: the fault-schedule simulation over 2,000 seeds on SQLite and
+## 142 on DynamoDB (make test runs 400 and 50, plus the regression seeds, every time), then make test itself
+SIM_LONG_SCHEDULES ?= 2000
+test-long: deps
+	SIM_SCHEDULES=$(SIM_LONG_SCHEDULES) $(GO) test -count=1 -timeout 60m -run '^TestSimulation$$' ./internal/sim
+	@$(MAKE) --no-print-directory test
 
 ## soak: the fault-schedule simulation (internal/sim) with random seeds, for SIM_DURATION (default 10m) split
 ## between SQLite and DynamoDB (dynalite); a failing seed is printed with the command that replays it
