@@ -64,6 +64,10 @@ func JobID(threadID, runID, toolCallID string) string {
 // SteerIDPrefix begins every steer message id; no client message may use it (ValidateIncoming).
 const SteerIDPrefix = "steer_"
 
+// JobSlotScope is the lease scope of a user's active jobs; a job holds its slot under its id from its dispatch
+// until its result or failure is delivered.
+func JobSlotScope(owner string) string { return "jobs/" + owner }
+
 // SteerMessageID is the id of the steer message that delivers job id into its thread.
 func SteerMessageID(jobID string) string { return SteerIDPrefix + jobID }
 

@@ -70,6 +70,7 @@ type Config struct {
 	MaxToolCallsPerStep  int           // AGENT_MAX_TOOL_CALLS_PER_STEP: the tool calls of one model step that run
 	MaxJobsPerRun        int           // AGENT_MAX_JOBS_PER_RUN: the sub-agent jobs one run dispatches
 	MaxJobChain          int           // AGENT_MAX_JOB_CHAIN: server-side turns in a row that may dispatch jobs
+	MaxActiveJobsPerUser int           // AGENT_MAX_ACTIVE_JOBS_PER_USER: sub-agent jobs one user has going at once
 	StreamLeaseTTL       time.Duration // AGENT_STREAM_LEASE_TTL: how long a dead reader's lease stays taken
 	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
 	MaxMessageBytes      int           // AGENT_MAX_MESSAGE_BYTES
@@ -252,6 +253,7 @@ func Load(getenv func(string) string) (Config, error) {
 	limitVar("AGENT_MAX_TOOL_CALLS_PER_STEP", &c.MaxToolCallsPerStep)
 	limitVar("AGENT_MAX_JOBS_PER_RUN", &c.MaxJobsPerRun)
 	limitVar("AGENT_MAX_JOB_CHAIN", &c.MaxJobChain)
+	limitVar("AGENT_MAX_ACTIVE_JOBS_PER_USER", &c.MaxActiveJobsPerUser)
 	durVar("AGENT_RUN_LEASE_TTL", &c.RunLeaseTTL)
 	durVar("AGENT_STREAM_LEASE_TTL", &c.StreamLeaseTTL)
 	for name, d := range map[string]time.Duration{"AGENT_RUN_LEASE_TTL": c.RunLeaseTTL, "AGENT_STREAM_LEASE_TTL": c.StreamLeaseTTL} {

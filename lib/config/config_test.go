@@ -87,10 +87,10 @@ func TestLoad(t *testing.T) {
 		// The limits: a number is the limit, 0 is none (the components' negative), unset is the default (zero).
 		{name: "limits", env: map[string]string{"AGENT_MAX_ACTIVE_RUNS_PER_USER": "2", "AGENT_THREADS_PER_MINUTE": "0",
 			"AGENT_MAX_STREAMS_PER_USER": "5", "AGENT_STREAM_LEASE_TTL": "9s", "AGENT_RUN_LEASE_TTL": "20s",
-			"AGENT_MAX_TOOL_CALLS_PER_STEP": "0", "AGENT_MAX_JOBS_PER_RUN": "2", "AGENT_MAX_JOB_CHAIN": "3"},
+			"AGENT_MAX_TOOL_CALLS_PER_STEP": "0", "AGENT_MAX_JOBS_PER_RUN": "2", "AGENT_MAX_JOB_CHAIN": "3", "AGENT_MAX_ACTIVE_JOBS_PER_USER": "0"},
 			check: func(t *testing.T, c Config) {
 				e, th := c.Engine("m"), c.Threads()
-				if e.MaxToolCallsPerStep >= 0 || e.MaxJobsPerRun != 2 || e.MaxJobChain != 3 {
+				if e.MaxToolCallsPerStep >= 0 || e.MaxJobsPerRun != 2 || e.MaxJobChain != 3 || c.MaxActiveJobsPerUser >= 0 {
 					t.Fatalf("turn bounds: calls per step %d, jobs per run %d", e.MaxToolCallsPerStep, e.MaxJobsPerRun)
 				}
 				if e.MaxActiveRunsPerUser != 2 || e.ThreadsPerMinute >= 0 || e.RunLeaseTTL != 20*time.Second {

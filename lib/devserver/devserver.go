@@ -181,7 +181,8 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		_ = runner.Close(ctx)
 	})
 	kinds := jobs.NewRegistry(jobs.Research())
-	toolset := append(newTools(s.Store, clock), jobs.Dispatcher{Store: s.Store, Jobs: s.Jobs, Clock: clock, Contract: contract, Logger: log}.Tools(kinds)...)
+	toolset := append(newTools(s.Store, clock), jobs.Dispatcher{Store: s.Store, Jobs: s.Jobs, Clock: clock, Contract: contract, Logger: log,
+		Limits: s.Store, MaxActivePerUser: cfg.MaxActiveJobsPerUser}.Tools(kinds)...)
 	s.Tools = toolset
 	rcfg := cfg.Reaper()
 	rcfg.DeliveryGrace, rcfg.StartDue, rcfg.ExecutionTimeout = contract.DeliveryGrace, contract.StartDue, contract.ExecutionTimeout
@@ -196,7 +197,8 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
 		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics},
 		cfg.Engine(s.ModelName))
-	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log},
+	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,
+		Limits: s.Store},
 		jobs.Config{Contract: contract, ModelName: s.ModelName})
 	s.JobTasks, s.JobKinds = tasks, kinds
 	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Clock: clock, Logger: log}, cfg.Threads())

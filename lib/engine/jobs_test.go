@@ -13,6 +13,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/devserver"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/jobs"
 )
 
 // startLog is a Jobs port that records what it was asked to start and runs nothing.
@@ -170,5 +171,34 @@ func TestJobChainIsBounded(t *testing.T) {
 	f.turn(t, thread, "m2", `/tool research {"question":"again"}`)
 	if got := len(js.started()); got != 2+engine.DefaultMaxJobChain {
 		t.Fatalf("a person's message after the chain started %d jobs in all, want one more", got)
+	}
+}
+
+// REVIEW S2: jobs were outside every per-user limit. A user's active jobs are leased like runs ("jobs/<owner>"):
+// a job tool called at the limit gets an error result the model reads, and a job's lease is given back once its
+// result (or failure) is delivered.
+func TestActiveJobsPerUserAreLeased(t *testing.T) {
+	t.Parallel()
+	js := &startLog{}
+	f := setup(t, withJobs(js))
+	ctx := context.Background()
+	f.turn(t, "th-a", "m1", researchCalls(4))
+	f.turn(t, "th-b", "m1", researchCalls(4))
+	f.turn(t, "th-c", "m1", researchCalls(2))
+	if got := len(js.started()); got != jobs.DefaultMaxActiveJobsPerUser {
+		t.Fatalf("%d jobs started by one user at once, want %d", got, jobs.DefaultMaxActiveJobsPerUser)
+	}
+	if errs := toolErrors(t, f.messages(t, "th-c")); errs[agent.CodeTooManyJobs] != 2 {
+		t.Fatalf("tool errors of the third thread %v, want two %s", errs, agent.CodeTooManyJobs)
+	}
+	// One job fails and its failure is delivered: its lease is free again.
+	first := js.started()[0]
+	if _, err := f.stack.JobTasks.Deliver(ctx, agent.JobTask{ThreadID: first.ThreadID, JobID: first.ID,
+		Failure: &agent.TaskFailure{Error: "States.Timeout"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.turn(t, "th-d", "m1", researchCalls(1))
+	if got := len(js.started()); got != jobs.DefaultMaxActiveJobsPerUser+1 {
+		t.Fatalf("after one job was delivered, %d jobs started in all, want one more", got)
 	}
 }

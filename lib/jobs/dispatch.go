@@ -11,6 +11,10 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 )
 
+// DefaultMaxActiveJobsPerUser bounds the jobs one user has going at once, across threads and runs (a lease each
+// in agent.JobSlotScope, from the dispatch until the job's result or failure is delivered).
+const DefaultMaxActiveJobsPerUser = 8
+
 // Dispatcher backs the job tools: a call creates its job insert-if-absent and starts the job's execution, then
 // returns the acknowledgement at once, so the main model's turn goes on while the sub-agent works.
 type Dispatcher struct {
@@ -19,6 +23,10 @@ type Dispatcher struct {
 	Clock    agent.Clock
 	Contract agent.JobContract
 	Logger   *slog.Logger // nil: discard
+	// Limits leases each job a slot of its user's active jobs (nil: no limit); MaxActivePerUser is the limit
+	// (zero: DefaultMaxActiveJobsPerUser; negative: none).
+	Limits           agent.LimitStore
+	MaxActivePerUser int
 }
 
 // Ack is a job tool's output: the dispatch tool part's output, forever (the result arrives as a steer message).
@@ -73,9 +81,17 @@ func (d Dispatcher) dispatch(ctx context.Context, k Kind, inv agent.ToolInvocati
 		// The reaper starts the job again if its task has not reported by then.
 		DueAt: now.Add(cmp.Or(d.Contract.StartDue, agent.DefaultJobContract().StartDue))}
 	j.Execution = j.ID
+	release, err := d.lease(ctx, j)
+	if err != nil {
+		return nil, err
+	}
 	stored, _, err := d.Store.CreateJob(ctx, j)
 	if err != nil {
+		release(ctx)
 		return nil, fmt.Errorf("create the %s job: %w", k.Name, err)
+	}
+	if stored.Finished() {
+		release(ctx) // a re-executed dispatch of a job that is over
 	}
 	if !stored.Finished() {
 		if err := d.Jobs.Start(ctx, stored); err != nil {
@@ -85,6 +101,40 @@ func (d Dispatcher) dispatch(ctx context.Context, k Kind, inv agent.ToolInvocati
 		}
 	}
 	return ack(stored), nil
+}
+
+// lease takes the job's slot among its user's active jobs, before anything is written; over the limit the call
+// gets an error result the model reads. A slot lives as long as a job can (its execution's deadline, a start's
+// and the delivery grace), so a lost release frees it then. It returns the release (for a job not created).
+func (d Dispatcher) lease(ctx context.Context, j agent.Job) (func(context.Context), error) {
+	limit := cmp.Or(d.MaxActivePerUser, DefaultMaxActiveJobsPerUser)
+	if d.Limits == nil || limit < 0 {
+		return func(context.Context) {}, nil
+	}
+	c := d.Contract
+	ttl := min(cmp.Or(c.ExecutionTimeout, agent.DefaultJobContract().ExecutionTimeout)+c.DeliveryGrace+
+		cmp.Or(c.StartDue, agent.DefaultJobContract().StartDue), agent.MaxLeaseTTL)
+	retry, err := d.Limits.AcquireLease(ctx, agent.LeaseRequest{Scope: agent.JobSlotScope(j.Owner), Holder: j.ID, Limit: limit,
+		TTL: ttl, Now: j.CreatedAt})
+	if err != nil {
+		return nil, fmt.Errorf("lease a slot for the %s job: %w", j.Kind, err)
+	}
+	if retry > 0 {
+		return nil, agent.E(agent.KindLimited, agent.CodeTooManyJobs,
+			"%s was not dispatched: the user has %d background jobs going, the most allowed at once. Wait for their results.",
+			j.Kind, limit)
+	}
+	return func(ctx context.Context) { ReleaseJobSlot(ctx, d.Limits, j, d.Logger) }, nil
+}
+
+// ReleaseJobSlot gives a job's slot among its user's active jobs back (best effort: an unreleased slot expires).
+func ReleaseJobSlot(ctx context.Context, limits agent.LimitStore, j agent.Job, log *slog.Logger) {
+	if limits == nil || j.Owner == "" {
+		return
+	}
+	if err := limits.ReleaseLease(context.WithoutCancel(ctx), agent.JobSlotScope(j.Owner), j.ID); err != nil {
+		cmp.Or(log, slog.New(slog.DiscardHandler)).Warn("release a job's slot", "thread_id", j.ThreadID, "job_id", j.ID, "err", err)
+	}
 }
 
 func ack(j agent.Job) json.RawMessage {

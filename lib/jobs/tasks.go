@@ -52,6 +52,7 @@ type Tasks struct {
 	jobs   agent.Jobs
 	clock  agent.Clock
 	log    *slog.Logger
+	limits agent.LimitStore
 	cfg    Config
 }
 
@@ -64,6 +65,9 @@ type Deps struct {
 	Jobs   agent.Jobs
 	Clock  agent.Clock
 	Logger *slog.Logger
+	// Limits, when set, is where Deliver gives a delivered job's slot among its user's active jobs back
+	// (Dispatcher.Limits leased it).
+	Limits agent.LimitStore
 }
 
 // NewTasks builds the task handlers.
@@ -74,7 +78,7 @@ func NewTasks(d Deps, cfg Config) *Tasks {
 	cfg.MaxSteps = cmp.Or(cfg.MaxSteps, DefaultSubagentSteps)
 	cfg.DrainTurns = cmp.Or(cfg.DrainTurns, DefaultDrainTurns)
 	cfg.DrainBudget = cmp.Or(cfg.DrainBudget, DefaultDrainBudget)
-	t := &Tasks{store: d.Store, model: d.Model, kinds: d.Kinds, engine: d.Engine, jobs: d.Jobs, clock: d.Clock, log: d.Logger, cfg: cfg}
+	t := &Tasks{store: d.Store, model: d.Model, kinds: d.Kinds, engine: d.Engine, jobs: d.Jobs, clock: d.Clock, log: d.Logger, limits: d.Limits, cfg: cfg}
 	if t.clock == nil {
 		t.clock = agent.SystemClock{}
 	}
@@ -155,6 +159,11 @@ func (t *Tasks) Deliver(ctx context.Context, in agent.JobTask) (agent.DeliveryRe
 	out := agent.DeliveryResult{ThreadID: in.ThreadID, JobID: in.JobID, Status: agent.DeliveredNothing}
 	if in.JobID != "" {
 		j, err := t.record(ctx, in)
+		if err == nil {
+			// Its result or failure is final and is delivered now (or waits in the queue): the job no longer
+			// counts among its user's active ones.
+			ReleaseJobSlot(ctx, t.limits, j, t.log)
+		}
 		switch {
 		case errors.Is(err, agent.ErrJobNotFound):
 			return out, nil

@@ -53,7 +53,8 @@ func (b Base) Tools(js agent.Jobs) []agent.Tool {
 	if js == nil {
 		js = noJobs{}
 	}
-	d := jobs.Dispatcher{Store: b.Store, Jobs: js, Clock: b.Clock, Contract: Contract(), Logger: b.Log}
+	d := jobs.Dispatcher{Store: b.Store, Jobs: js, Clock: b.Clock, Contract: Contract(), Logger: b.Log,
+		Limits: b.Store, MaxActivePerUser: b.Config.MaxActiveJobsPerUser}
 	return append(tools.Demo(b.Store, b.Clock), d.Tools(JobKinds())...)
 }
 
@@ -100,7 +101,7 @@ func NewAgent(b Base, js agent.Jobs) (*Agent, error) {
 		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics}, b.Config.Engine(b.ModelName()))
 	a.Threads = b.Threads(a.Reaper)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
-		Logger: b.Log}, jobs.Config{Contract: Contract(), ModelName: b.ModelName()})
+		Logger: b.Log, Limits: b.Store}, jobs.Config{Contract: Contract(), ModelName: b.ModelName()})
 	return a, nil
 }
 
