@@ -37,6 +37,9 @@ func TestResearchSubagent(t *testing.T) {
 			sources: []string{"https://go.dev"}, brief: "You said: What is Go?"},
 		{name: "note_source tool, then the brief", question: `/tool note_source {"title":"RFC 9110","url":"https://www.rfc-editor.org/rfc/rfc9110"}`,
 			sources: []string{"https://www.rfc-editor.org/rfc/rfc9110"}, brief: "note_source"},
+		// Only an https URL is a source (REVIEW S18: a javascript: URL reached the job's artifact part).
+		{name: "note_source refuses other schemes", question: `/tool note_source {"title":"x","url":"javascript:alert(1)"}`,
+			brief: "note_source"},
 		{name: "model outage", question: "/error 503", err: "unavailable"},
 		{name: "step cap", question: `/loop note_source {"title":"x","url":"https://x.test"}`, err: "failed"},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -153,8 +154,8 @@ func runResearch(ctx context.Context, env Env, input json.RawMessage) (json.RawM
 		for _, c := range calls {
 			out := `{"ok":true}`
 			var s Source
-			if c.Name != noteSourceSpec.Name || json.Unmarshal([]byte(c.Arguments), &s) != nil || s.URL == "" {
-				out = `{"ok":false,"error":"note_source takes {title, url}"}`
+			if c.Name != noteSourceSpec.Name || json.Unmarshal([]byte(c.Arguments), &s) != nil || !httpsURL(s.URL) {
+				out = `{"ok":false,"error":"note_source takes {title, url}, url an https URL"}`
 			} else {
 				add(s)
 				env.Activity("noted source: " + clip(s.Title, 80))
@@ -163,6 +164,13 @@ func runResearch(ctx context.Context, env Env, input json.RawMessage) (json.RawM
 		}
 	}
 	return nil, &agent.JobFailedError{Reason: fmt.Sprintf("the researcher did not finish within %d steps", steps)}
+}
+
+// httpsURL reports whether s is an absolute https URL: a source becomes a link in the job's artifact part, and
+// another scheme (javascript:, data:) must not (REVIEW S18).
+func httpsURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Scheme == "https" && u.Host != ""
 }
 
 func researchSteer(result json.RawMessage) string {
