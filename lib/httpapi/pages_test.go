@@ -164,15 +164,22 @@ func TestThreadPages(t *testing.T) {
 
 			// Deleted messages are left out, a page's worth in a row included.
 			ctx := context.Background()
-			th, err := h.f.store.GetThread(ctx, "paged")
+			// Only the claim holder deletes (SQLite checks the claim in the write's own transaction).
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			claim, err := h.f.store.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "paged", Owner: "alice", RunID: "deleter",
+				Trigger: agent.TriggerUser, AssistantMessageID: "deleter-reply", Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
-			del := agent.Fence{RunID: "deleter", Epoch: th.Epoch + 1}
 			for _, id := range all[3:11] {
-				if err := h.f.store.DeleteMessage(ctx, "paged", id, del); err != nil {
+				if err := h.f.store.DeleteMessage(ctx, "paged", id, claim.Run.Fence()); err != nil {
 					t.Fatal(err)
 				}
+			}
+			done := claim.Run
+			done.Status, done.FinishedAt, done.UpdatedAt = agent.RunCompleted, now, now
+			if err := h.f.store.FinishRun(ctx, done); err != nil {
+				t.Fatal(err)
 			}
 			want := h.storedIDs("paged")
 			for _, newest := range []bool{false, true} {

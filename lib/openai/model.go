@@ -303,6 +303,10 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 	acc := accumulator{emit: emit, ids: m.cfg.IDs, model: params.Model}
 	timedOut := false
 	for stream.Next() {
+		if actx.Err() != nil {
+			// Cancelled while later chunks sat in the read buffer: the caller asked for nothing more.
+			break
+		}
 		if !dog.arrived() {
 			timedOut = true // the timer fired as this chunk came in: the attempt is over
 			break
@@ -313,6 +317,9 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		dog.waiting()
 	}
 	err := stream.Err()
+	if err == nil && actx.Err() != nil {
+		err = context.Cause(actx)
+	}
 	if timedOut {
 		<-actx.Done() // the timer's func may still be on its way to cancel
 		err = context.Cause(actx)

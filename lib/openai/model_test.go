@@ -561,14 +561,18 @@ func TestCancel(t *testing.T) {
 		name  string
 		cause error
 		code  string
+		delay time.Duration
 	}{
-		{"plain cancel", nil, agent.CodeRunCanceled},
-		{"cancel with an agent error cause", runTimeout, agent.CodeRunTimeout},
+		{"plain cancel", nil, agent.CodeRunCanceled, 5 * time.Millisecond},
+		{"cancel with an agent error cause", runTimeout, agent.CodeRunTimeout, 5 * time.Millisecond},
+		// No delay: later words are already in the read buffer when the first is emitted (what a loaded machine
+		// does to the 5 ms cases); the adapter must not emit them after the cancel.
+		{"cancel with the rest buffered", nil, agent.CodeRunCanceled, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, offline.WithWordDelay(5*time.Millisecond))
+			f := setup(t, offline.WithWordDelay(tt.delay))
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
 			var events []agent.ModelEvent
