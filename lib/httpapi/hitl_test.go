@@ -853,7 +853,9 @@ func TestAnswerWithEnqueueIsRefusedWhileARunIsActive(t *testing.T) {
 	<-started // the answer's continuation holds the thread, inside the approved tool
 	body["multitask"] = "enqueue"
 	resp := h.f.do(t, "POST", "/chat", token(t, "alice"), body)
-	var e struct{ Error struct{ Code, Message string } }
+	var e struct {
+		Error struct{ Code, Message string }
+	}
 	if err := json.Unmarshal(readAll(t, resp), &e); err != nil || resp.StatusCode != 409 || e.Error.Code != agent.CodeRunActive ||
 		!strings.Contains(e.Error.Message, "not queued") {
 		t.Fatalf("an answer with enqueue while a run is active: %d %+v (%v)", resp.StatusCode, e, err)
