@@ -149,11 +149,9 @@ func TestHeartbeatFailuresStopTheRun(t *testing.T) {
 	t.Parallel()
 	fs := newFaulty(func(method string, n int, final bool) bool { return method == "Heartbeat" })
 	f := setup(t, withStore(fs.wrap), withConfig(func(c *config.Config) { c.StaleAfter = 400 * time.Millisecond; c.Heartbeat = 20 * time.Millisecond }))
-	start := time.Now()
-	run, client := f.run(t, submit("th", "u1", "/slow 100"))
-	if el := time.Since(start); el > 3*time.Second {
-		t.Fatalf("the run went on for %s with failing heartbeats", el)
-	}
+	// A reply of 10 s at the least (2,000 words, 5 ms apart): the run stops itself long before, and the run's
+	// error says so (no wall-clock bound on how soon).
+	run, client := f.run(t, submit("th", "u1", "/slow 2000"))
 	if run.Error == nil || run.Error.Code != agent.CodeRunFenced {
 		t.Fatalf("run = %+v", run)
 	}
@@ -177,11 +175,9 @@ func TestSegmentCloseIsBounded(t *testing.T) {
 	// claim is in doubt, at half of staleAfter).
 	f := setup(t, withStore(fs.wrap), withConfig(func(c *config.Config) { c.StaleAfter = time.Minute }))
 	f.eng = engineWith(t, f, func(c *engine.Config) { c.CloseTimeout = 200 * time.Millisecond })
-	start := time.Now()
+	// The store refuses every segment for good: the turn ending at all shows the close gave up (no wall-clock
+	// bound on how soon).
 	run, client := f.run(t, submit("th", "u1", "hello"))
-	if el := time.Since(start); el > 5*time.Second {
-		t.Fatalf("the turn took %s with a store refusing segments", el)
-	}
 	if run.Status != agent.RunCompleted || !strings.HasSuffix(string(client), "data: [DONE]\n\n") {
 		t.Fatalf("run %s, stream %q", run.Status, tail(string(client)))
 	}

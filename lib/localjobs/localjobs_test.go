@@ -110,12 +110,10 @@ func TestCloseCancelsWhatOutlastsIt(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	began := time.Now()
+	// The task holds until the test ends: Close returning at all shows it did not wait for it (no wall-clock
+	// bound on how soon: on a loaded machine that is a race between timers).
 	if err := r.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Close = %v, want its context's deadline", err)
-	}
-	if took := time.Since(began); took > 500*time.Millisecond {
-		t.Fatalf("Close took %v with a task that ignores its context", took)
 	}
 	if err := r.Start(context.Background(), job("job_after")); !agent.IsKind(err, agent.KindUnavailable) {
 		t.Fatalf("Start after Close = %v, want KindUnavailable", err)
