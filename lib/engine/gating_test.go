@@ -436,3 +436,38 @@ func TestUnsavedRunsUsageRecordedLate(t *testing.T) {
 		})
 	}
 }
+
+// A run that stopped itself because its claim was in doubt (heartbeats failing) is reaped later; what its draft
+// never recorded is recorded late once the reaper finished it (REVIEW D6).
+func TestInDoubtRunsUsageRecordedLate(t *testing.T) {
+	t.Parallel()
+	clock := newManualClock()
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	fs := newFaulty(func(method string, n int, final bool) bool { return method == "Heartbeat" })
+	f := setup(t, withStore(fs.wrap), withClock(clock), withTools(slowTool(started, release)))
+	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan agent.Run, 1)
+	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	<-started
+	clock.add(1500 * time.Millisecond) // past the horizon: the run stops itself, its draft unwritten
+	run := <-ran
+	if run.Error == nil || run.Error.Code != agent.CodeRunFenced || run.Usage.TotalTokens == 0 {
+		t.Fatalf("run %s %+v usage %+v, want stopped in doubt with the first step's usage", run.Status, run.Error, run.Usage)
+	}
+	fs.mu.Lock()
+	fs.fail = func(string, int, bool) bool { return false }
+	fs.mu.Unlock()
+	clock.add(3 * time.Second)
+	if st, err := f.stack.Reaper.Tick(context.Background()); err != nil || st.Reaped != 1 {
+		t.Fatalf("reaper tick: %+v %v", st, err)
+	}
+	f.eng.Wait()
+	th, err := f.store.GetThread(context.Background(), "th")
+	if err != nil || th.Usage.InputTokens != run.Usage.InputTokens || th.Usage.OutputTokens != run.Usage.OutputTokens {
+		t.Fatalf("thread usage %+v (%v), want the run's %+v", th.Usage, err, run.Usage)
+	}
+}
