@@ -23,8 +23,8 @@ import (
 //   - user (a new message, or an edit): text {text}, file {mediaType, url, filename?} and data-* {data?, id?}, with
 //     something the model sees: a text not only of white space, or a file.
 //     A file reaches the model, so its media type must be one ModelFileType accepts (images and PDFs) and its
-//     url a base64 data URL of that same media type with at least one byte, or an https URL. At most
-//     Limits.MaxParts parts.
+//     url a base64 data URL of that same media type with at least one byte, starting with that type's magic
+//     bytes, or an https URL (PDFs by URL: MaxLinkedPDFs at most). At most Limits.MaxParts parts.
 //   - assistant (a continuation: tool outputs and approval answers on the newest assistant message): every part
 //     type of the schema (text, reasoning, source-url, source-document, file, step-start, data-*, tool-*,
 //     dynamic-tool), each with its fields; a tool part's state is one of the AI SDK's and carries what that
@@ -46,6 +46,22 @@ type Limits struct {
 }
 
 const maxIDLen = 200
+
+// MaxLinkedPDFs bounds the PDFs a user message names by https URL: each is downloaded for every model request
+// that shows it, up to 20 MiB (REVIEW S4).
+const MaxLinkedPDFs = 10
+
+// linkedPDFs counts the PDF file parts of m given by an https URL.
+func linkedPDFs(m Message) int {
+	n := 0
+	for _, raw := range m.Parts {
+		var p struct{ Type, MediaType, URL string }
+		if json.Unmarshal(raw, &p) == nil && p.Type == "file" && p.MediaType == "application/pdf" && strings.HasPrefix(p.URL, "https:") {
+			n++
+		}
+	}
+	return n
+}
 
 // ValidMessageID reports whether id can name a message: 1-200 bytes of UTF-8 without '#', '/' or control
 // characters.
@@ -94,6 +110,9 @@ func ValidateIncoming(m Message, lim Limits) error {
 			err.Message = fmt.Sprintf("parts[%d] %s", i, err.Message)
 			return err
 		}
+	}
+	if n := linkedPDFs(m); m.Role == RoleUser && n > MaxLinkedPDFs {
+		return E(KindTooLarge, CodeMessageTooLarge, "message names %d PDFs by URL, the limit is %d", n, MaxLinkedPDFs)
 	}
 	if m.Role == RoleUser && !modelSees(m.Parts) {
 		return E(KindInvalid, CodeInvalidMessage, "a user message needs a text with something in it, or a file: the model would see nothing")
@@ -318,8 +337,29 @@ func checkDataURL(u, mediaType string) *Error {
 		return E(KindInvalid, CodeInvalidMessage, "the data URL holds %s, the part says %s", cmpOr(got, "no media type"), mediaType)
 	case len(data) == 0:
 		return E(KindInvalid, CodeInvalidMessage, "the data URL holds no bytes")
+	case !signed(mediaType, data):
+		return E(KindInvalid, CodeInvalidMessage, "the data URL's bytes are not an %s file", mediaType)
 	}
 	return nil
+}
+
+// signed reports whether data starts as a file of mediaType does (its magic bytes): a provider refuses an image
+// or PDF it cannot decode, and a stored one would be sent again on every later turn (REVIEW S4). A PDF's header
+// may follow up to 1024 bytes of anything, as readers allow.
+func signed(mediaType string, data []byte) bool {
+	switch mediaType {
+	case "image/png":
+		return bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n"))
+	case "image/jpeg":
+		return bytes.HasPrefix(data, []byte{0xff, 0xd8, 0xff})
+	case "image/gif":
+		return bytes.HasPrefix(data, []byte("GIF87a")) || bytes.HasPrefix(data, []byte("GIF89a"))
+	case "image/webp":
+		return len(data) >= 12 && string(data[:4]) == "RIFF" && string(data[8:12]) == "WEBP"
+	case "application/pdf":
+		return bytes.Contains(data[:min(len(data), 1024)], []byte("%PDF-"))
+	}
+	return true
 }
 
 func cmpOr(s, def string) string {

@@ -439,7 +439,9 @@ async function coalesce(s) {
 // as an image content part (the offline model's /received).
 async function image(s) {
   const bytes = 68;
-  const url = `data:image/png;base64,${Buffer.alloc(bytes, 7).toString("base64")}`;
+  // A PNG's signature, then filler: the server refuses a data URL whose bytes are not of its type.
+  const png = Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), Buffer.alloc(bytes - 8, 7)]);
+  const url = `data:image/png;base64,${png.toString("base64")}`;
   await s.chat.sendMessage({ text: "/received", files: [{ type: "file", mediaType: "image/png", filename: "dot.png", url }] });
   await s.idle("sendMessage with an image");
   const sent = s.posts[0]?.body?.messages?.at(-1);
