@@ -147,19 +147,42 @@ func TestSegmentsMatchClientStream(t *testing.T) {
 }
 
 // A stop request ends a long reply as canceled within a heartbeat or two, with what was streamed kept.
+// seenWriter keeps what is written and closes seen once it holds want.
+type seenWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func newSeenWriter(want string) *seenWriter { return &seenWriter{want: want, seen: make(chan struct{})} }
+
+func (w *seenWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/slow 400"))
+	// At least 50 s of reply (10,000 words, 5 ms apart): the cancel comes once word1 has streamed (a signal, not
+	// a sleep), and only the cancel ends the run.
+	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/slow 10000"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var run agent.Run
-	var buf bytes.Buffer
-	go func() { defer wg.Done(); run = tr.Stream(context.Background(), &buf) }()
-	time.Sleep(150 * time.Millisecond)
+	buf := newSeenWriter(`"word1"`)
+	go func() { defer wg.Done(); run = tr.Stream(context.Background(), buf) }()
+	<-buf.seen
 	if _, err := f.store.RequestCancel(context.Background(), "th", "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -266,13 +289,14 @@ func TestInterruptKeepsOrder(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	tr, err := f.eng.Begin(ctx, submit("th", "Z1", "/slow 400"))
+	tr, err := f.eng.Begin(ctx, submit("th", "Z1", "/slow 10000"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan agent.Run, 1)
-	go func() { done <- tr.Stream(ctx, &bytes.Buffer{}) }()
-	time.Sleep(100 * time.Millisecond)
+	w := newSeenWriter(`"word1"`)
+	go func() { done <- tr.Stream(ctx, w) }()
+	<-w.seen // the reply has begun; it lasts at least 50 s unless interrupted
 	req := submit("th", "Z2", "after the interrupt")
 	req.Multitask = engine.MultitaskInterrupt
 	second, _ := f.run(t, req)

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,7 +344,19 @@ func TestConcurrentPostsOneWinner(t *testing.T) {
 // GET /chat/{id}/stream: 204 when idle; during a run, the same stream (same message id) replayed and tailed.
 func TestResume(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	// The model holds its replies until release: the run is live while the reader attaches, however slowly the
+	// machine runs the test (before: a 0.8 s reply and a 150 ms sleep).
+	var held atomic.Pointer[chan struct{}] // nil: replies go at once
+	f := limitStackWith(t, "sqlite", func(*config.Config) {}, func(o *devserver.Options, model *http.Handler) {
+		inner := *model
+		*model = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ch := held.Load(); ch != nil {
+				heldModel(inner, *ch).ServeHTTP(w, r)
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
+	})
 	tok := token(t, "alice")
 	readAll(t, f.do(t, "POST", "/chat", tok, chatBody("t1", "u0", "hi")))
 	if resp := f.do(t, "GET", "/chat/t1/stream", tok, nil); resp.StatusCode != 204 {
@@ -360,15 +373,19 @@ func TestResume(t *testing.T) {
 			t.Fatalf("resume %s = %d, want 204", path, resp.StatusCode)
 		}
 	}
+	release := make(chan struct{})
+	held.Store(&release)
+	end := sync.OnceFunc(func() { close(release) })
+	defer end()
 	first := f.do(t, "POST", "/chat", tok, chatBody("t1", "u1", "/slow 40"))
 	var original []byte
 	done := make(chan struct{})
 	go func() { original = readAll(t, first); close(done) }()
-	time.Sleep(150 * time.Millisecond)
 	resp := f.do(t, "GET", "/chat/t1/stream", tok, nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("resume = %d", resp.StatusCode)
 	}
+	end()
 	resumed := readAll(t, resp)
 	<-done
 	if !bytes.Equal(resumed, original) {
@@ -469,10 +486,11 @@ func TestMultitaskInterrupt(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	tok := token(t, "alice")
-	first := f.do(t, "POST", "/chat", tok, chatBody("t1", "u1", "/slow 200"))
+	// At least 200 s of reply (10,000 words, 20 ms apart), claimed before its headers arrive: only the interrupt
+	// ends it (before: a 4 s reply and a 100 ms sleep).
+	first := f.do(t, "POST", "/chat", tok, chatBody("t1", "u1", "/slow 10000"))
 	done := make(chan []byte)
 	go func() { done <- readAll(t, first) }()
-	time.Sleep(100 * time.Millisecond)
 	body := chatBody("t1", "u2", "second")
 	body["multitask"] = "interrupt"
 	resp := f.do(t, "POST", "/chat", tok, body)
