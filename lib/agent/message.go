@@ -52,6 +52,9 @@ type MessageMetadata struct {
 	// Replaces names the reply a regenerate replaced. The old reply is hidden right after this one is stored;
 	// until then (or when a crash came between), Visible leaves it out.
 	Replaces string `json:"replaces,omitempty"`
+	// Error is a failed reply's stable code and safe message (the reaper's, for a run that died): a reader shows
+	// it even when the reply says nothing else (Shown).
+	Error *RunError `json:"error,omitempty"`
 }
 
 // Visible leaves out, keeping the order, every message that a later completed (or interrupted: it stands, asking
@@ -71,6 +74,32 @@ func Visible(msgs []Message) []Message {
 		if !replaced[m.ID] && !empty {
 			out = append(out, m)
 		}
+	}
+	return out
+}
+
+// Shown is what a reader sees: Visible, except that a failed reply that says nothing but carries an error (a run
+// that died before its first word) is shown, so the user message it answers does not stand unanswered with no
+// error (issue 16 item 11), until a later reply answers that message (a re-post or a regenerate). The engine
+// reads Visible: to it such a reply is no answer, so re-posting the message runs again.
+func Shown(msgs []Message) []Message {
+	out := make([]Message, 0, len(msgs))
+	visible := Visible(msgs)
+	next := 0
+	for i, m := range msgs {
+		if next < len(visible) && visible[next].ID == m.ID {
+			out = append(out, m)
+			next++
+			continue
+		}
+		md := m.Meta()
+		if m.Role != RoleAssistant || len(m.Parts) != 0 || md.Status != MessageFailed || md.Error == nil {
+			continue
+		}
+		if i+1 < len(msgs) && msgs[i+1].Role == RoleAssistant {
+			continue // answered since
+		}
+		out = append(out, m)
 	}
 	return out
 }

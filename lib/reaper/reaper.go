@@ -548,7 +548,8 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 	for i, p := range parts {
 		raw[i] = agent.EncodePart(p)
 	}
-	md, _ := json.Marshal(agent.MessageMetadata{Status: agent.MessageFailed, RunID: run.ID, Model: run.Model, Usage: &usage})
+	md, _ := json.Marshal(agent.MessageMetadata{Status: agent.MessageFailed, RunID: run.ID, Model: run.Model, Usage: &usage,
+		Error: run.Error})
 	w := agent.MessageWrite{ThreadID: run.ThreadID, Seq: seq, Fence: hold, Final: true,
 		Message: agent.Message{ID: run.AssistantMessageID, Role: agent.RoleAssistant, Parts: raw, Metadata: md}}
 	err := retry(ctx, func() error { w.Now = r.clock.Now(); return r.store.PutMessage(ctx, w) })

@@ -445,3 +445,40 @@ func TestFinalSegmentAfterALateSegment(t *testing.T) {
 	}
 	finalSegment(t, f.store, run.ID)
 }
+
+// Issue 16 item 11: a user message whose run died before writing anything gets a failed reply that readers show,
+// with a stable code and a safe message, instead of one that readers hide (the engine still reads past it, so a
+// re-post of the message runs again).
+func TestEmptyReapShowsAFailedReply(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	run := f.claim(t, "th", "run_1", old)
+	user := agent.Message{ID: "u1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
+	if err := f.store.PutMessage(ctx, agent.MessageWrite{ThreadID: "th", Seq: run.FirstSeq, Message: user, Fence: run.Fence(), Final: true, Now: old}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := f.r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err != nil || !ok {
+		t.Fatalf("Reap: %v %v", ok, err)
+	}
+	recs, err := f.store.ListMessages(ctx, "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []agent.Message
+	for _, r := range recs {
+		msgs = append(msgs, r.Message)
+	}
+	shown := agent.Shown(msgs)
+	if len(shown) != 2 || shown[1].ID != run.AssistantMessageID {
+		t.Fatalf("shown messages = %d, want the user message and its failed reply", len(shown))
+	}
+	md := shown[1].Meta()
+	if md.Status != agent.MessageFailed || md.Error == nil || md.Error.Code != agent.CodeStale || md.Error.Message == "" {
+		t.Fatalf("failed reply metadata = %s, want failed with the stale code and a message", shown[1].Metadata)
+	}
+	if v := agent.Visible(msgs); len(v) != 1 {
+		t.Fatalf("the engine's view = %d messages, want the user message alone (a re-post runs again)", len(v))
+	}
+}

@@ -293,13 +293,13 @@ func (s *Service) messagePage(ctx context.Context, id string, p agent.MessagePag
 // one (for the interrupts it waits for).
 const newestLook = 4
 
-// visible is the records' messages that a reader sees, in order.
+// visible is the records' messages that a reader sees, in order (agent.Shown: a dead run's failed reply included).
 func visible(recs []agent.MessageRecord) []agent.Message {
 	msgs := make([]agent.Message, 0, len(recs))
 	for _, rec := range recs {
 		msgs = append(msgs, rec.Message)
 	}
-	return agent.Visible(msgs)
+	return agent.Shown(msgs)
 }
 
 // Patch changes the title and settings.
