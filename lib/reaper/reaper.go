@@ -1,19 +1,29 @@
-// Package reaper finishes runs whose process died (DESIGN.md "Reaper"). It finds claims whose heartbeat is
-// older than StaleAfter through the store's index of claimed threads, which only nominates: every decision is
-// re-checked in the write that makes it. For each nominee, in order, each step conditional and idempotent:
+// Package reaper finishes runs whose process died (DESIGN.md "Reaper", "Closing the last windows"). It finds
+// claims whose heartbeat is older than StaleAfter through the store's index of claimed threads, which only
+// nominates: every decision is re-checked in the write that makes it. For each nominee, in order, each step
+// conditional and idempotent:
 //
-//  1. release the thread's claim on condition "still this run, same epoch, heartbeat before the cutoff", adding
-//     the run's usage (taken from its draft message) in that same write. This is the decision: a live run keeps
-//     its claim, and of two reapers only one releases. A claim whose run is missing or already terminal is
-//     released the same way;
-//  2. record the run's outcome: failed with code stale (fenced by epoch), or, when its final message was stored
+//  1. take the thread's claim at epoch+1 for the reaper (TakeOver, fence A) on condition "still this run, same
+//     epoch, heartbeat before the cutoff". This is the decision: a live run keeps its claim, of two reapers only
+//     one takes it, nobody claims the thread while the reaper cleans up, and every write the dead run still makes
+//     is fenced by the new epoch (on SQLite each checks the claim in its own transaction, fence F);
+//  2. stub (or fence) every id the dead run can still create, its user message and its reply, at the reaper's
+//     epoch (FenceMessage, fence B), then read the run and its draft: what they hold can no longer change, and a
+//     final reply that landed before is adopted;
+//  3. record the run's outcome (RecordOutcome): failed with code stale, or, when its final message was stored
 //     but its outcome was not, the status that message records;
-//  3. finalize the draft assistant message (fenced, finalized, so the dead run's late writes lose): failed, with
-//     the outcome each tool recorded under its idempotency key, or a truthful "result unknown" for a call
-//     without one. With no draft, the message is rebuilt from the run's stream segments;
-//  4. write a final segment so attached readers end;
-//  5. cancel the interrupts the dead run stored but never showed in a final message (their calls now carry a
-//     result, so no answer may run them).
+//  4. finalize the draft assistant message at the reaper's fence: failed, with the outcome each tool recorded
+//     under its idempotency key, or a truthful "result unknown" for a call without one, and the run's error in
+//     its metadata (readers show it even when the run said nothing). With no draft, the message is rebuilt from
+//     the run's stream segments;
+//  5. write a final segment so attached readers end;
+//  6. cancel the interrupts the dead run stored but never showed in a final message (their calls now carry a
+//     result, so no answer may run them);
+//  7. give back the run's slot in its user's active-run scope, and the reaper's claim (ReleaseClaim), adding the
+//     usage the draft recorded in that same write.
+//
+// A reaper that dies on the way leaves its own claim, which goes stale and is reaped the same way at the next
+// epoch. A claim whose run is missing or already terminal is taken and given back the same way.
 //
 // Each sweep also marks pending interrupts past their age expired (compare-and-set, through the store's index
 // of pending interrupts); the transcript gets their results from the next turn that claims the thread.
