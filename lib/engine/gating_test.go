@@ -153,6 +153,8 @@ type lateWrites struct {
 	// before runs as a call starts (an error fails it without applying); after runs once it applied.
 	before func(call string, n int) error
 	after  func(call string, n int)
+	// afterMessage, when set, runs once a message write applied.
+	afterMessage func(id string)
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -195,7 +197,18 @@ func (l *lateWrites) GetMessage(ctx context.Context, threadID, id string) (rec a
 
 func (l *lateWrites) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 	name := "PutMessage(" + string(w.Message.Role) + ")"
-	return l.call(name, true, func() error { return l.Store.PutMessage(ctx, w) })
+	err := l.call(name, true, func() error { return l.Store.PutMessage(ctx, w) })
+	l.mu.Lock()
+	after := l.afterMessage
+	l.mu.Unlock()
+	if err == nil && after != nil {
+		after(w.Message.ID)
+	}
+	return err
+}
+
+func (l *lateWrites) TakeQueued(ctx context.Context, threadID, messageID string, now time.Time) error {
+	return l.call("TakeQueued", true, func() error { return l.Store.TakeQueued(ctx, threadID, messageID, now) })
 }
 
 func (l *lateWrites) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
@@ -469,5 +482,53 @@ func TestInDoubtRunsUsageRecordedLate(t *testing.T) {
 	th, err := f.store.GetThread(context.Background(), "th")
 	if err != nil || th.Usage.InputTokens != run.Usage.InputTokens || th.Usage.OutputTokens != run.Usage.OutputTokens {
 		t.Fatalf("thread usage %+v (%v), want the run's %+v", th.Usage, err, run.Usage)
+	}
+}
+
+// A turn that takes queued messages marks them taken only while its claim is surely its own (REVIEW D1, fence
+// E): here the queued message's write applies and its answer comes back after the horizon (heartbeats failing),
+// and marking the entry taken must not be sent then.
+func TestQueueTakeGatedAtTheHorizon(t *testing.T) {
+	t.Parallel()
+	clock := newManualClock()
+	l := &lateWrites{clock: clock, horizon: clock.Now().Add(time.Second),
+		before: func(call string, _ int) error {
+			if call == "Heartbeat" {
+				return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "injected: heartbeat throttled")
+			}
+			return nil
+		},
+		after: func(string, int) {}}
+	f := setup(t, withStore(l.wrap), withClock(clock))
+	// No Jobs: no delivery pass takes the queue first.
+	eng := engine.New(engine.Deps{Store: f.store, Model: f.stack.Model, Tools: f.stack.Tools, Reaper: f.stack.Reaper,
+		Signer: f.stack.Signer, Clock: clock}, f.eng.Config())
+	ctx := context.Background()
+	busy, err := eng.Begin(ctx, submit("th", "u1", "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := submit("th", "q1", "and then?")
+	queued.Multitask = engine.MultitaskEnqueue
+	if tr, err := eng.Begin(ctx, queued); err != nil || tr.Queued() == nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	if run := busy.Stream(ctx, io.Discard); run.Status != agent.RunCompleted {
+		t.Fatalf("busy run %s %+v", run.Status, run.Error)
+	}
+	l.mu.Lock()
+	l.afterMessage = func(id string) {
+		if id == "q1" {
+			clock.add(1500 * time.Millisecond) // the queued message's answer comes back after the horizon
+		}
+	}
+	l.mu.Unlock()
+	next, err := eng.Begin(ctx, submit("th", "u2", "next"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.Stream(ctx, io.Discard)
+	if late := l.lateOnes(); len(late) > 0 {
+		t.Fatalf("fenced writes sent after the claim's horizon: %s", strings.Join(late, "; "))
 	}
 }

@@ -220,14 +220,16 @@ func (t *Turn) writeTakes(ctx context.Context) error {
 	}
 	for _, tk := range t.plan.takes {
 		id := tk.entry.Message.ID
-		if err := e.retry(ctx, func() error { return e.store.TakeQueued(ctx, t.thread.ID, id, e.clock.Now()) }); err != nil {
+		// Gated at the claim's horizon like every write after the claim (fence E): an entry left unmarked is
+		// present in the thread, and a later turn takes it without a second copy.
+		if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.TakeQueued(ctx, t.thread.ID, id, e.clock.Now()) }); err != nil {
 			e.log.Warn("mark queue entry taken", "thread_id", t.thread.ID, "run_id", t.run.ID, "message_id", id, "err", err)
 			continue
 		}
 		if tk.entry.JobID == "" {
 			continue
 		}
-		err := e.retry(ctx, func() error {
+		err := t.fenced(ctx, func(ctx context.Context) error {
 			_, err := e.store.MarkJobDelivered(ctx, t.thread.ID, tk.entry.JobID, e.clock.Now())
 			return err
 		})
