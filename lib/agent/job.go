@@ -33,6 +33,9 @@ type Job struct {
 	// instead, is the failure text a user may read (no internals).
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Usage is what the sub-agent's model calls reported, stored with its result (zero for a failure the state
+	// machine caught); the turn that delivers the job adds it to its run's, and so to the thread's, usage.
+	Usage Usage `json:"usage"`
 	// SteerDelivered: the steer message steer_<ID> is stored in the thread.
 	SteerDelivered bool `json:"steerDelivered"`
 	// Execution names the job's execution (Step Functions: the execution name, which is the job id).
@@ -77,6 +80,7 @@ type JobResult struct {
 	ID       string
 	Result   json.RawMessage // set on success
 	Error    string          // set on failure (safe to show)
+	Usage    Usage           // the sub-agent's model usage
 	// DueAt is when the reaper re-drives delivery if the job is still undelivered then.
 	DueAt time.Time
 	Now   time.Time

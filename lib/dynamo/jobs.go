@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"context"
+	"encoding/json"
 	"sort"
 	"strings"
 	"time"
@@ -28,6 +29,8 @@ const (
 	attrOutcome = "outcome"
 	// attrFinishID names the call that stored the result (a fresh id per call), as resolveId does for interrupts.
 	attrFinishID = "finishId"
+	// attrJobUsage is the sub-agent's usage (agent.Usage as JSON), set by the finish when not zero.
+	attrJobUsage = "jobUsage"
 )
 
 // maxJobTextBytes bounds a job's free-form texts (the activity line, a failure's text): longer ones are cut (at a
@@ -74,7 +77,17 @@ func decodeJobFields(it item) agent.Job {
 		CreatedAt:      getT(it, attrCreatedAt),
 		UpdatedAt:      getT(it, attrUpdatedAt),
 		FinishedAt:     getT(it, attrFinishedAt),
+		Usage:          jobUsage(it),
 	}
+}
+
+// jobUsage reads a job's usage (zero when absent or unreadable: usage is an account, not the job's truth).
+func jobUsage(it item) agent.Usage {
+	var u agent.Usage
+	if raw := getS(it, attrJobUsage); raw != "" {
+		_ = json.Unmarshal([]byte(raw), &u)
+	}
+	return u
 }
 
 func (s *Store) decodeJob(ctx context.Context, head item, chunks map[string]item) (agent.Job, error) {
@@ -258,6 +271,10 @@ func (s *Store) FinishJob(ctx context.Context, r agent.JobResult) (agent.Job, bo
 	if r.Error != "" {
 		outcome = agent.JobError
 		vals[attrJobError] = avS(truncateUTF8(r.Error, maxJobTextBytes))
+	}
+	if r.Usage != (agent.Usage{}) {
+		u, _ := json.Marshal(r.Usage)
+		vals[attrJobUsage] = avS(string(u))
 	}
 	if err := s.writeChunks(ctx, packed{chunks: chunks}); err != nil {
 		return agent.Job{}, false, err

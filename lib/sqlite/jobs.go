@@ -11,20 +11,24 @@ import (
 )
 
 const jobCols = `thread_id, id, owner, kind, tool_call_id, input, status, activity, result, error, steer_delivered,
-	execution, due_at, created_at, updated_at, finished_at`
+	execution, due_at, created_at, updated_at, finished_at, usage`
 
 func scanJob(sc scanner) (agent.Job, error) {
 	var (
 		j                agent.Job
 		input, result    sql.NullString
+		usage            sql.NullString
 		status           string
 		due, finished    sql.NullInt64
 		created, updated int64
 	)
 	err := sc.Scan(&j.ThreadID, &j.ID, &j.Owner, &j.Kind, &j.ToolCallID, &input, &status, &j.Activity, &result,
-		&j.Error, &j.SteerDelivered, &j.Execution, &due, &created, &updated, &finished)
+		&j.Error, &j.SteerDelivered, &j.Execution, &due, &created, &updated, &finished, &usage)
 	if err != nil {
 		return agent.Job{}, err
+	}
+	if usage.Valid {
+		_ = json.Unmarshal([]byte(usage.String), &j.Usage) // an account, not the job's truth: unreadable is zero
 	}
 	j.Status = agent.JobStatus(status)
 	if input.Valid {
@@ -67,7 +71,7 @@ func (s *Store) CreateJob(ctx context.Context, j agent.Job) (agent.Job, bool, er
 			return err
 		}
 		n, err := c.execN(ctx, `INSERT INTO jobs (`+jobCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, '', 0, ?, ?, ?, ?, NULL) ON CONFLICT (thread_id, id) DO NOTHING`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, '', 0, ?, ?, ?, ?, NULL, NULL) ON CONFLICT (thread_id, id) DO NOTHING`,
 			j.ThreadID, j.ID, j.Owner, j.Kind, j.ToolCallID, rawJSON(j.Input), string(j.Status), j.Activity,
 			j.Execution, millis(j.DueAt), millis(j.CreatedAt), millis(j.UpdatedAt))
 		if err != nil {
@@ -134,6 +138,15 @@ func (s *Store) SetJobActivity(ctx context.Context, threadID, id, activity strin
 	})
 }
 
+// usageJSON is a job's usage as stored: NULL when zero.
+func usageJSON(u agent.Usage) any {
+	if u == (agent.Usage{}) {
+		return nil
+	}
+	b, _ := json.Marshal(u)
+	return string(b)
+}
+
 // SetJobDue is one UPDATE conditioned on finished_at IS NULL (jobs_due follows due_at); when it matches nothing,
 // a read in the same transaction tells an unknown job from a finished one.
 func (s *Store) SetJobDue(ctx context.Context, threadID, id string, due, now time.Time) error {
@@ -152,7 +165,7 @@ func (s *Store) SetJobDue(ctx context.Context, threadID, id string, due, now tim
 }
 
 // finishJobSQL is the compare-and-set on "not finished"; it returns the row it wrote.
-const finishJobSQL = `UPDATE jobs SET result = ?, error = ?, finished_at = ?, updated_at = ?, due_at = ?
+const finishJobSQL = `UPDATE jobs SET result = ?, error = ?, finished_at = ?, updated_at = ?, due_at = ?, usage = ?
 	WHERE thread_id = ? AND id = ? AND finished_at IS NULL RETURNING ` + jobCols
 
 // FinishJob is one transaction: the compare-and-set UPDATE, and when it matched nothing, the read that returns
@@ -169,7 +182,7 @@ func (s *Store) FinishJob(ctx context.Context, r agent.JobResult) (agent.Job, bo
 	err := s.write(ctx, "finish job", func(c conn) error {
 		var err error
 		stored, err = scanJob(c.queryRow(ctx, finishJobSQL, rawJSON(r.Result), r.Error, millis(r.Now), millis(r.Now),
-			millis(r.DueAt), r.ThreadID, r.ID))
+			millis(r.DueAt), usageJSON(r.Usage), r.ThreadID, r.ID))
 		if err == nil {
 			won = true
 			return nil

@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 6
+const schemaVersion = 7
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -115,6 +115,7 @@ var schema = []string{
 	interruptsPending,
 
 	jobsTable,
+	jobsUsage,
 	jobsByCreated,
 	jobsDue,
 	queueTable,
@@ -176,6 +177,9 @@ const jobsTable = `CREATE TABLE IF NOT EXISTS jobs (
 		finished_at     INTEGER, -- NULL until FinishJob
 		PRIMARY KEY (thread_id, id)
 	) STRICT`
+
+// jobsUsage adds the sub-agent's usage (agent.Usage as JSON, NULL when zero), set by FinishJob (version 7).
+const jobsUsage = `ALTER TABLE jobs ADD COLUMN usage TEXT`
 
 // jobsByCreated serves ListJobs (oldest first, ties by id) without a sort.
 const jobsByCreated = `CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (thread_id, created_at, id)`
@@ -253,6 +257,8 @@ var migrations = map[int][]string{
 	},
 	// Version 6 adds the per-user limits' leases and counters; nothing else changes.
 	6: {leasesTable, countersTable},
+	// Version 7 keeps a sub-agent's usage with its job's result.
+	7: {jobsUsage},
 }
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent

@@ -98,7 +98,7 @@ func finishJob[S agent.JobStore](e *env[S], r agent.JobResult) agent.Job {
 
 // jobFinished is j as FinishJob with r must leave it.
 func jobFinished(j agent.Job, r agent.JobResult) agent.Job {
-	j.Result, j.Error = r.Result, r.Error
+	j.Result, j.Error, j.Usage = r.Result, r.Error, r.Usage
 	j.FinishedAt, j.UpdatedAt, j.DueAt = r.Now, r.Now, r.DueAt
 	return j
 }
@@ -362,6 +362,8 @@ func testFinishJob(e *jobs) {
 	th := newThread(e)
 	j := createJob(e, jobOf(th.ID, e.id("call"), at(0)))
 	r := resultOf(j, `{"summary":"the tides are high","sources":3}`, at(time.Minute))
+	// The sub-agent's tokens are kept with its result (the delivering turn counts them).
+	r.Usage = agent.Usage{InputTokens: 1200, OutputTokens: 340, TotalTokens: 1540, CachedInputTokens: 800, ReasoningTokens: 40, CostMicroUSD: 901}
 	got := finishJob(e, r)
 	want := jobFinished(j, r)
 	sameJob(t, "FinishJob result", got, want)
