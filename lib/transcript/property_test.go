@@ -79,7 +79,7 @@ func genThread(r *rand.Rand) genCase {
 	userMsg := func(i int) agent.Message {
 		m := msg(fmt.Sprintf("u%d", i), agent.RoleUser, text(words(r, 2000)))
 		if r.IntN(5) == 0 {
-			m = withFile(m, file("image/png", "data:image/png;base64,"+strings.Repeat("A", 100+r.IntN(2000)), fmt.Sprintf("f%d.png", i)))
+			m = withFile(m, file("image/png", "data:image/png;base64,iVBORw0KGgoA"+strings.Repeat("AAAA", 25+r.IntN(500)), fmt.Sprintf("f%d.png", i)))
 		}
 		return m
 	}

@@ -67,7 +67,7 @@ func TestPruneTiers(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("n", 8000) // 2,000 tokens
 	think := strings.Repeat("r", 8000)
-	image := "data:image/png;base64," + strings.Repeat("A", 4000)
+	image := "data:image/png;base64,iVBORw0KGgoA" + strings.Repeat("A", 3988)
 	snap := map[string]bool{"list_notes": true}
 	tests := []struct {
 		name    string
@@ -308,7 +308,7 @@ func TestFiles(t *testing.T) {
 		raw  json.RawMessage
 		want int // files reaching the model
 	}{
-		{"png data URL", file("image/png", "data:image/png;base64,AAAA", "a.png"), 1},
+		{"png data URL", file("image/png", "data:image/png;base64,iVBORw0KGgoA", "a.png"), 1},
 		{"pdf https", file("application/pdf", "https://example.com/a.pdf", "a.pdf"), 1},
 		// The boundary refuses these; rows written before it did are skipped, never a failed request.
 		{"plain http", file("image/png", "http://example.com/a.png", "a.png"), 0},
