@@ -38,6 +38,9 @@ type ModelFile struct {
 	MediaType string
 	URL       string
 	Filename  string
+	// Bytes is the file's size when known without its data (a PDF by URL the adapter downloaded earlier in the
+	// run: ModelResult.FileBytes); the transcript's budget counts it. Adapters ignore it.
+	Bytes int64
 }
 
 // ModelFileType reports whether a model receives files of mediaType (images and PDFs).
@@ -102,4 +105,7 @@ type ModelResult struct {
 	FinishReason FinishReason
 	Usage        Usage
 	Model        string
+	// FileBytes is the size of each file the adapter downloaded for the request, by URL (PDFs named by https
+	// URL), so that later steps budget them by their size.
+	FileBytes map[string]int64
 }

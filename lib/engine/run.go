@@ -227,6 +227,7 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 	})
 	if err == nil {
 		s.history.Reported(int(res.Usage.InputTokens)) // the provider's count beats the chars/4 estimate
+		s.history.Downloaded(res.FileBytes)            // PDFs by URL count by their size from now on
 	}
 	if reasonOpen {
 		s.out.send(uistream.ReasoningEnd{ID: reasonID})

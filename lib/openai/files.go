@@ -69,7 +69,8 @@ type sentFile struct{ url, stub string }
 // resolveFiles decides, newest message first, what each user file of msgs becomes (indexed by message, then
 // file): PDFs by https URL are downloaded; an older message's file that cannot be, or that would pass the
 // request's file bytes, becomes a line; the newest user message's fails the request.
-func (m *Model) resolveFiles(ctx context.Context, msgs []agent.ModelMessage) (map[int][]sentFile, error) {
+// downloaded has the decoded size of each file downloaded, by URL (agent.ModelResult.FileBytes).
+func (m *Model) resolveFiles(ctx context.Context, msgs []agent.ModelMessage) (files map[int][]sentFile, downloaded map[string]int64, err error) {
 	newest := -1
 	for i, msg := range msgs {
 		if msg.Role == "user" {
@@ -90,17 +91,21 @@ func (m *Model) resolveFiles(ctx context.Context, msgs []agent.ModelMessage) (ma
 				var err error
 				if u, err = m.download(ctx, f); err != nil {
 					if i == newest || ctx.Err() != nil {
-						return nil, err
+						return nil, nil, err
 					}
 					m.cfg.Logger.WarnContext(ctx, "an older message's file is not available", "url", safeURL(f.URL), "err", err)
 					sent[j].stub = fileLine(f, "no longer available")
 					continue
 				}
+				if downloaded == nil {
+					downloaded = map[string]int64{}
+				}
+				downloaded[f.URL] = dataBytes(u)
 			}
 			n := dataBytes(u)
 			if total+n > m.cfg.MaxRequestFileBytes {
 				if i == newest {
-					return nil, agent.E(agent.KindTooLarge, agent.CodeMessageTooLarge,
+					return nil, nil, agent.E(agent.KindTooLarge, agent.CodeMessageTooLarge,
 						"the message's files are over %d bytes in all", m.cfg.MaxRequestFileBytes)
 				}
 				sent[j].stub = fileLine(f, fmt.Sprintf("not shown: the request's files are over %d bytes", m.cfg.MaxRequestFileBytes))
@@ -111,7 +116,7 @@ func (m *Model) resolveFiles(ctx context.Context, msgs []agent.ModelMessage) (ma
 		}
 		out[i] = sent
 	}
-	return out, nil
+	return out, downloaded, nil
 }
 
 // dataBytes is the decoded size of a data URL's payload (0 for another URL: the provider fetches it).

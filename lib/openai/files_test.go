@@ -214,6 +214,13 @@ func TestFileDownloadedOnce(t *testing.T) {
 	if gets.Load() != 2 {
 		t.Fatalf("%d downloads for two files", gets.Load())
 	}
+	// The result says what was downloaded, by URL, so that the transcript budgets it by its size (REVIEW S5).
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "hi",
+		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/b.pdf"}}}}}
+	res, _, err := run(context.Background(), m, req)
+	if want := int64(len("%PDF-1.7 /b.pdf")); err != nil || res.FileBytes[files.URL+"/b.pdf"] != want {
+		t.Fatalf("result %+v (%v), want %d bytes for b.pdf", res, err, want)
+	}
 }
 
 // REVIEW S4: an older message's PDF that can no longer be downloaded (an expired pre-signed URL: 404) failed every

@@ -225,13 +225,14 @@ var (
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
-	params, err := m.params(ctx, req)
+	params, downloaded, err := m.params(ctx, req)
 	if err != nil {
 		return agent.ModelResult{}, err
 	}
 	for attempt := 0; ; attempt++ {
 		res, fail := m.attempt(ctx, params, emit)
 		if fail == nil {
+			res.FileBytes = downloaded
 			return res, nil
 		}
 		if !fail.retry || attempt >= m.cfg.MaxRetries {
@@ -443,21 +444,22 @@ func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
 }
 
 // params builds the request body.
-func (m *Model) params(ctx context.Context, req agent.ModelRequest) (oai.ChatCompletionNewParams, error) {
+// params builds the request; downloaded has the sizes of the files it downloaded, by URL.
+func (m *Model) params(ctx context.Context, req agent.ModelRequest) (oai.ChatCompletionNewParams, map[string]int64, error) {
 	model := req.Model
 	if model == "" {
 		model = m.cfg.Model
 	}
 	if model == "" {
-		return oai.ChatCompletionNewParams{}, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
+		return oai.ChatCompletionNewParams{}, nil, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
 	}
 	maxTokens := req.MaxOutputTokens
 	if maxTokens <= 0 {
 		maxTokens = m.cfg.MaxOutputTokens
 	}
-	msgs, err := m.messages(ctx, req)
+	msgs, downloaded, err := m.messages(ctx, req)
 	if err != nil {
-		return oai.ChatCompletionNewParams{}, err
+		return oai.ChatCompletionNewParams{}, nil, err
 	}
 	p := oai.ChatCompletionNewParams{Model: model, Messages: msgs}
 	switch m.cfg.MaxTokensParam {
@@ -477,7 +479,7 @@ func (m *Model) params(ctx context.Context, req agent.ModelRequest) (oai.ChatCom
 		}
 		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
 			if err := json.Unmarshal(t.Parameters, &fn.Parameters); err != nil {
-				return oai.ChatCompletionNewParams{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal,
+				return oai.ChatCompletionNewParams{}, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal,
 					"tool "+t.Name+": parameters are not a JSON object")
 			}
 		} else {
@@ -485,18 +487,18 @@ func (m *Model) params(ctx context.Context, req agent.ModelRequest) (oai.ChatCom
 		}
 		p.Tools = append(p.Tools, oai.ChatCompletionFunctionTool(fn))
 	}
-	return p, nil
+	return p, downloaded, nil
 }
 
 // messages converts the provider-neutral transcript, system prompt first.
-func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]oai.ChatCompletionMessageParamUnion, error) {
+func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]oai.ChatCompletionMessageParamUnion, map[string]int64, error) {
 	out := make([]oai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
 	if req.System != "" {
 		out = append(out, oai.SystemMessage(req.System))
 	}
-	files, err := m.resolveFiles(ctx, req.Messages)
+	files, downloaded, err := m.resolveFiles(ctx, req.Messages)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i, msg := range req.Messages {
 		switch msg.Role {
@@ -527,8 +529,8 @@ func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]oai.Cha
 		case "tool":
 			out = append(out, oai.ToolMessage(msg.Text, msg.ToolCallID))
 		default:
-			return nil, agent.E(agent.KindInternal, agent.CodeInternal, "message %d: unknown role %q", i, msg.Role)
+			return nil, nil, agent.E(agent.KindInternal, agent.CodeInternal, "message %d: unknown role %q", i, msg.Role)
 		}
 	}
-	return out, nil
+	return out, downloaded, nil
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -136,7 +137,7 @@ func TestPlainReply(t *testing.T) {
 		// The offline estimate: prompt 1 message + 2 words, reply 4 words.
 		Usage: agent.Usage{InputTokens: 3, OutputTokens: 4, TotalTokens: 7},
 	}
-	if res != want {
+	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("result %+v, want %+v", res, want)
 	}
 	// One text delta per word, forwarded as they came; nothing else.

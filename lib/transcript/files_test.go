@@ -64,3 +64,19 @@ func TestPDFBudgetBySize(t *testing.T) {
 		t.Fatalf("a 30 MB PDF counts %d tokens, want the cap %d", got, transcript.MaxPDFTokens)
 	}
 }
+
+// REVIEW S5: a PDF by https URL counts as an image does until its size is known; once the model adapter reports
+// what it downloaded, it counts by its size like a PDF by data URL.
+func TestLinkedPDFCountedByDownloadedSize(t *testing.T) {
+	t.Parallel()
+	u := "https://files.example.com/q3.pdf"
+	h := transcript.NewHistory([]agent.Message{withFile(msg("u1", agent.RoleUser, text("read")), file("application/pdf", u, "q3.pdf")),
+		msg("a1", agent.RoleAssistant, text("done")), msg("u2", agent.RoleUser, text("and?"))}, transcript.Config{})
+	h.Build(nil)
+	before := h.Last().EstimatedTokens
+	h.Downloaded(map[string]int64{u: 2_000_000, "https://other.example.com/x.pdf": 5})
+	got := transcript.Estimate(h.Build(nil))
+	if after := h.Last().EstimatedTokens; after-before != 19*transcript.FileTokens || got != after {
+		t.Fatalf("estimated %d tokens before the download, %d after (transcript %d): want 20 started 100 KB", before, after, got)
+	}
+}

@@ -41,6 +41,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -162,6 +163,28 @@ func (h *History) marked(e entry) entry {
 	return e
 }
 
+// Downloaded takes the sizes of files the model adapter downloaded (agent.ModelResult.FileBytes, by URL): later
+// builds count those PDFs by their size instead of FileTokens (REVIEW S5).
+func (h *History) Downloaded(sizes map[string]int64) {
+	if len(sizes) == 0 {
+		return
+	}
+	for i := range h.entries {
+		e := &h.entries[i]
+		changed := false
+		for j, f := range e.files {
+			if n, ok := sizes[f.URL]; ok && n != f.Bytes && !strings.HasPrefix(f.MediaType, "image/") {
+				files := slices.Clone(e.files) // an entry's files may be shared with a transcript already sent
+				files[j].Bytes = n
+				e.files, changed = files, true
+			}
+		}
+		if changed {
+			e.size = e.chars()
+		}
+	}
+}
+
 // Last reports what the latest Build pruned.
 func (h *History) Last() Report { return h.last }
 
@@ -268,8 +291,13 @@ func (e *entry) chars() int {
 }
 
 func fileChars(f agent.ModelFile) int {
-	if strings.HasPrefix(f.URL, "data:") && !strings.HasPrefix(f.MediaType, "image/") {
+	switch {
+	case strings.HasPrefix(f.MediaType, "image/"):
+		return FileTokens * 4
+	case strings.HasPrefix(f.URL, "data:"):
 		return pdfTokens(dataBytes(f.URL)) * 4
+	case f.Bytes > 0:
+		return pdfTokens(int(min(f.Bytes, 1<<40))) * 4
 	}
 	return FileTokens * 4
 }
