@@ -202,3 +202,45 @@ func TestActiveJobsPerUserAreLeased(t *testing.T) {
 		t.Fatalf("after one job was delivered, %d jobs started in all, want one more", got)
 	}
 }
+
+// REVIEW S2: a sub-agent's model calls were in no usage. Its usage is stored with its result, and the turn that
+// delivers it counts it: the delivery run's usage (agent.run, metrics) and the thread's totals include it.
+func TestSubagentUsageIsCounted(t *testing.T) {
+	t.Parallel()
+	js := &startLog{}
+	f := setup(t, withJobs(js))
+	ctx := context.Background()
+	const thread = "th-usage"
+	f.turn(t, thread, "m1", `/tool research {"question":"What is Go?"}`)
+	job := js.started()[0]
+	// The sub-agent task runs the job (the offline model reports usage on every reply).
+	if _, err := f.stack.JobTasks.Subagent(ctx, agent.JobTask{ThreadID: thread, JobID: job.ID}); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := f.store.GetJob(ctx, thread, job.ID)
+	if err != nil || stored.Usage.TotalTokens == 0 {
+		t.Fatalf("job %+v (%v): no usage recorded", stored.Usage, err)
+	}
+	before, err := f.store.GetThread(ctx, thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.stack.JobTasks.Deliver(ctx, agent.JobTask{ThreadID: thread, JobID: job.ID}); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := f.store.ListRuns(ctx, thread)
+	if err != nil || len(runs) != 2 || runs[1].Trigger != agent.TriggerSteer {
+		t.Fatalf("runs %+v (%v), want the delivery turn second", runs, err)
+	}
+	after, err := f.store.GetThread(ctx, thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivery := runs[1].Usage
+	if delivery.InputTokens < stored.Usage.InputTokens || delivery.OutputTokens < stored.Usage.OutputTokens {
+		t.Fatalf("the delivery run's usage %+v does not include the sub-agent's %+v", delivery, stored.Usage)
+	}
+	if got, want := after.Usage.TotalTokens-before.Usage.TotalTokens, delivery.TotalTokens; got != want {
+		t.Fatalf("the thread's usage grew by %d, want the delivery run's %d (the sub-agent's %d included)", got, want, stored.Usage.TotalTokens)
+	}
+}

@@ -36,6 +36,15 @@ type Env struct {
 	MaxSteps  int
 	// Activity replaces the job's live activity line (best effort: a failed write does not stop the work).
 	Activity func(line string)
+	// Used counts what a model call reported (nil: not counted); the task stores the sum with the result.
+	Used func(agent.Usage)
+}
+
+// used reports u to env.Used, when set.
+func (env Env) used(u agent.Usage) {
+	if env.Used != nil {
+		env.Used(u)
+	}
 }
 
 // Registry holds the job kinds by name.
@@ -129,7 +138,7 @@ func runResearch(ctx context.Context, env Env, input json.RawMessage) (json.RawM
 		env.Activity(fmt.Sprintf("researching (step %d): %s", step+1, clip(in.Question, 80)))
 		var text strings.Builder
 		var calls []agent.ToolCall
-		_, err := env.Model.Stream(ctx, agent.ModelRequest{Model: env.ModelName, System: system, Messages: msgs,
+		res, err := env.Model.Stream(ctx, agent.ModelRequest{Model: env.ModelName, System: system, Messages: msgs,
 			Tools: []agent.ToolSpec{noteSourceSpec}}, func(ev agent.ModelEvent) error {
 			switch ev.Type {
 			case agent.EventTextDelta:
@@ -139,6 +148,7 @@ func runResearch(ctx context.Context, env Env, input json.RawMessage) (json.RawM
 			}
 			return nil
 		})
+		env.used(res.Usage)
 		if err != nil {
 			return nil, err
 		}

@@ -37,7 +37,12 @@ func (r Registry) Steer(j agent.Job) agent.Message {
 	default:
 		text = "The " + j.Kind + " job finished. Its result: " + string(j.Result)
 	}
-	meta, _ := json.Marshal(map[string]SteerMeta{"subagentResult": {JobID: j.ID, Kind: j.Kind, ToolCallID: j.ToolCallID, Status: status}})
+	md := map[string]any{"subagentResult": SteerMeta{JobID: j.ID, Kind: j.Kind, ToolCallID: j.ToolCallID, Status: status}}
+	if j.Usage != (agent.Usage{}) {
+		// The sub-agent's usage (agent.MessageMetadata.Usage): the turn that delivers the steer counts it.
+		md["usage"] = j.Usage
+	}
+	meta, _ := json.Marshal(md)
 	textPart := agent.EncodePart(agent.Part{Type: "text", Text: text})
 	art := Artifact{Kind: j.Kind, JobID: j.ID, Error: j.Error}
 	if !j.Failed() {

@@ -115,11 +115,12 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 		return in, transient(err)
 	}
 	begin := time.Now()
+	var used agent.Usage
 	env := Env{Model: t.model, ModelName: t.cfg.ModelName, MaxSteps: t.cfg.MaxSteps, Activity: func(line string) {
 		if err := t.store.SetJobActivity(ctx, j.ThreadID, j.ID, line, t.clock.Now()); err != nil && !errors.Is(err, agent.ErrJobFinished) {
 			log.Warn("job activity", "err", err)
 		}
-	}}
+	}, Used: func(u agent.Usage) { used = used.Add(u) }}
 	result, err := kind.Run(ctx, env, j.Input)
 	if err != nil {
 		log.Warn("agent.job", "kind", j.Kind, "outcome", "error", "ms", time.Since(begin).Milliseconds(), "err", err)
@@ -136,7 +137,7 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 		return in, &agent.JobFailedError{Reason: msg}
 	}
 	now = t.clock.Now()
-	_, _, err = t.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Result: result,
+	_, _, err = t.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Result: result, Usage: used,
 		DueAt: now.Add(t.cfg.Contract.DeliveryGrace), Now: now})
 	switch {
 	case errors.Is(err, agent.ErrJobNotFound):
@@ -145,7 +146,9 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 	case err != nil:
 		return in, transient(err)
 	}
-	log.Info("agent.job", "kind", j.Kind, "outcome", "done", "ms", time.Since(begin).Milliseconds(), "bytes", len(result))
+	log.Info("agent.job", "kind", j.Kind, "outcome", "done", "ms", time.Since(begin).Milliseconds(), "bytes", len(result),
+		"input_tokens", used.InputTokens, "output_tokens", used.OutputTokens, "cached_input_tokens", used.CachedInputTokens,
+		"reasoning_tokens", used.ReasoningTokens, "total_tokens", used.TotalTokens)
 	return in, nil
 }
 
