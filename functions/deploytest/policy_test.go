@@ -13,14 +13,17 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/jobs"
+	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/sfn"
 )
 
 // storePorts names the store ports each function's components take (boot hands its *dynamo.Store to them), when
-// that is less than the whole agent.Store: the sub-agent task alone (jobs.Tasks) needs only jobs and queues.
-// Its DynamoDB actions are those the adapter's methods of these ports reach.
+// that is less than the whole agent.Store: the sub-agent task touches only its job's item (jobs.SubagentStore);
+// the reaper its own port (reaper.Store), the tools' recorded outcomes (values, jobs) and the leases it gives
+// back. Its DynamoDB actions are those the adapter's methods of these ports reach (REVIEW H11).
 var storePorts = map[string][]reflect.Type{
-	"./functions/subagent": {reflect.TypeFor[jobs.Store]()},
+	"./functions/subagent": {reflect.TypeFor[jobs.SubagentStore]()},
+	"./functions/reaper":   {reflect.TypeFor[reaper.Store](), reflect.TypeFor[agent.ValueStore](), reflect.TypeFor[agent.JobStore]()},
 }
 
 // storeMethods are the store methods fn's components may call.

@@ -56,6 +56,15 @@ type Tasks struct {
 	cfg    Config
 }
 
+// SubagentStore is all the sub-agent task touches of the store: its job's item (the sub-agent function's IAM
+// policy grants what these reach, functions/deploytest).
+type SubagentStore interface {
+	GetJob(ctx context.Context, threadID, id string) (agent.Job, error)
+	SetJobDue(ctx context.Context, threadID, id string, due, now time.Time) error
+	SetJobActivity(ctx context.Context, threadID, id, activity string, now time.Time) error
+	FinishJob(ctx context.Context, r agent.JobResult) (agent.Job, bool, error)
+}
+
 // Deps are the tasks' ports. Engine and Jobs are needed by Deliver only (the sub-agent task runs without them).
 type Deps struct {
 	Store  Store
@@ -92,7 +101,8 @@ func NewTasks(d Deps, cfg Config) *Tasks {
 // second execution) returns at once: the result is stored once.
 func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, error) {
 	log := t.log.With("thread_id", in.ThreadID, "job_id", in.JobID)
-	j, err := t.store.GetJob(ctx, in.ThreadID, in.JobID)
+	var store SubagentStore = t.store
+	j, err := store.GetJob(ctx, in.ThreadID, in.JobID)
 	switch {
 	case errors.Is(err, agent.ErrJobNotFound):
 		log.Info("job gone (its thread was deleted); nothing to run")
@@ -108,7 +118,7 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 	}
 	// The execution runs: the job is due at its end now, not at its start's (the reaper would start it again).
 	now := t.clock.Now()
-	switch err := t.store.SetJobDue(ctx, j.ThreadID, j.ID, now.Add(t.cfg.Contract.ExecutionTimeout+t.cfg.Contract.DeliveryGrace), now); {
+	switch err := store.SetJobDue(ctx, j.ThreadID, j.ID, now.Add(t.cfg.Contract.ExecutionTimeout+t.cfg.Contract.DeliveryGrace), now); {
 	case errors.Is(err, agent.ErrJobFinished), errors.Is(err, agent.ErrJobNotFound):
 		return in, nil
 	case err != nil:
@@ -117,7 +127,7 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 	begin := time.Now()
 	var used agent.Usage
 	env := Env{Model: t.model, ModelName: t.cfg.ModelName, MaxSteps: t.cfg.MaxSteps, Activity: func(line string) {
-		if err := t.store.SetJobActivity(ctx, j.ThreadID, j.ID, line, t.clock.Now()); err != nil && !errors.Is(err, agent.ErrJobFinished) {
+		if err := store.SetJobActivity(ctx, j.ThreadID, j.ID, line, t.clock.Now()); err != nil && !errors.Is(err, agent.ErrJobFinished) {
 			log.Warn("job activity", "err", err)
 		}
 	}, Used: func(u agent.Usage) { used = used.Add(u) }}
@@ -137,7 +147,7 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 		return in, &agent.JobFailedError{Reason: msg}
 	}
 	now = t.clock.Now()
-	_, _, err = t.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Result: result, Usage: used,
+	_, _, err = store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Result: result, Usage: used,
 		DueAt: now.Add(t.cfg.Contract.DeliveryGrace), Now: now})
 	switch {
 	case errors.Is(err, agent.ErrJobNotFound):
