@@ -316,6 +316,10 @@ func TestFencedRunCountsItsTokensOnce(t *testing.T) {
 	if run.Error == nil || run.Error.Code != agent.CodeRunFenced {
 		t.Fatalf("run = %+v, want it fenced", run)
 	}
+	// The run stops waiting for its tool at the claim's horizon, so it can end before the reap has: read the
+	// thread once the reaper's tick and the run's late usage are done.
+	<-reaped
+	eng.Wait()
 	model.mu.Lock()
 	reported := model.total
 	model.mu.Unlock()
