@@ -266,8 +266,12 @@ func checkApproval(t *testing.T, s *devserver.Stack, noteID, when string) {
 	}
 }
 
+// mustRuns lists the runs as a client reads them (GET /threads/{id}/runs). A crash between FinishRun's release
+// and its outcome (fence C: release first) leaves a claimless run recorded running, whose reply is final and
+// whose usage the release counted; the runs read finishes it (threads.repairRuns). No sweep finds such runs yet
+// (REVIEW D15): the store alone may still say running.
 func mustRuns(t *testing.T, s *devserver.Stack) []agent.Run {
-	runs, err := s.Store.ListRuns(context.Background(), crashThread)
+	runs, err := s.Threads.Runs(context.Background(), "alice", crashThread)
 	if err != nil {
 		t.Fatal(err)
 	}
