@@ -56,6 +56,18 @@ type Fence struct {
 	Epoch int64
 }
 
+// OrphanRunLister is the reaper's work list of claimless running runs (REVIEW D15), a store behaviour beside
+// RunStore that a store offers only where it can answer without scanning its table. Such a run is left by a crash
+// between FinishRun's release and its outcome, or by a run item written after a reap: no claim names it, so
+// ListStaleClaims never does.
+type OrphanRunLister interface {
+	// ListOrphanRuns returns up to limit (<= 0: DefaultListLimit) runs recorded as running whose UpdatedAt is
+	// before before and whose thread's claim does not name them at their epoch, oldest first (then thread id, run
+	// id). The answers only nominate: callers finish each through a conditional take of the idle thread
+	// (reaper.ReapOrphan), which re-checks everything.
+	ListOrphanRuns(ctx context.Context, before time.Time, limit int) ([]Run, error)
+}
+
 // RunStore keeps runs and the thread's active-run claim.
 type RunStore interface {
 	// ClaimRun makes req.RunID the active run of the thread if it has no claim or its claim is stale, in one

@@ -136,6 +136,7 @@ func (r *Reaper) Config() Config { return r.cfg }
 type Stats struct {
 	Nominated int // claims the index named
 	Reaped    int // claims this sweep released
+	Orphans   int // claimless running runs the store named (REVIEW D15), each finished through ReapOrphan
 	Expired   int // pending interrupts this sweep marked expired
 	Redriven  int // undelivered jobs this sweep asked a delivery pass for
 	Swept     int // idle threads with a forgotten queue this sweep asked a delivery pass for
@@ -171,6 +172,10 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 			st.Reaped++
 		}
 	}
+	st.Orphans, err = r.orphans(ctx)
+	if err != nil {
+		return st, err
+	}
 	n, err := r.expire(ctx)
 	st.Expired = n
 	if err != nil {
@@ -182,6 +187,30 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 	}
 	st.Swept, err = r.sweepQueues(ctx, woken)
 	return st, err
+}
+
+// orphans finishes the runs still recorded as running that no claim names and that have not changed for
+// StaleAfter (REVIEW D15: a crash between FinishRun's release and its outcome, or a run item written after a reap),
+// each through ReapOrphan, which re-checks everything in its conditional writes. Only a store that can list them
+// without a scan offers the list (agent.OrphanRunLister); without it readers still finish them (ReapOrphan).
+func (r *Reaper) orphans(ctx context.Context) (int, error) {
+	lister, ok := r.store.(agent.OrphanRunLister)
+	if !ok {
+		return 0, nil
+	}
+	runs, err := lister.ListOrphanRuns(ctx, r.clock.Now().Add(-r.cfg.StaleAfter), r.cfg.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("reaper: list orphan runs: %w", err)
+	}
+	for _, run := range runs {
+		if err := ctx.Err(); err != nil {
+			return len(runs), err
+		}
+		if err := r.ReapOrphan(ctx, run.ThreadID, run.ID); err != nil {
+			r.log.Warn("agent.reap", "thread_id", run.ThreadID, "run_id", run.ID, "outcome", "orphan", "err", err)
+		}
+	}
+	return len(runs), nil
 }
 
 // expire marks pending interrupts past their age expired, by compare-and-set (an answer racing it wins or

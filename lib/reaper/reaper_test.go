@@ -482,3 +482,83 @@ func TestEmptyReapShowsAFailedReply(t *testing.T) {
 		t.Fatalf("the engine's view = %d messages, want the user message alone (a re-post runs again)", len(v))
 	}
 }
+
+// stepClock is a clock the test moves by hand.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *stepClock) add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// REVIEW D15: a crash between FinishRun's release and its outcome (fence C) leaves a run recorded as running that
+// no claim names. No reader is needed: one Tick with the clock past StaleAfter finds it (the store's list of
+// claimless running runs) and finishes it through ReapOrphan, adopting the status of the final message it stored.
+// A run still inside StaleAfter, and a live claimed run, are left alone.
+func TestTickFinishesClaimlessRunningRuns(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
+	r := reaper.New(reaper.Deps{Store: st, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
+	f := &fixture{store: st, r: r}
+	ctx := context.Background()
+
+	// final: the reply was stored final (completed), then the release applied and the outcome was lost.
+	final := f.claim(t, "final", "run_final", clock.Now())
+	err = st.PutMessage(ctx, agent.MessageWrite{ThreadID: "final", Seq: final.AssistantSeq(), Fence: final.Fence(), Final: true, Now: clock.Now(),
+		Message: agent.Message{ID: final.AssistantMessageID, Role: agent.RoleAssistant, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"done"}`)},
+			Metadata: json.RawMessage(`{"status":"completed","runId":"run_final","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3,"cachedInputTokens":0}}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// draft: the reply was still streaming.
+	draft := f.claim(t, "draft", "run_draft", clock.Now())
+	f.draft(t, draft, `{"status":"streaming","runId":"run_draft"}`, `{"type":"text","text":"half"}`)
+	for _, run := range []agent.Run{final, draft} {
+		if err := st.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: run.ThreadID, Fence: run.Fence(), Now: clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := f.claim(t, "live", "run_live", clock.Now())
+
+	// Within StaleAfter nothing is touched.
+	if _, err := r.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.GetRun(ctx, "final", final.ID); got.Status != agent.RunRunning {
+		t.Fatalf("a fresh claimless run was finished before StaleAfter: %s", got.Status)
+	}
+
+	clock.add(2 * staleAfter)
+	if err := st.Heartbeat(ctx, "live", live.Fence(), clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	stats, err := r.Tick(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Orphans != 2 {
+		t.Errorf("Tick stats %+v, want 2 orphans", stats)
+	}
+	if got, _ := st.GetRun(ctx, "final", final.ID); got.Status != agent.RunCompleted {
+		t.Errorf("run with a final completed reply = %s, want completed", got.Status)
+	}
+	got, _ := st.GetRun(ctx, "draft", draft.ID)
+	rec, _ := st.GetMessage(ctx, "draft", draft.AssistantMessageID)
+	if got.Status != agent.RunFailed || got.Error == nil || got.Error.Code != agent.CodeStale || rec.Message.Meta().Status != agent.MessageFailed {
+		t.Errorf("streaming orphan: run %s %+v, message %s", got.Status, got.Error, rec.Message.Metadata)
+	}
+	f.idle(t, "final")
+	f.idle(t, "draft")
+	if got, _ := st.GetRun(ctx, "live", live.ID); got.Status != agent.RunRunning {
+		t.Errorf("the live run was finished: %s", got.Status)
+	}
+	if th, _ := st.GetThread(ctx, "live"); th.ActiveRun == nil || th.ActiveRun.RunID != live.ID {
+		t.Errorf("the live run lost its claim: %+v", th.ActiveRun)
+	}
+}

@@ -465,6 +465,16 @@ func (s *Store) ListStaleClaims(ctx context.Context, before time.Time, limit int
 		}, before, limit)
 }
 
+// ListOrphanRuns reads the runs_running index (runs recorded as running, by updatedAt) and keeps those whose
+// thread's claim does not name them at their epoch: one indexed range read, proportional to the runs in flight.
+func (s *Store) ListOrphanRuns(ctx context.Context, before time.Time, limit int) ([]agent.Run, error) {
+	return listBefore(ctx, s, "list orphan runs", `SELECT `+runReadCols+` FROM runs INDEXED BY runs_running
+		WHERE status = 'running' AND updated_at < ?
+		AND NOT EXISTS (SELECT 1 FROM threads t WHERE t.id = runs.thread_id AND t.claim_run_id = runs.id
+			AND t.claim_epoch = runs.epoch)
+		ORDER BY updated_at, thread_id, id LIMIT ?`, scanRun, before, limit)
+}
+
 // GetRun reads one run of a thread.
 func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, error) {
 	s.op()

@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 7
+const schemaVersion = 8
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -69,6 +69,7 @@ var schema = []string{
 		PRIMARY KEY (thread_id, id)
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS runs_by_created ON runs (thread_id, created_at, id)`,
+	runsRunning,
 
 	// writer_run_id and writer_epoch are the fence of the message's last writer, final whether that writer
 	// finalized it, deleted whether it is hidden (a deleted message keeps its row so a late writer cannot bring
@@ -222,6 +223,10 @@ const queueWaiting = `CREATE INDEX IF NOT EXISTS queue_waiting ON queue (created
 // there are runs in flight.
 const claimedIndex = `CREATE INDEX IF NOT EXISTS threads_claimed ON threads (id) WHERE claim_run_id IS NOT NULL`
 
+// runsRunning indexes the runs recorded as running (version 8), oldest first: the reaper's list of claimless
+// running runs (ListOrphanRuns) reads it, and it holds only the runs in flight (or left running by a crash).
+const runsRunning = `CREATE INDEX IF NOT EXISTS runs_running ON runs (updated_at, thread_id, id) WHERE status = 'running'`
+
 // migrations[v] takes a file from version v-1 to v.
 var migrations = map[int][]string{
 	2: {
@@ -259,6 +264,8 @@ var migrations = map[int][]string{
 	6: {leasesTable, countersTable},
 	// Version 7 keeps a sub-agent's usage with its job's result.
 	7: {jobsUsage},
+	// Version 8 indexes the running runs (the reaper's sweep of claimless ones, REVIEW D15).
+	8: {runsRunning},
 }
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent

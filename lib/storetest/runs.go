@@ -46,6 +46,7 @@ func runTests() []test {
 		c{"ReleaseClaimWithoutRunRow", testReleaseClaimWithoutRun},
 		c{"ReapCountsUsageOnce", testReleaseThenFinish},
 		c{"ListStaleClaimsDefaultLimit", testListStaleClaimsDefaultLimit},
+		c{"ListOrphanRuns", testListOrphanRuns},
 	)
 }
 
@@ -1149,6 +1150,61 @@ func testListStaleClaimsDefaultLimit(e *claims) {
 			if !sc.Claim.HeartbeatAt.Before(base.Add(time.Second)) {
 				t.Fatalf("ListStaleClaims nominated a claim with heartbeat %s, after the cutoff", sc.Claim.HeartbeatAt)
 			}
+		}
+	}
+}
+
+// ListOrphanRuns (agent.OrphanRunLister, REVIEW D15) names the runs recorded as running that no claim names, last
+// changed before the cutoff: a claim released without the run's outcome (a crash inside FinishRun), and a run whose
+// claim a later run took over. A claimed run, a finished run and one changed after the cutoff are not named. A
+// store that does not offer the list skips the case.
+func testListOrphanRuns(e *claims) {
+	t := e.t
+	lister, ok := any(e.s).(agent.OrphanRunLister)
+	if !ok {
+		t.Skip("the store does not list claimless running runs (agent.OrphanRunLister)")
+	}
+	base := at(-20 * 24 * time.Hour)
+	cutoff := base.Add(3 * time.Minute)
+	released := claim(e, newThread(e), e.id("run"), base).Run
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: released.ThreadID, Fence: released.Fence()}), "ReleaseClaim")
+	claimed := claim(e, newThread(e), e.id("run"), base).Run
+	done := claim(e, newThread(e), e.id("run"), base).Run
+	finish(e, done, agent.RunCompleted, agent.Usage{}, base.Add(time.Minute))
+	fresh := claim(e, newThread(e), e.id("run"), base.Add(5*time.Minute)).Run
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: fresh.ThreadID, Fence: fresh.Fence()}), "ReleaseClaim")
+	th := newThread(e)
+	overtaken := claim(e, th, e.id("run"), base).Run
+	later := claim(e, th, e.id("run"), base.Add(staleAfter+time.Second)).Run
+
+	got, err := lister.ListOrphanRuns(e.ctx, cutoff, 1000)
+	must(t, err, "ListOrphanRuns")
+	found := map[string]agent.Run{}
+	for _, r := range got {
+		found[r.ID] = r
+	}
+	for _, c := range []struct {
+		run  agent.Run
+		want bool
+	}{{released, true}, {claimed, false}, {done, false}, {fresh, false}, {overtaken, true}, {later, false}} {
+		r, ok := found[c.run.ID]
+		if ok != c.want {
+			t.Errorf("run %s (%s) listed = %t, want %t", c.run.ID, c.run.ThreadID, ok, c.want)
+		}
+		if ok {
+			same(t, "orphan run "+c.run.ID, r, c.run)
+		}
+	}
+	if limited, err := lister.ListOrphanRuns(e.ctx, cutoff, 1); err != nil || len(limited) > 1 {
+		t.Fatalf("ListOrphanRuns(limit 1) = %d runs, %v", len(limited), err)
+	}
+	// Once its outcome is recorded the released run is no longer named.
+	must(t, e.s.RecordOutcome(e.ctx, finished(released, agent.RunFailed, agent.Usage{}, base.Add(time.Hour)), agent.Fence{}), "RecordOutcome")
+	got, err = lister.ListOrphanRuns(e.ctx, cutoff, 1000)
+	must(t, err, "ListOrphanRuns after the outcome")
+	for _, r := range got {
+		if r.ID == released.ID {
+			t.Fatalf("run %s listed after its outcome was recorded", r.ID)
 		}
 	}
 }
