@@ -66,7 +66,7 @@ import (
 )
 
 var (
-	flagSeed      = flag.Uint64("seed", envUint("SIM_SEED", 0), "replay this one seed (with its trace)")
+	flagSeed = flag.Uint64("seed", envUint("SIM_SEED", 0), "replay this one seed (with its trace)")
 	// make test runs the default, 400 on SQLite and 50 on DynamoDB plus the regression seeds (about 2 min on 2
 	// loaded cores); make test-long runs SIM_SCHEDULES=2000 (2,000 and 142), make soak random seeds.
 	flagSchedules = flag.Int("schedules", int(envUint("SIM_SCHEDULES", 400)), "schedules on SQLite (one in 14 of them, at least 50, also on DynamoDB)")
