@@ -33,22 +33,29 @@ import (
 // staleAfter plus one reaper pass, the next message accepted and completed, a provider-valid transcript, no
 // message twice, the tool's effect at most once and reported as it happened (DESIGN principles 5, 8, 9).
 
-// Timing of the crash tests: a dead run's claim goes stale soon, and a live one heartbeats well within that. A
-// live run stops itself when its heartbeats have failed for half of staleAfter, so under -race (where the
-// pure-Go SQLite and everything else is several times slower, and a loaded machine stalls writes for hundreds of
-// milliseconds) staleAfter is longer and fewer rows run at once: with 400 ms, live runs stopped themselves now and
-// then. A run's claim counts from the claim itself (not from its first heartbeat), so a slow claim on a loaded
-// dynalite eats into that half too: 2 s (with 1 s, the dynalite rows' live runs stopped themselves in a full
-// `make test`, whose other packages now include the job state machine's Node servers).
+// Timing of the crash tests: no row waits for real time to make a claim stale. Every live process has a
+// staleAfter far longer than any stall of a loaded machine (a live run stops itself once its heartbeats have failed
+// for half of it, and every fenced store call carries a deadline there: with 2 s, a dynalite call slower than a
+// second under load made innocent runs fence themselves). A dead process's claim is made stale by the clock
+// instead: each process of a row runs crashLeap further ahead of real time than the one before it (crashClock), so
+// the claims of every process that died before it are older than staleAfter by its clock, and its own claims stay
+// fresh for as long as it lives.
 const crashHeartbeat = 25 * time.Millisecond
 
 var (
-	crashStaleAfter = 2 * time.Second
-	// crashRowsAtOnce bounds how many rows of one store run at a time. A row mostly waits (for a claim to go
-	// stale), so rows run beside each other regardless of -parallel (t.Run may be called from several goroutines
-	// at once), but not so many that a live run's heartbeats lag behind.
+	crashStaleAfter = time.Minute
+	// crashLeap is how much further ahead of real time each process's clock runs than the previous one's: more
+	// than staleAfter, as a claim heartbeaten right up to the crash is stale only staleAfter after it.
+	crashLeap = crashStaleAfter + time.Minute
+	// crashRowsAtOnce bounds how many rows of one store run at a time, so that the live runs' heartbeats and the
+	// machine's other work do not lag far behind.
 	crashRowsAtOnce = pick(raceEnabled(), 4, 8)
 )
+
+// crashClock is a process's clock: real time moved ahead by a fixed amount.
+type crashClock struct{ ahead time.Duration }
+
+func (c crashClock) Now() time.Time { return time.Now().Add(c.ahead) }
 
 func pick[T any](cond bool, yes, no T) T {
 	if cond {
@@ -114,12 +121,11 @@ type crashStore struct {
 	agent.Store
 	point crashPoint
 
-	mu      sync.Mutex
-	armed   bool
-	hits    int
-	dead    bool
-	crashAt time.Time
-	died    chan struct{} // closed at the crash (nil: nobody waits for it)
+	mu    sync.Mutex
+	armed bool
+	hits  int
+	dead  bool
+	died  chan struct{} // closed at the crash (nil: nobody waits for it)
 }
 
 // die marks the process dead at its crash point; the caller holds c.mu.
@@ -127,7 +133,7 @@ func (c *crashStore) die() {
 	if c.dead {
 		return
 	}
-	c.dead, c.crashAt = true, time.Now()
+	c.dead = true
 	if c.died != nil {
 		close(c.died)
 	}
@@ -138,13 +144,7 @@ func (c *crashStore) wrap(s agent.Store) agent.Store { c.Store = s; return c }
 // arm starts counting (calls before, e.g. a setup turn, never crash).
 func (c *crashStore) arm() { c.mu.Lock(); c.armed = true; c.mu.Unlock() }
 
-func (c *crashStore) crashed() (bool, time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.dead, c.crashAt
-}
-
-func (c *crashStore) isDead() bool { d, _ := c.crashed(); return d }
+func (c *crashStore) isDead() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.dead }
 
 func (c *crashStore) isArmed() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.armed }
 
@@ -468,8 +468,13 @@ func (w *heldWriter) Write(p []byte) (int, error) {
 
 func (w *heldWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func crashOptions(modelURL, data string) devserver.Options {
-	return devserver.Options{Data: data, ModelURL: modelURL,
+// crashOptions are the options of a row's next process; processes counts the row's processes so far. Each process
+// comes after the previous ones have died (or, the first, before anything ran), and its clock runs crashLeap
+// further ahead than theirs.
+func crashOptions(modelURL, data string, processes *int) devserver.Options {
+	ahead := time.Duration(*processes) * crashLeap
+	*processes++
+	return devserver.Options{Data: data, ModelURL: modelURL, Clock: crashClock{ahead: ahead},
 		// Every process has the same application secret, as every Lambda of a deployment does (approval
 		// signatures made by one process verify in the next).
 		Config: config.Config{Heartbeat: crashHeartbeat, StaleAfter: crashStaleAfter, SegmentFlush: 20 * time.Millisecond,
@@ -509,9 +514,9 @@ func newCrashStack(t *testing.T, o devserver.Options, name string) *devserver.St
 
 // sqliteBackend: a second process opens the same SQLite file (devserver.New with the same Data directory).
 var sqliteBackend = crashBackend{name: "sqlite", start: func(t *testing.T, hold <-chan struct{}) func(*testing.T, *crashStore) *devserver.Stack {
-	data, model := t.TempDir(), crashModel(t, hold)
+	data, model, processes := t.TempDir(), crashModel(t, hold), 0
 	return func(t *testing.T, cs *crashStore) *devserver.Stack {
-		o := crashOptions(model, data)
+		o := crashOptions(model, data, &processes)
 		name := "recovering process"
 		if cs != nil {
 			o.Wrap, name = cs.wrap, "crashing process"
@@ -532,9 +537,9 @@ func dynamoBackend(endpoint string) crashBackend {
 		if err := dynamotest.CreateTable(context.Background(), dynamotest.Client(endpoint), table); err != nil {
 			t.Fatal(err)
 		}
-		model := crashModel(t, hold)
+		model, processes := crashModel(t, hold), 0
 		return func(t *testing.T, cs *crashStore) *devserver.Stack {
-			o := crashOptions(model, t.TempDir())
+			o := crashOptions(model, t.TempDir(), &processes)
 			client, name := dynamotest.Client(endpoint), "recovering process"
 			if cs != nil {
 				o.Wrap, name = cs.wrap, "crashing process"
@@ -799,12 +804,12 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 	} else if !cs.isDead() {
 		t.Fatalf("begin failed without a crash: %v", err)
 	}
-	dead, crashAt := cs.crashed()
-	if !dead {
+	if !cs.isDead() {
 		t.Fatalf("the crash point %s was never reached", row.point)
 	}
 
-	time.Sleep(time.Until(crashAt.Add(crashStaleAfter + 50*time.Millisecond)))
+	// Every later process's clock is ahead by more than staleAfter (crashClock): the dead run's claim is stale
+	// for it.
 	if row.point.dynamoRequest != "" {
 		// The claim is stored, the run item is not.
 		p := process(t, nil)
@@ -821,14 +826,13 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 		rs := &crashStore{point: *row.reaperCrash}
 		rs.arm()
 		_, _ = process(t, rs).Reaper.Tick(ctx)
-		dead, at := rs.crashed()
-		if !dead {
+		if !rs.isDead() {
 			t.Fatalf("the reaper's crash point %s was never reached", rs.point)
 		}
-		time.Sleep(time.Until(at.Add(crashStaleAfter + 50*time.Millisecond))) // its claim goes stale
+		// The next process's clock is ahead of this one's by more than staleAfter: its claim is stale there.
 	}
 
-	// A second process over the same store: after staleAfter and one reaper pass, the thread is free.
+	// A second process over the same store (its clock past staleAfter): after one reaper pass, the thread is free.
 	// (A takeover row skips the pass: the next message's claim finds the stale claim and reaps it on the way.)
 	second := process(t, nil)
 	c := &checks{row: row}
