@@ -119,7 +119,10 @@ func TestTransientStoreFaults(t *testing.T) {
 func TestUnsavedReplyIsRecovered(t *testing.T) {
 	t.Parallel()
 	fs := newFaulty(func(method string, n int, final bool) bool { return method == "PutMessage" && final })
-	f := setup(t, withStore(fs.wrap), withConfig(func(c *config.Config) { c.StaleAfter = 400 * time.Millisecond; c.Heartbeat = 50 * time.Millisecond }))
+	// The clock stands still while the run runs (so no load makes it doubt its claim), then moves past staleAfter
+	// (2 s) for the reaper.
+	clock := newManualClock()
+	f := setup(t, withStore(fs.wrap), withClock(clock))
 	run, client := f.run(t, submit("th", "u1", "hello there"))
 	chunks := parseSSE(t, client)
 	if run.Status == agent.RunCompleted || run.Error == nil || run.Error.Code != agent.CodePersistFailed || count(chunks, "error") != 1 {
@@ -129,7 +132,7 @@ func TestUnsavedReplyIsRecovered(t *testing.T) {
 	if th.ActiveRun == nil || th.ActiveRun.RunID != run.ID {
 		t.Fatalf("the claim of an unsaved reply was released: %+v", th.ActiveRun)
 	}
-	time.Sleep(500 * time.Millisecond)
+	clock.add(3 * time.Second) // the claim is stale
 	fs.mu.Lock()
 	fs.fail = func(string, int, bool) bool { return false } // the store is back
 	fs.mu.Unlock()

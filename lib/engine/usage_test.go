@@ -272,10 +272,12 @@ func (m *reportingModel) Stream(ctx context.Context, req agent.ModelRequest, emi
 func TestFencedRunCountsItsTokensOnce(t *testing.T) {
 	t.Parallel()
 	store := &freezingStore{}
-	reaped := make(chan struct{})
+	reaped, frozen := make(chan struct{}), make(chan struct{})
+	var freezeOnce sync.Once
 	stall := agent.Tool{Name: "stall", Description: "freezes the process until the run is reaped", InputSchema: emptySchema,
 		Kind: agent.ToolServer, Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
 			store.freeze(true)
+			freezeOnce.Do(func() { close(frozen) })
 			select {
 			case <-reaped:
 				return json.RawMessage(`"thawed"`), nil
@@ -284,23 +286,18 @@ func TestFencedRunCountsItsTokensOnce(t *testing.T) {
 			}
 		}}
 	var logs syncBuffer
-	f := setup(t, withTools(stall), withJSONLog(&logs), withStore(func(s agent.Store) agent.Store { store.Store = s; return store }),
+	// The clock stands still until the process has frozen, then moves past staleAfter (2 s): no sleep, and no
+	// load makes the run doubt its claim before that.
+	clock := newManualClock()
+	f := setup(t, withTools(stall), withJSONLog(&logs), withClock(clock), withStore(func(s agent.Store) agent.Store { store.Store = s; return store }),
 		withConfig(func(c *config.Config) { c.ToolTimeout = 30 * time.Second }))
 	model := &reportingModel{Model: f.stack.Model}
 	eng := engineWithModel(t, f, model)
 
 	go func() {
-		// Once frozen, wait out the stale window and reap as the scheduled reaper does.
-		for {
-			store.mu.Lock()
-			frozen := store.frozen
-			store.mu.Unlock()
-			if frozen {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		time.Sleep(f.stack.Reaper.Config().StaleAfter + 300*time.Millisecond)
+		// Once frozen, the stale window passes and the reaper reaps as the scheduled one does.
+		<-frozen
+		clock.add(f.stack.Reaper.Config().StaleAfter + time.Second)
 		if _, err := f.stack.Reaper.Tick(context.Background()); err != nil {
 			t.Errorf("reaper tick: %v", err)
 		}
