@@ -71,7 +71,11 @@ type Config struct {
 	MaxToolCallsPerStep int // DefaultMaxToolCallsPerStep
 	MaxJobsPerRun       int // DefaultMaxJobsPerRun
 	MaxJobChain         int // DefaultMaxJobChain
-	Transcript          transcript.Config
+	// LateWait is how long a run left to the reaper waits in the background for the reaper's outcome before it
+	// records its late usage (late.go; zero: two stale windows and lateReaperPeriod); negative: it does not wait
+	// (the simulation, whose virtual clock such a real-time waiter would race).
+	LateWait   time.Duration
+	Transcript transcript.Config
 }
 
 func (c Config) withDefaults() Config {

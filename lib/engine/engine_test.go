@@ -156,7 +156,9 @@ type seenWriter struct {
 	once sync.Once
 }
 
-func newSeenWriter(want string) *seenWriter { return &seenWriter{want: want, seen: make(chan struct{})} }
+func newSeenWriter(want string) *seenWriter {
+	return &seenWriter{want: want, seen: make(chan struct{})}
+}
 
 func (w *seenWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()

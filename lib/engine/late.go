@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -58,6 +59,10 @@ func (s *stepper) recordLate(ctx context.Context) {
 			return
 		}
 	}
+	if s.turn.e.cfg.LateWait < 0 {
+		log.Warn("agent.late_usage", "recorded", false, "reason", "the run is not finished by a reaper yet")
+		return
+	}
 	s.lateInBackground(ctx, log)
 }
 
@@ -71,7 +76,7 @@ func (s *stepper) lateLog() *slog.Logger {
 func (s *stepper) lateInBackground(ctx context.Context, log *slog.Logger) {
 	e := s.turn.e
 	poll := min(max(e.cfg.StaleAfter/latePollPerWindow, latePollMinimum), latePollMax)
-	until := time.Now().Add(2*e.cfg.StaleAfter + lateReaperPeriod)
+	until := time.Now().Add(cmp.Or(e.cfg.LateWait, 2*e.cfg.StaleAfter+lateReaperPeriod))
 	e.background.Add(1)
 	go func() {
 		defer e.background.Done()
