@@ -7,7 +7,6 @@ import (
 	"time"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -18,11 +17,6 @@ import (
 // Store's client carries a Finalize middleware, right after the SDK's retry middleware so it runs before every
 // attempt, that asks the write gate the context carries (agent.WithWriteGate): a refused attempt is not sent, and
 // the call fails with the gate's error (not retryable). A context without a gate costs a context lookup.
-
-// withWriteGate returns a client like c whose every attempt asks the context's write gate first.
-func withWriteGate(c *dynamodb.Client) *dynamodb.Client {
-	return dynamodb.New(c.Options(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, registerWriteGate) })
-}
 
 func registerWriteGate(stack *middleware.Stack) error {
 	return stack.Finalize.Insert(middleware.FinalizeMiddlewareFunc("agentloop.dynamo.WriteGate",

@@ -21,9 +21,10 @@ import (
 // index units, so under it WriteUnits leave the index writes out (Counter.MeasureIndexWrites computes them for
 // benchmarks). A context without a meter costs nothing but a context lookup.
 
-// withMeter returns a client like c whose requests are metered.
-func withMeter(c *dynamodb.Client) *dynamodb.Client {
-	return dynamodb.New(c.Options(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, registerMeter) })
+// withMiddleware returns a client like c with the Store's middlewares added (registerMeter here,
+// registerWriteGate in gate.go).
+func withMiddleware(c *dynamodb.Client, register ...func(*middleware.Stack) error) *dynamodb.Client {
+	return dynamodb.New(c.Options(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, register...) })
 }
 
 func registerMeter(stack *middleware.Stack) error {

@@ -312,6 +312,16 @@ func claimRemoval(e *expr) string {
 //
 // so usage is added exactly once, by whichever write releases the claim. It returns the raw SDK error, so callers
 // can tell a failed condition (isConditionFailed) from a failed request.
+// holds is the condition that f holds the thread's claim (same run, same epoch) and, when staleBefore is set,
+// that its heartbeat is older than staleBefore: the reap decision, shared by the reaper's release and takeover.
+func holds(e *expr, f agent.Fence, staleBefore time.Time) string {
+	cond := e.n(attrClaimRun) + " = " + e.v(avS(f.RunID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(f.Epoch))
+	if !staleBefore.IsZero() {
+		cond += " AND " + e.n(AttrClaimHeartbeat) + " < " + e.v(avT(staleBefore))
+	}
+	return cond
+}
+
 func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
 	e := newExpr()
 	update := "REMOVE " + claimRemoval(e)
@@ -323,10 +333,7 @@ func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
 		update += " SET " + e.n(attrUpdatedAt) + " = " + e.v(avT(req.Now)) + ", " + e.n(AttrRecency) + " = " +
 			e.v(avS(recency(req.Now, req.ThreadID)))
 	}
-	cond := e.n(attrClaimRun) + " = " + e.v(avS(req.Fence.RunID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(req.Fence.Epoch))
-	if !req.StaleBefore.IsZero() {
-		cond += " AND " + e.n(AttrClaimHeartbeat) + " < " + e.v(avT(req.StaleBefore))
-	}
+	cond := holds(e, req.Fence, req.StaleBefore)
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 key(threadPK(req.ThreadID), threadSK),
@@ -353,7 +360,7 @@ func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
 func (s *Store) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
 	k := key(threadPK(threadID), threadSK)
 	e := newExpr()
-	cond := e.n(attrClaimRun) + " = " + e.v(avS(f.RunID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(f.Epoch))
+	cond := holds(e, f, time.Time{})
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(s.table),
 		Key:       k,
@@ -548,10 +555,7 @@ func (s *Store) TakeOver(ctx context.Context, req agent.TakeRequest) (agent.Fenc
 	if req.Fence.RunID == "" {
 		cond += "attribute_not_exists(" + e.n(attrClaimRun) + ")"
 	} else {
-		cond += e.n(attrClaimRun) + " = " + e.v(avS(req.Fence.RunID)) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(req.Fence.Epoch))
-		if !req.StaleBefore.IsZero() {
-			cond += " AND " + e.n(AttrClaimHeartbeat) + " < " + e.v(avT(req.StaleBefore))
-		}
+		cond += holds(e, req.Fence, req.StaleBefore)
 	}
 	update := "SET " + strings.Join([]string{
 		e.n(attrClaimRun) + " = " + e.v(avS(runID)),

@@ -146,7 +146,7 @@ func WithBlobLimits(compressAbove, chunkBytes int) Option {
 // New returns a Store over table, which must have the layout of template.yaml's Table resource.
 func New(client *dynamodb.Client, table string, opts ...Option) *Store {
 	s := &Store{
-		client:    withWriteGate(withMeter(client)),
+		client:    withMiddleware(client, registerMeter, registerWriteGate),
 		table:     table,
 		ids:       agent.RandomIDs{},
 		log:       slog.Default(),

@@ -434,19 +434,26 @@ func TestUnsavedRunsUsageRecordedLate(t *testing.T) {
 			if run.Error == nil || run.Error.Code != agent.CodePersistFailed || run.Usage.TotalTokens == 0 {
 				t.Fatalf("run %s %+v usage %+v, want persist_failed with usage", run.Status, run.Error, run.Usage)
 			}
-			fs.mu.Lock()
-			fs.fail = func(string, int, bool) bool { return false } // the store is back
-			fs.mu.Unlock()
-			clock.add(3 * time.Second) // the claim is stale (StaleAfter 2 s)
-			if st, err := f.stack.Reaper.Tick(context.Background()); err != nil || st.Reaped != 1 {
-				t.Fatalf("reaper tick: %+v %v", st, err)
-			}
-			f.eng.Wait() // the run's late usage, recorded once the reaper finished it
-			th, err := f.store.GetThread(context.Background(), "th")
-			if err != nil || th.Usage.InputTokens != run.Usage.InputTokens || th.Usage.OutputTokens != run.Usage.OutputTokens {
-				t.Fatalf("thread usage %+v (%v), want the run's %+v", th.Usage, err, run.Usage)
-			}
+			reapThenLateUsage(t, f, fs, clock, run)
 		})
+	}
+}
+
+// reapThenLateUsage heals the store, lets the run's claim go stale (StaleAfter 2 s), reaps it, waits for the run's
+// late usage (recorded once the reaper finished it) and checks that the thread counts what the run reported.
+func reapThenLateUsage(t *testing.T, f *fixture, fs *faultyStore, clock *manualClock, run agent.Run) {
+	t.Helper()
+	fs.mu.Lock()
+	fs.fail = func(string, int, bool) bool { return false }
+	fs.mu.Unlock()
+	clock.add(3 * time.Second)
+	if st, err := f.stack.Reaper.Tick(context.Background()); err != nil || st.Reaped != 1 {
+		t.Fatalf("reaper tick: %+v %v", st, err)
+	}
+	f.eng.Wait()
+	th, err := f.store.GetThread(context.Background(), "th")
+	if err != nil || th.Usage.InputTokens != run.Usage.InputTokens || th.Usage.OutputTokens != run.Usage.OutputTokens {
+		t.Fatalf("thread usage %+v (%v), want the run's %+v", th.Usage, err, run.Usage)
 	}
 }
 
@@ -471,18 +478,7 @@ func TestInDoubtRunsUsageRecordedLate(t *testing.T) {
 	if run.Error == nil || run.Error.Code != agent.CodeRunFenced || run.Usage.TotalTokens == 0 {
 		t.Fatalf("run %s %+v usage %+v, want stopped in doubt with the first step's usage", run.Status, run.Error, run.Usage)
 	}
-	fs.mu.Lock()
-	fs.fail = func(string, int, bool) bool { return false }
-	fs.mu.Unlock()
-	clock.add(3 * time.Second)
-	if st, err := f.stack.Reaper.Tick(context.Background()); err != nil || st.Reaped != 1 {
-		t.Fatalf("reaper tick: %+v %v", st, err)
-	}
-	f.eng.Wait()
-	th, err := f.store.GetThread(context.Background(), "th")
-	if err != nil || th.Usage.InputTokens != run.Usage.InputTokens || th.Usage.OutputTokens != run.Usage.OutputTokens {
-		t.Fatalf("thread usage %+v (%v), want the run's %+v", th.Usage, err, run.Usage)
-	}
+	reapThenLateUsage(t, f, fs, clock, run)
 }
 
 // A turn that takes queued messages marks them taken only while its claim is surely its own (REVIEW D1, fence

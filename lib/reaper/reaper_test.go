@@ -292,6 +292,16 @@ func (d diesAfterTakeOver) TakeOver(ctx context.Context, req agent.TakeRequest) 
 	return agent.Fence{}, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "the reaper's process died")
 }
 
+// deadRun is run_1 on thread th, claimed at old (stale), with a streaming draft that used 2 tokens and left one
+// call (c1, list_notes) without a result.
+func (f *fixture) deadRun(t *testing.T, old time.Time) agent.Run {
+	t.Helper()
+	run := f.claim(t, "th", "run_1", old)
+	f.draft(t, run, `{"status":"streaming","runId":"run_1","usage":{"inputTokens":1,"outputTokens":1,"totalTokens":2,"cachedInputTokens":0}}`,
+		`{"type":"tool-list_notes","toolCallId":"c1","state":"input-available","input":{}}`)
+	return run
+}
+
 // laterClock is the system clock moved on by d.
 type laterClock struct{ d time.Duration }
 
@@ -304,9 +314,7 @@ func TestDeadReaperIsReaped(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	old := time.Now().Add(-time.Minute)
-	run := f.claim(t, "th", "run_1", old)
-	f.draft(t, run, `{"status":"streaming","runId":"run_1","usage":{"inputTokens":1,"outputTokens":1,"totalTokens":2,"cachedInputTokens":0}}`,
-		`{"type":"tool-list_notes","toolCallId":"c1","state":"input-available","input":{}}`)
+	run := f.deadRun(t, old)
 	dying := reaper.New(reaper.Deps{Store: diesAfterTakeOver{f.store}, Clock: agent.SystemClock{}}, reaper.Config{StaleAfter: staleAfter})
 	if _, err := dying.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err == nil {
 		t.Fatal("the dying reaper reported success")
@@ -329,15 +337,14 @@ func TestDeadReaperIsReaped(t *testing.T) {
 }
 
 // A FinishRun that died between its release and the run's outcome (DynamoDB makes them two writes) leaves a run
-// that no claim names; a reader that meets it finishes it (no sweep can find it: the index holds claims only).
+// that no claim names; a reader that meets it finishes it (the reaper's sweep finds such runs too, on stores that
+// list them: TestTickFinishesClaimlessRunningRuns).
 func TestOrphanIsFinishedByItsReader(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
 	old := time.Now().Add(-time.Minute)
-	run := f.claim(t, "th", "run_1", old)
-	f.draft(t, run, `{"status":"streaming","runId":"run_1","usage":{"inputTokens":1,"outputTokens":1,"totalTokens":2,"cachedInputTokens":0}}`,
-		`{"type":"tool-list_notes","toolCallId":"c1","state":"input-available","input":{}}`)
+	run := f.deadRun(t, old)
 	if err := f.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: "th", Fence: run.Fence(),
 		Usage: agent.Usage{InputTokens: 1, OutputTokens: 1, TotalTokens: 2}}); err != nil {
 		t.Fatal(err)

@@ -302,10 +302,7 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 			return err
 		}
 		if n == 0 {
-			if err := runExists(ctx, c, run); err != nil {
-				return err
-			}
-			return fenced(run.Fence())
+			return refused(ctx, c, run)
 		}
 		return recordOutcome(ctx, c, run)
 	})
@@ -386,12 +383,18 @@ func recordOutcome(ctx context.Context, c conn, run agent.Run) error {
 		return err
 	}
 	if n == 0 {
-		if err := runExists(ctx, c, run); err != nil {
-			return err
-		}
-		return fenced(run.Fence())
+		return refused(ctx, c, run)
 	}
 	return nil
+}
+
+// refused is the error of a run write whose condition matched no row: the run is unknown (KindNotFound), or it
+// exists and the write was fenced.
+func refused(ctx context.Context, c conn, run agent.Run) error {
+	if err := runExists(ctx, c, run); err != nil {
+		return err
+	}
+	return fenced(run.Fence())
 }
 
 // TakeOver takes a stale claim (or, with no fence, an idle thread) for the reaper at epoch+1, in one UPDATE.
