@@ -243,8 +243,15 @@ func (m *Model) fetch(ctx context.Context, f agent.ModelFile) (string, error) {
 		return "", fail(fmt.Errorf("GET %s: content type %s", safeURL(f.URL), ct), "a file's download is %s, not %s", ct, f.MediaType)
 	}
 	data, err := io.ReadAll(io.LimitReader(res.Body, m.cfg.MaxFileBytes+1))
+	if err == nil {
+		// A response that arrived as the deadline passed may be a server's answer to its own cancelled request.
+		err = ctx.Err()
+	}
 	if err != nil {
 		return "", fail(err, "a file could not be downloaded")
+	}
+	if len(data) == 0 {
+		return "", fail(fmt.Errorf("GET %s: no bytes", safeURL(f.URL)), "a file could not be downloaded (no bytes)")
 	}
 	if int64(len(data)) > m.cfg.MaxFileBytes {
 		return "", fail(fmt.Errorf("GET %s: over %d bytes", safeURL(f.URL), m.cfg.MaxFileBytes), "a file is larger than %d bytes", m.cfg.MaxFileBytes)

@@ -16,7 +16,7 @@ import (
 )
 
 // fileServer serves files over TLS as a remote host would: /report.pdf (a PDF of n bytes), /page.html (text/html),
-// /slow.pdf (never answers within the test's timeout) and 404 for the rest.
+// /empty.pdf (200, no bytes), /slow.pdf (never answers within the test's timeout) and 404 for the rest.
 func fileServer(t *testing.T, pdf []byte) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -27,6 +27,8 @@ func fileServer(t *testing.T, pdf []byte) *httptest.Server {
 		case "/page.html":
 			w.Header().Set("Content-Type", "text/html")
 			w.Write([]byte("<html></html>"))
+		case "/empty.pdf":
+			w.Header().Set("Content-Type", "application/pdf")
 		case "/slow.pdf":
 			select {
 			case <-r.Context().Done():
@@ -119,6 +121,9 @@ func TestFileDownloadFails(t *testing.T) {
 		{"not a PDF", files.URL + "/page.html", "a file's download is text/html, not application/pdf", 0},
 		{"over the cap", files.URL + "/report.pdf", "a file is larger than 99 bytes", 0},
 		{"too slow", files.URL + "/slow.pdf", "a file could not be downloaded", 100 * time.Millisecond},
+		// What a server that gave up sends (seen under -race: the slow handler, its request cancelled, answered 200
+		// with no body just as the client's deadline passed).
+		{"empty", files.URL + "/empty.pdf", "a file could not be downloaded (no bytes)", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
