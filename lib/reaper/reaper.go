@@ -300,8 +300,10 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 		if gerr != nil || th.ActiveRun == nil || th.ActiveRun.RunID != want.RunID || th.ActiveRun.Epoch != want.Epoch {
 			return false, nil
 		}
-		// Not counted as this call's reap: a concurrent reaper may be the one whose take applied.
-		return false, r.cleanUp(ctx, threadID, dead, want, agent.IsReapClaim(c.RunID), false)
+		// Not counted as this call's reap: a concurrent reaper may be the one whose take applied. An outcome
+		// recorded under this takeover is not on the thread yet (the release counts it, and only one release of
+		// the takeover applies), so this cleanUp counts it like a dead reaper's.
+		return false, r.cleanUp(ctx, threadID, dead, want, true, false)
 	} else if err != nil {
 		return false, fmt.Errorf("reaper: take over claim: %w", err)
 	}
@@ -309,7 +311,8 @@ func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool
 }
 
 // cleanUp finishes run runID while the reaper holds the thread at hold, then gives the claim back. reaperDied:
-// the claim taken was a reaper's, whose recorded outcome was never added to the thread (its release adds it).
+// an outcome a reaper recorded under a takeover that was never released is not on the thread yet (the takeover's
+// release adds it): the claim taken was a reaper's, or this reaper adopts a takeover it found applied.
 // orphan: the run's claim was released by the run itself (FinishRun's first half), which added its usage.
 func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent.Fence, reaperDied, orphan bool) error {
 	log := r.log.With("thread_id", threadID, "run_id", runID, "epoch", hold.Epoch-1)

@@ -292,6 +292,43 @@ func (d diesAfterTakeOver) TakeOver(ctx context.Context, req agent.TakeRequest) 
 	return agent.Fence{}, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "the reaper's process died")
 }
 
+// stopsAfterRecordOutcome is a reaper store whose process stops right after the run's outcome applied: the
+// reaper still holds the thread, and its release (which counts the run's usage) has not happened.
+type stopsAfterRecordOutcome struct{ *sqlite.Store }
+
+func (d stopsAfterRecordOutcome) RecordOutcome(ctx context.Context, run agent.Run, holder agent.Fence) error {
+	if err := d.Store.RecordOutcome(ctx, run, holder); err != nil {
+		return err
+	}
+	return agent.E(agent.KindInternal, agent.CodeInternal, "the reaper's process stopped")
+}
+
+// Two reapers nominate the same dead run: the first takes the claim and records the outcome, the second finds the
+// takeover applied, adopts it and gives the claim back first. The dead run's usage is counted once, by whichever
+// release applies (TestReapDecidesInItsWrite lost it 1 in ~10 under -race and load: the adopter released with
+// none).
+func TestAdoptedReapCountsTheUsage(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	run := f.deadRun(t, old)
+	nominee := agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}
+	first := reaper.New(reaper.Deps{Store: stopsAfterRecordOutcome{f.store}, Clock: agent.SystemClock{}}, reaper.Config{StaleAfter: staleAfter})
+	if _, err := first.Reap(ctx, "th", nominee); err == nil {
+		t.Fatal("setup: the first reaper reported success")
+	}
+	if got, _ := f.store.GetRun(ctx, "th", run.ID); got.Status != agent.RunFailed {
+		t.Fatalf("setup: run %s, want its outcome recorded", got.Status)
+	}
+	if ok, err := f.r.Reap(ctx, "th", nominee); err != nil || ok {
+		t.Fatalf("second reaper: %v %v, want the takeover adopted (not counted as its reap)", ok, err)
+	}
+	if th := f.idle(t, "th"); th.Usage.TotalTokens != 2 {
+		t.Fatalf("thread usage %+v, want the dead run's 2 tokens", th.Usage)
+	}
+}
+
 // deadRun is run_1 on thread th, claimed at old (stale), with a streaming draft that used 2 tokens and left one
 // call (c1, list_notes) without a result.
 func (f *fixture) deadRun(t *testing.T, old time.Time) agent.Run {
