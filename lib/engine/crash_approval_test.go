@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/devserver"
@@ -49,8 +48,8 @@ func TestApprovalCrashPoints(t *testing.T) {
 		{"answer/ClaimRun", stageAnswer, atClaim},
 		{"answer/ResolveInterrupt", stageAnswer, crashPoint{method: "ResolveInterrupt", match: resolved, n: 1}},
 		{"answer/draft before the tool PutMessage", stageAnswer, atDraft},
-		{"answer/effect record PutValue", stageAnswer, crashPoint{method: "PutValue", match: effects, n: 1, settle: 50 * time.Millisecond}},
-		{"answer/note DeleteValue", stageAnswer, crashPoint{method: "DeleteValue", n: 1, settle: 50 * time.Millisecond}},
+		{"answer/effect record PutValue", stageAnswer, crashPoint{method: "PutValue", match: effects, n: 1}},
+		{"answer/note DeleteValue", stageAnswer, crashPoint{method: "DeleteValue", n: 1}},
 		{"answer/final PutMessage", stageAnswer, atFinal},
 		{"answer/FinishRun", stageAnswer, atFinishRun},
 		// A new message instead of the answer: the asking message is settled, then its interrupt canceled.

@@ -98,9 +98,6 @@ type crashPoint struct {
 	// dynamoRequest, when set, is a crash inside a store call, which only the DynamoDB adapter can have: the
 	// process dies once a request of this operation (X-Amz-Target) whose body holds bodyHas has been answered 200.
 	dynamoRequest, bodyHas string
-	// settle, when set, delays applying the crashing write, so that writes in flight before it (stream segments)
-	// land first: the crash then happens at a known state rather than racing the segment flush.
-	settle time.Duration
 	// holdReply: the model's reply stalls after its first word until the process has died, so a crash point
 	// that counts heartbeats is reached by count, however fast the reply or slow the machine (with the reply
 	// streaming freely, a reply that outran two heartbeats ended the run first: "the crash point Heartbeat #2
@@ -198,9 +195,6 @@ func (c *crashStore) write(call storeCall, apply func() error) error {
 	}
 	candidate := c.armed && c.matches(call)
 	c.mu.Unlock()
-	if candidate && c.point.settle > 0 {
-		time.Sleep(c.point.settle)
-	}
 	err := apply()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -584,17 +578,11 @@ type crashRow struct {
 	reaperCrash *crashPoint
 	// takeover: no reaper pass; the next message's claim reaps the stale run in its way (REVIEW W2′).
 	takeover bool
-	// bugs names checks that fail because of a known bug in non-test code (the bug* constants): such a check
-	// logs the bug and lets the row go on, and the row is skipped at its end naming the bugs seen, instead of
-	// failing the suite. Once a bug is fixed its check passes and the row passes.
-	bugs map[string]string
 }
 
-// checks reports a row's failed checks: one that a known bug explains is logged and the row goes on; anything
-// else fails the row.
+// checks reports a row's failed checks, naming the check.
 type checks struct {
-	row   crashRow
-	known []string
+	row crashRow
 	// reposted: the re-posted u1 ran, so u1 is stored now (and, for the tool message, the note exists) whatever
 	// the crash left.
 	reposted bool
@@ -602,39 +590,15 @@ type checks struct {
 
 func (c *checks) fail(t *testing.T, check, format string, args ...any) {
 	t.Helper()
-	bug := c.row.bugs[check]
-	if bug == "" {
-		t.Fatalf(format, args...)
-	}
-	t.Logf("KNOWN BUG (%s): %s\nobserved: %s", check, bug, fmt.Sprintf(format, args...))
-	if !slices.Contains(c.known, check) {
-		c.known = append(c.known, check)
-	}
+	t.Fatalf("%s: %s", check, fmt.Sprintf(format, args...))
 }
 
-// done skips a row that met known bugs (everything else in it passed).
-func (c *checks) done(t *testing.T) {
-	t.Helper()
-	if len(c.known) > 0 {
-		t.Skipf("KNOWN BUGS %v (details logged above); every other check passed", c.known)
-	}
-}
-
-// Checks that known bugs make fail.
+// The checks, named in failures.
 const (
 	checkRecorded  = "recorded-outcome"
 	checkRegenHide = "regenerate-hides-old-reply"
 	checkTerminal  = "runs-and-replies-terminal"
 	checkUsage     = "usage-added-once"
-)
-
-const (
-	bugToolBeforeDurable = "a tool's effect can be durable while nothing that names its call is: runTools " +
-		"(lib/engine/tools.go) starts the tool as soon as the model's call arrives, without waiting for the user " +
-		"message's write (started beside the model request, lib/engine/begin.go apply) or flushing the segment " +
-		"holding the call, so a crash then (e.g. at the user message's write, which may complete after the tool " +
-		"ran) leaves a note that no message reports, and the next turn does not know it exists (principle 9, " +
-		"REVIEW W4)"
 )
 
 func written(role agent.Role, final bool) func(storeCall) bool {
@@ -655,16 +619,6 @@ var (
 	atFinalSegment = crashPoint{method: "AppendSegment", match: finalSegment, n: 1}
 )
 
-func crashRows() []crashRow {
-	rows := crashTable()
-	for i, r := range rows {
-		if r.text == toolText && r.point.settle == 0 {
-			rows[i].bugs = map[string]string{checkRecorded: bugToolBeforeDurable}
-		}
-	}
-	return rows
-}
-
 func crashTable() []crashRow {
 	notes := func(c storeCall) bool { return strings.HasPrefix(c.ns, "notes/") }
 	effects := func(c storeCall) bool { return strings.HasPrefix(c.ns, "effects/") }
@@ -680,9 +634,9 @@ func crashTable() []crashRow {
 		{name: "tool/mid-step first AppendSegment", text: toolText, point: atFirstSegment, reply: agent.RunFailed},
 		{name: "tool/mid-step Heartbeat #1", text: toolText, point: crashPoint{method: "Heartbeat", n: 1, holdReply: true}, reply: agent.RunFailed},
 		{name: "tool/W4 note PutValue", text: toolText, user: wantYes, note: wantYes, reply: agent.RunFailed,
-			point: crashPoint{method: "PutValue", match: notes, n: 1, settle: 100 * time.Millisecond}},
+			point: crashPoint{method: "PutValue", match: notes, n: 1}},
 		{name: "tool/W4 effect record PutValue", text: toolText, user: wantYes, note: wantYes, reply: agent.RunFailed,
-			point: crashPoint{method: "PutValue", match: effects, n: 1, settle: 100 * time.Millisecond}},
+			point: crashPoint{method: "PutValue", match: effects, n: 1}},
 		{name: "tool/W5 draft PutMessage", text: toolText, point: atDraft, user: wantYes, note: wantYes, reply: agent.RunFailed},
 		{name: "tool/W6 final PutMessage", text: toolText, point: atFinal, user: wantYes, note: wantYes, reply: agent.RunCompleted},
 		{name: "tool/W7 FinishRun", text: toolText, point: atFinishRun, user: wantYes, note: wantYes, reply: agent.RunCompleted},
@@ -741,7 +695,7 @@ func TestCrashPoints(t *testing.T) {
 func runCrashRows(t *testing.T, b crashBackend) {
 	sem := make(chan struct{}, crashRowsAtOnce)
 	var wg sync.WaitGroup
-	for _, row := range crashRows() {
+	for _, row := range crashTable() {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -836,7 +790,6 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 	// (A takeover row skips the pass: the next message's claim finds the stale claim and reaps it on the way.)
 	second := process(t, nil)
 	c := &checks{row: row}
-	defer c.done(t)
 	if !row.takeover {
 		if _, err := second.Reaper.Tick(ctx); err != nil {
 			t.Fatalf("reaper tick: %v", err)
