@@ -791,14 +791,28 @@ func TestRegenerateAnAskingReply(t *testing.T) {
 func TestAnswerWhileContinuationRuns(t *testing.T) {
 	t.Parallel()
 	var executed atomic.Int32
+	inTool := make(chan struct{})
 	h := startHITL(t, nil, func(h *hitlStack) {
-		h.tools = launchTool(&executed, 300*time.Millisecond)
+		// The tool holds the continuation until the interrupt stops it, then returns its output (which the
+		// stopped run keeps), so both requests below meet the continuation inside the tool, however slow the
+		// machine.
+		h.tools = func(agent.ValueStore, agent.Clock) []agent.Tool {
+			return []agent.Tool{{Name: "launch", Kind: agent.ToolServer, Approval: agent.ApprovalAlways,
+				InputSchema: json.RawMessage(`{"type":"object"}`),
+				Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+					if executed.Add(1) == 1 {
+						close(inTool)
+					}
+					<-ctx.Done()
+					return json.RawMessage(`"launched"`), nil
+				}}}
+		}
 	})
 	h.send("th", "u1", `/tool launch {}`)
 	body := answerBody(h.view("th"), respond(true, ""))
 	first := make(chan int, 1)
 	go func() { s, _ := h.post(body); first <- s }()
-	time.Sleep(100 * time.Millisecond) // the continuation is in the tool
+	<-inTool
 	if status, resp := h.post(body); status != 409 || !strings.Contains(resp, agent.CodeRunActive) {
 		t.Fatalf("reject: %d %s", status, resp)
 	}
