@@ -240,14 +240,24 @@ func (s *Store) DeleteMessage(ctx context.Context, threadID, id string, f agent.
 
 // claimAllows is fence F for message writes: when the thread has a row, its claim must name f (the writing run,
 // or the reaper's takeover claim), checked in the write's own transaction, so a run that lost its claim (reaped,
-// taken over, finished) writes nothing, a new id included. Messages of a thread with no row (the store suite's
-// message cases, which need no thread) are fenced by their own rows only.
+// taken over, finished) writes nothing, a new id included. A deleted thread (no row, its id in threads_gone)
+// refuses every fenced write, so a run of it writes nothing before a thread is created on the id again, and that
+// thread's claim refuses it after. Messages of a thread that never had a row (the store suite's message cases,
+// which need no thread) are fenced by their own rows only.
 func claimAllows(ctx context.Context, c conn, threadID string, f agent.Fence) error {
 	var claimRun sql.NullString
 	var claimEpoch sql.NullInt64
 	err := c.queryRow(ctx, `SELECT claim_run_id, claim_epoch FROM threads WHERE id = ?`, threadID).Scan(&claimRun, &claimEpoch)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil
+		var one int
+		err = c.queryRow(ctx, `SELECT 1 FROM threads_gone WHERE id = ?`, threadID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return agent.E(agent.KindConflict, agent.CodeRunFenced, "thread %q was deleted: run %q at epoch %d is fenced", threadID, f.RunID, f.Epoch)
 	}
 	if err != nil {
 		return err

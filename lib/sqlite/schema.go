@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 8
+const schemaVersion = 9
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -70,6 +70,7 @@ var schema = []string{
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS runs_by_created ON runs (thread_id, created_at, id)`,
 	runsRunning,
+	threadsGone,
 
 	// writer_run_id and writer_epoch are the fence of the message's last writer, final whether that writer
 	// finalized it, deleted whether it is hidden (a deleted message keeps its row so a late writer cannot bring
@@ -227,6 +228,12 @@ const claimedIndex = `CREATE INDEX IF NOT EXISTS threads_claimed ON threads (id)
 // running runs (ListOrphanRuns) reads it, and it holds only the runs in flight (or left running by a crash).
 const runsRunning = `CREATE INDEX IF NOT EXISTS runs_running ON runs (updated_at, thread_id, id) WHERE status = 'running'`
 
+// threadsGone names the threads deleted and not created again (version 9): a fenced write into a thread with no
+// row is refused when its id is here (claimAllows), so a run of a deleted thread writes nothing between the delete
+// and a new thread on the id (and the new thread's own claim fences it after that). A row stays when a thread is
+// created on the id again (the thread row is checked first): one small row per deleted id.
+const threadsGone = `CREATE TABLE IF NOT EXISTS threads_gone (id TEXT PRIMARY KEY) STRICT, WITHOUT ROWID`
+
 // migrations[v] takes a file from version v-1 to v.
 var migrations = map[int][]string{
 	2: {
@@ -266,6 +273,8 @@ var migrations = map[int][]string{
 	7: {jobsUsage},
 	// Version 8 indexes the running runs (the reaper's sweep of claimless ones, REVIEW D15).
 	8: {runsRunning},
+	// Version 9 remembers deleted threads (fenced writes into them are refused, issue 16).
+	9: {threadsGone},
 }
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent

@@ -392,6 +392,52 @@ func TestWritesCheckTheClaim(t *testing.T) {
 	}
 }
 
+// Issue 16 item 2 (REVIEW D10): a run of a deleted thread writes nothing while no thread row exists, so nothing of
+// it is there for a thread created again on the id; once that thread exists, fence F refuses the old run as it
+// refuses any run that does not hold the claim.
+func TestWritesBetweenDeleteAndRecreateAreRefused(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := setup(t)
+	newThread(t, s, "th1")
+	res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", Owner: "u1", RunID: "r1", Now: nowTime(), Reserve: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := res.Run
+	msg := func(id string) agent.Message {
+		return agent.Message{ID: id, Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
+	}
+	if err := s.PutMessage(ctx, agent.MessageWrite{ThreadID: "th1", Seq: run.FirstSeq, Message: msg("u1"), Fence: run.Fence(), Now: nowTime()}); err != nil {
+		t.Fatal(err)
+	}
+	done := run
+	done.Status = agent.RunCompleted
+	if err := s.FinishRun(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteThread(ctx, "th1"); err != nil {
+		t.Fatal(err)
+	}
+	late := agent.MessageWrite{ThreadID: "th1", Seq: run.AssistantSeq(), Message: msg("late"), Fence: run.Fence(), Now: nowTime()}
+	if err := s.PutMessage(ctx, late); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("PutMessage of a new id after the delete: %v, want %s", err, agent.CodeRunFenced)
+	}
+	if err := s.FenceMessage(ctx, "th1", "stub", run.Fence()); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("FenceMessage after the delete: %v, want %s", err, agent.CodeRunFenced)
+	}
+	if err := s.DeleteMessage(ctx, "th1", "u1", run.Fence()); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("DeleteMessage after the delete: %v, want %s", err, agent.CodeRunFenced)
+	}
+	newThread(t, s, "th1")
+	if msgs, err := s.ListMessages(ctx, "th1"); err != nil || len(msgs) != 0 {
+		t.Fatalf("messages of the thread created again = %+v, %v; want none", msgs, err)
+	}
+	if err := s.PutMessage(ctx, late); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("PutMessage of a new id after the thread was created again: %v, want %s", err, agent.CodeRunFenced)
+	}
+}
+
 // REVIEW S7: a thread's resolved interrupts do not pile up for its reads: a resolve removes the thread's interrupts
 // resolved more than agent.DefaultResolvedInterruptKeep before it (DynamoDB: the table's TTL does, see
 // lib/dynamo). Pending ones stay whatever their age.

@@ -173,6 +173,12 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 		if claimRun.Valid {
 			return agent.E(agent.KindConflict, agent.CodeRunActive, "thread %q is running %q", id, claimRun.String)
 		}
+		if err == nil {
+			// The thread existed: its runs' late writes are refused while no thread row is there (claimAllows).
+			if _, err := c.exec(ctx, `INSERT INTO threads_gone (id) VALUES (?) ON CONFLICT DO NOTHING`, id); err != nil {
+				return err
+			}
+		}
 		for _, stmt := range []string{
 			// Segments by thread, and by the thread's runs in case a segment was written without its thread id.
 			`DELETE FROM segments WHERE thread_id = ?1 OR run_id IN (SELECT id FROM runs WHERE thread_id = ?1)`,
