@@ -139,6 +139,9 @@ func (l *ledger) GetThread(ctx context.Context, id string) (agent.Thread, error)
 func (l *ledger) ListThreads(ctx context.Context, owner string, limit int) ([]agent.Thread, error) {
 	return l.use("ListThreads").ListThreads(ctx, owner, limit)
 }
+func (l *ledger) ListThreadsPage(ctx context.Context, owner string, p agent.ThreadPage) (agent.Page[agent.Thread], error) {
+	return l.use("ListThreadsPage").ListThreadsPage(ctx, owner, p)
+}
 func (l *ledger) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch, now time.Time) (agent.Thread, error) {
 	return l.use("UpdateThread").UpdateThread(ctx, id, p, now)
 }

@@ -37,6 +37,11 @@ type ThreadStore interface {
 	// ListThreads returns owner's threads, most recently updated first (ties by id descending), at most limit
 	// (limit <= 0 means DefaultListLimit). Tombstoned threads are left out.
 	ListThreads(ctx context.Context, owner string, limit int) ([]Thread, error)
+	// ListThreadsPage returns one page of owner's threads in ListThreads' order, those after p.From (exclusive;
+	// the zero cursor: from the most recently updated), at most p.Limit (<= 0: DefaultListLimit), and whether more
+	// remain. Tombstoned threads are left out. A thread updated while a client pages moves to the top: a walk
+	// already past it does not see it again (an index that lags may show it twice; the adapters say when).
+	ListThreadsPage(ctx context.Context, owner string, p ThreadPage) (Page[Thread], error)
 	// UpdateThread applies p and bumps UpdatedAt to now. Unknown or tombstoned id: KindNotFound.
 	UpdateThread(ctx context.Context, id string, p ThreadPatch, now time.Time) (Thread, error)
 	// DeleteThread removes the thread and everything under it (messages, runs, segments, interrupts, jobs, queue): first a tombstone,
@@ -48,6 +53,25 @@ type ThreadStore interface {
 
 // DefaultListLimit is what list reads return when the caller passes no limit.
 const DefaultListLimit = 100
+
+// ThreadPage asks for the threads after a cursor (exclusive) in ListThreads' order: most recently updated first,
+// ties by id descending.
+type ThreadPage struct {
+	From  ThreadCursor
+	Limit int
+}
+
+// ThreadCursor is a thread's place in ListThreads' order; the zero value is the top, where a read starts.
+type ThreadCursor struct {
+	UpdatedAt time.Time
+	ID        string
+}
+
+// IsZero reports whether c names no thread (a read from the top).
+func (c ThreadCursor) IsZero() bool { return c.ID == "" && c.UpdatedAt.IsZero() }
+
+// Cursor is the cursor that reads on past t.
+func (t Thread) Cursor() ThreadCursor { return ThreadCursor{UpdatedAt: t.UpdatedAt, ID: t.ID} }
 
 // Fence names the run a write belongs to. Store writes a run makes after its claim carry it, so that once the run
 // has lost its claim (reaped, taken over) none of them can change what a reader sees.

@@ -204,61 +204,99 @@ func (s *Store) GetThread(ctx context.Context, id string) (agent.Thread, error) 
 	return decodeThread(it), nil
 }
 
-// ListThreads queries the keys-only owner index newest first, then reads the thread items themselves with one
-// strongly consistent BatchGetItem. GSI reads are eventually consistent in DynamoDB: a thread created or renamed a
-// moment ago may be missing from the index or still in its old place for a fraction of a second (the items
-// returned are current, and re-sorted by their current updatedAt; a thread deleted or tombstoned meanwhile is
-// dropped). dynalite applies index updates synchronously, which the conformance suite relies on.
+// ListThreads is the first page of ListThreadsPage.
 func (s *Store) ListThreads(ctx context.Context, owner string, limit int) ([]agent.Thread, error) {
+	page, err := s.ListThreadsPage(ctx, owner, agent.ThreadPage{Limit: limit})
+	return page.Items, err
+}
+
+// ListThreadsPage queries the keys-only owner index newest first, below the cursor (the key condition
+// recency < "<updatedAt>#<id>" is the cursor: it names a place in the index, whether or not a thread is still
+// there), one key more than the page to know whether more remain, then reads the thread items themselves with one
+// strongly consistent BatchGetItem. A key whose thread was deleted or tombstoned meanwhile is dropped and the read
+// goes on below it, so a page is short only at the end. GSI reads are eventually consistent in DynamoDB: a thread
+// created or renamed a moment ago may be missing from the index or still in its old place for a fraction of a
+// second (the items returned are current, and re-sorted by their current updatedAt, so a walk may meet such a
+// thread twice). dynalite applies index updates synchronously, which the conformance suite relies on.
+func (s *Store) ListThreadsPage(ctx context.Context, owner string, p agent.ThreadPage) (agent.Page[agent.Thread], error) {
+	limit := p.Limit
 	if limit <= 0 {
 		limit = agent.DefaultListLimit
 	}
-	out := []agent.Thread{}
+	page := agent.Page[agent.Thread]{Items: []agent.Thread{}}
 	if owner == "" {
-		return out, nil
+		return page, nil
 	}
+	below := ""
+	if !p.From.IsZero() {
+		below = recency(p.From.UpdatedAt, p.From.ID)
+	}
+	for {
+		keys, last, more, err := s.ownerKeys(ctx, owner, below, limit-len(page.Items))
+		if err != nil {
+			return agent.Page[agent.Thread]{}, err
+		}
+		got, err := s.batchGet(ctx, keys)
+		if err != nil {
+			return agent.Page[agent.Thread]{}, err
+		}
+		for _, it := range got {
+			if t := decodeThread(it); live(it) && t.Owner == owner {
+				page.Items = append(page.Items, t)
+			}
+		}
+		page.More = more
+		if !more || len(page.Items) >= limit {
+			break
+		}
+		below = last
+	}
+	sort.Slice(page.Items, func(i, j int) bool {
+		a, b := page.Items[i], page.Items[j]
+		if !a.UpdatedAt.Equal(b.UpdatedAt) {
+			return a.UpdatedAt.After(b.UpdatedAt)
+		}
+		return a.ID > b.ID
+	})
+	return page, nil
+}
+
+// ownerKeys reads the first n keys of owner's threads in the owner index below the recency key below (empty: from
+// the top), with the recency of the last one and whether a key follows it.
+func (s *Store) ownerKeys(ctx context.Context, owner, below string, n int) ([]item, string, bool, error) {
 	e := newExpr()
+	cond := e.n(AttrOwner) + " = " + e.v(avS(owner))
+	if below != "" {
+		cond += " AND " + e.n(AttrRecency) + " < " + e.v(avS(below))
+	}
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.table),
 		IndexName:                 aws.String(IndexByOwner),
-		KeyConditionExpression:    aws.String(e.n(AttrOwner) + " = " + e.v(avS(owner))),
+		KeyConditionExpression:    aws.String(cond),
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),
 		ScanIndexForward:          aws.Bool(false),
-		Limit:                     aws.Int32(int32(min(limit, 1000))),
+		Limit:                     aws.Int32(int32(min(n+1, 1000))),
 	}
 	var keys []item
-	for len(keys) < limit {
+	last := ""
+	for {
 		res, err := s.client.Query(ctx, in)
 		if err != nil {
-			return nil, storeErr(err, "list threads")
+			return nil, "", false, storeErr(err, "list threads")
 		}
 		for _, it := range res.Items {
-			if len(keys) < limit {
-				keys = append(keys, key(getS(it, AttrPK), getS(it, AttrSK)))
+			if len(keys) == n {
+				return keys, last, true, nil
 			}
+			keys = append(keys, key(getS(it, AttrPK), getS(it, AttrSK)))
+			last = getS(it, AttrRecency)
 		}
 		if len(res.LastEvaluatedKey) == 0 {
-			break
+			return keys, last, false, nil
 		}
 		in.ExclusiveStartKey = res.LastEvaluatedKey
 	}
-	got, err := s.batchGet(ctx, keys)
-	if err != nil {
-		return nil, err
-	}
-	for _, it := range got {
-		if t := decodeThread(it); live(it) && t.Owner == owner {
-			out = append(out, t)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
-			return out[i].UpdatedAt.After(out[j].UpdatedAt)
-		}
-		return out[i].ID > out[j].ID
-	})
-	return out, nil
 }
 
 // UpdateThread: one UpdateItem conditioned on attribute_exists(pk) AND attribute_not_exists(deleting), returning

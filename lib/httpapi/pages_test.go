@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,6 +235,112 @@ func TestThreadPages(t *testing.T) {
 						t.Fatalf("mallory GET %s?%s: %d, want 404", p, q.Encode(), resp.StatusCode)
 					}
 					readAll(t, resp)
+				}
+			}
+		})
+	}
+}
+
+// GET /threads in pages (REVIEW S24), over HTTP, on both stores: a walk by cursor lists every thread of the
+// caller once, newest first (ties by id), never another user's; a short list has "page": {"hasMore": false}; a
+// cursor no /threads page gave is 400 invalid_cursor.
+func TestThreadListPages(t *testing.T) {
+	t.Parallel()
+	for name, store := range storeKinds(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := startHITL(t, store)
+			ctx := context.Background()
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			var want []string
+			for i := range 7 {
+				id := fmt.Sprintf("listed-%d", i)
+				at := now.Add(time.Duration(i/2) * time.Second) // pairs share an updatedAt
+				if _, _, err := h.f.store.CreateThread(ctx, agent.Thread{ID: id, Owner: "alice", CreatedAt: at, UpdatedAt: at}); err != nil {
+					t.Fatal(err)
+				}
+				want = append([]string{id}, want...)
+			}
+			if _, _, err := h.f.store.CreateThread(ctx, agent.Thread{ID: "bobs", Owner: "bob", CreatedAt: now, UpdatedAt: now}); err != nil {
+				t.Fatal(err)
+			}
+			type listView struct {
+				Threads []agent.Thread
+				Page    struct {
+					NextCursor string
+					HasMore    bool
+				}
+			}
+			list := func(q url.Values) listView {
+				t.Helper()
+				resp := h.f.do(t, "GET", "/threads?"+q.Encode(), token(t, "alice"), nil)
+				body := readAll(t, resp)
+				if resp.StatusCode != 200 {
+					t.Fatalf("GET /threads?%s: %d %s", q.Encode(), resp.StatusCode, body)
+				}
+				var v listView
+				if err := json.Unmarshal(body, &v); err != nil {
+					t.Fatal(err)
+				}
+				if v.Page.HasMore != (v.Page.NextCursor != "") {
+					t.Fatalf("GET /threads?%s: page %+v", q.Encode(), v.Page)
+				}
+				return v
+			}
+			for _, limit := range []int{1, 2, 3, 7, 200} {
+				var got []string
+				q := url.Values{"limit": {fmt.Sprint(limit)}}
+				for pages := 0; ; pages++ {
+					if pages > 10 {
+						t.Fatalf("limit %d: no end after 10 pages", limit)
+					}
+					v := list(q)
+					if len(v.Threads) > limit {
+						t.Fatalf("limit %d: a page of %d", limit, len(v.Threads))
+					}
+					for _, th := range v.Threads {
+						got = append(got, th.ID)
+					}
+					if !v.Page.HasMore {
+						break
+					}
+					q = url.Values{"limit": {fmt.Sprint(limit)}, "cursor": {v.Page.NextCursor}}
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("limit %d: walked %v, want %v", limit, got, want)
+				}
+			}
+
+			first := list(url.Values{"limit": {"2"}})
+			appendMessages(t, h.f.store, "paged", "a", 4)
+			_, msgs, _ := h.page("/threads/paged", url.Values{"limit": {"2"}})
+			for _, c := range []struct {
+				q    url.Values
+				code string
+			}{
+				{url.Values{"cursor": {"not-a-cursor"}}, agent.CodeInvalidCursor},
+				{url.Values{"cursor": {msgs.Page.NextCursor}}, agent.CodeInvalidCursor}, // a messages cursor
+				{url.Values{"cursor": {strings.Repeat("A", 2000)}}, agent.CodeInvalidCursor},
+				{url.Values{"limit": {"0"}}, agent.CodeInvalidLimit},
+				{url.Values{"limit": {"201"}, "cursor": {first.Page.NextCursor}}, agent.CodeInvalidLimit},
+			} {
+				resp := h.f.do(t, "GET", "/threads?"+c.q.Encode(), token(t, "alice"), nil)
+				if resp.StatusCode != 400 {
+					t.Fatalf("GET /threads?%s: %d, want 400", c.q.Encode(), resp.StatusCode)
+				}
+				if got := errorCode(t, resp); got != c.code {
+					t.Fatalf("GET /threads?%s: code %s, want %s", c.q.Encode(), got, c.code)
+				}
+			}
+			// Another user's walk from alice's cursor lists only their own.
+			resp := h.f.do(t, "GET", "/threads?"+url.Values{"cursor": {first.Page.NextCursor}}.Encode(), token(t, "bob"), nil)
+			var bobs listView
+			if err := json.Unmarshal(readAll(t, resp), &bobs); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("bob with alice's cursor: %d %v", resp.StatusCode, err)
+			}
+			for _, th := range bobs.Threads {
+				if th.Owner != "bob" {
+					t.Fatalf("bob listed %s of %s", th.ID, th.Owner)
 				}
 			}
 		})

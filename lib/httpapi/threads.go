@@ -14,21 +14,21 @@ import (
 const maxSmallBody = 64 << 10
 
 func (s *server) listThreads(w http.ResponseWriter, r *http.Request) {
-	limit := 0
+	q := threads.ListQuery{Cursor: r.URL.Query().Get("cursor")}
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			s.fail(w, r, agent.E(agent.KindInvalid, agent.CodeInvalidLimit, "limit must be a positive integer"))
 			return
 		}
-		limit = n
+		q.Limit = n
 	}
-	ths, err := s.Threads.List(r.Context(), subjectOf(r.Context()), limit)
+	ths, page, err := s.Threads.ListPage(r.Context(), subjectOf(r.Context()), q)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"threads": ths})
+	writeJSON(w, http.StatusOK, map[string]any{"threads": ths, "page": page})
 }
 
 // pageQuery reads the paging parameters of GET /threads/{id} and /runs: limit, cursor, newest (the bounds are

@@ -110,20 +110,40 @@ func (s *Store) GetThread(ctx context.Context, id string) (agent.Thread, error) 
 
 // ListThreads returns owner's threads, most recently updated first.
 func (s *Store) ListThreads(ctx context.Context, owner string, limit int) ([]agent.Thread, error) {
+	page, err := s.ListThreadsPage(ctx, owner, agent.ThreadPage{Limit: limit})
+	return page.Items, err
+}
+
+// ListThreadsPage reads one page of owner's threads: a keyset read on (updated_at, id) past the cursor, one row
+// more than the page to know whether more remain.
+func (s *Store) ListThreadsPage(ctx context.Context, owner string, p agent.ThreadPage) (agent.Page[agent.Thread], error) {
 	s.op()
+	limit := p.Limit
 	if limit <= 0 {
 		limit = agent.DefaultListLimit
 	}
-	rows, err := s.read().query(ctx, `SELECT `+threadReadCols+` FROM threads WHERE owner = ?
-		ORDER BY updated_at DESC, id DESC LIMIT ?`, owner, limit)
+	q := `SELECT ` + threadReadCols + ` FROM threads WHERE owner = ?`
+	args := []any{owner}
+	if !p.From.IsZero() {
+		at := millis(p.From.UpdatedAt)
+		q += ` AND (updated_at < ? OR (updated_at = ? AND id < ?))`
+		args = append(args, at, at, p.From.ID)
+	}
+	rows, err := s.read().query(ctx, q+` ORDER BY updated_at DESC, id DESC LIMIT ?`, append(args, limit+1)...)
 	if err != nil {
-		return nil, s.fail("list threads", err)
+		return agent.Page[agent.Thread]{}, s.fail("list threads", err)
 	}
 	out, err := collect(rows, scanThread)
 	if err != nil {
-		return nil, s.fail("list threads", err)
+		return agent.Page[agent.Thread]{}, s.fail("list threads", err)
 	}
-	return out, nil
+	if out == nil {
+		out = []agent.Thread{}
+	}
+	if len(out) > limit {
+		return agent.Page[agent.Thread]{Items: out[:limit], More: true}, nil
+	}
+	return agent.Page[agent.Thread]{Items: out}, nil
 }
 
 // UpdateThread applies p and sets UpdatedAt to now.

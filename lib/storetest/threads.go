@@ -16,6 +16,7 @@ func threadTests() []test {
 		c{"UpdateThreadUnknown", testUpdateThreadUnknown},
 		c{"ListThreadsOrder", testListThreadsOrder},
 		c{"ListThreadsDefaultLimit", testListThreadsDefaultLimit},
+		c{"ListThreadsPages", testListThreadsPages},
 		c{"DeleteThreadUnknown", testDeleteThreadUnknown},
 	)
 	tests = append(tests, group(claimPort,
@@ -190,6 +191,94 @@ func testListThreadsDefaultLimit(e *threads) {
 	if len(got) != 101 {
 		t.Fatalf("ListThreads(limit 101) = %d threads, want 101", len(got))
 	}
+}
+
+// GET /threads pages (REVIEW S24): a walk by cursor reads every thread once, in ListThreads' order, ties
+// included; a thread updated during the walk moves above it and is not met again; a deleted one is never on a
+// page; a cursor on a place no thread holds any more still reads on from there.
+func testListThreadsPages(e *threads) {
+	t := e.t
+	owner := e.id("user")
+	base := e.id("th")
+	// Seven threads, three sharing one updatedAt (ties by id descending), and another owner's in between.
+	updated := []time.Duration{5, 3, 3, 3, 2, 1, 0}
+	var want []string
+	for i, d := range updated {
+		id := fmt.Sprintf("%s-%d", base, i)
+		createThread(e, owner, id, at(d*time.Second))
+	}
+	createThread(e, e.id("other"), base+"-z", at(2*time.Second))
+	want = []string{base + "-0", base + "-3", base + "-2", base + "-1", base + "-4", base + "-5", base + "-6"}
+
+	walk := func(limit int, during func(step int)) ([]string, int) {
+		var got []string
+		var from agent.ThreadCursor
+		pages := 0
+		for {
+			page, err := e.s.ListThreadsPage(e.ctx, owner, agent.ThreadPage{From: from, Limit: limit})
+			must(t, err, "ListThreadsPage")
+			pages++
+			for _, th := range page.Items {
+				got = append(got, th.ID)
+			}
+			if !page.More {
+				return got, pages
+			}
+			if len(page.Items) == 0 {
+				t.Fatalf("ListThreadsPage: an empty page with More")
+			}
+			from = page.Items[len(page.Items)-1].Cursor()
+			if during != nil {
+				during(pages)
+			}
+			if pages > 20 {
+				t.Fatalf("ListThreadsPage: no end after 20 pages: %v", got)
+			}
+		}
+	}
+	for _, limit := range []int{1, 2, 3, 7, 100} {
+		got, pages := walk(limit, nil)
+		same(t, fmt.Sprintf("walk by %d", limit), got, want)
+		if wantPages := (len(want) + limit - 1) / limit; limit < len(want) && pages != wantPages {
+			t.Fatalf("walk by %d: %d pages, want %d", limit, pages, wantPages)
+		}
+	}
+
+	// During a walk by 2: after the first page, the last thread is updated (it moves to the top, above the walk)
+	// and a thread of the next page is deleted.
+	title := "bumped"
+	got, _ := walk(2, func(step int) {
+		if step != 1 {
+			return
+		}
+		_, err := e.s.UpdateThread(e.ctx, base+"-6", agent.ThreadPatch{Title: &title}, at(time.Minute))
+		must(t, err, "UpdateThread")
+		must(t, e.s.DeleteThread(e.ctx, base+"-2"), "DeleteThread")
+	})
+	same(t, "walk by 2 while updating and deleting", got, []string{base + "-0", base + "-3", base + "-1", base + "-4", base + "-5"})
+
+	// A cursor on a thread that has since moved (or gone) still reads on from its place.
+	from := agent.ThreadCursor{UpdatedAt: at(3 * time.Second), ID: base + "-2"}
+	page, err := e.s.ListThreadsPage(e.ctx, owner, agent.ThreadPage{From: from, Limit: 2})
+	must(t, err, "ListThreadsPage(from a gone thread)")
+	same(t, "page after a gone thread", ids(page.Items), []string{base + "-1", base + "-4"})
+	if !page.More {
+		t.Fatal("ListThreadsPage(from a gone thread): More = false, want true")
+	}
+
+	page, err = e.s.ListThreadsPage(e.ctx, e.id("nobody"), agent.ThreadPage{})
+	must(t, err, "ListThreadsPage(unknown owner)")
+	if len(page.Items) != 0 || page.More {
+		t.Fatalf("ListThreadsPage(unknown owner) = %d threads, more %v; want none", len(page.Items), page.More)
+	}
+}
+
+func ids(ths []agent.Thread) []string {
+	out := make([]string, len(ths))
+	for i, th := range ths {
+		out[i] = th.ID
+	}
+	return out
 }
 
 // ListThreads returns whole threads (claim and usage included, as GetThread does), in the documented order

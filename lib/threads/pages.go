@@ -36,10 +36,10 @@ type PageInfo struct {
 
 // cursor is what a NextCursor holds (JSON, base64url): opaque to clients, who only hand it back.
 type cursor struct {
-	List   string `json:"l"` // "m" (messages) or "r" (runs)
+	List   string `json:"l"` // "m" (messages), "r" (runs) or "t" (threads)
 	Newest bool   `json:"n,omitempty"`
 	Seq    int64  `json:"s,omitempty"`
-	At     int64  `json:"t,omitempty"` // a run's CreatedAt, Unix nanoseconds
+	At     int64  `json:"t,omitempty"` // a run's CreatedAt or a thread's UpdatedAt, Unix nanoseconds
 	ID     string `json:"i"`
 }
 
@@ -65,15 +65,52 @@ func (q PageQuery) decode(list string) (cursor, int, error) {
 	if q.Cursor == "" {
 		return cursor{List: list, Newest: q.Newest}, limit, nil
 	}
-	if len(q.Cursor) > maxCursorBytes {
-		return cursor{}, 0, invalidCursor()
+	c, err := decodeCursor(q.Cursor, list)
+	return c, limit, err
+}
+
+// decodeCursor reads a cursor a page of list gave; anything else is invalidCursor.
+func decodeCursor(s, list string) (cursor, error) {
+	if len(s) > maxCursorBytes {
+		return cursor{}, invalidCursor()
 	}
-	b, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+	b, err := base64.RawURLEncoding.DecodeString(s)
 	var c cursor
 	if err != nil || json.Unmarshal(b, &c) != nil || c.List != list || !agent.ValidMessageID(c.ID) {
-		return cursor{}, 0, invalidCursor()
+		return cursor{}, invalidCursor()
 	}
-	return c, limit, nil
+	return c, nil
+}
+
+// ListQuery asks for one page of a caller's threads (GET /threads), most recently updated first. Each page's
+// NextCursor reads on towards older threads; a thread updated meanwhile moves to the top, above the walk.
+type ListQuery struct {
+	Limit  int    // 0: DefaultListLimit; 1 to MaxListLimit
+	Cursor string // a NextCursor of an earlier page of the list
+}
+
+// threadPage is the store read a list query asks for.
+func (q ListQuery) threadPage() (agent.ThreadPage, error) {
+	limit := q.Limit
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return agent.ThreadPage{}, agent.E(agent.KindInvalid, agent.CodeInvalidLimit, "limit must be an integer from 1 to %d", MaxListLimit)
+	}
+	p := agent.ThreadPage{Limit: limit}
+	if q.Cursor != "" {
+		c, err := decodeCursor(q.Cursor, "t")
+		if err != nil {
+			return agent.ThreadPage{}, err
+		}
+		p.From = agent.ThreadCursor{UpdatedAt: time.Unix(0, c.At).UTC(), ID: c.ID}
+	}
+	return p, nil
+}
+
+func threadCursor(t agent.Thread) cursor {
+	return cursor{List: "t", At: t.UpdatedAt.UnixNano(), ID: t.ID}
 }
 
 // messagePage is the store read a message query asks for.

@@ -120,17 +120,25 @@ func (s *Service) ownedFrom(ctx context.Context, owner, id string, th agent.Thre
 
 // List returns the owner's threads, newest first. limit 0 means DefaultListLimit.
 func (s *Service) List(ctx context.Context, owner string, limit int) ([]agent.Thread, error) {
-	if limit == 0 {
-		limit = DefaultListLimit
+	ths, _, err := s.ListPage(ctx, owner, ListQuery{Limit: limit})
+	return ths, err
+}
+
+// ListPage returns one page of the owner's threads, most recently updated first, and how to read on.
+func (s *Service) ListPage(ctx context.Context, owner string, q ListQuery) ([]agent.Thread, PageInfo, error) {
+	p, err := q.threadPage()
+	if err != nil {
+		return nil, PageInfo{}, err
 	}
-	if limit < 1 || limit > MaxListLimit {
-		return nil, agent.E(agent.KindInvalid, agent.CodeInvalidLimit, "limit must be an integer from 1 to %d", MaxListLimit)
+	page, err := s.store.ListThreadsPage(ctx, owner, p)
+	if err != nil {
+		return nil, PageInfo{}, err
 	}
-	ths, err := s.store.ListThreads(ctx, owner, limit)
+	ths, info := inThreadOrder(page, false, threadCursor)
 	if ths == nil {
 		ths = []agent.Thread{}
 	}
-	return ths, err
+	return ths, info, nil
 }
 
 // View is one thread as its owner sees it.
