@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -700,9 +701,36 @@ type sparseIndex struct {
 	exact bool
 }
 
+// sweepStarts rotates the first shard of each sharded index's sweeps (REVIEW D11): a sweep stops once its batch
+// is full, so one that always began at shard 0 would leave the high shards waiting for as long as the low ones
+// hold a batch's worth of work. Each index (its name and shard prefix) has its own turn, so the four lists of one
+// reaper tick do not move each other's.
+type sweepStarts struct {
+	mu   sync.Mutex
+	seed int
+	next map[string]int
+}
+
+// start returns the shard the next sweep of ix begins at.
+func (w *sweepStarts) start(ix sparseIndex) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.next == nil {
+		w.next = map[string]int{}
+	}
+	k := ix.name + "/" + ix.shardPrefix
+	n, ok := w.next[k]
+	if !ok {
+		n = w.seed
+	}
+	w.next[k] = n + 1
+	return n % ix.shards
+}
+
 // nominate queries every shard of ix for keys whose sort key is before `before` and hands them to keep in
 // batches (as soon as enough may fill the answer, and at the end); keep re-reads them and reports how many still
-// qualify. It stops once limit were kept.
+// qualify. It stops once limit were kept. It starts at the shard after the one the previous sweep of ix started
+// at (sweepStarts), so a full batch never starves the shards after it.
 func (s *Store) nominate(ctx context.Context, ix sparseIndex, before time.Time, limit int, keep func([]item) (int, error)) error {
 	kept := 0
 	var nominees []item
@@ -715,7 +743,9 @@ func (s *Store) nominate(ctx context.Context, ix sparseIndex, before time.Time, 
 	if ix.exact {
 		page = int32(min(limit, 1000))
 	}
-	for shard := 0; shard < ix.shards && kept < limit; shard++ {
+	first := s.sweeps.start(ix)
+	for i := 0; i < ix.shards && kept < limit; i++ {
+		shard := (first + i) % ix.shards
 		e := newExpr()
 		in := &dynamodb.QueryInput{
 			TableName: aws.String(s.table),
