@@ -72,6 +72,7 @@ type Config struct {
 	MaxJobChain          int           // AGENT_MAX_JOB_CHAIN: server-side turns in a row that may dispatch jobs
 	MaxActiveJobsPerUser int           // AGENT_MAX_ACTIVE_JOBS_PER_USER: sub-agent jobs one user has going at once
 	StreamLeaseTTL       time.Duration // AGENT_STREAM_LEASE_TTL: how long a dead reader's lease stays taken
+	PageBytes            int           // AGENT_PAGE_BYTES: a page of GET /threads/{id} messages, encoded
 	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
 	MaxMessageBytes      int           // AGENT_MAX_MESSAGE_BYTES
 	MaxMessageParts      int           // AGENT_MAX_MESSAGE_PARTS: parts of a user message
@@ -195,6 +196,7 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_REAPER_INTERVAL", &c.ReaperInterval)
 	intVar("AGENT_REAPER_BATCH", &c.ReaperBatch, 1)
 	intVar("AGENT_MAX_QUEUED", &c.MaxQueued, 1)
+	intVar("AGENT_PAGE_BYTES", &c.PageBytes, 1024)
 	// A setting too large for the environment (Lambda's 4 KB for all variables: REVIEW H6) comes from a file in
 	// the deployment package instead; a relative path is read from the package's root (LAMBDA_TASK_ROOT).
 	readFile := func(name, file string) ([]byte, bool) {
@@ -288,7 +290,8 @@ func (c Config) Reaper() reaper.Config {
 // Threads is the thread service's share (resume readers included).
 func (c Config) Threads() threads.Config {
 	return threads.Config{StaleAfter: c.StaleAfter, Follow: segments.Follower{PollMax: c.ResumePollMax},
-		MaxStreamsPerUser: c.MaxStreamsPerUser, MaxStreamsPerRun: c.MaxStreamsPerRun, StreamLeaseTTL: c.StreamLeaseTTL}
+		MaxStreamsPerUser: c.MaxStreamsPerUser, MaxStreamsPerRun: c.MaxStreamsPerRun, StreamLeaseTTL: c.StreamLeaseTTL,
+		PageBytes: c.PageBytes}
 }
 
 // OpenAI is the model adapter's share, for the given endpoint, key and model name.

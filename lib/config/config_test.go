@@ -43,6 +43,13 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("component configs: %+v %+v", c.Reaper(), c.Engine("m"))
 				}
 			}},
+		{name: "page bytes", env: map[string]string{"AGENT_PAGE_BYTES": "65536"},
+			check: func(t *testing.T, c Config) {
+				if got := c.Threads().PageBytes; got != 65536 {
+					t.Fatalf("threads page bytes %d, want 65536", got)
+				}
+			}},
+		{name: "page bytes too small", env: map[string]string{"AGENT_PAGE_BYTES": "10"}, wantErr: true},
 		{name: "context tokens", env: map[string]string{"AGENT_CONTEXT_TOKENS": "32000"},
 			check: func(t *testing.T, c Config) {
 				if got := c.Engine("m").Transcript.BudgetTokens; got != 32000 {

@@ -1,6 +1,7 @@
 package threads
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"time"
@@ -16,6 +17,14 @@ const (
 	// (agent.ValidMessageID; run ids are shorter), a longer one is forged and must not reach the store as a key
 	// (REVIEW S11).
 	maxCursorBytes = 1024
+	// DefaultPageBytes bounds a page of messages by size as well (REVIEW S12): the page ends early, with hasMore,
+	// before the message that would take its messages' JSON past it; a single message over it is a page alone.
+	// 4 MiB: a page of a thread of 1 MB tool outputs stays a few MB on a 512 MB Lambda, and a page of ordinary
+	// messages (a few KB) is still bounded by its count. AGENT_PAGE_BYTES overrides it.
+	DefaultPageBytes = 4 << 20
+	// PageRead is the most messages a page asks the store for in one read: a page is read in such reads until it
+	// is full or over its byte budget, so reading it holds at most the budget plus one read of messages.
+	PageRead = 25
 )
 
 // PageQuery asks for one page of a thread's messages or runs. The first page (no cursor) starts at the thread's
@@ -163,4 +172,43 @@ func messageCursor(r agent.MessageRecord) cursor {
 
 func runCursor(r agent.Run) cursor {
 	return cursor{List: "r", At: r.CreatedAt.UnixNano(), ID: r.ID}
+}
+
+// readMessages reads page p of a thread's messages in reads of at most PageRead messages, and ends it early,
+// with More, before the message that would take it past the byte budget (a first message over it makes the page
+// alone).
+func (s *Service) readMessages(ctx context.Context, id string, p agent.MessagePage) (agent.Page[agent.MessageRecord], error) {
+	out := agent.Page[agent.MessageRecord]{}
+	size := 0
+	for {
+		read := p
+		read.Limit = min(p.Limit-len(out.Items), PageRead)
+		page, err := s.store.ListMessagesPage(ctx, id, read)
+		if err != nil {
+			return agent.Page[agent.MessageRecord]{}, err
+		}
+		for _, r := range page.Items {
+			n := messageBytes(r.Message)
+			if len(out.Items) > 0 && size+n > s.cfg.PageBytes {
+				out.More = true
+				return out, nil
+			}
+			size += n
+			out.Items = append(out.Items, r)
+		}
+		out.More = page.More
+		if !page.More || len(out.Items) >= p.Limit || len(page.Items) == 0 {
+			return out, nil
+		}
+		p.From = page.Items[len(page.Items)-1].Cursor()
+	}
+}
+
+// messageBytes is about what m takes in a page's JSON: its parts and metadata as stored, and a little for the rest.
+func messageBytes(m agent.Message) int {
+	n := len(m.ID) + len(m.Role) + len(m.Metadata) + 40
+	for _, p := range m.Parts {
+		n += len(p) + 1
+	}
+	return n
 }

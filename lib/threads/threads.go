@@ -54,6 +54,7 @@ type Config struct {
 	MaxStreamsPerUser int           // DefaultMaxStreamsPerUser
 	MaxStreamsPerRun  int           // DefaultMaxStreamsPerRun
 	StreamLeaseTTL    time.Duration // DefaultStreamLeaseTTL
+	PageBytes         int           // DefaultPageBytes: a page of messages, encoded (pages.go)
 }
 
 // Service serves one caller's threads.
@@ -76,6 +77,7 @@ type Deps struct {
 // New builds the service.
 func New(d Deps, cfg Config) *Service {
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, agent.DefaultStaleAfter)
+	cfg.PageBytes = cmp.Or(cfg.PageBytes, DefaultPageBytes)
 	cfg = cfg.withLimits()
 	s := &Service{store: d.Store, reaper: d.Reaper, clock: d.Clock, log: d.Logger, cfg: cfg}
 	if s.clock == nil {
@@ -279,7 +281,7 @@ func (s *Service) pending(ctx context.Context, msgs []agent.Message, ins []agent
 // messagePage reads one page of the thread's messages, visible ones in thread order, with its info, and the
 // thread's newest visible messages (the page itself when it holds the newest; else a small page of them).
 func (s *Service) messagePage(ctx context.Context, id string, p agent.MessagePage, newestFirst bool) ([]agent.Message, PageInfo, []agent.Message, error) {
-	page, err := s.store.ListMessagesPage(ctx, id, p)
+	page, err := s.readMessages(ctx, id, p)
 	if err != nil {
 		return nil, PageInfo{}, nil, err
 	}
