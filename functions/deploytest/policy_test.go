@@ -19,11 +19,12 @@ import (
 
 // storePorts names the store ports each function's components take (boot hands its *dynamo.Store to them), when
 // that is less than the whole agent.Store: the sub-agent task touches only its job's item (jobs.SubagentStore);
-// the reaper its own port (reaper.Store), the tools' recorded outcomes (values, jobs) and the leases it gives
-// back. Its DynamoDB actions are those the adapter's methods of these ports reach (REVIEW H11).
+// the reaper its own port (reaper.Store, which holds the leases it gives back), and the tools' recorded outcomes:
+// tool state read only (boot's Tools without Jobs: agent.ReadOnlyValues) and jobs. Its DynamoDB actions are those
+// the adapter's methods of these ports reach (REVIEW H11).
 var storePorts = map[string][]reflect.Type{
 	"./functions/subagent": {reflect.TypeFor[jobs.SubagentStore]()},
-	"./functions/reaper":   {reflect.TypeFor[reaper.Store](), reflect.TypeFor[agent.ValueStore](), reflect.TypeFor[agent.JobStore]()},
+	"./functions/reaper":   {reflect.TypeFor[reaper.Store](), reflect.TypeFor[agent.ValueReader](), reflect.TypeFor[agent.JobStore]()},
 }
 
 // storeMethods are the store methods fn's components may call.
@@ -173,5 +174,20 @@ func TestDynamoOps(t *testing.T) {
 		if !slices.Contains(sub, op) {
 			t.Errorf("the job store reaches %v, not %s (GetJob, FinishJob)", sub, op)
 		}
+	}
+}
+
+// REVIEW H11: the reaper deletes no item, so the policy derived from its ports does not grant DeleteItem (its port
+// used to embed the whole agent.ThreadStore, whose DeleteThread reaches it, and its tools held a ValueStore that
+// can delete). BatchWriteItem stays: a message or segment over 300 KiB is written as chunk items (lib/dynamo
+// doc.go), and the reaper writes the dead run's reply and the stream's final segment.
+func TestReaperPolicyDeletesNothing(t *testing.T) {
+	t.Parallel()
+	ops := dynamoOps(t, setup(t).root, storeMethods("./functions/reaper"))
+	if slices.Contains(ops, "dynamodb:DeleteItem") {
+		t.Errorf("the reaper's store ports reach dynamodb:DeleteItem (%v)", ops)
+	}
+	if !slices.Contains(ops, "dynamodb:BatchWriteItem") {
+		t.Errorf("the reaper's store ports do not reach dynamodb:BatchWriteItem (%v): its large writes are chunked", ops)
 	}
 }

@@ -352,12 +352,30 @@ type SegmentStore interface {
 // ValueStore is the key/value area for tool state (the demo notes, tools' recorded effects), scoped by namespace
 // (e.g. "notes/<owner>").
 type ValueStore interface {
+	ValueReader
 	PutValue(ctx context.Context, ns, key string, value []byte) error
+	DeleteValue(ctx context.Context, ns, key string) error
+}
+
+// ValueReader is ValueStore's read half: all a tool's Recorded needs, and so all that a component which only
+// asks tools what a call recorded (the reaper) holds of tool state.
+type ValueReader interface {
 	// GetValue: unknown key is KindNotFound.
 	GetValue(ctx context.Context, ns, key string) ([]byte, error)
 	// ListValues returns the namespace's entries ordered by key.
 	ListValues(ctx context.Context, ns string) ([]KV, error)
-	DeleteValue(ctx context.Context, ns, key string) error
+}
+
+// ReadOnlyValues is a ValueStore over a ValueReader whose writes are refused (KindInternal: a tool executed
+// where only its recorded outcome may be read is a bug), for the tools of a function that runs no turn.
+type ReadOnlyValues struct{ ValueReader }
+
+func (ReadOnlyValues) PutValue(context.Context, string, string, []byte) error {
+	return E(KindInternal, CodeInternal, "tool state is read-only here")
+}
+
+func (ReadOnlyValues) DeleteValue(context.Context, string, string) error {
+	return E(KindInternal, CodeInternal, "tool state is read-only here")
 }
 
 // KV is one key/value entry.

@@ -69,10 +69,11 @@ type Config struct {
 	ExecutionTimeout time.Duration
 }
 
-// Store is what the reaper needs: runs and claims, messages, stream segments, and threads (a tool's recorded
-// outcome is looked up under the thread's owner).
+// Store is what the reaper needs: runs and claims, messages, stream segments, and a thread's read (a tool's
+// recorded outcome is looked up under the thread's owner). Of threads it only reads one: the function's policy is
+// derived from this port, and the whole agent.ThreadStore (DeleteThread) would grant it DeleteItem (REVIEW H11).
 type Store interface {
-	agent.ThreadStore
+	GetThread(ctx context.Context, id string) (agent.Thread, error)
 	agent.RunStore
 	agent.MessageStore
 	agent.SegmentStore

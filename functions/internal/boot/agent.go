@@ -50,12 +50,15 @@ func (b Base) StepFunctions(arn string) (agent.Jobs, error) {
 // runs a turn (the reaper, the API's lazy reap): they only read what a call recorded, and a dispatch through them
 // fails instead of starting anything.
 func (b Base) Tools(js agent.Jobs) []agent.Tool {
+	// Without js the tools are only asked what a call recorded: they read tool state and write none (the
+	// reaper's policy is derived from that: REVIEW H11).
+	var values agent.ValueStore = b.Store
 	if js == nil {
-		js = noJobs{}
+		js, values = noJobs{}, agent.ReadOnlyValues{ValueReader: b.Store}
 	}
 	d := jobs.Dispatcher{Store: b.Store, Jobs: js, Clock: b.Clock, Contract: Contract(), Logger: b.Log,
 		Limits: b.Store, MaxActivePerUser: b.Config.MaxActiveJobsPerUser}
-	return append(tools.Demo(b.Store, b.Clock), d.Tools(JobKinds())...)
+	return append(tools.Demo(values, b.Clock), d.Tools(JobKinds())...)
 }
 
 // Reaper reaps dead runs (asking the tools what they recorded) and, with js set, re-drives undelivered jobs and
