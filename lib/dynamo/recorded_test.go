@@ -294,3 +294,30 @@ func (r *replay) wantOnly(t *testing.T, ops ...string) {
 		t.Fatalf("requests = %s, want %s", got, strings.Join(ops, ","))
 	}
 }
+
+// REVIEW D12: the messagesBySeq local index caps a thread's partition (messages, chunks, runs, interrupts, jobs,
+// queue) at 10 GB; past it DynamoDB refuses every write into the partition with
+// ItemCollectionSizeLimitExceededException. That is a thread that is full, not a store failing: a stable
+// client code of its own (thread_too_large, 413), never internal (500, an alarm) nor unavailable (a retry that
+// cannot pass). dynalite cannot reach 10 GB, so the answer is replayed: DynamoDB's JSON protocol error body for
+// that exception.
+func TestFullThreadIsThreadTooLarge(t *testing.T) {
+	t.Parallel()
+	full := answer{400, `{"__type":"com.amazonaws.dynamodb.v20120810#ItemCollectionSizeLimitExceededException",` +
+		`"message":"Item collection size limit exceeded: 10 GB"}`}
+	s, r := newReplay(t, map[string][]answer{"UpdateItem": {full}})
+	m := agent.Message{ID: "m1", Role: agent.RoleUser, Parts: []json.RawMessage{agent.EncodePart(agent.Part{Type: "text", Text: "hi"})}}
+	err := s.PutMessage(context.Background(), agent.MessageWrite{ThreadID: "th", Seq: 7, Message: m,
+		Fence: agent.Fence{RunID: "r1", Epoch: 3}, Final: true, Now: t0})
+	if !errors.Is(err, agent.ErrThreadTooLarge) || agent.KindOf(err) != agent.KindTooLarge {
+		t.Fatalf("PutMessage into a full thread: %v (kind %s), want thread_too_large (too_large)", err, agent.KindOf(err))
+	}
+	if code, msg := agent.Public(err); strings.Contains(msg, "dynamo") || strings.Contains(msg, "Exception") || code != agent.CodeThreadTooLarge {
+		t.Fatalf("a client reads %s %q: want thread_too_large and no store text", code, msg)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if strings.Join(r.ops, ",") != "UpdateItem" {
+		t.Fatalf("requests = %v, want one UpdateItem (no retry: it cannot pass)", r.ops)
+	}
+}

@@ -235,7 +235,9 @@ func shardOf(prefix, threadID string, shards int) string {
 }
 
 // storeErr maps an SDK error to an *agent.Error: cancellation stays recognisable, throttling and transport
-// failures are KindUnavailable (retry may pass), anything else is internal.
+// failures are KindUnavailable (retry may pass), a thread partition at the local index's 10 GB cap is
+// thread_too_large (REVIEW D12: no retry passes, and the client must start a new thread), anything else is
+// internal.
 func storeErr(err error, op string) error {
 	if err == nil {
 		return nil
@@ -255,6 +257,9 @@ func storeErr(err error, op string) error {
 			return agent.Wrap(err, agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo "+op)
 		case "ResourceNotFoundException":
 			return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "dynamo "+op+": table missing")
+		case "ItemCollectionSizeLimitExceededException":
+			return agent.Wrap(err, agent.KindTooLarge, agent.CodeThreadTooLarge,
+				"this thread is full (it holds as much as one thread can); start a new thread")
 		}
 		return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "dynamo "+op)
 	}

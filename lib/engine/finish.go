@@ -22,6 +22,10 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 		}
 		// The reply has nothing to answer: leave no message, release the claim, tell the client.
 		runErr := &agent.RunError{Code: agent.CodePersistFailed, Message: "Your message could not be saved; please send it again."}
+		if errors.Is(err, agent.ErrThreadTooLarge) { // sending it again cannot pass (REVIEW D12)
+			code, msg := agent.Public(err)
+			runErr = &agent.RunError{Code: code, Message: msg}
+		}
 		t.run.Status, t.run.Error, t.run.Usage, t.run.Steps, t.run.Model = agent.RunFailed, runErr, s.usage, s.steps, s.model
 		t.run.FinishedAt = e.clock.Now()
 		t.run.UpdatedAt = t.run.FinishedAt
