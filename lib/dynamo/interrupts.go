@@ -148,9 +148,15 @@ func (s *Store) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.
 
 // GetInterrupt is one strongly consistent GetItem (plus one BatchGetItem when a value is chunked).
 func (s *Store) GetInterrupt(ctx context.Context, threadID, id string) (agent.Interrupt, error) {
+	base := s.readBase(ctx, threadID)
 	head, err := s.getItem(ctx, key(threadPK(threadID), intSK(id)))
 	if err != nil {
 		return agent.Interrupt{}, err
+	}
+	if kept, err := base.keep([]item{head}, attrEpoch); err != nil {
+		return agent.Interrupt{}, err
+	} else if len(kept) == 0 {
+		head = nil // of an earlier incarnation of the thread
 	}
 	if head == nil {
 		return agent.Interrupt{}, interruptNotFound(threadID, id)
@@ -168,11 +174,16 @@ func (s *Store) GetInterrupt(ctx context.Context, threadID, id string) (agent.In
 // ListInterrupts is one Query over the thread's INT# heads (plus one BatchGetItem for chunked values), ordered by
 // creation, then id.
 func (s *Store) ListInterrupts(ctx context.Context, threadID string) ([]agent.Interrupt, error) {
+	base := s.readBase(ctx, threadID)
 	var heads []item
 	if err := s.queryPrefix(ctx, threadPK(threadID), prefixInt, false, func(it item) error {
 		heads = append(heads, it)
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	heads, err := base.keep(heads, attrEpoch)
+	if err != nil {
 		return nil, err
 	}
 	out, err := s.loadInterrupts(ctx, heads)

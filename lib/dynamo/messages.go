@@ -224,11 +224,19 @@ func messageNotFound(threadID, id string) error {
 func (s *Store) GetMessage(ctx context.Context, threadID, id string) (agent.MessageRecord, error) {
 	pk := threadPK(threadID)
 	k := key(pk, msgSK(id))
+	base := s.readBase(ctx, threadID)
 	// A torn read (the head moved to a new version between our two reads) is retried from the head.
 	for attempt := 0; ; attempt++ {
 		head, err := s.getItem(ctx, k)
 		if err != nil {
 			return agent.MessageRecord{}, err
+		}
+		kept, err := base.keep([]item{head}, attrWriterEpoch)
+		if err != nil {
+			return agent.MessageRecord{}, err
+		}
+		if len(kept) == 0 {
+			head = nil // of an earlier incarnation of the thread
 		}
 		if head == nil || has(head, attrHidden) {
 			return agent.MessageRecord{}, messageNotFound(threadID, id)
@@ -251,6 +259,7 @@ func (s *Store) GetMessage(ctx context.Context, threadID, id string) (agent.Mess
 // messages, if any), ordered by seq then id; deleted messages are left out.
 func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.MessageRecord, error) {
 	pk := threadPK(threadID)
+	base := s.readBase(ctx, threadID)
 	var heads []item
 	if err := s.queryPrefix(ctx, pk, prefixMsg, false, func(it item) error {
 		if !has(it, attrHidden) {
@@ -258,6 +267,10 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 		}
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	heads, err := base.keep(heads, attrWriterEpoch)
+	if err != nil {
 		return nil, err
 	}
 	bodies, err := s.readAll(ctx, heads, pk,
@@ -316,6 +329,7 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 	if !p.From.IsZero() {
 		in.ExclusiveStartKey = item{AttrPK: avS(pk), AttrSK: avS(msgSK(p.From.ID)), attrMsgOrder: avS(msgOrder(p.From.Seq, p.From.ID))}
 	}
+	base := s.readBase(ctx, threadID)
 	var heads []item
 	for len(heads) <= limit {
 		in.Limit = aws.Int32(int32(limit + 1 - len(heads)))
@@ -323,7 +337,11 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 		if err != nil {
 			return agent.Page[agent.MessageRecord]{}, storeErr(err, "list messages page")
 		}
-		for _, it := range out.Items {
+		kept, err := base.keep(out.Items, attrWriterEpoch)
+		if err != nil {
+			return agent.Page[agent.MessageRecord]{}, err
+		}
+		for _, it := range kept {
 			if !has(it, attrHidden) {
 				heads = append(heads, it)
 			}

@@ -22,11 +22,11 @@ func TestMeterCountsReportedCapacityAndThrottling(t *testing.T) {
 	})
 	var m agent.StoreMeter
 	ctx := agent.WithStoreMeter(context.Background(), &m)
-	if _, err := s.GetRun(ctx, "th", "r1"); agent.KindOf(err) != agent.KindUnavailable {
-		t.Fatalf("throttled GetRun: %v, want unavailable", err)
+	if _, err := s.GetThread(ctx, "th"); agent.KindOf(err) != agent.KindUnavailable {
+		t.Fatalf("throttled GetThread: %v, want unavailable", err)
 	}
-	if _, err := s.GetRun(ctx, "th", "r1"); !agent.IsKind(err, agent.KindNotFound) {
-		t.Fatalf("GetRun: %v, want not found", err)
+	if _, err := s.GetThread(ctx, "th"); !agent.IsKind(err, agent.KindNotFound) {
+		t.Fatalf("GetThread: %v, want not found", err)
 	}
 	if err := s.Heartbeat(ctx, "th", agent.Fence{RunID: "r1", Epoch: 3}, time.Now()); err != nil {
 		t.Fatalf("Heartbeat: %v", err)
@@ -51,8 +51,8 @@ func TestMeterCountsReportedCapacityAndThrottling(t *testing.T) {
 func TestNoMeterAsksNothing(t *testing.T) {
 	t.Parallel()
 	s, r := newReplay(t, map[string][]answer{"GetItem": {{200, `{}`}}})
-	if _, err := s.GetRun(context.Background(), "th", "r1"); !agent.IsKind(err, agent.KindNotFound) {
-		t.Fatalf("GetRun: %v", err)
+	if _, err := s.GetThread(context.Background(), "th"); !agent.IsKind(err, agent.KindNotFound) {
+		t.Fatalf("GetThread: %v", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -611,9 +611,15 @@ func usageAdd(e *expr, u agent.Usage) string {
 }
 
 func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, error) {
+	base := s.readBase(ctx, threadID)
 	it, err := s.getItem(ctx, key(threadPK(threadID), runSK(runID)))
 	if err != nil {
 		return agent.Run{}, err
+	}
+	if kept, err := base.keep([]item{it}, attrEpoch); err != nil {
+		return agent.Run{}, err
+	} else if len(kept) == 0 {
+		it = nil // of an earlier incarnation of the thread
 	}
 	if it == nil {
 		return agent.Run{}, runNotFound(threadID, runID)
@@ -623,13 +629,21 @@ func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, 
 
 // ListRuns queries the RUN# items of the thread partition and orders them by creation (ties by id).
 func (s *Store) ListRuns(ctx context.Context, threadID string) ([]agent.Run, error) {
-	runs := []agent.Run{}
+	base := s.readBase(ctx, threadID)
+	var items []item
 	err := s.queryPrefix(ctx, threadPK(threadID), prefixRun, false, func(it item) error {
-		runs = append(runs, decodeRun(it))
+		items = append(items, it)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if items, err = base.keep(items, attrEpoch); err != nil {
+		return nil, err
+	}
+	runs := make([]agent.Run, 0, len(items))
+	for _, it := range items {
+		runs = append(runs, decodeRun(it))
 	}
 	sort.SliceStable(runs, func(i, j int) bool {
 		if !runs[i].CreatedAt.Equal(runs[j].CreatedAt) {

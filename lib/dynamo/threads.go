@@ -159,6 +159,8 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread,
 		return agent.Thread{}, false, err
 	}
 	k := key(threadPK(t.ID), threadSK)
+	absent := func(e *expr) string { return "attribute_not_exists(" + e.n(AttrPK) + ")" }
+	cond := absent
 	// The item can vanish between the failed put and the read that explains it (a delete finishing): then the
 	// put is simply tried again.
 	for attempt := 0; ; attempt++ {
@@ -166,8 +168,9 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread,
 		_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName:                           aws.String(s.table),
 			Item:                                it,
-			ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
+			ConditionExpression:                 aws.String(cond(e)),
 			ExpressionAttributeNames:            e.attrNames(),
+			ExpressionAttributeValues:           e.attrValues(),
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 		if err == nil {
@@ -181,14 +184,33 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread,
 			return agent.Thread{}, false, err
 		}
 		switch {
-		case len(old) == 0 && attempt < 3:
-			continue
-		case len(old) == 0:
+		case attempt == 3 && (len(old) == 0 || has(old, attrGone)):
 			return agent.Thread{}, false, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "thread %q keeps appearing and vanishing", t.ID)
+		case len(old) == 0:
+			it, cond = s.threadItem(t), absent
+			continue
+		case has(old, attrGone):
+			it, cond = reincarnate(s.threadItem(t), old)
+			continue
 		case has(old, attrDeleting):
 			return agent.Thread{}, false, threadDeleting(t.ID)
 		}
 		return decodeThread(old), false, nil
+	}
+}
+
+// reincarnate makes it (a new thread item) the next incarnation of the thread a finished delete left as gone:
+// its epochs start above every epoch of the old one (attrBaseEpoch), and its positions after the old ones. The
+// put that replaces the gone item is conditioned on it being unchanged.
+func reincarnate(it, gone item) (item, func(e *expr) string) {
+	base := getN(gone, attrEpoch)
+	it[attrBaseEpoch] = avN(base)
+	it[attrEpoch] = avN(base + getN(it, attrEpoch))
+	if has(gone, attrNextSeq) {
+		it[attrNextSeq] = avN(getN(gone, attrNextSeq))
+	}
+	return it, func(e *expr) string {
+		return "attribute_exists(" + e.n(attrGone) + ") AND " + e.n(attrEpoch) + " = " + e.v(avN(base))
 	}
 }
 
@@ -353,7 +375,7 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	pk := threadPK(id)
 	k := key(pk, threadSK)
 	e := newExpr()
-	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:        aws.String(s.table),
 		Key:              k,
 		UpdateExpression: aws.String("SET " + e.n(attrDeleting) + " = " + e.v(avBool(true)) + " REMOVE " + e.n(AttrRecency)),
@@ -361,9 +383,14 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 			e.n(attrClaimRun) + ")"),
 		ExpressionAttributeNames:            e.attrNames(),
 		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	tombstoned := err == nil
+	var tomb item
+	if tombstoned {
+		tomb = res.Attributes
+	}
 	if isConditionFailed(err) {
 		old, err := s.failedItem(ctx, err, k)
 		if err != nil {
@@ -414,15 +441,27 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	if !tombstoned {
 		return nil
 	}
+	// The tombstone becomes the gone item: the epoch and position counter stay, so a thread created again on the
+	// id starts above them (incarnation.go).
+	gone := key(pk, threadSK)
+	gone[attrKind] = avS("thread")
+	gone[attrID] = avS(id)
+	gone[attrDeleting] = avBool(true)
+	gone[attrGone] = avBool(true)
+	gone[attrEpoch] = avN(getN(tomb, attrEpoch))
+	if has(tomb, attrNextSeq) {
+		gone[attrNextSeq] = avN(getN(tomb, attrNextSeq))
+	}
 	e = newExpr()
-	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                aws.String(s.table),
-		Key:                      k,
-		ConditionExpression:      aws.String("attribute_exists(" + e.n(attrDeleting) + ")"),
-		ExpressionAttributeNames: e.attrNames(),
+	_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                 aws.String(s.table),
+		Item:                      gone,
+		ConditionExpression:       aws.String("attribute_exists(" + e.n(attrDeleting) + ") AND " + e.n(attrEpoch) + " = " + e.v(avN(getN(tomb, attrEpoch)))),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
 	})
 	if isConditionFailed(err) {
-		return nil // another DeleteThread removed the tombstone first
+		return nil // another DeleteThread finished first
 	}
 	return storeErr(err, "delete thread")
 }

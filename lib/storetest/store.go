@@ -158,6 +158,11 @@ func testDeleteThreadRecreate(e *whole) {
 	if !created {
 		t.Fatal("CreateThread(same id) after delete: created = false")
 	}
+	// A store may start the new thread's epochs above the deleted one's (its runs are fenced by them).
+	if got.Epoch < 0 {
+		t.Fatalf("re-created thread: epoch %d", got.Epoch)
+	}
+	fresh.Epoch = got.Epoch
 	same(t, "re-created thread", got, fresh)
 	st := readState(e, th.ID, runs...)
 	if len(st.Messages) != 0 || len(st.Runs) != 0 || len(st.Segments) != 0 {
@@ -168,11 +173,11 @@ func testDeleteThreadRecreate(e *whole) {
 		wantErr(t, err, agent.KindNotFound, "", "GetMessage(old id) in the re-created thread")
 	}
 
-	// The new owner's first run starts at epoch 1 and may write messages with the old ids (written at higher
-	// epochs and finalized, or hidden, in the deleted thread): nothing of those rows fences it.
+	// The new owner's first run (the epoch after the thread's) may write messages with the old ids (written at
+	// higher epochs and finalized, or hidden, in the deleted thread): nothing of those rows fences it.
 	run := claim(e, fresh, e.id("run"), at(2*time.Hour)).Run
-	if run.Epoch != 1 {
-		t.Fatalf("first claim of the re-created thread: epoch %d, want 1", run.Epoch)
+	if run.Epoch != got.Epoch+1 {
+		t.Fatalf("first claim of the re-created thread: epoch %d, want %d", run.Epoch, got.Epoch+1)
 	}
 	var want []agent.MessageRecord
 	for i, id := range []string{msgs1[0], msgs2[1]} {
@@ -186,6 +191,74 @@ func testDeleteThreadRecreate(e *whole) {
 	wantMessages(e, th.ID, want...)
 	if u := getThread(e, th.ID).Usage; u != (agent.Usage{}) {
 		t.Fatalf("re-created thread usage = %+v, want none of the deleted one's", u)
+	}
+}
+
+// Issue 16 item 2 (REVIEW D10, the prior H3's residual): a run of a deleted thread that writes late, between the
+// delete and a thread created again on the id, or after it, is refused or never read: the new thread shows none
+// of it (not as its newest message either), and the old run cannot change what the new thread's runs wrote.
+func testDeletedThreadsLateWrites(e *whole) {
+	t := e.t
+	th := newThread(e)
+	old := claim(e, th, e.id("run"), at(0)).Run
+	msg := func(id, text string) agent.Message {
+		return agent.Message{ID: id, Role: agent.RoleUser, Parts: textParts(text)}
+	}
+	must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: old.FirstSeq, Message: msg(e.id("msg"), "old"),
+		Fence: old.Fence(), Final: true, Now: at(0)}), "PutMessage")
+	finish(e, old, agent.RunCompleted, agent.Usage{}, at(time.Second))
+	must(t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
+
+	// late writes a message of the old run: refused, or accepted where no reader of the new thread looks.
+	late := func(what, id string) {
+		t.Helper()
+		err := e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: old.AssistantSeq() + 100, Message: msg(id, "late"),
+			Fence: old.Fence(), Now: at(time.Minute)})
+		if err != nil && !errors.Is(err, agent.ErrRunFenced) {
+			t.Fatalf("%s: PutMessage of the deleted thread's run: %v, want nil or %s", what, err, agent.CodeRunFenced)
+		}
+	}
+	between, after := e.id("msg"), e.id("msg")
+	late("between the delete and the new thread", between)
+	fresh := agent.Thread{ID: th.ID, Owner: th.Owner, Title: "again", CreatedAt: at(time.Hour), UpdatedAt: at(time.Hour)}
+	again, created, err := e.s.CreateThread(e.ctx, fresh)
+	must(t, err, "CreateThread(same id)")
+	if !created {
+		t.Fatal("CreateThread(same id) after delete: created = false")
+	}
+	late("after the new thread", after)
+	st := readState(e, th.ID, old.ID)
+	if len(st.Messages) != 0 || len(st.Runs) != 0 {
+		t.Fatalf("the new thread shows the deleted one's late writes: %s", show(st))
+	}
+	for _, id := range []string{between, after} {
+		_, err := e.s.GetMessage(e.ctx, th.ID, id)
+		wantErr(t, err, agent.KindNotFound, "", "GetMessage(late id) in the new thread")
+	}
+	_, err = e.s.GetRun(e.ctx, th.ID, old.ID)
+	wantErr(t, err, agent.KindNotFound, "", "GetRun(the deleted thread's run) in the new thread")
+
+	// The new thread's own run writes; the old run can change none of it, and its late messages never read as
+	// the newest.
+	run := claim(e, again, e.id("run"), at(2*time.Hour)).Run
+	mine := msg(e.id("msg"), "new")
+	must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: run.FirstSeq, Message: mine, Fence: run.Fence(),
+		Now: at(2 * time.Hour)}), "PutMessage by the new thread's run")
+	err = e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th.ID, Seq: old.FirstSeq, Message: msg(mine.ID, "overwritten"),
+		Fence: old.Fence(), Now: at(3 * time.Hour)})
+	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "PutMessage by the deleted thread's run over the new thread's message")
+	late("while the new thread runs", e.id("msg"))
+	want := agent.MessageRecord{ThreadID: th.ID, Seq: run.FirstSeq, Message: mine, CreatedAt: at(2 * time.Hour), UpdatedAt: at(2 * time.Hour)}
+	wantMessages(e, th.ID, want)
+	page, err := e.s.ListMessagesPage(e.ctx, th.ID, agent.MessagePage{Limit: 1})
+	must(t, err, "ListMessagesPage")
+	if len(page.Items) != 1 || page.Items[0].Message.ID != mine.ID || page.More {
+		t.Fatalf("newest page of the new thread = %s, want %s alone", show(page), mine.ID)
+	}
+	runs, err := e.s.ListRuns(e.ctx, th.ID)
+	must(t, err, "ListRuns")
+	if len(runs) != 1 || runs[0].ID != run.ID {
+		t.Fatalf("runs of the new thread = %s, want %s alone", show(runs), run.ID)
 	}
 }
 
