@@ -29,13 +29,21 @@ var secret = []byte("test-secret-test-secret-test-secret")
 type fixture struct {
 	url   string
 	store agent.Store
+	// images is the base URL of an https host serving /cat.jpg (a JPEG), which the offline model downloads as
+	// OpenAI would.
+	images string
 }
 
 // setup serves every route over the whole local stack (lib/devserver: SQLite, openai adapter, offline endpoint,
 // HS256 auth).
 func setup(t *testing.T, adjust ...func(*config.Config)) *fixture {
 	t.Helper()
-	model := httptest.NewServer(offline.New(offline.WithWordDelay(20 * time.Millisecond)))
+	images := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/jpeg")
+		w.Write([]byte("\xff\xd8\xff\xe0\x00\x10JFIF"))
+	}))
+	t.Cleanup(images.Close)
+	model := httptest.NewServer(offline.New(offline.WithWordDelay(20*time.Millisecond), offline.WithFileClient(images.Client())))
 	t.Cleanup(model.Close)
 	cfg := config.Config{Secret: string(secret), Heartbeat: 50 * time.Millisecond, SegmentFlush: 20 * time.Millisecond,
 		CancelPoll: 20 * time.Millisecond, MaxBodyBytes: 64 << 10, ResumePollMax: 20 * time.Millisecond}
@@ -50,7 +58,7 @@ func setup(t *testing.T, adjust ...func(*config.Config)) *fixture {
 	t.Cleanup(stack.Close)
 	srv := httptest.NewServer(stack.Handler)
 	t.Cleanup(srv.Close)
-	return &fixture{url: srv.URL, store: stack.Store}
+	return &fixture{url: srv.URL, store: stack.Store, images: images.URL}
 }
 
 func token(t *testing.T, sub string) string {

@@ -225,7 +225,7 @@ func TestAcceptedFilesReachTheModel(t *testing.T) {
 	tok := token(t, "alice")
 	pdf := map[string]any{"type": "file", "mediaType": "application/pdf", "url": "data:application/pdf;base64," + signed("application/pdf", 1234), "filename": "report.pdf"}
 	msg := userMsg("u1", text("/received"), file("image/png", "data:image/png;base64,"+signed("image/png", 68)), pdf,
-		file("image/jpeg", "https://images.example.com/cat.jpg"),
+		file("image/jpeg", f.images+"/cat.jpg"),
 		map[string]any{"type": "data-note", "id": "n1", "data": map[string]any{"any": "thing"}},
 		map[string]any{"type": "text", "text": "", "state": "done", "providerMetadata": map[string]any{"x": map[string]any{}}})
 	resp := f.do(t, "POST", "/chat", tok, submit("t1", msg))
@@ -234,7 +234,7 @@ func TestAcceptedFilesReachTheModel(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 	view := threadOf(t, f, tok, "t1")
-	want := "text\nimage_url image/png 68 bytes\nfile application/pdf report.pdf 1234 bytes\nimage_url https://images.example.com/cat.jpg"
+	want := "text\nimage_url image/png 68 bytes\nfile application/pdf report.pdf 1234 bytes\nimage_url " + f.images + "/cat.jpg"
 	if len(view) != 2 || view[1].Text() != want {
 		t.Fatalf("the model received %q, want %q (stream %s)", view[len(view)-1].Text(), want, body)
 	}

@@ -1,5 +1,6 @@
 // Package offline is a scripted, OpenAI-compatible Chat Completions endpoint served in-process. It lets the
-// production openai adapter run end to end in tests and in `agentloop dev` with no network and no API key:
+// production openai adapter run end to end in tests and in `agentloop dev` with no API key, and with no network but
+// for the images a request names by URL (see "Validation"):
 // point openai-go's option.WithBaseURL at the base URL that Start returns (".../v1/").
 //
 // # Routes
@@ -34,6 +35,12 @@
 //	                  messages answering each of its ids (in any order); a tool message answers a call of the
 //	                  assistant message right before its run of tool messages ("messages with role 'tool' must
 //	                  be a response to a preceeding message with 'tool_calls'", OpenAI's spelling)
+//	images by URL     every user message's image_url with an http(s) URL is downloaded (WithFileClient, within
+//	                  DefaultFileTimeout), as OpenAI downloads it: one that cannot be (an error status, such as an
+//	                  expired pre-signed URL's 404, or no answer) gets OpenAI's "Error while downloading URL."
+//	                  (or "Timeout while downloading URL."), code invalid_image_url; one whose bytes are no PNG,
+//	                  JPEG, GIF or WebP gets "You uploaded an unsupported image. …", code invalid_image_format;
+//	                  param null. These are the only requests that reach the network.
 //	the context      the messages fit the context window (WithContextTokens, default DefaultContextTokens), counted
 //	                 as chars/4 of their text, tool call ids, names and arguments (files not counted); a longer
 //	                 request gets OpenAI's "This model's maximum context length is N tokens. However, your

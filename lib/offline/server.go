@@ -36,6 +36,8 @@ type Server struct {
 	replyDelay    time.Duration
 	clock         agent.Clock
 	contextTokens int
+	fileClient    *http.Client
+	fileTimeout   time.Duration
 
 	requests atomic.Int64
 
@@ -57,12 +59,17 @@ func WithReplyDelay(d time.Duration) Option { return func(s *Server) { s.replyDe
 // is answered 400 context_length_exceeded, as OpenAI does.
 func WithContextTokens(n int) Option { return func(s *Server) { s.contextTokens = n } }
 
+// WithFileClient sets the client that downloads the images a request names by http(s) URL (default
+// http.DefaultClient; tests pass an httptest TLS server's client). Each download is bounded by DefaultFileTimeout.
+func WithFileClient(c *http.Client) Option { return func(s *Server) { s.fileClient = c } }
+
 // WithClock sets the clock behind the "created" timestamps (default the system clock).
 func WithClock(c agent.Clock) Option { return func(s *Server) { s.clock = c } }
 
 // New returns a Server.
 func New(opts ...Option) *Server {
-	s := &Server{wordDelay: DefaultWordDelay, clock: agent.SystemClock{}, contextTokens: DefaultContextTokens, flaky: map[string]int{}}
+	s := &Server{wordDelay: DefaultWordDelay, clock: agent.SystemClock{}, contextTokens: DefaultContextTokens,
+		fileClient: http.DefaultClient, fileTimeout: DefaultFileTimeout, flaky: map[string]int{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -152,6 +159,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if bad := s.checkImages(r.Context(), msgs); bad != nil {
+		writeJSON(w, http.StatusBadRequest, bad.body())
+		return
+	}
 	if n := contextTokens(msgs); n > s.contextTokens {
 		writeJSON(w, http.StatusBadRequest, contextExceeded(s.contextTokens, n).body())
 		return

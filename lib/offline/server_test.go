@@ -719,7 +719,8 @@ func TestFragments(t *testing.T) {
 // content is one text part.
 func TestReceived(t *testing.T) {
 	t.Parallel()
-	_, _, url := setup(t)
+	img := imageServer(t)
+	_, _, url := setup(t, WithFileClient(img.Client()))
 	png := "data:image/png;base64," + base64.StdEncoding.EncodeToString(make([]byte, 68))
 	pdf := "data:application/pdf;base64," + base64.StdEncoding.EncodeToString(make([]byte, 1234))
 	tests := []struct {
@@ -731,11 +732,11 @@ func TestReceived(t *testing.T) {
 		{"parts", []object{{"role": "user", "content": []object{
 			{"type": "text", "text": "/received"},
 			{"type": "image_url", "image_url": object{"url": png}},
-			{"type": "image_url", "image_url": object{"url": "https://example.com/a.png"}},
+			{"type": "image_url", "image_url": object{"url": img.URL + "/cat.png"}},
 			{"type": "file", "file": object{"filename": "report.pdf", "file_data": pdf}},
 			{"type": "file", "file": object{"file_data": pdf[:len(pdf)-4]}},
 			{"type": "file", "file": object{"file_id": "file-abc"}},
-		}}}, "text\nimage_url image/png 68 bytes\nimage_url https://example.com/a.png\nfile application/pdf report.pdf 1234 bytes\n" +
+		}}}, "text\nimage_url image/png 68 bytes\nimage_url " + img.URL + "/cat.png\nfile application/pdf report.pdf 1234 bytes\n" +
 			"file application/pdf - 1233 bytes\nfile file-abc"},
 		{"only the newest user message", []object{
 			{"role": "user", "content": []object{{"type": "text", "text": "old"}, {"type": "image_url", "image_url": object{"url": png}}}},

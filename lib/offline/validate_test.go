@@ -13,7 +13,8 @@ import (
 // and code (DESIGN principle 5: an invalid transcript is caught here exactly as the provider would catch it).
 func TestValidation(t *testing.T) {
 	t.Parallel()
-	_, ts, _ := setup(t)
+	img := imageServer(t)
+	_, ts, _ := setup(t, WithFileClient(img.Client()))
 	const (
 		u     = `{"role":"user","content":"hi"}`
 		calls = `{"role":"assistant","content":null,"tool_calls":[` +
@@ -80,7 +81,7 @@ func TestValidation(t *testing.T) {
 		{"user parts: text, image and file", req(`{"role":"user","content":[{"type":"text","text":"look"},` +
 			`{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}},` +
 			`{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,AA=="}}]}`), "", "", ""},
-		{"image by https URL, file by file_id", req(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}},` +
+		{"image by https URL, file by file_id", req(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + img.URL + `/cat.png"}},` +
 			`{"type":"file","file":{"file_id":"file-abc"}}]}`), "", "", ""},
 		{"image_url without url", req(`{"role":"user","content":[{"type":"image_url","image_url":{}}]}`),
 			"Missing required parameter: 'messages[0].content[0].image_url.url'.", "messages[0].content[0].image_url.url", "missing_required_parameter"},

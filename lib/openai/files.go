@@ -62,14 +62,17 @@ var deniedPrefixes = func() []netip.Prefix {
 	return ps
 }()
 
-// sentFile is what one file of a request becomes: the URL the provider gets (an image's as it is, a PDF's data
-// URL), or a line in its place saying why it is not sent.
+// sentFile is what one file of a request becomes: the URL the provider gets (the newest message's image's as it
+// is, any other file's data URL), or a line in its place saying why it is not sent.
 type sentFile struct{ url, stub string }
 
 // resolveFiles decides, newest message first, what each user file of msgs becomes (indexed by message, then
-// file): PDFs by https URL are downloaded; an older message's file that cannot be, or that would pass the
-// request's file bytes, becomes a line; the newest user message's fails the request.
-// downloaded has the decoded size of each file downloaded, by URL (agent.ModelResult.FileBytes).
+// file): PDFs by https URL are downloaded, and so are older messages' images by https URL (the provider would
+// fetch them itself, and refuse every later request of the thread once one is gone: an expired pre-signed URL);
+// an older message's file that cannot be, or that would pass the request's file bytes, becomes a line; the
+// newest user message's fails the request. The newest message's images by URL go as they are: the provider
+// fetches them, and refuses the request when it cannot (the person's own error, told as the provider's 400).
+// downloaded has the decoded size of each PDF downloaded, by URL (agent.ModelResult.FileBytes).
 func (m *Model) resolveFiles(ctx context.Context, msgs []agent.ModelMessage) (files map[int][]sentFile, downloaded map[string]int64, err error) {
 	newest := -1
 	for i, msg := range msgs {
@@ -87,7 +90,8 @@ func (m *Model) resolveFiles(ctx context.Context, msgs []agent.ModelMessage) (fi
 		sent := make([]sentFile, len(msg.Files))
 		for j, f := range msg.Files {
 			u := f.URL
-			if !strings.HasPrefix(f.MediaType, "image/") && !strings.HasPrefix(u, "data:") {
+			image := strings.HasPrefix(f.MediaType, "image/")
+			if !strings.HasPrefix(u, "data:") && (!image || i != newest) {
 				var err error
 				if u, err = m.download(ctx, f); err != nil {
 					if i == newest || ctx.Err() != nil {
@@ -97,10 +101,12 @@ func (m *Model) resolveFiles(ctx context.Context, msgs []agent.ModelMessage) (fi
 					sent[j].stub = fileLine(f, "no longer available")
 					continue
 				}
-				if downloaded == nil {
-					downloaded = map[string]int64{}
+				if !image {
+					if downloaded == nil {
+						downloaded = map[string]int64{}
+					}
+					downloaded[f.URL] = dataBytes(u)
 				}
-				downloaded[f.URL] = dataBytes(u)
 			}
 			n := dataBytes(u)
 			if total+n > m.cfg.MaxRequestFileBytes {
@@ -199,7 +205,8 @@ func (c *fileCache) put(url, mediaType, data string, now time.Time) {
 	}
 }
 
-// download fetches f's https URL and returns it as a data URL of f's media type (a recent download's again).
+// download fetches f's https URL and returns it as a data URL (a recent download's again): a PDF's of its media
+// type, an image's of the type its bytes are (a host may label a PNG image/jpeg; the provider reads the bytes).
 func (m *Model) download(ctx context.Context, f agent.ModelFile) (string, error) {
 	if data, ok := m.files.get(f.URL, f.MediaType, time.Now()); ok {
 		return data, nil
@@ -238,8 +245,9 @@ func (m *Model) fetch(ctx context.Context, f agent.ModelFile) (string, error) {
 	if res.StatusCode != http.StatusOK {
 		return "", fail(fmt.Errorf("GET %s: %s", safeURL(f.URL), res.Status), "a file could not be downloaded (HTTP %d)", res.StatusCode)
 	}
+	image := strings.HasPrefix(f.MediaType, "image/")
 	if ct, _, err := mime.ParseMediaType(res.Header.Get("Content-Type")); err == nil && ct != f.MediaType &&
-		ct != "application/octet-stream" && ct != "binary/octet-stream" {
+		ct != "application/octet-stream" && ct != "binary/octet-stream" && !(image && strings.HasPrefix(ct, "image/")) {
 		return "", fail(fmt.Errorf("GET %s: content type %s", safeURL(f.URL), ct), "a file's download is %s, not %s", ct, f.MediaType)
 	}
 	data, err := io.ReadAll(io.LimitReader(res.Body, m.cfg.MaxFileBytes+1))
@@ -256,7 +264,16 @@ func (m *Model) fetch(ctx context.Context, f agent.ModelFile) (string, error) {
 	if int64(len(data)) > m.cfg.MaxFileBytes {
 		return "", fail(fmt.Errorf("GET %s: over %d bytes", safeURL(f.URL), m.cfg.MaxFileBytes), "a file is larger than %d bytes", m.cfg.MaxFileBytes)
 	}
-	return "data:" + f.MediaType + ";base64," + base64.StdEncoding.EncodeToString(data), nil
+	mediaType := f.MediaType
+	if image {
+		mediaType, _, _ = strings.Cut(http.DetectContentType(data), ";")
+	}
+	out := "data:" + mediaType + ";base64," + base64.StdEncoding.EncodeToString(data)
+	// What the provider could not decode would be refused on every later turn too (REVIEW S4).
+	if err := agent.CheckModelFile(mediaType, out); err != nil || (image && !strings.HasPrefix(mediaType, "image/")) {
+		return "", fail(fmt.Errorf("GET %s: the bytes are %s", safeURL(f.URL), mediaType), "a file's download is not an %s file", f.MediaType)
+	}
+	return out, nil
 }
 
 // safeURL is a URL as logs may show it: scheme, host and path, without user info, query or fragment (a pre-signed

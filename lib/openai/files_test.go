@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/offline"
 )
 
 // fileServer serves files over TLS as a remote host would: /report.pdf (a PDF of n bytes), /page.html (text/html),
+// /octet.pdf (application/octet-stream, not a PDF's bytes),
 // /empty.pdf (200, no bytes), /slow.pdf (never answers within the test's timeout) and 404 for the rest.
 func fileServer(t *testing.T, pdf []byte) *httptest.Server {
 	t.Helper()
@@ -27,6 +29,9 @@ func fileServer(t *testing.T, pdf []byte) *httptest.Server {
 		case "/page.html":
 			w.Header().Set("Content-Type", "text/html")
 			w.Write([]byte("<html></html>"))
+		case "/octet.pdf":
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Write([]byte("<html>not a PDF</html>"))
 		case "/empty.pdf":
 			w.Header().Set("Content-Type", "application/pdf")
 		case "/slow.pdf":
@@ -51,8 +56,9 @@ func dataURL(mediaType string, n int) string {
 // file_data, a PDF named by https URL downloaded first.
 func TestFiles(t *testing.T) {
 	t.Parallel()
-	pdf := bytes.Repeat([]byte("%PDF"), 300)
+	pdf := append([]byte("%PDF-1.7"), bytes.Repeat([]byte("%PDF"), 298)...)
 	files := fileServer(t, pdf)
+	images := imageHost(t)
 	tests := []struct {
 		name  string
 		text  string
@@ -63,8 +69,8 @@ func TestFiles(t *testing.T) {
 	}{
 		{"image data URL", "/received", []agent.ModelFile{{MediaType: "image/png", URL: dataURL("image/png", 68)}},
 			"text\nimage_url image/png 68 bytes", ""},
-		{"image https URL", "/received", []agent.ModelFile{{MediaType: "image/jpeg", URL: "https://images.example.com/cat.jpg"}},
-			"text\nimage_url https://images.example.com/cat.jpg", ""},
+		{"image https URL", "/received", []agent.ModelFile{{MediaType: "image/png", URL: images.URL + "/cat.png"}},
+			"text\nimage_url " + images.URL + "/cat.png", ""},
 		{"PDF data URL", "/received", []agent.ModelFile{{MediaType: "application/pdf", URL: dataURL("application/pdf", 1234), Filename: "report.pdf"}},
 			"text\nfile application/pdf report.pdf 1234 bytes", dataURL("application/pdf", 1234)},
 		{"PDF https URL, downloaded", "/received", []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/report.pdf", Filename: "report.pdf"}},
@@ -80,7 +86,7 @@ func TestFiles(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := setup(t)
+			f := setup(t, offline.WithFileClient(images.Client()))
 			m := f.model(func(c *Config) { c.FileClient = files.Client() })
 			req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: tt.text, Files: tt.files}}}
 			_, events, err := run(context.Background(), m, req)
@@ -124,6 +130,8 @@ func TestFileDownloadFails(t *testing.T) {
 		// What a server that gave up sends (seen under -race: the slow handler, its request cancelled, answered 200
 		// with no body just as the client's deadline passed).
 		{"empty", files.URL + "/empty.pdf", "a file could not be downloaded (no bytes)", 0},
+		// Issue 16 item 4: bytes the provider cannot decode were sent, and refused on every later turn.
+		{"not a PDF's bytes", files.URL + "/octet.pdf", "a file's download is not an application/pdf file", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -323,4 +331,108 @@ func TestFileRedirectHTTPSOnly(t *testing.T) {
 		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/a.pdf"}}}}}
 	_, _, err := run(context.Background(), f.model(func(c *Config) { c.FileClient = files.Client() }), req)
 	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "a file could not be downloaded")
+}
+
+// pngFile starts as a PNG does.
+var pngFile = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+
+// imageHost serves /cat.png (a PNG), /cat-label.png (a PNG labelled image/jpeg), /page.png (an HTML page labelled
+// image/png) and 404 for the rest (an expired pre-signed URL), over TLS.
+func imageHost(t *testing.T) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/cat.png":
+			w.Header().Set("Content-Type", "image/png")
+			w.Write(pngFile)
+		case "/cat-label.png":
+			w.Header().Set("Content-Type", "image/jpeg")
+			w.Write(pngFile)
+		case "/page.png":
+			w.Header().Set("Content-Type", "image/png")
+			w.Write([]byte("<!DOCTYPE html><html><body>sign in</body></html>"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// Issue 16 item 4: an older message's image named by https URL was sent as that URL for the provider to fetch; once
+// the URL was gone (an expired pre-signed URL: 404) the provider refused every later request of the thread with
+// HTTP 400 invalid_image_url. The adapter downloads an older message's https image itself now: one that downloads
+// is sent as a data URL (of the type its bytes are), one that does not, or that is no image, becomes a line. The
+// newest message's image is still sent as its URL, and the provider's refusal of it fails the call.
+func TestOlderImageUnavailable(t *testing.T) {
+	t.Parallel()
+	host := imageHost(t)
+	f := setup(t, offline.WithFileClient(host.Client()))
+	m := f.model(func(c *Config) { c.FileClient = host.Client() })
+	gone := agent.ModelFile{MediaType: "image/png", URL: host.URL + "/expired.png?X-Amz-Signature=secret", Filename: "chart.png"}
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{
+		{Role: "user", Text: "look", Files: []agent.ModelFile{gone,
+			{MediaType: "image/png", URL: host.URL + "/cat.png", Filename: "cat.png"},
+			{MediaType: "image/png", URL: host.URL + "/cat-label.png"},
+			{MediaType: "image/png", URL: host.URL + "/page.png", Filename: "page.png"}}},
+		{Role: "assistant", Text: "a chart and a cat"},
+		{Role: "user", Text: "and now?"},
+	}}
+	_, events, err := run(context.Background(), m, req)
+	if err != nil {
+		t.Fatalf("a turn over an older image that is gone: %v", err)
+	}
+	if got := textOf(events, agent.EventTextDelta); got != "You said: and now?" {
+		t.Fatalf("reply %q", got)
+	}
+	first := fmt.Sprint(f.lastBody(t)["messages"].([]any)[0].(map[string]any)["content"])
+	png := "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngFile)
+	for _, want := range []string{"[attachment chart.png (image/png) no longer available]", "[attachment page.png (image/png) no longer available]"} {
+		if !strings.Contains(first, want) {
+			t.Fatalf("the older message sent %s\nwithout %q", first, want)
+		}
+	}
+	if strings.Count(first, png) != 2 || strings.Contains(first, "secret") || strings.Contains(first, host.URL) {
+		t.Fatalf("the older message sent %s\nwant cat.png twice as %s, and no URL", first, png)
+	}
+
+	// The newest message's image goes as its URL: the provider fetches it, and refuses it when it is gone.
+	req.Messages = append(req.Messages, agent.ModelMessage{Role: "assistant", Text: "ok"},
+		agent.ModelMessage{Role: "user", Text: "/received", Files: []agent.ModelFile{{MediaType: "image/png", URL: host.URL + "/cat.png"}}})
+	_, events, err = run(context.Background(), m, req)
+	if got := textOf(events, agent.EventTextDelta); err != nil || got != "text\nimage_url "+host.URL+"/cat.png" {
+		t.Fatalf("the newest image: %q (%v)", got, err)
+	}
+	req.Messages[len(req.Messages)-1].Files = []agent.ModelFile{gone}
+	_, _, err = run(context.Background(), m, req)
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "Error while downloading")
+}
+
+// The older images the adapter downloads count against MaxRequestFileBytes like PDFs: beyond it (newest kept
+// first) they become a line.
+func TestOlderImagesCountInTheRequestBytes(t *testing.T) {
+	t.Parallel()
+	host := imageHost(t)
+	f := setup(t, offline.WithFileClient(host.Client()))
+	m := f.model(func(c *Config) { c.FileClient, c.MaxRequestFileBytes = host.Client(), int64(len(pngFile))+10 })
+	img := func(name string) agent.ModelFile {
+		return agent.ModelFile{MediaType: "image/png", URL: host.URL + "/cat.png?" + name, Filename: name}
+	}
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{
+		{Role: "user", Text: "one", Files: []agent.ModelFile{img("old.png")}},
+		{Role: "assistant", Text: "ok"},
+		{Role: "user", Text: "two", Files: []agent.ModelFile{img("mid.png")}},
+		{Role: "assistant", Text: "ok"},
+		{Role: "user", Text: "three"},
+	}}
+	if _, _, err := run(context.Background(), m, req); err != nil {
+		t.Fatal(err)
+	}
+	msgs := f.lastBody(t)["messages"].([]any)
+	if s := fmt.Sprint(msgs[0]); !strings.Contains(s, "[attachment old.png (image/png) not shown: the request's files are over") {
+		t.Fatalf("the oldest image was sent: %.300s", s)
+	}
+	if s := fmt.Sprint(msgs[2]); !strings.Contains(s, "data:image/png;base64,") {
+		t.Fatalf("the middle image was not sent: %.300s", s)
+	}
 }

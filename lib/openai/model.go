@@ -33,15 +33,19 @@
 //
 // # Files
 //
-// A user message's files become content parts after its text: an image is an image_url part whose url is the
-// file's URL as it is (https or a data URL; the provider fetches https images itself); a PDF is a file part
-// whose file_data is a data URL and whose filename is the file's (or "document.pdf"). Chat Completions takes
-// PDFs as data only, so a PDF named by an https URL is downloaded first, as the AI SDK does for URLs a provider
-// cannot read: https only, Config.MaxFileBytes at most, within Config.FileTimeout, with Config.FileClient (by
-// default one that dials public addresses only, redirected to https only). A download of the newest user
-// message's file that fails fails the request (KindUnavailable, CodeModelError: the model cannot see the message);
-// an older message's file that fails (an expired pre-signed URL) is sent as the line "[attachment NAME (TYPE) no
-// longer available]" instead, so that it does not fail every later turn of the thread (REVIEW S4). The files of
+// A user message's files become content parts after its text: an image is an image_url part whose url is a data
+// URL, or the newest user message's https URL as it is (the provider fetches it, and refuses the request with its
+// 400 when it cannot: the person's own error); a PDF is a file part whose file_data is a data URL and whose
+// filename is the file's (or "document.pdf"). Chat Completions takes PDFs as data only, so a PDF named by an
+// https URL is downloaded first, as the AI SDK does for URLs a provider cannot read; so is an older message's
+// image named by an https URL, which the provider would otherwise fetch on every later turn and refuse once it is
+// gone. Downloads are https only, Config.MaxFileBytes at most, within Config.FileTimeout, with Config.FileClient
+// (by default one that dials public addresses only, redirected to https only), and their bytes must be what the
+// provider decodes (a PDF's header; a PNG, JPEG, GIF or WebP image, sent as the type its bytes are). A download of
+// the newest user message's file that fails fails the request (KindUnavailable, CodeModelError: the model cannot
+// see the message); an older message's file that fails (an expired pre-signed URL) is sent as the line
+// "[attachment NAME (TYPE) no longer available]" instead, so that it does not fail every later turn of the
+// thread (REVIEW S4). The files of
 // one request carry Config.MaxRequestFileBytes at most (decoded): the newest kept first, older ones beyond it sent
 // as a line; the newest message's own files over it fail the request (KindTooLarge, CodeMessageTooLarge). The data
 // URLs of recent downloads are kept (twice MaxFileBytes of them at most, for fileCacheTTL) so that a run's later
@@ -85,7 +89,7 @@ const (
 	DefaultBackoffBase       = 500 * time.Millisecond
 	DefaultBackoffMax        = 8 * time.Second
 
-	// DefaultMaxFileBytes bounds a PDF the adapter downloads (Chat Completions takes PDFs as data only).
+	// DefaultMaxFileBytes bounds a file the adapter downloads (Chat Completions takes PDFs as data only).
 	DefaultMaxFileBytes = 20 << 20
 	// DefaultFileTimeout bounds one such download.
 	DefaultFileTimeout = 30 * time.Second
@@ -129,9 +133,9 @@ type Config struct {
 	OmitStreamOptions bool
 	// HTTPClient sends the requests (default http.DefaultClient).
 	HTTPClient *http.Client
-	// FileClient downloads the PDFs that a user message names by https URL (default: a client that connects to
-	// public addresses only, so a user cannot make the server fetch from its own network; tests inject an
-	// httptest TLS server's client). MaxFileBytes and FileTimeout bound each download.
+	// FileClient downloads the PDFs that a user message names by https URL, and older messages' images (default:
+	// a client that connects to public addresses only, so a user cannot make the server fetch from its own
+	// network; tests inject an httptest TLS server's client). MaxFileBytes and FileTimeout bound each download.
 	FileClient   *http.Client
 	MaxFileBytes int64
 	FileTimeout  time.Duration
@@ -147,7 +151,7 @@ type Config struct {
 type Model struct {
 	cfg   Config
 	chat  oai.ChatCompletionService
-	files fileCache // PDFs downloaded for recent requests: a run's steps send the same history again
+	files fileCache // files downloaded for recent requests: a run's steps send the same history again
 }
 
 var _ agent.Model = (*Model)(nil)
