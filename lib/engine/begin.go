@@ -535,11 +535,12 @@ func (t *Turn) abort(ctx context.Context, err error) error {
 	now := e.clock.Now()
 	t.run.Status, t.run.Error, t.run.FinishedAt, t.run.UpdatedAt = agent.RunFailed, &agent.RunError{Code: code, Message: msg}, now, now
 	// Fenced like every write after the claim: past the horizon the claim is left to go stale (the reaper ends it).
-	if ferr := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); ferr != nil {
+	ferr := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) })
+	if ferr != nil {
 		e.log.Error("release claim after failed begin", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", ferr)
 	}
 	end := segments.ErrorEnd(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageFailed}, msg)
-	if serr := segments.AppendFinal(ctx, e.store, e.clock, t.thread.ID, t.run.ID, end); serr != nil {
+	if serr := segments.AppendFinal(ctx, t.endSegments(ferr == nil), e.clock, t.thread.ID, t.run.ID, end); serr != nil {
 		e.log.Warn("final segment after failed begin", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", serr)
 	}
 	if agent.KindOf(err) == agent.KindInternal {

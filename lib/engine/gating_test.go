@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,11 +175,11 @@ func (l *lateWrites) call(name string, fenced bool, apply func() error) error {
 	if err := l.before(name, n); err != nil {
 		return err
 	}
+	l.mu.Lock()
 	if now := l.clock.Now(); fenced && now.After(l.horizon) {
-		l.mu.Lock()
 		l.late = append(l.late, fmt.Sprintf("%s #%d at horizon+%s", name, n, now.Sub(l.horizon)))
-		l.mu.Unlock()
 	}
+	l.mu.Unlock()
 	if err := apply(); err != nil {
 		return err
 	}
@@ -219,6 +220,36 @@ func (l *lateWrites) FinishRun(ctx context.Context, run agent.Run) error {
 	return l.call("FinishRun", true, func() error { return l.Store.FinishRun(ctx, run) })
 }
 
+func (l *lateWrites) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (in agent.Interrupt, err error) {
+	err = l.call("ResolveInterrupt("+string(req.Status)+")", true, func() error { in, err = l.Store.ResolveInterrupt(ctx, req); return err })
+	return in, err
+}
+
+func (l *lateWrites) AppendSegment(ctx context.Context, s agent.Segment) error {
+	name := "AppendSegment"
+	if s.Final {
+		name = "AppendSegment(final)"
+	}
+	return l.call(name, true, func() error { return l.Store.AppendSegment(ctx, s) })
+}
+
+func (l *lateWrites) ListInterrupts(ctx context.Context, threadID string) (ins []agent.Interrupt, err error) {
+	err = l.call("ListInterrupts", false, func() error { ins, err = l.Store.ListInterrupts(ctx, threadID); return err })
+	return ins, err
+}
+
+func (l *lateWrites) ListQueued(ctx context.Context, threadID string) (q []agent.QueuedMessage, err error) {
+	err = l.call("ListQueued", false, func() error { q, err = l.Store.ListQueued(ctx, threadID); return err })
+	return q, err
+}
+
+// setHorizon moves the horizon the writes are judged against (a later claim's).
+func (l *lateWrites) setHorizon(at time.Time) {
+	l.mu.Lock()
+	l.horizon = at
+	l.mu.Unlock()
+}
+
 func (l *lateWrites) lateOnes() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -235,8 +266,40 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 	unavailable := func(call string) error {
 		return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "injected: %s throttled", call)
 	}
+	// An approval the continuation answers (approve) or finds expired (expire), and a delivery pass that finds
+	// nothing to answer (release): each is prepared first, with the case's hooks not yet armed.
+	guarded := agent.Tool{Name: "guarded", Kind: agent.ToolServer, Approval: agent.ApprovalAlways, InputSchema: emptySchema,
+		Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) {
+			return json.RawMessage(`"ok"`), nil
+		}}
+	answer := func(expired bool) func(t *testing.T, f *fixture, l *lateWrites, clock *manualClock, arm func()) {
+		return func(t *testing.T, f *fixture, l *lateWrites, clock *manualClock, arm func()) {
+			if run, _ := f.run(t, submit("th", "u1", "/tool guarded {}")); run.Status != agent.RunInterrupted {
+				t.Fatalf("ask: %s %+v", run.Status, run.Error)
+			}
+			if expired {
+				clock.add(25 * time.Hour) // past the interrupt's age
+			}
+			l.setHorizon(clock.Now().Add(time.Second)) // the continuation claims at clock.Now()
+			req := approveNewest(t, f, "th")
+			arm()
+			if tr, err := f.eng.Begin(context.Background(), req); err == nil {
+				tr.Stream(context.Background(), io.Discard)
+			}
+		}
+	}
+	slowList := func(list string) func(clock *manualClock, call string, n int) error {
+		return func(clock *manualClock, call string, n int) error {
+			if call == list && n == 1 {
+				clock.add(1500 * time.Millisecond) // the read after the claim is slow: time passes the horizon
+			}
+			return nil
+		}
+	}
 	cases := []struct {
 		name   string
+		tools  []agent.Tool
+		drive  func(t *testing.T, f *fixture, l *lateWrites, clock *manualClock, arm func())
 		before func(clock *manualClock, call string, n int) error
 		after  func(clock *manualClock, call string, n int)
 	}{
@@ -254,11 +317,37 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 				clock.add(1500 * time.Millisecond) // its answer comes back after the horizon
 			}
 		}},
-		// abort's FinishRun (a begin that failed after its claim) was not checked at all.
+		// abort's FinishRun (a begin that failed after its claim) was not checked at all, and its final segment
+		// was written whatever the horizon said.
 		{name: "abort", before: func(clock *manualClock, call string, n int) error {
 			if call == "GetMessage" {
 				clock.add(1500 * time.Millisecond)
 				return agent.E(agent.KindInternal, agent.CodeInternal, "injected: read failed for good")
+			}
+			return nil
+		}},
+		// The continuation's answer was resolved with no horizon check (issue 16 "Left" 5).
+		{name: "answer resolved", tools: []agent.Tool{guarded}, drive: answer(false), before: slowList("ListInterrupts")},
+		// An interrupt found past its age was marked expired with no horizon check.
+		{name: "interrupt expired", tools: []agent.Tool{guarded}, drive: answer(true), before: slowList("ListInterrupts")},
+		// A delivery pass with nothing to answer wrote its final segment whatever the horizon said.
+		{name: "release", drive: func(t *testing.T, f *fixture, l *lateWrites, clock *manualClock, arm func()) {
+			ctx := context.Background()
+			if run, _ := f.run(t, submit("th", "u1", "hello")); run.Status != agent.RunCompleted {
+				t.Fatalf("first turn: %s %+v", run.Status, run.Error)
+			}
+			q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Message: *userMsg("u1", "hello"), Owner: "alice",
+				Status: agent.QueueQueued, CreatedAt: clock.Now()}
+			if _, _, err := f.store.Enqueue(ctx, q, 0); err != nil {
+				t.Fatal(err)
+			}
+			arm()
+			if _, err := f.eng.BeginQueued(ctx, "th"); !errors.Is(err, engine.ErrNothingQueued) {
+				t.Fatalf("a pass over a message the thread holds: %v, want ErrNothingQueued", err)
+			}
+		}, before: func(clock *manualClock, call string, n int) error {
+			if call == "ListQueued" && n == 2 { // the pass's own read, after its claim (BeginQueued's is #1)
+				clock.add(1500 * time.Millisecond)
 			}
 			return nil
 		}},
@@ -269,23 +358,37 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 				t.Parallel()
 				clock := newManualClock()
 				l := &lateWrites{clock: clock, horizon: clock.Now().Add(time.Second)}
-				l.before = func(call string, n int) error {
+				var armed atomic.Bool
+				armed.Store(tc.drive == nil)
+				counts := map[string]int{} // calls since the case was armed
+				var cmu sync.Mutex
+				l.before = func(call string, _ int) error {
 					if call == "Heartbeat" {
 						return unavailable(call)
 					}
-					if tc.before != nil {
-						return tc.before(clock, call, n)
+					if tc.before == nil || !armed.Load() {
+						return nil
 					}
-					return nil
+					cmu.Lock()
+					counts[call]++
+					n := counts[call]
+					cmu.Unlock()
+					return tc.before(clock, call, n)
 				}
 				l.after = func(call string, n int) {
-					if tc.after != nil {
+					if tc.after != nil && armed.Load() {
 						tc.after(clock, call, n)
 					}
 				}
-				f := setup(t, store(t), withStore(l.wrap), withClock(clock))
-				tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "hello"))
-				if err == nil {
+				// No reaper ticks: a sweep would start delivery passes and reap on the test's clock.
+				opts := []option{store(t), withStore(l.wrap), withClock(clock), withConfig(func(c *config.Config) { c.ReaperInterval = time.Hour })}
+				if len(tc.tools) > 0 {
+					opts = append(opts, withTools(tc.tools...))
+				}
+				f := setup(t, opts...)
+				if tc.drive != nil {
+					tc.drive(t, f, l, clock, func() { armed.Store(true) })
+				} else if tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "hello")); err == nil {
 					tr.Stream(context.Background(), io.Discard)
 				}
 				if late := l.lateOnes(); len(late) > 0 {
@@ -527,4 +630,24 @@ func TestQueueTakeGatedAtTheHorizon(t *testing.T) {
 	if late := l.lateOnes(); len(late) > 0 {
 		t.Fatalf("fenced writes sent after the claim's horizon: %s", strings.Join(late, "; "))
 	}
+}
+
+// approveNewest is the client's approval of every requested approval on the thread's newest message, read from
+// the engine's store (either store).
+func approveNewest(t *testing.T, f *fixture, thread string) engine.Request {
+	t.Helper()
+	recs, err := f.store.ListMessages(context.Background(), thread)
+	if err != nil || len(recs) == 0 {
+		t.Fatalf("messages: %d (%v)", len(recs), err)
+	}
+	m := recs[len(recs)-1].Message
+	for i, raw := range m.Parts {
+		p, _ := agent.DecodePart(raw)
+		if p.State == agent.StateApprovalRequested {
+			yes := true
+			p.State, p.Approval.Approved = agent.StateApprovalResponded, &yes
+			m.Parts[i] = agent.EncodePart(p)
+		}
+	}
+	return engine.Request{Owner: "alice", ThreadID: thread, Kind: engine.TurnSubmit, Message: &m, MessageID: m.ID}
 }

@@ -88,6 +88,32 @@ func (t *Turn) fenced(ctx context.Context, op func(ctx context.Context) error) e
 	})
 }
 
+// endSegments is the store abort and release write a run's final segment to. Once FinishRun stored the outcome
+// (finished), the final segment goes out whatever the horizon says, as output's does (REVIEW D7): the run ended
+// well and its readers must learn it. Otherwise the claim was left to go stale, and the segment is a fenced write
+// like any other: each append is gated at the horizon, with a deadline there, so it can never land after the
+// reaper's takeover and tell readers an end the reaper did not record.
+func (t *Turn) endSegments(finished bool) agent.SegmentStore {
+	if finished {
+		return t.e.store
+	}
+	return gatedSegments{SegmentStore: t.e.store, t: t}
+}
+
+type gatedSegments struct {
+	agent.SegmentStore
+	t *Turn
+}
+
+func (g gatedSegments) AppendSegment(ctx context.Context, s agent.Segment) error {
+	if err := g.t.mayWrite(); err != nil {
+		return err
+	}
+	actx, cancel := g.t.attempt(ctx)
+	defer cancel()
+	return g.SegmentStore.AppendSegment(actx, s)
+}
+
 // guard watches the run's claim while it streams: a fenced heartbeat every Heartbeat, a read for a stop request
 // every CancelPoll (so a stop takes effect within that, not a heartbeat later). It cancels the run with
 // errCanceled, errFenced or errInDoubt. A stop is not a fence (REVIEW D2): the heartbeats go on after it, until

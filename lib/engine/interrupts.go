@@ -133,9 +133,15 @@ func callWaits(parts []agent.Part, toolCallID string) bool {
 	return slices.ContainsFunc(parts, func(p agent.Part) bool { return p.ToolCallID == toolCallID && p.Waiting() })
 }
 
-// expire marks a pending interrupt past its age expired (compare-and-set; a concurrent resolution wins).
+// expire marks a pending interrupt past its age expired (compare-and-set; a concurrent resolution wins). It is a
+// write after the claim like any other: gated at the claim's horizon, with a deadline there (fence E).
 func (t *Turn) expire(ctx context.Context, in agent.Interrupt, now time.Time) agent.Interrupt {
-	got, err := t.e.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptExpired, Now: now})
+	var got agent.Interrupt
+	err := t.fenced(ctx, func(ctx context.Context) error {
+		var err error
+		got, err = t.e.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptExpired, Now: now})
+		return err
+	})
 	if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
 		t.e.log.Warn("expire interrupt", "thread_id", in.ThreadID, "interrupt_id", in.ID, "err", err)
 		in.Status = agent.InterruptExpired // it is expired whether or not the write landed
@@ -144,9 +150,10 @@ func (t *Turn) expire(ctx context.Context, in agent.Interrupt, now time.Time) ag
 	return got
 }
 
-// resolve writes the plan's new answers by compare-and-set, under the claim and before any tool runs. An
-// interrupt that turns out resolved already is fine when it holds this very answer (our own retried write);
-// anything else was decided by someone else and refuses the request.
+// resolve writes the plan's new answers by compare-and-set, under the claim and before any tool runs, each
+// fenced (gated at the claim's horizon before every attempt, with a deadline there). An interrupt that turns out
+// resolved already is fine when it holds this very answer (our own retried write); anything else was decided by
+// someone else and refuses the request.
 func (t *Turn) resolve(ctx context.Context) error {
 	e := t.e
 	now := e.clock.Now()
@@ -156,7 +163,7 @@ func (t *Turn) resolve(ctx context.Context) error {
 		}
 		req := agent.ResolveRequest{ThreadID: t.thread.ID, ID: a.Interrupt.ID, Status: a.Status, Response: a.Response, Now: now}
 		var got agent.Interrupt
-		err := e.retry(ctx, func() error {
+		err := t.fenced(ctx, func(ctx context.Context) error {
 			var err error
 			got, err = e.store.ResolveInterrupt(ctx, req)
 			return err

@@ -354,13 +354,14 @@ func (t *Turn) release(ctx context.Context) error {
 	}
 	now := e.clock.Now()
 	t.run.Status, t.run.FinishedAt, t.run.UpdatedAt = agent.RunCompleted, now, now
-	if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); err != nil {
-		e.log.Warn("release a delivery pass with nothing to do", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
+	ferr := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) })
+	if ferr != nil {
+		e.log.Warn("release a delivery pass with nothing to do", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", ferr)
 	}
 	md := metadataJSON(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageCompleted})
 	end, err := uistream.Frames(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: md}, uistream.Finish{FinishReason: agent.FinishStop, Metadata: md})
 	if err == nil {
-		err = segments.AppendFinal(ctx, e.store, e.clock, t.thread.ID, t.run.ID, uistream.AppendDone(end))
+		err = segments.AppendFinal(ctx, t.endSegments(ferr == nil), e.clock, t.thread.ID, t.run.ID, uistream.AppendDone(end))
 	}
 	if err != nil {
 		e.log.Warn("final segment of an empty delivery pass", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)

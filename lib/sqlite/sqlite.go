@@ -7,7 +7,9 @@
 // first one's claim. Within one *Store the write transactions queue on a channel (waiting honours the context) so
 // they do not spin in SQLite's busy handler; across processes SQLite's busy timeout waits for the lock, and a
 // transaction that still fails with SQLITE_BUSY or SQLITE_LOCKED is rolled back and retried a few times before it
-// is reported as KindUnavailable/CodeStoreUnavailable. A context that ends first is KindCanceled/CodeCanceled.
+// is reported as KindUnavailable/CodeStoreUnavailable. A write gate on the context (agent.WithWriteGate: a fenced
+// write's claim horizon) is asked before every attempt and again once the lock is held; a refused attempt writes
+// nothing. A context that ends first is KindCanceled/CodeCanceled.
 // Reads run outside transactions; each read is a single statement and so sees one consistent snapshot.
 //
 // Ownership. The claim lives on the thread row, with the thread's epoch and its message counter (next_seq): a
@@ -219,13 +221,20 @@ func (s *Store) read() conn { return conn{x: s.db, n: &s.stmts} }
 
 // write runs fn in one BEGIN IMMEDIATE transaction and commits it. An *agent.Error returned by fn (a decision,
 // such as a failed condition) rolls back and is returned as is; SQLITE_BUSY/LOCKED rolls back and retries; any
-// other failure is wrapped as KindInternal.
+// other failure is wrapped as KindInternal. The context's write gate (agent.MayWrite) is asked before every
+// attempt and again once BEGIN IMMEDIATE holds the lock (it may have waited up to the busy timeout for it): a
+// refused attempt writes nothing, and the call fails with the gate's error as KindUnavailable, not retried (fence
+// E, as the DynamoDB client's Finalize middleware does before every SDK attempt).
 func (s *Store) write(ctx context.Context, op string, fn func(c conn) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = s.writeOnce(ctx, fn)
 		if err == nil {
 			return nil
+		}
+		var g gateRefused
+		if errors.As(err, &g) {
+			return agent.Wrap(g.err, agent.KindUnavailable, agent.CodeStoreUnavailable, "sqlite: "+op+": write gate: attempt not sent")
 		}
 		var ae *agent.Error
 		if errors.As(err, &ae) {
@@ -253,9 +262,16 @@ func (s *Store) writeOnce(ctx context.Context, fn func(c conn) error) (err error
 		return ctx.Err()
 	}
 	defer func() { <-s.wsem }()
+	if err := agent.MayWrite(ctx); err != nil {
+		return gateRefused{err}
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
+	}
+	if err := agent.MayWrite(ctx); err != nil { // BEGIN IMMEDIATE may have waited for another connection's lock
+		_ = tx.Rollback()
+		return gateRefused{err}
 	}
 	if err := fn(conn{x: tx, n: &s.stmts}); err != nil {
 		_ = tx.Rollback()
@@ -263,6 +279,12 @@ func (s *Store) writeOnce(ctx context.Context, fn func(c conn) error) (err error
 	}
 	return tx.Commit()
 }
+
+// gateRefused is an attempt the write gate refused (nothing was written).
+type gateRefused struct{ err error }
+
+func (g gateRefused) Error() string { return "write gate: " + g.err.Error() }
+func (g gateRefused) Unwrap() error { return g.err }
 
 // fail turns a database failure into an *agent.Error (an *agent.Error passes through unchanged).
 func (s *Store) fail(op string, err error) error {
