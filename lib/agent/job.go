@@ -33,8 +33,9 @@ type Job struct {
 	// instead, is the failure text a user may read (no internals).
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  string          `json:"error,omitempty"`
-	// Usage is what the sub-agent's model calls reported, stored with its result (zero for a failure the state
-	// machine caught); the turn that delivers the job adds it to its run's, and so to the thread's, usage.
+	// Usage is what the sub-agent's model calls reported, stored with its result or with the failure it reported
+	// (zero for a failure the state machine caught alone: a timeout, a crash); the turn that delivers the job adds
+	// it to its run's, and so to the thread's, usage.
 	Usage Usage `json:"usage"`
 	// SteerDelivered: the steer message steer_<ID> is stored in the thread.
 	SteerDelivered bool `json:"steerDelivered"`

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -239,6 +240,55 @@ func TestSubagentUsageIsCounted(t *testing.T) {
 	delivery := runs[1].Usage
 	if delivery.InputTokens < stored.Usage.InputTokens || delivery.OutputTokens < stored.Usage.OutputTokens {
 		t.Fatalf("the delivery run's usage %+v does not include the sub-agent's %+v", delivery, stored.Usage)
+	}
+	if got, want := after.Usage.TotalTokens-before.Usage.TotalTokens, delivery.TotalTokens; got != want {
+		t.Fatalf("the thread's usage grew by %d, want the delivery run's %d (the sub-agent's %d included)", got, want, stored.Usage.TotalTokens)
+	}
+}
+
+// A sub-agent that fails still spent tokens: they are recorded on its job with the failure and counted into the
+// thread's usage by the turn that delivers the failure, like a successful job's (issue 16 item 5). The researcher
+// here calls note_source at every step (its question is the offline /loop command) and fails for good at its step
+// cap, after eight model calls that reported usage; the state machine's Catch then delivers the failure.
+func TestFailedSubagentUsageIsCounted(t *testing.T) {
+	t.Parallel()
+	js := &startLog{}
+	f := setup(t, withJobs(js))
+	ctx := context.Background()
+	const thread = "th-failed-usage"
+	f.turn(t, thread, "m1", `/tool research {"question":"/loop note_source {\"title\":\"a\",\"url\":\"https://a.example\"}"}`)
+	job := js.started()[0]
+	_, err := f.stack.JobTasks.Subagent(ctx, agent.JobTask{ThreadID: thread, JobID: job.ID})
+	var failed *agent.JobFailedError
+	if !errors.As(err, &failed) {
+		t.Fatalf("sub-agent: %v, want a failure for good", err)
+	}
+	before, err := f.store.GetThread(ctx, thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caught := &agent.TaskFailure{Error: "JobFailedError", Cause: failed.Error()}
+	if _, err := f.stack.JobTasks.Deliver(ctx, agent.JobTask{ThreadID: thread, JobID: job.ID, Failure: caught}); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := f.store.GetJob(ctx, thread, job.ID)
+	if err != nil || !stored.Failed() || stored.Usage.TotalTokens == 0 {
+		t.Fatalf("job %s error %q usage %+v (%v): want failed with the sub-agent's usage recorded", stored.Status, stored.Error, stored.Usage, err)
+	}
+	if stored.Error != failed.Reason {
+		t.Fatalf("job error %q, want the sub-agent's reason %q", stored.Error, failed.Reason)
+	}
+	runs, err := f.store.ListRuns(ctx, thread)
+	if err != nil || len(runs) != 2 || runs[1].Trigger != agent.TriggerSteer {
+		t.Fatalf("runs %+v (%v), want the delivery turn second", runs, err)
+	}
+	after, err := f.store.GetThread(ctx, thread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivery := runs[1].Usage
+	if delivery.InputTokens < stored.Usage.InputTokens || delivery.OutputTokens < stored.Usage.OutputTokens {
+		t.Fatalf("the delivery run's usage %+v does not include the failed sub-agent's %+v", delivery, stored.Usage)
 	}
 	if got, want := after.Usage.TotalTokens-before.Usage.TotalTokens, delivery.TotalTokens; got != want {
 		t.Fatalf("the thread's usage grew by %d, want the delivery run's %d (the sub-agent's %d included)", got, want, stored.Usage.TotalTokens)

@@ -133,18 +133,20 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 	}, Used: func(u agent.Usage) { used = used.Add(u) }}
 	result, err := kind.Run(ctx, env, j.Input)
 	if err != nil {
-		log.Warn("agent.job", "kind", j.Kind, "outcome", "error", "ms", time.Since(begin).Milliseconds(), "err", err)
+		log.Warn("agent.job", "kind", j.Kind, "outcome", "error", "ms", time.Since(begin).Milliseconds(), "err", err,
+			"input_tokens", used.InputTokens, "output_tokens", used.OutputTokens, "total_tokens", used.TotalTokens)
 		var failed *agent.JobFailedError
 		switch {
 		case ctx.Err() != nil:
 			return in, ctx.Err() // the attempt's timeout (States.Timeout) or the execution's end
-		case errors.As(err, &failed):
-			return in, failed
 		case agent.IsKind(err, agent.KindUnavailable):
 			return in, transient(err)
+		case !errors.As(err, &failed):
+			_, msg := agent.Public(err)
+			failed = &agent.JobFailedError{Reason: msg}
 		}
-		_, msg := agent.Public(err)
-		return in, &agent.JobFailedError{Reason: msg}
+		t.recordFailure(ctx, j, failed, used, log)
+		return in, failed
 	}
 	now = t.clock.Now()
 	_, _, err = store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Result: result, Usage: used,
@@ -160,6 +162,23 @@ func (t *Tasks) Subagent(ctx context.Context, in agent.JobTask) (agent.JobTask, 
 		"input_tokens", used.InputTokens, "output_tokens", used.OutputTokens, "cached_input_tokens", used.CachedInputTokens,
 		"reasoning_tokens", used.ReasoningTokens, "total_tokens", used.TotalTokens)
 	return in, nil
+}
+
+// recordFailure stores a sub-agent's failure for good with the usage its model calls reported, before the task
+// returns it: the state machine's failure path then delivers that stored failure (record finds the job
+// finished), and the delivering turn counts the usage, as for a result (issue 16 item 5). The text is the one
+// record would store from the caught JobFailedError. A write that fails is only logged: the failure path stores
+// the failure itself, without the usage.
+func (t *Tasks) recordFailure(ctx context.Context, j agent.Job, failed *agent.JobFailedError, used agent.Usage, log *slog.Logger) {
+	if used == (agent.Usage{}) {
+		return // nothing to count: the failure path stores the same failure
+	}
+	now := t.clock.Now()
+	_, _, err := t.store.FinishJob(ctx, agent.JobResult{ThreadID: j.ThreadID, ID: j.ID, Error: failed.Reason, Usage: used,
+		DueAt: now.Add(t.cfg.Contract.DeliveryGrace), Now: now})
+	if err != nil && !errors.Is(err, agent.ErrJobNotFound) {
+		log.Warn("store the failed job's usage", "err", err)
+	}
 }
 
 // Deliver delivers a job's result into its thread (in.JobID set), recording a caught failure first, and runs a

@@ -394,7 +394,9 @@ func testFinishJobFailure(e *jobs) {
 	t := e.t
 	th := newThread(e)
 	j := createJob(e, jobOf(th.ID, e.id("call"), at(0)))
-	r := agent.JobResult{ThreadID: th.ID, ID: j.ID, Error: "the research service is down", DueAt: at(2 * time.Minute), Now: at(time.Minute)}
+	// A failed sub-agent's tokens are kept with its failure too (issue 16 item 5: the delivering turn counts them).
+	r := agent.JobResult{ThreadID: th.ID, ID: j.ID, Error: "the research service is down", DueAt: at(2 * time.Minute), Now: at(time.Minute),
+		Usage: agent.Usage{InputTokens: 300, OutputTokens: 20, TotalTokens: 320}}
 	got := finishJob(e, r)
 	want := jobFinished(j, r)
 	sameJob(t, "FinishJob(failure) result", got, want)
