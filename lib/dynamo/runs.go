@@ -36,6 +36,10 @@ const (
 	attrStoreRead      = "storeReadMilli"
 	attrStoreWrite     = "storeWriteMilli"
 	attrStoreThrottled = "storeThrottled"
+	// attrUnrecorded is the thread item's string set of the runs whose claim was released but whose outcome may
+	// not be recorded yet (REVIEW D15): every release adds its run, and the orphan sweep (ListOrphanRuns) takes out
+	// the ones it finds recorded. While it is not empty the thread stays in the running index.
+	attrUnrecorded = "unrecorded"
 	// attrLate marks a run whose late usage (RecordLateUsage) is in its usage counters; the late usage itself is
 	// kept beside it (attrLate + the usage attribute names).
 	attrLate = "late"
@@ -242,6 +246,14 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 		Previous: decodePrevious(claimed, epoch),
 		Thread:   decodeThread(claimed),
 	}
+	if result.Previous != nil {
+		// The run whose stale claim this one took over loses its claim without a release: it joins the unrecorded
+		// runs, so the orphan sweep finds it if nobody reaps it (one write, only on a takeover; the engine reaps
+		// first and never takes over here).
+		if err := s.addUnrecorded(ctx, req.ThreadID, result.Run.Fence(), agent.ReapedRunID(result.Previous.RunID)); err != nil {
+			s.log.WarnContext(ctx, "dynamo: noting a taken-over run for the orphan sweep", "thread", req.ThreadID, "run", result.Previous.RunID, "err", err)
+		}
+	}
 	stored, err := s.putRun(ctx, result.Run)
 	if err != nil {
 		// The caller sees a failed claim, so give the thread back rather than leave it blocked until the claim
@@ -294,25 +306,27 @@ func decodePrevious(it item, epoch int64) *agent.Claim {
 	return &agent.Claim{RunID: run, Epoch: epoch - 1, HeartbeatAt: getT(it, attrPrevHeartbeat), CancelRequested: getBool(it, attrPrevCancel)}
 }
 
-// claimRemoval lists the claim attributes; removing them releases the claim and takes the thread out of the
-// running index in the same write.
+// claimRemoval lists the claim attributes; removing them releases the claim. The running index's keys
+// (runShard, claimBucket) stay: a released thread stays nominated until the orphan sweep finds its released runs'
+// outcomes recorded (ListOrphanRuns), and the next claim only moves its key.
 func claimRemoval(e *expr) string {
-	names := []string{attrClaimRun, AttrClaimHeartbeat, AttrClaimBucket, AttrRunShard, attrClaimCancel,
-		attrPrevRun, attrPrevHeartbeat, attrPrevCancel}
+	names := []string{attrClaimRun, AttrClaimHeartbeat, attrClaimCancel, attrPrevRun, attrPrevHeartbeat, attrPrevCancel}
 	for i, n := range names {
 		names[i] = e.n(n)
 	}
 	return strings.Join(names, ", ")
 }
 
-// release is the one release write (FinishRun's second half, ReleaseClaim, a failed claim's give-back): one
+// release is the one release write (FinishRun's first half, ReleaseClaim, a failed claim's give-back): one
 // UpdateItem on the thread,
 //
 //	condition: claimRunId = :run AND epoch = :epoch [AND claimHeartbeatAt < :staleBefore]
-//	update:    REMOVE <claim attributes>  ADD usage*  [SET updatedAt, recency]
+//	update:    REMOVE <claim attributes>  ADD unrecorded {run}, usage*  [SET updatedAt, recency]
 //
-// so usage is added exactly once, by whichever write releases the claim. It returns the raw SDK error, so callers
-// can tell a failed condition (isConditionFailed) from a failed request.
+// so usage is added exactly once, by whichever write releases the claim, and the run (the dead run, for a
+// reaper's claim) joins the thread's unrecorded runs, which keep the thread in the running index until the orphan
+// sweep finds their outcomes recorded (REVIEW D15). It returns the raw SDK error, so callers can tell a failed
+// condition (isConditionFailed) from a failed request.
 // holds is the condition that f holds the thread's claim (same run, same epoch) and, when staleBefore is set,
 // that its heartbeat is older than staleBefore: the reap decision, shared by the reaper's release and takeover.
 func holds(e *expr, f agent.Fence, staleBefore time.Time) string {
@@ -325,9 +339,9 @@ func holds(e *expr, f agent.Fence, staleBefore time.Time) string {
 
 func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
 	e := newExpr()
-	update := "REMOVE " + claimRemoval(e)
+	update := "REMOVE " + claimRemoval(e) + " ADD " + e.n(attrUnrecorded) + " " + e.v(avSS(agent.ReapedRunID(req.Fence.RunID)))
 	if add := usageAdd(e, req.Usage); add != "" {
-		update += " ADD " + add
+		update += ", " + add
 	}
 	if !req.Now.IsZero() {
 		// The thread moves up in its owner's list when a turn ends (recency is the byOwner index key).
@@ -791,4 +805,156 @@ func (s *Store) nominate(ctx context.Context, ix sparseIndex, before time.Time, 
 		return flush()
 	}
 	return nil
+}
+
+func avSS(v ...string) types.AttributeValue { return &types.AttributeValueMemberSS{Value: v} }
+
+func getSS(it item, name string) []string {
+	if v, ok := it[name].(*types.AttributeValueMemberSS); ok {
+		return v.Value
+	}
+	return nil
+}
+
+// addUnrecorded adds runID to the thread's unrecorded runs while f holds the claim: one UpdateItem.
+func (s *Store) addUnrecorded(ctx context.Context, threadID string, f agent.Fence, runID string) error {
+	e := newExpr()
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(threadPK(threadID), threadSK),
+		UpdateExpression:          aws.String("ADD " + e.n(attrUnrecorded) + " " + e.v(avSS(runID))),
+		ConditionExpression:       aws.String(holds(e, f, time.Time{})),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	})
+	if isConditionFailed(err) {
+		return nil // the claim moved on: whoever took it released or reaped it
+	}
+	return storeErr(err, "note unrecorded run")
+}
+
+// ListOrphanRuns (agent.OrphanRunLister, REVIEW D15) finds the runs recorded as running that no claim names. A
+// released thread stays in the running index (release keeps its keys) with the runs it released in its
+// unrecorded set, so the sweep reads the same index as ListStaleClaims, keys only, one Query per shard for
+// claimBucket < :before, and then:
+//
+//  1. the nominees' thread items (strongly consistent BatchGetItem, one per 100);
+//  2. the run items their unrecorded sets name (one BatchGetItem): a run still running, last changed before
+//     `before`, is an answer, unless the thread's claim is its own (a reaper's claim finishing it);
+//  3. one UpdateItem per thread with runs to forget, condition attribute_exists(pk): DELETE from the set
+//     the runs found recorded (a terminal status never changes) or missing (a run item never written, or
+//     deleted); and when that empties the set, REMOVE the index keys in the same write, on condition that the
+//     thread is still idle and its set is still exactly what was read (size and contains), so a release that
+//     came in between keeps the thread nominated.
+//
+// So a thread leaves the index once per idle period, one write (1 WCU, and the index delete) after its last
+// release is older than `before`; a chained turn only moves its key (BenchmarkTurn; infra/DYNAMODB.md). The
+// answers are nominations: the caller finishes each through ReapOrphan, which re-checks everything. Ordered by
+// UpdatedAt, thread id, run id.
+func (s *Store) ListOrphanRuns(ctx context.Context, before time.Time, limit int) ([]agent.Run, error) {
+	if limit <= 0 {
+		limit = agent.DefaultListLimit
+	}
+	out := []agent.Run{}
+	ix := sparseIndex{name: IndexRunning, shardAttr: AttrRunShard, shardPrefix: "RUN#", sortAttr: AttrClaimBucket, shards: s.runShards}
+	err := s.nominate(ctx, ix, before, limit, func(nominees []item) (int, error) {
+		threads, err := s.batchGet(ctx, nominees)
+		if err != nil {
+			return 0, err
+		}
+		var runKeys []item
+		nominated := map[string]item{}
+		for _, it := range threads {
+			if !live(it) {
+				continue
+			}
+			id := getS(it, attrID)
+			nominated[id] = it
+			for _, run := range getSS(it, attrUnrecorded) {
+				runKeys = append(runKeys, key(threadPK(id), runSK(run)))
+			}
+		}
+		runs, err := s.batchGet(ctx, runKeys)
+		if err != nil {
+			return 0, err
+		}
+		n := len(out)
+		for id, th := range nominated {
+			claim := decodeClaim(th)
+			var forget []string
+			for _, runID := range getSS(th, attrUnrecorded) {
+				it, ok := runs[itemKey(key(threadPK(id), runSK(runID)))]
+				switch {
+				case !ok:
+					forget = append(forget, runID)
+				case getS(it, attrStatus) != string(agent.RunRunning):
+					forget = append(forget, runID)
+				case claim != nil && agent.ReapedRunID(claim.RunID) == runID:
+					// Claimed again by its own id (a recognised retry), or held by a reaper finishing it.
+				case getT(it, attrUpdatedAt).Before(before):
+					out = append(out, decodeRun(it))
+				}
+			}
+			if err := s.forgetRecorded(ctx, id, getSS(th, attrUnrecorded), forget, claim == nil); err != nil {
+				s.log.WarnContext(ctx, "dynamo: forgetting recorded runs", "thread", id, "err", err)
+			}
+		}
+		return len(out) - n, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.UpdatedAt.Equal(b.UpdatedAt) {
+			return a.UpdatedAt.Before(b.UpdatedAt)
+		}
+		if a.ThreadID != b.ThreadID {
+			return a.ThreadID < b.ThreadID
+		}
+		return a.ID < b.ID
+	})
+	return out[:min(len(out), limit)], nil
+}
+
+// forgetRecorded takes the runs of forget out of an idle thread's unrecorded set (read as set), and the thread out
+// of the running index when that leaves the set empty: one conditional UpdateItem (see ListOrphanRuns). A failed
+// condition changes nothing (a claim or a release came in between; the next sweep looks again).
+func (s *Store) forgetRecorded(ctx context.Context, threadID string, set, forget []string, idle bool) error {
+	e := newExpr()
+	cond := "attribute_exists(" + e.n(AttrPK) + ")"
+	var update string
+	switch {
+	case idle && len(forget) == len(set):
+		// All recorded (or none to look at): the thread leaves the index, if nothing changed since the read.
+		cond += " AND attribute_not_exists(" + e.n(attrClaimRun) + ")"
+		if len(set) == 0 {
+			cond += " AND attribute_not_exists(" + e.n(attrUnrecorded) + ")"
+		} else {
+			cond += " AND size(" + e.n(attrUnrecorded) + ") = " + e.v(avN(int64(len(set))))
+			for _, id := range set {
+				cond += " AND contains(" + e.n(attrUnrecorded) + ", " + e.v(avS(id)) + ")"
+			}
+		}
+		update = "REMOVE " + e.n(AttrRunShard) + ", " + e.n(AttrClaimBucket)
+		if len(set) > 0 {
+			update += ", " + e.n(attrUnrecorded)
+		}
+	case len(forget) > 0:
+		update = "DELETE " + e.n(attrUnrecorded) + " " + e.v(avSS(forget...))
+	default:
+		return nil
+	}
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(threadPK(threadID), threadSK),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	})
+	if isConditionFailed(err) {
+		return nil
+	}
+	return storeErr(err, "forget recorded runs")
 }

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/dynamo"
+	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/tools"
@@ -539,36 +542,80 @@ func (c *stepClock) add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.
 // REVIEW D15: a crash between FinishRun's release and its outcome (fence C) leaves a run recorded as running that
 // no claim names. No reader is needed: one Tick with the clock past StaleAfter finds it (the store's list of
 // claimless running runs) and finishes it through ReapOrphan, adopting the status of the final message it stored.
-// A run still inside StaleAfter, and a live claimed run, are left alone.
+// A run still inside StaleAfter, and a live claimed run, are left alone. On both stores.
 func TestTickFinishesClaimlessRunningRuns(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-	if err != nil {
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		tickFinishesClaimlessRunningRuns(t, st)
+	})
+	t.Run("dynamo", func(t *testing.T) {
+		t.Parallel()
+		tickFinishesClaimlessRunningRuns(t, dynamoStore(t))
+	})
+}
+
+// dynamoStore starts a dynalite for the test and returns a store over a fresh table.
+func dynamoStore(t *testing.T) *dynamo.Store {
+	t.Helper()
+	endpoint := dynamotest.Start(t)
+	client := dynamotest.Client(endpoint)
+	table := fmt.Sprintf("reaper_%d", time.Now().UnixNano())
+	if err := dynamotest.CreateTable(context.Background(), client, table); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	return dynamo.New(client, table)
+}
+
+func tickFinishesClaimlessRunningRuns(t *testing.T, st agent.Store) {
 	clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
 	r := reaper.New(reaper.Deps{Store: st, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
-	f := &fixture{store: st, r: r}
 	ctx := context.Background()
+	claim := func(id, runID string) agent.Run {
+		t.Helper()
+		now := clock.Now()
+		if _, _, err := st.CreateThread(ctx, agent.Thread{ID: id, Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.ClaimRun(ctx, agent.ClaimRequest{ThreadID: id, Owner: "alice", RunID: runID, AssistantMessageID: "msg_" + runID, Now: now, Reserve: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Run
+	}
+	reply := func(run agent.Run, final bool, md, part string) {
+		t.Helper()
+		err := st.PutMessage(ctx, agent.MessageWrite{ThreadID: run.ThreadID, Seq: run.AssistantSeq(), Fence: run.Fence(), Final: final, Now: clock.Now(),
+			Message: agent.Message{ID: run.AssistantMessageID, Role: agent.RoleAssistant, Parts: []json.RawMessage{json.RawMessage(part)}, Metadata: json.RawMessage(md)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle := func(id string) {
+		t.Helper()
+		if th, err := st.GetThread(ctx, id); err != nil || th.ActiveRun != nil {
+			t.Errorf("thread %s: %+v %v, want the claim released", id, th.ActiveRun, err)
+		}
+	}
 
 	// final: the reply was stored final (completed), then the release applied and the outcome was lost.
-	final := f.claim(t, "final", "run_final", clock.Now())
-	err = st.PutMessage(ctx, agent.MessageWrite{ThreadID: "final", Seq: final.AssistantSeq(), Fence: final.Fence(), Final: true, Now: clock.Now(),
-		Message: agent.Message{ID: final.AssistantMessageID, Role: agent.RoleAssistant, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"done"}`)},
-			Metadata: json.RawMessage(`{"status":"completed","runId":"run_final","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3,"cachedInputTokens":0}}`)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	final := claim("final", "run_final")
+	reply(final, true, `{"status":"completed","runId":"run_final","usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3,"cachedInputTokens":0}}`,
+		`{"type":"text","text":"done"}`)
 	// draft: the reply was still streaming.
-	draft := f.claim(t, "draft", "run_draft", clock.Now())
-	f.draft(t, draft, `{"status":"streaming","runId":"run_draft"}`, `{"type":"text","text":"half"}`)
+	draft := claim("draft", "run_draft")
+	reply(draft, false, `{"status":"streaming","runId":"run_draft"}`, `{"type":"text","text":"half"}`)
 	for _, run := range []agent.Run{final, draft} {
 		if err := st.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: run.ThreadID, Fence: run.Fence(), Now: clock.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	live := f.claim(t, "live", "run_live", clock.Now())
+	live := claim("live", "run_live")
 
 	// Within StaleAfter nothing is touched.
 	if _, err := r.Tick(ctx); err != nil {
@@ -597,12 +644,16 @@ func TestTickFinishesClaimlessRunningRuns(t *testing.T) {
 	if got.Status != agent.RunFailed || got.Error == nil || got.Error.Code != agent.CodeStale || rec.Message.Meta().Status != agent.MessageFailed {
 		t.Errorf("streaming orphan: run %s %+v, message %s", got.Status, got.Error, rec.Message.Metadata)
 	}
-	f.idle(t, "final")
-	f.idle(t, "draft")
+	idle("final")
+	idle("draft")
 	if got, _ := st.GetRun(ctx, "live", live.ID); got.Status != agent.RunRunning {
 		t.Errorf("the live run was finished: %s", got.Status)
 	}
 	if th, _ := st.GetThread(ctx, "live"); th.ActiveRun == nil || th.ActiveRun.RunID != live.ID {
 		t.Errorf("the live run lost its claim: %+v", th.ActiveRun)
+	}
+	// Finished, they are not named again.
+	if stats, err := r.Tick(ctx); err != nil || stats.Orphans != 0 {
+		t.Errorf("a later tick: %+v %v, want no orphans", stats, err)
 	}
 }
