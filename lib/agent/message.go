@@ -57,10 +57,45 @@ type MessageMetadata struct {
 	Error *RunError `json:"error,omitempty"`
 }
 
+// RunErrorPart is the type of the part that shows a failed reply's error in the reply itself, for apps that
+// render a message's parts (useChat): {"type": "data-run-error", "id": <run id>, "data": {code, message}} (the
+// run's RunError: a stable code and a message safe to show). A data part, so the AI SDK keeps it on the message as
+// it is, and the transcript never sends it to a model. The reaper gives it to the reply of a run that died before
+// its first word, which would otherwise have no part at all (issue 16 item 11).
+const RunErrorPart = "data-run-error"
+
+// ErrorPart is the RunErrorPart of run runID's error e.
+func ErrorPart(runID string, e RunError) json.RawMessage {
+	b, err := json.Marshal(struct {
+		Type string   `json:"type"`
+		ID   string   `json:"id"`
+		Data RunError `json:"data"`
+	}{RunErrorPart, runID, e})
+	if err != nil {
+		panic("agent: encode error part: " + err.Error())
+	}
+	return b
+}
+
+// saysNothing reports whether m is a failed reply with nothing in it for a model: no part, or only its error
+// (RunErrorPart).
+func saysNothing(m Message) bool {
+	if m.Role != RoleAssistant || m.Meta().Status != MessageFailed {
+		return false
+	}
+	for _, raw := range m.Parts {
+		var p struct{ Type string }
+		if json.Unmarshal(raw, &p) != nil || p.Type != RunErrorPart {
+			return false
+		}
+	}
+	return true
+}
+
 // Visible leaves out, keeping the order, every message that a later completed (or interrupted: it stands, asking
 // for an answer) message replaces (a regenerate whose old reply was not yet hidden), and failed replies that say
-// nothing (a run that died before its first word: the reaper stores such a reply only to fence the dead run's
-// writes).
+// nothing (a run that died before its first word: the reaper stores such a reply, with only its error, to fence
+// the dead run's writes and to show the error).
 func Visible(msgs []Message) []Message {
 	replaced := map[string]bool{}
 	for _, m := range msgs {
@@ -70,8 +105,7 @@ func Visible(msgs []Message) []Message {
 	}
 	out := make([]Message, 0, len(msgs))
 	for _, m := range msgs {
-		empty := m.Role == RoleAssistant && len(m.Parts) == 0 && m.Meta().Status == MessageFailed
-		if !replaced[m.ID] && !empty {
+		if !replaced[m.ID] && !saysNothing(m) {
 			out = append(out, m)
 		}
 	}
@@ -92,8 +126,7 @@ func Shown(msgs []Message) []Message {
 			next++
 			continue
 		}
-		md := m.Meta()
-		if m.Role != RoleAssistant || len(m.Parts) != 0 || md.Status != MessageFailed || md.Error == nil {
+		if !saysNothing(m) || m.Meta().Error == nil {
 			continue
 		}
 		if i+1 < len(msgs) && msgs[i+1].Role == RoleAssistant {

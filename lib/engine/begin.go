@@ -367,7 +367,7 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	}
 	var plan turnPlan
 	if req.Kind == TurnRegenerate {
-		plan, err = planRegenerate(msgs, req.MessageID)
+		plan, err = planRegenerate(msgs, req.MessageID, w.shownFailure())
 	} else {
 		seen := msgs
 		if own != nil && !slices.ContainsFunc(msgs, func(m agent.Message) bool { return m.ID == own.Message.ID }) {
@@ -458,10 +458,15 @@ func planSubmit(msgs []agent.Message, m agent.Message, edit bool) (turnPlan, err
 
 // planRegenerate answers the newest user message again. The reply it replaces stays stored until the new one
 // is (REVIEW: a failed regenerate must not lose the old reply); the model just does not see it.
-func planRegenerate(msgs []agent.Message, replaceID string) (turnPlan, error) {
+// shown is the failed reply that readers show after the newest message although the engine reads past it
+// (window.shownFailure): a regenerate may name it, as useChat's regenerate({messageId}) from that reply does.
+func planRegenerate(msgs []agent.Message, replaceID, shown string) (turnPlan, error) {
 	last := len(msgs) - 1
 	if last < 0 {
 		return turnPlan{}, agent.E(agent.KindInvalid, agent.CodeNothingToRegen, "the thread has no messages")
+	}
+	if replaceID != "" && replaceID == shown && msgs[last].Role == agent.RoleUser {
+		return turnPlan{history: msgs, replaces: replaceID}, nil
 	}
 	if msgs[last].Role == agent.RoleAssistant {
 		if replaceID != "" && replaceID != msgs[last].ID {

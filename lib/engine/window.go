@@ -138,6 +138,20 @@ func (w *window) messages() []agent.Message {
 	return msgs
 }
 
+// shownFailure is the id of the failed reply that readers show after the window's newest message although the
+// engine reads past it (agent.Shown over agent.Visible: a run that died before its first word), or "".
+func (w *window) shownFailure() string {
+	msgs := make([]agent.Message, len(w.recs))
+	for i, r := range w.recs {
+		msgs[i] = r.Message
+	}
+	shown, visible := agent.Shown(msgs), agent.Visible(msgs)
+	if len(shown) == 0 || (len(visible) > 0 && visible[len(visible)-1].ID == shown[len(shown)-1].ID) {
+		return ""
+	}
+	return shown[len(shown)-1].ID
+}
+
 // budget is the engine's token budget for the window.
 func (e *Engine) budget() int {
 	return cmp.Or(e.cfg.WindowTokens, e.cfg.Transcript.BudgetTokens, transcript.DefaultBudgetTokens)

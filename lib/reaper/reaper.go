@@ -576,8 +576,9 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 		parts = continued
 	}
 	owner := ""
-	// With nothing recovered the message is still written, empty and finalized: readers leave such a reply out
-	// (agent.Visible), and it fences the dead run's id, so a write of that run still in flight cannot land later.
+	// With nothing recovered the message is still written, finalized, with only its error (agent.ErrorPart): the
+	// engine reads past such a reply (agent.Visible), readers show it (agent.Shown), and it fences the dead run's
+	// id, so a write of that run still in flight cannot land later.
 	parts = transcript.Synthesize(parts, "Result unknown: the run stopped before this tool's result was stored.",
 		func(p agent.Part) (json.RawMessage, bool) {
 			if owner == "" {
@@ -590,6 +591,10 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 	raw := make([]json.RawMessage, len(parts))
 	for i, p := range parts {
 		raw[i] = agent.EncodePart(p)
+	}
+	if len(raw) == 0 && run.Error != nil {
+		// A reply with no part shows nothing where an app renders parts: it gets one that shows its error.
+		raw = append(raw, agent.ErrorPart(run.ID, *run.Error))
 	}
 	md, _ := json.Marshal(agent.MessageMetadata{Status: agent.MessageFailed, RunID: run.ID, Model: run.Model, Usage: &usage,
 		Error: run.Error})
