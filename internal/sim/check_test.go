@@ -142,25 +142,27 @@ func (w *world) checkThread(ctx context.Context, th *simThread) {
 // saw. Those are exempt unless the sim explores the known gaps (-gaps), which reports them.
 func (w *world) mustKeep(a acceptedMsg) bool {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	p := a.proc
 	fenced := p.expectUW && p.result != nil && p.result.Error != nil && p.result.Error.Code == agent.CodeRunFenced
-	w.mu.Unlock()
-	if fenced {
+	if fenced && !p.uwApplied {
 		// The run lost its claim before its message's write landed, and the write was refused (the fences:
-		// the reaper stubs the message first, SQLite checks the claim): its client was told the run stopped, and
-		// sends the message again (a write that did land is kept, and checked like any other).
+		// the reaper stubs the message first, SQLite checks the claim) or never sent: its client was told the
+		// run stopped, and sends the message again. A write the store answered ok is kept, and checked like any
+		// other.
+		return false
+	}
+	if p.expectUW && p.dead && !p.uwDone && !p.uwApplied {
+		// The process died before its message's write was answered (a crash before the write, or between the
+		// requests of it on DynamoDB): the client's stream broke without a finish, and it sends the message
+		// again. Not a window: nothing reached the store that could be kept.
 		return false
 	}
 	if w.gaps {
 		return true
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if !p.expectUW {
 		return true // a re-post of a stored message
-	}
-	if p.dead && !p.uwDone {
-		return false
 	}
 	if p.result != nil && p.result.Error != nil && p.result.Error.Code == agent.CodePersistFailed {
 		return false

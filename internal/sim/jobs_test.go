@@ -185,7 +185,7 @@ func (j *simJobs) record(ctx context.Context, method, name string, t agent.JobTa
 		return errors.New("sim: no process")
 	}
 	detail := func() string { return strings.ReplaceAll(name, "\x00", " ") }
-	err := p.store.callD(ctx, method, true, false, callPlain, nil, t.ThreadID, detail, func() error {
+	err := p.store.callD(ctx, method, true, false, callPlain, nil, t.ThreadID, detail, func(context.Context) error {
 		j.w.recordExec(name, t, wake)
 		return nil
 	})

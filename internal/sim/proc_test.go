@@ -55,6 +55,14 @@ type proc struct {
 	wroteIDs    map[string]bool
 	noopWrite   bool    // the PutMessage being made rewrites what is stored, byte for byte
 	lostFrac    float64 // of injected write faults, the share that hit after the write applied
+	crashable   bool
+	// Request-level faults (DynamoDB, requests_test.go): the process's requests draw fates from reqRng at
+	// reqRate while reqCall (the store call being made) is set; reqN counts that call's requests.
+	reqRng    *rand.Rand
+	reqRate   float64
+	reqCall   string
+	reqN      int
+	reqStreak int // faults in a row on the call's requests
 
 	// Everything below is guarded by w.mu.
 	calls        int
@@ -72,6 +80,7 @@ type proc struct {
 	uwSeen       bool
 	uwPending    bool
 	uwDone       bool                             // the goroutine is over
+	uwApplied    bool                             // the store answered ok to its write of the user message
 	resolved     map[string]agent.InterruptStatus // tool call id → the answer this process's Begin resolved it with
 	sent         map[string]sentAnswer            // tool call id → the answer this process's request carries
 	toolsRunning int
@@ -124,7 +133,12 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	if crashable {
 		p.delayProb = w.plan.delayProb
 	}
-	p.store = &procStore{Store: w.base, p: p}
+	p.drawRequestFaults(crashable)
+	base := w.base
+	if ps, ok := w.base.(procStores); ok {
+		base = ps.forProc(p)
+	}
+	p.store = &procStore{Store: base, p: p}
 	tools := w.toolset(p)
 	// Outside jobs mode the engine and the reaper get no Jobs port: they then make no job or queue calls, and a
 	// schedule drawn before jobs existed replays as it did.
@@ -145,6 +159,9 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	w.procs = append(w.procs, p)
 	if p.crashAt > 0 || p.faultRate > 0 {
 		w.tracef("  %s: crashAt=%d after=%v faultRate=%.2f", p.name, p.crashAt, p.crashAfter, p.faultRate)
+	}
+	if p.reqRate > 0 {
+		w.tracef("  %s: requestFaultRate=%.2f", p.name, p.reqRate)
 	}
 	return p
 }
@@ -235,7 +252,10 @@ func (p *proc) parkUserWrite() bool {
 // outcome, of a run that wrote no message, gets no crash. A crash there, or right after that release or outcome,
 // moves to the first call after the reap. Likewise no crash comes between a turn's take of a steer's queue entry
 // and its mark of the job delivered.
-func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost bool) {
+//
+// reqOK tells whether the call's DynamoDB requests may draw faults of their own (requests_test.go): a write
+// outside those windows that got no fault of its own.
+func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost, reqOK bool) {
 	w := p.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -250,29 +270,33 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	case "PutMessage", "FinishRun", "AppendSegment", "PutValue", "CreateJob", "CreateInterrupt":
 		p.inTake = false // the run's own writes come after what its turn took (a failed mark is not retried)
 	}
-	if (p.inFinish || p.inTake) && !w.gaps && p.crashAt == n {
+	steered := (p.inFinish || p.inTake) && !w.gaps
+	if steered && p.crashAt == n {
 		p.crashAt++ // transient faults pass (they are retried), a crash waits for the window's end
 	}
 	if p.inReap && !w.gaps {
 		if p.crashAt == n {
 			p.crashAt++
 		}
-		return n, false, false, false, false
+		return n, false, false, false, false, false
 	}
 	releasing := method == "ReleaseClaim" && p.releasing && !w.gaps
-	if (releasing || (method == "FinishRun" && p.finishing || method == "TakeQueued" && p.takingSteer) && !w.gaps) && p.crashAt == n && p.crashAfter {
-		p.crashAt++ // a crash right after that write is the same window: it moves on too
+	if releasing || (method == "FinishRun" && p.finishing || method == "TakeQueued" && p.takingSteer) && !w.gaps {
+		steered = true
+		if p.crashAt == n && p.crashAfter {
+			p.crashAt++ // a crash right after that write is the same window: it moves on too
+		}
 	}
 	if p.crashAt == n {
-		return n, true, p.crashAfter, false, false
+		return n, true, p.crashAfter, false, false, false
 	}
 	// At most two faults in a row per method: the engine's retries (real-time backoff) then succeed.
 	if write && r1 < p.faultRate && p.consecFaults[method] < 2 {
 		p.consecFaults[method]++
-		return n, false, false, true, r2 < p.lostFrac && !releasing
+		return n, false, false, true, r2 < p.lostFrac && !releasing, false
 	}
 	p.consecFaults[method] = 0
-	return n, false, false, false, false
+	return n, false, false, false, false, write && !steered
 }
 
 // slow decides whether the process pauses after a call of the queue's races (jobs mode only, so that schedules

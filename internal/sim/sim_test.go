@@ -59,6 +59,8 @@ import (
 	"testing"
 	"time"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
@@ -135,6 +137,13 @@ var knownBugs = []struct {
 	// message of a run that wrote none (8437), not fixed. Later changes to how jobs-mode schedules are drawn
 	// re-drew those seeds, and none of them reproduces its bug any more (with or without the fixes): the seeds of
 	// the reap bug must be found again (run -gaps over a few hundred seeds in jobs mode).
+
+	// Request-level faults (requests_test.go) found this one: a crash between the two writes of DynamoDB's
+	// FinishRun (the release applied, the outcome not recorded) leaves a claimless running run (note.md Left 3).
+	// An answer then continues its message under a new claim; when the final reader meets the old run it reaps
+	// it at a new epoch and rewrites the continued message from the dead run's segments: every tool call of the
+	// reply twice, and the thread's usage no longer its runs' sum.
+	{1000019, "dynamo", "tool-results", "a claimless running run left by a crash inside DynamoDB's FinishRun is reaped after a later run continued its message, and the reap rewrites that message"},
 }
 
 // outcome is one schedule's result.
@@ -223,7 +232,7 @@ func dynamoStores(t testing.TB) storeFactory {
 	if err := dynamotest.CreateTable(context.Background(), client, table); err != nil {
 		t.Fatal(err)
 	}
-	st := dynamo.New(client, table)
+	st := dynamoBase{Store: dynamo.New(client, table), endpoint: dynaliteSrv.Endpoint, table: table, http: awshttp.NewBuildableClient()}
 	return func(testing.TB, int) agent.Store { return st }
 }
 

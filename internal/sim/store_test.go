@@ -103,12 +103,12 @@ func goroutineEntry() string {
 
 // call runs one store call of the process through the gates, the crash point and the fault injector.
 // own is the fence of a write the process's run makes under its own claim (nil otherwise).
-func (s *procStore) call(ctx context.Context, method string, write bool, kind callKind, own *agent.Fence, threadID string, do func() error) error {
+func (s *procStore) call(ctx context.Context, method string, write bool, kind callKind, own *agent.Fence, threadID string, do func(ctx context.Context) error) error {
 	return s.callD(ctx, method, write, false, kind, own, threadID, func() string { return threadID }, do)
 }
 
 // callD is call with a description of the call for the trace; final marks a finalizing message write.
-func (s *procStore) callD(ctx context.Context, method string, write, final bool, kind callKind, own *agent.Fence, threadID string, detail func() string, do func() error) error {
+func (s *procStore) callD(ctx context.Context, method string, write, final bool, kind callKind, own *agent.Fence, threadID string, detail func() string, do func(ctx context.Context) error) error {
 	p, w := s.p, s.p.w
 	if p.isDead() {
 		return p.parkDead()
@@ -139,7 +139,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 		}
 	}
 	slowAfter := p.slow(ctx, method, kind)
-	n, crash, after, fault, lost := p.nextCall(method, write, final)
+	n, crash, after, fault, lost, reqOK := p.nextCall(method, write, final)
 	if crash && !after {
 		w.tracef("  %s: CRASH before call %d (%s)", p.name, n, method)
 		p.die()
@@ -156,7 +156,14 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	if own != nil {
 		before, beforeOK = w.threadOf(threadID)
 	}
-	err := do()
+	if reqOK && kind != callHeartbeat && kind != callPoll {
+		p.inRequests(method)
+	}
+	err := do(undeadlined(ctx))
+	p.inRequests("")
+	if p.isDead() {
+		return p.parkDead() // a crash between two requests of the call (requests_test.go)
+	}
 	if own != nil {
 		w.checkOwnWrite(p, method, detail(), *own, threadID, before, beforeOK, err)
 	}
@@ -189,6 +196,35 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	return err
 }
 
+// undeadlined is ctx without its deadline (its values, the write gate among them, and its cancellation kept). The
+// engine puts a deadline at the claim's horizon on every fenced attempt, counted in real time from the virtual
+// clock; in the sim a call may wait for the scheduler (a write held in flight, the user-message write parked)
+// for as long as other processes run, so that deadline would cut calls by how loaded the machine is (seed
+// 1000013 on dynalite, under load: the user message's PutMessage "context deadline exceeded"). The virtual
+// horizon still gates every attempt: the engine asks the gate before each one, and the DynamoDB adapter before
+// each SDK attempt.
+func undeadlined(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok || (ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)) {
+		return ctx
+	}
+	return cancelOnly{ctx}
+}
+
+// cancelOnly is a context with its parent's values and cancellation but no deadline: Err reports a cancel of
+// the parent that is not its deadline.
+type cancelOnly struct{ context.Context }
+
+func (c cancelOnly) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (c cancelOnly) Done() <-chan struct{} { return nil }
+
+func (c cancelOnly) Err() error {
+	if err := c.Context.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
 var errInjected = agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: injected transient fault")
 
 func errStr(err error) string {
@@ -208,7 +244,7 @@ func (s *procStore) ownFence(ctx context.Context, f agent.Fence) *agent.Fence {
 // ThreadStore.
 
 func (s *procStore) CreateThread(ctx context.Context, t agent.Thread) (th agent.Thread, created bool, err error) {
-	err = s.call(ctx, "CreateThread", true, callPlain, nil, t.ID, func() error {
+	err = s.call(ctx, "CreateThread", true, callPlain, nil, t.ID, func(ctx context.Context) error {
 		var e error
 		th, created, e = s.Store.CreateThread(ctx, t)
 		return e
@@ -226,7 +262,7 @@ func (s *procStore) GetThread(ctx context.Context, id string) (th agent.Thread, 
 			kind = callPoll
 		}
 	}
-	err = s.call(ctx, "GetThread", false, kind, nil, id, func() error {
+	err = s.call(ctx, "GetThread", false, kind, nil, id, func(ctx context.Context) error {
 		var e error
 		th, e = s.Store.GetThread(ctx, id)
 		return e
@@ -235,7 +271,7 @@ func (s *procStore) GetThread(ctx context.Context, id string) (th agent.Thread, 
 }
 
 func (s *procStore) ListThreads(ctx context.Context, owner string, limit int) (ths []agent.Thread, err error) {
-	err = s.call(ctx, "ListThreads", false, callPlain, nil, "", func() error {
+	err = s.call(ctx, "ListThreads", false, callPlain, nil, "", func(ctx context.Context) error {
 		var e error
 		ths, e = s.Store.ListThreads(ctx, owner, limit)
 		return e
@@ -244,7 +280,7 @@ func (s *procStore) ListThreads(ctx context.Context, owner string, limit int) (t
 }
 
 func (s *procStore) UpdateThread(ctx context.Context, id string, pt agent.ThreadPatch, now time.Time) (th agent.Thread, err error) {
-	err = s.call(ctx, "UpdateThread", true, callPlain, nil, id, func() error {
+	err = s.call(ctx, "UpdateThread", true, callPlain, nil, id, func(ctx context.Context) error {
 		var e error
 		th, e = s.Store.UpdateThread(ctx, id, pt, now)
 		return e
@@ -253,7 +289,7 @@ func (s *procStore) UpdateThread(ctx context.Context, id string, pt agent.Thread
 }
 
 func (s *procStore) DeleteThread(ctx context.Context, id string) error {
-	return s.call(ctx, "DeleteThread", true, callPlain, nil, id, func() error {
+	return s.call(ctx, "DeleteThread", true, callPlain, nil, id, func(ctx context.Context) error {
 		err := s.Store.DeleteThread(ctx, id)
 		if err == nil {
 			s.p.w.threadDeleted(id) // even if the process dies before it hears back
@@ -270,7 +306,7 @@ func (s *procStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res a
 		kind = callClaim
 	}
 	detail := func() string { return fmt.Sprintf("%s run=%s -> epoch %d", req.ThreadID, req.RunID, res.Run.Epoch) }
-	err = s.callD(ctx, "ClaimRun", true, false, kind, nil, req.ThreadID, detail, func() error {
+	err = s.callD(ctx, "ClaimRun", true, false, kind, nil, req.ThreadID, detail, func(ctx context.Context) error {
 		var e error
 		res, e = s.Store.ClaimRun(ctx, req)
 		if e == nil {
@@ -290,7 +326,7 @@ func (s *procStore) Heartbeat(ctx context.Context, threadID string, f agent.Fenc
 		// that an armed heartbeat always carries the current virtual time.
 		return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: stale guard tick")
 	}
-	err := s.call(ctx, "Heartbeat", true, callHeartbeat, nil, threadID, func() error {
+	err := s.call(ctx, "Heartbeat", true, callHeartbeat, nil, threadID, func(ctx context.Context) error {
 		return s.Store.Heartbeat(ctx, threadID, f, now)
 	})
 	if err == nil {
@@ -300,7 +336,7 @@ func (s *procStore) Heartbeat(ctx context.Context, threadID string, f agent.Fenc
 }
 
 func (s *procStore) RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (c agent.Claim, err error) {
-	err = s.call(ctx, "RequestCancel", true, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "RequestCancel", true, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		c, e = s.Store.RequestCancel(ctx, threadID, runID, now)
 		return e
@@ -316,7 +352,7 @@ func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
 	s.p.w.mu.Lock()
 	s.p.finishing = unwritten
 	s.p.w.mu.Unlock()
-	return s.callD(ctx, "FinishRun", true, false, callPlain, s.ownFence(ctx, run.Fence()), run.ThreadID, detail, func() error {
+	return s.callD(ctx, "FinishRun", true, false, callPlain, s.ownFence(ctx, run.Fence()), run.ThreadID, detail, func(ctx context.Context) error {
 		err := s.Store.FinishRun(ctx, run)
 		if err == nil && unwritten {
 			s.p.w.mu.Lock()
@@ -328,13 +364,13 @@ func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
 }
 
 func (s *procStore) FenceMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
-	return s.call(ctx, "FenceMessage", true, callPlain, nil, threadID, func() error {
+	return s.call(ctx, "FenceMessage", true, callPlain, nil, threadID, func(ctx context.Context) error {
 		return s.Store.FenceMessage(ctx, threadID, id, f)
 	})
 }
 
 func (s *procStore) TakeOver(ctx context.Context, req agent.TakeRequest) (f agent.Fence, err error) {
-	err = s.call(ctx, "TakeOver", true, callPlain, nil, req.ThreadID, func() error {
+	err = s.call(ctx, "TakeOver", true, callPlain, nil, req.ThreadID, func(ctx context.Context) error {
 		var e error
 		f, e = s.Store.TakeOver(ctx, req)
 		return e
@@ -343,7 +379,7 @@ func (s *procStore) TakeOver(ctx context.Context, req agent.TakeRequest) (f agen
 }
 
 func (s *procStore) RecordOutcome(ctx context.Context, run agent.Run, holder agent.Fence) error {
-	return s.call(ctx, "RecordOutcome", true, callPlain, nil, run.ThreadID, func() error {
+	return s.call(ctx, "RecordOutcome", true, callPlain, nil, run.ThreadID, func(ctx context.Context) error {
 		return s.Store.RecordOutcome(ctx, run, holder)
 	})
 }
@@ -353,7 +389,7 @@ func (s *procStore) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) 
 	s.p.w.mu.Lock()
 	s.p.releasing = undrafted
 	s.p.w.mu.Unlock()
-	return s.call(ctx, "ReleaseClaim", true, callPlain, nil, req.ThreadID, func() error {
+	return s.call(ctx, "ReleaseClaim", true, callPlain, nil, req.ThreadID, func(ctx context.Context) error {
 		err := s.Store.ReleaseClaim(ctx, req)
 		if err == nil && undrafted {
 			s.p.w.mu.Lock()
@@ -365,7 +401,7 @@ func (s *procStore) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) 
 }
 
 func (s *procStore) ListStaleClaims(ctx context.Context, before time.Time, limit int) (cs []agent.StaleClaim, err error) {
-	err = s.call(ctx, "ListStaleClaims", false, callPlain, nil, "", func() error {
+	err = s.call(ctx, "ListStaleClaims", false, callPlain, nil, "", func(ctx context.Context) error {
 		var e error
 		cs, e = s.Store.ListStaleClaims(ctx, before, limit)
 		return e
@@ -382,7 +418,7 @@ func (s *procStore) ListStaleClaims(ctx context.Context, before time.Time, limit
 }
 
 func (s *procStore) GetRun(ctx context.Context, threadID, runID string) (r agent.Run, err error) {
-	err = s.call(ctx, "GetRun", false, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "GetRun", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		r, e = s.Store.GetRun(ctx, threadID, runID)
 		return e
@@ -391,7 +427,7 @@ func (s *procStore) GetRun(ctx context.Context, threadID, runID string) (r agent
 }
 
 func (s *procStore) ListRuns(ctx context.Context, threadID string) (rs []agent.Run, err error) {
-	err = s.call(ctx, "ListRuns", false, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "ListRuns", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		rs, e = s.Store.ListRuns(ctx, threadID)
 		return e
@@ -429,10 +465,15 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 	if strings.HasPrefix(mw.Message.ID, "steer_") {
 		before = s.p.w.beforeSteer(mw)
 	}
-	return s.callD(ctx, "PutMessage", true, mw.Final, callPlain, s.ownFence(ctx, mw.Fence), mw.ThreadID, detail, func() error {
+	return s.callD(ctx, "PutMessage", true, mw.Final, callPlain, s.ownFence(ctx, mw.Fence), mw.ThreadID, detail, func(ctx context.Context) error {
 		err := s.Store.PutMessage(ctx, mw)
 		if err == nil && before != nil {
 			s.p.w.steerStored(s.p, mw, before)
+		}
+		if err == nil && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() && phaseOf(ctx) == phaseBegin {
+			s.p.w.mu.Lock()
+			s.p.uwApplied = true // the store answered ok: the message must be kept (mustKeep)
+			s.p.w.mu.Unlock()
 		}
 		if err == nil && s.p.delivers && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() {
 			s.p.w.takenStored(s.p, mw) // a delivery pass's turn stores user messages only from the queue
@@ -442,7 +483,7 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 }
 
 func (s *procStore) GetMessage(ctx context.Context, threadID, id string) (r agent.MessageRecord, err error) {
-	err = s.call(ctx, "GetMessage", false, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "GetMessage", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		r, e = s.Store.GetMessage(ctx, threadID, id)
 		return e
@@ -451,7 +492,7 @@ func (s *procStore) GetMessage(ctx context.Context, threadID, id string) (r agen
 }
 
 func (s *procStore) ListMessages(ctx context.Context, threadID string) (rs []agent.MessageRecord, err error) {
-	err = s.call(ctx, "ListMessages", false, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "ListMessages", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		rs, e = s.Store.ListMessages(ctx, threadID)
 		return e
@@ -465,7 +506,7 @@ func (s *procStore) ListMessages(ctx context.Context, threadID string) (rs []age
 func (s *procStore) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
 	edit := phaseOf(ctx) == phaseBegin && f.RunID == s.p.ownRun() // an edit drops the messages after the edited one
 	detail := func() string { return fmt.Sprintf("%s/%s fence=%s@%d", threadID, id, f.RunID, f.Epoch) }
-	return s.callD(ctx, "DeleteMessage", true, false, callPlain, s.ownFence(ctx, f), threadID, detail, func() error {
+	return s.callD(ctx, "DeleteMessage", true, false, callPlain, s.ownFence(ctx, f), threadID, detail, func(ctx context.Context) error {
 		err := s.Store.DeleteMessage(ctx, threadID, id, f)
 		if err == nil && edit {
 			s.p.w.messageDropped(threadID, id) // even if the process dies before it hears back
@@ -481,7 +522,7 @@ func (s *procStore) CreateInterrupt(ctx context.Context, in agent.Interrupt) (go
 		return fmt.Sprintf("%s/%s %s %s call=%s message=%s run=%s@%d -> created=%v", in.ThreadID, in.ID, in.Kind, in.ToolName,
 			in.ToolCallID, in.MessageID, in.RunID, in.Epoch, created)
 	}
-	err = s.callD(ctx, "CreateInterrupt", true, false, callPlain, nil, in.ThreadID, detail, func() error {
+	err = s.callD(ctx, "CreateInterrupt", true, false, callPlain, nil, in.ThreadID, detail, func(ctx context.Context) error {
 		var e error
 		got, created, e = s.Store.CreateInterrupt(ctx, in)
 		if e == nil && created {
@@ -495,7 +536,7 @@ func (s *procStore) CreateInterrupt(ctx context.Context, in agent.Interrupt) (go
 }
 
 func (s *procStore) GetInterrupt(ctx context.Context, threadID, id string) (in agent.Interrupt, err error) {
-	err = s.call(ctx, "GetInterrupt", false, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "GetInterrupt", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		in, e = s.Store.GetInterrupt(ctx, threadID, id)
 		return e
@@ -511,7 +552,7 @@ func (s *procStore) ListInterrupts(ctx context.Context, threadID string) (ins []
 		}
 		return s.Store.ListInterrupts(ctx, threadID)
 	}
-	err = s.call(ctx, "ListInterrupts", false, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "ListInterrupts", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		ins, e = s.Store.ListInterrupts(ctx, threadID)
 		return e
@@ -522,7 +563,7 @@ func (s *procStore) ListInterrupts(ctx context.Context, threadID string) (ins []
 func (s *procStore) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (got agent.Interrupt, err error) {
 	detail := func() string { return fmt.Sprintf("%s/%s -> %s", req.ThreadID, req.ID, req.Status) }
 	closing := (phaseOf(ctx) == phaseBegin || phaseOf(ctx) == phaseDeliver) && goroutineEntry() == entryUserWrite
-	err = s.callD(ctx, "ResolveInterrupt", true, false, callPlain, nil, req.ThreadID, detail, func() error {
+	err = s.callD(ctx, "ResolveInterrupt", true, false, callPlain, nil, req.ThreadID, detail, func(ctx context.Context) error {
 		var e error
 		got, e = s.Store.ResolveInterrupt(ctx, req)
 		if e == nil {
@@ -534,7 +575,7 @@ func (s *procStore) ResolveInterrupt(ctx context.Context, req agent.ResolveReque
 }
 
 func (s *procStore) ListExpiredInterrupts(ctx context.Context, before time.Time, limit int) (ins []agent.Interrupt, err error) {
-	err = s.call(ctx, "ListExpiredInterrupts", false, callPlain, nil, "", func() error {
+	err = s.call(ctx, "ListExpiredInterrupts", false, callPlain, nil, "", func(ctx context.Context) error {
 		var e error
 		ins, e = s.Store.ListExpiredInterrupts(ctx, before, limit)
 		return e
@@ -557,7 +598,7 @@ func (s *procStore) AppendSegment(ctx context.Context, seg agent.Segment) error 
 	// inside Close would hold the run for segments.DefaultCloseTimeout of real time.
 	key := fmt.Sprintf("%s/%d", seg.RunID, seg.Seq)
 	first := s.p.w.firstSegmentAttempt(key)
-	err := s.call(ctx, "AppendSegment", first && !seg.Final, callPlain, nil, seg.ThreadID, func() error {
+	err := s.call(ctx, "AppendSegment", first && !seg.Final, callPlain, nil, seg.ThreadID, func(ctx context.Context) error {
 		return s.Store.AppendSegment(ctx, seg)
 	})
 	if seg.Final {
@@ -569,7 +610,7 @@ func (s *procStore) AppendSegment(ctx context.Context, seg agent.Segment) error 
 }
 
 func (s *procStore) ListSegments(ctx context.Context, runID string, from int64, now time.Time) (ss []agent.Segment, err error) {
-	err = s.call(ctx, "ListSegments", false, callPlain, nil, "", func() error {
+	err = s.call(ctx, "ListSegments", false, callPlain, nil, "", func(ctx context.Context) error {
 		var e error
 		ss, e = s.Store.ListSegments(ctx, runID, from, now)
 		return e
@@ -580,7 +621,7 @@ func (s *procStore) ListSegments(ctx context.Context, runID string, from int64, 
 // ValueStore.
 
 func (s *procStore) PutValue(ctx context.Context, ns, key string, value []byte) error {
-	return s.call(ctx, "PutValue", true, callPlain, nil, "", func() error {
+	return s.call(ctx, "PutValue", true, callPlain, nil, "", func(ctx context.Context) error {
 		err := s.Store.PutValue(ctx, ns, key, value)
 		if err == nil {
 			s.p.w.valuePut(ns, key)
@@ -590,7 +631,7 @@ func (s *procStore) PutValue(ctx context.Context, ns, key string, value []byte) 
 }
 
 func (s *procStore) GetValue(ctx context.Context, ns, key string) (b []byte, err error) {
-	err = s.call(ctx, "GetValue", false, callPlain, nil, "", func() error {
+	err = s.call(ctx, "GetValue", false, callPlain, nil, "", func(ctx context.Context) error {
 		var e error
 		b, e = s.Store.GetValue(ctx, ns, key)
 		return e
@@ -599,7 +640,7 @@ func (s *procStore) GetValue(ctx context.Context, ns, key string) (b []byte, err
 }
 
 func (s *procStore) ListValues(ctx context.Context, ns string) (kv []agent.KV, err error) {
-	err = s.call(ctx, "ListValues", false, callPlain, nil, "", func() error {
+	err = s.call(ctx, "ListValues", false, callPlain, nil, "", func(ctx context.Context) error {
 		var e error
 		kv, e = s.Store.ListValues(ctx, ns)
 		return e
@@ -608,7 +649,7 @@ func (s *procStore) ListValues(ctx context.Context, ns string) (kv []agent.KV, e
 }
 
 func (s *procStore) DeleteValue(ctx context.Context, ns, key string) error {
-	return s.call(ctx, "DeleteValue", true, callPlain, nil, "", func() error { return s.Store.DeleteValue(ctx, ns, key) })
+	return s.call(ctx, "DeleteValue", true, callPlain, nil, "", func(ctx context.Context) error { return s.Store.DeleteValue(ctx, ns, key) })
 }
 
 func samePutMessage(a, b agent.Message) bool {

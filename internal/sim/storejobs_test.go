@@ -33,7 +33,7 @@ func (s *procStore) CreateJob(ctx context.Context, j agent.Job) (got agent.Job, 
 	detail := func() string {
 		return fmt.Sprintf("%s/%s call=%s -> created=%v", j.ThreadID, j.ID, j.ToolCallID, created)
 	}
-	err = s.callD(ctx, "CreateJob", true, false, callPlain, nil, j.ThreadID, detail, func() error {
+	err = s.callD(ctx, "CreateJob", true, false, callPlain, nil, j.ThreadID, detail, func(ctx context.Context) error {
 		var e error
 		got, created, e = s.Store.CreateJob(ctx, j)
 		if e == nil && created {
@@ -45,7 +45,7 @@ func (s *procStore) CreateJob(ctx context.Context, j agent.Job) (got agent.Job, 
 }
 
 func (s *procStore) GetJob(ctx context.Context, threadID, id string) (j agent.Job, err error) {
-	err = s.call(ctx, "GetJob", false, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "GetJob", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		j, e = s.Store.GetJob(ctx, threadID, id)
 		return e
@@ -60,7 +60,7 @@ func (s *procStore) ListJobs(ctx context.Context, threadID string) (js []agent.J
 		}
 		return s.Store.ListJobs(ctx, threadID)
 	}
-	err = s.call(ctx, "ListJobs", false, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "ListJobs", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		js, e = s.Store.ListJobs(ctx, threadID)
 		return e
@@ -69,13 +69,13 @@ func (s *procStore) ListJobs(ctx context.Context, threadID string) (js []agent.J
 }
 
 func (s *procStore) SetJobActivity(ctx context.Context, threadID, id, activity string, now time.Time) error {
-	return s.call(ctx, "SetJobActivity", true, callPlain, nil, threadID, func() error {
+	return s.call(ctx, "SetJobActivity", true, callPlain, nil, threadID, func(ctx context.Context) error {
 		return s.Store.SetJobActivity(ctx, threadID, id, activity, now)
 	})
 }
 
 func (s *procStore) SetJobDue(ctx context.Context, threadID, id string, due, now time.Time) error {
-	return s.call(ctx, "SetJobDue", true, callPlain, nil, threadID, func() error {
+	return s.call(ctx, "SetJobDue", true, callPlain, nil, threadID, func(ctx context.Context) error {
 		return s.Store.SetJobDue(ctx, threadID, id, due, now)
 	})
 }
@@ -88,7 +88,7 @@ func (s *procStore) FinishJob(ctx context.Context, r agent.JobResult) (j agent.J
 		}
 		return fmt.Sprintf("%s/%s %s -> stored=%v", r.ThreadID, r.ID, what, stored)
 	}
-	err = s.callD(ctx, "FinishJob", true, false, callPlain, nil, r.ThreadID, detail, func() error {
+	err = s.callD(ctx, "FinishJob", true, false, callPlain, nil, r.ThreadID, detail, func(ctx context.Context) error {
 		var e error
 		j, stored, e = s.Store.FinishJob(ctx, r)
 		return e
@@ -98,7 +98,7 @@ func (s *procStore) FinishJob(ctx context.Context, r agent.JobResult) (j agent.J
 
 func (s *procStore) MarkJobDelivered(ctx context.Context, threadID, id string, now time.Time) (j agent.Job, err error) {
 	detail := func() string { return threadID + "/" + id }
-	err = s.callD(ctx, "MarkJobDelivered", true, false, callPlain, nil, threadID, detail, func() error {
+	err = s.callD(ctx, "MarkJobDelivered", true, false, callPlain, nil, threadID, detail, func(ctx context.Context) error {
 		var e error
 		j, e = s.Store.MarkJobDelivered(ctx, threadID, id, now)
 		if e == nil {
@@ -112,7 +112,7 @@ func (s *procStore) MarkJobDelivered(ctx context.Context, threadID, id string, n
 }
 
 func (s *procStore) ListDueJobs(ctx context.Context, before time.Time, limit int) (js []agent.Job, err error) {
-	err = s.call(ctx, "ListDueJobs", false, callPlain, nil, "", func() error {
+	err = s.call(ctx, "ListDueJobs", false, callPlain, nil, "", func(ctx context.Context) error {
 		var e error
 		js, e = s.Store.ListDueJobs(ctx, before, limit)
 		return e
@@ -133,7 +133,7 @@ func (s *procStore) Enqueue(ctx context.Context, q agent.QueuedMessage, max int)
 	detail := func() string {
 		return fmt.Sprintf("%s/%s %s -> seq=%d created=%v", q.ThreadID, q.Message.ID, q.Kind, got.Seq, created)
 	}
-	err = s.callD(ctx, "Enqueue", true, false, callPlain, nil, q.ThreadID, detail, func() error {
+	err = s.callD(ctx, "Enqueue", true, false, callPlain, nil, q.ThreadID, detail, func(ctx context.Context) error {
 		var e error
 		got, created, e = s.Store.Enqueue(ctx, q, max)
 		if e == nil {
@@ -153,7 +153,7 @@ func (s *procStore) ListQueued(ctx context.Context, threadID string) (qs []agent
 		}
 		return s.Store.ListQueued(ctx, threadID)
 	}
-	err = s.call(ctx, "ListQueued", false, callPlain, nil, threadID, func() error {
+	err = s.call(ctx, "ListQueued", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
 		qs, e = s.Store.ListQueued(ctx, threadID)
 		return e
@@ -167,7 +167,7 @@ func (s *procStore) TakeQueued(ctx context.Context, threadID, messageID string, 
 	s.p.w.mu.Lock()
 	s.p.takingSteer = steer
 	s.p.w.mu.Unlock()
-	return s.callD(ctx, "TakeQueued", true, false, callPlain, nil, threadID, detail, func() error {
+	return s.callD(ctx, "TakeQueued", true, false, callPlain, nil, threadID, detail, func(ctx context.Context) error {
 		err := s.Store.TakeQueued(ctx, threadID, messageID, now)
 		if err == nil && steer {
 			s.p.w.mu.Lock()
@@ -179,7 +179,7 @@ func (s *procStore) TakeQueued(ctx context.Context, threadID, messageID string, 
 }
 
 func (s *procStore) ListQueuedThreads(ctx context.Context, before time.Time, limit int) (ids []string, err error) {
-	err = s.call(ctx, "ListQueuedThreads", false, callPlain, nil, "", func() error {
+	err = s.call(ctx, "ListQueuedThreads", false, callPlain, nil, "", func(ctx context.Context) error {
 		var e error
 		ids, e = s.Store.ListQueuedThreads(ctx, before, limit)
 		return e

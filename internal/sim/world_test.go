@@ -503,9 +503,11 @@ func (w *world) advanceClock(d time.Duration) error {
 	for _, p := range w.procs {
 		w.mu.Lock()
 		// A run already stopping (canceled) is in doubt too: its final writes check the claim's age first.
-		if !p.dead && !p.done && p.runCtx != nil && now.Sub(p.lastOK) > w.ecfg.StaleAfter/2 {
+		// A run that has not asked the model yet (a continuation running its approved tool, its draft write held
+		// in flight) is in doubt too: its next write asks the gate first (seed 721 on dynalite, -gaps).
+		if !p.dead && !p.done && (p.runCtx != nil || p.runID != "") && now.Sub(p.lastOK) > w.ecfg.StaleAfter/2 {
 			p.inDoubt = true
-			if p.runCtx.Err() == nil && !p.loopEnded {
+			if p.runCtx != nil && p.runCtx.Err() == nil && !p.loopEnded {
 				doubt = append(doubt, p.runCtx)
 			}
 		}
