@@ -291,7 +291,8 @@ func checkFile(role Role, f fields) *Error {
 
 // CheckModelFile reports why a file of mediaType at u cannot reach a model, or nil: the media type is one
 // ModelFileType accepts and u is a base64 data URL of that media type with at least one byte, or an https URL.
-// The boundary refuses such a file part; a transcript leaves a stored one (written by an older version) out.
+// The boundary refuses such a file part; a transcript shows a line in place of a stored one (written by an older
+// version).
 func CheckModelFile(mediaType, u string) *Error {
 	if !ModelFileType(mediaType) {
 		return E(KindInvalid, CodeUnsupportedFileType, "media type %s is not accepted (images and PDFs only)", mediaType)

@@ -255,7 +255,7 @@ func threadOf(t *testing.T, f *fixture, tok, thread string) []agent.Message {
 
 // Stored history is never validated again: rows an older version wrote (unknown part types, missing fields,
 // files no model takes) are kept as they are and a new turn over them succeeds; the files among them that the
-// boundary would refuse today are left out of what the model sees. On both stores.
+// boundary would refuse today reach the model as a line naming them (lib/transcript). On both stores.
 func TestLegacyRowsNeverFailATurn(t *testing.T) {
 	t.Parallel()
 	for kind, store := range storeKinds(t) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -11,9 +12,11 @@ import (
 	"github.com/agentloop/agentloop/lib/transcript"
 )
 
-// A user message's image and PDF files reach the model after its text; stored files the boundary would refuse
-// today (rows of older versions) are left out rather than failing the request, and a message of files alone
-// still reaches the model.
+// A user message's image and PDF files reach the model after its text. A stored file the boundary would refuse
+// today (rows of older versions: a type no model reads, bytes that are not what the media type says, a URL that
+// is not https, more linked PDFs than a message may hold) does not fail the request: it becomes a line after the
+// message's text, so that the model knows something was attached (issue 16 item 4: such files were left out
+// without a word). A message of such files alone still reaches the model.
 func TestUserFiles(t *testing.T) {
 	t.Parallel()
 	png := "data:image/png;base64,iVBORw0KGgo="
@@ -24,20 +27,46 @@ func TestUserFiles(t *testing.T) {
 		}
 		return out
 	}
+	var pdfs []string
+	var sent []agent.ModelFile
+	for i := range agent.MaxLinkedPDFs + 2 {
+		u := fmt.Sprintf("https://example.com/%d.pdf", i)
+		pdfs = append(pdfs, `{"type":"file","mediaType":"application/pdf","url":"`+u+`","filename":"`+fmt.Sprint(i)+`.pdf"}`)
+		if i < agent.MaxLinkedPDFs {
+			sent = append(sent, agent.ModelFile{MediaType: "application/pdf", URL: u, Filename: fmt.Sprint(i) + ".pdf"})
+		}
+	}
 	msgs := []agent.Message{
 		{ID: "u1", Role: agent.RoleUser, Parts: parts(`{"type":"text","text":"look"}`,
 			`{"type":"file","mediaType":"image/png","url":"`+png+`","filename":"a.png"}`,
-			`{"type":"file","mediaType":"text/plain","url":"data:text/plain;base64,aGk="}`,
+			`{"type":"file","mediaType":"text/plain","url":"data:text/plain;base64,aGk=","filename":"notes.txt"}`,
 			`{"type":"file","mediaType":"image/png","url":"http://example.com/a.png"}`,
+			`{"type":"file","mediaType":"image/png","url":"data:image/png;base64,aGk=","filename":"fake.png"}`,
+			`{"type":"file"}`,
 			`{"type":"file","mediaType":"application/pdf","url":"https://example.com/r.pdf","filename":"r.pdf"}`)},
 		{ID: "a1", Role: agent.RoleAssistant, Parts: parts(`{"type":"text","text":"a cat"}`)},
-		{ID: "u2", Role: agent.RoleUser, Parts: parts(`{"type":"file","mediaType":"image/webp","url":"https://example.com/b.webp"}`)},
+		{ID: "u2", Role: agent.RoleUser, Parts: parts(`{"type":"file","mediaType":"text/csv","url":"data:text/csv;base64,aGk=","filename":"t.csv"}`)},
+		{ID: "a2", Role: agent.RoleAssistant, Parts: parts(`{"type":"text","text":"a table"}`)},
+		{ID: "u3", Role: agent.RoleUser, Parts: parts(pdfs...)},
+		{ID: "a3", Role: agent.RoleAssistant, Parts: parts(`{"type":"text","text":"many"}`)},
+		{ID: "u4", Role: agent.RoleUser, Parts: parts(`{"type":"file","mediaType":"image/webp","url":"https://example.com/b.webp"}`)},
 	}
 	got := transcript.NewHistory(msgs, transcript.Config{}).Build(nil)
 	want := []agent.ModelMessage{
-		{Role: "user", Text: "look", Files: []agent.ModelFile{{MediaType: "image/png", URL: png, Filename: "a.png"},
-			{MediaType: "application/pdf", URL: "https://example.com/r.pdf", Filename: "r.pdf"}}},
+		{Role: "user", Text: "look" +
+			"\n[attachment notes.txt (text/plain) not shown: the model reads images and PDFs only]" +
+			"\n[attachment unnamed (image/png) not shown: url must be a base64 data URL or an https URL]" +
+			"\n[attachment fake.png (image/png) not shown: the data URL's bytes are not an image/png file]" +
+			"\n[attachment unnamed (unknown type) not shown: the model reads images and PDFs only]",
+			Files: []agent.ModelFile{{MediaType: "image/png", URL: png, Filename: "a.png"},
+				{MediaType: "application/pdf", URL: "https://example.com/r.pdf", Filename: "r.pdf"}}},
 		{Role: "assistant", Text: "a cat"},
+		{Role: "user", Text: "[attachment t.csv (text/csv) not shown: the model reads images and PDFs only]"},
+		{Role: "assistant", Text: "a table"},
+		{Role: "user", Text: fmt.Sprintf("[attachment 10.pdf (application/pdf) not shown: a message links %d PDFs at most]\n"+
+			"[attachment 11.pdf (application/pdf) not shown: a message links %d PDFs at most]", agent.MaxLinkedPDFs, agent.MaxLinkedPDFs),
+			Files: sent},
+		{Role: "assistant", Text: "many"},
 		{Role: "user", Files: []agent.ModelFile{{MediaType: "image/webp", URL: "https://example.com/b.webp"}}},
 	}
 	if !reflect.DeepEqual(got, want) {

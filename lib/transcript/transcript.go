@@ -8,6 +8,9 @@
 //   - the run's own in-flight turn (the draft) is never split or dropped (its older tool pairs may be stubbed);
 //   - a tool output is capped for the model (head, tail and a marker saying how much was cut); the stored output
 //     stays whole.
+//   - a stored file no model takes (a row written before the boundary refused it: another media type, data that
+//     is not what its type says, a URL that is not https, a linked PDF past agent.MaxLinkedPDFs) is a line after
+//     its message's text, "[attachment NAME (TYPE) not shown: WHY]", never a failed request or a silent gap.
 //
 // # Pruning tiers
 //
@@ -319,6 +322,8 @@ func convert(m agent.Message, toolOutputBytes int, calls map[string]int) (entry,
 	case agent.RoleUser:
 		e := entry{id: m.ID, role: agent.RoleUser}
 		var b strings.Builder
+		var refused []string // lines for the stored files no model takes, after the text
+		linked := 0
 		for _, raw := range m.Parts {
 			p, err := agent.DecodePart(raw)
 			switch {
@@ -329,10 +334,25 @@ func convert(m agent.Message, toolOutputBytes int, calls map[string]int) (entry,
 				}
 				b.WriteString(p.Text)
 			case p.Type == "file":
-				if f, ok := modelFile(raw); ok {
-					e.files = append(e.files, f)
+				f, why := modelFile(raw)
+				if why == "" && f.MediaType == "application/pdf" && strings.HasPrefix(f.URL, "https:") {
+					if linked++; linked > agent.MaxLinkedPDFs {
+						why = fmt.Sprintf("a message links %d PDFs at most", agent.MaxLinkedPDFs)
+					}
 				}
+				if why != "" {
+					refused = append(refused, fmt.Sprintf("[attachment %s (%s) not shown: %s]",
+						cmp.Or(f.Filename, "unnamed"), cmp.Or(f.MediaType, "unknown type"), why))
+					continue
+				}
+				e.files = append(e.files, f)
 			}
+		}
+		for _, line := range refused {
+			if b.Len() > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(line)
 		}
 		e.text = b.String()
 		return e, e.text != "" || len(e.files) > 0
@@ -345,18 +365,25 @@ func convert(m agent.Message, toolOutputBytes int, calls map[string]int) (entry,
 }
 
 // modelFile reads a user file part ({type: "file", mediaType, url, filename}, the AI SDK's FileUIPart). Only
-// images and PDFs by data or https URL reach a model: the boundary refuses other files, and a row stored before
-// it did is skipped rather than failing the request.
-func modelFile(raw json.RawMessage) (agent.ModelFile, bool) {
-	var f struct {
+// images and PDFs by data or https URL, whose data is what their media type says, reach a model: the boundary
+// refuses other files, and for a row stored before it did, why says what is wrong with it (the transcript sends
+// a line in its place rather than failing the request or leaving it out without a word).
+func modelFile(raw json.RawMessage) (f agent.ModelFile, why string) {
+	var p struct {
 		MediaType string `json:"mediaType"`
 		URL       string `json:"url"`
 		Filename  string `json:"filename"`
 	}
-	if json.Unmarshal(raw, &f) != nil || agent.CheckModelFile(f.MediaType, f.URL) != nil {
-		return agent.ModelFile{}, false
+	_ = json.Unmarshal(raw, &p)
+	f = agent.ModelFile{MediaType: p.MediaType, URL: p.URL, Filename: p.Filename}
+	switch err := agent.CheckModelFile(p.MediaType, p.URL); {
+	case err == nil:
+		return f, ""
+	case !agent.ModelFileType(p.MediaType):
+		return f, "the model reads images and PDFs only"
+	default:
+		return f, err.Message
 	}
-	return agent.ModelFile{MediaType: f.MediaType, URL: f.URL, Filename: f.Filename}, true
 }
 
 // assistant maps an assistant message's parts: one step per model call, each with its tool results. used counts
