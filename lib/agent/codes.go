@@ -109,6 +109,10 @@ const (
 	// CodeUnsupportedFileType: a user message's file part has a media type no model receives (images and PDFs
 	// only): refused rather than silently left out of what the model sees.
 	CodeUnsupportedFileType = "unsupported_file_type"
+	// CodeFileUnavailable: the model provider could not download or decode an image the newest message names by
+	// URL (OpenAI's invalid_image_url, invalid_image_format); the run fails with it. Older messages' files never
+	// fail a run: they become a line saying so.
+	CodeFileUnavailable = "file_unavailable"
 )
 
 // A tool call's error result, as its errorText names it (the client, the model and the transcript read only

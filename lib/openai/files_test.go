@@ -403,9 +403,14 @@ func TestOlderImageUnavailable(t *testing.T) {
 	if got := textOf(events, agent.EventTextDelta); err != nil || got != "text\nimage_url "+host.URL+"/cat.png" {
 		t.Fatalf("the newest image: %q (%v)", got, err)
 	}
+	// Its image that is gone is the person's own error, said with a code of its own (it was model_error, as if the
+	// provider had failed), in words that name no URL.
 	req.Messages[len(req.Messages)-1].Files = []agent.ModelFile{gone}
 	_, _, err = run(context.Background(), m, req)
-	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "Error while downloading")
+	requireError(t, err, agent.KindInvalid, agent.CodeFileUnavailable, "Error while downloading")
+	if code, msg := agent.Public(err); msg != "the model provider could not read an image of the message (HTTP 400)" || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("public (%s, %q)", code, msg)
+	}
 }
 
 // The older images the adapter downloads count against MaxRequestFileBytes like PDFs: beyond it (newest kept

@@ -27,8 +27,10 @@
 //
 // Errors are *agent.Error whose Message is safe to show a user and names no provider text, base URL or key (e.g.
 // "the model provider returned HTTP 401"); the cause, with the provider's own message, stays in Err for the logs.
-// KindUnavailable with CodeModelError or CodeModelTimeout; KindCanceled when ctx ends (the code is that of an
-// *agent.Error cause of ctx, else agent.CodeRunCanceled); KindInternal for a request that cannot be built. An
+// KindUnavailable with CodeModelError or CodeModelTimeout; KindInvalid with CodeFileUnavailable when the
+// provider refuses an image it cannot download or read (OpenAI's invalid_image_url, invalid_image_format);
+// KindCanceled when ctx ends (the code is that of an *agent.Error cause of ctx, else agent.CodeRunCanceled);
+// KindInternal for a request that cannot be built. An
 // error returned by emit is returned unchanged.
 //
 // # Files
@@ -66,6 +68,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -359,6 +362,11 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
 	}
 	var apiErr *oai.Error
+	if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest && (apiErr.Code == "invalid_image_url" || apiErr.Code == "invalid_image_format") {
+		// The newest message's image by URL (older ones are sent as data, or as a line): the person's own error.
+		return &failure{err: agent.Wrap(providerSaid(err, apiErr.Message), agent.KindInvalid, agent.CodeFileUnavailable,
+			"the model provider could not read an image of the message (HTTP 400)")}
+	}
 	if errors.As(err, &apiErr) {
 		msg := fmt.Sprintf("the model provider returned HTTP %d", apiErr.StatusCode)
 		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500
@@ -386,13 +394,15 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 }
 
 // providerSaid keeps the provider's own message beside err for the logs (openai-go's errors print only the
-// status).
+// status), without the query of any URL it quotes (a pre-signed URL's is a credential: REVIEW S16).
 func providerSaid(err error, said string) error {
 	if said == "" {
 		return err
 	}
-	return fmt.Errorf("%w (provider said: %s)", err, said)
+	return fmt.Errorf("%w (provider said: %s)", err, urlQuery.ReplaceAllString(said, "$1?…"))
 }
+
+var urlQuery = regexp.MustCompile(`(https?://[^\s?#]+)[?#]\S*`)
 
 // canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
 func canceled(ctx context.Context) error {
