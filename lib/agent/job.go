@@ -87,6 +87,12 @@ type JobResult struct {
 	Now   time.Time
 }
 
+// JobsPage is ListJobsPage's answer.
+type JobsPage struct {
+	Jobs    []Job
+	Omitted int // delivered jobs older than the newest `finished`, left out
+}
+
 // JobStore keeps jobs, one item each, keyed by (ThreadID, ID). DeleteThread removes a thread's jobs.
 type JobStore interface {
 	// CreateJob inserts j (Status running, no result) if no job with (j.ThreadID, j.ID) exists. It returns the
@@ -98,6 +104,11 @@ type JobStore interface {
 	GetJob(ctx context.Context, threadID, id string) (Job, error)
 	// ListJobs returns the thread's jobs, oldest first (ties by id).
 	ListJobs(ctx context.Context, threadID string) ([]Job, error)
+	// ListJobsPage returns what a thread's view shows of its jobs, oldest first (ties by id): every one still
+	// running (undelivered) and the newest `finished` (by creation; <= 0: none) of the delivered ones, and how
+	// many older delivered ones it left out. It reads those jobs and an index, never every job the thread ever
+	// ran (REVIEW S7). An index may lag a moment behind a delivery on DynamoDB: a job is shown as stored.
+	ListJobsPage(ctx context.Context, threadID string, finished int) (JobsPage, error)
 	// SetJobActivity replaces the activity line of a job that has not finished, and sets its UpdatedAt to now. A
 	// finished job: KindConflict/CodeJobFinished, nothing changes. Unknown id: KindNotFound/CodeJobNotFound.
 	SetJobActivity(ctx context.Context, threadID, id, activity string, now time.Time) error

@@ -836,10 +836,11 @@ func TestTableMatchesTemplate(t *testing.T) {
 		indexes[aws.ToString(g.IndexName)] = strings.Join(keys, ",") + "/" + string(g.Projection.ProjectionType)
 	}
 	want := map[string]string{
-		dynamo.IndexByOwner: dynamo.AttrOwner + "," + dynamo.AttrRecency + "/KEYS_ONLY",
-		dynamo.IndexRunning: dynamo.AttrRunShard + "," + dynamo.AttrClaimBucket + "/KEYS_ONLY",
-		dynamo.IndexPending: dynamo.AttrPendingShard + "," + dynamo.AttrPendingExpiry + "/KEYS_ONLY",
-		dynamo.IndexDueWork: dynamo.AttrDueShard + "," + dynamo.AttrDueAt + "/KEYS_ONLY",
+		dynamo.IndexByOwner:    dynamo.AttrOwner + "," + dynamo.AttrRecency + "/KEYS_ONLY",
+		dynamo.IndexRunning:    dynamo.AttrRunShard + "," + dynamo.AttrClaimBucket + "/KEYS_ONLY",
+		dynamo.IndexPending:    dynamo.AttrPendingShard + "," + dynamo.AttrPendingExpiry + "/KEYS_ONLY",
+		dynamo.IndexDueWork:    dynamo.AttrDueShard + "," + dynamo.AttrDueAt + "/KEYS_ONLY",
+		dynamo.IndexThreadJobs: dynamo.AttrJobThread + "," + dynamo.AttrJobOrder + "/KEYS_ONLY",
 	}
 	if fmt.Sprint(indexes) != fmt.Sprint(want) {
 		t.Fatalf("indexes = %v, want %v", indexes, want)

@@ -54,11 +54,26 @@ func jobItem(j agent.Job) item {
 			it[a] = avS(v)
 		}
 	}
-	// Created undelivered (Job.Check): the job enters the dueWork index.
+	// Created undelivered (Job.Check): the job enters the dueWork index, and the threadJobs index as running.
 	it[AttrDueShard] = avS(jobShard(j.ThreadID))
 	it[AttrDueAt] = avT(j.DueAt)
+	it[AttrJobThread] = avS(jobRunningOrder + threadPK(j.ThreadID))
+	it[AttrJobOrder] = avS(fmtTime(j.CreatedAt) + "#" + j.ID)
 	return it
 }
+
+// The threadJobs index's attributes (REVIEW S7): a thread's view reads its running jobs and its newest delivered
+// ones from it, instead of every job the thread ever ran.
+const (
+	// AttrJobThread is the job's state, then its thread's pk: jobRunningOrder while undelivered, jobDeliveredOrder
+	// once MarkJobDelivered set it done or error (that write knows the pk, so it needs no read first).
+	AttrJobThread = "jobThread"
+	// AttrJobOrder is "<createdAt>#<id>" (fixed-width times sort as strings).
+	AttrJobOrder = "jobOrder"
+
+	jobRunningOrder   = "R#"
+	jobDeliveredOrder = "F#"
+)
 
 // decodeJobFields reads everything but the two values.
 func decodeJobFields(it item) agent.Job {
@@ -180,6 +195,103 @@ func (s *Store) ListJobs(ctx context.Context, threadID string) ([]agent.Job, err
 	}
 	sortChildren(out, func(j agent.Job) (time.Time, string, string) { return j.CreatedAt, j.ThreadID, j.ID })
 	return out, nil
+}
+
+// ListJobsPage reads the threadJobs index, keys only (eventually consistent, as every GSI read): one Query for the
+// thread's running jobs ("R#<pk>", all of them: a user's active jobs are leased, so they are few), one for its
+// newest delivered ones ("F#<pk>", newest first, Limit finished) and, when that one is full, one Select COUNT over
+// the delivered ones for Omitted
+// (keys-only index entries of ~100 bytes: 4 KB of them per read unit). Then one strongly consistent BatchGetItem
+// of the heads it shows (plus one for chunked values): the jobs are shown as stored, whatever the index said. A
+// job the index does not hold yet (created a moment ago) is missing until it catches up (dynalite's is
+// synchronous); a job created before the index existed is not listed here (ListJobs lists it).
+func (s *Store) ListJobsPage(ctx context.Context, threadID string, finished int) (agent.JobsPage, error) {
+	pk := threadPK(threadID)
+	var keys []item
+	collect := func(it item) error {
+		keys = append(keys, key(getS(it, AttrPK), getS(it, AttrSK)))
+		return nil
+	}
+	if err := s.queryJobOrder(ctx, jobRunningOrder+pk, 0, collect); err != nil {
+		return agent.JobsPage{}, err
+	}
+	var page agent.JobsPage
+	if finished > 0 {
+		shown := 0
+		err := s.queryJobOrder(ctx, jobDeliveredOrder+pk, finished, func(it item) error {
+			shown++
+			return collect(it)
+		})
+		if err != nil {
+			return agent.JobsPage{}, err
+		}
+		if shown == finished {
+			total, err := s.countJobOrder(ctx, jobDeliveredOrder+pk)
+			if err != nil {
+				return agent.JobsPage{}, err
+			}
+			page.Omitted = max(total-shown, 0)
+		}
+	} else {
+		total, err := s.countJobOrder(ctx, jobDeliveredOrder+pk)
+		if err != nil {
+			return agent.JobsPage{}, err
+		}
+		page.Omitted = total
+	}
+	got, err := s.batchGet(ctx, keys)
+	if err != nil {
+		return agent.JobsPage{}, err
+	}
+	heads := make([]item, 0, len(got))
+	for _, it := range got {
+		heads = append(heads, it)
+	}
+	if page.Jobs, err = s.loadJobs(ctx, heads); err != nil {
+		return agent.JobsPage{}, err
+	}
+	sortChildren(page.Jobs, func(j agent.Job) (time.Time, string, string) { return j.CreatedAt, j.ThreadID, j.ID })
+	return page, nil
+}
+
+// queryJobOrder queries the threadJobs index for one partition (a state and a thread): oldest first, or newest
+// first with at most limit (> 0) entries (one page: the query stops at the limit-th).
+func (s *Store) queryJobOrder(ctx context.Context, partition string, limit int, fn func(item) error) error {
+	e := newExpr()
+	in := &dynamodb.QueryInput{IndexName: aws.String(IndexThreadJobs),
+		KeyConditionExpression: aws.String(e.n(AttrJobThread) + " = " + e.v(avS(partition)))}
+	if limit > 0 {
+		in.ScanIndexForward, in.Limit = aws.Bool(false), aws.Int32(int32(limit))
+	}
+	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
+	seen := 0
+	return s.query(ctx, in, func(it item) error {
+		if err := fn(it); err != nil {
+			return err
+		}
+		if seen++; seen == limit {
+			return errStopQuery
+		}
+		return nil
+	})
+}
+
+// countJobOrder counts one threadJobs partition (Select COUNT: the entries are read, none sent).
+func (s *Store) countJobOrder(ctx context.Context, partition string) (int, error) {
+	e := newExpr()
+	in := &dynamodb.QueryInput{TableName: aws.String(s.table), IndexName: aws.String(IndexThreadJobs),
+		KeyConditionExpression: aws.String(e.n(AttrJobThread) + " = " + e.v(avS(partition))), Select: types.SelectCount}
+	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
+	n := 0
+	p := dynamodb.NewQueryPaginator(s.client, in)
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return 0, storeErr(err, "count jobs")
+		}
+		n += int(out.Count)
+	}
+	return n, nil
 }
 
 // SetJobActivity is one UpdateItem on the job head, condition attribute_exists(pk) AND
@@ -340,6 +452,7 @@ func (s *Store) MarkJobDelivered(ctx context.Context, threadID, id string, now t
 	e := newExpr()
 	update := "SET " + e.n(attrSteerDelivered) + " = " + e.v(avBool(true)) + ", " + e.n(attrStatus) + " = " +
 		e.n(attrOutcome) + ", " + e.n(attrUpdatedAt) + " = " + e.v(avT(now)) +
+		", " + e.n(AttrJobThread) + " = " + e.v(avS(jobDeliveredOrder+threadPK(threadID))) +
 		" REMOVE " + e.n(AttrDueShard) + ", " + e.n(AttrDueAt)
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),

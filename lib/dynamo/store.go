@@ -41,6 +41,10 @@ const (
 	// delivery, an entry until it is taken); the write that ends the wait removes them. See ListDueJobs and
 	// ListQueuedThreads.
 	IndexDueWork = "dueWork"
+	// IndexThreadJobs is the GSI over a thread's jobs in view order: partition key AttrJobThread ("R#<pk>" while
+	// the job is undelivered, "F#<pk>" once MarkJobDelivered set it done or error), sort key AttrJobOrder
+	// ("<createdAt>#<id>"), keys only. See ListJobsPage.
+	IndexThreadJobs = "threadJobs"
 
 	AttrPK       = "pk"
 	AttrSK       = "sk"

@@ -121,6 +121,34 @@ func (s *Store) ListJobs(ctx context.Context, threadID string) ([]agent.Job, err
 	return out, nil
 }
 
+// ListJobsPage reads the thread's undelivered jobs through the partial index jobs_due (every undelivered job of
+// the file, few: a user's active jobs are leased; only this thread's rows are read) and its newest `finished`
+// delivered ones walking jobs_by_created backwards (it stops at the limit, skipping the few undelivered ones it
+// meets), in one statement; Omitted comes from a count of the thread's jobs that reads jobs_by_created only, never
+// a row (REVIEW S7).
+func (s *Store) ListJobsPage(ctx context.Context, threadID string, finished int) (agent.JobsPage, error) {
+	s.op()
+	finished = max(finished, 0)
+	rows, err := s.read().query(ctx, `SELECT `+jobCols+` FROM (
+			SELECT * FROM jobs INDEXED BY jobs_due WHERE steer_delivered = 0 AND thread_id = ?
+			UNION ALL
+			SELECT * FROM (SELECT * FROM jobs INDEXED BY jobs_by_created WHERE thread_id = ? AND steer_delivered = 1
+				ORDER BY created_at DESC, id DESC LIMIT ?))
+		ORDER BY created_at, id`, threadID, threadID, finished)
+	if err != nil {
+		return agent.JobsPage{}, s.fail("list jobs page", err)
+	}
+	out, err := collect(rows, scanJob)
+	if err != nil {
+		return agent.JobsPage{}, s.fail("list jobs page", err)
+	}
+	var total int
+	if err := s.read().queryRow(ctx, `SELECT COUNT(*) FROM jobs INDEXED BY jobs_by_created WHERE thread_id = ?`, threadID).Scan(&total); err != nil {
+		return agent.JobsPage{}, s.fail("count jobs", err)
+	}
+	return agent.JobsPage{Jobs: out, Omitted: max(total-len(out), 0)}, nil
+}
+
 // SetJobActivity is one UPDATE conditioned on finished_at IS NULL; when it matches nothing, a read in the same
 // transaction tells an unknown job from a finished one.
 func (s *Store) SetJobActivity(ctx context.Context, threadID, id, activity string, now time.Time) error {

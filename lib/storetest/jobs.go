@@ -29,6 +29,7 @@ func jobTests() []test {
 		c{"CreateNeedsLiveThread", testCreateJobNeedsThread},
 		c{"GetUnknown", testGetJobUnknown},
 		c{"ListOrder", testListJobsOrder},
+		c{"ListPage", testListJobsPage},
 		c{"Activity", testJobActivity},
 		c{"Finish", testFinishJob},
 		c{"FinishFailure", testFinishJobFailure},
@@ -324,6 +325,64 @@ func testListJobsOrder(e *jobs) {
 	createJob(e, jobOf(other.ID, e.id("call"), at(-time.Hour)))
 	for range 2 { // twice: ties come back in the same order every time
 		wantJobs(e, th.ID, stored["e"], stored["c"], stored["d"], stored["a"], stored["b"])
+	}
+}
+
+// ListJobsPage returns every undelivered job of the thread and its newest delivered ones (by creation, then id),
+// oldest first, and how many older delivered ones it left out; nothing of another thread (REVIEW S7: the view
+// reads those, not every job the thread ran).
+func testListJobsPage(e *jobs) {
+	t := e.t
+	th := newThread(e)
+	stored := make([]agent.Job, 7)
+	for i := range stored {
+		j := jobOf(th.ID, e.id("call"), at(time.Duration(i)*time.Second))
+		j.ID = fmt.Sprintf("%s-%d", th.ID, i) // ids whose order is known
+		stored[i] = createJob(e, j)
+	}
+	// 0, 1, 3 and 5 are delivered (1 a failure); 4 finished but undelivered; 2 and 6 still run.
+	for _, i := range []int{0, 1, 3, 4, 5} {
+		r := resultOf(stored[i], `{"ok":true}`, at(time.Minute))
+		if i == 1 {
+			r = agent.JobResult{ThreadID: th.ID, ID: stored[i].ID, Error: "gave up", Now: at(time.Minute)}
+		}
+		stored[i] = finishJob(e, r)
+		if i == 4 {
+			continue
+		}
+		got, err := e.s.MarkJobDelivered(e.ctx, th.ID, stored[i].ID, at(time.Duration(10-i)*time.Minute)) // delivered out of order
+		must(t, err, "MarkJobDelivered")
+		stored[i] = got
+	}
+	other := newThread(e)
+	createJob(e, jobOf(other.ID, e.id("call"), at(time.Hour)))
+	for _, tc := range []struct {
+		finished int
+		want     []int
+		omitted  int
+	}{
+		{finished: 2, want: []int{2, 3, 4, 5, 6}, omitted: 2},
+		{finished: 0, want: []int{2, 4, 6}, omitted: 4},
+		{finished: 4, want: []int{0, 1, 2, 3, 4, 5, 6}, omitted: 0},
+		{finished: 10, want: []int{0, 1, 2, 3, 4, 5, 6}, omitted: 0},
+	} {
+		page, err := e.s.ListJobsPage(e.ctx, th.ID, tc.finished)
+		must(t, err, "ListJobsPage")
+		var ids []string
+		for _, j := range page.Jobs {
+			ids = append(ids, j.ID)
+		}
+		if len(page.Jobs) != len(tc.want) || page.Omitted != tc.omitted {
+			t.Fatalf("ListJobsPage(%d) = %v omitted %d, want %v omitted %d", tc.finished, ids, page.Omitted, tc.want, tc.omitted)
+		}
+		for i, k := range tc.want {
+			sameJob(t, fmt.Sprintf("ListJobsPage(%d)[%d]", tc.finished, i), page.Jobs[i], stored[k])
+		}
+	}
+	page, err := e.s.ListJobsPage(e.ctx, e.id("th"), 5)
+	must(t, err, "ListJobsPage(unknown thread)")
+	if len(page.Jobs) != 0 || page.Omitted != 0 {
+		t.Fatalf("ListJobsPage(unknown thread) = %d jobs, %d omitted", len(page.Jobs), page.Omitted)
 	}
 }
 

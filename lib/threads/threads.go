@@ -188,7 +188,7 @@ func (s *Service) GetPage(ctx context.Context, owner, id string, q PageQuery) (V
 		return View{}, err
 	}
 	var ins []agent.Interrupt
-	var jobs []agent.Job
+	var jobs agent.JobsPage
 	var queue []agent.QueuedMessage
 	side := make(chan error, 3)
 	go func() {
@@ -198,7 +198,7 @@ func (s *Service) GetPage(ctx context.Context, owner, id string, q PageQuery) (V
 	}()
 	go func() {
 		var err error
-		jobs, err = s.store.ListJobs(ctx, th.ID)
+		jobs, err = s.store.ListJobsPage(ctx, th.ID, DefaultViewJobs) // what the view shows, not every job (S7)
 		side <- err
 	}()
 	go func() {
@@ -230,8 +230,11 @@ func (s *Service) GetPage(ctx context.Context, owner, id string, q PageQuery) (V
 			}
 		}
 	}
-	shown, omitted := newestJobs(jobs, DefaultViewJobs)
-	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, newest, ins), Jobs: shown, JobsOmitted: omitted,
+	shown := jobs.Jobs
+	if shown == nil {
+		shown = []agent.Job{}
+	}
+	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, newest, ins), Jobs: shown, JobsOmitted: jobs.Omitted,
 		Queued: []QueuedView{}, Page: info}
 	for i, q := range queue {
 		v.Queued = append(v.Queued, QueuedView{MessageID: q.Message.ID, Kind: q.Kind, JobID: q.JobID, Position: i + 1, CreatedAt: q.CreatedAt})
@@ -481,25 +484,3 @@ func (s *Service) runEnded(ctx context.Context, threadID string, c agent.Claim) 
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-// newestJobs keeps, in order (oldest first), every job still running and the newest n of the others; it returns
-// how many it left out.
-func newestJobs(jobs []agent.Job, n int) ([]agent.Job, int) {
-	out := []agent.Job{}
-	finished := 0
-	for _, j := range jobs {
-		if j.Status != agent.JobRunning {
-			finished++
-		}
-	}
-	skip := max(finished-n, 0)
-	omitted := skip
-	for _, j := range jobs {
-		if j.Status != agent.JobRunning && skip > 0 {
-			skip--
-			continue
-		}
-		out = append(out, j)
-	}
-	return out, omitted
-}

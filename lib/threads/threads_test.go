@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,5 +238,49 @@ func TestViewPagesJobs(t *testing.T) {
 	}
 	if ids[len(ids)-1] != fmt.Sprintf("job_%03d", finished+1) {
 		t.Fatalf("the newest job is missing: %v", ids)
+	}
+}
+
+// wholeJobList counts the reads of every job a thread ever ran.
+type wholeJobList struct {
+	agent.Store
+	mu    sync.Mutex
+	calls int
+}
+
+func (w *wholeJobList) ListJobs(ctx context.Context, threadID string) ([]agent.Job, error) {
+	w.mu.Lock()
+	w.calls++
+	w.mu.Unlock()
+	return w.Store.ListJobs(ctx, threadID)
+}
+
+// The thread view reads the jobs it shows (ListJobsPage: the running ones and the newest DefaultViewJobs
+// delivered), never every job the thread ran (REVIEW S7): it used to read them all with ListJobs and drop all
+// but the newest in memory.
+func TestViewReadsOnlyTheJobsItShows(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	t0 := time.Now().Add(-time.Hour)
+	if _, _, err := f.store.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: t0, UpdatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	j := agent.Job{ID: "job_1", ThreadID: "th", Owner: "alice", Kind: "research", ToolCallID: "c1", Execution: "job_1",
+		Status: agent.JobRunning, CreatedAt: t0, UpdatedAt: t0, DueAt: t0.Add(time.Hour)}
+	if _, _, err := f.store.CreateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	w := &wholeJobList{Store: f.store}
+	svc := threads.New(threads.Deps{Store: w, Clock: agent.SystemClock{}}, threads.Config{StaleAfter: staleAfter})
+	v, err := svc.Get(ctx, "alice", "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Jobs) != 1 || v.Jobs[0].ID != j.ID {
+		t.Fatalf("view jobs %+v, want the running job", v.Jobs)
+	}
+	if w.calls != 0 {
+		t.Fatalf("the view read every job of the thread %d time(s) (ListJobs)", w.calls)
 	}
 }

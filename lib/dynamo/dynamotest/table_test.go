@@ -124,8 +124,8 @@ func TestRepositoryTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.TTLAttribute != "expiresAt" || len(spec.Input.GlobalSecondaryIndexes) != 4 {
-		t.Fatalf("template table: TTL %q, %d GSIs; want expiresAt and 4", spec.TTLAttribute, len(spec.Input.GlobalSecondaryIndexes))
+	if spec.TTLAttribute != "expiresAt" || len(spec.Input.GlobalSecondaryIndexes) != 5 {
+		t.Fatalf("template table: TTL %q, %d GSIs; want expiresAt and 5", spec.TTLAttribute, len(spec.Input.GlobalSecondaryIndexes))
 	}
 }
 
