@@ -13,7 +13,8 @@ import (
 	"github.com/agentloop/agentloop/lib/devserver"
 )
 
-// token prints a bearer token for --user that a dev server on the same data directory accepts.
+// token prints a bearer token for --user that a dev server on the same data directory accepts: aud
+// agentloop-dev (auth.DevAudience), which no deployment takes.
 func token(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agentloop token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -33,11 +34,19 @@ func token(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Dev tokens only (REVIEW S13): never in what looks like a deployment's environment, where the secret would be
+	// a production one.
+	if cfg.TableName != "" || cfg.SecretParam != "" {
+		return errors.New("token: TABLE_NAME or AGENT_SECRET_PARAM is set, as in a deployment: agentloop token mints tokens for `agentloop dev` only (unset them)")
+	}
+	if cfg.JWTMaxAge > 0 && *ttl > cfg.JWTMaxAge {
+		return fmt.Errorf("token: --ttl %s is longer than AGENT_JWT_MAX_AGE (%s), after which the dev server refuses the token", *ttl, cfg.JWTMaxAge)
+	}
 	secret, err := devserver.Secret(*data, cfg.Secret)
 	if err != nil {
 		return err
 	}
-	tok, err := auth.MintHS256(secret, *user, *ttl, agent.SystemClock{}.Now())
+	tok, err := auth.MintHS256(secret, *user, *ttl, agent.SystemClock{}.Now(), cfg.DevTokenClaims()...)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,11 @@ const (
 	MaxTokenBytes = 8 << 10
 	// MinSecretBytes is the shortest HS256 secret accepted (RFC 7518 §3.2: at least the hash size).
 	MinSecretBytes = 32
+	// DevAudience is the aud of every token `agentloop token` and `agentloop dev` mint. A verifier refuses a token
+	// that names it unless it is the dev server's (Config.DevTokens) or its own Audience is DevAudience, so a
+	// production secret copied to a laptop mints nothing a deployment takes (REVIEW S13). Tokens without aud are
+	// not affected.
+	DevAudience = "agentloop-dev"
 )
 
 // CodeWeakSecret is the code of the error for an HS256 secret shorter than MinSecretBytes.
@@ -86,12 +91,23 @@ type Config struct {
 	// AllowNoExpiry accepts tokens without exp. By default exp is required: a token that never expires
 	// cannot be revoked short of rotating the secret.
 	AllowNoExpiry bool
+	// DevTokens accepts tokens whose aud names DevAudience: the dev server's verifier sets it.
+	DevTokens bool
+	// MaxAge, when positive, bounds how old a token may be whatever its exp: iat is then required, and a token
+	// issued longer than MaxAge ago (beyond the leeway) is token_expired. 0: no bound but exp. There is no
+	// default: the contract takes any HS256 token with a subject and an exp, and frontends that mint without iat,
+	// or with long lifetimes, must keep working until their operator sets AGENT_JWT_MAX_AGE.
+	MaxAge time.Duration
 }
 
 // Verifier authenticates requests. It is safe for concurrent use.
 type Verifier struct {
-	keys   KeySource
-	parser *jwt.Parser
+	keys      KeySource
+	parser    *jwt.Parser
+	clock     agent.Clock
+	leeway    time.Duration
+	devTokens bool
+	maxAge    time.Duration
 }
 
 // NewVerifier checks cfg and returns a Verifier.
@@ -124,7 +140,11 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
-	return &Verifier{keys: cfg.Keys, parser: jwt.NewParser(opts...)}, nil
+	if cfg.MaxAge < 0 {
+		return nil, agent.E(agent.KindInternal, agent.CodeInvalidConfig, "auth: MaxAge %s is negative", cfg.MaxAge)
+	}
+	return &Verifier{keys: cfg.Keys, parser: jwt.NewParser(opts...), clock: cfg.Clock, leeway: leeway,
+		devTokens: cfg.DevTokens || cfg.Audience == DevAudience, maxAge: cfg.MaxAge}, nil
 }
 
 // NewHS256Verifier is NewVerifier with an HMACKey and the default checks.
@@ -157,6 +177,12 @@ func (v *Verifier) VerifyToken(ctx context.Context, token string) (Principal, er
 		return Principal{}, agent.Wrap(err, agent.KindUnauthenticated, CodeInvalidToken, "invalid token")
 	case claims.Subject == "":
 		return Principal{}, agent.E(agent.KindUnauthenticated, CodeInvalidToken, "token has no subject")
+	case !v.devTokens && slices.Contains(claims.Audience, DevAudience):
+		return Principal{}, agent.E(agent.KindUnauthenticated, CodeInvalidToken, "token was minted for agentloop dev")
+	case v.maxAge > 0 && claims.IssuedAt == nil:
+		return Principal{}, agent.E(agent.KindUnauthenticated, CodeInvalidToken, "token has no iat")
+	case v.maxAge > 0 && v.clock.Now().Sub(claims.IssuedAt.Time) > v.maxAge+v.leeway:
+		return Principal{}, agent.E(agent.KindUnauthenticated, CodeTokenExpired, "token is older than %s", v.maxAge)
 	}
 	return Principal{Subject: claims.Subject}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
@@ -82,6 +83,7 @@ type Config struct {
 	Secret               string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
 	JWTIssuer            string        // AGENT_JWT_ISSUER (optional check)
 	JWTAudience          string        // AGENT_JWT_AUDIENCE (optional check)
+	JWTMaxAge            time.Duration // AGENT_JWT_MAX_AGE: when set, tokens need an iat at most this old (auth.Config.MaxAge)
 	LogLevel             string        // AGENT_LOG_LEVEL: debug|info|warn|error
 	TableName            string        // TABLE_NAME: the DynamoDB table
 	SecretParam          string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
@@ -190,6 +192,7 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_HEARTBEAT", &c.Heartbeat)
 	durVar("AGENT_STALE_AFTER", &c.StaleAfter)
 	durVar("AGENT_INTERRUPT_TTL", &c.InterruptTTL)
+	durVar("AGENT_JWT_MAX_AGE", &c.JWTMaxAge)
 	durVar("AGENT_CANCEL_POLL", &c.CancelPoll)
 	durVar("AGENT_SEGMENT_FLUSH", &c.SegmentFlush)
 	durVar("AGENT_RESUME_POLL_MAX", &c.ResumePollMax)
@@ -280,6 +283,26 @@ func (c Config) Engine(model string) engine.Config {
 		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
 		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
 		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
+}
+
+// Auth is the verifier's share for the application secret (HS256); the dev server also takes dev tokens.
+func (c Config) Auth(secret []byte, clock agent.Clock, dev bool) auth.Config {
+	return auth.Config{Keys: auth.HMACKey{Secret: secret}, Clock: clock, Issuer: c.JWTIssuer, Audience: c.JWTAudience,
+		MaxAge: c.JWTMaxAge, DevTokens: dev}
+}
+
+// DevTokenClaims are the claims of the tokens `agentloop token` and `agentloop dev` mint: aud auth.DevAudience
+// (with AGENT_JWT_AUDIENCE beside it when set, which the dev server then checks) and iss AGENT_JWT_ISSUER when set.
+func (c Config) DevTokenClaims() []auth.MintOption {
+	aud := []string{auth.DevAudience}
+	if c.JWTAudience != "" && c.JWTAudience != auth.DevAudience {
+		aud = append(aud, c.JWTAudience)
+	}
+	opts := []auth.MintOption{auth.WithAudience(aud...)}
+	if c.JWTIssuer != "" {
+		opts = append(opts, auth.WithIssuer(c.JWTIssuer))
+	}
+	return opts
 }
 
 // Reaper is the reaper's share.

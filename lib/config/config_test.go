@@ -49,6 +49,12 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("threads page bytes %d, want 65536", got)
 				}
 			}},
+		{name: "jwt max age", env: map[string]string{"AGENT_JWT_MAX_AGE": "168h", "AGENT_JWT_AUDIENCE": "my-app"},
+			check: func(t *testing.T, c Config) {
+				if a := c.Auth([]byte("k"), nil, false); a.MaxAge != 168*time.Hour || a.Audience != "my-app" || a.DevTokens {
+					t.Fatalf("auth config %+v", a)
+				}
+			}},
 		{name: "page bytes too small", env: map[string]string{"AGENT_PAGE_BYTES": "10"}, wantErr: true},
 		{name: "context tokens", env: map[string]string{"AGENT_CONTEXT_TOKENS": "32000"},
 			check: func(t *testing.T, c Config) {

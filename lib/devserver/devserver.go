@@ -97,8 +97,9 @@ type Stack struct {
 	Offline   bool   // whether ModelURL is the in-process offline endpoint
 	Secret    []byte
 	// Signer signs approval requests with a key derived from Secret.
-	Signer  *interrupts.Signer
-	closers []func()
+	Signer      *interrupts.Signer
+	tokenClaims []auth.MintOption
+	closers     []func()
 }
 
 // New builds the stack. Close releases it; Run serves the reaper ticker.
@@ -202,10 +203,13 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		jobs.Config{Contract: contract, ModelName: s.ModelName})
 	s.JobTasks, s.JobKinds = tasks, kinds
 	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Clock: clock, Logger: log}, cfg.Threads())
-	verifier, err := auth.NewHS256Verifier(s.Secret, clock)
+	// The dev server takes dev tokens (auth.DevAudience) and honours AGENT_JWT_ISSUER, AGENT_JWT_AUDIENCE and
+	// AGENT_JWT_MAX_AGE as a deployment does (REVIEW S13).
+	verifier, err := auth.NewVerifier(cfg.Auth(s.Secret, clock, true))
 	if err != nil {
 		return s, err
 	}
+	s.tokenClaims = cfg.DevTokenClaims()
 	refusals, _ := metrics.(agent.Refusals)
 	s.Handler = httpapi.New(httpapi.Deps{Engine: s.Engine, Threads: s.Threads, Auth: verifier, Clock: clock, Logger: log, Refusals: refusals,
 		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}})
@@ -217,7 +221,7 @@ func (s *Stack) Run(ctx context.Context) { s.Reaper.Run(ctx) }
 
 // Token mints a bearer token for user that the stack accepts.
 func (s *Stack) Token(user string, ttl time.Duration) (string, error) {
-	return auth.MintHS256(s.Secret, user, ttl, time.Now())
+	return auth.MintHS256(s.Secret, user, ttl, time.Now(), s.tokenClaims...)
 }
 
 // Close stops the offline model and closes the store.

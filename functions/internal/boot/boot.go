@@ -138,8 +138,7 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 	}
 	if want.App != nil {
 		b.AppSecret, values = []byte(values[0]), values[1:]
-		if b.Verifier, err = auth.NewVerifier(auth.Config{Keys: auth.HMACKey{Secret: b.AppSecret}, Clock: b.Clock,
-			Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience}); err != nil {
+		if b.Verifier, err = auth.NewVerifier(cfg.Auth(b.AppSecret, b.Clock, false)); err != nil {
 			return b, err
 		}
 	}
