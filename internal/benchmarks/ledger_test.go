@@ -172,6 +172,10 @@ func (l *ledger) TakeOver(ctx context.Context, r agent.TakeRequest) (agent.Fence
 	return l.use("TakeOver").TakeOver(ctx, r)
 }
 
+func (l *ledger) NoteTakes(ctx context.Context, run agent.Run, ids []string) error {
+	return l.use("NoteTakes").NoteTakes(ctx, run, ids)
+}
+
 func (l *ledger) RecordOutcome(ctx context.Context, run agent.Run, holder agent.Fence) error {
 	return l.use("RecordOutcome").RecordOutcome(ctx, run, holder)
 }

@@ -79,7 +79,10 @@ type Run struct {
 	// reaper can fence it (fence B). Stores whose message writes check the claim themselves (SQLite, fence F) need
 	// not keep it: their GetRun may return it empty.
 	UserMessageID string `json:"-"`
-	Epoch         int64  `json:"epoch"`
+	// Takes are the ids of the queued messages the run noted (NoteTakes) before it stored them, so that the reaper
+	// can fence them too (fence B). Like UserMessageID, a store whose writes check the claim may leave it empty.
+	Takes []string `json:"-"`
+	Epoch int64    `json:"epoch"`
 	// FirstSeq and Reserved are the message positions the claim reserved for this run ([FirstSeq,
 	// FirstSeq+Reserved)); the run's new messages take them, the assistant message the last one.
 	FirstSeq   int64     `json:"-"`

@@ -128,10 +128,17 @@ type RunStore interface {
 	// reaper writes at the returned fence, then gives the claim back with ReleaseClaim. Otherwise
 	// KindConflict/CodeRunFenced and nothing changes; a live run keeps its claim.
 	TakeOver(ctx context.Context, req TakeRequest) (Fence, error)
+	// NoteTakes adds ids, the queued messages run is about to store, to the run's Takes (REVIEW §3 B: queue takes
+	// are written to the run item before the take), fenced: only while the run is recorded running at run.Epoch
+	// and the reaper has not sealed its takes (RecordOutcome), and, where the store can, while the thread's claim
+	// names the run. Otherwise KindConflict/CodeRunFenced, and the run must not store them.
+	NoteTakes(ctx context.Context, run Run, ids []string) error
 	// RecordOutcome is the reaper's write of a dead run's outcome: a compare-and-set of the run item from running at
 	// run.Epoch (else KindConflict/CodeRunFenced; unknown run KindNotFound), adding nothing to the thread and
 	// releasing nothing. holder is the reaper's own claim (TakeOver's fence): a store that can (SQLite) checks in
-	// the same transaction that the thread's claim still names it; a zero holder checks no claim.
+	// the same transaction that the thread's claim still names it; a zero holder checks no claim. It also seals
+	// the run's takes: where the store keeps them, the write applies only while the run's Takes are exactly
+	// run.Takes (the ids the reaper fenced), else KindConflict/CodeRunFenced and the reaper reads the run again.
 	RecordOutcome(ctx context.Context, run Run, holder Fence) error
 	// ReleaseClaim releases the thread's claim on condition "still names req.Fence.RunID at req.Fence.Epoch, and
 	// the heartbeat is before req.StaleBefore" (zero StaleBefore: any heartbeat), adding req.Usage to the thread's

@@ -292,7 +292,7 @@ func TestFinishAndReapCost(t *testing.T) {
 	if c.Writes != 2 {
 		t.Errorf("FinishRun: %d writes, want 2 (the release, the outcome)", c.Writes)
 	}
-	t.Logf("FinishRun: %d writes, %.1f WCU (table %.1f, index %.1f)", c.Writes, c.WriteUnits(), c.TableWriteUnits, c.IndexWriteUnits)
+	t.Logf("FinishRun: %d writes, %d reads, %.1f WCU (table %.1f, index %.1f) %v", c.Writes, c.Reads, c.WriteUnits(), c.TableWriteUnits, c.IndexWriteUnits, c.ByOperation)
 
 	dead := turn("run_01jd8x5q3w9m2k7v4c6b1n0zb", t0.Add(time.Minute))
 	slot := agent.LeaseRequest{Scope: agent.RunSlotScope(th.Owner), Holder: dead.ID, Limit: 1, TTL: time.Hour, Now: t0.Add(time.Minute)}

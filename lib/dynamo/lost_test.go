@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -99,7 +100,7 @@ func TestLostAnswersConverge(t *testing.T) {
 		if err != nil || got.Epoch != 1 || got.ActiveRun == nil || got.ActiveRun.RunID != "r1" {
 			t.Fatalf("thread = %+v (%v), want claimed once by r1 at epoch 1", got, err)
 		}
-		if run, err := f.store.GetRun(ctx, th.ID, "r1"); err != nil || run != res.Run {
+		if run, err := f.store.GetRun(ctx, th.ID, "r1"); err != nil || !reflect.DeepEqual(run, res.Run) {
 			t.Fatalf("stored run = %+v (%v), want %+v", run, err, res.Run)
 		}
 		// The positions were reserved once: the next claim starts after them.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -148,7 +149,7 @@ func TestFailuresClassifiedFromTheReturnedItem(t *testing.T) {
 		}
 		want := agent.Run{ID: "r-mine", ThreadID: "th", Trigger: req.Trigger, Status: agent.RunRunning,
 			AssistantMessageID: req.AssistantMessageID, Epoch: 3, FirstSeq: 4, Reserved: 2, CreatedAt: now, UpdatedAt: now}
-		if res.Run != want {
+		if !reflect.DeepEqual(res.Run, want) {
 			t.Fatalf("run = %+v\nwant %+v", res.Run, want)
 		}
 		if p := res.Previous; p == nil || *p != (agent.Claim{RunID: "r-old", Epoch: 2, HeartbeatAt: t0, CancelRequested: true}) {

@@ -28,6 +28,7 @@ const (
 	attrModel      = "model"
 	attrAssistant  = "assistantMessageId"
 	attrUserMsg    = "userMessageId" // the user message the run writes, for the reaper's stub (fence B)
+	attrTakes      = "takes"         // the queued messages the run noted before storing them (NoteTakes), a string set
 	attrFinishedAt = "finishedAt"
 	attrFirstSeq   = "firstSeq" // the first message position the claim reserved for the run
 	attrReserved   = "reserved" // how many positions it reserved
@@ -83,6 +84,9 @@ func runItem(r agent.Run) item {
 	if r.UserMessageID != "" {
 		it[attrUserMsg] = avS(r.UserMessageID)
 	}
+	if len(r.Takes) > 0 {
+		it[attrTakes] = avSS(r.Takes...)
+	}
 	it[attrEpoch] = avN(r.Epoch)
 	it[attrFirstSeq] = avN(r.FirstSeq)
 	it[attrReserved] = avN(int64(r.Reserved))
@@ -105,6 +109,7 @@ func decodeRun(it item) agent.Run {
 		Model:              getS(it, attrModel),
 		AssistantMessageID: getS(it, attrAssistant),
 		UserMessageID:      getS(it, attrUserMsg),
+		Takes:              getSS(it, attrTakes),
 		Epoch:              getN(it, attrEpoch),
 		FirstSeq:           getN(it, attrFirstSeq),
 		Reserved:           int(getN(it, attrReserved)),
@@ -463,7 +468,7 @@ func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	} else if err != nil {
 		return storeErr(err, "release claim")
 	}
-	return s.recordOutcome(ctx, run)
+	return s.recordOutcome(ctx, run, false)
 }
 
 // RecordOutcome is the reaper's write of a dead run's outcome: the compare-and-set of recordOutcome alone. The
@@ -473,12 +478,49 @@ func (s *Store) RecordOutcome(ctx context.Context, run agent.Run, holder agent.F
 	if !run.Status.Terminal() {
 		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "RecordOutcome needs a terminal status, got %q", run.Status)
 	}
-	return s.recordOutcome(ctx, run)
+	return s.recordOutcome(ctx, run, true)
 }
 
-// recordOutcome is one UpdateItem on the run item, condition status = running AND epoch = :epoch. A failed
-// condition on an item that already holds this outcome at this epoch is a retry whose answer was lost: success.
-func (s *Store) recordOutcome(ctx context.Context, run agent.Run) error {
+// NoteTakes is one UpdateItem on the run item: ADD takes :ids, condition status = running AND epoch = :epoch.
+// The reaper's RecordOutcome seals the set (it applies only to the set the reaper fenced), so an id noted after
+// the reaper read the run makes its outcome fail, and it reads the run again; once the outcome is recorded every
+// note is refused. A run item cannot check the thread's claim: the seal is what fences a note.
+func (s *Store) NoteTakes(ctx context.Context, run agent.Run, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	e := newExpr()
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(s.table),
+		Key:              key(threadPK(run.ThreadID), runSK(run.ID)),
+		UpdateExpression: aws.String("ADD " + e.n(attrTakes) + " " + e.v(avSS(ids...))),
+		ConditionExpression: aws.String(e.n(attrStatus) + " = " + e.v(avS(string(agent.RunRunning))) + " AND " +
+			e.n(attrEpoch) + " = " + e.v(avN(run.Epoch))),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	})
+	if isConditionFailed(err) {
+		return fenced(run.Fence())
+	}
+	return storeErr(err, "note takes")
+}
+
+// setIs renders the condition that the string set attribute name holds exactly ids (absent when ids is empty).
+func setIs(e *expr, name string, ids []string) string {
+	if len(ids) == 0 {
+		return "attribute_not_exists(" + e.n(name) + ")"
+	}
+	cond := "size(" + e.n(name) + ") = " + e.v(avN(int64(len(ids))))
+	for _, id := range ids {
+		cond += " AND contains(" + e.n(name) + ", " + e.v(avS(id)) + ")"
+	}
+	return cond
+}
+
+// recordOutcome is one UpdateItem on the run item, condition status = running AND epoch = :epoch, and for the
+// reaper (seal) the run's takes are exactly run.Takes. A failed condition on an item that already holds this
+// outcome at this epoch is a retry whose answer was lost: success.
+func (s *Store) recordOutcome(ctx context.Context, run agent.Run, seal bool) error {
 	k := key(threadPK(run.ThreadID), runSK(run.ID))
 	e := newExpr()
 	sets := []string{
@@ -520,6 +562,9 @@ func (s *Store) recordOutcome(ctx context.Context, run agent.Run) error {
 		update += " REMOVE " + strings.Join(removes, ", ")
 	}
 	cond := e.n(attrStatus) + " = " + e.v(avS(string(agent.RunRunning))) + " AND " + e.n(attrEpoch) + " = " + e.v(avN(run.Epoch))
+	if seal {
+		cond += " AND " + setIs(e, attrTakes, run.Takes)
+	}
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 k,
@@ -928,14 +973,7 @@ func (s *Store) forgetRecorded(ctx context.Context, threadID string, set, forget
 	case idle && len(forget) == len(set):
 		// All recorded (or none to look at): the thread leaves the index, if nothing changed since the read.
 		cond += " AND attribute_not_exists(" + e.n(attrClaimRun) + ")"
-		if len(set) == 0 {
-			cond += " AND attribute_not_exists(" + e.n(attrUnrecorded) + ")"
-		} else {
-			cond += " AND size(" + e.n(attrUnrecorded) + ") = " + e.v(avN(int64(len(set))))
-			for _, id := range set {
-				cond += " AND contains(" + e.n(attrUnrecorded) + ", " + e.v(avS(id)) + ")"
-			}
-		}
+		cond += " AND " + setIs(e, attrUnrecorded, set)
 		update = "REMOVE " + e.n(AttrRunShard) + ", " + e.n(AttrClaimBucket)
 		if len(set) > 0 {
 			update += ", " + e.n(attrUnrecorded)

@@ -20,8 +20,9 @@ import (
 
 // Names shared with template.yaml and infra/DYNAMODB.md. Changing one means changing the template too.
 const (
-	// IndexRunning is the sparse GSI over threads that hold a run claim: partition key AttrRunShard, sort key
-	// AttrClaimBucket, keys only. See ListStaleClaims for why its sort key is a coarse bucket and not the heartbeat.
+	// IndexRunning is the sparse GSI over threads that hold a run claim, or released one whose outcome the orphan
+	// sweep has not seen recorded yet (ListOrphanRuns): partition key AttrRunShard, sort key AttrClaimBucket, keys
+	// only. See ListStaleClaims for why its sort key is a coarse bucket and not the heartbeat.
 	IndexRunning = "running"
 	// IndexByOwner is the GSI over threads by owner, most recent first: partition key AttrOwner, sort key
 	// AttrRecency.
@@ -50,7 +51,7 @@ const (
 	AttrSK       = "sk"
 	AttrOwner    = "owner"
 	AttrRecency  = "recency"  // "<updatedAt>#<thread id>"
-	AttrRunShard = "runShard" // "RUN#<n>", present only while a claim exists
+	AttrRunShard = "runShard" // "RUN#<n>", present while a claim exists and until the orphan sweep drops a released thread
 	// AttrClaimBucket is the claim's heartbeat rounded down to the heartbeat bucket (DefaultHeartbeatBucket),
 	// present only while a claim exists. It is the running index's sort key; the exact heartbeat lives in
 	// AttrClaimHeartbeat, which no index contains.

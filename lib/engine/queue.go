@@ -206,6 +206,18 @@ func heldIDs(msgs []agent.Message) map[string]bool {
 // taken by a later turn without a second copy.
 func (t *Turn) writeTakes(ctx context.Context) error {
 	e := t.e
+	// The ids are noted on the run first (fence B's queue takes): a reaper that finds the run dead fences them at
+	// its epoch before it reads anything, so a message write of this run that lands late is refused instead of
+	// showing after the reap; a note refused means the run was reaped, and it stores none of them.
+	var ids []string
+	for _, tk := range t.plan.takes {
+		if !tk.present {
+			ids = append(ids, tk.entry.Message.ID)
+		}
+	}
+	if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.NoteTakes(ctx, t.run, ids) }); err != nil {
+		return fmt.Errorf("note queued messages taken: %w", err)
+	}
 	for _, tk := range t.plan.takes {
 		if tk.present {
 			continue

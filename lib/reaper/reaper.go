@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -325,15 +326,12 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 	if !missing && run.Status == agent.RunRunning {
 		// Fence B: every id the dead run can still create is stubbed (or, stored, fenced) at the reaper's epoch
 		// before anything is read, so what the reads below see can no longer change, and a first write still in
-		// flight (its user message, its reply) is refused instead of landing after the reap.
-		for _, id := range []string{run.UserMessageID, run.AssistantMessageID} {
-			if id == "" {
-				continue
-			}
-			if err := retry(ctx, func() error { return r.store.FenceMessage(ctx, threadID, id, hold) }); err != nil {
-				return fmt.Errorf("reaper: fence message: %w", err)
-			}
+		// flight (its user message, its reply, a queued message it took) is refused instead of landing after the
+		// reap.
+		if err := r.fence(ctx, threadID, slices.Concat([]string{run.UserMessageID, run.AssistantMessageID}, run.Takes), hold); err != nil {
+			return err
 		}
+		r.adoptTakes(ctx, threadID)
 	}
 	var usage agent.Usage
 	switch {
@@ -382,6 +380,39 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		return fmt.Errorf("reaper: release claim: %w", err)
 	}
 	return nil
+}
+
+// fence stubs (or, stored, fences) each of ids at hold (FenceMessage).
+func (r *Reaper) fence(ctx context.Context, threadID string, ids []string, hold agent.Fence) error {
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		if err := retry(ctx, func() error { return r.store.FenceMessage(ctx, threadID, id, hold) }); err != nil {
+			return fmt.Errorf("reaper: fence message: %w", err)
+		}
+	}
+	return nil
+}
+
+// adoptTakes marks taken the queue entries whose message the thread holds: a dead run stored them and died before
+// it marked them (the ids it noted are fenced, so no more can land). An entry whose message never landed stays
+// queued for the next turn, which stores it at its own position (FenceMessage's stub is read as absent). Best
+// effort: a turn that finds an entry's message in the thread takes it without storing it again.
+func (r *Reaper) adoptTakes(ctx context.Context, threadID string) {
+	q, err := r.store.ListQueued(ctx, threadID)
+	if err != nil {
+		r.log.Warn("reaper: list queue", "thread_id", threadID, "err", err)
+		return
+	}
+	for _, e := range q {
+		if _, err := r.store.GetMessage(ctx, threadID, e.Message.ID); err != nil {
+			continue
+		}
+		if err := retry(ctx, func() error { return r.store.TakeQueued(ctx, threadID, e.Message.ID, r.clock.Now()) }); err != nil {
+			r.log.Warn("reaper: adopt a stored queue take", "thread_id", threadID, "message_id", e.Message.ID, "err", err)
+		}
+	}
 }
 
 // giveBackSlot releases the dead run's slot in its user's active-run scope (issue 16 item 11: at once, not after
@@ -522,8 +553,8 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 		}
 	}
 	run.Usage, run.FinishedAt, run.UpdatedAt = usage, now, now
-	if err := retry(ctx, func() error { return r.store.RecordOutcome(ctx, run, hold) }); err != nil && !errors.Is(err, agent.ErrRunFenced) {
-		return fmt.Errorf("reaper: finish run: %w", err)
+	if err := r.recordOutcome(ctx, run, hold); err != nil {
+		return err
 	}
 	if !finalMsg {
 		if err := r.finalizeMessage(ctx, run, draft, usage, hold); err != nil {
@@ -536,6 +567,33 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 	r.endStream(ctx, run)
 	return nil
 }
+
+// recordOutcome records the dead run's outcome, sealing its takes: where the store keeps them, the write applies
+// only to the takes the reaper fenced, so a take the dead run noted since (after the reaper read its run) fails it;
+// the reaper then fences the new ids, adopts what landed, and records again. A run recorded by someone else is
+// left as it is.
+func (r *Reaper) recordOutcome(ctx context.Context, run agent.Run, hold agent.Fence) error {
+	for attempt := 0; ; attempt++ {
+		err := retry(ctx, func() error { return r.store.RecordOutcome(ctx, run, hold) })
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, agent.ErrRunFenced) {
+			return fmt.Errorf("reaper: finish run: %w", err)
+		}
+		now, gerr := r.store.GetRun(ctx, run.ThreadID, run.ID)
+		if gerr != nil || now.Status != agent.RunRunning || now.Epoch != run.Epoch || slices.Equal(sorted(now.Takes), sorted(run.Takes)) || attempt == 3 {
+			return nil // recorded by someone else (or, after a few rounds, left to the next sweep: ReapOrphan)
+		}
+		if err := r.fence(ctx, run.ThreadID, now.Takes, hold); err != nil {
+			return err
+		}
+		r.adoptTakes(ctx, run.ThreadID)
+		run.Takes = now.Takes
+	}
+}
+
+func sorted(ids []string) []string { return slices.Sorted(slices.Values(ids)) }
 
 // finalizeMessage stores the dead run's assistant message as failed, fenced at the run's epoch and finalized, so
 // nothing the dead run might still write can change it.

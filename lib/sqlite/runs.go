@@ -337,6 +337,17 @@ func runExists(ctx context.Context, c conn, run agent.Run) error {
 
 // holds is fence F: nil when the thread's claim names f, else run_fenced. Writes of a run (messages, its outcome)
 // check it inside their own transaction, so nothing a run writes lands once its claim is gone.
+// NoteTakes checks, in one read transaction of the write lock, that the thread's claim still names the run at
+// its epoch (fence F): every message write checks the claim itself here, so a dead run's take is refused without
+// the reaper fencing its ids, and the ids are not kept (agent.Run.Takes stays empty on SQLite).
+func (s *Store) NoteTakes(ctx context.Context, run agent.Run, ids []string) error {
+	s.op()
+	if len(ids) == 0 {
+		return nil
+	}
+	return s.write(ctx, "note takes", func(c conn) error { return holds(ctx, c, run.ThreadID, run.Fence()) })
+}
+
 func holds(ctx context.Context, c conn, threadID string, f agent.Fence) error {
 	var one int
 	err := c.queryRow(ctx, `SELECT 1 FROM threads WHERE id = ? AND claim_run_id = ? AND claim_epoch = ?`,

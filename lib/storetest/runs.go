@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -48,6 +50,7 @@ func runTests() []test {
 		c{"ListStaleClaimsDefaultLimit", testListStaleClaimsDefaultLimit},
 		c{"ListOrphanRuns", testListOrphanRuns},
 		c{"OrphanListedThroughLaterTurns", testOrphanThroughLaterTurns},
+		c{"NoteTakesSealedByTheOutcome", testNoteTakes},
 	)
 }
 
@@ -1257,5 +1260,41 @@ func testOrphanThroughLaterTurns(e *claims) {
 	must(t, e.s.RecordOutcome(e.ctx, finished(orphan, agent.RunFailed, agent.Usage{}, base.Add(time.Hour)), agent.Fence{}), "RecordOutcome")
 	if listed()[orphan.ID] {
 		t.Fatalf("run %s listed after its outcome was recorded", orphan.ID)
+	}
+}
+
+// NoteTakes (fence B's queue takes): a running run notes the queued messages it is about to store. A store that
+// keeps the notes returns them on the run (Takes), and the reaper's RecordOutcome seals them: it applies only to
+// exactly the takes it names (one noted since the reaper read the run fails it, and nothing changes); once the
+// outcome is recorded, every note is refused. A store that keeps none (its writes check the claim) returns no
+// Takes and refuses a note once the run's claim is gone.
+func testNoteTakes(e *claims) {
+	t := e.t
+	th := newThread(e)
+	run := claim(e, th, e.id("run"), at(0)).Run
+	must(t, e.s.NoteTakes(e.ctx, run, []string{"steer_a"}), "NoteTakes")
+	must(t, e.s.NoteTakes(e.ctx, run, []string{"steer_a", "steer_b"}), "NoteTakes again")
+	got, err := e.s.GetRun(e.ctx, th.ID, run.ID)
+	must(t, err, "GetRun")
+	kept := len(got.Takes) > 0
+	if kept && !slices.Equal(slices.Sorted(slices.Values(got.Takes)), []string{"steer_a", "steer_b"}) {
+		t.Fatalf("Takes = %v, want steer_a and steer_b", got.Takes)
+	}
+	hold, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, Fence: run.Fence(), RunID: run.ID, Now: at(time.Hour)})
+	must(t, err, "TakeOver")
+	out := finished(got, agent.RunFailed, agent.Usage{}, at(time.Hour))
+	if kept {
+		stale := out
+		stale.Takes = []string{"steer_a"}
+		if err := e.s.RecordOutcome(e.ctx, stale, hold); !errors.Is(err, agent.ErrRunFenced) {
+			t.Fatalf("RecordOutcome naming one of two takes: %v, want run_fenced", err)
+		}
+		if r, _ := e.s.GetRun(e.ctx, th.ID, run.ID); r.Status != agent.RunRunning {
+			t.Fatalf("a refused RecordOutcome changed the run: %s", r.Status)
+		}
+	}
+	must(t, e.s.RecordOutcome(e.ctx, out, hold), "RecordOutcome with the run's takes")
+	if err := e.s.NoteTakes(e.ctx, run, []string{"steer_c"}); !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("NoteTakes after the outcome: %v, want run_fenced", err)
 	}
 }
