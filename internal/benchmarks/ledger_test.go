@@ -148,6 +148,9 @@ func (l *ledger) UpdateThread(ctx context.Context, id string, p agent.ThreadPatc
 func (l *ledger) DeleteThread(ctx context.Context, id string) error {
 	return l.use("DeleteThread").DeleteThread(ctx, id)
 }
+func (l *ledger) FinishDelete(ctx context.Context, id string) error {
+	return l.use("FinishDelete").FinishDelete(ctx, id)
+}
 func (l *ledger) ClaimRun(ctx context.Context, r agent.ClaimRequest) (agent.ClaimResult, error) {
 	res, err := l.use("ClaimRun").ClaimRun(ctx, r)
 	l.saw("ClaimRun", res.Run, err)

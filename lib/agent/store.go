@@ -49,6 +49,11 @@ type ThreadStore interface {
 	// children; then the tombstone. A delete interrupted half way leaves the tombstone, and calling DeleteThread
 	// again finishes it. Unknown id is a no-op.
 	DeleteThread(ctx context.Context, id string) error
+	// FinishDelete finishes a delete that stopped half way: only when id's thread is tombstoned does it remove
+	// everything under it and the tombstone, as DeleteThread would. A live thread, or an unknown id, is left as it
+	// is (nil), so a caller that could not check the thread's owner (a tombstone reads as not found) may call it
+	// without deleting a thread someone created meanwhile (REVIEW S10).
+	FinishDelete(ctx context.Context, id string) error
 }
 
 // DefaultListLimit is what list reads return when the caller passes no limit.

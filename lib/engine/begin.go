@@ -254,7 +254,7 @@ func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (ag
 // finishDelete completes a delete that died half way (its tombstone is in the way of a new thread on that id).
 func (e *Engine) finishDelete(ctx context.Context, threadID string) error {
 	e.log.Info("finishing an interrupted delete", "thread_id", threadID)
-	if err := e.store.DeleteThread(ctx, threadID); err != nil {
+	if err := e.store.FinishDelete(ctx, threadID); err != nil {
 		return fmt.Errorf("finish an interrupted delete: %w", err)
 	}
 	return nil

@@ -217,6 +217,9 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 	})
 }
 
+// FinishDelete has nothing to finish: DeleteThread is one transaction, so no delete is ever left half done.
+func (s *Store) FinishDelete(context.Context, string) error { return nil }
+
 // collect scans every row and closes rows. It never returns a nil slice without an error.
 // listBefore runs a reaper work-list query (query takes the cutoff and the limit: limit <= 0 means
 // agent.DefaultListLimit) and scans its rows.

@@ -262,6 +262,22 @@ func testDeletedThreadsLateWrites(e *whole) {
 	}
 }
 
+// REVIEW S10: FinishDelete finishes only a delete left half done. A caller that reads an id as missing (a
+// tombstone reads so) calls it without knowing the owner, so a live thread (one created since that read, maybe
+// by another user) and an unknown id are left as they are; a deleted thread stays deleted.
+func testFinishDeleteLeavesALiveThread(e *whole) {
+	t := e.t
+	th := newThread(e)
+	run, msgs := turn(e, th, at(0))
+	before := readState(e, th.ID, run.ID)
+	must(t, e.s.FinishDelete(e.ctx, th.ID), "FinishDelete(live thread)")
+	same(t, "a live thread after FinishDelete", readState(e, th.ID, run.ID), before)
+	must(t, e.s.FinishDelete(e.ctx, e.id("th")), "FinishDelete(unknown id)")
+	must(t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
+	must(t, e.s.FinishDelete(e.ctx, th.ID), "FinishDelete(deleted thread)")
+	wantGone(e, "after FinishDelete", th.ID, []string{run.ID}, msgs)
+}
+
 // DeleteThread against many concurrent claims (REVIEW H3). Exactly one of two things happens: the delete loses
 // (run_active) and the thread is intact with the one winner's run and message; or the delete wins, no claim
 // succeeded, and nothing is left under the id, also after it is created again.

@@ -31,6 +31,7 @@ func threadTests() []test {
 		all{"DeleteThreadThenRecreateIsEmpty", testDeleteThreadRecreate},
 		all{"DeleteThreadRacesClaims", testDeleteThreadRace},
 		all{"DeletedThreadsLateWritesStayOut", testDeletedThreadsLateWrites},
+		all{"FinishDeleteLeavesALiveThread", testFinishDeleteLeavesALiveThread},
 	)...)
 }
 

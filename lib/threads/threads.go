@@ -341,8 +341,9 @@ func (s *Service) Delete(ctx context.Context, owner, id string) error {
 	th, err := s.store.GetThread(ctx, id)
 	if agent.IsKind(err, agent.KindNotFound) {
 		// Missing, or a delete that died half way (a tombstone reads as not found): finishing it is safe for any
-		// caller, and a no-op for an id that has no tombstone. Another user's live thread never gets here.
-		if derr := s.store.DeleteThread(ctx, id); derr != nil {
+		// caller, and a no-op for an id that has no tombstone, or whose thread was created after our read (by
+		// another user, maybe: REVIEW S10).
+		if derr := s.store.FinishDelete(ctx, id); derr != nil {
 			s.log.Warn("finish an interrupted delete", "thread_id", id, "err", derr)
 		}
 		return notFound(id)
