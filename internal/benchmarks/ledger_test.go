@@ -262,6 +262,9 @@ func (l *ledger) GetJob(ctx context.Context, threadID, id string) (agent.Job, er
 func (l *ledger) ListJobs(ctx context.Context, threadID string) ([]agent.Job, error) {
 	return l.use("ListJobs").ListJobs(ctx, threadID)
 }
+func (l *ledger) ListJobsPage(ctx context.Context, threadID string, finished int) (agent.JobsPage, error) {
+	return l.use("ListJobsPage").ListJobsPage(ctx, threadID, finished)
+}
 func (l *ledger) SetJobDue(ctx context.Context, threadID, id string, due, now time.Time) error {
 	return l.use("SetJobDue").SetJobDue(ctx, threadID, id, due, now)
 }
