@@ -349,6 +349,22 @@ type MessageWrite struct {
 	Fence    Fence
 	Final    bool
 	Now      time.Time
+	// HideBefore, when above zero, makes the write an edit (fence D): the message must be stored and not deleted
+	// (else KindNotFound/CodeMessageNotFound), keeps its position, and the same write hides every message
+	// positioned after it and before HideBefore (the editing run's first reserved position) from ListMessages and
+	// ListMessagesPage, at once. So the edit commits in one write; deleting those messages afterwards
+	// (DeleteMessage) is cleanup, which may fail or never happen without changing what a list shows. GetMessage
+	// may still find a message so hidden until it is deleted. A later edit of the same message hides up to its
+	// own HideBefore, which includes what the earlier one hid.
+	HideBefore int64
+}
+
+// EditSettler is a store behaviour beside MessageStore: a store that keeps a record of an edit for its readers
+// (DynamoDB: readers cannot otherwise find an edit older than what they read) drops it once the messages the
+// edit hid are deleted. Nothing a reader sees changes; it only saves the readers' look-up.
+type EditSettler interface {
+	// SettleEdit drops the reader record of the edit of message id, fenced like DeleteMessage.
+	SettleEdit(ctx context.Context, threadID, id string, f Fence) error
 }
 
 // SegmentStore keeps a run's stream segments.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -28,7 +29,24 @@ const (
 	// order as one string, on live message heads only (segments and queue entries carry a seq too, and must not
 	// pay for an index entry). It is set with the head's first write and kept, like seq; a delete removes both.
 	attrMsgOrder = "msgOrder"
+	// attrHideBefore is an edit's mark on the edited message's head (fence D): the messages positioned after it
+	// and before this position are hidden, by the edit's one head write. The edit record (editSK) lets a reader
+	// find it.
+	attrHideBefore = "hideBefore"
 )
+
+// An edit record (sk "EDIT#<message id>", kind "edit") names an edited message for the readers of pages, which
+// read a thread from one end and could otherwise meet the hidden messages before (or without) the edited one.
+// It is written before the edit's head write and counts only once that write has landed (the head carries
+// hideBefore). It sits in IndexMessagesBySeq above every message (msgOrder "~edit#<id>"), so a page read from
+// the newest message meets it first at no extra request; other pages look the records up with one Query of
+// the index. SettleEdit drops it once the hidden messages are deleted.
+const (
+	prefixEdit      = "EDIT#"
+	editOrderPrefix = "~edit#"
+)
+
+func editSK(id string) string { return prefixEdit + id }
 
 // msgOrder is a message's key in IndexMessagesBySeq.
 func msgOrder(seq int64, id string) string { return fmt.Sprintf("%020d#%s", seq, id) }
@@ -135,6 +153,12 @@ func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 	if err := s.writeChunks(ctx, p); err != nil {
 		return err
 	}
+	if w.HideBefore > 0 {
+		if err := s.putEditRecord(ctx, w); err != nil {
+			s.dropChunks(ctx, p.attrs, pk, chunkSK, "")
+			return err
+		}
+	}
 	e := newExpr()
 	sets := []string{
 		e.n(attrKind) + " = " + e.v(avS("msg")),
@@ -149,6 +173,12 @@ func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 		e.n(attrWriterEpoch) + " = " + e.v(avN(w.Fence.Epoch)),
 	}
 	removes := []string{e.n(attrHidden)}
+	cond := fenceCond(e, w.Fence)
+	if w.HideBefore > 0 {
+		// The edit commits here: the mark and the new content in one write, on a message that is stored.
+		sets = append(sets, e.n(attrHideBefore)+" = "+e.v(avN(w.HideBefore)))
+		cond = "attribute_exists(" + e.n(attrMsgOrder) + ") AND (" + cond + ")"
+	}
 	if w.Final {
 		sets = append(sets, e.n(attrFinal)+" = "+e.v(avBool(true)))
 	} else {
@@ -166,7 +196,7 @@ func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 		TableName:                           aws.String(s.table),
 		Key:                                 k,
 		UpdateExpression:                    aws.String(update),
-		ConditionExpression:                 aws.String(fenceCond(e, w.Fence)),
+		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            e.attrNames(),
 		ExpressionAttributeValues:           e.attrValues(),
 		ReturnValues:                        types.ReturnValueUpdatedOld,
@@ -195,7 +225,116 @@ func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 	if ours {
 		return nil
 	}
+	if w.HideBefore > 0 && !has(old, attrMsgOrder) {
+		return agent.E(agent.KindNotFound, agent.CodeMessageNotFound, "message %q (to edit) not found", m.ID)
+	}
 	return messageFenced(m.ID, w.Fence)
+}
+
+// putEditRecord writes the edit record of w (an edit) before its head write: a PutItem fenced like the head (a
+// record written at a higher epoch stays).
+func (s *Store) putEditRecord(ctx context.Context, w agent.MessageWrite) error {
+	it := key(threadPK(w.ThreadID), editSK(w.Message.ID))
+	it[attrKind] = avS("edit")
+	it[attrID] = avS(w.Message.ID)
+	it[attrMsgOrder] = avS(editOrderPrefix + w.Message.ID)
+	it[attrWriterRun] = avS(w.Fence.RunID)
+	it[attrWriterEpoch] = avN(w.Fence.Epoch)
+	e := newExpr()
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(s.table),
+		Item:      it,
+		ConditionExpression: aws.String("attribute_not_exists(" + e.n(AttrPK) + ") OR " + e.n(attrWriterEpoch) + " <= " +
+			e.v(avN(w.Fence.Epoch))),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	})
+	if isConditionFailed(err) {
+		return messageFenced(w.Message.ID, w.Fence)
+	}
+	return storeErr(err, "put edit record")
+}
+
+// SettleEdit deletes the edit record of message id (agent.EditSettler), unless a writer above f's epoch wrote it.
+func (s *Store) SettleEdit(ctx context.Context, threadID, id string, f agent.Fence) error {
+	e := newExpr()
+	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(threadPK(threadID), editSK(id)),
+		ConditionExpression:       aws.String("attribute_not_exists(" + e.n(AttrPK) + ") OR " + e.n(attrWriterEpoch) + " <= " + e.v(avN(f.Epoch))),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	})
+	if isConditionFailed(err) {
+		return messageFenced(id, f)
+	}
+	return storeErr(err, "settle edit")
+}
+
+// span is the positions an edit hid: after from, before to.
+type span struct{ from, to int64 }
+
+// hiddenBy reports whether a message at seq lies in one of spans.
+func hiddenBy(spans []span, seq int64) bool {
+	for _, sp := range spans {
+		if seq > sp.from && seq < sp.to {
+			return true
+		}
+	}
+	return false
+}
+
+// headSpan is the span a head's edit mark hides (ok false: none, or the head is deleted).
+func headSpan(h item) (span, bool) {
+	if h == nil || has(h, attrHidden) || !has(h, attrHideBefore) {
+		return span{}, false
+	}
+	return span{from: getN(h, attrSeq), to: getN(h, attrHideBefore)}, true
+}
+
+// editSpans reads the thread's edit records (one Query of IndexMessagesBySeq, keys only) and the heads they name.
+func (s *Store) editSpans(ctx context.Context, pk string, base *baseRead) ([]span, error) {
+	e := newExpr()
+	var ids []string
+	err := s.query(ctx, &dynamodb.QueryInput{
+		IndexName:                 aws.String(IndexMessagesBySeq),
+		ConsistentRead:            aws.Bool(true),
+		KeyConditionExpression:    aws.String(e.n(AttrPK) + " = " + e.v(avS(pk)) + " AND begins_with(" + e.n(attrMsgOrder) + ", " + e.v(avS(editOrderPrefix)) + ")"),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	}, func(it item) error {
+		ids = append(ids, strings.TrimPrefix(getS(it, attrMsgOrder), editOrderPrefix))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.spansOf(ctx, pk, ids, base)
+}
+
+// spansOf reads the heads of the edited messages ids and returns the spans their marks hide (a head of an
+// earlier incarnation of the thread hides nothing).
+func (s *Store) spansOf(ctx context.Context, pk string, ids []string, base *baseRead) ([]span, error) {
+	var spans []span
+	for _, id := range ids {
+		h, err := s.getItem(ctx, key(pk, msgSK(id)))
+		if err != nil {
+			return nil, err
+		}
+		if h != nil {
+			kept, err := base.keep([]item{h}, attrWriterEpoch)
+			if err != nil {
+				return nil, err
+			}
+			if len(kept) == 0 {
+				continue
+			}
+		}
+		if sp, ok := headSpan(h); ok {
+			spans = append(spans, sp)
+		}
+	}
+	return spans, nil
 }
 
 // isOwnFinalWrite reports whether head is the result of this very final write (an earlier attempt of it).
@@ -273,6 +412,13 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 	if err != nil {
 		return nil, err
 	}
+	var spans []span
+	for _, h := range heads {
+		if sp, ok := headSpan(h); ok {
+			spans = append(spans, sp)
+		}
+	}
+	heads = slices.DeleteFunc(heads, func(h item) bool { return hiddenBy(spans, getN(h, attrSeq)) })
 	bodies, err := s.readAll(ctx, heads, pk,
 		func(h item) chunkKeyFunc { return msgChunkSK(getS(h, attrID)) },
 		func(ctx context.Context, h item) (item, error) {
@@ -308,7 +454,9 @@ func (s *Store) ListMessages(ctx context.Context, threadID string) ([]agent.Mess
 // is billed as a GetItem of it), plus one BatchGetItem for the chunks of the page's large messages, if any.
 // Deleted messages carry no msgOrder, so they are not in the index and cost the read nothing. A Query stops at 1
 // MB of heads: it then goes on from where that one stopped, until the page is full. The cost is the page's,
-// whatever the thread holds.
+// whatever the thread holds. Messages an edit hid are left out (fence D): a read from the newest message meets
+// the edit records first in the same Query; any other read looks them up first (editSpans), and the heads they
+// name, one GetItem each.
 func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.MessagePage) (agent.Page[agent.MessageRecord], error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -326,10 +474,25 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),
 	}
+	if !fromTop(p) {
+		// The edit records sort after every message: a read that does not start there leaves them out.
+		in.KeyConditionExpression = aws.String(*in.KeyConditionExpression + " AND " + e.n(attrMsgOrder) + " < " + e.v(avS("~")))
+		in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
+	}
 	if !p.From.IsZero() {
 		in.ExclusiveStartKey = item{AttrPK: avS(pk), AttrSK: avS(msgSK(p.From.ID)), attrMsgOrder: avS(msgOrder(p.From.Seq, p.From.ID))}
 	}
 	base := s.readBase(ctx, threadID)
+	// Edits (fence D): a read from the newest message meets the edit records first, in the same Query; any other
+	// read looks them up first.
+	var spans []span
+	var edited []string // edit records met, whose heads are not read yet
+	if !fromTop(p) {
+		var err error
+		if spans, err = s.editSpans(ctx, pk, base); err != nil {
+			return agent.Page[agent.MessageRecord]{}, err
+		}
+	}
 	var heads []item
 	for len(heads) <= limit {
 		in.Limit = aws.Int32(int32(limit + 1 - len(heads)))
@@ -342,7 +505,18 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 			return agent.Page[agent.MessageRecord]{}, err
 		}
 		for _, it := range kept {
-			if !has(it, attrHidden) {
+			if getS(it, attrKind) == "edit" {
+				edited = append(edited, getS(it, attrID))
+				continue
+			}
+			if len(edited) > 0 {
+				more, err := s.spansOf(ctx, pk, edited, base)
+				if err != nil {
+					return agent.Page[agent.MessageRecord]{}, err
+				}
+				spans, edited = append(spans, more...), nil
+			}
+			if !has(it, attrHidden) && !hiddenBy(spans, getN(it, attrSeq)) {
 				heads = append(heads, it)
 			}
 		}
@@ -376,6 +550,9 @@ func (s *Store) ListMessagesPage(ctx context.Context, threadID string, p agent.M
 	}
 	return page, nil
 }
+
+// fromTop reports whether p reads from the newest message (and so meets the edit records first).
+func fromTop(p agent.MessagePage) bool { return !p.Oldest && p.From.IsZero() }
 
 // FenceMessage is the reaper's stub (fence B). A stored message (the usual case: the user message, a reply
 // with a draft) takes one UpdateItem SET writerRunId, writerEpoch REMOVE final, conditioned on attribute_exists(pk)
@@ -437,7 +614,7 @@ func (s *Store) DeleteMessage(ctx context.Context, threadID, id string, f agent.
 	pk := threadPK(threadID)
 	k := key(pk, msgSK(id))
 	e := newExpr()
-	removes := []string{e.n(attrSeq), e.n(attrMsgOrder), e.n(attrCreatedAt), e.n(attrFinal)}
+	removes := []string{e.n(attrSeq), e.n(attrMsgOrder), e.n(attrCreatedAt), e.n(attrFinal), e.n(attrHideBefore)}
 	for _, a := range blobAttrs {
 		removes = append(removes, e.n(a))
 	}

@@ -55,9 +55,12 @@ func (t *Turn) Run() agent.Run { return t.run }
 
 // turnPlan is what a turn kind decided, from the messages read after the claim.
 type turnPlan struct {
-	history  []agent.Message // what the model sees before the run's own draft
-	user     *agent.Message  // a new (or edited) user message to store at the run's first reserved position
-	replaces string          // regenerate: the reply being replaced, hidden once the new one is stored
+	history []agent.Message // what the model sees before the run's own draft
+	user    *agent.Message  // a new (or edited) user message to store at the run's first reserved position
+	// edit: user replaces a stored message, and its write hides every message after it (fence D): drop is then
+	// the cleanup that follows the write.
+	edit     bool
+	replaces string // regenerate: the reply being replaced, hidden once the new one is stored
 
 	// A continuation: the stored parts of the message it continues, and the answers to apply to them.
 	draft   []agent.Part
@@ -324,15 +327,20 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	if own != nil && req.edits() {
 		// Everything after the edited message is dropped (so read, however much it is: all of it is newer than
 		// the edited message, so the read ends there), and the budget's worth before it is the history.
+		reach := own.Cursor()
 		enough = func(w *window) bool {
 			i := w.index(own.Message.ID)
-			return i >= 0 && w.tokensBefore(i) >= t.e.budget()
+			// Read past it without meeting it: an earlier edit hid it (a store may still find it by id).
+			passed := i < 0 && len(w.recs) > 0 && w.recs[0].Seq < reach.Seq
+			return passed || i >= 0 && w.tokensBefore(i) >= t.e.budget()
 		}
-		reach := own.Cursor()
 		w.reach = &reach
 	}
 	if err := w.fill(ctx, t.e.store, t.thread.ID, t.e.budget(), enough); err != nil {
 		return turnPlan{}, err
+	}
+	if own != nil && req.edits() && w.index(own.Message.ID) < 0 {
+		own = nil // hidden by an earlier edit: not a message to edit
 	}
 	msgs := w.messages()
 	if t.e.reaper != nil {
@@ -448,7 +456,7 @@ func planSubmit(msgs []agent.Message, m agent.Message, edit bool) (turnPlan, err
 			drop = append(drop, msgs[j].ID)
 		}
 		history := append(slices.Clone(msgs[:i]), user)
-		return turnPlan{history: history, user: &user, drop: drop}, nil
+		return turnPlan{history: history, user: &user, drop: drop, edit: true}, nil
 	}
 	if edit {
 		return turnPlan{}, agent.E(agent.KindNotFound, agent.CodeMessageNotFound, "message %q (to edit) not found", m.ID)
@@ -489,6 +497,16 @@ func (t *Turn) apply(ctx context.Context) {
 	}
 	t.userWrite = make(chan error, 1)
 	ctx = context.WithoutCancel(ctx)
+	if p.edit {
+		go func() {
+			if err := t.commitEdit(ctx); err != nil {
+				t.userWrite <- err
+				return
+			}
+			t.userWrite <- t.writeTakes(ctx)
+		}()
+		return
+	}
 	go func() {
 		if err := t.closeOut(ctx); err != nil {
 			t.userWrite <- err
@@ -511,6 +529,53 @@ func (t *Turn) apply(ctx context.Context) {
 		}
 		t.userWrite <- t.writeTakes(ctx)
 	}()
+}
+
+// commitEdit stores an edit (fence D): one write of the edited message, which keeps its position and hides every
+// message after it at once (MessageWrite.HideBefore: the run's first reserved position, where its own messages
+// begin). Only then is the rest of the close-out done, as cleanup that changes nothing a reader sees: the later
+// messages deleted (newest first), the store's edit record settled, the dropped reply's interrupts canceled.
+// Cleanup that fails is logged and left: the edit stands either way. An edit whose write fails changed nothing.
+func (t *Turn) commitEdit(ctx context.Context) error {
+	e, p := t.e, t.plan
+	seq := p.userSeq
+	if seq == 0 {
+		seq = t.run.FirstSeq
+	}
+	w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: seq, Message: *p.user, Fence: t.run.Fence(), Final: true,
+		HideBefore: t.run.FirstSeq}
+	if err := t.putFinal(ctx, w); err != nil {
+		return err
+	}
+	log := e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID, "message_id", p.user.ID)
+	cleaned := true
+	for _, id := range p.drop {
+		err := t.keepClaim(ctx)
+		if err == nil {
+			err = t.fenced(ctx, func(ctx context.Context) error { return e.store.DeleteMessage(ctx, t.thread.ID, id, t.run.Fence()) })
+		}
+		if err != nil {
+			log.Warn("edit cleanup: delete a hidden message (it stays hidden)", "hidden_id", id, "err", err)
+			cleaned = false
+			break
+		}
+	}
+	if st, ok := e.store.(agent.EditSettler); ok && cleaned {
+		if err := t.fenced(ctx, func(ctx context.Context) error { return st.SettleEdit(ctx, t.thread.ID, p.user.ID, t.run.Fence()) }); err != nil {
+			log.Warn("edit cleanup: settle the edit record", "err", err)
+		}
+	}
+	for _, r := range p.cancel {
+		err := t.fenced(ctx, func(ctx context.Context) error {
+			_, err := e.store.ResolveInterrupt(ctx, r)
+			return err
+		})
+		if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
+			// Readers honour a pending interrupt only while its call waits in the newest message: the edit hid it.
+			log.Warn("edit cleanup: cancel an interrupt of a hidden message", "interrupt_id", r.ID, "err", err)
+		}
+	}
+	return nil
 }
 
 // awaitUser waits for the user message's write (once); every later write and every tool waits for it, so nothing

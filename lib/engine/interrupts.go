@@ -379,20 +379,11 @@ func settledText(st agent.InterruptStatus, why settleReason) string {
 }
 
 // closeOut writes the settlement, before the turn's own user message. The message decides and the interrupts
-// follow: first the dropped messages (an edit; newest first, so that a crash part way leaves a prefix of the
-// old thread, which a retry of the same request finishes) or the settled message, then the cancels. Readers
-// honour a pending interrupt only while its call waits in the newest message, so a crash between the two leaves
-// nothing that could still run.
+// follow: first the settled message, then the cancels. Readers honour a pending interrupt only while its call
+// waits in the newest message, so a crash between the two leaves nothing that could still run. (An edit commits
+// first and closes out after, as cleanup: commitEdit.)
 func (t *Turn) closeOut(ctx context.Context) error {
 	e := t.e
-	for _, id := range t.plan.drop {
-		if err := t.keepClaim(ctx); err != nil {
-			return err
-		}
-		if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.DeleteMessage(ctx, t.thread.ID, id, t.run.Fence()) }); err != nil {
-			return fmt.Errorf("drop message %s: %w", id, err)
-		}
-	}
 	if m := t.plan.settled; m != nil {
 		if !t.fresh() {
 			return errInDoubt
@@ -414,8 +405,8 @@ func (t *Turn) closeOut(ctx context.Context) error {
 	return nil
 }
 
-// keepClaim holds the claim through a long close-out (an edit far back drops every later message, one fenced write
-// each, before the run's heartbeats start): once a heartbeat interval has passed since the claim was last known
+// keepClaim holds the claim through a long close-out (an edit far back deletes every later message, one fenced
+// write each, as the run's heartbeats may not have started): once a heartbeat interval has passed since the claim was last known
 // good, it heartbeats, fenced, and counts the claim good from then. errInDoubt once it is not fresh any more.
 func (t *Turn) keepClaim(ctx context.Context) error {
 	e := t.e

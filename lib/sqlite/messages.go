@@ -74,6 +74,7 @@ const putMessageSQL = `INSERT INTO messages (` + messageCols + `, writer_run_id,
 		OR (messages.writer_epoch = excluded.writer_epoch AND NOT messages.final)`
 
 // PutMessage upserts w.Message by id, fenced by w.Fence against the stored row's last writer (see putMessageSQL).
+// An edit (w.HideBefore) hides the messages between the edited one and HideBefore in the same transaction.
 // A fenced write is KindConflict/CodeRunFenced and changes nothing. Parts and metadata must be valid JSON
 // (KindInvalid/CodeInvalidMessage).
 func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
@@ -101,6 +102,16 @@ func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 		if err := claimAllows(ctx, c, w.ThreadID, w.Fence); err != nil {
 			return err
 		}
+		var edited int64 // an edit's position (fence D)
+		if w.HideBefore > 0 {
+			err := c.queryRow(ctx, `SELECT seq FROM messages WHERE thread_id = ? AND id = ? AND NOT deleted`, w.ThreadID, m.ID).Scan(&edited)
+			if errors.Is(err, sql.ErrNoRows) {
+				return agent.E(agent.KindNotFound, agent.CodeMessageNotFound, "message %q (to edit) not found", m.ID)
+			}
+			if err != nil {
+				return err
+			}
+		}
 		n, err := c.execN(ctx, putMessageSQL, w.ThreadID, m.ID, w.Seq, string(m.Role), parts, metadata, now, now,
 			w.Fence.RunID, w.Fence.Epoch, w.Final)
 		if err != nil {
@@ -117,6 +128,15 @@ func (s *Store) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 				return nil
 			}
 			return messageFenced(m.ID, w.Fence)
+		}
+		if w.HideBefore > 0 {
+			// The edit hides what came after the edited message in the same transaction (fence D): DeleteMessage
+			// of each, afterwards, finds them hidden already.
+			_, err := c.exec(ctx, `UPDATE messages SET deleted = 1, final = 0, parts = '[]', metadata = NULL,
+				writer_run_id = ?, writer_epoch = ?
+				WHERE thread_id = ? AND seq > ? AND seq < ? AND NOT deleted AND writer_epoch < ?`,
+				w.Fence.RunID, w.Fence.Epoch, w.ThreadID, edited, w.HideBefore, w.Fence.Epoch)
+			return err
 		}
 		return nil
 	})

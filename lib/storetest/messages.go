@@ -28,6 +28,7 @@ func messageTests() []test {
 		c{"Fenced", testMessageFenced},
 		c{"FinalRetryConverges", testMessageFinalRetry},
 		c{"DeleteFenced", testDeleteMessageFenced},
+		c{"EditHidesTheTailInOneWrite", testEditHidesTheTail},
 		c{"FenceMessageStubsAndFences", testFenceMessage},
 		c{"InvalidRefused", testMessageInvalid},
 	)
@@ -650,4 +651,80 @@ func testFenceMessage(e *messages) {
 	must(t, e.s.FenceMessage(e.ctx, th, user.ID, reaper), "FenceMessage of a message at its epoch")
 	err = e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th, Seq: 4, Message: other, Fence: reaper, Now: at(6 * time.Second)})
 	wantErr(t, err, agent.KindConflict, agent.CodeRunFenced, "a write over a message finalized at the fence's epoch")
+}
+
+// An edit commits in one write (fence D, REVIEW D14): a write with HideBefore keeps the edited message's position
+// and hides every message after it and before HideBefore from lists and pages at once, in every direction and
+// page size, while a message written later at or after HideBefore shows. Deleting the hidden messages afterwards
+// is cleanup and changes nothing a list shows. An edit refused (fenced, or of a message not stored) hides
+// nothing; a repeated edit converges; a later edit of the same message hides what the earlier one did and more.
+func testEditHidesTheTail(e *messages) {
+	t := e.t
+	th := e.id("th") // the message port asks for no thread row
+	var recs []agent.MessageRecord
+	for i := range 6 {
+		role := []agent.Role{agent.RoleUser, agent.RoleAssistant}[i%2]
+		recs = append(recs, put(e, th, int64(i), agent.Message{ID: fmt.Sprintf("%s-m%d", th, i), Role: role,
+			Parts: textParts(fmt.Sprintf("text %d", i))}, at(time.Duration(i)*time.Second)))
+	}
+	edit := func(f agent.Fence, id string, text string, hideBefore int64, now time.Time) error {
+		return e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th, Seq: hideBefore, Fence: f, Final: true, Now: now,
+			HideBefore: hideBefore, Message: agent.Message{ID: id, Role: agent.RoleUser, Parts: textParts(text)}})
+	}
+	wantAll := func(what string, want ...agent.MessageRecord) {
+		t.Helper()
+		wantMessages(e, th, want...)
+		for _, limit := range []int{1, 2, 3, 100} {
+			for _, oldest := range []bool{false, true} {
+				got := walkPages(e, th, limit, oldest)
+				if len(got) != len(want) {
+					t.Fatalf("%s: limit %d, oldest %v: %d messages, want %d", what, limit, oldest, len(got), len(want))
+				}
+				for i := range want {
+					sameRecord(e, fmt.Sprintf("%s: limit %d, oldest %v: message %d", what, limit, oldest, i), got[i], want[i])
+				}
+			}
+		}
+	}
+
+	// Refused edits hide nothing: an unknown or deleted message, and a writer below the message's own.
+	run2 := agent.Fence{RunID: "edit2", Epoch: 2}
+	wantErr(t, edit(run2, th+"-none", "x", 8, at(time.Minute)), agent.KindNotFound, agent.CodeMessageNotFound, "edit of an unknown message")
+	old := agent.Fence{RunID: "old", Epoch: 0}
+	wantErr(t, edit(old, recs[2].Message.ID, "x", 8, at(time.Minute)), agent.KindConflict, agent.CodeRunFenced, "edit by a fenced writer")
+	wantAll("after refused edits", recs...)
+
+	// The edit: m2 keeps its place and takes the new text; m3 to m5 are gone from every read at once.
+	must(t, edit(run2, recs[2].Message.ID, "edited", 8, at(time.Minute)), "edit")
+	edited := recs[2]
+	edited.Message.Parts, edited.UpdatedAt = textParts("edited"), at(time.Minute)
+	wantAll("after the edit", recs[0], recs[1], edited)
+	must(t, edit(run2, recs[2].Message.ID, "edited", 8, at(time.Minute)), "the same edit again (a retry)")
+	got, err := e.s.GetMessage(e.ctx, th, edited.Message.ID)
+	must(t, err, "GetMessage(edited)")
+	sameRecord(e, "GetMessage(edited)", got, edited)
+
+	// The edit's reply, at the first position the edit left visible, shows.
+	reply := putAs(e, run2, false, th, 8, agent.Message{ID: th + "-r8", Role: agent.RoleAssistant, Parts: textParts("reply")}, at(2*time.Minute))
+	wantAll("after the reply", recs[0], recs[1], edited, reply)
+
+	// Cleanup changes nothing a reader sees.
+	for _, r := range recs[3:] {
+		must(t, e.s.DeleteMessage(e.ctx, th, r.Message.ID, run2), "DeleteMessage "+r.Message.ID)
+	}
+	if st, ok := any(e.s).(agent.EditSettler); ok {
+		must(t, st.SettleEdit(e.ctx, th, edited.Message.ID, run2), "SettleEdit")
+	}
+	wantAll("after the cleanup", recs[0], recs[1], edited, reply)
+
+	// A second edit of the same message hides the first one's reply too.
+	run3 := agent.Fence{RunID: "edit3", Epoch: 3}
+	must(t, edit(run3, edited.Message.ID, "edited again", 12, at(3*time.Minute)), "second edit")
+	edited.Message.Parts, edited.UpdatedAt = textParts("edited again"), at(3*time.Minute)
+	wantAll("after the second edit", recs[0], recs[1], edited)
+	// And an edit of an older message hides the edited one with everything else after it.
+	must(t, edit(agent.Fence{RunID: "edit4", Epoch: 4}, recs[0].Message.ID, "first", 16, at(4*time.Minute)), "edit of the first message")
+	first := recs[0]
+	first.Message.Parts, first.UpdatedAt = textParts("first"), at(4*time.Minute)
+	wantAll("after the edit of the first message", first)
 }
