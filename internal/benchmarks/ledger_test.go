@@ -306,6 +306,9 @@ func (l *ledger) RenewLease(ctx context.Context, r agent.LeaseRequest) error {
 func (l *ledger) ReleaseLease(ctx context.Context, scope, holder string) error {
 	return l.use("ReleaseLease").ReleaseLease(ctx, scope, holder)
 }
+func (l *ledger) ReleaseLeases(ctx context.Context, scope, prefix string) error {
+	return l.use("ReleaseLeases").ReleaseLeases(ctx, scope, prefix)
+}
 func (l *ledger) Count(ctx context.Context, r agent.CountRequest) (time.Duration, error) {
 	return l.use("Count").Count(ctx, r)
 }

@@ -36,6 +36,12 @@ type LimitStore interface {
 	RenewLease(ctx context.Context, r LeaseRequest) error
 	// ReleaseLease gives holder's lease in scope back. Releasing a lease not held is a no-op.
 	ReleaseLease(ctx context.Context, scope, holder string) error
+	// ReleaseLeases gives back, at once, every lease in scope whose holder begins with prefix (an empty prefix:
+	// the whole scope), live or expired, and no other: the reaper gives back the stream leases of a reaped run's
+	// readers this way (ReadersOf), whose holder ids it cannot know. A holder released so gets
+	// KindConflict/CodeLeaseLost on its next RenewLease and may acquire again (KeepLeases does). None held, or an
+	// unknown scope, is a no-op. Empty scope: KindInvalid/CodeInvalidLease.
+	ReleaseLeases(ctx context.Context, scope, prefix string) error
 	// Count adds one to r.Scope's window that holds r.Now (windows are aligned on multiples of r.Window since
 	// the Unix epoch) when it holds fewer than r.Limit; otherwise it returns the time until that window ends
 	// (> 0) and writes nothing. Bad input (empty scope, Limit < 1, Window outside (0, MaxLeaseTTL]):
@@ -178,3 +184,17 @@ func KeepLeases(ctx context.Context, store LimitStore, clock Clock, held []Lease
 // RunSlotScope is the lease scope of a user's active runs; a run holds its slot under its run id. The engine
 // takes it, the reaper gives a reaped run's back.
 func RunSlotScope(owner string) string { return "runs/" + owner }
+
+// StreamUserScope and StreamRunScope are the lease scopes of a user's stream readers and of one run's; a reader
+// holds one lease in each under ReaderHolder. The thread service takes them, the reaper gives back a reaped
+// run's (ReleaseLeases with ReadersOf: in the run's scope every holder is the run's).
+func StreamUserScope(owner string) string { return "streams/user/" + owner }
+func StreamRunScope(runID string) string  { return "streams/run/" + runID }
+
+// ReaderHolder is the holder id of reader id's leases on run runID: it begins with ReadersOf(runID), so that the
+// reaper can give back the leases of a reaped run's readers without knowing them (a reader whose process died
+// with the run never gives its own back).
+func ReaderHolder(runID, id string) string { return ReadersOf(runID) + id }
+
+// ReadersOf is the holder prefix of run runID's readers (ReaderHolder). Run ids never hold '/'.
+func ReadersOf(runID string) string { return runID + "/" }

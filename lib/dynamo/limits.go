@@ -31,7 +31,8 @@ import (
 // UpdateItem conditioned on leaseVer (a lost race starts over from the common case, whose winner may
 // have purged; 8 tries). So leaseCount never exceeds the limit and the
 // live holders never exceed it either. RenewLease and ReleaseLease are one UpdateItem each (renew conditioned on
-// the holder's entry being live). Every acquire and renew sets the item's TTL attribute a day past the longest
+// the holder's entry being live). ReleaseLeases (the reaper's, for a reaped run's readers) is one consistent GetItem
+// and, when holders with the prefix are there, one UpdateItem conditioned on leaseVer. Every acquire and renew sets the item's TTL attribute a day past the longest
 // lease TTL (agent.MaxLeaseTTL), so an abandoned scope's item goes away and a live one never does.
 //
 // A counter window is one item per scope and window, sk W#<window start, unix ms, 20 digits>: Count is one
@@ -218,4 +219,60 @@ func (s *Store) Count(ctx context.Context, r agent.CountRequest) (time.Duration,
 		return 0, storeErr(err, "count")
 	}
 	return 0, nil
+}
+
+// ReleaseLeases reads the scope's item (consistent) and, when some holders begin with prefix, removes them in one
+// UpdateItem conditioned on leaseVer, setting leaseCount to the entries left; a lost race goes on from the item
+// its failed condition returns (leaseAttempts tries). None to remove: one read, no write.
+func (s *Store) ReleaseLeases(ctx context.Context, scope, prefix string) error {
+	if scope == "" {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidLease, "releasing leases needs a scope")
+	}
+	k := key(limitPK(scope), leasesSK)
+	it, err := s.getItem(ctx, k)
+	for attempt := 1; ; attempt++ {
+		if err != nil || it == nil {
+			return err
+		}
+		if attempt > leaseAttempts {
+			return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo release leases: %d lost races on %q", leaseAttempts, scope)
+		}
+		var gone []string
+		left := 0
+		for name := range it {
+			switch {
+			case !strings.HasPrefix(name, prefixHolder):
+			case strings.HasPrefix(name, prefixHolder+prefix):
+				gone = append(gone, name)
+			default:
+				left++
+			}
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+		e := newExpr()
+		ver := getN(it, attrLeaseVer)
+		names := make([]string, len(gone))
+		for i, x := range gone {
+			names[i] = e.n(x)
+		}
+		_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(s.table),
+			Key:       k,
+			UpdateExpression: aws.String("REMOVE " + strings.Join(names, ", ") + " SET " + e.n(attrLeaseCount) + " = " +
+				e.v(avN(int64(left))) + ", " + e.n(attrLeaseVer) + " = " + e.v(avN(ver+1))),
+			ConditionExpression:                 aws.String(e.n(attrLeaseVer) + " = " + e.v(avN(ver))),
+			ExpressionAttributeNames:            e.attrNames(),
+			ExpressionAttributeValues:           e.attrValues(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		switch {
+		case err == nil:
+			return nil
+		case !isConditionFailed(err):
+			return storeErr(err, "release leases")
+		}
+		it, err = s.failedItem(ctx, err, k)
+	}
 }

@@ -415,9 +415,11 @@ func (r *Reaper) adoptTakes(ctx context.Context, threadID string) {
 	}
 }
 
-// giveBackSlot releases the dead run's slot in its user's active-run scope (issue 16 item 11: at once, not after
-// the lease's TTL). Readers attached to the run end with its final segment and give their own leases back; only a
-// reader whose process died too waits for its lease to expire (its holder id is the reader's, unknown here).
+// giveBackSlot releases the dead run's slot in its user's active-run scope, and the stream leases of its readers,
+// in the run's scope and in the user's (issue 16 item 11: at once, not after the leases' TTL). A reader whose
+// process died with the run would never give its own back; its holder id names the run (agent.ReaderHolder). A
+// live reader of the run ends with the final segment; until then its renewal takes a lease again when there is
+// room (agent.KeepLeases).
 func (r *Reaper) giveBackSlot(ctx context.Context, threadID, runID string) {
 	th, err := r.store.GetThread(ctx, threadID)
 	if err != nil {
@@ -425,6 +427,11 @@ func (r *Reaper) giveBackSlot(ctx context.Context, threadID, runID string) {
 	}
 	if err := retry(ctx, func() error { return r.store.ReleaseLease(ctx, agent.RunSlotScope(th.Owner), runID) }); err != nil {
 		r.log.Warn("reaper: give back the run slot", "thread_id", threadID, "run_id", runID, "err", err)
+	}
+	for _, scope := range []string{agent.StreamRunScope(runID), agent.StreamUserScope(th.Owner)} {
+		if err := retry(ctx, func() error { return r.store.ReleaseLeases(ctx, scope, agent.ReadersOf(runID)) }); err != nil {
+			r.log.Warn("reaper: give back the readers' stream leases", "thread_id", threadID, "run_id", runID, "scope", scope, "err", err)
+		}
 	}
 }
 

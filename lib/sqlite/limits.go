@@ -125,3 +125,15 @@ func (s *Store) Count(ctx context.Context, r agent.CountRequest) (time.Duration,
 	}
 	return retry, nil
 }
+
+// ReleaseLeases deletes the scope's rows whose holder begins with prefix (a range of the primary key's scope).
+func (s *Store) ReleaseLeases(ctx context.Context, scope, prefix string) error {
+	s.op()
+	if scope == "" {
+		return agent.E(agent.KindInvalid, agent.CodeInvalidLease, "releasing leases needs a scope")
+	}
+	return s.write(ctx, "release leases", func(c conn) error {
+		_, err := c.exec(ctx, `DELETE FROM leases WHERE scope = ? AND substr(holder, 1, length(?)) = ?`, scope, prefix, prefix)
+		return err
+	})
+}

@@ -17,6 +17,7 @@ func limitTests() []test {
 		leaf[agent.LimitStore]{"LeaseExpiryFrees", testLeaseExpiry},
 		leaf[agent.LimitStore]{"LeaseRelease", testLeaseRelease},
 		leaf[agent.LimitStore]{"LeaseRenew", testLeaseRenew},
+		leaf[agent.LimitStore]{"LeaseReleaseByPrefix", testLeaseReleaseByPrefix},
 		leaf[agent.LimitStore]{"LeaseChurnPurgesExpired", testLeaseChurn},
 		leaf[agent.LimitStore]{"LeaseConcurrentAcquirers", testLeaseConcurrent},
 		leaf[agent.LimitStore]{"LeaseConcurrentOverExpired", testLeaseConcurrentExpired},
@@ -98,6 +99,47 @@ func testLeaseRelease(e *env[agent.LimitStore]) {
 	acquire(e, scope, "a", 1, time.Minute, time.Second, time.Minute)
 	err := e.s.RenewLease(e.ctx, agent.LeaseRequest{Scope: scope, Holder: "a", TTL: time.Minute, Now: at(time.Second)})
 	wantErr(e.t, err, agent.KindConflict, agent.CodeLeaseLost, "RenewLease after release")
+}
+
+// ReleaseLeases gives back every lease of a scope whose holder begins with the prefix (the reaper: a reaped run's
+// readers, agent.ReadersOf), live or expired, and nothing else: not a holder that only shares the prefix's
+// beginning without its separator, not another scope's lease of the same holder. An empty prefix gives back the
+// whole scope. A holder released so renews no more, and may acquire again; repeating it, or an unknown scope, is
+// a no-op.
+func testLeaseReleaseByPrefix(e *env[agent.LimitStore]) {
+	scope, other := "streams/user/"+e.id("user"), "streams/user/"+e.id("user")
+	run := e.id("run")
+	dead1, dead2, expired := agent.ReaderHolder(run, "a"), agent.ReaderHolder(run, "b"), agent.ReaderHolder(run, "c")
+	kept, longer := agent.ReaderHolder(e.id("run"), "d"), agent.ReaderHolder(run+"9", "e")
+	acquire(e, scope, expired, 5, time.Second, 0, 0)
+	for _, h := range []string{dead1, dead2, kept, longer} {
+		acquire(e, scope, h, 5, time.Minute, 0, 0)
+	}
+	acquire(e, other, dead1, 1, time.Minute, 0, 0)
+	must(e.t, e.s.ReleaseLeases(e.ctx, scope, agent.ReadersOf(run)), "ReleaseLeases")
+	must(e.t, e.s.ReleaseLeases(e.ctx, scope, agent.ReadersOf(run)), "ReleaseLeases again")
+	must(e.t, e.s.ReleaseLeases(e.ctx, "streams/user/"+e.id("nobody"), agent.ReadersOf(run)), "ReleaseLeases in an unknown scope")
+	renew := func(scope, holder string, now time.Duration) error {
+		return e.s.RenewLease(e.ctx, agent.LeaseRequest{Scope: scope, Holder: holder, TTL: time.Minute, Now: at(now)})
+	}
+	for _, h := range []string{dead1, dead2} {
+		wantErr(e.t, renew(scope, h, 2*time.Second), agent.KindConflict, agent.CodeLeaseLost, "RenewLease of a released reader")
+	}
+	must(e.t, renew(scope, kept, 2*time.Second), "RenewLease of another run's reader")
+	must(e.t, renew(scope, longer, 2*time.Second), "RenewLease of a reader whose run id only begins like the prefix")
+	must(e.t, renew(other, dead1, 2*time.Second), "RenewLease of the same holder in another scope")
+	// Two live leases are left of five slots: three new holders get one, the fourth is refused.
+	for _, h := range []string{"x", "y", dead1} {
+		acquire(e, scope, h, 5, time.Minute, 3*time.Second, 0)
+	}
+	acquire(e, scope, "z", 5, time.Minute, 3*time.Second, 59*time.Second)
+	// The whole scope.
+	must(e.t, e.s.ReleaseLeases(e.ctx, scope, ""), "ReleaseLeases of a whole scope")
+	wantErr(e.t, renew(scope, kept, 4*time.Second), agent.KindConflict, agent.CodeLeaseLost, "RenewLease after the whole scope was released")
+	for i := range 5 {
+		acquire(e, scope, fmt.Sprintf("n%d", i), 5, time.Minute, 4*time.Second, 0)
+	}
+	must(e.t, renew(other, dead1, 4*time.Second), "RenewLease in the other scope after a whole scope was released")
 }
 
 // A renew moves the expiry to Now+TTL (shorter or longer than before); a lease that expired, or was never

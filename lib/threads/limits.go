@@ -14,8 +14,13 @@ import (
 // AGENT_MAX_STREAMS_PER_RUN and AGENT_STREAM_LEASE_TTL onto Config.
 //
 // A reader attached to a live run (GET /chat/{id}/stream that does not answer 204) holds one lease in
-// "streams/user/<owner>" and one in "streams/run/<runId>" for as long as it tails, renewed every third of
-// StreamLeaseTTL and given back when it ends; a reader whose process died frees both within StreamLeaseTTL. A
+// "streams/user/<owner>" and one in "streams/run/<runId>" (agent.StreamUserScope, agent.StreamRunScope) for as
+// long as it tails, renewed every third of StreamLeaseTTL and given back when it ends. Its holder id names the run
+// (agent.ReaderHolder), so that when the run is reaped the reaper gives back every lease of its readers at once: a
+// reader whose process died with the run frees both then, and within StreamLeaseTTL in any case (its process died
+// while the run lives on elsewhere). A live reader of a reaped run loses its leases too, but it is ending (the
+// reaper's final segment ends it), and until it ends a renewal that finds its lease gone takes it again when there
+// is room (agent.KeepLeases), so it is never cut off. A
 // reader over either limit is refused before a byte is written: 429 too_many_streams with Retry-After. The AI
 // SDK's resume treats any status but 200 and 204 as an error, so a client over the limit sees an error, which is
 // what it should see: it already has that many readers open.
@@ -36,7 +41,7 @@ func (c Config) withLimits() Config {
 // holdStream takes the reader's leases for a reader of owner on runID and keeps them renewed; the returned func
 // stops the renewals and gives them back.
 func (s *Service) holdStream(ctx context.Context, owner, runID string) (func(), error) {
-	holder := agent.RandomIDs{Clock: s.clock}.New("reader")
+	holder := agent.ReaderHolder(runID, agent.RandomIDs{Clock: s.clock}.New("reader"))
 	var held []agent.LeaseRequest
 	release := func() {
 		ctx := context.WithoutCancel(ctx)
@@ -51,8 +56,8 @@ func (s *Service) holdStream(ctx context.Context, owner, runID string) (func(), 
 		limit int
 		who   string
 	}{
-		{"streams/user/" + owner, s.cfg.MaxStreamsPerUser, "you have"},
-		{"streams/run/" + runID, s.cfg.MaxStreamsPerRun, "this reply has"},
+		{agent.StreamUserScope(owner), s.cfg.MaxStreamsPerUser, "you have"},
+		{agent.StreamRunScope(runID), s.cfg.MaxStreamsPerRun, "this reply has"},
 	} {
 		if l.limit < 0 {
 			continue
