@@ -268,7 +268,7 @@ func (w *world) checkToolResults(ctx context.Context, threadID string, m agent.M
 		if p.ToolNameOf() != "sim_effect" && p.ToolNameOf() != "sim_approve" {
 			continue
 		}
-		key := agent.IdempotencyKey(threadID, p.ToolCallID)
+		key := agent.IdempotencyKey(threadID, m.ID, p.ToolCallID)
 		stored, err := w.base.GetValue(ctx, simEffectNS(w.owner), key)
 		has := err == nil
 		w.mu.Lock()
@@ -317,7 +317,7 @@ func (w *world) checkInterrupts(ctx context.Context, th *simThread, visible []ag
 	w.mu.Unlock()
 	for _, in := range ins {
 		if in.ToolName == "sim_approve" {
-			key := agent.IdempotencyKey(th.id, in.ToolCallID)
+			key := agent.IdempotencyKey(th.id, in.MessageID, in.ToolCallID)
 			w.mu.Lock()
 			applied := w.effects[simEffectNS(w.owner)+"\x00"+key]
 			w.mu.Unlock()

@@ -29,15 +29,22 @@ type ToolInvocation struct {
 	Owner      string
 	RunID      string
 	ToolCallID string
-	Input      json.RawMessage
-	// IdempotencyKey is the same for every execution of one tool call (thread + tool call id), across retries,
+	// MessageID is the assistant message that holds the call (a continuation after an approval keeps it).
+	MessageID string
+	Input     json.RawMessage
+	// IdempotencyKey is the same for every execution of one tool call (thread + its assistant message + tool call
+	// id), across retries,
 	// runs and crashes: a tool with side effects applies them at most once per key, and may record its outcome
 	// under it so that Recorded can report it after a crash (DESIGN principle 9).
 	IdempotencyKey string
 }
 
-// IdempotencyKey is the key of one tool call of a thread.
-func IdempotencyKey(threadID, toolCallID string) string { return threadID + "/" + toolCallID }
+// IdempotencyKey is the key of one tool call of a thread: the assistant message that holds it is part of it, so
+// a call id used again in another message (a model that derives ids from its request, a thread deleted and
+// created again on its id, whose effects outlive it) never inherits an earlier call's outcome (REVIEW D13).
+func IdempotencyKey(threadID, messageID, toolCallID string) string {
+	return threadID + "/" + messageID + "/" + toolCallID
+}
 
 // Tool is a Go value the engine offers to the model.
 type Tool struct {

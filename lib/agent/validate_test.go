@@ -107,3 +107,14 @@ func BenchmarkValidateIncoming(b *testing.B) {
 		}
 	}
 }
+
+// REVIEW D13: a tool call's idempotency key names its assistant message, so the same call id in another message
+// (a model that derives ids from its request, or a thread created again on a deleted one's id) is another call.
+func TestIdempotencyKeyNamesTheMessage(t *testing.T) {
+	if IdempotencyKey("th", "m1", "c1") == IdempotencyKey("th", "m2", "c1") {
+		t.Fatal("one key for the same call id in two messages")
+	}
+	if IdempotencyKey("th", "m1", "c1") != IdempotencyKey("th", "m1", "c1") {
+		t.Fatal("the key of one call is not stable")
+	}
+}

@@ -358,7 +358,7 @@ func (t *Turn) recorded(ctx context.Context, msg agent.Message, part agent.Part)
 		return nil, false
 	}
 	out, ok, err := tool.Recorded(ctx, agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.thread.Owner, RunID: msg.Meta().RunID,
-		ToolCallID: part.ToolCallID, Input: part.Input, IdempotencyKey: agent.IdempotencyKey(t.thread.ID, part.ToolCallID)})
+		ToolCallID: part.ToolCallID, MessageID: msg.ID, Input: part.Input, IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msg.ID, part.ToolCallID)})
 	if err != nil {
 		t.e.log.Warn("tool outcome", "thread_id", t.thread.ID, "run_id", t.run.ID, "tool", tool.Name, "tool_call_id", part.ToolCallID, "err", err)
 		return nil, false

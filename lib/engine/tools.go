@@ -112,8 +112,9 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 	results := make(chan toolResult, len(calls))
 	for k, c := range calls {
 		tool := e.tools[c.call.Name]
-		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, ToolCallID: c.call.ID,
-			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, c.call.ID)}
+		msgID := t.run.AssistantMessageID
+		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, ToolCallID: c.call.ID, MessageID: msgID,
+			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msgID, c.call.ID)}
 		go s.executeOne(ctx, k, tool, inv, results)
 	}
 	for range calls {

@@ -177,7 +177,7 @@ func TestToolsGetIdempotencyKeys(t *testing.T) {
 			callID = c["toolCallId"].(string)
 		}
 	}
-	if got := <-keys; run.Status != agent.RunCompleted || got != agent.IdempotencyKey("th", callID) {
-		t.Fatalf("key %q, want %q", got, agent.IdempotencyKey("th", callID))
+	if got := <-keys; run.Status != agent.RunCompleted || got != agent.IdempotencyKey("th", run.AssistantMessageID, callID) {
+		t.Fatalf("key %q, want %q", got, agent.IdempotencyKey("th", run.AssistantMessageID, callID))
 	}
 }

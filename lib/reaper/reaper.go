@@ -757,7 +757,7 @@ func (r *Reaper) recorded(ctx context.Context, run agent.Run, owner string, p ag
 		return nil, false
 	}
 	out, ok, err := t.Recorded(ctx, agent.ToolInvocation{ThreadID: run.ThreadID, Owner: owner, RunID: run.ID, ToolCallID: p.ToolCallID,
-		Input: p.Input, IdempotencyKey: agent.IdempotencyKey(run.ThreadID, p.ToolCallID)})
+		MessageID: run.AssistantMessageID, Input: p.Input, IdempotencyKey: agent.IdempotencyKey(run.ThreadID, run.AssistantMessageID, p.ToolCallID)})
 	if err != nil {
 		r.log.Warn("reaper: tool outcome", "tool", t.Name, "tool_call_id", p.ToolCallID, "err", err)
 		return nil, false

@@ -234,7 +234,7 @@ func TestRecoveryReportsRecordedOutcome(t *testing.T) {
 	run := f.claim(t, "th", "run_1", time.Now().Add(-time.Minute))
 	add := tools.Demo(f.store, agent.SystemClock{})[0]
 	inv := agent.ToolInvocation{ThreadID: "th", Owner: "alice", RunID: run.ID, ToolCallID: "c1", Input: json.RawMessage(`{"text":"milk"}`),
-		IdempotencyKey: agent.IdempotencyKey("th", "c1")}
+		IdempotencyKey: agent.IdempotencyKey("th", run.AssistantMessageID, "c1")}
 	out, err := add.Execute(ctx, inv)
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func idempotencyKey(inv agent.ToolInvocation) (string, error) {
 	if inv.ThreadID == "" || inv.ToolCallID == "" {
 		return "", errors.New("the call has no idempotency key")
 	}
-	return agent.IdempotencyKey(inv.ThreadID, inv.ToolCallID), nil
+	return agent.IdempotencyKey(inv.ThreadID, inv.MessageID, inv.ToolCallID), nil
 }
 
 // noteID is the id of the note a call adds: a digest of the call's key, so it is scoped by thread and call, and

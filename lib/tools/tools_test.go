@@ -118,8 +118,8 @@ func demo(values agent.ValueStore) map[string]agent.Tool {
 // inv is one tool call of a thread, keyed as the engine keys it.
 func inv(owner, thread, callID, input string) agent.ToolInvocation {
 	return agent.ToolInvocation{
-		ThreadID: thread, Owner: owner, ToolCallID: callID, Input: json.RawMessage(input),
-		IdempotencyKey: agent.IdempotencyKey(thread, callID),
+		ThreadID: thread, Owner: owner, ToolCallID: callID, MessageID: "m1", Input: json.RawMessage(input),
+		IdempotencyKey: agent.IdempotencyKey(thread, "m1", callID),
 	}
 }
 
@@ -273,7 +273,7 @@ func TestRecorded(t *testing.T) {
 		}
 		// Another call of the same thread recorded nothing.
 		other := tt.call
-		other.ToolCallID, other.IdempotencyKey = "other", agent.IdempotencyKey(tt.call.ThreadID, "other")
+		other.ToolCallID, other.IdempotencyKey = "other", agent.IdempotencyKey(tt.call.ThreadID, "m1", "other")
 		if _, ok, err := tl.Recorded(ctx, other); err != nil || ok {
 			t.Fatalf("%s: another call reports %v %v", tt.tool, ok, err)
 		}
