@@ -5,17 +5,28 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak
+.PHONY: web dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak
 
-## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set)
-dev:
+## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set), the web app at its root
+dev: web
 	$(GO) run ./cmd/agentloop dev --addr $(ADDR) --data $(DATA)
+
+## web: build the web app (web/, Vite) into web/dist/app when it is missing or older than its sources; the Go
+## binaries embed it (package web), so build it before `go build` (make dev and make test do)
+WEB_SRC := $(shell find web/src -type f) web/index.html web/vite.config.ts web/tsconfig.json
+web: web/dist/app/index.html
+web/node_modules/.installed: web/package-lock.json web/package.json
+	cd web && npm ci $(NPM_FLAGS)
+	touch $@
+web/dist/app/index.html: web/node_modules/.installed $(WEB_SRC)
+	cd web && npm run build --silent
 
 ## test: every test, including the store suite on dynalite and the AI SDK parsers (installs the pinned npm packages)
 test: deps vet test-go test-race test-fuzz
 
-deps: node-deps
+deps: node-deps web
 	$(GO) mod download
+	web/e2e/chromium.sh
 
 # The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22), dynalite (the DynamoDB-compatible
 # server the store tests start on the machine's Node) and sfnlocal (aws-local-stepfunctions, asl-validator and

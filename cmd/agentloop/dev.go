@@ -21,7 +21,7 @@ import (
 const (
 	defaultAddr = "127.0.0.1:8787"
 	defaultData = ".agentloop"
-	devUser     = "dev"
+	devUser     = devserver.DevUser
 )
 
 // The dev server's connection bounds (REVIEW S22). A request's headers and body must arrive within

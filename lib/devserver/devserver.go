@@ -10,10 +10,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +37,7 @@ import (
 	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/tools"
+	"github.com/agentloop/agentloop/web"
 )
 
 // OfflineReplyDelay makes the offline model's replies arrive word by word, as a real model's do.
@@ -211,9 +215,38 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.tokenClaims = cfg.DevTokenClaims()
 	refusals, _ := metrics.(agent.Refusals)
+	// The web app at the root, same origin as the API; its token comes from POST /dev/token (loopback only).
+	pages := web.Pages(web.Handler(web.Config{DevTokenURL: "./dev/token",
+		MaxMessageBytes: int64(cmp.Or(cfg.MaxMessageBytes, engine.DefaultMaxMessageBytes))}))
+	pages["POST /dev/token"] = s.devToken(log)
 	s.Handler = httpapi.New(httpapi.Deps{Engine: s.Engine, Threads: s.Threads, Auth: verifier, Clock: clock, Logger: log, Refusals: refusals,
-		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}})
+		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}, Pages: pages})
 	return s, nil
+}
+
+// DevUser is the user of the dev server's tokens: the one `agentloop dev` prints and the one the web app gets.
+const DevUser = "dev"
+
+// devToken gives the web app a token for DevUser, to a caller on this machine only: the dev server may listen
+// on another address (--addr), and a token is the whole of the dev user's access.
+func (s *Stack) devToken(log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if ip, err := netip.ParseAddr(host); err != nil || !ip.Unmap().IsLoopback() {
+			log.Warn("dev.token_refused", "remote", host)
+			writeError(w, http.StatusUnauthorized, agent.CodeUnauthenticated, "dev tokens are given on this machine only")
+			return
+		}
+		tok, err := s.Token(DevUser, config.DefaultTokenTTL)
+		if err != nil {
+			log.Error("dev.token", "err", err)
+			writeError(w, http.StatusInternalServerError, agent.CodeInternal, "no token")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(map[string]any{"token": tok, "expiresIn": int(config.DefaultTokenTTL.Seconds())})
+	})
 }
 
 // Run serves the reaper ticker until ctx ends (in AWS a scheduled function does this).
@@ -230,6 +263,12 @@ func (s *Stack) Close() {
 		s.closers[i]()
 	}
 	s.closers = nil
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": message}})
 }
 
 // Secret returns fromEnv when set, else the data directory's secret file, created on first use.

@@ -40,6 +40,9 @@ type Deps struct {
 	AllowOrigins []string
 	// Refusals counts refused requests by code (lib/emf); nil counts none. Each is logged either way (refusals.go).
 	Refusals agent.Refusals
+	// Pages are further routes served beside the API (mux pattern → handler), such as the web app's page and
+	// assets (package web): they get the same CORS, logging and JSON 404 for everything else.
+	Pages map[string]http.Handler
 }
 
 type server struct {
@@ -70,6 +73,9 @@ func (s *server) handler(routes ...func(*server, *http.ServeMux)) http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range routes {
 		r(s, mux)
+	}
+	for pattern, h := range s.Pages {
+		mux.Handle(pattern, h)
 	}
 	s.fallback(mux)
 	return s.observe(s.cors(mux))

@@ -1,0 +1,303 @@
+// End-to-end tests of the web app in Debian's Chromium (playwright-core), against a running `agentloop dev`
+// with the offline model. Driven by cmd/agentloop's TestWebApp; by hand:
+//
+//   node web/e2e/e2e.mjs --url http://127.0.0.1:8787 --limited http://127.0.0.1:8788 --artifacts /tmp/shots [--only send,stop]
+//
+// --limited is a second dev server with AGENT_THREADS_PER_MINUTE=1 (the 429 flow). Every flow drives the page
+// only through the accessible names of the contract (README "The web app"), writes a screenshot to --artifacts,
+// and prints one line: `ok <flow> <ms>` or `FAIL <flow>: <why>`; `metric <name> <ms>` lines carry the timings
+// make bench reports. The exit status is the number of failed flows.
+import AxeBuilder from '@axe-core/playwright';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { chromium } from 'playwright-core';
+
+const { values: opts } = parseArgs({
+  options: {
+    url: { type: 'string' },
+    limited: { type: 'string' },
+    artifacts: { type: 'string', default: 'web/e2e/artifacts' },
+    only: { type: 'string', default: '' },
+    timeout: { type: 'string', default: '60000' },
+  },
+});
+if (!opts.url) throw new Error('--url is required');
+const timeout = Number(opts.timeout);
+mkdirSync(opts.artifacts, { recursive: true });
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  // As the machine's probe found: without the background-networking flags Chromium keeps dialling Google's
+  // hosts, which this network refuses.
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+});
+
+// until polls cond (an async predicate) until it holds; the timeout only bounds a page that never gets there.
+async function until(cond, what, ms = timeout) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      if (await cond()) return;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? ` (${last.message})` : ''}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function open(base = opts.url, viewport = { width: 1100, height: 800 }) {
+  const context = await browser.newContext({ viewport });
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(base);
+  await page.getByRole('textbox', { name: 'Message' }).waitFor({ timeout });
+  return { context, page, errors };
+}
+
+const box = (page) => page.getByRole('textbox', { name: 'Message' });
+const assistants = (page) => page.getByRole('article', { name: /^Assistant/ });
+const users = (page) => page.getByRole('article', { name: /^You/ });
+const lastReply = (page) => assistants(page).last();
+const text = async (loc) => ((await loc.textContent()) ?? '').replace(/\s+/g, ' ').trim();
+const idle = async (page) => (await page.getByRole('button', { name: 'Stop' }).count()) === 0;
+
+async function send(page, message) {
+  await box(page).fill(message);
+  await box(page).press('Enter');
+}
+
+// threadOf reads the thread id the page shows (?t=), and the server's copy of it through the API.
+const threadOf = (page) => new URL(page.url()).searchParams.get('t');
+async function stored(page) {
+  return page.evaluate(async (id) => {
+    const cfg = await (await fetch('./config.json')).json();
+    const tok = await (await fetch(cfg.devTokenUrl, { method: 'POST' })).json();
+    const r = await fetch(`./threads/${encodeURIComponent(id)}?newest=true`, { headers: { Authorization: `Bearer ${tok.token}` } });
+    return r.json();
+  }, threadOf(page));
+}
+const storedText = (m) => m.parts.filter((p) => p.type === 'text').map((p) => p.text).join('').replace(/\s+/g, ' ').trim();
+
+const flows = {
+  // Send and stream; the timings to first visible text and to the whole reply are metrics.
+  async send(page) {
+    const before = await assistants(page).count();
+    const t0 = Date.now();
+    await send(page, 'hello from the browser');
+    await until(async () => (await assistants(page).count()) > before && (await text(lastReply(page))).includes('You'), 'first text');
+    metric('send_to_first_text', Date.now() - t0);
+    await until(async () => (await text(lastReply(page))).includes('You said: hello from the browser') && (await idle(page)), 'whole reply');
+    metric('send_to_complete', Date.now() - t0);
+    await until(async () => (await text(page.getByRole('navigation', { name: 'Threads' }))).length > 'New chat'.length, 'thread listed');
+    if ((await users(page).count()) !== 1) throw new Error('expected one user message');
+  },
+
+  // Reload mid-reply: the page loads the stored messages and resumes the running reply once (no word twice).
+  async resume(page) {
+    await send(page, '/slow 30');
+    await until(async () => (await text(lastReply(page))).includes('word3'), 'a few words');
+    await page.reload();
+    await until(async () => (await text(lastReply(page))).includes('word30') && (await idle(page)), 'the resumed reply to end');
+    const shown = await text(lastReply(page).locator('.md'));
+    for (let i = 1; i <= 30; i++) {
+      const n = shown.split(new RegExp(`\\bword${i}\\b`)).length - 1;
+      if (n !== 1) throw new Error(`word${i} shown ${n} times: ${shown}`);
+    }
+    if ((await users(page).count()) !== 1 || (await assistants(page).count()) !== 1) throw new Error('messages duplicated after resume');
+  },
+
+  // Stop goes through the stop endpoint; the stream ends by itself, within a second, and what is shown is what
+  // was stored.
+  async stop(page) {
+    await send(page, '/slow 100');
+    await until(async () => (await text(lastReply(page))).includes('word3'), 'a few words');
+    const t0 = Date.now();
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await until(() => idle(page), 'the stream to end');
+    const took = Date.now() - t0;
+    metric('stop_to_end', took);
+    const shown = await text(lastReply(page).locator('.md'));
+    const view = await stored(page);
+    const reply = view.messages.at(-1);
+    if (reply.role !== 'assistant' || reply.metadata?.status !== 'canceled') throw new Error(`stored reply ${JSON.stringify(reply.metadata)}`);
+    if (storedText(reply) !== shown) throw new Error(`shown "${shown}" but stored "${storedText(reply)}"`);
+    if (shown.includes('word100')) throw new Error('the reply was not stopped');
+    if (took > 1000) throw new Error(`the stream ended ${took} ms after Stop`);
+  },
+
+  // Escape stops too.
+  async escape(page) {
+    await send(page, '/slow 100');
+    await until(async () => (await text(lastReply(page))).includes('word2'), 'a few words');
+    await page.keyboard.press('Escape');
+    await until(() => idle(page), 'the stream to end after Escape');
+    if ((await text(lastReply(page))).includes('word100')) throw new Error('Escape did not stop the reply');
+  },
+
+  // Approve one deletion and deny another: the tool runs once for the approval, never for the denial.
+  async approvals(page) {
+    await send(page, '/tool add_note {"text":"buy milk"}');
+    await until(async () => /note_[0-9a-f]+/.test(await text(lastReply(page))) && (await idle(page)), 'the note');
+    const id = (await text(lastReply(page))).match(/note_[0-9a-f]+/)[0];
+    await send(page, `/tool delete_note {"id":"${id}"}`);
+    await page.getByRole('button', { name: 'Approve' }).waitFor({ timeout });
+    await page.getByRole('button', { name: 'Approve' }).click();
+    await until(async () => (await text(lastReply(page))).includes('done') && (await idle(page)), 'the approved tool to run');
+    await send(page, `/tool delete_note {"id":"${id}"}`);
+    await page.getByRole('button', { name: 'Deny' }).last().waitFor({ timeout });
+    await page.getByLabel('Reason (optional)').last().fill('keep it');
+    await page.getByRole('button', { name: 'Deny' }).last().click();
+    await until(async () => (await text(lastReply(page))).includes('denied') && (await idle(page)), 'the denial');
+  },
+
+  // The ask_user_question client tool: the options are buttons named by their text.
+  async question(page) {
+    await send(page, '/tool ask_user_question {"question":"Which colour?","options":["red","blue"]}');
+    const blue = page.getByRole('button', { name: 'blue', exact: true });
+    await blue.waitFor({ timeout });
+    await blue.click();
+    await until(async () => (await text(lastReply(page))).includes('blue') && (await idle(page)), 'the answer to reach the model');
+  },
+
+  // A job: its card shows the live activity, then the result; the steer's reply follows as the assistant's.
+  async job(page) {
+    await send(page, '/tool research {"question":"What is Go? See [Go](https://go.dev)"}');
+    const card = page.getByRole('region', { name: 'Job: research' });
+    await card.waitFor({ timeout });
+    await until(async () => /Finished/.test(await text(card)), 'the job card to show the result');
+    await until(async () => (await page.getByLabel('Job result').count()) === 1, 'the steer rendered as a result');
+    await until(async () => (await assistants(page).count()) >= 2 && (await idle(page)), 'the reply to the job result');
+    if ((await users(page).count()) !== 1) throw new Error('the steer was shown as something the user said');
+  },
+
+  // A message sent while a reply runs is queued with its position and answered after it, in order.
+  async queue(page) {
+    await send(page, '/slow 20');
+    await until(async () => (await text(lastReply(page))).includes('word2'), 'the first reply');
+    await send(page, 'second message');
+    await page.getByRole('region', { name: 'Queued messages' }).waitFor({ timeout });
+    if (!/position 1/.test(await text(page.getByRole('region', { name: 'Queued messages' })))) throw new Error('no position shown');
+    await until(async () => (await assistants(page).count()) === 2 && (await text(lastReply(page))).includes('You said: second message') && (await idle(page)), 'the queued message to be answered');
+    const replies = await assistants(page).allTextContents();
+    if (!replies[0].includes('word20')) throw new Error(`the first reply was cut: ${replies[0]}`);
+    const order = await page.getByRole('article').evaluateAll((els) => els.map((e) => e.getAttribute('aria-label')));
+    if (order.join(',') !== 'You,Assistant,You,Assistant') throw new Error(`order ${order}`);
+  },
+
+  // Edit an earlier message (the tail goes, the new text is answered), then regenerate the last reply.
+  async edit(page) {
+    await send(page, 'first');
+    await until(async () => (await text(lastReply(page))).includes('You said: first') && (await idle(page)), 'first reply');
+    await send(page, 'second');
+    await until(async () => (await text(lastReply(page))).includes('You said: second') && (await idle(page)), 'second reply');
+    await page.getByRole('button', { name: 'Edit' }).first().click();
+    await page.getByLabel('Edited message').fill('edited');
+    await page.getByRole('button', { name: 'Save and send' }).click();
+    await until(async () => (await assistants(page).count()) === 1 && (await text(lastReply(page))).includes('You said: edited') && (await idle(page)), 'the edit answered');
+    await page.getByRole('button', { name: 'Regenerate' }).click();
+    await until(async () => (await idle(page)) && (await assistants(page).count()) === 1 && (await text(lastReply(page))).includes('You said: edited'), 'the regenerated reply');
+    const view = await stored(page);
+    const visible = view.messages.filter((m) => m.role === 'assistant');
+    if (visible.length !== 1) throw new Error(`${visible.length} stored replies after regenerate`);
+  },
+
+  // An image attached with the picker reaches the model (/received lists it); a refused type is explained.
+  async files(page) {
+    const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
+    const chooser = page.waitForEvent('filechooser');
+    await page.getByRole('button', { name: 'Attach' }).click();
+    await (await chooser).setFiles([{ name: 'dot.png', mimeType: 'image/png', buffer: png }, { name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('hi') }]);
+    await until(async () => (await page.getByRole('status').textContent())?.includes('notes.txt'), 'the refused type explained');
+    await send(page, '/received');
+    await until(async () => (await text(lastReply(page))).includes('image_url image/png') && (await idle(page)), 'the image listed by the model');
+  },
+
+  // Threads: listed newest first, renamed, deleted.
+  async threads(page) {
+    await send(page, 'a thread to rename');
+    await until(() => idle(page), 'reply');
+    const nav = page.getByRole('navigation', { name: 'Threads' });
+    const rename = nav.getByRole('button', { name: /^Rename/ }).first();
+    await rename.click();
+    await nav.getByRole('textbox', { name: 'Title' }).fill('Renamed chat');
+    await nav.getByRole('button', { name: 'Save' }).click();
+    await until(async () => (await nav.getByRole('link', { name: 'Renamed chat' }).count()) === 1, 'the new title');
+    page.once('dialog', (d) => d.accept());
+    await nav.getByRole('button', { name: 'Delete Renamed chat' }).click();
+    await until(async () => (await nav.getByRole('link', { name: 'Renamed chat' }).count()) === 0, 'the thread deleted');
+  },
+
+  // Narrow screens (375 px) keep the composer usable.
+  async narrow(page) {
+    await page.setViewportSize({ width: 375, height: 740 });
+    await send(page, 'small screen');
+    await until(async () => (await text(lastReply(page))).includes('You said: small screen') && (await idle(page)), 'reply');
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    if (width > 375) throw new Error(`the page scrolls sideways: ${width} px`);
+  },
+
+  // Accessibility: axe-core finds no serious or critical violation on the chat and the thread list.
+  async axe(page) {
+    await send(page, '/tool add_note {"text":"axe"}');
+    await until(() => idle(page), 'reply');
+    const result = await new AxeBuilder({ page }).analyze();
+    const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+    if (bad.length) throw new Error(bad.map((v) => `${v.id}: ${v.nodes.map((n) => n.target).join(' ')}`).join('; '));
+  },
+};
+
+// A 429 is a friendly wait (the second dev server allows one new thread a minute).
+async function limited() {
+  const { context, page } = await open(opts.limited);
+  try {
+    await send(page, 'one');
+    await until(() => idle(page), 'the first thread');
+    await page.getByRole('button', { name: 'New chat' }).click();
+    await send(page, 'two');
+    const alert = page.getByRole('alert');
+    await alert.waitFor({ timeout });
+    const said = await text(alert);
+    if (!/^Too many requests right now\. Try again in \d+ s\.$/.test(said)) throw new Error(`alert "${said}"`);
+    await page.screenshot({ path: join(opts.artifacts, 'limited.png'), fullPage: true });
+  } finally {
+    await context.close();
+  }
+}
+
+function metric(name, ms) {
+  console.log(`metric ${name} ${ms}`);
+}
+
+let failed = 0;
+const only = opts.only ? opts.only.split(',') : null;
+const run = async (name, fn) => {
+  if (only && !only.includes(name)) return;
+  const t0 = Date.now();
+  try {
+    await fn();
+    console.log(`ok ${name} ${Date.now() - t0}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e.message.split('\n')[0]}`);
+  }
+};
+for (const [name, flow] of Object.entries(flows)) {
+  await run(name, async () => {
+    const { context, page, errors } = await open();
+    try {
+      await flow(page);
+      if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);
+    } finally {
+      await page.screenshot({ path: join(opts.artifacts, `${name}.png`), fullPage: true }).catch(() => {});
+      await context.close();
+    }
+  });
+}
+if (opts.limited) await run('limited', limited);
+await browser.close();
+process.exit(failed);
