@@ -136,7 +136,7 @@ build:
 build-ChatFunction:
 	$(call lambda-build,./functions/chat)
 
-build-ApiFunction:
+build-ApiFunction: web
 	$(call lambda-build,./functions/api)
 
 build-SubagentFunction:

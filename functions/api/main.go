@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -14,7 +15,9 @@ import (
 	"github.com/agentloop/agentloop/functions/internal/boot"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/httpapi"
+	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
+	"github.com/agentloop/agentloop/web"
 )
 
 func main() { boot.Start(newHandler) }
@@ -31,5 +34,9 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 	// A thread read reaps a dead run lazily; the reaper asks the tools (job tools included) what they recorded,
 	// never a model, and re-drives nothing (that is the scheduled reaper's work).
 	rp := b.Reaper(b.Tools(nil), nil)
-	return httpapi.NewAPI(httpapi.Deps{Threads: b.Threads(rp), Clock: b.Clock, Logger: log, Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes, Refusals: b.Refusals}), nil
+	// The web app at the function URL's root; it calls the chat function's URL (AGENT_CHAT_URL) cross-origin.
+	pages := web.Pages(web.Handler(web.Config{ChatURL: cfg.ChatURL,
+		MaxMessageBytes: int64(cmp.Or(cfg.MaxMessageBytes, engine.DefaultMaxMessageBytes))}))
+	return httpapi.NewAPI(httpapi.Deps{Threads: b.Threads(rp), Clock: b.Clock, Logger: log, Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes,
+		Refusals: b.Refusals, Pages: pages}), nil
 }

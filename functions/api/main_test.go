@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/lambdaurl"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/agentloop/agentloop/functions/deploytest"
 	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/web"
 )
 
 const secret = "lambda-form-test-secret-0123456789abcdef"
@@ -86,5 +88,47 @@ func TestNewHandlerRejectsBadConfig(t *testing.T) {
 				t.Fatal("newHandler succeeded, want an error")
 			}
 		})
+	}
+}
+
+// The API function serves the web app at its root, with a configuration naming the chat function's URL (the
+// template's AGENT_CHAT_URL) and no dev token route: a deployment never mints tokens over HTTP.
+func TestServesTheWebApp(t *testing.T) {
+	t.Parallel()
+	if !web.Built() {
+		t.Fatal("the web app is not built into this binary: run `make web` (make test does) before go test")
+	}
+	h, err := setup(t, map[string]string{"TABLE_NAME": "t", "AGENT_SECRET": secret, "AGENT_CHAT_URL": "https://chat.example.lambda-url.us-east-1.on.aws/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := deploytest.LoadEvent("threads-list.json", map[string]string{"TOKEN": "not-a-jwt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(method, path string) (int, string, string) {
+		req := *ev.Request
+		req.RequestContext.HTTP.Method = method
+		req.RawPath, req.RequestContext.HTTP.Path = path, path
+		resp, err := lambdaurl.Wrap(h)(context.Background(), &req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, resp.Headers["Content-Type"], string(b)
+	}
+	if status, ctype, body := get("GET", "/"); status != 200 || !strings.HasPrefix(ctype, "text/html") || !strings.Contains(body, `<div id="root">`) {
+		t.Fatalf("GET /: %d %s %.200s", status, ctype, body)
+	}
+	var cfg web.Config
+	if status, _, body := get("GET", "/config.json"); status != 200 || json.Unmarshal([]byte(body), &cfg) != nil ||
+		cfg.ChatURL != "https://chat.example.lambda-url.us-east-1.on.aws" || cfg.DevTokenURL != "" || cfg.APIURL != "" {
+		t.Fatalf("GET /config.json: %d %s", status, body)
+	}
+	if status, _, _ := get("POST", "/dev/token"); status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+		t.Fatalf("POST /dev/token: %d, want no such route", status)
 	}
 }

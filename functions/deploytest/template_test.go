@@ -449,7 +449,7 @@ func configFields(t *testing.T, root, pkg string) map[string]bool {
 func fieldEnv(t *testing.T) map[string]string {
 	t.Helper()
 	cfg, _ := config.Load(func(k string) string {
-		if strings.HasSuffix(k, "_PARAM") || strings.HasSuffix(k, "_ARN") || k == "TABLE_NAME" {
+		if strings.HasSuffix(k, "_PARAM") || slices.Contains(config.ResourceEnv(), k) || k == "TABLE_NAME" {
 			return k
 		}
 		return ""
@@ -480,6 +480,9 @@ func (f *fixture) resolve(t *testing.T, v any) string {
 		if sub, ok := v["Fn::Sub"].(string); ok && !strings.Contains(strings.NewReplacer(pseudo...).Replace(sub), "${") {
 			return strings.NewReplacer(pseudo...).Replace(sub)
 		}
+		if att, ok := v["Fn::GetAtt"].([]any); ok && len(att) == 2 && att[1] == "FunctionUrl" {
+			return "https://" + strings.ToLower(fmt.Sprint(att[0])) + ".lambda-url.us-east-1.on.aws/"
+		}
 		if name, ok := v["Ref"].(string); ok {
 			if name == "Table" {
 				return "agentloop-Table-0123"
@@ -504,11 +507,11 @@ func TestTemplateEnv(t *testing.T) {
 		t.Run(fn.ID, func(t *testing.T) {
 			t.Parallel()
 			read := envRead(t, f.root, fn.Pkg)
-			// A resource's ARN (JOBS_STATE_MACHINE_ARN) is set only on the functions whose main uses it: the
-			// others have no permission on the resource either (TestTemplatePolicies).
+			// A resource (the job state machine's ARN, the chat function's URL) is set only on the functions whose
+			// main uses it: the others have no permission on the resource either (TestTemplatePolicies).
 			fields := configFields(t, f.root, fn.Pkg)
 			for field, name := range fieldEnv(t) {
-				if strings.HasSuffix(name, "_ARN") && !fields[field] {
+				if slices.Contains(config.ResourceEnv(), name) && !fields[field] {
 					delete(read, name)
 				}
 			}

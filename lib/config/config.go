@@ -84,6 +84,7 @@ type Config struct {
 	JWTIssuer            string        // AGENT_JWT_ISSUER (optional check)
 	JWTAudience          string        // AGENT_JWT_AUDIENCE (optional check)
 	JWTMaxAge            time.Duration // AGENT_JWT_MAX_AGE: when set, tokens need an iat at most this old (auth.Config.MaxAge)
+	ChatURL              string        // AGENT_CHAT_URL: the chat function's URL, for the web app the API function serves
 	LogLevel             string        // AGENT_LOG_LEVEL: debug|info|warn|error
 	TableName            string        // TABLE_NAME: the DynamoDB table
 	SecretParam          string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
@@ -109,6 +110,10 @@ const (
 // in Lambda the secrets come from SSM (SecretParam, OpenAIAPIKeyParam).
 func SecretEnv() []string { return []string{"AGENT_SECRET", "OPENAI_API_KEY"} }
 
+// ResourceEnv names the variables that carry one of the stack's resources (an ARN, a function URL): a template
+// sets each only on the functions whose code uses it.
+func ResourceEnv() []string { return []string{"JOBS_STATE_MACHINE_ARN", "AGENT_CHAT_URL"} }
+
 // FromEnv reads the process environment.
 func FromEnv() (Config, error) { return Load(os.Getenv) }
 
@@ -122,6 +127,7 @@ func Load(getenv func(string) string) (Config, error) {
 		Secret:              getenv("AGENT_SECRET"),
 		JWTIssuer:           getenv("AGENT_JWT_ISSUER"),
 		JWTAudience:         getenv("AGENT_JWT_AUDIENCE"),
+		ChatURL:             strings.TrimSuffix(getenv("AGENT_CHAT_URL"), "/"),
 		LogLevel:            cmp.Or(strings.TrimSpace(getenv("AGENT_LOG_LEVEL")), "info"),
 		TableName:           strings.TrimSpace(getenv("TABLE_NAME")),
 		SecretParam:         strings.TrimSpace(getenv("AGENT_SECRET_PARAM")),
