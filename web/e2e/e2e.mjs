@@ -97,6 +97,20 @@ const flows = {
     if ((await users(page).count()) !== 1) throw new Error('expected one user message');
   },
 
+  // The model's markdown is rendered (emphasis, links, lists); raw HTML in it is not.
+  async markdown(page) {
+    await send(page, 'Some **bold** and <b id="raw">raw</b> <img src="x" onerror="window.pwned=1"> [Go](https://go.dev)');
+    await until(async () => (await text(lastReply(page))).includes('raw') && (await idle(page)), 'the reply');
+    const reply = lastReply(page);
+    const bold = reply.locator('strong, [data-streamdown="strong"]');
+    if ((await bold.count()) !== 1 || (await text(bold)) !== 'bold') throw new Error('**bold** is not rendered as emphasis');
+    if ((await bold.evaluate((e) => getComputedStyle(e).fontWeight)) < 600) throw new Error('emphasis is not bold');
+    if ((await reply.getByRole('link', { name: 'Go' }).getAttribute('href')) !== 'https://go.dev/') {
+      if ((await reply.getByRole('link', { name: 'Go' }).getAttribute('href')) !== 'https://go.dev') throw new Error('the link is not a link to https://go.dev');
+    }
+    if ((await reply.locator('b, img, #raw').count()) !== 0 || (await page.evaluate(() => window.pwned))) throw new Error('raw HTML from the model was rendered');
+  },
+
   // Reload mid-reply: the page loads the stored messages and resumes the running reply once (no word twice).
   async resume(page) {
     await send(page, '/slow 30');

@@ -1,6 +1,6 @@
 import type { UIMessage } from 'ai';
 import { useState } from 'react';
-import { Streamdown } from 'streamdown';
+import { defaultRehypePlugins, Streamdown } from 'streamdown';
 import type { Job } from './api';
 import { UsageLine } from './Chat';
 
@@ -120,14 +120,24 @@ function AssistantMessage(props: Props) {
   );
 }
 
+// Markdown from the model, rendered as it streams. Raw HTML in it is dropped, never parsed: streamdown's default
+// plugins minus rehype-raw, with skipHtml; link and image URLs go through its sanitizer and hardening; links are
+// plain links (no confirmation dialog).
+const rehypePlugins = [defaultRehypePlugins.sanitize, defaultRehypePlugins.harden];
+
+function Markdown({ text }: { text: string }) {
+  return (
+    <div className="md">
+      <Streamdown skipHtml rehypePlugins={rehypePlugins} linkSafety={{ enabled: false }}>
+        {text}
+      </Streamdown>
+    </div>
+  );
+}
+
 function PartView({ part, jobs, onApprove, onAnswer }: Props & { part: AnyPart }) {
   if (part.type === 'text') {
-    // Markdown from the model, streamed; raw HTML in it is not rendered (skipHtml), links are hardened.
-    return (
-      <div className="md">
-        <Streamdown skipHtml>{part.text ?? ''}</Streamdown>
-      </div>
-    );
+    return <Markdown text={part.text ?? ''} />;
   }
   if (part.type === 'reasoning') {
     return (
@@ -246,7 +256,7 @@ function JobCard({ job }: { job: Job }) {
         {running && job.activity ? `: ${job.activity}` : ''}
       </p>
       {!running && job.error && <p className="error-line">{job.error.message || job.error.code}</p>}
-      {!running && job.result != null && <ArtifactBody result={job.result} />}
+      {!running && job.status === 'done' && <p className="muted">The result is below, once delivered.</p>}
     </section>
   );
 }
@@ -275,9 +285,7 @@ function ArtifactBody({ result }: { result: any }) {
   return (
     <div className="artifact-body">
       {result.brief ? (
-        <div className="md">
-          <Streamdown skipHtml>{String(result.brief)}</Streamdown>
-        </div>
+        <Markdown text={String(result.brief)} />
       ) : (
         <pre>{JSON.stringify(result, null, 2)}</pre>
       )}
