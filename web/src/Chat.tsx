@@ -124,6 +124,14 @@ export function Chat({ threadId, initial, onSending, onSent }: Props) {
     onSent();
   };
 
+  // Follow the newest message while the reader is at the bottom (not when they scrolled up to read).
+  const list = useRef<HTMLDivElement>(null);
+  const atBottom = useRef(true);
+  useEffect(() => {
+    const el = list.current;
+    if (el && atBottom.current) el.scrollTop = el.scrollHeight;
+  });
+
   const lastAssistant = messages.findLastIndex((m) => m.role === 'assistant');
   const jobs = new Map<string, Job>((view?.jobs ?? []).map((j) => [j.toolCallId, j]));
 
@@ -133,7 +141,14 @@ export function Chat({ threadId, initial, onSending, onSent }: Props) {
         <h1>{view?.thread?.title || 'New chat'}</h1>
         <UsageLine usage={view?.thread?.usage} label="Thread total" />
       </header>
-      <div className="messages">
+      <div
+        className="messages"
+        ref={list}
+        onScroll={(e) => {
+          const el = e.currentTarget;
+          atBottom.current = el.scrollHeight - el.scrollTop - el.clientHeight < 40;
+        }}
+      >
         {messages.map((m, i) => (
           <MessageView
             key={m.id}
