@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: web dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak
+.PHONY: web bench-web dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak
 
 ## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set), the web app at its root
 dev: web
@@ -99,7 +99,12 @@ soak: deps
 # per store (their counts are exact), 10 reaper ticks per size (1,000 and 10,000 idle threads, seeded once per
 # size), 30 turns on a 50- and on a 5,000-message thread per store (LongThread: seeded once, 1x). The rest run
 # for 2 s each.
-bench: deps
+## bench-web: the web app in Chromium against agentloop dev: Send → first visible text and → whole reply
+## (median, p90 of 20) and the bundle's size (gzip); part of make bench
+bench-web: deps
+	web/e2e/bench.sh
+
+bench: deps bench-web
 	$(GO) test -run '^$$' -bench 'Turn' -benchtime 300x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Stop' -benchtime 50x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Approval' -benchtime 100x -count 1 ./internal/benchmarks
