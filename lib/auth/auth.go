@@ -1,5 +1,5 @@
 // Package auth authenticates requests: `Authorization: Bearer <JWT>`, HS256 with the application's shared
-// secret (RS256 through a JWKS URL can be added as another KeySource). The token's subject is the principal
+// secret, and RS256/ES256 tokens of the deployer's identity provider through its JWKS URL (JWKSKeys, jwks.go). The token's subject is the principal
 // that owns threads. It also mints the HS256 tokens `agentloop token` prints, and derives purpose-bound
 // sub-keys from the single application secret (DeriveKey).
 package auth
@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -98,6 +99,9 @@ type Config struct {
 	// default: the contract takes any HS256 token with a subject and an exp, and frontends that mint without iat,
 	// or with long lifetimes, must keep working until their operator sets AGENT_JWT_MAX_AGE.
 	MaxAge time.Duration
+	// SubjectClaim names the claim that holds the principal (an identity provider's "email" or "username", say);
+	// "" means "sub".
+	SubjectClaim string
 }
 
 // Verifier authenticates requests. It is safe for concurrent use.
@@ -108,6 +112,7 @@ type Verifier struct {
 	leeway    time.Duration
 	devTokens bool
 	maxAge    time.Duration
+	subject   string
 }
 
 // NewVerifier checks cfg and returns a Verifier.
@@ -115,8 +120,14 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Keys == nil || cfg.Clock == nil {
 		return nil, agent.E(agent.KindInternal, agent.CodeInvalidConfig, "auth: Keys and Clock are required")
 	}
-	if k, ok := cfg.Keys.(HMACKey); ok && len(k.Secret) < MinSecretBytes {
-		return nil, agent.E(agent.KindInternal, CodeWeakSecret, "auth: HS256 secret has %d bytes, want at least %d", len(k.Secret), MinSecretBytes)
+	sources := Keys{cfg.Keys}
+	if ks, ok := cfg.Keys.(Keys); ok {
+		sources = ks
+	}
+	for _, src := range sources {
+		if k, ok := src.(HMACKey); ok && len(k.Secret) < MinSecretBytes {
+			return nil, agent.E(agent.KindInternal, CodeWeakSecret, "auth: HS256 secret has %d bytes, want at least %d", len(k.Secret), MinSecretBytes)
+		}
 	}
 	leeway := cfg.Leeway
 	switch {
@@ -144,7 +155,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		return nil, agent.E(agent.KindInternal, agent.CodeInvalidConfig, "auth: MaxAge %s is negative", cfg.MaxAge)
 	}
 	return &Verifier{keys: cfg.Keys, parser: jwt.NewParser(opts...), clock: cfg.Clock, leeway: leeway,
-		devTokens: cfg.DevTokens || cfg.Audience == DevAudience, maxAge: cfg.MaxAge}, nil
+		devTokens: cfg.DevTokens || cfg.Audience == DevAudience, maxAge: cfg.MaxAge, subject: cfg.SubjectClaim}, nil
 }
 
 // NewHS256Verifier is NewVerifier with an HMACKey and the default checks.
@@ -166,10 +177,14 @@ func (v *Verifier) VerifyToken(ctx context.Context, token string) (Principal, er
 	if len(token) > MaxTokenBytes {
 		return Principal{}, agent.E(agent.KindUnauthenticated, CodeInvalidToken, "token longer than %d bytes", MaxTokenBytes)
 	}
-	var claims jwt.RegisteredClaims
+	var claims tokenClaims
 	_, err := v.parser.ParseWithClaims(token, &claims, func(t *jwt.Token) (any, error) {
 		return v.keys.Key(ctx, t)
 	})
+	if err == nil && v.subject != "" && v.subject != "sub" {
+		claims.Subject = ""
+		_ = json.Unmarshal(claims.raw[v.subject], &claims.Subject)
+	}
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return Principal{}, agent.Wrap(err, agent.KindUnauthenticated, CodeTokenExpired, "token expired")
@@ -185,6 +200,19 @@ func (v *Verifier) VerifyToken(ctx context.Context, token string) (Principal, er
 		return Principal{}, agent.E(agent.KindUnauthenticated, CodeTokenExpired, "token is older than %s", v.maxAge)
 	}
 	return Principal{Subject: claims.Subject}, nil
+}
+
+// tokenClaims are the registered claims and, for Config.SubjectClaim, every claim as it came.
+type tokenClaims struct {
+	jwt.RegisteredClaims
+	raw map[string]json.RawMessage
+}
+
+func (c *tokenClaims) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &c.RegisteredClaims); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, &c.raw)
 }
 
 // BearerToken extracts the token of an `Authorization: Bearer <token>` header (scheme case-insensitive).

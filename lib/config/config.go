@@ -84,6 +84,8 @@ type Config struct {
 	JWTIssuer            string        // AGENT_JWT_ISSUER (optional check)
 	JWTAudience          string        // AGENT_JWT_AUDIENCE (optional check)
 	JWTMaxAge            time.Duration // AGENT_JWT_MAX_AGE: when set, tokens need an iat at most this old (auth.Config.MaxAge)
+	JWKSURL              string        // AGENT_JWKS_URL: an identity provider's JWKS (https): its RS256/ES256 tokens are accepted too
+	JWTSubjectClaim      string        // AGENT_JWT_SUBJECT_CLAIM: the claim naming the user ("" means sub)
 	ChatURL              string        // AGENT_CHAT_URL: the chat function's URL, for the web app the API function serves
 	LogLevel             string        // AGENT_LOG_LEVEL: debug|info|warn|error
 	TableName            string        // TABLE_NAME: the DynamoDB table
@@ -199,6 +201,10 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_STALE_AFTER", &c.StaleAfter)
 	durVar("AGENT_INTERRUPT_TTL", &c.InterruptTTL)
 	durVar("AGENT_JWT_MAX_AGE", &c.JWTMaxAge)
+	c.JWKSURL, c.JWTSubjectClaim = strings.TrimSpace(getenv("AGENT_JWKS_URL")), strings.TrimSpace(getenv("AGENT_JWT_SUBJECT_CLAIM"))
+	if c.JWKSURL != "" && !strings.HasPrefix(c.JWKSURL, "https://") {
+		errs = append(errs, fmt.Sprintf("AGENT_JWKS_URL=%q: want an https URL", c.JWKSURL))
+	}
 	durVar("AGENT_CANCEL_POLL", &c.CancelPoll)
 	durVar("AGENT_SEGMENT_FLUSH", &c.SegmentFlush)
 	durVar("AGENT_RESUME_POLL_MAX", &c.ResumePollMax)
@@ -294,7 +300,7 @@ func (c Config) Engine(model string) engine.Config {
 // Auth is the verifier's share for the application secret (HS256); the dev server also takes dev tokens.
 func (c Config) Auth(secret []byte, clock agent.Clock, dev bool) auth.Config {
 	return auth.Config{Keys: auth.HMACKey{Secret: secret}, Clock: clock, Issuer: c.JWTIssuer, Audience: c.JWTAudience,
-		MaxAge: c.JWTMaxAge, DevTokens: dev}
+		MaxAge: c.JWTMaxAge, DevTokens: dev, SubjectClaim: c.JWTSubjectClaim}
 }
 
 // DevTokenClaims are the claims of the tokens `agentloop token` and `agentloop dev` mint: aud auth.DevAudience

@@ -118,6 +118,13 @@ func TestLoad(t *testing.T) {
 		{name: "negative limit", env: map[string]string{"AGENT_MAX_STREAMS_PER_RUN": "-1"}, wantErr: true},
 		{name: "unknown max tokens field", env: map[string]string{"OPENAI_MAX_TOKENS_FIELD": "max_output_tokens"}, wantErr: true},
 		{name: "bad stream usage", env: map[string]string{"OPENAI_STREAM_USAGE": "sometimes"}, wantErr: true},
+		{name: "JWKS over plain http", env: map[string]string{"AGENT_JWKS_URL": "http://idp.example/jwks.json"}, wantErr: true},
+		{name: "JWKS and subject claim", env: map[string]string{"AGENT_JWKS_URL": "https://idp.example/jwks.json", "AGENT_JWT_SUBJECT_CLAIM": "email"},
+			check: func(t *testing.T, c Config) {
+				if a := c.Auth([]byte("s"), nil, false); c.JWKSURL != "https://idp.example/jwks.json" || a.SubjectClaim != "email" {
+					t.Fatalf("JWKS %q, auth %+v", c.JWKSURL, a)
+				}
+			}},
 		{name: "bad idle timeout", env: map[string]string{"AGENT_MODEL_IDLE_TIMEOUT": "0s"}, wantErr: true},
 		{name: "bad int", env: map[string]string{"AGENT_MAX_STEPS": "many"}, wantErr: true},
 		{name: "zero steps", env: map[string]string{"AGENT_MAX_STEPS": "0"}, wantErr: true},

@@ -138,7 +138,16 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 	}
 	if want.App != nil {
 		b.AppSecret, values = []byte(values[0]), values[1:]
-		if b.Verifier, err = auth.NewVerifier(cfg.Auth(b.AppSecret, b.Clock, false)); err != nil {
+		acfg := cfg.Auth(b.AppSecret, b.Clock, false)
+		if cfg.JWKSURL != "" {
+			// The key set is refreshed for the whole life of the execution environment, not only the cold start.
+			jwks, err := auth.NewJWKSKeys(context.WithoutCancel(ctx), auth.JWKSConfig{URL: cfg.JWKSURL, Logger: log})
+			if err != nil {
+				return b, err
+			}
+			acfg.Keys = auth.Keys{acfg.Keys, jwks}
+		}
+		if b.Verifier, err = auth.NewVerifier(acfg); err != nil {
 			return b, err
 		}
 	}
