@@ -371,12 +371,16 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 // A delete interrupted anywhere leaves the tombstone (or nothing), and calling DeleteThread again redoes the
 // missing steps. For an unknown id step 1 fails on a missing item: the partition is swept all the same (that is
 // one Query when it is empty), so a repeated delete also removes whatever a fenced writer left behind.
-func (s *Store) DeleteThread(ctx context.Context, id string) error { return s.deleteThread(ctx, id, false) }
+func (s *Store) DeleteThread(ctx context.Context, id string) error {
+	return s.deleteThread(ctx, id, false)
+}
 
 // FinishDelete is DeleteThread on a tombstone only (REVIEW S10): its first write is conditioned on the tombstone
 // (attribute_exists(deleting) AND attribute_not_exists(gone)) instead of on no claim, and when that fails (a live
 // thread, a finished delete, an unknown id) nothing is swept and nothing changes.
-func (s *Store) FinishDelete(ctx context.Context, id string) error { return s.deleteThread(ctx, id, true) }
+func (s *Store) FinishDelete(ctx context.Context, id string) error {
+	return s.deleteThread(ctx, id, true)
+}
 
 func (s *Store) deleteThread(ctx context.Context, id string, tombstoneOnly bool) error {
 	pk := threadPK(id)

@@ -499,9 +499,13 @@ func stallFirst(d time.Duration, n *atomic.Int64, next http.Handler) http.Handle
 
 func TestTimeouts(t *testing.T) {
 	t.Parallel()
-	const limit = 100 * time.Millisecond // both timeouts; the stream gaps below are 10 ms
+	// limit is both timeouts of a row. The rows that must not time out run at 500 ms against 10 ms gaps (a margin
+	// of 50: at 100 ms, gaps stretched by a load average of 23 were taken for stalls, twice); the rows that must
+	// time out run at 100 ms against stalls of seconds.
+	const limit, wide = 100 * time.Millisecond, 500 * time.Millisecond
 	tests := []struct {
 		name      string
+		limit     time.Duration
 		wordDelay time.Duration
 		stall     time.Duration // before the answer starts
 		text      string
@@ -509,18 +513,18 @@ func TestTimeouts(t *testing.T) {
 		wantErr   string        // "" for success; else a part of the timeout message
 		requests  int64
 	}{
-		// 30 words 10 ms apart last 300 ms, longer than both timeouts, but never pause for 100 ms: a long reply
+		// 80 words 10 ms apart last 800 ms, longer than both timeouts, but never pause for 500 ms: a long reply
 		// that keeps streaming is never cut.
-		{name: "slow stream that never stalls", wordDelay: 10 * time.Millisecond, text: "/slow 30", requests: 1},
+		{name: "slow stream that never stalls", limit: wide, wordDelay: 10 * time.Millisecond, text: "/slow 80", requests: 1},
 		// A consumer slower than the idle gap (a client reading slowly) is not a stalled model.
-		{name: "slow consumer", wordDelay: time.Millisecond, text: "/slow 3", emitDelay: 2 * limit, requests: 1},
+		{name: "slow consumer", limit: wide, wordDelay: time.Millisecond, text: "/slow 3", emitDelay: 2 * wide, requests: 1},
 		// No first chunk: nothing was emitted, so the attempt is retried once, then fails.
 		// The stalls are long against the 100 ms timeouts but bounded, so that a server handler that misses the
 		// client going away (seen under load) cannot hold httptest.Server.Close, and the test, for long.
-		{name: "stalled first token", stall: 3 * time.Second, text: "hi", wantErr: "sent nothing within 100ms", requests: 2},
+		{name: "stalled first token", limit: limit, stall: 3 * time.Second, text: "hi", wantErr: "sent nothing within 100ms", requests: 2},
 		// The reasoning delta goes out at once, then the first word never comes: a stall mid-stream, after an
 		// emit, so there is no retry.
-		{name: "stalled mid-stream", wordDelay: 3 * time.Second, text: "/think /slow 2", wantErr: "stalled for 100ms", requests: 1},
+		{name: "stalled mid-stream", limit: limit, wordDelay: 3 * time.Second, text: "/think /slow 2", wantErr: "stalled for 100ms", requests: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -529,7 +533,7 @@ func TestTimeouts(t *testing.T) {
 			ts := httptest.NewServer(stallFirst(tt.stall, &requests, offline.New(offline.WithWordDelay(tt.wordDelay))))
 			t.Cleanup(ts.Close)
 			m := New(Config{
-				BaseURL: ts.URL + "/v1/", Model: "m", FirstTokenTimeout: limit, IdleTimeout: limit, MaxRetries: 1,
+				BaseURL: ts.URL + "/v1/", Model: "m", FirstTokenTimeout: tt.limit, IdleTimeout: tt.limit, MaxRetries: 1,
 				BackoffBase: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 			})
 			var events []agent.ModelEvent
