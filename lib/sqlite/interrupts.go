@@ -70,6 +70,9 @@ func (s *Store) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.
 		if err != nil {
 			return err
 		}
+		if err := recreatedClaimAllows(ctx, c, in.ThreadID, agent.Fence{RunID: in.RunID, Epoch: in.Epoch}); err != nil {
+			return err
+		}
 		n, err := c.execN(ctx, `INSERT INTO interrupts (`+interruptCols+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id, id) DO NOTHING`,
 			in.ThreadID, in.ID, in.RunID, in.Epoch, in.MessageID, string(in.Kind), in.ToolCallID, in.ToolName,

@@ -287,3 +287,20 @@ func claimAllows(ctx context.Context, c conn, threadID string, f agent.Fence) er
 	}
 	return nil
 }
+
+// recreatedClaimAllows fences the insert of a child that names its writer (an interrupt) in a thread created
+// again on a deleted one's id (its id is in threads_gone): its epochs start again where the deleted thread's
+// did, so only the claim tells a run of this thread from a late run of the deleted one, and the writer must hold
+// it (claimAllows). A thread never deleted is not checked: a child's insert there is fenced by its thread alone,
+// as before (issue 16 item 2).
+func recreatedClaimAllows(ctx context.Context, c conn, threadID string, f agent.Fence) error {
+	var one int
+	err := c.queryRow(ctx, `SELECT 1 FROM threads_gone WHERE id = ?`, threadID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return claimAllows(ctx, c, threadID, f)
+}

@@ -16,6 +16,7 @@ import (
 // delete takes its interrupts with it.
 type interruptStore interface {
 	agent.ThreadStore
+	agent.RunStore
 	agent.InterruptStore
 }
 
@@ -565,9 +566,12 @@ func testDeleteThreadRemovesInterrupts(e *interrupts) {
 	wantInterrupts(e, neighbour.ID, kept...)
 
 	// The id is free again, with no interrupt of the deleted thread: the same interrupt id is a new one.
-	createThread(e, th.Owner, th.ID, at(time.Hour))
+	again := createThread(e, th.Owner, th.ID, at(time.Hour))
 	wantInterrupts(e, th.ID)
+	// A run of the new thread asks it (a store may refuse an interrupt no run of the new thread asked).
+	run := claim(e, again, e.id("run"), at(time.Hour)).Run
 	fresh := interruptOf(th.ID, gone[2].ID, at(time.Hour))
+	fresh.RunID, fresh.Epoch = run.ID, run.Epoch
 	createInterrupt(e, fresh)
 	wantInterrupts(e, th.ID, fresh)
 }

@@ -227,6 +227,17 @@ func testDeletedThreadsLateWrites(e *whole) {
 		t.Fatal("CreateThread(same id) after delete: created = false")
 	}
 	late("after the new thread", after)
+	// An interrupt the old run asks late (its run and epoch name it): refused, or never read in the new thread.
+	lateAsk := interruptOf(th.ID, e.id("int"), at(time.Minute))
+	lateAsk.RunID, lateAsk.Epoch = old.ID, old.Epoch
+	if _, _, err := e.s.CreateInterrupt(e.ctx, lateAsk); err != nil && !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("CreateInterrupt of the deleted thread's run: %v, want nil or %s", err, agent.CodeRunFenced)
+	}
+	if ins, err := e.s.ListInterrupts(e.ctx, th.ID); err != nil || len(ins) != 0 {
+		t.Fatalf("interrupts of the new thread = %s, %v, want none of the deleted one's run", show(ins), err)
+	}
+	_, err = e.s.GetInterrupt(e.ctx, th.ID, lateAsk.ID)
+	wantErr(t, err, agent.KindNotFound, agent.CodeInterruptNotFound, "GetInterrupt(the deleted thread's run's) in the new thread")
 	st := readState(e, th.ID, old.ID)
 	if len(st.Messages) != 0 || len(st.Runs) != 0 {
 		t.Fatalf("the new thread shows the deleted one's late writes: %s", show(st))
