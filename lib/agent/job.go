@@ -20,9 +20,13 @@ const (
 // Job is an async sub-agent task. ID is derived from thread id + dispatching run + tool call id (JobID) so a
 // retried dispatch converges. Created insert-if-absent; its result is stored once (first writer wins); delivery is recorded once.
 type Job struct {
-	ID         string          `json:"id"`
-	ThreadID   string          `json:"threadId"`
-	Owner      string          `json:"-"`
+	ID       string `json:"id"`
+	ThreadID string `json:"threadId"`
+	Owner    string `json:"-"`
+	// Writer is the fence of the run that dispatched the job (the claim it held). A store keeps the job only in
+	// the thread's incarnation that run wrote to: a thread deleted and created again on its id never sees a job
+	// a run of the deleted one dispatched late (issue 16 item 2). Written only: a read job has it zero.
+	Writer     Fence           `json:"-"`
 	Kind       string          `json:"kind"`
 	ToolCallID string          `json:"toolCallId"`
 	Input      json.RawMessage `json:"input,omitempty"`

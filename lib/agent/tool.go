@@ -25,9 +25,11 @@ const (
 
 // ToolInvocation is what a tool's Execute receives.
 type ToolInvocation struct {
-	ThreadID   string
-	Owner      string
-	RunID      string
+	ThreadID string
+	Owner    string
+	RunID    string
+	// Epoch is the run's epoch (with RunID, the claim it holds while the tool executes; zero in Recorded).
+	Epoch      int64
 	ToolCallID string
 	// MessageID is the assistant message that holds the call (a continuation after an approval keeps it).
 	MessageID string

@@ -48,6 +48,9 @@ func jobItem(j agent.Job) item {
 	it[attrStatus] = avS(string(j.Status))
 	it[attrCreatedAt] = avT(j.CreatedAt)
 	it[attrUpdatedAt] = avT(j.UpdatedAt)
+	if j.Writer.Epoch != 0 {
+		it[attrEpoch] = avN(j.Writer.Epoch) // the incarnation it belongs to (incarnation.go)
+	}
 	for a, v := range map[string]string{attrChildOwner: j.Owner, attrExecution: j.Execution,
 		attrActivity: truncateUTF8(j.Activity, maxJobTextBytes)} {
 		if v != "" {
@@ -169,9 +172,15 @@ func (s *Store) CreateJob(ctx context.Context, j agent.Job) (agent.Job, bool, er
 
 // GetJob is one strongly consistent GetItem (plus one BatchGetItem when a value is chunked).
 func (s *Store) GetJob(ctx context.Context, threadID, id string) (agent.Job, error) {
+	base := s.readBase(ctx, threadID)
 	head, err := s.getItem(ctx, key(threadPK(threadID), jobSK(id)))
 	if err != nil {
 		return agent.Job{}, err
+	}
+	if kept, err := base.keep([]item{head}, attrEpoch); err != nil {
+		return agent.Job{}, err
+	} else if len(kept) == 0 {
+		head = nil // of an earlier incarnation of the thread
 	}
 	if head == nil {
 		return agent.Job{}, jobNotFound(threadID, id)
@@ -182,11 +191,16 @@ func (s *Store) GetJob(ctx context.Context, threadID, id string) (agent.Job, err
 // ListJobs is one Query over the thread's JOB# heads (plus one BatchGetItem for chunked values), ordered by
 // creation, then id.
 func (s *Store) ListJobs(ctx context.Context, threadID string) ([]agent.Job, error) {
+	base := s.readBase(ctx, threadID)
 	var heads []item
 	if err := s.queryPrefix(ctx, threadPK(threadID), prefixJob, false, func(it item) error {
 		heads = append(heads, it)
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	heads, err := base.keep(heads, attrEpoch)
+	if err != nil {
 		return nil, err
 	}
 	out, err := s.loadJobs(ctx, heads)
@@ -206,6 +220,7 @@ func (s *Store) ListJobs(ctx context.Context, threadID string) ([]agent.Job, err
 // job the index does not hold yet (created a moment ago) is missing until it catches up (dynalite's is
 // synchronous); a job created before the index existed is not listed here (ListJobs lists it).
 func (s *Store) ListJobsPage(ctx context.Context, threadID string, finished int) (agent.JobsPage, error) {
+	base := s.readBase(ctx, threadID)
 	pk := threadPK(threadID)
 	var keys []item
 	collect := func(it item) error {
@@ -246,6 +261,9 @@ func (s *Store) ListJobsPage(ctx context.Context, threadID string, finished int)
 	heads := make([]item, 0, len(got))
 	for _, it := range got {
 		heads = append(heads, it)
+	}
+	if heads, err = base.keep(heads, attrEpoch); err != nil {
+		return agent.JobsPage{}, err
 	}
 	if page.Jobs, err = s.loadJobs(ctx, heads); err != nil {
 		return agent.JobsPage{}, err

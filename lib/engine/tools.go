@@ -113,7 +113,7 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 	for k, c := range calls {
 		tool := e.tools[c.call.Name]
 		msgID := t.run.AssistantMessageID
-		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, ToolCallID: c.call.ID, MessageID: msgID,
+		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, Epoch: t.run.Epoch, ToolCallID: c.call.ID, MessageID: msgID,
 			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msgID, c.call.ID)}
 		go s.executeOne(ctx, k, tool, inv, results)
 	}

@@ -76,7 +76,8 @@ func (d Dispatcher) dispatch(ctx context.Context, k Kind, inv agent.ToolInvocati
 		}
 	}
 	now := d.Clock.Now()
-	j := agent.Job{ID: agent.JobID(inv.ThreadID, inv.RunID, inv.ToolCallID), ThreadID: inv.ThreadID, Owner: inv.Owner, Kind: k.Name,
+	j := agent.Job{ID: agent.JobID(inv.ThreadID, inv.RunID, inv.ToolCallID), ThreadID: inv.ThreadID, Owner: inv.Owner,
+		Writer: agent.Fence{RunID: inv.RunID, Epoch: inv.Epoch}, Kind: k.Name,
 		ToolCallID: inv.ToolCallID, Input: inv.Input, Status: agent.JobRunning, CreatedAt: now, UpdatedAt: now,
 		// The reaper starts the job again if its task has not reported by then.
 		DueAt: now.Add(cmp.Or(d.Contract.StartDue, agent.DefaultJobContract().StartDue))}

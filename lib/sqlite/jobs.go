@@ -70,6 +70,9 @@ func (s *Store) CreateJob(ctx context.Context, j agent.Job) (agent.Job, bool, er
 		if err := threadExists(ctx, c, j.ThreadID); err != nil {
 			return err
 		}
+		if err := recreatedClaimAllows(ctx, c, j.ThreadID, j.Writer); err != nil {
+			return err
+		}
 		n, err := c.execN(ctx, `INSERT INTO jobs (`+jobCols+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, '', 0, ?, ?, ?, ?, NULL, NULL) ON CONFLICT (thread_id, id) DO NOTHING`,
 			j.ThreadID, j.ID, j.Owner, j.Kind, j.ToolCallID, rawJSON(j.Input), string(j.Status), j.Activity,

@@ -288,7 +288,7 @@ func claimAllows(ctx context.Context, c conn, threadID string, f agent.Fence) er
 	return nil
 }
 
-// recreatedClaimAllows fences the insert of a child that names its writer (an interrupt) in a thread created
+// recreatedClaimAllows fences the insert of a child that names its writer (an interrupt, a job) in a thread created
 // again on a deleted one's id (its id is in threads_gone): its epochs start again where the deleted thread's
 // did, so only the claim tells a run of this thread from a late run of the deleted one, and the writer must hold
 // it (claimAllows). A thread never deleted is not checked: a child's insert there is fenced by its thread alone,

@@ -16,6 +16,7 @@ import (
 // jobs with it.
 type jobStore interface {
 	agent.ThreadStore
+	agent.RunStore
 	agent.JobStore
 }
 
@@ -807,10 +808,18 @@ func testDeleteThreadRemovesJobs(e *jobs) {
 	wantJobs(e, neighbour.ID, kept...)
 
 	// The id is free again, with no job of the deleted thread: the same job id is a new job.
-	createThread(e, th.Owner, th.ID, at(time.Hour))
+	again := createThread(e, th.Owner, th.ID, at(time.Hour))
 	wantJobs(e, th.ID)
+	// A run of the new thread dispatches it (a store may refuse a job no run of the new thread dispatched).
 	fresh := jobOf(th.ID, th.ID+"-done", at(time.Hour))
-	createJob(e, fresh)
+	fresh.Writer = claim(e, again, e.id("run"), at(time.Hour)).Run.Fence()
+	got, created, err := e.s.CreateJob(e.ctx, fresh)
+	must(t, err, "CreateJob by the new thread's run")
+	fresh.Writer = agent.Fence{} // written only
+	if !created {
+		t.Fatal("CreateJob by the new thread's run: created = false")
+	}
+	same(t, "CreateJob by the new thread's run", got, fresh)
 	wantJobs(e, th.ID, fresh)
 }
 

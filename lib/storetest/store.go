@@ -238,6 +238,21 @@ func testDeletedThreadsLateWrites(e *whole) {
 	}
 	_, err = e.s.GetInterrupt(e.ctx, th.ID, lateAsk.ID)
 	wantErr(t, err, agent.KindNotFound, agent.CodeInterruptNotFound, "GetInterrupt(the deleted thread's run's) in the new thread")
+	// A job the old run dispatches late: refused, or never read in the new thread.
+	lateJob := jobOf(th.ID, e.id("call"), at(time.Minute))
+	lateJob.ID = agent.JobID(th.ID, old.ID, lateJob.ToolCallID)
+	lateJob.Execution, lateJob.Writer = lateJob.ID, old.Fence()
+	if _, _, err := e.s.CreateJob(e.ctx, lateJob); err != nil && !errors.Is(err, agent.ErrRunFenced) {
+		t.Fatalf("CreateJob of the deleted thread's run: %v, want nil or %s", err, agent.CodeRunFenced)
+	}
+	if js, err := e.s.ListJobs(e.ctx, th.ID); err != nil || len(js) != 0 {
+		t.Fatalf("jobs of the new thread = %s, %v, want none of the deleted one's run", show(js), err)
+	}
+	if page, err := e.s.ListJobsPage(e.ctx, th.ID, 10); err != nil || len(page.Jobs) != 0 {
+		t.Fatalf("job page of the new thread = %s, %v, want none of the deleted one's run", show(page), err)
+	}
+	_, err = e.s.GetJob(e.ctx, th.ID, lateJob.ID)
+	wantErr(t, err, agent.KindNotFound, agent.CodeJobNotFound, "GetJob(the deleted thread's run's) in the new thread")
 	st := readState(e, th.ID, old.ID)
 	if len(st.Messages) != 0 || len(st.Runs) != 0 {
 		t.Fatalf("the new thread shows the deleted one's late writes: %s", show(st))
