@@ -335,9 +335,10 @@ func (p *proc) delayed(method string, final bool) bool {
 	}
 	// Unless exploring the known gaps: not a message's first write (nothing in the store can fence an insert of
 	// a new id), nor the run's FinishRun (its compare-and-set is on the run item, which a reap marks only after
-	// its release): see knownBugs.
+	// its release): see knownBugs. An edit's DeleteMessage may be held always: the edit commits in its one
+	// write on the edited message (fence D), the deletes are cleanup.
 	held := p.rng.Float64() < p.delayProb
-	return held && (p.w.gaps || (method != "FinishRun" && (method != "PutMessage" || !p.firstInsert))) && (p.w.gaps || method != "DeleteMessage")
+	return held && (p.w.gaps || (method != "FinishRun" && (method != "PutMessage" || !p.firstInsert)))
 }
 
 // takeArm lets one guard call through when the scheduler armed it. The first unarmed call after an armed one

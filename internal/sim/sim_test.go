@@ -486,9 +486,8 @@ var gapRegressions = []struct {
 	// own transaction (fence F); on DynamoDB the reaper takes the claim at epoch+1 and stubs the run's user
 	// message and reply first (fences A, B).
 	{4, both}, {24, both}, {57, both},
-	// An edit's drop past its run's reap: closed on SQLite by fence F. On DynamoDB the seed passes (its schedule
-	// is drawn anew by the reaper's extra calls) but the window stays open until an edit commits in one write
-	// (fence D, REVIEW D14).
+	// An edit's drop past its run's reap: closed on SQLite by fence F, on DynamoDB by fence D (the edit commits in
+	// one write on the edited message; the deletes are cleanup, held in flight without -gaps too).
 	{721, both},
 	{2745, both}, // fence C: FinishRun releases first (REVIEW D4)
 	// A reap that stopped half way of a continuation that died before its first draft write (REVIEW H5): the

@@ -79,10 +79,14 @@ const (
 //     process is parked, so what it returns does not depend on which of the two reads goes first; counting it
 //     would make the order of fates, and the trace, up to the Go scheduler).
 const (
-	entryUserWrite = "github.com/agentloop/agentloop/lib/engine.(*Turn).apply.func1"
+	// apply starts one goroutine or the other: an edit's (commitEdit) or a new message's (closeOut, then the write).
+	entryUserWritePrefix = "github.com/agentloop/agentloop/lib/engine.(*Turn).apply.func"
 	entryPlanRead  = "github.com/agentloop/agentloop/lib/engine.(*Turn).readAndPlan.func1"
 	entryGetRead   = "github.com/agentloop/agentloop/lib/threads.(*Service).Get.func1"
 )
+
+// userWriting reports whether the calling goroutine is the turn's user-message goroutine (Turn.apply's).
+func userWriting() bool { return strings.HasPrefix(goroutineEntry(), entryUserWritePrefix) }
 
 // goroutineEntry is the function the calling goroutine started in.
 func goroutineEntry() string {
@@ -113,7 +117,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	if p.isDead() {
 		return p.parkDead()
 	}
-	if ph := phaseOf(ctx); kind == callPlain && (ph == phaseBegin || ph == phaseDeliver) && goroutineEntry() == entryUserWrite {
+	if ph := phaseOf(ctx); kind == callPlain && (ph == phaseBegin || ph == phaseDeliver) && userWriting() {
 		kind = callUserWrite
 	}
 	switch kind {
@@ -438,11 +442,11 @@ func (s *procStore) ListRuns(ctx context.Context, threadID string) (rs []agent.R
 // MessageStore.
 
 func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error {
-	if phaseOf(ctx) == phaseBegin && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() && goroutineEntry() != entryUserWrite {
+	if phaseOf(ctx) == phaseBegin && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() && !userWriting() {
 		// The user message is written beside the first model request; if the engine moved that write, the
 		// scheduler no longer knows when it comes.
 		s.p.w.violate("sim", "%s: the user message %s is written outside %s (goroutine %s): the sim's model of the engine is out of date",
-			s.p.name, mw.Message.ID, entryUserWrite, goroutineEntry())
+			s.p.name, mw.Message.ID, entryUserWritePrefix, goroutineEntry())
 	}
 	detail := func() string {
 		return fmt.Sprintf("%s/%s %s seq=%d fence=%s@%d final=%v %s", mw.ThreadID, mw.Message.ID, mw.Message.Role, mw.Seq,
@@ -562,7 +566,7 @@ func (s *procStore) ListInterrupts(ctx context.Context, threadID string) (ins []
 
 func (s *procStore) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (got agent.Interrupt, err error) {
 	detail := func() string { return fmt.Sprintf("%s/%s -> %s", req.ThreadID, req.ID, req.Status) }
-	closing := (phaseOf(ctx) == phaseBegin || phaseOf(ctx) == phaseDeliver) && goroutineEntry() == entryUserWrite
+	closing := (phaseOf(ctx) == phaseBegin || phaseOf(ctx) == phaseDeliver) && userWriting()
 	err = s.callD(ctx, "ResolveInterrupt", true, false, callPlain, nil, req.ThreadID, detail, func(ctx context.Context) error {
 		var e error
 		got, e = s.Store.ResolveInterrupt(ctx, req)
