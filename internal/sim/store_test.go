@@ -81,8 +81,8 @@ const (
 const (
 	// apply starts one goroutine or the other: an edit's (commitEdit) or a new message's (closeOut, then the write).
 	entryUserWritePrefix = "github.com/agentloop/agentloop/lib/engine.(*Turn).apply.func"
-	entryPlanRead  = "github.com/agentloop/agentloop/lib/engine.(*Turn).readAndPlan.func1"
-	entryGetRead   = "github.com/agentloop/agentloop/lib/threads.(*Service).Get.func1"
+	entryPlanRead        = "github.com/agentloop/agentloop/lib/engine.(*Turn).readAndPlan.func1"
+	entryGetRead         = "github.com/agentloop/agentloop/lib/threads.(*Service).Get.func1"
 )
 
 // userWriting reports whether the calling goroutine is the turn's user-message goroutine (Turn.apply's).

@@ -255,12 +255,39 @@ func (s *Store) putEditRecord(ctx context.Context, w agent.MessageWrite) error {
 	return storeErr(err, "put edit record")
 }
 
-// SettleEdit deletes the edit record of message id (agent.EditSettler), unless a writer above f's epoch wrote it.
+// SettleEdit deletes the edit record of message id (agent.EditSettler), unless a writer above f's epoch wrote it,
+// or a message the edit hides is still stored: an earlier edit of the same message whose cleanup never ran hid
+// messages this edit's run never saw, so never deleted (the record is all that hides them from a page read from
+// the newest message).
 func (s *Store) SettleEdit(ctx context.Context, threadID, id string, f agent.Fence) error {
+	pk := threadPK(threadID)
+	h, err := s.getItem(ctx, key(pk, msgSK(id)))
+	if err != nil {
+		return storeErr(err, "settle edit")
+	}
+	if sp, ok := headSpan(h); ok && sp.to > sp.from+1 {
+		q := newExpr()
+		left := false
+		err := s.query(ctx, &dynamodb.QueryInput{
+			IndexName:      aws.String(IndexMessagesBySeq),
+			ConsistentRead: aws.Bool(true),
+			KeyConditionExpression: aws.String(q.n(AttrPK) + " = " + q.v(avS(pk)) + " AND " + q.n(attrMsgOrder) + " BETWEEN " +
+				q.v(avS(msgOrder(sp.from+1, ""))) + " AND " + q.v(avS(msgOrder(sp.to, "")))),
+			ExpressionAttributeNames:  q.attrNames(),
+			ExpressionAttributeValues: q.attrValues(),
+			Limit:                     aws.Int32(1),
+		}, func(item) error { left = true; return errStopQuery })
+		if err != nil {
+			return storeErr(err, "settle edit")
+		}
+		if left {
+			return nil
+		}
+	}
 	e := newExpr()
-	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	_, err = s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(s.table),
-		Key:                       key(threadPK(threadID), editSK(id)),
+		Key:                       key(pk, editSK(id)),
 		ConditionExpression:       aws.String("attribute_not_exists(" + e.n(AttrPK) + ") OR " + e.n(attrWriterEpoch) + " <= " + e.v(avN(f.Epoch))),
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),

@@ -87,6 +87,7 @@ type storeCall struct {
 	method string
 	role   agent.Role // PutMessage
 	final  bool       // PutMessage: finalizes; AppendSegment: the final segment
+	hide   bool       // PutMessage: an edit's write, hiding the tail (HideBefore)
 	ns     string     // PutValue
 }
 
@@ -321,7 +322,7 @@ func (c *crashStore) ListRuns(ctx context.Context, threadID string) ([]agent.Run
 }
 
 func (c *crashStore) PutMessage(ctx context.Context, w agent.MessageWrite) error {
-	return c.write(storeCall{method: "PutMessage", role: w.Message.Role, final: w.Final},
+	return c.write(storeCall{method: "PutMessage", role: w.Message.Role, final: w.Final, hide: w.HideBefore > 0},
 		func() error { return c.Store.PutMessage(ctx, w) })
 }
 
@@ -552,6 +553,7 @@ const (
 	crashThread = "th-crash"
 	toolText    = `/tool add_note {"text":"x"}`
 	plainText   = "hello there, how are you today my friend, and what shall we do next"
+	editText    = "hello again, edited"
 )
 
 // Expectations a row adds to the invariants every row checks.
@@ -567,7 +569,11 @@ type crashRow struct {
 	name  string
 	text  string // the crashed turn's user message (u1); empty for a regenerate
 	regen bool   // the crashed turn regenerates the reply to u0 (answered first, before the crash is armed)
-	point crashPoint
+	// edit: the crashed turn edits u0 (answered first, before the crash is armed) to editText; edited says
+	// whether the converged thread shows the edit (u0's new text, its old reply hidden) or nothing changed.
+	edit   bool
+	edited want
+	point  crashPoint
 	// What the converged thread holds of the crashed turn.
 	user  want            // u1 stored
 	note  want            // the note written (tool rows)
@@ -674,6 +680,15 @@ func crashTable() []crashRow {
 		{name: "regen/W6 final PutMessage", regen: true, point: atFinal, reply: agent.RunCompleted, check: oneReplyToU0},
 		{name: "regen/W7 FinishRun", regen: true, point: atFinishRun, reply: agent.RunCompleted, check: oneReplyToU0},
 		{name: "regen/DeleteMessage", regen: true, point: crashPoint{method: "DeleteMessage", n: 1}, reply: agent.RunCompleted, check: oneReplyToU0},
+
+		// An edit of u0 (fence D): it commits in its one write on u0, which hides u0's old reply; the deletes
+		// after it are cleanup. Between the edit record and that write (DynamoDB) nothing changed yet.
+		{name: "edit/edit record PutItem", edit: true, edited: wantNo, reply: agent.RunFailed, check: editOrNothing,
+			point: crashPoint{dynamoRequest: "PutItem", bodyHas: "EDIT#u0"}},
+		{name: "edit/edit PutMessage", edit: true, edited: wantYes, reply: agent.RunFailed, check: editOrNothing,
+			point: crashPoint{method: "PutMessage", match: func(c storeCall) bool { return c.hide }, n: 1}},
+		{name: "edit/first cleanup DeleteMessage", edit: true, edited: wantYes, reply: agent.RunFailed, check: editOrNothing,
+			point: crashPoint{method: "DeleteMessage", n: 1}},
 	}
 }
 
@@ -731,7 +746,7 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 
 	var prior agent.Run
 	req := engine.Request{Owner: "alice", ThreadID: crashThread, Kind: engine.TurnSubmit, Message: userMsg("u1", row.text)}
-	if row.regen {
+	if row.regen || row.edit {
 		tr, err := first.Engine.Begin(ctx, submit(crashThread, "u0", plainText))
 		if err != nil {
 			t.Fatal(err)
@@ -740,6 +755,9 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 			t.Fatalf("setup turn: %+v", prior)
 		}
 		req = engine.Request{Owner: "alice", ThreadID: crashThread, Kind: engine.TurnRegenerate}
+		if row.edit {
+			req = editU0()
+		}
 	}
 	cs.arm()
 
@@ -764,7 +782,7 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 
 	// Every later process's clock is ahead by more than staleAfter (crashClock): the dead run's claim is stale
 	// for it.
-	if row.point.dynamoRequest != "" {
+	if row.point.bodyHas == "nextSeq" {
 		// The claim is stored, the run item is not.
 		p := process(t, nil)
 		th, err := p.Store.GetThread(ctx, crashThread)
@@ -801,14 +819,29 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 		if th.ActiveRun != nil {
 			t.Fatalf("claim still held after staleAfter and a reaper pass: %+v", th.ActiveRun)
 		}
-		checkConverged(t, readView(t, second, prior), c, false)
+		v := readView(t, second, prior)
+		checkConverged(t, v, c, false)
+		if row.edit {
+			row.check(t, c, v)
+		}
 	}
 
 	// The client, which saw its request fail, posts u1 again (same id, same content): a message the store never
 	// got runs now; one that is stored and answered (the recovered reply) is refused as a duplicate and not
 	// stored twice.
 	var retried agent.Run
-	if !row.regen {
+	if row.edit {
+		// The client, which saw its edit fail, sends it again: it runs (a stored edit is edited once more).
+		tr, err := second.Engine.Begin(ctx, editU0())
+		if err != nil {
+			t.Fatalf("the re-sent edit was refused: %v", err)
+		}
+		if retried = tr.Stream(ctx, io.Discard); retried.Status != agent.RunCompleted {
+			t.Fatalf("the re-sent edit did not complete: %+v (error %+v)", retried, retried.Error)
+		}
+		c.reposted = true
+	}
+	if !row.regen && !row.edit {
 		stored := slices.ContainsFunc(readView(t, second, prior).msgs, func(m agent.Message) bool { return m.ID == "u1" })
 		tr, err := second.Engine.Begin(ctx, submit(crashThread, "u1", row.text))
 		switch {
@@ -926,7 +959,7 @@ func checkConverged(t *testing.T, v view, c *checks, afterNext bool) {
 	if afterNext && !seen["u2"] {
 		t.Fatalf("the next message u2 is not stored:%s", dump())
 	}
-	if row.regen && !seen["u0"] {
+	if (row.regen || row.edit) && !seen["u0"] {
 		t.Fatalf("u0 lost:%s", dump())
 	}
 	checkTranscript(t, v.msgs, dump)
@@ -1054,5 +1087,37 @@ func oneReplyToU0(t *testing.T, c *checks, v view) {
 	}
 	if !slices.Equal(replies, want) {
 		c.fail(t, checkRegenHide, "replies to u0 after a crashed regenerate: %v, want %v", replies, want)
+	}
+}
+
+// editU0 is the edit of u0 to editText.
+func editU0() engine.Request {
+	return engine.Request{Owner: "alice", ThreadID: crashThread, Kind: engine.TurnSubmit, Message: userMsg("u0", editText), MessageID: "u0"}
+}
+
+// editOrNothing: a crashed edit of u0 shows either the edit (u0's new text, its old reply hidden) or nothing
+// changed (u0's old text and its old reply); never the new text with the old reply, nor the old text without it.
+// The re-sent edit shows the edit.
+func editOrNothing(t *testing.T, c *checks, v view) {
+	t.Helper()
+	var shown []string
+	for _, m := range v.msgs {
+		shown = append(shown, m.ID+"/"+string(m.Role)+"/"+m.Text())
+	}
+	i := slices.IndexFunc(v.msgs, func(m agent.Message) bool { return m.ID == "u0" })
+	if i < 0 {
+		t.Fatalf("u0 lost: %q", shown)
+	}
+	edited := v.msgs[i].Text() == editText
+	oldReply := slices.ContainsFunc(v.msgs, func(m agent.Message) bool { return m.ID == v.prior.AssistantMessageID })
+	switch {
+	case edited == oldReply:
+		t.Fatalf("u0 edited=%v with its old reply shown=%v: %q", edited, oldReply, shown)
+	case c.reposted && !edited:
+		t.Fatalf("the re-sent edit is not shown: %q", shown)
+	case !c.reposted && c.row.edited == wantYes && !edited:
+		t.Fatalf("the edit, committed before the crash, is not shown: %q", shown)
+	case !c.reposted && c.row.edited == wantNo && edited:
+		t.Fatalf("the edit shown although the crash came before its write: %q", shown)
 	}
 }

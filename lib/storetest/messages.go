@@ -29,6 +29,7 @@ func messageTests() []test {
 		c{"FinalRetryConverges", testMessageFinalRetry},
 		c{"DeleteFenced", testDeleteMessageFenced},
 		c{"EditHidesTheTailInOneWrite", testEditHidesTheTail},
+		c{"SettledEditKeepsAnUncleanedTailHidden", testSettledEditKeepsTailHidden},
 		c{"FenceMessageStubsAndFences", testFenceMessage},
 		c{"InvalidRefused", testMessageInvalid},
 	)
@@ -727,4 +728,52 @@ func testEditHidesTheTail(e *messages) {
 	first := recs[0]
 	first.Message.Parts, first.UpdatedAt = textParts("first"), at(4*time.Minute)
 	wantAll("after the edit of the first message", first)
+}
+
+// testSettledEditKeepsTailHidden: an edit whose cleanup never ran (its process died after the edit's write), then
+// a second edit of the same message that deletes only what it saw (its own reply) and settles: the first edit's
+// tail, never deleted, stays hidden from every read (a store that keeps an edit record keeps it while the
+// messages it hides exist).
+func testSettledEditKeepsTailHidden(e *messages) {
+	t := e.t
+	th := e.id("th")
+	var recs []agent.MessageRecord
+	for i := range 4 {
+		role := []agent.Role{agent.RoleUser, agent.RoleAssistant}[i%2]
+		recs = append(recs, put(e, th, int64(i), agent.Message{ID: fmt.Sprintf("%s-m%d", th, i), Role: role,
+			Parts: textParts(fmt.Sprintf("text %d", i))}, at(time.Duration(i)*time.Second)))
+	}
+	edit := func(f agent.Fence, text string, hideBefore int64, now time.Time) {
+		t.Helper()
+		must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th, Seq: hideBefore, Fence: f, Final: true, Now: now,
+			HideBefore: hideBefore, Message: agent.Message{ID: recs[2].Message.ID, Role: agent.RoleUser, Parts: textParts(text)}}), "edit "+text)
+	}
+	// The first edit of m2 hides m3; its process dies before any cleanup.
+	run2 := agent.Fence{RunID: "edit2", Epoch: 2}
+	edit(run2, "edited", 8, at(time.Minute))
+	// The reaper's stub reply of the dead edit run, at its first position.
+	reap := agent.Fence{RunID: "reap:edit2", Epoch: 3}
+	reply := putAs(e, reap, true, th, 8, agent.Message{ID: th + "-r8", Role: agent.RoleAssistant, Parts: textParts("failed")}, at(2*time.Minute))
+	// The edit sent again: it hides the stub, deletes it (all it saw) and settles.
+	run4 := agent.Fence{RunID: "edit4", Epoch: 4}
+	edit(run4, "edited", 12, at(3*time.Minute))
+	must(t, e.s.DeleteMessage(e.ctx, th, reply.Message.ID, run4), "DeleteMessage "+reply.Message.ID)
+	if st, ok := any(e.s).(agent.EditSettler); ok {
+		must(t, st.SettleEdit(e.ctx, th, recs[2].Message.ID, run4), "SettleEdit")
+	}
+	edited := recs[2]
+	edited.Message.Parts, edited.UpdatedAt = textParts("edited"), at(3*time.Minute)
+	wantMessages(e, th, recs[0], recs[1], edited)
+	for _, limit := range []int{1, 2, 100} {
+		for _, oldest := range []bool{false, true} {
+			got := walkPages(e, th, limit, oldest)
+			if len(got) != 3 {
+				var ids []string
+				for _, r := range got {
+					ids = append(ids, r.Message.ID)
+				}
+				t.Fatalf("limit %d, oldest %v: %v, want m0, m1 and the edited m2 (m3, hidden by the first edit, never deleted)", limit, oldest, ids)
+			}
+		}
+	}
 }
