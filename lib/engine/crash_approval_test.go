@@ -61,6 +61,11 @@ func TestApprovalCrashPoints(t *testing.T) {
 		{"regenerate/cancel ResolveInterrupt", stageRegenerate, crashPoint{method: "ResolveInterrupt", match: canceled, n: 1}},
 		{"regenerate/first AppendSegment", stageRegenerate, atFirstSegment},
 		{"regenerate/final PutMessage", stageRegenerate, atFinal},
+		// An edit of the asking turn's message (fence D): its one write hides the asking reply, whose interrupt
+		// the cleanup cancels after the deletes.
+		{"edit/edit PutMessage", stageEdit, crashPoint{method: "PutMessage", match: func(c storeCall) bool { return c.hide }, n: 1}},
+		{"edit/first cleanup DeleteMessage", stageEdit, crashPoint{method: "DeleteMessage", n: 1}},
+		{"edit/cancel ResolveInterrupt", stageEdit, crashPoint{method: "ResolveInterrupt", match: canceled, n: 1}},
 	}
 	for i, backend := range backends {
 		t.Run([]string{"sqlite", "dynamo"}[i], func(t *testing.T) {
@@ -84,6 +89,7 @@ const (
 	stageAnswer                       // the turn that answers (approves)
 	stageMoveOn                       // a new user message instead of the answer
 	stageRegenerate                   // a regenerate of the asking reply
+	stageEdit                         // an edit of the asking turn's message (u1)
 )
 
 func approvalCrash(t *testing.T, b crashBackend, stage crashStage, point crashPoint) {
@@ -131,6 +137,8 @@ func approvalCrash(t *testing.T, b crashBackend, stage crashStage, point crashPo
 			next = submit(crashThread, "u2", "never mind")
 		case stageRegenerate:
 			next = engine.Request{Owner: "alice", ThreadID: crashThread, Kind: engine.TurnRegenerate}
+		case stageEdit:
+			next = engine.Request{Owner: "alice", ThreadID: crashThread, Kind: engine.TurnSubmit, Message: userMsg("u1", "never mind"), MessageID: "u1"}
 		}
 		cs.arm()
 		runTo(first, next)
@@ -145,6 +153,17 @@ func approvalCrash(t *testing.T, b crashBackend, stage crashStage, point crashPo
 		t.Fatalf("reaper tick: %v", err)
 	}
 	checkApproval(t, second, noteID, "after the crash")
+	if stage == stageEdit {
+		// Every edit row crashes after the edit's write: the thread shows the edit, the asking reply hidden; the
+		// client's edit sent again runs.
+		editShown(t, second, "after the crash")
+		edit := engine.Request{Owner: "alice", ThreadID: crashThread, Kind: engine.TurnSubmit, Message: userMsg("u1", "never mind"), MessageID: "u1"}
+		if run, err := runTo(second, edit); err != nil || run.Status != agent.RunCompleted {
+			t.Fatalf("the re-sent edit: %+v %v", run, err)
+		}
+		editShown(t, second, "after the re-sent edit")
+		checkApproval(t, second, noteID, "after the re-sent edit")
+	}
 
 	// The client (re-)posts its answer when the thread still asks for one, or when the crash may have cut its
 	// answer short; it converges either way.
@@ -288,4 +307,23 @@ func dumpMsgs(msgs []agent.Message) string {
 		fmt.Fprintf(&b, "\n  %s %s %q: %s", m.ID, m.Role, m.Meta().Status, m.Parts)
 	}
 	return b.String()
+}
+
+// editShown: u1 shows its edited text and no message shows the asking reply's delete_note call.
+func editShown(t *testing.T, s *devserver.Stack, when string) {
+	t.Helper()
+	v, err := s.Threads.Get(context.Background(), "alice", crashThread)
+	if err != nil {
+		t.Fatalf("%s: get: %v", when, err)
+	}
+	for _, m := range v.Messages {
+		if m.ID == "u1" && m.Text() != "never mind" {
+			t.Fatalf("%s: u1 is not the edit:%s", when, dumpMsgs(v.Messages))
+		}
+		for _, p := range transcript.Decode(m.Parts) {
+			if p.Type == "tool-delete_note" {
+				t.Fatalf("%s: the asking reply, hidden by the edit, shows:%s", when, dumpMsgs(v.Messages))
+			}
+		}
+	}
 }
