@@ -223,8 +223,15 @@ func (s *Store) ListJobsPage(ctx context.Context, threadID string, finished int)
 	base := s.readBase(ctx, threadID)
 	pk := threadPK(threadID)
 	var keys []item
+	seen := map[string]bool{}
 	collect := func(it item) error {
-		keys = append(keys, key(getS(it, AttrPK), getS(it, AttrSK)))
+		// A job delivered between the two queries is in both (running, then delivered): BatchGetItem refuses a
+		// list with a key twice (ValidationException, a 500 for the thread view).
+		pk, sk := getS(it, AttrPK), getS(it, AttrSK)
+		if !seen[pk+"\x00"+sk] {
+			seen[pk+"\x00"+sk] = true
+			keys = append(keys, key(pk, sk))
+		}
 		return nil
 	}
 	if err := s.queryJobOrder(ctx, jobRunningOrder+pk, 0, collect); err != nil {
