@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/uistream"
@@ -21,15 +20,7 @@ func TestEmptyReapHasAVisiblePart(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	old := time.Now().Add(-time.Minute)
-	run := f.claim(t, "th", "run_1", old)
-	user := agent.Message{ID: "u1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
-	if err := f.store.PutMessage(ctx, agent.MessageWrite{ThreadID: "th", Seq: run.FirstSeq, Message: user, Fence: run.Fence(), Final: true, Now: old}); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := f.r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err != nil || !ok {
-		t.Fatalf("Reap: %v %v", ok, err)
-	}
+	run, user := reapEmptyRun(t, f)
 	rec, err := f.store.GetMessage(ctx, "th", run.AssistantMessageID)
 	if err != nil {
 		t.Fatal(err)

@@ -500,15 +500,7 @@ func TestEmptyReapShowsAFailedReply(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	old := time.Now().Add(-time.Minute)
-	run := f.claim(t, "th", "run_1", old)
-	user := agent.Message{ID: "u1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
-	if err := f.store.PutMessage(ctx, agent.MessageWrite{ThreadID: "th", Seq: run.FirstSeq, Message: user, Fence: run.Fence(), Final: true, Now: old}); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := f.r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err != nil || !ok {
-		t.Fatalf("Reap: %v %v", ok, err)
-	}
+	run, _ := reapEmptyRun(t, f)
 	recs, err := f.store.ListMessages(ctx, "th")
 	if err != nil {
 		t.Fatal(err)
@@ -656,4 +648,21 @@ func tickFinishesClaimlessRunningRuns(t *testing.T, st agent.Store) {
 	if stats, err := r.Tick(ctx); err != nil || stats.Orphans != 0 {
 		t.Errorf("a later tick: %+v %v, want no orphans", stats, err)
 	}
+}
+
+// reapEmptyRun claims th for run_1 a minute ago, stores its user message u1 and nothing else, and reaps the run:
+// a run that died before its first word. It returns the run and u1.
+func reapEmptyRun(t *testing.T, f *fixture) (agent.Run, agent.Message) {
+	t.Helper()
+	ctx := context.Background()
+	old := time.Now().Add(-time.Minute)
+	run := f.claim(t, "th", "run_1", old)
+	user := agent.Message{ID: "u1", Role: agent.RoleUser, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"hi"}`)}}
+	if err := f.store.PutMessage(ctx, agent.MessageWrite{ThreadID: "th", Seq: run.FirstSeq, Message: user, Fence: run.Fence(), Final: true, Now: old}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := f.r.Reap(ctx, "th", agent.Claim{RunID: run.ID, Epoch: run.Epoch, HeartbeatAt: old}); err != nil || !ok {
+		t.Fatalf("Reap: %v %v", ok, err)
+	}
+	return run, user
 }
