@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: web bench-web dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak
+.PHONY: web bench-web dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak soak-chaos
 
 ## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set), the web app at its root
 dev: web
@@ -91,6 +91,14 @@ test-long: deps
 SIM_DURATION ?= 10m
 soak: deps
 	SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./internal/sim
+
+## soak-chaos: `agentloop dev` SIGKILLed every 2–6 s and restarted on its SQLite file while 12 clients of one user
+## send messages, for CHAOS_DURATION (default 60s) with the default per-user limits and again with them off; then
+## checks the store (nothing lost, duplicated or stuck) and prints one table (internal/chaos; CHAOS_SEED replays
+## the kill schedule and the clients' choices; not part of make test)
+CHAOS_DURATION ?= 60s
+soak-chaos:
+	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestChaosSoak$$' -v ./internal/chaos
 
 ## bench: performance numbers (see README)
 # Whole-turn benchmarks run a fixed 300 turns each so that p99 means something (stops: 50; approvals: 100, each
