@@ -56,6 +56,11 @@ type proc struct {
 	noopWrite   bool    // the PutMessage being made rewrites what is stored, byte for byte
 	lostFrac    float64 // of injected write faults, the share that hit after the write applied
 	crashable   bool
+	// faultRng draws what the fault plan added after the seeds were first drawn (its own stream, so p.rng draws
+	// what it drew before): how many transient faults in a row a method may get (maxStreak), and whether an
+	// injected fault is permanent (a store error no retry passes).
+	faultRng  *rand.Rand
+	maxStreak int
 	// Request-level faults (DynamoDB, requests_test.go): the process's requests draw fates from reqRng at
 	// reqRate while reqCall (the store call being made) is set; reqN counts that call's requests.
 	reqRng    *rand.Rand
@@ -133,6 +138,8 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	if crashable {
 		p.delayProb = w.plan.delayProb
 	}
+	p.faultRng = rand.New(rand.NewPCG(w.seed^0x737472656b, uint64(p.id)))
+	p.maxStreak = []int{2, 2, 2, 3, 4}[p.faultRng.IntN(5)]
 	p.drawRequestFaults(crashable)
 	base := w.base
 	if ps, ok := w.base.(procStores); ok {
@@ -290,8 +297,9 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	if p.crashAt == n {
 		return n, true, p.crashAfter, false, false, false
 	}
-	// At most two faults in a row per method: the engine's retries (real-time backoff) then succeed.
-	if write && r1 < p.faultRate && p.consecFaults[method] < 2 {
+	// At most maxStreak (two to four) faults in a row per method: the engine's retries (real-time backoff, 20 ms
+	// doubling) then succeed. Permanent faults (callD) end a retry loop at once.
+	if write && r1 < p.faultRate && p.consecFaults[method] < p.maxStreak {
 		p.consecFaults[method]++
 		return n, false, false, true, r2 < p.lostFrac && !releasing, false
 	}

@@ -149,11 +149,15 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 		p.die()
 		return p.parkDead()
 	}
+	ferr := errInjected
+	if fault && kind != callHeartbeat && kind != callPoll && p.permanentFault() {
+		ferr = errPermanent
+	}
 	if fault && !lost {
-		w.tracef("    %s: %s %s -> injected fault", p.name, method, detail())
-		w.countFault(method)
-		p.afterCall(kind, errInjected)
-		return errInjected
+		w.tracef("    %s: %s %s -> injected %s", p.name, method, detail(), faultName(ferr))
+		w.countFault(method + permanentNote(ferr))
+		p.afterCall(kind, ferr)
+		return ferr
 	}
 	var before agent.Thread
 	var beforeOK bool
@@ -180,10 +184,10 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 		return p.parkDead()
 	}
 	if fault && lost && err == nil {
-		w.tracef("    %s: (the response of that %s is lost: injected fault)", p.name, method)
-		w.countFault(method + "(lost response)")
-		p.afterCall(kind, errInjected)
-		return errInjected
+		w.tracef("    %s: (the response of that %s is lost: injected %s)", p.name, method, faultName(ferr))
+		w.countFault(method + "(lost response)" + permanentNote(ferr))
+		p.afterCall(kind, ferr)
+		return ferr
 	}
 	p.afterCall(kind, err)
 	if slowAfter && !p.parkMain("slow") {
@@ -230,6 +234,31 @@ func (c cancelOnly) Err() error {
 }
 
 var errInjected = agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: injected transient fault")
+
+// errPermanent is a store error no retry passes (an access denied, a validation error, a full partition): the
+// engine's retry loops end at once, so the paths after them run (persist_failed, an unsaved run, late usage).
+var errPermanent = agent.E(agent.KindInternal, agent.CodeInternal, "sim: injected permanent fault")
+
+func faultName(err error) string {
+	if err == errPermanent {
+		return "permanent fault"
+	}
+	return "fault"
+}
+
+func permanentNote(err error) string {
+	if err == errPermanent {
+		return "(permanent)"
+	}
+	return ""
+}
+
+// permanentFault decides whether an injected fault is permanent: one in ten.
+func (p *proc) permanentFault() bool {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	return p.faultRng.IntN(10) == 0
+}
 
 func errStr(err error) string {
 	if err == nil {
