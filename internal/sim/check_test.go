@@ -152,10 +152,11 @@ func (w *world) mustKeep(a acceptedMsg) bool {
 		// other.
 		return false
 	}
-	if p.expectUW && p.dead && !p.uwDone && !p.uwApplied {
+	if p.expectUW && p.dead && !p.uwApplied {
 		// The process died before its message's write was answered (a crash before the write, or between the
-		// requests of it on DynamoDB): the client's stream broke without a finish, and it sends the message
-		// again. Not a window: nothing reached the store that could be kept.
+		// requests of it on DynamoDB), or after that write failed for good (a permanent fault): the client's
+		// stream broke without a finish, and it sends the message again. Not a window: nothing reached the store
+		// that could be kept.
 		return false
 	}
 	if w.gaps {

@@ -498,8 +498,26 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 	if strings.HasPrefix(mw.Message.ID, "steer_") {
 		before = s.p.w.beforeSteer(mw)
 	}
+	// An edit commits in this one write (fence D): it hides every message after the edited one, up to
+	// HideBefore, and the DeleteMessage calls after it are cleanup that may fail for good or never come.
+	var hides []string
+	// The edited message keeps its stored position (prev), whatever mw.Seq says.
+	if mw.HideBefore > 0 && perr == nil && phaseOf(ctx) == phaseBegin && mw.Fence.RunID == s.p.ownRun() {
+		if rs, err := s.p.w.base.ListMessages(context.WithoutCancel(ctx), mw.ThreadID); err == nil {
+			for _, r := range rs {
+				if r.Seq > prev.Seq && r.Seq < mw.HideBefore {
+					hides = append(hides, r.Message.ID)
+				}
+			}
+		}
+	}
 	return s.callD(ctx, "PutMessage", true, mw.Final, callPlain, s.ownFence(ctx, mw.Fence), mw.ThreadID, detail, func(ctx context.Context) error {
 		err := s.Store.PutMessage(ctx, mw)
+		if err == nil {
+			for _, id := range hides {
+				s.p.w.messageDropped(mw.ThreadID, id) // even if the process dies before it hears back
+			}
+		}
 		if err == nil && before != nil {
 			s.p.w.steerStored(s.p, mw, before)
 		}
