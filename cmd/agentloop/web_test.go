@@ -55,7 +55,7 @@ func TestWebApp(t *testing.T) {
 	if err := cmd.Wait(); err != nil && !t.Failed() {
 		t.Fatalf("e2e: %v", err)
 	}
-	if flows < 14 {
+	if flows < 16 {
 		t.Fatalf("only %d flows ran", flows)
 	}
 }

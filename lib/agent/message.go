@@ -52,8 +52,8 @@ type MessageMetadata struct {
 	// Replaces names the reply a regenerate replaced. The old reply is hidden right after this one is stored;
 	// until then (or when a crash came between), Visible leaves it out.
 	Replaces string `json:"replaces,omitempty"`
-	// Error is a failed reply's stable code and safe message (the reaper's, for a run that died): a reader shows
-	// it even when the reply says nothing else (Shown).
+	// Error is a failed reply's stable code and safe message (the engine's, or the reaper's for a run that
+	// died): a reader shows it even when the reply says nothing else (Shown).
 	Error *RunError `json:"error,omitempty"`
 }
 
@@ -61,7 +61,8 @@ type MessageMetadata struct {
 // render a message's parts (useChat): {"type": "data-run-error", "id": <run id>, "data": {code, message}} (the
 // run's RunError: a stable code and a message safe to show). A data part, so the AI SDK keeps it on the message as
 // it is, and the transcript never sends it to a model. The reaper gives it to the reply of a run that died before
-// its first word, which would otherwise have no part at all (issue 16 item 11).
+// its first word, which would otherwise have no part at all (issue 16 item 11); the engine ends every failed reply
+// it stores with it, and streams it as a data chunk of the same type, id and data.
 const RunErrorPart = "data-run-error"
 
 // ErrorPart is the RunErrorPart of run runID's error e.

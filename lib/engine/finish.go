@@ -41,7 +41,11 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 		s.parts = transcript.Synthesize(s.parts, "Not executed: the run was "+string(status)+".", nil)
 	}
 	msgStatus := status.MessageStatus()
+	if msgStatus == agent.MessageFailed && runErr != nil {
+		s.failure = runErr // the stored reply and the stream show it alike (message, end)
+	}
 	if err := s.putMessage(ctx, msgStatus, true); err != nil {
+		s.failure = nil // not this run's reply: the reaper stores it (or someone else owns the thread)
 		if lostClaim(err) {
 			return s.abandon(ctx, errFenced)
 		}
@@ -94,10 +98,15 @@ func (s *stepper) finishNoop(ctx context.Context) agent.Run {
 }
 
 // end sends the stream's last chunks: on an error, message-metadata first (the client stops reading at the
-// error chunk), then error and finish; and closes the stream (final segment, [DONE]).
+// error chunk), then error and finish; and closes the stream (final segment, [DONE]). A failed reply the run
+// stored (failure) gets the part that shows its error first, as stored (agent.RunErrorPart), and its metadata
+// the error, so the client's copy of the reply is the stored one.
 func (s *stepper) end(st agent.MessageStatus, runErr *agent.RunError, reason agent.FinishReason) {
 	u := s.usage
-	md := metadataJSON(agent.MessageMetadata{RunID: s.turn.run.ID, Model: s.model, Status: st, Usage: &u})
+	md := metadataJSON(agent.MessageMetadata{RunID: s.turn.run.ID, Model: s.model, Status: st, Usage: &u, Error: s.failure})
+	if f := s.failure; f != nil {
+		s.out.send(uistream.Data{Type: agent.RunErrorPart, ID: s.turn.run.ID, Data: metadataJSON(*f)})
+	}
 	if runErr != nil {
 		s.out.send(uistream.MessageMetadata{Metadata: md})
 		s.out.send(uistream.Error{ErrorText: runErr.Message})
@@ -114,6 +123,7 @@ func (s *stepper) abandon(ctx context.Context, cause error) agent.Run {
 	t := s.turn
 	s.log.Warn("run lost its claim; stopping without writes", "cause", cause)
 	s.out.detach()
+	s.failure = nil
 	s.end(agent.MessageFailed, &agent.RunError{Code: agent.CodeRunFenced, Message: "This run was taken over and stopped."}, agent.FinishError)
 	s.recordLate(ctx)
 	t.run.Status = agent.RunFailed

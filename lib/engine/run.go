@@ -105,6 +105,9 @@ type stepper struct {
 	waiting waiting
 	// unpriced is set once a step's model was missing from a non-empty price table (logged once per run).
 	unpriced bool
+	// failure is the error of a failed reply the run stores: the reply and its stream end with the part that
+	// shows it (agent.RunErrorPart, as the reaper's replies do) and carry it in their metadata (issue 16 item 11).
+	failure *agent.RunError
 	// late is what the run recorded as spent after it lost its claim (RecordLateUsage), nil when nothing.
 	late *agent.Usage
 	// jobs counts the job tool calls the run executed (limits.go: MaxJobsPerRun); chain, once known, is how many
@@ -251,9 +254,11 @@ func (s *stepper) message(st agent.MessageStatus) agent.Message {
 		parts[i] = agent.EncodePart(p)
 	}
 	u := s.usage
-	return agent.Message{ID: s.turn.run.AssistantMessageID, Role: agent.RoleAssistant, Parts: parts,
-		Metadata: metadataJSON(agent.MessageMetadata{Status: st, RunID: s.turn.run.ID, Model: s.model, Usage: &u,
-			Replaces: s.turn.plan.replaces})}
+	md := agent.MessageMetadata{Status: st, RunID: s.turn.run.ID, Model: s.model, Usage: &u, Replaces: s.turn.plan.replaces}
+	if f := s.failure; f != nil && st == agent.MessageFailed {
+		parts, md.Error = append(parts, agent.ErrorPart(s.turn.run.ID, *f)), f
+	}
+	return agent.Message{ID: s.turn.run.AssistantMessageID, Role: agent.RoleAssistant, Parts: parts, Metadata: metadataJSON(md)}
 }
 
 // putMessage writes the draft, fenced with the run's claim and gated at its horizon before every attempt. A

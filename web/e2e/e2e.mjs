@@ -240,6 +240,19 @@ const flows = {
     await until(async () => (await text(lastReply(page))).includes('image_url image/png') && (await idle(page)), 'the image listed by the model');
   },
 
+  // A reply that failed (the model refused the request) shows its error in the reply, once, as it streamed and
+  // after a reload (the stored reply's data-run-error part).
+  async failed(page) {
+    await send(page, '/error 400');
+    const shown = async () => {
+      const notes = lastReply(page).getByRole('note');
+      return (await notes.count()) === 1 && /^The reply failed: \S/.test(await text(notes));
+    };
+    await until(async () => (await shown()) && (await idle(page)), 'the error in the reply');
+    await page.reload();
+    await until(async () => (await assistants(page).count()) === 1 && (await shown()), 'the error in the stored reply');
+  },
+
   // Threads: listed newest first, renamed, deleted.
   async threads(page) {
     await send(page, 'a thread to rename');

@@ -102,11 +102,7 @@ function AssistantMessage(props: Props) {
       {parts.map((p, i) => (
         <PartView key={i} part={p} {...props} />
       ))}
-      {meta.error && (
-        <p className="error-line" role="note">
-          The reply failed: {meta.error.message || meta.error.code}
-        </p>
-      )}
+      {meta.error && !parts.some((p) => p.type === 'data-run-error') && <RunError error={meta.error} />}
       {meta.status === 'canceled' && <p className="muted">Stopped.</p>}
       <footer>
         <UsageLine usage={meta.usage} label="Usage" />
@@ -148,6 +144,8 @@ function PartView({ part, jobs, onApprove, onAnswer }: Props & { part: AnyPart }
     );
   }
   if (part.type === 'data-subagent-artifact') return <ArtifactCard data={part.data} />;
+  // A failed reply's error, in the reply where it happened (stored and streamed alike: README "Architecture").
+  if (part.type === 'data-run-error') return <RunError error={part.data} />;
   if (part.type.startsWith('tool-') || part.type === 'dynamic-tool') {
     const name = part.type === 'dynamic-tool' ? part.toolName : part.type.slice(5);
     const job = jobs.get(part.toolCallId);
@@ -165,6 +163,14 @@ function PartView({ part, jobs, onApprove, onAnswer }: Props & { part: AnyPart }
     );
   }
   return null;
+}
+
+function RunError({ error }: { error: any }) {
+  return (
+    <p className="error-line" role="note">
+      The reply failed: {String(error?.message || error?.code || 'unknown error')}
+    </p>
+  );
 }
 
 const stateWords: Record<string, string> = {
