@@ -137,13 +137,6 @@ var knownBugs = []struct {
 	// message of a run that wrote none (8437), not fixed. Later changes to how jobs-mode schedules are drawn
 	// re-drew those seeds, and none of them reproduces its bug any more (with or without the fixes): the seeds of
 	// the reap bug must be found again (run -gaps over a few hundred seeds in jobs mode).
-
-	// Request-level faults (requests_test.go) found this one: a crash between the two writes of DynamoDB's
-	// FinishRun (the release applied, the outcome not recorded) leaves a claimless running run (note.md Left 3).
-	// An answer then continues its message under a new claim; when the final reader meets the old run it reaps
-	// it at a new epoch and rewrites the continued message from the dead run's segments: every tool call of the
-	// reply twice, and the thread's usage no longer its runs' sum.
-	{1000019, "dynamo", "tool-results", "a claimless running run left by a crash inside DynamoDB's FinishRun is reaped after a later run continued its message, and the reap rewrites that message"},
 }
 
 // outcome is one schedule's result.
@@ -494,6 +487,12 @@ var gapRegressions = []struct {
 	// takeover claim it leaves is reaped again by the next sweep (fence A), and a later settle tells the truth
 	// (the tool's recorded outcome for an approved call, output-denied for a denied one).
 	{3721, both},
+	// Found by the request-level faults (requests_test.go) as a known bug, fixed: a crash between the two writes
+	// of DynamoDB's FinishRun (the release applied, the outcome not recorded) left a claimless running run; an
+	// answer continued its reply under a new claim, and the orphan's reap rewrote that reply from the dead run's
+	// segments (every tool call twice; the thread's usage no longer its runs' sum). The reaper now leaves a reply a
+	// later run wrote alone and records the dead run interrupted, with the usage its release kept (Run.Released).
+	{1000019, []string{"dynamo"}},
 }
 
 var both = []string{"sqlite", "dynamo"}

@@ -96,6 +96,12 @@ type Run struct {
 	// LateUsage is what the run spent after it lost its claim (reaped or fenced mid-step), recorded once by
 	// RecordLateUsage and already included in Usage.
 	LateUsage *Usage `json:"lateUsage,omitempty"`
+	// Released is the usage the release of the run's claim added to the thread (FinishRun's first write, or a
+	// ReleaseClaim naming the run), while the run is still recorded as running: a store whose FinishRun is two
+	// writes keeps it beside the release, so that the reaper can record it when the run's draft is no longer the
+	// run's (another run continued its reply after a crash between the two writes). nil when the store keeps
+	// none (SQLite's FinishRun is one transaction and never leaves that state) or the run is finished.
+	Released *Usage `json:"-"`
 }
 
 // ClaimRequest asks the store to make RunID the active run of ThreadID.

@@ -36,27 +36,32 @@ type baseRead struct {
 	done chan struct{}
 	base int64
 	err  error
+	item item // the attributes read (the base epoch, and any extra ones asked for)
 }
 
 // readBase starts reading the thread item's base epoch in the background (one strongly consistent GetItem,
-// 1 RCU).
-func (s *Store) readBase(ctx context.Context, threadID string) *baseRead {
+// 1 RCU), and the thread item's attributes named in extra with it (GetRun: the run's released usage).
+func (s *Store) readBase(ctx context.Context, threadID string, extra ...string) *baseRead {
 	b := &baseRead{done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
 		e := newExpr()
+		proj := e.n(attrBaseEpoch)
+		for _, n := range extra {
+			proj += ", " + e.n(n)
+		}
 		out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName:                aws.String(s.table),
 			Key:                      key(threadPK(threadID), threadSK),
 			ConsistentRead:           aws.Bool(true),
-			ProjectionExpression:     aws.String(e.n(attrBaseEpoch)),
+			ProjectionExpression:     aws.String(proj),
 			ExpressionAttributeNames: e.attrNames(),
 		})
 		if err != nil {
 			b.err = storeErr(err, "get thread")
 			return
 		}
-		b.base = getN(out.Item, attrBaseEpoch)
+		b.base, b.item = getN(out.Item, attrBaseEpoch), out.Item
 	}()
 	return b
 }

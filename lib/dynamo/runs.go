@@ -41,6 +41,10 @@ const (
 	// not be recorded yet (REVIEW D15): every release adds its run, and the orphan sweep (ListOrphanRuns) takes out
 	// the ones it finds recorded. While it is not empty the thread stays in the running index.
 	attrUnrecorded = "unrecorded"
+	// attrReleased prefixes the thread item's attribute that keeps, per run whose claim a release gave back with
+	// usage, the usage that release added (released.go): "rel#<runId>". The orphan sweep removes it with the run
+	// from the unrecorded set.
+	attrReleased = "rel#"
 	// attrLate marks a run whose late usage (RecordLateUsage) is in its usage counters; the late usage itself is
 	// kept beside it (attrLate + the usage attribute names).
 	attrLate = "late"
@@ -326,11 +330,11 @@ func claimRemoval(e *expr) string {
 // UpdateItem on the thread,
 //
 //	condition: claimRunId = :run AND epoch = :epoch [AND claimHeartbeatAt < :staleBefore]
-//	update:    REMOVE <claim attributes>  ADD unrecorded {run}, usage*  [SET updatedAt, recency]
+//	update:    REMOVE <claim attributes>  ADD unrecorded {run}, usage*  [SET rel#<run> = usage, updatedAt, recency]
 //
 // so usage is added exactly once, by whichever write releases the claim, and the run (the dead run, for a
 // reaper's claim) joins the thread's unrecorded runs, which keep the thread in the running index until the orphan
-// sweep finds their outcomes recorded (REVIEW D15). It returns the raw SDK error, so callers can tell a failed
+// sweep finds their outcomes recorded (REVIEW D15), and keeps the usage it added for the run (released.go). It returns the raw SDK error, so callers can tell a failed
 // condition (isConditionFailed) from a failed request.
 // holds is the condition that f holds the thread's claim (same run, same epoch) and, when staleBefore is set,
 // that its heartbeat is older than staleBefore: the reap decision, shared by the reaper's release and takeover.
@@ -344,14 +348,21 @@ func holds(e *expr, f agent.Fence, staleBefore time.Time) string {
 
 func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
 	e := newExpr()
-	update := "REMOVE " + claimRemoval(e) + " ADD " + e.n(attrUnrecorded) + " " + e.v(avSS(agent.ReapedRunID(req.Fence.RunID)))
+	run := agent.ReapedRunID(req.Fence.RunID)
+	update := "REMOVE " + claimRemoval(e) + " ADD " + e.n(attrUnrecorded) + " " + e.v(avSS(run))
+	var sets []string
 	if add := usageAdd(e, req.Usage); add != "" {
 		update += ", " + add
+		// Kept for the run until its outcome is recorded (Run.Released): a crash before the outcome leaves a run
+		// whose draft a later run may overwrite, and the reaper records this usage for it instead.
+		sets = append(sets, e.n(attrReleased+run)+" = "+e.v(avS(encodeReleased(req.Usage))))
 	}
 	if !req.Now.IsZero() {
 		// The thread moves up in its owner's list when a turn ends (recency is the byOwner index key).
-		update += " SET " + e.n(attrUpdatedAt) + " = " + e.v(avT(req.Now)) + ", " + e.n(AttrRecency) + " = " +
-			e.v(avS(recency(req.Now, req.ThreadID)))
+		sets = append(sets, e.n(attrUpdatedAt)+" = "+e.v(avT(req.Now)), e.n(AttrRecency)+" = "+e.v(avS(recency(req.Now, req.ThreadID))))
+	}
+	if len(sets) > 0 {
+		update += " SET " + strings.Join(sets, ", ")
 	}
 	cond := holds(e, req.Fence, req.StaleBefore)
 	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -449,7 +460,8 @@ func (s *Store) RequestCancel(ctx context.Context, threadID, runID string, now t
 // that is idle at the run's own epoch was this very release, applied by an earlier attempt whose answer was lost
 // (every takeover and every later claim moves the epoch): the outcome is then recorded. A crash between the two
 // writes leaves the thread idle and the run item running: the reaper's orphan sweep finishes it from its stored
-// final message (ReapOrphan), as it does for a run item written late.
+// final message (ReapOrphan), as it does for a run item written late, or, when a later run has continued that
+// message since, records it interrupted with the usage the release kept (Run.Released, released.go).
 func (s *Store) FinishRun(ctx context.Context, run agent.Run) error {
 	if !run.Status.Terminal() {
 		return agent.E(agent.KindInvalid, agent.CodeInvalidStatus, "FinishRun needs a terminal status, got %q", run.Status)
@@ -670,7 +682,7 @@ func usageAdd(e *expr, u agent.Usage) string {
 }
 
 func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, error) {
-	base := s.readBase(ctx, threadID)
+	base := s.readBase(ctx, threadID, attrReleased+runID)
 	it, err := s.getItem(ctx, key(threadPK(threadID), runSK(runID)))
 	if err != nil {
 		return agent.Run{}, err
@@ -683,7 +695,7 @@ func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, 
 	if it == nil {
 		return agent.Run{}, runNotFound(threadID, runID)
 	}
-	return decodeRun(it), nil
+	return withReleased(decodeRun(it), base.item), nil
 }
 
 // ListRuns queries the RUN# items of the thread partition and orders them by creation (ties by id).
@@ -937,7 +949,7 @@ func (s *Store) ListOrphanRuns(ctx context.Context, before time.Time, limit int)
 				case claim != nil && agent.ReapedRunID(claim.RunID) == runID:
 					// Claimed again by its own id (a recognised retry), or held by a reaper finishing it.
 				case getT(it, attrUpdatedAt).Before(before):
-					out = append(out, decodeRun(it))
+					out = append(out, withReleased(decodeRun(it), th))
 				}
 			}
 			if err := s.forgetRecorded(ctx, id, getSS(th, attrUnrecorded), forget, claim == nil); err != nil {
@@ -978,8 +990,17 @@ func (s *Store) forgetRecorded(ctx context.Context, threadID string, set, forget
 		if len(set) > 0 {
 			update += ", " + e.n(attrUnrecorded)
 		}
+		for _, run := range set {
+			update += ", " + e.n(attrReleased+run)
+		}
 	case len(forget) > 0:
-		update = "DELETE " + e.n(attrUnrecorded) + " " + e.v(avSS(forget...))
+		update = "DELETE " + e.n(attrUnrecorded) + " " + e.v(avSS(forget...)) + " REMOVE "
+		for i, run := range forget {
+			if i > 0 {
+				update += ", "
+			}
+			update += e.n(attrReleased + run)
+		}
 	default:
 		return nil
 	}

@@ -22,6 +22,10 @@
 //  7. give back the run's slot in its user's active-run scope, and the reaper's claim (ReleaseClaim), adding the
 //     usage the draft recorded in that same write.
 //
+// A run whose claim is gone without its outcome (DynamoDB: a crash between FinishRun's two writes) may have its reply
+// continued by a later run before the orphan sweep finds it: the reply is then the later run's and is left alone,
+// and the dead run is recorded interrupted with the usage its release kept (overwritten, superseded).
+//
 // A reaper that dies on the way leaves its own claim, which goes stale and is reaped the same way at the next
 // epoch. A claim whose run is missing or already terminal is taken and given back the same way.
 //
@@ -342,7 +346,26 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		if err != nil {
 			return err
 		}
+		later, err := r.overwritten(ctx, run, draft)
+		if err != nil {
+			return err
+		}
+		if later {
+			// A later run continued the dead run's reply (an answer after a crash inside FinishRun): the reply
+			// is that run's now, and the dead run's draft is gone. Its usage is what its release added.
+			if run.Released != nil {
+				usage = *run.Released
+			}
+			if err := r.superseded(ctx, run, usage, hold); err != nil {
+				return err
+			}
+			r.logReaped(log, "superseded", run, usage)
+			break
+		}
 		usage = u
+		if orphan && run.Released != nil {
+			usage = *run.Released // exactly what the run's own release added to the thread
+		}
 		if err := r.finishRun(ctx, run, draft, usage, hold); err != nil {
 			return err
 		}
@@ -373,6 +396,7 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		usage = agent.Usage{}
 	}
 	r.giveBackSlot(ctx, threadID, runID)
+	fmt.Println("DEBUG release", runID, hold, usage, run.Status, reaperDied, orphan)
 	err = retry(ctx, func() error {
 		return r.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: threadID, Fence: hold, Usage: usage, Now: r.clock.Now()})
 	})
@@ -531,6 +555,44 @@ func (r *Reaper) draftOf(ctx context.Context, run agent.Run) (*agent.MessageReco
 		usage = *u
 	}
 	return &rec, usage, nil
+}
+
+// overwritten reports whether draft, the dead run's assistant message, was last written by a run that claimed the
+// thread after it (a later epoch). Only a run whose claim is gone without its outcome can be in that state: a crash
+// between the two writes of DynamoDB's FinishRun leaves its reply asking and the thread idle, and an answer then
+// continues the reply under a new claim. A message written by an earlier run is this run's continuation base (it
+// died before its first write), and is the reaper's to finish (finalizeMessage).
+func (r *Reaper) overwritten(ctx context.Context, run agent.Run, draft *agent.MessageRecord) (bool, error) {
+	if draft == nil {
+		return false, nil
+	}
+	id := draft.Message.Meta().RunID
+	if id == "" || id == run.ID {
+		return false, nil
+	}
+	by, err := r.store.GetRun(ctx, run.ThreadID, id)
+	switch {
+	case agent.IsKind(err, agent.KindNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reaper: get the run that wrote the draft: %w", err)
+	}
+	return by.Epoch > run.Epoch, nil
+}
+
+// superseded records the outcome of a dead run whose reply a later run continued (overwritten), and ends its
+// stream; the reply, and the interrupts it asked (the later run answered them), are the later run's and stay as
+// they are. The run is recorded interrupted: only an asking reply is continued, so that is what it ended as, and
+// usage is what its release added to the thread (Run.Released).
+func (r *Reaper) superseded(ctx context.Context, run agent.Run, usage agent.Usage, hold agent.Fence) error {
+	now := r.clock.Now()
+	run.Status, run.Error = agent.RunInterrupted, nil
+	run.Usage, run.FinishedAt, run.UpdatedAt = usage, now, now
+	if err := r.recordOutcome(ctx, run, hold); err != nil {
+		return err
+	}
+	r.endStream(ctx, run)
+	return nil
 }
 
 // released reports whether the thread's claim has moved past fence (released, or held by a later run).

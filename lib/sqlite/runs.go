@@ -31,6 +31,11 @@ func scanRun(sc scanner) (agent.Run, error) {
 	if err != nil {
 		return agent.Run{}, err
 	}
+	if r.Status == agent.RunRunning && r.Usage != (agent.Usage{}) {
+		// A running run's usage columns hold what a ReleaseClaim naming it added to the thread (releaseRun).
+		u := r.Usage
+		r.Released, r.Usage = &u, agent.Usage{}
+	}
 	if store.Valid {
 		r.Store = &agent.StoreUsage{}
 		if err := json.Unmarshal([]byte(store.String), r.Store); err != nil {
@@ -286,6 +291,22 @@ func releaseArgs(threadID string, f agent.Fence, u agent.Usage, updated time.Tim
 		threadID, f.RunID, f.Epoch}
 }
 
+// releaseRun keeps the usage a release added on the run it names while that run is recorded as running (its usage
+// columns are unused until its outcome, which overwrites them): Run.Released. SQLite's own FinishRun releases and
+// records in one transaction and never leaves that state; a ReleaseClaim naming a run does (the reaper's release
+// names the dead run only after recording its outcome), and readers see it as they would on DynamoDB.
+func releaseRun(ctx context.Context, c conn, req agent.ReleaseRequest) error {
+	u := req.Usage
+	if u == (agent.Usage{}) {
+		return nil
+	}
+	_, err := c.exec(ctx, `UPDATE runs SET usage_input = ?, usage_output = ?, usage_total = ?, usage_cached = ?,
+		usage_reasoning = ?, usage_cost = ? WHERE thread_id = ? AND id = ? AND status = 'running'`,
+		u.InputTokens, u.OutputTokens, u.TotalTokens, u.CachedInputTokens, u.ReasoningTokens, u.CostMicroUSD,
+		req.ThreadID, agent.ReapedRunID(req.Fence.RunID))
+	return err
+}
+
 // FinishRun releases the thread's claim, on condition that it still names the run at its epoch, adding the run's
 // usage in that same UPDATE (fence C: the release is the decision), then records the run's outcome by
 // compare-and-set from running at run.Epoch, both in one transaction: a refused release is run_fenced and
@@ -460,7 +481,7 @@ func (s *Store) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) erro
 		if n == 0 {
 			return fenced(req.Fence)
 		}
-		return nil
+		return releaseRun(ctx, c, req)
 	})
 }
 

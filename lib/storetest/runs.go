@@ -51,6 +51,7 @@ func runTests() []test {
 		c{"ListOrphanRuns", testListOrphanRuns},
 		c{"OrphanListedThroughLaterTurns", testOrphanThroughLaterTurns},
 		c{"NoteTakesSealedByTheOutcome", testNoteTakes},
+		c{"ReleasedUsageKeptUntilTheOutcome", testReleasedUsage},
 	)
 }
 
@@ -1296,5 +1297,49 @@ func testNoteTakes(e *claims) {
 	must(t, e.s.RecordOutcome(e.ctx, out, hold), "RecordOutcome with the run's takes")
 	if err := e.s.NoteTakes(e.ctx, run, []string{"steer_c"}); !errors.Is(err, agent.ErrRunFenced) {
 		t.Fatalf("NoteTakes after the outcome: %v, want run_fenced", err)
+	}
+}
+
+// A release that leaves its run recorded as running (a crash inside DynamoDB's FinishRun, made of two writes; built
+// here with ReleaseClaim naming the run) adds its usage to the thread and keeps it for the run (Run.Released, from
+// GetRun and ListOrphanRuns), so that the reaper can record it when another run has overwritten the run's draft
+// since (seed 1000019 of the simulation). Once the outcome is recorded the run's own usage is the truth, and
+// Released is nil. A release without usage keeps nothing.
+func testReleasedUsage(e *claims) {
+	t := e.t
+	base := at(-22 * 24 * time.Hour)
+	th := newThread(e)
+	u := agent.Usage{InputTokens: 5, OutputTokens: 2, TotalTokens: 7, CachedInputTokens: 1, ReasoningTokens: 1, CostMicroUSD: 30}
+	run := claim(e, th, e.id("run"), base).Run
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: run.Fence(), Usage: u, Now: base.Add(time.Second)}), "ReleaseClaim")
+	got, err := e.s.GetRun(e.ctx, th.ID, run.ID)
+	must(t, err, "GetRun")
+	if got.Released == nil || *got.Released != u || got.Usage != (agent.Usage{}) {
+		t.Fatalf("the released run: Released %+v, Usage %+v; want Released %+v, no usage of its own yet", got.Released, got.Usage, u)
+	}
+	if lister, ok := any(e.s).(agent.OrphanRunLister); ok {
+		orphans, err := lister.ListOrphanRuns(e.ctx, base.Add(5*time.Minute), 1000)
+		must(t, err, "ListOrphanRuns")
+		i := slices.IndexFunc(orphans, func(r agent.Run) bool { return r.ID == run.ID })
+		if i < 0 || orphans[i].Released == nil || *orphans[i].Released != u {
+			t.Fatalf("ListOrphanRuns: the released run %s is listed without its released usage %+v: %+v", run.ID, u, orphans)
+		}
+	}
+	if th2, err := e.s.GetThread(e.ctx, th.ID); err != nil || th2.Usage != u {
+		t.Fatalf("thread usage after the release: %+v %v, want %+v", th2.Usage, err, u)
+	}
+
+	// A later turn released with no usage keeps nothing for its run.
+	next := claim(e, th, e.id("run"), base.Add(2*time.Second)).Run
+	must(t, e.s.ReleaseClaim(e.ctx, agent.ReleaseRequest{ThreadID: th.ID, Fence: next.Fence()}), "ReleaseClaim of the next run")
+	if got, err := e.s.GetRun(e.ctx, th.ID, next.ID); err != nil || got.Released != nil {
+		t.Fatalf("a release without usage: Released = %+v (%v), want nil", got.Released, err)
+	}
+
+	must(t, e.s.RecordOutcome(e.ctx, finished(run, agent.RunInterrupted, u, base.Add(time.Hour)), agent.Fence{}), "RecordOutcome")
+	got, err = e.s.GetRun(e.ctx, th.ID, run.ID)
+	must(t, err, "GetRun after the outcome")
+	if got.Released != nil || got.Usage != u || got.Status != agent.RunInterrupted {
+		t.Fatalf("after the outcome: %s usage %+v released %+v, want interrupted, usage %+v, nothing released", got.Status, got.Usage, got.Released, u)
 	}
 }
