@@ -396,7 +396,6 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		usage = agent.Usage{}
 	}
 	r.giveBackSlot(ctx, threadID, runID)
-	fmt.Println("DEBUG release", runID, hold, usage, run.Status, reaperDied, orphan)
 	err = retry(ctx, func() error {
 		return r.store.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: threadID, Fence: hold, Usage: usage, Now: r.clock.Now()})
 	})
