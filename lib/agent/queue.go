@@ -46,6 +46,12 @@ type QueuedMessage struct {
 	TakenAt   time.Time
 	// ExpiresAt: a taken entry is removed after it (store TTL); zero while queued.
 	ExpiresAt time.Time
+	// Epoch is the thread incarnation the enqueuer saw: the epoch of a run of the thread (the run whose claim
+	// refused the request, the thread's epoch when a job's delivery read it). Enqueue refuses the entry when
+	// the thread was deleted, or deleted and created again on its id, since that epoch (issue 16 item 2).
+	// Zero: the enqueuer saw no run, and the entry goes to the incarnation the store finds. Written only: a read
+	// entry has it zero.
+	Epoch int64
 }
 
 // QueueStore keeps each thread's queue. DeleteThread removes a thread's queue.
@@ -62,6 +68,13 @@ type QueueStore interface {
 	// is before q.CreatedAt counts as gone (its TTL may not have removed it yet): the id is queued afresh.
 	// Taken entries never count toward max. Stores that cannot count and insert in one transaction may overshoot
 	// max by the number of concurrent senders (see the adapters' docs).
+	//
+	// Incarnations: a q.Epoch (non-zero) must be of the thread's current incarnation, above the epochs of every
+	// thread deleted before on its id and not above the thread's own epoch; otherwise the enqueue is refused as
+	// KindNotFound/CodeThreadNotFound and nothing is written, so a late enqueue of a deleted thread's process
+	// never lands in a thread created again on the id. An entry of an earlier incarnation that a store could not
+	// keep out (an enqueue racing the delete) is never read: ListQueued and Enqueue's look-up of the id leave
+	// it out (an enqueue of its id is a new entry), and TakeQueued's callers take only ids ListQueued returned.
 	Enqueue(ctx context.Context, q QueuedMessage, max int) (QueuedMessage, bool, error)
 	// ListQueued returns the thread's queued (not taken) entries in Seq order.
 	ListQueued(ctx context.Context, threadID string) ([]QueuedMessage, error)

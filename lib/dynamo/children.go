@@ -192,6 +192,15 @@ type childInsert struct {
 	// queue entry past its keep): the insert's condition is attribute_not_exists(pk) OR (replaceable).
 	replaceable func(e *expr) string
 	what        string
+	// epoch, when set, is the incarnation the child belongs to (issue 16 item 2): a thread created again on the
+	// id since (its base epoch at or above it) refuses the child as a missing thread does.
+	epoch int64
+}
+
+// refuses reports whether the thread item th (read after the put) refuses the child: missing, tombstoned, or of a
+// later incarnation than the child's.
+func (c childInsert) refuses(th item) bool {
+	return !live(th) || c.epoch > 0 && !ofThisIncarnation(getN(th, attrBaseEpoch), c.epoch)
 }
 
 // insertChild is insert-then-verify, two requests: a PutItem of the head (after its chunks), condition
@@ -256,7 +265,7 @@ func (s *Store) insertChild(ctx context.Context, c childInsert) (stored item, mi
 				// The head stays: the caller's retry converges on it, or the thread's delete sweeps it.
 				return nil, false, nil, err
 			}
-			if !live(th) {
+			if c.refuses(th) {
 				s.dropItems(context.WithoutCancel(ctx), append([]item{c.head}, c.chunks...))
 				return nil, false, nil, threadNotFound(c.threadID)
 			}
@@ -284,7 +293,7 @@ func (s *Store) insertChild(ctx context.Context, c childInsert) (stored item, mi
 		if !mine {
 			s.dropItems(ctx, c.chunks) // ours, and no head points at them
 		}
-		if !live(th) {
+		if c.refuses(th) {
 			if mine {
 				s.dropItems(context.WithoutCancel(ctx), append([]item{c.head}, c.chunks...))
 			}

@@ -340,7 +340,9 @@ func TestRequestCounts(t *testing.T) {
 			}
 			return nil
 		}, 1, 0},
-		{"ListQueued", func() error { _, err := s.ListQueued(ctx, th.ID); return err }, 1, 0},
+		// The Query, and the thread's base epoch once it found an entry (an empty queue costs the Query alone).
+		{"ListQueued", func() error { _, err := s.ListQueued(ctx, th.ID); return err }, 2, 0},
+		{"ListQueued (empty)", func() error { _, err := s.ListQueued(ctx, "th-no-queue"); return err }, 1, 0},
 		// 16 shard Queries of dueWork's queue shards; the thread id is the nominee's key, nothing more is read.
 		{"ListQueuedThreads (one queued)", func() error {
 			got, err := s.ListQueuedThreads(ctx, t0, 0)

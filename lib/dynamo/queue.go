@@ -14,8 +14,8 @@ import (
 )
 
 // Queue entry attributes, besides the shared threadId, messageId, seq, role, status, createdAt, expiresTime (the
-// exact ExpiresAt of a taken entry), ownedBy, the TTL expiresAt, and the index keys dueShard/dueAt (the entry's
-// CreatedAt, present while queued). The message ({"parts":[…],"metadata":…}, as a message head stores it) is the
+// exact ExpiresAt of a taken entry), ownedBy, the TTL expiresAt, epoch (the incarnation it belongs to,
+// incarnation.go), and the index keys dueShard/dueAt (the entry's CreatedAt, present while queued). The message ({"parts":[…],"metadata":…}, as a message head stores it) is the
 // head's large value.
 const (
 	attrQueueKind = "queueKind"
@@ -124,15 +124,27 @@ func (s *Store) queryQueue(ctx context.Context, threadID string, queued bool, at
 
 // Enqueue is four requests for a new entry:
 //
-//  1. a strongly consistent Query of the thread's Q# entries, projected to (sk, status, expiresTime): it finds an
-//     entry stored under the id (then one BatchGetItem of it and the thread returns it, created = false, or not
-//     found for a thread that is gone) and counts the queued ones for the bound (queue_full, nothing written);
+//  1. a strongly consistent Query of the thread's Q# entries, projected to (sk, status, expiresTime, epoch): it
+//     finds an entry stored under the id (then one BatchGetItem of it and the thread returns it, created = false,
+//     or not found for a thread that is gone or of another incarnation than q.Epoch) and counts the queued ones
+//     for the bound (queue_full, nothing written);
 //  2. UpdateItem of the thread: ADD queueSeq 1, condition attribute_exists(pk) AND attribute_not_exists(deleting),
-//     UPDATED_NEW: the entry's seq, and the check that the thread is live (unknown or tombstoned: not found);
+//     and with a q.Epoch, (attribute_not_exists(baseEpoch) OR baseEpoch < :e) AND epoch >= :e; ALL_NEW: the
+//     entry's seq, and the check that the thread is live and of the enqueuer's incarnation (unknown, tombstoned,
+//     gone or created again since: not found, nothing written);
 //  3. PutItem of the entry (after the chunks of a large message), condition attribute_not_exists(pk) OR (status =
-//     taken AND expiresTime < :createdAt), carrying enqueueId: insert-if-absent, where a taken entry past its keep
-//     counts as absent (and its chunks are dropped after the overwrite, ALL_OLD);
-//  4. GetItem of the thread, as insertChild does for every child: a thread tombstoned meanwhile takes the entry back.
+//     taken AND expiresTime < :createdAt) OR, in a thread created again, an entry of an earlier incarnation,
+//     carrying enqueueId and epoch (q.Epoch, or with none named one above the thread's base): insert-if-absent,
+//     where a taken entry past its keep counts as absent (and its chunks are dropped after the overwrite,
+//     ALL_OLD);
+//  4. GetItem of the thread, as insertChild does for every child: a thread tombstoned meanwhile, or created again
+//     on the id since step 2 (its base at or above the entry's epoch), takes the entry back (not found).
+//
+// Incarnations (issue 16 item 2): step 4 leaves an entry of an earlier incarnation in the thread's partition only
+// when the process dies between 3 and 4, as it does for a tombstone. Such an entry is never read: ListQueued keeps
+// only entries above the thread's base, step 1 treats one stored under the id as absent, and the next delete of
+// the id sweeps it. Until then it counts toward the bound, and stays in dueWork (ListQueuedThreads may name the
+// thread: its callers read ListQueued, which finds nothing).
 //
 // A concurrent enqueue of the same id loses step 3 and returns the winner's entry (created = false; the seq it
 // took is a gap); an attempt whose answer was lost is recognised by its enqueueId and answers created = true.
@@ -163,7 +175,7 @@ func (s *Store) Enqueue(ctx context.Context, q agent.QueuedMessage, max int) (ag
 	}
 
 	queued, stored := 0, false
-	err = s.queryQueue(ctx, q.ThreadID, false, []string{AttrSK, attrStatus, attrExpires}, func(it item) error {
+	err = s.queryQueue(ctx, q.ThreadID, false, []string{AttrSK, attrStatus, attrExpires, attrEpoch}, func(it item) error {
 		switch {
 		case getS(it, AttrSK) == queueSK(q.Message.ID):
 			stored = !gone(it, q.CreatedAt)
@@ -180,10 +192,12 @@ func (s *Store) Enqueue(ctx context.Context, q agent.QueuedMessage, max int) (ag
 		if err != nil {
 			return agent.QueuedMessage{}, false, err
 		}
-		if !live(got[itemKey(tk)]) {
+		th := got[itemKey(tk)]
+		if !live(th) || !incarnationAllows(th, q.Epoch) {
 			return agent.QueuedMessage{}, false, threadNotFound(q.ThreadID)
 		}
-		if old, ok := got[itemKey(k)]; ok && !gone(old, q.CreatedAt) {
+		if old, ok := got[itemKey(k)]; ok && !gone(old, q.CreatedAt) &&
+			ofThisIncarnation(getN(th, attrBaseEpoch), getN(old, attrEpoch)) {
 			list, err := s.loadQueued(ctx, []item{old})
 			if err != nil {
 				return agent.QueuedMessage{}, false, err
@@ -192,18 +206,27 @@ func (s *Store) Enqueue(ctx context.Context, q agent.QueuedMessage, max int) (ag
 				return list[0], false, nil
 			}
 		}
-		// Gone between the two reads (a thread deleted and created again): enqueue it afresh.
+		// Gone between the two reads (a thread deleted and created again), or an entry of an earlier incarnation:
+		// enqueue it afresh.
 	}
 	if queued >= max {
 		return agent.QueuedMessage{}, false, agent.E(agent.KindConflict, agent.CodeQueueFull,
 			"thread %q has %d queued messages already", q.ThreadID, queued)
 	}
 
-	seq, err := s.nextQueueSeq(ctx, q.ThreadID)
+	th, err := s.nextQueueSeq(ctx, q.ThreadID, q.Epoch)
 	if err != nil {
 		return agent.QueuedMessage{}, false, err
 	}
-	head[attrSeq] = avN(seq)
+	base := getN(th, attrBaseEpoch)
+	epoch := q.Epoch
+	if epoch == 0 { // none named: the incarnation the seq write found
+		epoch = getN(th, attrEpoch)
+		if epoch <= base {
+			epoch = base + 1 // a thread created again that no run claimed yet
+		}
+	}
+	head[attrSeq], head[attrEpoch] = avN(getN(th, attrQueueSeq)), avN(epoch)
 	p, err := s.pack(body, true, pk, queueChunkSK(q.Message.ID), nil)
 	if err != nil {
 		return agent.QueuedMessage{}, false, err
@@ -212,10 +235,14 @@ func (s *Store) Enqueue(ctx context.Context, q agent.QueuedMessage, max int) (ag
 		head[a] = v
 	}
 	got, mine, replaced, err := s.insertChild(ctx, childInsert{threadID: q.ThreadID, head: head, chunks: p.chunks,
-		callAttr: attrEnqueueID, what: "queued message",
+		callAttr: attrEnqueueID, what: "queued message", epoch: epoch,
 		replaceable: func(e *expr) string {
-			return e.n(attrStatus) + " = " + e.v(avS(string(agent.QueueTaken))) + " AND " + e.n(attrExpires) + " < " +
+			cond := e.n(attrStatus) + " = " + e.v(avS(string(agent.QueueTaken))) + " AND " + e.n(attrExpires) + " < " +
 				e.v(avT(q.CreatedAt))
+			if base > 0 { // an entry of an earlier incarnation counts as absent (DynamoDB refuses redundant parentheses)
+				cond = "(" + cond + ") OR attribute_not_exists(" + e.n(attrEpoch) + ") OR " + e.n(attrEpoch) + " <= " + e.v(avN(base))
+			}
+			return cond
 		}})
 	if err != nil {
 		return agent.QueuedMessage{}, false, err
@@ -238,29 +265,43 @@ func (s *Store) Enqueue(ctx context.Context, q agent.QueuedMessage, max int) (ag
 	return list[0], false, nil
 }
 
-// nextQueueSeq takes the thread's next queue position: one UpdateItem ADD queueSeq 1 on a live thread.
-func (s *Store) nextQueueSeq(ctx context.Context, threadID string) (int64, error) {
+// nextQueueSeq takes the thread's next queue position: one UpdateItem ADD queueSeq 1 on a live thread of the
+// incarnation epoch names (0: any). It returns the thread item as updated (queueSeq, epoch, baseEpoch).
+func (s *Store) nextQueueSeq(ctx context.Context, threadID string, epoch int64) (item, error) {
 	e := newExpr()
+	cond := "attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e)
+	if epoch > 0 {
+		cond += " AND (attribute_not_exists(" + e.n(attrBaseEpoch) + ") OR " + e.n(attrBaseEpoch) + " < " + e.v(avN(epoch)) +
+			") AND " + e.n(attrEpoch) + " >= " + e.v(avN(epoch))
+	}
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.table),
 		Key:                       key(threadPK(threadID), threadSK),
 		UpdateExpression:          aws.String("ADD " + e.n(attrQueueSeq) + " " + e.v(avN(1))),
-		ConditionExpression:       aws.String("attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e)),
+		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),
-		ReturnValues:              types.ReturnValueUpdatedNew,
+		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if isConditionFailed(err) {
-		return 0, threadNotFound(threadID)
+		return nil, threadNotFound(threadID)
 	}
 	if err != nil {
-		return 0, storeErr(err, "enqueue")
+		return nil, storeErr(err, "enqueue")
 	}
-	return getN(res.Attributes, attrQueueSeq), nil
+	return res.Attributes, nil
+}
+
+// incarnationAllows reports whether epoch (an enqueuer's, 0: none named) is of the incarnation of the live thread
+// item th: above its base and not above its epoch.
+func incarnationAllows(th item, epoch int64) bool {
+	return epoch == 0 || getN(th, attrBaseEpoch) < epoch && epoch <= getN(th, attrEpoch)
 }
 
 // ListQueued is one strongly consistent Query of the thread's Q# entries, filtered to the queued ones (plus one
-// BatchGetItem for chunked messages), ordered by seq.
+// BatchGetItem for chunked messages), ordered by seq. When it finds entries, one GetItem of the thread's base
+// epoch keeps only those of the thread's incarnation (incarnation.go); an empty queue, most turns' answer, costs
+// the Query alone.
 func (s *Store) ListQueued(ctx context.Context, threadID string) ([]agent.QueuedMessage, error) {
 	var heads []item
 	if err := s.queryQueue(ctx, threadID, true, nil, func(it item) error {
@@ -268,6 +309,12 @@ func (s *Store) ListQueued(ctx context.Context, threadID string) ([]agent.Queued
 		return nil
 	}); err != nil {
 		return nil, err
+	}
+	if len(heads) > 0 {
+		var err error
+		if heads, err = s.readBase(ctx, threadID).keep(heads, attrEpoch); err != nil {
+			return nil, err
+		}
 	}
 	out, err := s.loadQueued(ctx, heads)
 	if err != nil {
@@ -289,7 +336,8 @@ func (s *Store) ListQueued(ctx context.Context, threadID string) ([]agent.Queued
 // entries hold, so a thread's past steers must not make its turns dearer (a taken entry is ~200 bytes); the
 // chunks of a large message are deleted after the take (one BatchWriteItem; a chunk left by a failure stays,
 // unreferenced, until the thread's delete); expiresAt is the table's TTL, so
-// DynamoDB removes the entry once its keep is over. The condition fails on a missing item too (it has no status):
+// DynamoDB removes the entry once its keep is over. It reads no base epoch: its callers take only ids ListQueued
+// returned, which never include an entry of an earlier incarnation. The condition fails on a missing item too (it has no status):
 // the failure's item (or one GetItem) tells not found from taken, and taking a taken entry is a no-op. A chunked
 // message's chunks get the same TTL, one UpdateItem each (best effort: a chunk left behind goes with the thread).
 func (s *Store) TakeQueued(ctx context.Context, threadID, messageID string, now time.Time) error {

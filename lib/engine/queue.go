@@ -265,9 +265,22 @@ func (e *Engine) enqueue(ctx context.Context, req Request) (*Turn, error) {
 	} else if !agent.IsKind(err, agent.KindNotFound) {
 		return nil, err
 	}
+	// The queue is the incarnation's whose run refused the claim (issue 16 item 2): a thread deleted and created
+	// again on the id since refuses the entry (not found), and another user's thread on it is not found either.
+	th, err := e.store.GetThread(ctx, req.ThreadID)
+	if err != nil {
+		return nil, err
+	}
+	if th.Owner != req.Owner {
+		return nil, agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", req.ThreadID)
+	}
+	var epoch int64
+	if th.ActiveRun != nil {
+		epoch = th.ActiveRun.Epoch
+	}
 	now := e.clock.Now()
 	q := agent.QueuedMessage{ThreadID: req.ThreadID, Kind: agent.QueueUser, Message: sanitizeUser(*req.Message), Owner: req.Owner,
-		Status: agent.QueueQueued, CreatedAt: now}
+		Status: agent.QueueQueued, CreatedAt: now, Epoch: epoch}
 	stored, created, err := e.store.Enqueue(ctx, q, e.cfg.MaxQueued)
 	if err != nil {
 		return nil, err

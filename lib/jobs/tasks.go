@@ -19,6 +19,8 @@ import (
 type Store interface {
 	agent.JobStore
 	agent.QueueStore
+	// GetThread tells a delivery which incarnation of the thread its job belongs to.
+	GetThread(ctx context.Context, id string) (agent.Thread, error)
 }
 
 // Defaults of the delivery pass.
@@ -190,6 +192,16 @@ func (t *Tasks) recordFailure(ctx context.Context, j agent.Job, failed *agent.Jo
 func (t *Tasks) Deliver(ctx context.Context, in agent.JobTask) (agent.DeliveryResult, error) {
 	out := agent.DeliveryResult{ThreadID: in.ThreadID, JobID: in.JobID, Status: agent.DeliveredNothing}
 	if in.JobID != "" {
+		// The thread's incarnation, read before the job: a job found after it is of that incarnation (a delete
+		// takes the thread's jobs with it, and a job of an earlier one is never read), and its steer is queued
+		// only while that incarnation lives, never in a thread created again on the id since (issue 16 item 2).
+		th, err := t.store.GetThread(ctx, in.ThreadID)
+		switch {
+		case agent.IsKind(err, agent.KindNotFound):
+			return out, nil // the thread was deleted: the job went with it
+		case err != nil:
+			return out, transient(err)
+		}
 		j, err := t.record(ctx, in)
 		if err == nil {
 			// Its result or failure is final and is delivered now (or waits in the queue): the job no longer
@@ -207,10 +219,13 @@ func (t *Tasks) Deliver(ctx context.Context, in agent.JobTask) (agent.DeliveryRe
 		}
 		steer := t.kinds.Steer(j)
 		entry, _, err := t.store.Enqueue(ctx, agent.QueuedMessage{ThreadID: j.ThreadID, Kind: agent.QueueSteer, Message: steer, JobID: j.ID,
-			Status: agent.QueueQueued, CreatedAt: t.clock.Now()}, math.MaxInt32) // a steer is never refused for the bound
+			Status: agent.QueueQueued, CreatedAt: t.clock.Now(), Epoch: th.Epoch}, math.MaxInt32) // a steer is never refused for the bound
 		switch {
 		case agent.IsKind(err, agent.KindNotFound):
-			return out, nil // the thread was deleted
+			// The thread was deleted, maybe created again on its id since: the job went with it, and is delivered
+			// nowhere (the new thread never sees it).
+			t.log.Info("agent.delivery", "thread_id", in.ThreadID, "job_id", in.JobID, "status", out.Status, "reason", "thread deleted")
+			return out, nil
 		case err != nil:
 			return out, transient(err)
 		}

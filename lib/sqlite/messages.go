@@ -289,9 +289,9 @@ func claimAllows(ctx context.Context, c conn, threadID string, f agent.Fence) er
 }
 
 // recreatedClaimAllows fences the insert of a child that names its writer (an interrupt, a job) in a thread created
-// again on a deleted one's id (its id is in threads_gone): its epochs start again where the deleted thread's
-// did, so only the claim tells a run of this thread from a late run of the deleted one, and the writer must hold
-// it (claimAllows). A thread never deleted is not checked: a child's insert there is fenced by its thread alone,
+// again on a deleted one's id (its id is in threads_gone): the claim tells a run of this thread from a late run
+// of the deleted one (whose epochs are at or below the new thread's base, or, for a thread created again before
+// schema 10, overlap its epochs), and the writer must hold it (claimAllows). A thread never deleted is not checked: a child's insert there is fenced by its thread alone,
 // as before (issue 16 item 2).
 func recreatedClaimAllows(ctx context.Context, c conn, threadID string, f agent.Fence) error {
 	var one int

@@ -43,7 +43,8 @@ func queuedNotFound(threadID, id string) error {
 	return agent.E(agent.KindNotFound, agent.CodeMessageNotFound, "queued message %s of thread %q not found", id, threadID)
 }
 
-// Enqueue is one transaction on the thread row and the queue: it checks the thread, deletes the thread's taken
+// Enqueue is one transaction on the thread row and the queue: it checks the thread (and the incarnation q.Epoch
+// names: above the epoch of the thread deleted last on the id, threads_gone, and not above the thread's), deletes the thread's taken
 // entries past their expiry (the lazy TTL: an expired entry no longer holds its id), returns an entry stored
 // under the id, refuses a full queue, takes the next seq from threads.queue_seq and inserts. The count and the
 // insert commit together, so the bound is exact here.
@@ -72,6 +73,9 @@ func (s *Store) Enqueue(ctx context.Context, q agent.QueuedMessage, max int) (ag
 	)
 	err = s.write(ctx, "enqueue", func(c conn) error {
 		if err := threadExists(ctx, c, q.ThreadID); err != nil {
+			return err
+		}
+		if err := incarnationAllows(ctx, c, q.ThreadID, q.Epoch); err != nil {
 			return err
 		}
 		if _, err := c.exec(ctx, `DELETE FROM queue WHERE thread_id = ? AND status = 'taken' AND expires_at < ?`,
@@ -108,6 +112,30 @@ func (s *Store) Enqueue(ctx context.Context, q agent.QueuedMessage, max int) (ag
 		return agent.QueuedMessage{}, false, err
 	}
 	return stored, created, nil
+}
+
+// incarnationAllows refuses, as not found, an enqueue named for an incarnation of the thread id other than the
+// live thread's (issue 16 item 2): an epoch at or below the epoch of the thread deleted last on the id (a thread
+// created again starts above it), or above the thread's own. Epoch 0 names none. A thread's delete removes its
+// queue in the same transaction, so no entry of an earlier incarnation is ever stored, and readers filter nothing.
+func incarnationAllows(ctx context.Context, c conn, threadID string, epoch int64) error {
+	if epoch == 0 {
+		return nil
+	}
+	var current, base int64
+	err := c.queryRow(ctx, `SELECT epoch, coalesce((SELECT epoch FROM threads_gone WHERE id = ?1), 0) FROM threads WHERE id = ?1`,
+		threadID).Scan(&current, &base)
+	if errors.Is(err, sql.ErrNoRows) {
+		return threadNotFound(threadID)
+	}
+	if err != nil {
+		return err
+	}
+	if epoch <= base || epoch > current {
+		return agent.E(agent.KindNotFound, agent.CodeThreadNotFound,
+			"thread %q: epoch %d is of another incarnation (this one is above %d, at %d)", threadID, epoch, base, current)
+	}
+	return nil
 }
 
 // ListQueued returns the thread's queued entries in seq order (queue_by_seq).

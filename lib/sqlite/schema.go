@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 9
+const schemaVersion = 10
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -71,6 +71,7 @@ var schema = []string{
 	`CREATE INDEX IF NOT EXISTS runs_by_created ON runs (thread_id, created_at, id)`,
 	runsRunning,
 	threadsGone,
+	threadsGoneEpoch,
 
 	// writer_run_id and writer_epoch are the fence of the message's last writer, final whether that writer
 	// finalized it, deleted whether it is hidden (a deleted message keeps its row so a late writer cannot bring
@@ -234,6 +235,12 @@ const runsRunning = `CREATE INDEX IF NOT EXISTS runs_running ON runs (updated_at
 // created on the id again (the thread row is checked first): one small row per deleted id.
 const threadsGone = `CREATE TABLE IF NOT EXISTS threads_gone (id TEXT PRIMARY KEY) STRICT, WITHOUT ROWID`
 
+// threadsGoneEpoch keeps the deleted thread's epoch (version 10): a thread created again on the id starts its
+// epochs above it (CreateThread), as DynamoDB's gone item does, so an epoch names one incarnation of a thread id,
+// and Enqueue refuses an entry named for an earlier one (issue 16 item 2). Rows of version 9 keep 0: a thread
+// created again before version 10 started its epochs again.
+const threadsGoneEpoch = `ALTER TABLE threads_gone ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0`
+
 // migrations[v] takes a file from version v-1 to v.
 var migrations = map[int][]string{
 	2: {
@@ -275,6 +282,8 @@ var migrations = map[int][]string{
 	8: {runsRunning},
 	// Version 9 remembers deleted threads (fenced writes into them are refused, issue 16).
 	9: {threadsGone},
+	// Version 10 keeps a deleted thread's epoch, the base of a thread created again on its id.
+	10: {threadsGoneEpoch},
 }
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent

@@ -80,8 +80,10 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread,
 			t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.TotalTokens, t.Usage.CachedInputTokens,
 			millis(t.CreatedAt), millis(t.UpdatedAt), t.Epoch}, claimArgs(t.ActiveRun)...)
 		args = append(args, t.Usage.ReasoningTokens, t.Usage.CostMicroUSD)
+		// A thread created again on a deleted one's id starts its epochs above the deleted one's (threadsGoneEpoch).
 		n, err := c.execN(ctx, `INSERT INTO threads (`+threadReadCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`, args...)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 + coalesce((SELECT epoch FROM threads_gone WHERE id = ?1), 0),
+				?12, ?13, ?14, ?15, ?16, ?17) ON CONFLICT (id) DO NOTHING`, args...)
 		if err != nil {
 			return err
 		}
@@ -194,8 +196,10 @@ func (s *Store) DeleteThread(ctx context.Context, id string) error {
 			return agent.E(agent.KindConflict, agent.CodeRunActive, "thread %q is running %q", id, claimRun.String)
 		}
 		if err == nil {
-			// The thread existed: its runs' late writes are refused while no thread row is there (claimAllows).
-			if _, err := c.exec(ctx, `INSERT INTO threads_gone (id) VALUES (?) ON CONFLICT DO NOTHING`, id); err != nil {
+			// The thread existed: its runs' late writes are refused while no thread row is there (claimAllows),
+			// and a thread created again on the id starts above its epoch (CreateThread).
+			if _, err := c.exec(ctx, `INSERT INTO threads_gone (id, epoch) SELECT id, epoch FROM threads WHERE id = ?
+				ON CONFLICT (id) DO UPDATE SET epoch = max(threads_gone.epoch, excluded.epoch)`, id); err != nil {
 				return err
 			}
 		}

@@ -37,6 +37,8 @@ func queueTests() []test {
 		c{"ListQueuedThreads", testListQueuedThreads},
 		c{"ListQueuedThreadsDefaultLimit", testListQueuedThreadsDefaultLimit},
 		c{"DeleteThreadRemovesQueue", testDeleteThreadRemovesQueue},
+		c{"EnqueueIntoARecreatedThreadRefused", testEnqueueIntoARecreatedThread},
+		c{"EnqueueRacingARecreate", testEnqueueRacingARecreate},
 		c{"InvalidRefused", testQueueInvalid},
 	)
 }
@@ -107,6 +109,7 @@ func sameQueued(t *testing.T, what string, got, want agent.QueuedMessage) {
 	}
 	sameBytes(t, what+": metadata", got.Message.Metadata, want.Message.Metadata)
 	got.Message.Parts, got.Message.Metadata, want.Message.Parts, want.Message.Metadata = nil, nil, nil, nil
+	want.Epoch = 0 // written only
 	same(t, what, got, want)
 }
 
@@ -613,6 +616,125 @@ func testQueueInvalid(e *queues) {
 	for _, id := range got {
 		if id == th.ID {
 			t.Fatal("ListQueuedThreads names a thread whose every enqueue was refused")
+		}
+	}
+}
+
+// threadAtEpoch creates a thread whose runs reached epoch (CreateThread stores the epoch as given).
+func threadAtEpoch[S agent.ThreadStore](e *env[S], owner, id string, epoch int64, now time.Time) agent.Thread {
+	e.t.Helper()
+	th, created, err := e.s.CreateThread(e.ctx, agent.Thread{ID: id, Owner: owner, Title: "title of " + id, Epoch: epoch,
+		CreatedAt: now, UpdatedAt: now})
+	must(e.t, err, "CreateThread "+id)
+	if !created {
+		e.t.Fatalf("CreateThread(%s): created = false for a free id", id)
+	}
+	return th
+}
+
+// Issue 16 item 2, the queue: an enqueue names the thread incarnation its enqueuer saw (a run's epoch). Named
+// for a thread deleted since, or deleted and created again on its id, it is refused as not found and writes
+// nothing: a job's steer or a queued message of the deleted thread never lands in the new one. An epoch the
+// thread never reached is of no incarnation of it either. The new thread's own enqueues (its epoch, or none
+// named) land, the deleted thread's entry's id included, as a new entry.
+func testEnqueueIntoARecreatedThread(e *queues) {
+	t := e.t
+	th := threadAtEpoch(e, e.id("user"), e.id("th"), 3, at(0))
+	seen := th.Epoch
+	old := queuedOf(th.ID, e.id("msg"), at(0))
+	old.Epoch = seen
+	enqueue(e, old)
+	must(t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
+
+	late := func(what string, q agent.QueuedMessage) {
+		t.Helper()
+		_, _, err := e.s.Enqueue(e.ctx, q, 0)
+		wantErr(t, err, agent.KindNotFound, "", what)
+	}
+	between := queuedOf(th.ID, e.id("msg"), at(time.Minute))
+	between.Epoch = seen
+	late("Enqueue into the deleted thread", between)
+
+	again := threadAtEpoch(e, th.Owner, th.ID, 1, at(time.Hour))
+	steer := steerOf(th.ID, e.id("job"), at(2*time.Hour))
+	steer.Epoch = seen
+	late("Enqueue of the deleted thread's job's steer into the new thread", steer)
+	user := queuedOf(th.ID, e.id("msg"), at(2*time.Hour))
+	user.Epoch = seen
+	late("Enqueue of a message the deleted thread's run refused into the new thread", user)
+	oldID := old
+	oldID.CreatedAt = at(2 * time.Hour)
+	late("Enqueue of the deleted thread's entry again into the new thread", oldID)
+	future := queuedOf(th.ID, e.id("msg"), at(2*time.Hour))
+	future.Epoch = again.Epoch + 1
+	late("Enqueue at an epoch the new thread never reached", future)
+	wantQueued(e, th.ID)
+	wantQueuedThreads(e, at(3*time.Hour), []string{th.ID})
+
+	mine := queuedOf(th.ID, old.Message.ID, at(3*time.Hour))
+	mine.Epoch = again.Epoch
+	a := enqueue(e, mine)
+	b := enqueue(e, queuedOf(th.ID, e.id("msg"), at(3*time.Hour)))
+	wantQueued(e, th.ID, a, b)
+}
+
+// An enqueue of a thread's incarnation racing its delete and a new thread on the id lands before the delete
+// (which removes it) or is refused: the new thread never lists, returns or takes it, whatever the interleaving.
+// Every other round the enqueue starts once the new thread exists; the others run both at once.
+func testEnqueueRacingARecreate(e *queues) {
+	t := e.t
+	const rounds = 8
+	for round := range rounds {
+		th := threadAtEpoch(e, e.id("user"), e.id("th"), 2, at(0))
+		q := queuedOf(th.ID, e.id("msg"), at(time.Minute))
+		q.Epoch = th.Epoch
+		var (
+			wg             sync.WaitGroup
+			start, rebuilt = make(chan struct{}), make(chan struct{})
+			again          agent.Thread
+			enqErr         error
+		)
+		wg.Go(func() {
+			<-start
+			defer close(rebuilt)
+			if err := e.s.DeleteThread(e.ctx, th.ID); err != nil {
+				t.Errorf("round %d: DeleteThread: %v", round, err)
+				return
+			}
+			var err error
+			again, _, err = e.s.CreateThread(e.ctx, agent.Thread{ID: th.ID, Owner: th.Owner, Title: "again", Epoch: 1,
+				CreatedAt: at(time.Hour), UpdatedAt: at(time.Hour)})
+			if err != nil {
+				t.Errorf("round %d: CreateThread: %v", round, err)
+			}
+		})
+		wg.Go(func() {
+			<-start
+			if round%2 == 0 {
+				<-rebuilt
+			}
+			_, _, enqErr = e.s.Enqueue(e.ctx, q, 0)
+		})
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		if enqErr != nil && !agent.IsKind(enqErr, agent.KindNotFound) {
+			t.Fatalf("round %d: Enqueue racing the re-create: %v, want nil or not found", round, enqErr)
+		}
+		if round%2 == 0 && enqErr == nil {
+			t.Fatalf("round %d: Enqueue of the deleted thread's incarnation after the new thread was created: accepted", round)
+		}
+		wantQueued(e, th.ID)
+		err := e.s.TakeQueued(e.ctx, th.ID, q.Message.ID, at(2*time.Hour))
+		wantErr(t, err, agent.KindNotFound, "", fmt.Sprintf("round %d: TakeQueued of the deleted thread's entry in the new thread", round))
+		mine := q
+		mine.Epoch, mine.CreatedAt = again.Epoch, at(2*time.Hour)
+		got, created, err := e.s.Enqueue(e.ctx, mine, 0)
+		must(t, err, "Enqueue by the new thread")
+		if !created || got.Status != agent.QueueQueued {
+			t.Fatalf("round %d: Enqueue of the id by the new thread = %s (created %v), want a new entry", round, show(got), created)
 		}
 	}
 }
