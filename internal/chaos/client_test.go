@@ -27,6 +27,7 @@ type tally struct {
 	cut       int            // replies cut before their end (a kill)
 	refused   map[string]int // answers other than 200, "status code"
 	connErr   int            // requests that got no answer (the server was down or went down)
+	resumed   map[string]int // GET /chat/{id}/stream after a cut, by outcome
 }
 
 func (t *tally) add(f func(t *tally)) {
@@ -96,6 +97,11 @@ func (c *client) deliver(ctx context.Context, id, text string) (accepted bool) {
 		if out.done {
 			return accepted
 		}
+		if out.reply == replyCut {
+			// A reconnecting client reattaches to the run (useChat's resume) before it posts again.
+			pause(ctx, 250+c.rng.IntN(500))
+			c.resume(ctx)
+		}
 		pause(ctx, 250+c.rng.IntN(500))
 	}
 	return accepted
@@ -154,6 +160,34 @@ func (c *client) post(ctx context.Context, thread, id, text string) outcome {
 	})
 	// A cut reply is posted again with the same id: the server runs it again, or says it was answered.
 	return outcome{accepted: true, done: res != replyCut, reply: res, status: 200}
+}
+
+// resume reads the thread's active run's stream (GET /chat/{id}/stream) to its end: after a kill, the dead run's
+// until the reaper ends it, holding a reader lease meanwhile.
+func (c *client) resume(ctx context.Context) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+"/chat/"+c.thread+"/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.tally.add(func(t *tally) { t.resumed["no answer"]++ })
+		}
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		what := fmt.Sprintf("%d %s", resp.StatusCode, errorCode(resp.Body))
+		if resp.StatusCode == http.StatusNoContent {
+			what = "204 (no active run)"
+		}
+		c.tally.add(func(t *tally) { t.resumed[what]++ })
+		return
+	}
+	res, _ := readReply(resp.Body)
+	if ctx.Err() != nil {
+		return
+	}
+	c.tally.add(func(t *tally) { t.resumed["200 "+replyName(res)]++ })
 }
 
 // errorCode reads the code of an error body {"error": {"code": ...}}.

@@ -30,6 +30,7 @@
 //	CHAOS_DURATION   how long each mode runs (the test is skipped when unset); make soak-chaos: 60s
 //	CHAOS_MODES      default,off (the default) or one of them
 //	CHAOS_CLIENTS    concurrent clients of the one user (12)
+//	CHAOS_KILLS      off: no kills (the same load, for a baseline)
 //	CHAOS_SEED       the seed of the kill schedule and the clients' choices (random, printed, when unset)
 //
 // Every other variable of the harness's environment reaches the server (AGENT_STALE_AFTER=5s shortens the stale

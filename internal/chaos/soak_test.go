@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -54,6 +55,7 @@ func TestChaosSoak(t *testing.T) {
 			t.Fatalf("CHAOS_SEED=%q: want an unsigned integer", v)
 		}
 	}
+	kills := os.Getenv("CHAOS_KILLS") != "off"
 	modes := strings.Split(cmp.Or(os.Getenv("CHAOS_MODES"), "default,off"), ",")
 	for _, m := range modes {
 		if m != "default" && m != "off" {
@@ -72,9 +74,9 @@ func TestChaosSoak(t *testing.T) {
 	fmt.Printf("chaos soak: seed %d, %d clients of one user, SIGKILL every 2–6 s, %s per mode; logs in %s\n", seed, clients, dur, work)
 	var results []result
 	for _, mode := range modes {
-		results = append(results, soak(t, bin, work, mode, dur, clients, seed))
+		results = append(results, soak(t, bin, work, mode, dur, clients, seed, kills))
 	}
-	printTable(results, clients, dur, seed)
+	printTable(results, clients, dur, seed, kills)
 	failed := false
 	for _, r := range results {
 		for _, f := range r.findings {
@@ -90,8 +92,8 @@ func TestChaosSoak(t *testing.T) {
 }
 
 // soak runs one mode: a fresh data directory, the clients and the killer for dur, then the check.
-func soak(t *testing.T, bin, work, mode string, dur time.Duration, clients int, seed uint64) result {
-	res := result{mode: mode, tally: &tally{failed: map[string]int{}, refused: map[string]int{}}}
+func soak(t *testing.T, bin, work, mode string, dur time.Duration, clients int, seed uint64, kills bool) result {
+	res := result{mode: mode, tally: newTally()}
 	data := filepath.Join(work, mode, "data")
 	log, err := os.Create(filepath.Join(work, mode+".log"))
 	if err != nil {
@@ -133,6 +135,9 @@ func soak(t *testing.T, bin, work, mode string, dur time.Duration, clients int, 
 		if ctx.Err() != nil {
 			break
 		}
+		if !kills {
+			continue
+		}
 		began := time.Now()
 		srv.kill()
 		res.kills++
@@ -161,7 +166,7 @@ func soak(t *testing.T, bin, work, mode string, dur time.Duration, clients int, 
 		res.findings = append(res.findings, f...)
 		res.runs += runs
 	}
-	finals := &tally{failed: map[string]int{}, refused: map[string]int{}}
+	finals := newTally()
 	for _, c := range cs {
 		fc := *c
 		fc.tally = finals
@@ -176,8 +181,12 @@ func soak(t *testing.T, bin, work, mode string, dur time.Duration, clients int, 
 	return res
 }
 
+func newTally() *tally {
+	return &tally{failed: map[string]int{}, refused: map[string]int{}, resumed: map[string]int{}}
+}
+
 // printTable prints the modes side by side.
-func printTable(results []result, clients int, dur time.Duration, seed uint64) {
+func printTable(results []result, clients int, dur time.Duration, seed uint64, kills bool) {
 	type row struct {
 		name string
 		val  func(r result) string
@@ -192,33 +201,24 @@ func printTable(results []result, clients int, dur time.Duration, seed uint64) {
 		{"replies completed", func(r result) string { return itoa(r.tally.completed) }},
 		{"replies cut by a kill", func(r result) string { return itoa(r.tally.cut) }},
 	}
-	failed := map[string]bool{}
-	refused := map[string]bool{}
-	for _, r := range results {
-		for k := range r.tally.failed {
-			failed[k] = true
-		}
-		for k := range r.tally.refused {
-			refused[k] = true
-		}
-	}
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range failed {
-			if !yield(k) {
-				return
+	// keys are the sorted keys of one of every result's maps.
+	keys := func(m func(r result) map[string]int) []string {
+		set := map[string]bool{}
+		for _, r := range results {
+			for k := range m(r) {
+				set[k] = true
 			}
 		}
-	}) {
+		return slices.Sorted(maps.Keys(set))
+	}
+	for _, k := range keys(func(r result) map[string]int { return r.tally.failed }) {
 		rows = append(rows, row{"replies failed: " + k, func(r result) string { return itoa(r.tally.failed[k]) }})
 	}
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range refused {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range keys(func(r result) map[string]int { return r.tally.refused }) {
 		rows = append(rows, row{"refused " + k, func(r result) string { return itoa(r.tally.refused[k]) }})
+	}
+	for _, k := range keys(func(r result) map[string]int { return r.tally.resumed }) {
+		rows = append(rows, row{"resume after a cut: " + k, func(r result) string { return itoa(r.tally.resumed[k]) }})
 	}
 	rows = append(rows,
 		row{"no answer (server down or killed)", func(r result) string { return itoa(r.tally.connErr) }},
@@ -234,7 +234,11 @@ func printTable(results []result, clients int, dur time.Duration, seed uint64) {
 		width = max(width, len([]rune(r.name)))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nchaos soak, seed %d: %d clients of one user, SIGKILL every 2–6 s, %s per mode\n", seed, clients, dur)
+	killing := "SIGKILL every 2–6 s"
+	if !kills {
+		killing = "no kills (CHAOS_KILLS=off)"
+	}
+	fmt.Fprintf(&b, "\nchaos soak, seed %d: %d clients of one user, %s, %s per mode\n", seed, clients, killing, dur)
 	fmt.Fprintf(&b, "%-*s", width+2, "")
 	for _, r := range results {
 		fmt.Fprintf(&b, "%16s", names[r.mode])
