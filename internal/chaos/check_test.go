@@ -3,14 +3,22 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
-	"strconv"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/threads"
 )
+
+// errNotFound is a 404 (a thread that does not exist).
+var errNotFound = errors.New("not found")
 
 // api is the harness's reader of the thread routes.
 type api struct {
@@ -29,7 +37,11 @@ func (a api) get(ctx context.Context, path string, out any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, errorCode(resp.Body))
+		err := fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, errorCode(resp.Body))
+		if resp.StatusCode == http.StatusNotFound {
+			err = fmt.Errorf("%w: %w", errNotFound, err)
+		}
+		return err
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }
@@ -128,6 +140,9 @@ func (a api) settle(ctx context.Context, threads []string, timeout time.Duration
 // checkThread compares what a thread stores with what its client sent; it returns the findings.
 func (a api) checkThread(ctx context.Context, c *client) (findings []string, runs int) {
 	ids, roles, claimed, err := a.messages(ctx, c.thread)
+	if errors.Is(err, errNotFound) && !slices.ContainsFunc(c.msgs, func(m sent) bool { return m.accepted }) {
+		return nil, 0 // every message refused: the thread was never created
+	}
 	if err != nil {
 		return []string{fmt.Sprintf("%s: read messages: %v", c.thread, err)}, 0
 	}
@@ -176,25 +191,131 @@ func (a api) checkThread(ctx context.Context, c *client) (findings []string, run
 	return findings, runs
 }
 
-// final sends each thread one more message, one thread at a time, and expects a completed reply; a 429 is
-// waited out (its Retry-After) and counted, for at most a lease's TTL.
-func (a api) final(ctx context.Context, c *client) (limited int, finding string) {
-	id := c.thread + "-final"
-	deadline := time.Now().Add(90 * time.Second)
+// The final waves prove that the dead runs gave back what they held: as many final runs as one user may have
+// going at once (engine.DefaultMaxActiveRunsPerUser), each followed by as many readers as that user may have
+// (threads.DefaultMaxStreamsPerUser, shared among them). Nothing else runs by then, so a 429 is a slot or a
+// reader lease still held by a run that ended.
+const (
+	finalWave      = engine.DefaultMaxActiveRunsPerUser
+	finalReaders   = threads.DefaultMaxStreamsPerUser / finalWave
+	finalText      = "/slow 20" // two seconds: long enough for the readers to attach
+	finalRetryTime = 90 * time.Second
+)
+
+// finalCounts is what the final waves saw.
+type finalCounts struct {
+	mu       sync.Mutex
+	answered int
+	runs429  int // final messages refused too_many_runs
+	readers  int // readers that attached (200)
+	reads429 int // readers refused too_many_streams
+	findings []string
+}
+
+func (f *finalCounts) add(fn func(f *finalCounts)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+// finals sends every thread one more message, finalWave threads at once, each with finalReaders readers, and
+// expects every message to be answered with a completed reply and no 429.
+func (a api) finals(ctx context.Context, cs []*client, tl *tally) *finalCounts {
+	f := &finalCounts{}
+	for i := 0; i < len(cs); i += finalWave {
+		var wg sync.WaitGroup
+		for _, c := range cs[i:min(i+finalWave, len(cs))] {
+			fc := *c
+			fc.tally = tl
+			done := make(chan struct{})
+			wg.Go(func() {
+				defer close(done)
+				a.finalMessage(ctx, &fc, f)
+			})
+			for range finalReaders {
+				wg.Go(func() { a.finalReader(ctx, &fc, done, f) })
+			}
+		}
+		wg.Wait()
+	}
+	return f
+}
+
+// finalMessage posts the thread's final message; a 429 is a finding, then waited out (at most finalRetryTime).
+func (a api) finalMessage(ctx context.Context, c *client, f *finalCounts) {
+	deadline := time.Now().Add(finalRetryTime)
 	for {
-		out := c.post(ctx, c.thread, id, "final check")
+		out := c.post(ctx, c.thread, c.thread+"-final", finalText)
+		var finding string
 		switch {
 		case out.reply == replyCompleted:
-			return limited, ""
-		case out.status == http.StatusTooManyRequests && time.Now().Before(deadline):
-			limited++
-			time.Sleep(time.Second)
+			f.add(func(f *finalCounts) { f.answered++ })
+			return
+		case out.status == http.StatusTooManyRequests:
+			f.add(func(f *finalCounts) {
+				if f.runs429++; f.runs429 == 1 {
+					f.findings = append(f.findings, fmt.Sprintf("%s: final message refused %s: a run slot is still held after every run ended", c.thread, out.code))
+				}
+			})
+			if time.Now().Before(deadline) {
+				time.Sleep(time.Second)
+				continue
+			}
+			finding = fmt.Sprintf("%s: final message refused %s for %s", c.thread, out.code, finalRetryTime)
 		case out.status == 0:
-			return limited, fmt.Sprintf("%s: final message: no answer", c.thread)
+			finding = fmt.Sprintf("%s: final message: no answer", c.thread)
 		case out.status == http.StatusOK:
-			return limited, fmt.Sprintf("%s: final message: reply %s", c.thread, replyName(out.reply))
+			finding = fmt.Sprintf("%s: final message: reply %s", c.thread, replyName(out.reply))
 		default:
-			return limited, fmt.Sprintf("%s: final message refused: %s %s", c.thread, strconv.Itoa(out.status), out.code)
+			finding = fmt.Sprintf("%s: final message refused: %d %s", c.thread, out.status, out.code)
+		}
+		f.add(func(f *finalCounts) { f.findings = append(f.findings, finding) })
+		return
+	}
+}
+
+// finalReader attaches to the thread's final run (GET /chat/{id}/stream) until it has read it once, or the run
+// is over; 204 before the run has begun is tried again.
+func (a api) finalReader(ctx context.Context, c *client, done <-chan struct{}, f *finalCounts) {
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/chat/"+c.thread+"/stream", nil)
+		req.Header.Set("Authorization", "Bearer "+a.token)
+		resp, err := a.http.Do(req)
+		if err != nil {
+			f.add(func(f *finalCounts) {
+				f.findings = append(f.findings, fmt.Sprintf("%s: final reader: %v", c.thread, err))
+			})
+			return
+		}
+		status, code := resp.StatusCode, ""
+		if status == http.StatusOK {
+			_, _ = io.Copy(io.Discard, resp.Body)
+		} else {
+			code = errorCode(resp.Body)
+		}
+		resp.Body.Close()
+		switch status {
+		case http.StatusOK:
+			f.add(func(f *finalCounts) { f.readers++ })
+			return
+		case http.StatusNoContent:
+			time.Sleep(50 * time.Millisecond)
+		case http.StatusTooManyRequests:
+			f.add(func(f *finalCounts) {
+				f.reads429++
+				f.findings = append(f.findings, fmt.Sprintf("%s: final reader refused %s", c.thread, code))
+			})
+			return
+		default:
+			f.add(func(f *finalCounts) {
+				f.findings = append(f.findings, fmt.Sprintf("%s: final reader: %d %s", c.thread, status, code))
+			})
+			return
 		}
 	}
 }

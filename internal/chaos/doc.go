@@ -22,8 +22,12 @@
 //     sent; a message never accepted is stored at most once; nothing else is stored as a user message;
 //   - every stored user message is followed by an assistant reply (a dead run's is a visible failed one);
 //   - every run of every thread has ended;
-//   - each thread answers one final message with a completed reply (sent one thread at a time, so a run slot
-//     still held after every run ended shows up as a 429 here).
+//   - each thread answers one final message (`/slow 20`) with a completed reply, sent four threads at once (the
+//     default run limit) with four readers on each run (the default reader limit per user, 16): nothing else
+//     runs by then, so a 429 too_many_runs or too_many_streams is a slot or a reader lease that a dead run still
+//     holds after it was reaped.
+//
+// A thread whose every message was refused was never created, and is not checked.
 //
 // # Settings
 //
@@ -31,6 +35,7 @@
 //	CHAOS_MODES      default,off (the default) or one of them
 //	CHAOS_CLIENTS    concurrent clients of the one user (12)
 //	CHAOS_KILLS      off: no kills (the same load, for a baseline)
+//	CHAOS_BIN        an agentloop binary to soak instead of this tree's (another commit's, for a before/after)
 //	CHAOS_SEED       the seed of the kill schedule and the clients' choices (random, printed, when unset)
 //
 // Every other variable of the harness's environment reaches the server (AGENT_STALE_AFTER=5s shortens the stale

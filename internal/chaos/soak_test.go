@@ -29,8 +29,7 @@ type result struct {
 	restart  time.Duration // the longest restart (kill to banner)
 	settle   time.Duration
 	runs     int
-	finals   int // final messages answered
-	final429 int
+	final    *finalCounts
 	findings []string
 }
 
@@ -67,9 +66,11 @@ func TestChaosSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := buildBinary(work)
-	if err != nil {
-		t.Fatal(err)
+	bin := os.Getenv("CHAOS_BIN")
+	if bin == "" {
+		if bin, err = buildBinary(work); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fmt.Printf("chaos soak: seed %d, %d clients of one user, SIGKILL every 2–6 s, %s per mode; logs in %s\n", seed, clients, dur, work)
 	var results []result
@@ -166,18 +167,8 @@ func soak(t *testing.T, bin, work, mode string, dur time.Duration, clients int, 
 		res.findings = append(res.findings, f...)
 		res.runs += runs
 	}
-	finals := newTally()
-	for _, c := range cs {
-		fc := *c
-		fc.tally = finals
-		limited, f := a.final(bg, &fc)
-		res.final429 += limited
-		if f != "" {
-			res.findings = append(res.findings, f)
-		} else {
-			res.finals++
-		}
-	}
+	res.final = a.finals(bg, cs, newTally())
+	res.findings = append(res.findings, res.final.findings...)
 	return res
 }
 
@@ -224,8 +215,10 @@ func printTable(results []result, clients int, dur time.Duration, seed uint64, k
 		row{"no answer (server down or killed)", func(r result) string { return itoa(r.tally.connErr) }},
 		row{"runs stored", func(r result) string { return itoa(r.runs) }},
 		row{"settle after the last kill", func(r result) string { return r.settle.Round(100 * time.Millisecond).String() }},
-		row{"final messages answered (one per thread)", func(r result) string { return fmt.Sprintf("%d/%d", r.finals, clients) }},
-		row{"final messages refused 429 first", func(r result) string { return itoa(r.final429) }},
+		row{"final messages answered (one per thread)", func(r result) string { return fmt.Sprintf("%d/%d", r.final.answered, clients) }},
+		row{fmt.Sprintf("final: 429 too_many_runs (%d at once)", finalWave), func(r result) string { return itoa(r.final.runs429) }},
+		row{fmt.Sprintf("final: readers attached (%d per run)", finalReaders), func(r result) string { return itoa(r.final.readers) }},
+		row{"final: 429 too_many_streams", func(r result) string { return itoa(r.final.reads429) }},
 		row{"findings (lost, duplicated, stuck)", func(r result) string { return itoa(len(r.findings)) }},
 	)
 	names := map[string]string{"default": "default limits", "off": "limits off"}
