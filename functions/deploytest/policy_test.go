@@ -24,7 +24,8 @@ import (
 // the adapter's methods of these ports reach (REVIEW H11).
 var storePorts = map[string][]reflect.Type{
 	"./functions/subagent": {reflect.TypeFor[jobs.SubagentStore]()},
-	"./functions/reaper":   {reflect.TypeFor[reaper.Store](), reflect.TypeFor[agent.ValueReader](), reflect.TypeFor[agent.JobStore]()},
+	"./functions/reaper": {reflect.TypeFor[reaper.Store](), reflect.TypeFor[agent.ValueReader](), reflect.TypeFor[agent.JobStore](),
+		reflect.TypeFor[agent.EditCleaner]()}, // a dead edit's cleanup (reaper/edit.go)
 }
 
 // storeMethods are the store methods fn's components may call.

@@ -367,6 +367,17 @@ type EditSettler interface {
 	SettleEdit(ctx context.Context, threadID, id string, f Fence) error
 }
 
+// EditCleaner is a store behaviour beside MessageStore: a store whose edit leaves the messages it hid stored until
+// they are deleted (DynamoDB) names them, so that the reaper can finish the cleanup of an editing run that died
+// after its edit's write (fence D). A store whose edit deletes them in its own write (SQLite) has none to name and
+// does not offer it.
+type EditCleaner interface {
+	// HiddenByEdit returns the ids of the messages that the edit of message id hides (MessageWrite.HideBefore)
+	// and that are still stored, newest first: DeleteMessage of each is the edit's cleanup. A message never
+	// edited (or whose edit never landed), an unknown message and an unknown thread hide none.
+	HiddenByEdit(ctx context.Context, threadID, id string) ([]string, error)
+}
+
 // SegmentStore keeps a run's stream segments.
 type SegmentStore interface {
 	// AppendSegment stores s insert-if-absent on (RunID, Seq): a repeated append of an existing seq is a no-op.

@@ -298,6 +298,42 @@ func (s *Store) SettleEdit(ctx context.Context, threadID, id string, f agent.Fen
 	return storeErr(err, "settle edit")
 }
 
+// HiddenByEdit names the messages the edit of message id hides that are still stored, newest first
+// (agent.EditCleaner): one GetItem of the edited head for its span, and one strongly consistent Query of
+// IndexMessagesBySeq (keys only) over the span, which holds only undeleted messages. The reaper calls it for an
+// editing run that died before its cleanup.
+func (s *Store) HiddenByEdit(ctx context.Context, threadID, id string) ([]string, error) {
+	pk := threadPK(threadID)
+	h, err := s.getItem(ctx, key(pk, msgSK(id)))
+	if err != nil {
+		return nil, storeErr(err, "hidden by edit")
+	}
+	sp, ok := headSpan(h)
+	if !ok || sp.to <= sp.from+1 {
+		return nil, nil
+	}
+	q := newExpr()
+	var ids []string
+	err = s.query(ctx, &dynamodb.QueryInput{
+		IndexName:      aws.String(IndexMessagesBySeq),
+		ConsistentRead: aws.Bool(true),
+		KeyConditionExpression: aws.String(q.n(AttrPK) + " = " + q.v(avS(pk)) + " AND " + q.n(attrMsgOrder) + " BETWEEN " +
+			q.v(avS(msgOrder(sp.from+1, ""))) + " AND " + q.v(avS(msgOrder(sp.to, "")))),
+		ScanIndexForward:          aws.Bool(false),
+		ExpressionAttributeNames:  q.attrNames(),
+		ExpressionAttributeValues: q.attrValues(),
+	}, func(it item) error {
+		if hid, ok := strings.CutPrefix(getS(it, AttrSK), prefixMsg); ok {
+			ids = append(ids, hid)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, storeErr(err, "hidden by edit")
+	}
+	return ids, nil
+}
+
 // span is the positions an edit hid: after from, before to.
 type span struct{ from, to int64 }
 

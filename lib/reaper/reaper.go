@@ -19,7 +19,9 @@
 //  5. write a final segment so attached readers end;
 //  6. cancel the interrupts the dead run stored but never showed in a final message (their calls now carry a
 //     result, so no answer may run them);
-//  7. give back the run's slot in its user's active-run scope, and the reaper's claim (ReleaseClaim), adding the
+//  7. finish an editing run's cleanup (fence D: its edit hid the later messages in one write; deleting them and
+//     canceling the interrupts of the reply it dropped came after, and a dead run may not have done it);
+//  8. give back the run's slot in its user's active-run scope, and the reaper's claim (ReleaseClaim), adding the
 //     usage the draft recorded in that same write.
 //
 // A run whose claim is gone without its outcome (DynamoDB: a crash between FinishRun's two writes) may have its reply
@@ -391,6 +393,9 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		// Its outcome is stored but its stream may lack its end (a crash after the outcome was due).
 		r.endStream(ctx, run)
 		log.Info("agent.reap", "outcome", "released", "run_missing", false)
+	}
+	if !missing {
+		r.finishEdit(ctx, run, hold) // an editing run's cleanup, which a dead one left undone (fence D)
 	}
 	if orphan {
 		usage = agent.Usage{}

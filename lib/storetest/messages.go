@@ -30,6 +30,7 @@ func messageTests() []test {
 		c{"DeleteFenced", testDeleteMessageFenced},
 		c{"EditHidesTheTailInOneWrite", testEditHidesTheTail},
 		c{"SettledEditKeepsAnUncleanedTailHidden", testSettledEditKeepsTailHidden},
+		c{"EditCleanupNamesTheHiddenTail", testEditCleanupNamesTheTail},
 		c{"FenceMessageStubsAndFences", testFenceMessage},
 		c{"InvalidRefused", testMessageInvalid},
 	)
@@ -776,4 +777,71 @@ func testSettledEditKeepsTailHidden(e *messages) {
 			}
 		}
 	}
+}
+
+// testEditCleanupNamesTheTail: the messages an edit hid are what its cleanup must delete, and someone other than the
+// editing run (the reaper, at a later epoch, after fencing the edited message) can find them: a store that keeps
+// them stored until deleted names them (agent.EditCleaner.HiddenByEdit, newest first, and only those still
+// stored); any other store has deleted them in the edit's own write (GetMessage finds none). A message never
+// edited, and an unknown one, hide nothing. After the cleanup no hidden message is found, and lists are unchanged.
+func testEditCleanupNamesTheTail(e *messages) {
+	t := e.t
+	th := e.id("th")
+	var recs []agent.MessageRecord
+	for i := range 6 {
+		role := []agent.Role{agent.RoleUser, agent.RoleAssistant}[i%2]
+		recs = append(recs, put(e, th, int64(i), agent.Message{ID: fmt.Sprintf("%s-m%d", th, i), Role: role,
+			Parts: textParts(fmt.Sprintf("text %d", i))}, at(time.Duration(i)*time.Second)))
+	}
+	cleaner, names := any(e.s).(agent.EditCleaner)
+	hidden := func(what, id string, want ...string) {
+		t.Helper()
+		if !names {
+			return
+		}
+		got, err := cleaner.HiddenByEdit(e.ctx, th, id)
+		must(t, err, "HiddenByEdit "+what)
+		if !slices.Equal(got, want) {
+			t.Fatalf("HiddenByEdit %s = %v, want %v", what, got, want)
+		}
+	}
+	gone := func(what string, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			if _, err := e.s.GetMessage(e.ctx, th, id); !agent.IsKind(err, agent.KindNotFound) {
+				t.Fatalf("%s: GetMessage(%s) = %v, want not found", what, id, err)
+			}
+		}
+	}
+	hidden("of a message never edited", recs[2].Message.ID)
+	hidden("of an unknown message", th+"-none")
+	hidden("of an unknown thread", e.id("none"))
+
+	// The edit of m2 hides m3 to m5; its run dies before any cleanup. The reaper fences the edited message.
+	run2 := agent.Fence{RunID: "edit2", Epoch: 2}
+	must(t, e.s.PutMessage(e.ctx, agent.MessageWrite{ThreadID: th, Seq: 2, Fence: run2, Final: true, Now: at(time.Minute),
+		HideBefore: 8, Message: agent.Message{ID: recs[2].Message.ID, Role: agent.RoleUser, Parts: textParts("edited")}}), "edit")
+	reap := agent.Fence{RunID: "reap:edit2", Epoch: 3}
+	must(t, e.s.FenceMessage(e.ctx, th, recs[2].Message.ID, reap), "FenceMessage(edited)")
+	edited := recs[2]
+	edited.Message.Parts, edited.UpdatedAt = textParts("edited"), at(time.Minute)
+	wantMessages(e, th, recs[0], recs[1], edited)
+	tail := []string{recs[5].Message.ID, recs[4].Message.ID, recs[3].Message.ID}
+	if !names {
+		gone("after the edit (no store record of the tail)", tail...)
+	}
+	hidden("after the edit", recs[2].Message.ID, tail...)
+	hidden("of a message the edit hid", recs[4].Message.ID)
+
+	// The cleanup, by the reaper's fence: one at a time, each no longer named once deleted.
+	for i, id := range tail {
+		must(t, e.s.DeleteMessage(e.ctx, th, id, reap), "DeleteMessage "+id)
+		hidden(fmt.Sprintf("after %d deletes", i+1), recs[2].Message.ID, tail[i+1:]...)
+	}
+	if st, ok := any(e.s).(agent.EditSettler); ok {
+		must(t, st.SettleEdit(e.ctx, th, recs[2].Message.ID, reap), "SettleEdit")
+	}
+	gone("after the cleanup", tail...)
+	wantMessages(e, th, recs[0], recs[1], edited)
+	hidden("after the cleanup", recs[2].Message.ID)
 }
