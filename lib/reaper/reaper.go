@@ -334,7 +334,10 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		// before anything is read, so what the reads below see can no longer change, and a first write still in
 		// flight (its user message, its reply, a queued message it took) is refused instead of landing after the
 		// reap.
-		if err := r.fence(ctx, threadID, slices.Concat([]string{run.UserMessageID, run.AssistantMessageID}, run.Takes), hold); err != nil {
+		if err := r.fence(ctx, threadID, slices.Concat([]string{run.UserMessageID, run.AssistantMessageID}, run.Takes), hold); errors.Is(err, agent.ErrRunFenced) {
+			// The hold is gone: a concurrent reaper that adopted the same takeover finished and released it.
+			return nil
+		} else if err != nil {
 			return err
 		}
 		r.adoptTakes(ctx, threadID)
@@ -373,13 +376,14 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		}
 		r.logReaped(log, "reaped", run, usage)
 	default:
-		if reaperDied {
-			// Recorded by the reaper that died before its release counted it; the run's late usage, if it
-			// recorded some since, reached the thread by itself (RecordLateUsage).
-			usage = run.Usage
-			if run.LateUsage != nil {
-				usage = usage.Sub(*run.LateUsage)
-			}
+		// Recorded under a takeover whose release has not counted it yet: by a reaper that died before its
+		// release, or by a concurrent reaper that adopted this same takeover (no release of the run itself can
+		// have applied, or no claim would name it: an orphan's own release counted it, and orphan clears usage
+		// below). The run's late usage, if it recorded some since, reached the thread by itself
+		// (RecordLateUsage).
+		usage = run.Usage
+		if run.LateUsage != nil {
+			usage = usage.Sub(*run.LateUsage)
 		}
 		if draft, ok := r.unfinalized(ctx, run); ok {
 			// A reaper recorded the outcome and died before the message.
