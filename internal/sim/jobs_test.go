@@ -130,7 +130,8 @@ func (w *world) acceptQueued(p *proc, th *simThread, gen int, q *engine.Queued) 
 }
 
 // jobCreated counts a job a dispatch created.
-func (w *world) jobCreated(agent.Job) {
+func (w *world) jobCreated(j agent.Job) {
+	defer w.jobCreatedBounded(j)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stats.jobs.dispatched++
@@ -361,7 +362,7 @@ func (w *world) runExec(x *execution, clean bool) error {
 	}
 	if clean {
 		p.faultRate = 0
-		p.script = []stepScript{{deltas: []string{"noted "}}}
+		p.script = w.settleScript(p)
 	} else {
 		p.script = w.script(p)
 	}
@@ -414,26 +415,29 @@ func (w *world) script(p *proc) []stepScript {
 	if !w.jobsOn {
 		return newScript(p.rng, w.ecfg.MaxSteps, nil)
 	}
-	return newScript(p.rng, w.ecfg.MaxSteps, func(r *rand.Rand) (string, bool) {
-		w.mu.Lock()
-		spent := w.stats.jobs.dispatched >= maxJobs
-		w.mu.Unlock()
-		if spent {
-			return "", false
-		}
-		n := r.IntN(1000)
-		switch r.IntN(10) {
-		case 0:
-			return fmt.Sprintf(`{"question":"fail %d"}`, n), true // the researcher fails: a failure steer
-		case 1:
-			return fmt.Sprintf(`{"question":"flaky %d"}`, n), true // transient every time: retried, then a failure
-		case 2:
-			return `{"question":" "}`, true // refused by the kind's check: no job
-		case 3:
-			return fmt.Sprintf(`{"question":"sources for %d"}`, n), true // the researcher notes a source first
-		}
-		return fmt.Sprintf(`{"question":"q%d"}`, n), true
-	})
+	return overCaps(p, newScript(p.rng, w.ecfg.MaxSteps, w.research), w.research)
+}
+
+// research draws a research call's input; false once the schedule's budget of jobs is spent.
+func (w *world) research(r *rand.Rand) (string, bool) {
+	w.mu.Lock()
+	spent := w.stats.jobs.dispatched >= maxJobs
+	w.mu.Unlock()
+	if spent {
+		return "", false
+	}
+	n := r.IntN(1000)
+	switch r.IntN(10) {
+	case 0:
+		return fmt.Sprintf(`{"question":"fail %d"}`, n), true // the researcher fails: a failure steer
+	case 1:
+		return fmt.Sprintf(`{"question":"flaky %d"}`, n), true // transient every time: retried, then a failure
+	case 2:
+		return `{"question":" "}`, true // refused by the kind's check: no job
+	case 3:
+		return fmt.Sprintf(`{"question":"sources for %d"}`, n), true // the researcher notes a source first
+	}
+	return fmt.Sprintf(`{"question":"q%d"}`, n), true
 }
 
 // settle lets every recorded task run (clean), and while jobs or queue entries still wait, lets time pass the

@@ -217,6 +217,7 @@ func (w *world) checkJobs(ctx context.Context, th *simThread, exists bool, recs 
 		w.violate("queue-drained", "thread %s: %d entries still queued after the settle: %s", th.id, len(queue), strings.Join(ids, " "))
 	}
 	w.checkQueued(th, recs, seqOf, count)
+	w.checkBounds(ctx, th, js, recs)
 }
 
 // checkQueued: the messages posts queued (202).

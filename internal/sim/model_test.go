@@ -280,7 +280,8 @@ func (w *world) toolset(p *proc) []agent.Tool {
 	ts := tools.Demo(p.store, w.clock)
 	ts = append(ts, w.effectTool(p, "sim_effect", agent.ApprovalNever), w.effectTool(p, "sim_approve", agent.ApprovalAlways))
 	if w.jobsOn {
-		ts = append(ts, jobs.Dispatcher{Store: p.store, Jobs: w.jobs, Clock: w.clock, Contract: w.contract}.Tools(w.kinds)...)
+		ts = append(ts, jobs.Dispatcher{Store: p.store, Jobs: w.jobs, Clock: w.clock, Contract: w.contract,
+			Limits: p.store, MaxActivePerUser: w.bounds.activePerUser}.Tools(w.kinds)...)
 	}
 	for i := range ts {
 		if ts[i].Execute == nil || (ts[i].Kind != agent.ToolServer && ts[i].Kind != agent.ToolJob) {

@@ -160,7 +160,7 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	if w.jobsOn {
 		// One delivery turn per pass (DrainTurns 1): a process runs at most one run; the pass hands the rest to a
 		// new pass (a recorded wake), as Drain does at its bound.
-		p.tasks = jobs.NewTasks(jobs.Deps{Store: p.store, Model: subagentModel{}, Kinds: w.kinds, Engine: p.eng, Jobs: js, Clock: w.clock},
+		p.tasks = jobs.NewTasks(jobs.Deps{Store: p.store, Model: subagentModel{}, Kinds: w.kinds, Engine: p.eng, Jobs: js, Clock: w.clock, Limits: p.store},
 			jobs.Config{Contract: w.contract, DrainTurns: 1})
 	}
 	w.procs = append(w.procs, p)

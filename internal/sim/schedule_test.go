@@ -71,6 +71,7 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 		w.kinds = jobs.NewRegistry(jobs.Research())
 		w.jobs = &simJobs{w: w}
 		w.stats.jobs.schedules = 1
+		w.drawBounds()
 	}
 	return w
 }

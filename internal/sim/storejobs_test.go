@@ -37,7 +37,7 @@ func (s *procStore) CreateJob(ctx context.Context, j agent.Job) (got agent.Job, 
 		var e error
 		got, created, e = s.Store.CreateJob(ctx, j)
 		if e == nil && created {
-			s.p.w.jobCreated(got)
+			s.p.w.jobCreated(j) // as sent: the stored job may not echo its writer
 		}
 		return e
 	})

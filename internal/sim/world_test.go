@@ -118,6 +118,7 @@ type world struct {
 	kinds    jobs.Registry
 	jobs     *simJobs
 	execs    []*execution // what the Jobs port recorded, in order
+	bounds   jobBounds    // the jobs-mode caps (bounds_test.go)
 }
 
 // simThread is what the sim knows of one thread of the schedule.
