@@ -245,7 +245,10 @@ func (w *world) checkQueued(th *simThread, recs []agent.MessageRecord, seqOf map
 		if !slices.ContainsFunc(recs, func(r agent.MessageRecord) bool { return r.Seq > seq && r.Message.Role == agent.RoleAssistant }) {
 			w.violate("queued-answered", "thread %s: queued message %s (seq %d) has no reply after it", th.id, q.id, seq)
 		}
-		if q.fresh {
+		// The same id sent at once without enqueue too, by a post whose turn began before this entry existed:
+		// that turn stored it as its own message, in its own place (two sends in flight at once have no order).
+		direct := slices.ContainsFunc(th.accepted, func(a acceptedMsg) bool { return a.id == q.id && a.gen == q.gen && a.at < q.at })
+		if q.fresh && !direct {
 			order = append(order, placed{q, seq})
 		}
 	}

@@ -86,6 +86,7 @@ type proc struct {
 	uwPending    bool
 	uwDone       bool                             // the goroutine is over
 	uwApplied    bool                             // the store answered ok to its write of the user message
+	ownMsg       string                           // the request's user message id (queued ones the turn takes are others)
 	resolved     map[string]agent.InterruptStatus // tool call id → the answer this process's Begin resolved it with
 	sent         map[string]sentAnswer            // tool call id → the answer this process's request carries
 	toolsRunning int

@@ -328,17 +328,6 @@ func (w *world) postMT(th *simThread, enqueue bool) error {
 	if enqueue {
 		mt = engine.MultitaskEnqueue
 	}
-	if dup && !w.gaps && (mt == engine.MultitaskEnqueue || th.sentQueued[m.id]) {
-		// A message id that may be queued and sent again (before or after) is stored twice by the submit that
-		// takes it (knownBugs): the default schedules send a new message instead.
-		dup, editID, m = false, "", w.newMessage(th)
-	}
-	if mt == engine.MultitaskEnqueue {
-		if th.sentQueued == nil {
-			th.sentQueued = map[string]bool{}
-		}
-		th.sentQueued[m.id] = true
-	}
 	req := engine.Request{Owner: w.owner, ThreadID: th.id, Kind: engine.TurnSubmit, Multitask: mt, MessageID: editID,
 		Message: &agent.Message{ID: m.id, Role: agent.RoleUser, Parts: []json.RawMessage{textPart(m.text)}}}
 	p := w.newProc("post", true)
@@ -515,6 +504,9 @@ func (w *world) newMessage(th *simThread) postedMsg {
 // turn is a POST /chat: Begin, then (when it returned a Turn) Stream to its end.
 func (w *world) turn(p *proc, th *simThread, req engine.Request) error {
 	gen := th.gen
+	if req.Message != nil {
+		p.ownMsg = req.Message.ID // before the process starts: read under w.mu by its writes
+	}
 	return w.start(p, func() {
 		ctx := context.WithValue(withPhase(context.Background(), phaseBegin), procKey{}, p)
 		t, err := p.eng.Begin(ctx, req)

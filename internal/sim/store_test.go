@@ -523,7 +523,9 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 		}
 		if err == nil && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() && phaseOf(ctx) == phaseBegin {
 			s.p.w.mu.Lock()
-			s.p.uwApplied = true // the store answered ok: the message must be kept (mustKeep)
+			if mw.Message.ID == s.p.ownMsg {
+				s.p.uwApplied = true // the store answered ok: the message must be kept (mustKeep)
+			}
 			s.p.w.mu.Unlock()
 		}
 		if err == nil && s.p.delivers && mw.Message.Role == agent.RoleUser && mw.Fence.RunID == s.p.ownRun() {

@@ -131,8 +131,6 @@ type simThread struct {
 	dropped  map[string]int // message id → the event of the edit that last dropped it
 	answers  []answerReq    // the answers sent so far (a client may send one again)
 	enqueued []queuedMsg    // the messages posts queued (202)
-	// sentQueued: the message ids posts sent with multitask enqueue (queued or not).
-	sentQueued map[string]bool
 }
 
 type postedMsg struct {

@@ -503,7 +503,7 @@ func (t *Turn) apply(ctx context.Context) {
 				t.userWrite <- err
 				return
 			}
-			t.userWrite <- t.writeTakes(ctx)
+			t.userWrite <- t.writeTakes(ctx, nil)
 		}()
 		return
 	}
@@ -512,22 +512,19 @@ func (t *Turn) apply(ctx context.Context) {
 			t.userWrite <- err
 			return
 		}
+		var own *agent.MessageWrite
 		if p.user != nil {
 			// A write of a new message id passes the store's message-level fence, so the claim's horizon is
 			// checked before every attempt (putFinal): a process that paused, or retried, for half of staleAfter
 			// since the claim was last known good must not write (a reaper may own the thread by now, or a delete
-			// may have emptied it: REVIEW D1).
+			// may have emptied it: REVIEW D1). It goes in its place among the queued messages the turn takes.
 			seq := p.userSeq
 			if seq == 0 {
 				seq = t.run.FirstSeq
 			}
-			w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: seq, Message: *p.user, Fence: t.run.Fence(), Final: true}
-			if err := t.putFinal(ctx, w); err != nil {
-				t.userWrite <- err
-				return
-			}
+			own = &agent.MessageWrite{ThreadID: t.thread.ID, Seq: seq, Message: *p.user, Fence: t.run.Fence(), Final: true}
 		}
-		t.userWrite <- t.writeTakes(ctx)
+		t.userWrite <- t.writeTakes(ctx, own)
 	}()
 }
 

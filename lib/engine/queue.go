@@ -203,8 +203,11 @@ func heldIDs(msgs []agent.Message) map[string]bool {
 
 // writeTakes stores the taken messages (fenced, finalized, at the claim's reserved positions), then marks their
 // entries taken and their jobs delivered. Only the message writes can fail the turn: an entry left queued is
-// taken by a later turn without a second copy.
-func (t *Turn) writeTakes(ctx context.Context) error {
+// taken by a later turn without a second copy. own, when not nil, is the request's user message: it is written
+// in its place among the taken messages, so the writes go in position order and a turn that stops part way has
+// stored a prefix (queued user messages go before its own: were its own stored and an earlier one not, a later
+// turn would store that one after it, out of the order they were accepted in; sim seed 1329).
+func (t *Turn) writeTakes(ctx context.Context, own *agent.MessageWrite) error {
 	e := t.e
 	// The ids are noted on the run first (fence B's queue takes): a reaper that finds the run dead fences them at
 	// its epoch before it reads anything, so a message write of this run that lands late is refused instead of
@@ -215,12 +218,28 @@ func (t *Turn) writeTakes(ctx context.Context) error {
 			ids = append(ids, tk.entry.Message.ID)
 		}
 	}
-	if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.NoteTakes(ctx, t.run, ids) }); err != nil {
-		return fmt.Errorf("note queued messages taken: %w", err)
+	noted := false
+	note := func() error {
+		noted = true
+		if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.NoteTakes(ctx, t.run, ids) }); err != nil {
+			return fmt.Errorf("note queued messages taken: %w", err)
+		}
+		return nil
 	}
 	for _, tk := range t.plan.takes {
 		if tk.present {
 			continue
+		}
+		if own != nil && own.Seq < tk.seq {
+			if err := t.putFinal(ctx, *own); err != nil {
+				return err
+			}
+			own = nil
+		}
+		if !noted {
+			if err := note(); err != nil {
+				return err
+			}
 		}
 		if !t.fresh() {
 			return errInDoubt
@@ -228,6 +247,16 @@ func (t *Turn) writeTakes(ctx context.Context) error {
 		w := agent.MessageWrite{ThreadID: t.thread.ID, Seq: tk.seq, Message: tk.entry.Message, Fence: t.run.Fence(), Final: true}
 		if err := t.putFinal(ctx, w); err != nil {
 			return fmt.Errorf("store queued message %s: %w", tk.entry.Message.ID, err)
+		}
+	}
+	if own != nil {
+		if err := t.putFinal(ctx, *own); err != nil {
+			return err
+		}
+	}
+	if !noted {
+		if err := note(); err != nil {
+			return err
 		}
 	}
 	for _, tk := range t.plan.takes {
@@ -374,7 +403,7 @@ func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.Q
 func (t *Turn) release(ctx context.Context) error {
 	e := t.e
 	ctx = context.WithoutCancel(ctx)
-	if err := t.writeTakes(ctx); err != nil {
+	if err := t.writeTakes(ctx, nil); err != nil {
 		e.log.Warn("mark delivered entries", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
 	}
 	now := e.clock.Now()
