@@ -137,9 +137,8 @@ func (w *world) checkThread(ctx context.Context, th *simThread) {
 }
 
 // mustKeep reports whether an accepted user message must be stored. The engine stores it beside the first model
-// request, after Begin returned; a process that died before that write reached the store, or whose write failed
-// for good (the run then ends persist_failed, telling the client to send it again), lost it in a way its client
-// saw. Those are exempt unless the sim explores the known gaps (-gaps), which reports them.
+// request, after Begin returned; a process that died before that write was answered ok, or whose run was fenced
+// or failed to store it for good, lost it in a way its client saw, and the client sends it again.
 func (w *world) mustKeep(a acceptedMsg) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -153,19 +152,15 @@ func (w *world) mustKeep(a acceptedMsg) bool {
 		return false
 	}
 	if p.expectUW && p.dead && !p.uwApplied {
-		// The process died before its message's write was answered (a crash before the write, or between the
-		// requests of it on DynamoDB), or after that write failed for good (a permanent fault): the client's
-		// stream broke without a finish, and it sends the message again. Not a window: nothing reached the store
-		// that could be kept.
+		// The process died before its message's write was answered ok (a crash before the write, or between
+		// the requests of it on DynamoDB, or after that write failed for good: a permanent fault, or the write
+		// gate's refusal once the claim fell in doubt): the client's stream broke without a finish, and it sends
+		// the message again. Not a window: nothing reached the store that could be kept.
 		return false
 	}
-	if w.gaps {
-		return true
-	}
-	if !p.expectUW {
-		return true // a re-post of a stored message
-	}
-	if p.result != nil && p.result.Error != nil && p.result.Error.Code == agent.CodePersistFailed {
+	if p.expectUW && !p.uwApplied && p.result != nil && p.result.Error != nil && p.result.Error.Code == agent.CodePersistFailed {
+		// By design, not a window: the write failed for good (the engine's retries spent), so the run stored
+		// nothing after it and ended persist_failed, whose message tells the client to send it again.
 		return false
 	}
 	return true

@@ -236,23 +236,10 @@ func (w *world) smallAdvance() time.Duration {
 	return time.Duration(100+w.rng.IntN(4900)) * time.Millisecond
 }
 
-// beforeClock advances the clock. Unless the sim explores the known gaps, a user-message write still parked is
-// let through before its run's claim can be in doubt (the engine does not check its claim before that write:
-// see the report).
+// beforeClock advances the clock. A user-message write still parked stays parked: the write asks the claim's
+// horizon before every attempt (the write gate), so one let through after its run's claim fell in doubt is
+// refused, and the run ends fenced.
 func (w *world) beforeClock(d time.Duration) error {
-	if !w.gaps {
-		now := w.clock.Now().Add(d)
-		for _, p := range w.pendingUWs() {
-			w.mu.Lock()
-			risky := now.Sub(p.lastOK) > w.ecfg.StaleAfter/2
-			w.mu.Unlock()
-			for risky && w.uwPending(p) {
-				if err := w.advanceUW(p); err != nil {
-					return err
-				}
-			}
-		}
-	}
 	return w.advanceClock(d)
 }
 
