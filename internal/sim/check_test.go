@@ -195,9 +195,6 @@ func (w *world) waitRule(m agent.Message, visible bool, asking string, byCall ma
 			return st == agent.MessageInterrupted, "a hidden reply that did not end interrupted"
 		}
 		in, ok := byCall[p.ToolCallID]
-		if known := w.leftAsking(p.ToolCallID); known != "" {
-			return false, "left waiting by a turn that did not settle it (knownBugs " + known + ")"
-		}
 		if m.ID != asking {
 			return false, "not in the asking message"
 		}
@@ -209,23 +206,6 @@ func (w *world) waitRule(m agent.Message, visible bool, asking string, byCall ma
 		}
 		return false, "its interrupt " + in.ID + " is " + string(in.Status)
 	}
-}
-
-// leftAsking names the known bug behind a call that still waits where it may not (see knownBugs), or "": a
-// regenerate of the asking reply leaves it unsettled (it stays until the new reply stands, and stays for good when
-// that one does not), having canceled its interrupts ("regen-unsettled"); a new message cancels the interrupts,
-// then settles the reply, and a crash or a lost claim in between leaves the cancel alone ("settle-cut"). The
-// default schedules let both pass; -gaps reports them.
-func (w *world) leftAsking(callID string) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case w.regenLeft[callID]:
-		return "regen-unsettled"
-	case w.closedBy[callID] != "":
-		return "settle-cut"
-	}
-	return ""
 }
 
 // checkToolResults: every tool call of a finished reply has exactly one result, and the result tells the truth
@@ -246,14 +226,7 @@ func (w *world) checkToolResults(ctx context.Context, threadID string, m agent.M
 		result := p.State == agent.StateOutputAvailable || p.State == agent.StateOutputError || p.State == agent.StateOutputDenied
 		if !result {
 			if ok, why := waits(p); !ok {
-				inv := "tool-results"
-				if known := w.leftAsking(p.ToolCallID); known != "" {
-					if !w.gaps {
-						continue
-					}
-					inv = known
-				}
-				w.violate(inv, "thread %s: %s reply %s: call %s (%s) has no result (state %q): %s", threadID, st, m.ID, p.ToolCallID, p.ToolNameOf(), p.State, why)
+				w.violate("tool-results", "thread %s: %s reply %s: call %s (%s) has no result (state %q): %s", threadID, st, m.ID, p.ToolCallID, p.ToolNameOf(), p.State, why)
 			}
 			continue
 		}

@@ -17,7 +17,6 @@ import (
 	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/threads"
-	"github.com/agentloop/agentloop/lib/transcript"
 )
 
 // simConfig is the engine configuration of every simulated process. Heartbeat and CancelPoll tick in real time
@@ -43,7 +42,7 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 		ids:     &seqIDs{prefix: fmt.Sprintf("s%dx", seed)},
 		owner:   fmt.Sprintf("user%d", seed),
 		reports: make(chan report, 16), released: make(chan struct{}),
-		faults: map[string]int{}, segTries: map[string]int{}, effects: map[string]int{}, views: map[string]threads.View{}, closedBy: map[string]string{}, regenLeft: map[string]bool{}}
+		faults: map[string]int{}, segTries: map[string]int{}, effects: map[string]int{}, views: map[string]threads.View{}}
 	w.plan = plan{
 		crashProb:   []float64{0, 0.15, 0.3}[r.IntN(3)],
 		crashWindow: 5 + r.IntN(30),
@@ -510,9 +509,6 @@ func (w *world) turn(p *proc, th *simThread, req engine.Request) error {
 				th.accepted = append(th.accepted, acceptedMsg{id: req.Message.ID, gen: gen, at: w.event(), proc: p})
 				w.stats.accepted++
 			}
-			if req.Kind == engine.TurnRegenerate {
-				w.regenerating(p.listing)
-			}
 		}
 		expect, dead, listed := p.expectUW, p.dead, p.listedOK
 		w.mu.Unlock()
@@ -702,20 +698,6 @@ func (w *world) quiesce() error {
 			w.tracef("  %s: read %s -> %s %s", p.name, th.id, errStr(gerr), errStr(rerr))
 		}
 	})
-}
-
-// regenerating notes the calls that wait in the reply a regenerate replaces (the newest message Begin listed, when
-// it is an assistant message): see leftAsking (w.mu held).
-func (w *world) regenerating(listing []agent.Message) {
-	msgs := agent.Visible(slices.Clone(listing))
-	if len(msgs) == 0 || msgs[len(msgs)-1].Role != agent.RoleAssistant {
-		return
-	}
-	for _, p := range transcript.Decode(msgs[len(msgs)-1].Parts) {
-		if unresolvedPart(p) {
-			w.regenLeft[p.ToolCallID] = true
-		}
-	}
 }
 
 // checkEditLadder is the rule for a user message whose id is stored already (DESIGN "edits"): the newest message

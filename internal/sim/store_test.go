@@ -615,12 +615,11 @@ func (s *procStore) ListInterrupts(ctx context.Context, threadID string) (ins []
 
 func (s *procStore) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) (got agent.Interrupt, err error) {
 	detail := func() string { return fmt.Sprintf("%s/%s -> %s", req.ThreadID, req.ID, req.Status) }
-	closing := (phaseOf(ctx) == phaseBegin || phaseOf(ctx) == phaseDeliver) && userWriting()
 	err = s.callD(ctx, "ResolveInterrupt", true, false, callPlain, nil, req.ThreadID, detail, func(ctx context.Context) error {
 		var e error
 		got, e = s.Store.ResolveInterrupt(ctx, req)
 		if e == nil {
-			s.p.w.interruptResolved(s.p, got, closing)
+			s.p.w.interruptResolved(s.p, got)
 		}
 		return e
 	})

@@ -105,12 +105,7 @@ type world struct {
 	refused  int                     // own-fence writes the store refused as run_fenced (the fence working)
 	events   int                     // acceptances and drops, in order
 	views    map[string]threads.View // what the final reader got for each thread
-	// closedBy: tool call ids whose interrupt a new message canceled in what it closes before its own writes
-	// (Turn.apply), and regenLeft: the calls that wait in a reply a regenerate set out to replace. See knownBugs:
-	// the reply may keep asking for answers nobody can give.
-	closedBy  map[string]string
-	regenLeft map[string]bool
-	stats     stats
+	stats    stats
 
 	// Jobs mode (jobs_test.go): the schedule dispatches jobs and queues messages.
 	jobsOn   bool
@@ -236,16 +231,13 @@ func (w *world) messageDropped(threadID, id string) {
 }
 
 // interruptResolved notes a resolution that applied: this process's own answers, and the schedule's counts.
-func (w *world) interruptResolved(p *proc, in agent.Interrupt, closing bool) {
+func (w *world) interruptResolved(p *proc, in agent.Interrupt) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stats.resolved == nil {
 		w.stats.resolved = map[agent.InterruptStatus]int{}
 	}
 	w.stats.resolved[in.Status]++
-	if in.Status == agent.InterruptCanceled && closing && p.kind != "regen" {
-		w.closedBy[in.ToolCallID] = p.kind
-	}
 	switch in.Status {
 	case agent.InterruptApproved, agent.InterruptDenied, agent.InterruptAnswered:
 		if p.resolved == nil {
