@@ -49,13 +49,9 @@ type proc struct {
 	crashAfter bool
 	faultRate  float64
 	delayProb  float64 // of a run's own writes, the share held in flight
-	// firstInsert marks the PutMessage being made as the first write of its message id by this process: no row
-	// exists for the store's message fence to compare with (see knownBugs), so only -gaps holds it in flight.
-	firstInsert bool
-	wroteIDs    map[string]bool
-	noopWrite   bool    // the PutMessage being made rewrites what is stored, byte for byte
-	lostFrac    float64 // of injected write faults, the share that hit after the write applied
-	crashable   bool
+	noopWrite  bool    // the PutMessage being made rewrites what is stored, byte for byte
+	lostFrac   float64 // of injected write faults, the share that hit after the write applied
+	crashable  bool
 	// faultRng draws what the fault plan added after the seeds were first drawn (its own stream, so p.rng draws
 	// what it drew before): how many transient faults in a row a method may get (maxStreak), and whether an
 	// injected fault is permanent (a store error no retry passes).
@@ -101,24 +97,16 @@ type proc struct {
 	guardDone    chan error
 	toolGates    map[string]chan struct{}
 	toolNext     map[string]string
-	releasedOwn  bool // the run's own FinishRun released its claim
-	loopEnded    bool // the run loop is over (its guard stopped): a final write, FinishRun or DeleteMessage came
-	inReap       bool // the process released the claim of a continuation without a draft and has not finished that reap
-	releasing    bool // the ReleaseClaim being made is of such a continuation
-	// finishing: the FinishRun being made is a reap's outcome of a run that wrote no message; inFinish: the process
-	// made such a write and has not finished that reap (see knownBugs).
-	finishing, inFinish bool
-	claimTried          bool // a delivery pass made its first ClaimRun
-	// takingSteer: the TakeQueued being made takes a steer's entry; inTake: the process took one and has not marked
-	// its job delivered yet (see knownBugs).
-	takingSteer, inTake bool
-	askedAtClaim        string // a delivery pass's claim found the newest message waiting for a person (jobscheck_test.go)
-	passUser            bool   // that pass stored a queued user message (which closes the question, as a new message does)
-	inDoubt             bool   // the sim expects the guard to stop the run as in doubt
-	result              *agent.Run
-	beginErr            error
-	enqueued            *agent.QueuedMessage // what this process's last Enqueue stored (or found)
-	freshID             bool                 // the process posts a message id never posted before
+	releasedOwn  bool   // the run's own FinishRun released its claim
+	loopEnded    bool   // the run loop is over (its guard stopped): a final write, FinishRun or DeleteMessage came
+	claimTried   bool   // a delivery pass made its first ClaimRun
+	askedAtClaim string // a delivery pass's claim found the newest message waiting for a person (jobscheck_test.go)
+	passUser     bool   // that pass stored a queued user message (which closes the question, as a new message does)
+	inDoubt      bool   // the sim expects the guard to stop the run as in doubt
+	result       *agent.Run
+	beginErr     error
+	enqueued     *agent.QueuedMessage // what this process's last Enqueue stored (or found)
+	freshID      bool                 // the process posts a message id never posted before
 }
 
 func (w *world) newProc(name string, crashable bool) *proc {
@@ -254,15 +242,8 @@ func (p *proc) parkUserWrite() bool {
 
 // nextCall counts a store call and draws its fate.
 //
-// Unless the sim explores the known gaps (-gaps), two windows of a reap hit bugs the sim found (see knownBugs): the
-// rest of a reap, after its release of the claim, of a continuation that died before it wrote its message, gets no
-// crash and no transient fault, and that release's answer is never lost; the rest of a reap, after it recorded the
-// outcome, of a run that wrote no message, gets no crash. A crash there, or right after that release or outcome,
-// moves to the first call after the reap. Likewise no crash comes between a turn's take of a steer's queue entry
-// and its mark of the job delivered.
-//
-// reqOK tells whether the call's DynamoDB requests may draw faults of their own (requests_test.go): a write
-// outside those windows that got no fault of its own.
+// reqOK tells whether the call's DynamoDB requests may draw faults of their own (requests_test.go): a write that
+// got no fault of its own.
 func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, fault, lost, reqOK bool) {
 	w := p.w
 	w.mu.Lock()
@@ -270,31 +251,6 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	p.calls++
 	n = p.calls
 	r1, r2 := p.rng.Float64(), p.rng.Float64()
-	switch method {
-	case "GetRun", "ClaimRun", "ListStaleClaims", "ListExpiredInterrupts", "DeleteThread", "RequestCancel":
-		p.inReap, p.inFinish = false, false // the reap that released a claim is over: its process moved on
-	}
-	switch method {
-	case "PutMessage", "FinishRun", "AppendSegment", "PutValue", "CreateJob", "CreateInterrupt":
-		p.inTake = false // the run's own writes come after what its turn took (a failed mark is not retried)
-	}
-	steered := (p.inFinish || p.inTake) && !w.gaps
-	if steered && p.crashAt == n {
-		p.crashAt++ // transient faults pass (they are retried), a crash waits for the window's end
-	}
-	if p.inReap && !w.gaps {
-		if p.crashAt == n {
-			p.crashAt++
-		}
-		return n, false, false, false, false, false
-	}
-	releasing := method == "ReleaseClaim" && p.releasing && !w.gaps
-	if releasing || (method == "FinishRun" && p.finishing || method == "TakeQueued" && p.takingSteer) && !w.gaps {
-		steered = true
-		if p.crashAt == n && p.crashAfter {
-			p.crashAt++ // a crash right after that write is the same window: it moves on too
-		}
-	}
 	if p.crashAt == n {
 		return n, true, p.crashAfter, false, false, false
 	}
@@ -302,10 +258,10 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 	// doubling) then succeed. Permanent faults (callD) end a retry loop at once.
 	if write && r1 < p.faultRate && p.consecFaults[method] < p.maxStreak {
 		p.consecFaults[method]++
-		return n, false, false, true, r2 < p.lostFrac && !releasing, false
+		return n, false, false, true, r2 < p.lostFrac, false
 	}
 	p.consecFaults[method] = 0
-	return n, false, false, false, false, write && !steered
+	return n, false, false, false, false, write
 }
 
 // slow decides whether the process pauses after a call of the queue's races (jobs mode only, so that schedules
@@ -342,12 +298,13 @@ func (p *proc) delayed(method string, final bool) bool {
 	if method == "FinishRun" || method == "DeleteMessage" || (method == "PutMessage" && final) {
 		p.loopEnded = true // these come after guard.stop (interrupts are stored before it)
 	}
-	// Unless exploring the known gaps: not a message's first write (nothing in the store can fence an insert of
-	// a new id), nor the run's FinishRun (its compare-and-set is on the run item, which a reap marks only after
-	// its release): see knownBugs. An edit's DeleteMessage may be held always: the edit commits in its one
-	// write on the edited message (fence D), the deletes are cleanup.
+	// Unless exploring the known gaps: not the run's FinishRun (its compare-and-set is on the run item, which a
+	// reap marks only after its release): see knownBugs. A message's first write may be held (the reaper stubs
+	// or fences every id the dead run can still create before it reads anything, and SQLite checks the claim in
+	// the write's transaction: fence B), and so may an edit's DeleteMessage (the edit commits in its one write on
+	// the edited message, fence D; the deletes are cleanup).
 	held := p.rng.Float64() < p.delayProb
-	return held && (p.w.gaps || (method != "FinishRun" && (method != "PutMessage" || !p.firstInsert)))
+	return held && (p.w.gaps || method != "FinishRun")
 }
 
 // takeArm lets one guard call through when the scheduler armed it. The first unarmed call after an armed one

@@ -122,8 +122,7 @@ var regressions = []uint64{
 }
 
 // knownBugs are seeds that found bugs in lib/** which are not fixed yet. They need -gaps: the default schedules
-// steer clear of these windows (world.beforeClock, world.mustKeep, proc.nextCall) or let their outcome pass
-// (world.leftAsking) so that make test stays green.
+// steer clear of these windows (proc.nextCall, proc.delayed, requests_test.go) so that make test stays green.
 // TestKnownBugs replays each one: while the bug is there it skips with the bug's description; once the bug is
 // fixed the seed passes, and the window it needed can be opened to the default schedules. A seed names a schedule
 // of this generator: a change to how schedules are drawn re-draws them, and the seeds must be found again (run

@@ -379,20 +379,8 @@ func (s *procStore) RequestCancel(ctx context.Context, threadID, runID string, n
 
 func (s *procStore) FinishRun(ctx context.Context, run agent.Run) error {
 	detail := func() string { return fmt.Sprintf("%s %s@%d %s", run.ThreadID, run.ID, run.Epoch, run.Status) }
-	// A reap's outcome (code stale) of a run that wrote no message: until the reap writes that message, a reap that
-	// stops is never finished (see knownBugs).
-	unwritten := run.Error != nil && run.Error.Code == agent.CodeStale && s.p.w.noMessage(run)
-	s.p.w.mu.Lock()
-	s.p.finishing = unwritten
-	s.p.w.mu.Unlock()
 	return s.callD(ctx, "FinishRun", true, false, callPlain, s.ownFence(ctx, run.Fence()), run.ThreadID, detail, func(ctx context.Context) error {
-		err := s.Store.FinishRun(ctx, run)
-		if err == nil && unwritten {
-			s.p.w.mu.Lock()
-			s.p.inFinish = true
-			s.p.w.mu.Unlock()
-		}
-		return err
+		return s.Store.FinishRun(ctx, run)
 	})
 }
 
@@ -418,18 +406,8 @@ func (s *procStore) RecordOutcome(ctx context.Context, run agent.Run, holder age
 }
 
 func (s *procStore) ReleaseClaim(ctx context.Context, req agent.ReleaseRequest) error {
-	undrafted := s.p.w.undraftedContinuation(req.ThreadID, req.Fence.RunID)
-	s.p.w.mu.Lock()
-	s.p.releasing = undrafted
-	s.p.w.mu.Unlock()
 	return s.call(ctx, "ReleaseClaim", true, callPlain, nil, req.ThreadID, func(ctx context.Context) error {
-		err := s.Store.ReleaseClaim(ctx, req)
-		if err == nil && undrafted {
-			s.p.w.mu.Lock()
-			s.p.inReap = true
-			s.p.w.mu.Unlock()
-		}
-		return err
+		return s.Store.ReleaseClaim(ctx, req)
 	})
 }
 
@@ -481,13 +459,6 @@ func (s *procStore) PutMessage(ctx context.Context, mw agent.MessageWrite) error
 		return fmt.Sprintf("%s/%s %s seq=%d fence=%s@%d final=%v %s", mw.ThreadID, mw.Message.ID, mw.Message.Role, mw.Seq,
 			mw.Fence.RunID, mw.Fence.Epoch, mw.Final, mw.Message.Meta().Status)
 	}
-	s.p.w.mu.Lock()
-	if s.p.wroteIDs == nil {
-		s.p.wroteIDs = map[string]bool{}
-	}
-	s.p.firstInsert = !s.p.wroteIDs[mw.Message.ID]
-	s.p.wroteIDs[mw.Message.ID] = true
-	s.p.w.mu.Unlock()
 	// A retry that rewrites exactly what is stored (its first attempt applied and lost its answer) changes
 	// nothing, whoever holds the claim by then: the one-writer check does not count it.
 	prev, perr := s.p.w.base.GetMessage(context.WithoutCancel(ctx), mw.ThreadID, mw.Message.ID)
@@ -650,15 +621,9 @@ func (s *procStore) AppendSegment(ctx context.Context, seg agent.Segment) error 
 	// inside Close would hold the run for segments.DefaultCloseTimeout of real time.
 	key := fmt.Sprintf("%s/%d", seg.RunID, seg.Seq)
 	first := s.p.w.firstSegmentAttempt(key)
-	err := s.call(ctx, "AppendSegment", first && !seg.Final, callPlain, nil, seg.ThreadID, func(ctx context.Context) error {
+	return s.call(ctx, "AppendSegment", first && !seg.Final, callPlain, nil, seg.ThreadID, func(ctx context.Context) error {
 		return s.Store.AppendSegment(ctx, seg)
 	})
-	if seg.Final {
-		s.p.w.mu.Lock()
-		s.p.inReap, s.p.inFinish = false, false // a reap's last write is the stream's end
-		s.p.w.mu.Unlock()
-	}
-	return err
 }
 
 func (s *procStore) ListSegments(ctx context.Context, runID string, from int64, now time.Time) (ss []agent.Segment, err error) {

@@ -101,11 +101,6 @@ func (s *procStore) MarkJobDelivered(ctx context.Context, threadID, id string, n
 	err = s.callD(ctx, "MarkJobDelivered", true, false, callPlain, nil, threadID, detail, func(ctx context.Context) error {
 		var e error
 		j, e = s.Store.MarkJobDelivered(ctx, threadID, id, now)
-		if e == nil {
-			s.p.w.mu.Lock()
-			s.p.inTake = false
-			s.p.w.mu.Unlock()
-		}
 		return e
 	})
 	return j, err
@@ -163,18 +158,8 @@ func (s *procStore) ListQueued(ctx context.Context, threadID string) (qs []agent
 
 func (s *procStore) TakeQueued(ctx context.Context, threadID, messageID string, now time.Time) error {
 	detail := func() string { return threadID + "/" + messageID }
-	steer := strings.HasPrefix(messageID, "steer_")
-	s.p.w.mu.Lock()
-	s.p.takingSteer = steer
-	s.p.w.mu.Unlock()
 	return s.callD(ctx, "TakeQueued", true, false, callPlain, nil, threadID, detail, func(ctx context.Context) error {
-		err := s.Store.TakeQueued(ctx, threadID, messageID, now)
-		if err == nil && steer {
-			s.p.w.mu.Lock()
-			s.p.inTake = true // until the job is marked delivered (see knownBugs)
-			s.p.w.mu.Unlock()
-		}
-		return err
+		return s.Store.TakeQueued(ctx, threadID, messageID, now)
 	})
 }
 

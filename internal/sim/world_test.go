@@ -258,24 +258,6 @@ func (w *world) ours(threadID string) bool {
 	return false
 }
 
-// undraftedContinuation reports whether run runID of the thread is a continuation still running that never wrote
-// its message (the message it continues still names the run that asked): see knownBugs.
-func (w *world) undraftedContinuation(threadID, runID string) bool {
-	ctx := context.Background()
-	run, err := w.base.GetRun(ctx, threadID, runID)
-	if err != nil || run.Trigger != agent.TriggerContinuation || run.Status != agent.RunRunning {
-		return false
-	}
-	rec, err := w.base.GetMessage(ctx, threadID, run.AssistantMessageID)
-	return err == nil && rec.Message.Meta().RunID != run.ID
-}
-
-// noMessage reports whether run's assistant message is not stored (the run wrote none, and no reap wrote it).
-func (w *world) noMessage(run agent.Run) bool {
-	_, err := w.base.GetMessage(context.Background(), run.ThreadID, run.AssistantMessageID)
-	return agent.IsKind(err, agent.KindNotFound)
-}
-
 // threadOf reads the thread from the underlying store (never faulted); ok is false when it does not exist.
 func (w *world) threadOf(threadID string) (agent.Thread, bool) {
 	th, err := w.base.GetThread(context.Background(), threadID)
