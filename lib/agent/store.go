@@ -97,6 +97,19 @@ type OrphanRunLister interface {
 	ListOrphanRuns(ctx context.Context, before time.Time, limit int) ([]Run, error)
 }
 
+// RunStubber is a store behaviour beside RunStore, offered by a store whose ClaimRun writes the claim and the run
+// item in two writes (DynamoDB): the reaper can take a claim whose run item is not stored yet, and the dead claim's
+// run write may still land, leaving a running run that no claim names (REVIEW D15). The reaper stubs the run item
+// instead (fence B for the run's own id), so that the late write is refused. A store whose claim and run item are
+// one write (SQLite) never leaves the state and does not offer it.
+type RunStubber interface {
+	// StubRun stores run as given (the reaper's failed record of it) if no run item with its id exists on the
+	// thread. It returns the stored run and whether this call stored it; an existing run is returned unchanged.
+	// A ClaimRun whose run item finds a stub (any stored run that is not running) is refused with
+	// KindConflict/CodeRunFenced.
+	StubRun(ctx context.Context, run Run) (Run, bool, error)
+}
+
 // RunStore keeps runs and the thread's active-run claim.
 type RunStore interface {
 	// ClaimRun makes req.RunID the active run of the thread if it has no claim or its claim is stale, in one

@@ -300,10 +300,42 @@ func (s *Store) putRun(ctx context.Context, r agent.Run) (agent.Run, error) {
 	if err != nil {
 		return agent.Run{}, err
 	}
-	if len(old) > 0 && getN(old, attrEpoch) == r.Epoch {
+	if len(old) > 0 && getN(old, attrEpoch) == r.Epoch && getS(old, attrStatus) == string(agent.RunRunning) {
 		return decodeRun(old), nil
 	}
+	// Another epoch's run, or the reaper's stub of this one (StubRun: the claim was reaped before this write).
 	return agent.Run{}, agent.E(agent.KindConflict, agent.CodeRunFenced, "run %s was claimed before and no longer holds thread %q", r.ID, r.ThreadID)
+}
+
+// StubRun (agent.RunStubber) stores the reaper's record of a run whose claim it took while the run item was
+// missing: one insert-if-absent PutItem, as putRun's, so of the two exactly one lands. The stub wins: the late
+// putRun is refused (run_fenced), and no running run is left that no claim names. putRun wins: the stored run is
+// returned, and the reaper finishes it as any.
+func (s *Store) StubRun(ctx context.Context, r agent.Run) (agent.Run, bool, error) {
+	k := key(threadPK(r.ThreadID), runSK(r.ID))
+	it := runItem(r)
+	if r.AssistantMessageID == "" {
+		delete(it, attrAssistant)
+	}
+	e := newExpr()
+	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.table),
+		Item:                                it,
+		ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(AttrPK) + ")"),
+		ExpressionAttributeNames:            e.attrNames(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return r, true, nil
+	}
+	if !isConditionFailed(err) {
+		return agent.Run{}, false, storeErr(err, "stub run")
+	}
+	old, err := s.failedItem(ctx, err, k)
+	if err != nil {
+		return agent.Run{}, false, err
+	}
+	return decodeRun(old), false, nil
 }
 
 // decodePrevious reads the claim a claim took over from its claimPrev* copies; nil when it took over none.

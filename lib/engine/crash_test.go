@@ -631,7 +631,8 @@ func crashTable() []crashRow {
 	return []crashRow{
 		// A 2-step tool turn: the model calls add_note, then answers.
 		{name: "tool/W0 CreateThread", text: toolText, point: atCreateThread, user: wantNo, note: wantNo},
-		{name: "tool/W1 claim UpdateItem without the run item", text: toolText, user: wantNo, note: wantNo,
+		// The reaper stubs the missing run item, failed, so that a late run write cannot land (REVIEW D15).
+		{name: "tool/W1 claim UpdateItem without the run item", text: toolText, user: wantNo, note: wantNo, reply: agent.RunFailed,
 			point: crashPoint{dynamoRequest: "UpdateItem", bodyHas: "nextSeq"}},
 		{name: "tool/W1+W2 ClaimRun", text: toolText, point: atClaim, user: wantNo, note: wantNo, reply: agent.RunFailed},
 		// The user message is written beside the first model request, so the tool may run (and its note land)

@@ -29,7 +29,9 @@
 // and the dead run is recorded interrupted with the usage its release kept (overwritten, superseded).
 //
 // A reaper that dies on the way leaves its own claim, which goes stale and is reaped the same way at the next
-// epoch. A claim whose run is missing or already terminal is taken and given back the same way.
+// epoch. A claim whose run is missing or already terminal is taken and given back the same way; a missing run
+// item that a store may still write late (agent.RunStubber: DynamoDB's ClaimRun is two writes) is stubbed failed
+// first, so that it cannot land as a running run that no claim names.
 //
 // Each sweep also marks pending interrupts past their age expired (compare-and-set, through the store's index
 // of pending interrupts); the transcript gets their results from the next turn that claims the thread.
@@ -328,6 +330,19 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 	missing := agent.IsKind(err, agent.KindNotFound)
 	if err != nil && !missing {
 		return fmt.Errorf("reaper: get run: %w", err)
+	}
+	if s, ok := r.store.(agent.RunStubber); ok && missing {
+		// The run item may still land (ClaimRun's second write, late): stub it, failed, so that it cannot
+		// (REVIEW D15); or, landed meanwhile, finish it as any.
+		now := r.clock.Now()
+		stub := agent.Run{ID: runID, ThreadID: threadID, Status: agent.RunFailed, Epoch: hold.Epoch - 1,
+			Error:     &agent.RunError{Code: agent.CodeStale, Message: "The run stopped unexpectedly."},
+			CreatedAt: now, UpdatedAt: now, FinishedAt: now}
+		var created bool
+		if err := retry(ctx, func() error { run, created, err = s.StubRun(ctx, stub); return err }); err != nil {
+			return fmt.Errorf("reaper: stub missing run: %w", err)
+		}
+		missing = created
 	}
 	if !missing && run.Status == agent.RunRunning {
 		// Fence B: every id the dead run can still create is stubbed (or, stored, fenced) at the reaper's epoch

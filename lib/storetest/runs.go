@@ -52,6 +52,7 @@ func runTests() []test {
 		c{"OrphanListedThroughLaterTurns", testOrphanThroughLaterTurns},
 		c{"NoteTakesSealedByTheOutcome", testNoteTakes},
 		c{"ReleasedUsageKeptUntilTheOutcome", testReleasedUsage},
+		c{"StubRunOnlyWhereMissing", testStubRun},
 	)
 }
 
@@ -1341,5 +1342,46 @@ func testReleasedUsage(e *claims) {
 	must(t, err, "GetRun after the outcome")
 	if got.Released != nil || got.Usage != u || got.Status != agent.RunInterrupted {
 		t.Fatalf("after the outcome: %s usage %+v released %+v, want interrupted, usage %+v, nothing released", got.Status, got.Usage, got.Released, u)
+	}
+}
+
+// testStubRun: the reaper's stub of a run item its claim's write never stored (agent.RunStubber, REVIEW D15) is
+// stored only where no run item with its id exists: it reads back as given, a stored run is returned unchanged,
+// and a second stub changes nothing. A store that writes a claim and its run in one write does not offer it.
+func testStubRun(e *claims) {
+	t := e.t
+	stubber, ok := any(e.s).(agent.RunStubber)
+	if !ok {
+		t.Skip("the store writes a claim and its run item in one write (no agent.RunStubber)")
+	}
+	th := newThread(e)
+	now := at(time.Minute)
+	stub := agent.Run{ID: e.id("run"), ThreadID: th.ID, Status: agent.RunFailed, Epoch: 1,
+		Error: &agent.RunError{Code: agent.CodeStale, Message: "The run stopped unexpectedly."}, CreatedAt: now, UpdatedAt: now, FinishedAt: now}
+	got, created, err := stubber.StubRun(e.ctx, stub)
+	must(t, err, "StubRun")
+	if !created || got.ID != stub.ID || got.Status != agent.RunFailed {
+		t.Fatalf("StubRun of a missing run = %+v, created %v; want the stub stored", got, created)
+	}
+	stored, err := e.s.GetRun(e.ctx, th.ID, stub.ID)
+	must(t, err, "GetRun(stub)")
+	if stored.Status != agent.RunFailed || stored.Error == nil || *stored.Error != *stub.Error || stored.Epoch != 1 {
+		t.Fatalf("the stub reads back as %+v", stored)
+	}
+	again := stub
+	again.Error = &agent.RunError{Code: agent.CodeInternal, Message: "other"}
+	got, created, err = stubber.StubRun(e.ctx, again)
+	must(t, err, "StubRun again")
+	if created || got.Error == nil || *got.Error != *stub.Error {
+		t.Fatalf("a second StubRun = %+v, created %v; want the first stub, unchanged", got, created)
+	}
+	// A stored run (here a claim's) is left alone.
+	run := claim(e, th, e.id("run"), at(2*time.Minute)).Run
+	other := stub
+	other.ID = run.ID
+	got, created, err = stubber.StubRun(e.ctx, other)
+	must(t, err, "StubRun of a stored run")
+	if created || got.Status != agent.RunRunning || got.Epoch != run.Epoch {
+		t.Fatalf("StubRun of a stored running run = %+v, created %v; want the run as stored", got, created)
 	}
 }
