@@ -241,8 +241,11 @@ func (l *ledger) DeleteValue(ctx context.Context, ns, key string) error {
 func (l *ledger) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.Interrupt, bool, error) {
 	return l.use("CreateInterrupt").CreateInterrupt(ctx, in)
 }
-func (l *ledger) GetInterrupt(ctx context.Context, threadID, id string) (agent.Interrupt, error) {
-	return l.use("GetInterrupt").GetInterrupt(ctx, threadID, id)
+func (l *ledger) GetInterrupt(ctx context.Context, threadID, messageID, id string) (agent.Interrupt, error) {
+	return l.use("GetInterrupt").GetInterrupt(ctx, threadID, messageID, id)
+}
+func (l *ledger) ListMessageInterrupts(ctx context.Context, threadID, messageID string) ([]agent.Interrupt, error) {
+	return l.use("ListMessageInterrupts").ListMessageInterrupts(ctx, threadID, messageID)
 }
 func (l *ledger) ListInterrupts(ctx context.Context, threadID string) ([]agent.Interrupt, error) {
 	return l.use("ListInterrupts").ListInterrupts(ctx, threadID)

@@ -98,6 +98,10 @@ func (c counting) ListInterrupts(ctx context.Context, id string) ([]agent.Interr
 	c.p.count()
 	return c.Store.ListInterrupts(ctx, id)
 }
+func (c counting) ListMessageInterrupts(ctx context.Context, id, messageID string) ([]agent.Interrupt, error) {
+	c.p.count()
+	return c.Store.ListMessageInterrupts(ctx, id, messageID)
+}
 func (c counting) ResolveInterrupt(ctx context.Context, r agent.ResolveRequest) (agent.Interrupt, error) {
 	c.p.count()
 	return c.Store.ResolveInterrupt(ctx, r)

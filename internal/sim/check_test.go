@@ -178,7 +178,7 @@ func (w *world) closeInterrupts(ctx context.Context) {
 		}
 		for _, in := range ins {
 			if in.Status == agent.InterruptPending {
-				_, _ = w.base.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.id, ID: in.ID, Status: agent.InterruptCanceled, Now: w.clock.Now()})
+				_, _ = w.base.ResolveInterrupt(ctx, in.Resolve(agent.InterruptCanceled, w.clock.Now()))
 			}
 		}
 	}

@@ -285,7 +285,7 @@ func (p *proc) slow(ctx context.Context, method string, kind callKind) bool {
 	switch {
 	case p.dead:
 		return false
-	case method == "Enqueue", deliver && method == "GetJob", deliver && method == "ListInterrupts" && !p.claimTried:
+	case method == "Enqueue", deliver && method == "GetJob", deliver && method == "ListMessageInterrupts" && !p.claimTried:
 		return p.rng.IntN(4) == 0
 	}
 	return false

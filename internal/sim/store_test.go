@@ -559,13 +559,29 @@ func (s *procStore) CreateInterrupt(ctx context.Context, in agent.Interrupt) (go
 	return got, created, err
 }
 
-func (s *procStore) GetInterrupt(ctx context.Context, threadID, id string) (in agent.Interrupt, err error) {
+func (s *procStore) GetInterrupt(ctx context.Context, threadID, messageID, id string) (in agent.Interrupt, err error) {
 	err = s.call(ctx, "GetInterrupt", false, callPlain, nil, threadID, func(ctx context.Context) error {
 		var e error
-		in, e = s.Store.GetInterrupt(ctx, threadID, id)
+		in, e = s.Store.GetInterrupt(ctx, threadID, messageID, id)
 		return e
 	})
 	return in, err
+}
+
+func (s *procStore) ListMessageInterrupts(ctx context.Context, threadID, messageID string) (ins []agent.Interrupt, err error) {
+	if e := goroutineEntry(); e == entryPlanRead || e == entryGetRead {
+		// Beside a read of the messages (see goroutineEntry): no fate.
+		if s.p.isDead() {
+			return nil, s.p.parkDead()
+		}
+		return s.Store.ListMessageInterrupts(ctx, threadID, messageID)
+	}
+	err = s.call(ctx, "ListMessageInterrupts", false, callPlain, nil, threadID, func(ctx context.Context) error {
+		var e error
+		ins, e = s.Store.ListMessageInterrupts(ctx, threadID, messageID)
+		return e
+	})
+	return ins, err
 }
 
 func (s *procStore) ListInterrupts(ctx context.Context, threadID string) (ins []agent.Interrupt, err error) {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -65,24 +66,33 @@ func (in Interrupt) Pending(now time.Time) bool {
 	return in.Status == InterruptPending && now.Before(in.ExpiresAt)
 }
 
-// InterruptStore keeps interrupts, one item each, keyed by (ThreadID, ID). DeleteThread removes a thread's
-// interrupts with everything else under it.
+// InterruptStore keeps interrupts, one item each, keyed by (ThreadID, MessageID, ID): an interrupt is found by the
+// message that asks it, so what a turn, a view or the reaper reads grows with that message's questions, not with
+// all the thread ever asked (REVIEW S7). An ID is unique within its thread (callers derive it from the thread, the
+// run and the call) and holds no '#'. DeleteThread removes a thread's interrupts with everything else under it.
 type InterruptStore interface {
-	// CreateInterrupt inserts in (Status must be pending) if no interrupt with (in.ThreadID, in.ID) exists. It
+	// CreateInterrupt inserts in (Status must be pending) if no interrupt with (in.ThreadID, in.ID) exists (the
+	// same ID asked by another message is the caller's error, which the stores need not detect). It
 	// returns the stored interrupt and whether this call created it; an existing one is returned unchanged (a
 	// retried insert whose first attempt applied converges). Unknown or tombstoned thread: KindNotFound.
 	CreateInterrupt(ctx context.Context, in Interrupt) (Interrupt, bool, error)
-	// GetInterrupt: unknown id is KindNotFound/CodeInterruptNotFound.
-	GetInterrupt(ctx context.Context, threadID, id string) (Interrupt, error)
-	// ListInterrupts returns the thread's interrupts, oldest first (ties by id), every status. A resolved
-	// interrupt is kept at least DefaultResolvedInterruptKeep after its ResolvedAt and removed after that: SQLite
-	// by the thread's next resolve, DynamoDB by the table's TTL (within days of it).
+	// GetInterrupt: unknown id (or one asked by another message) is KindNotFound/CodeInterruptNotFound.
+	GetInterrupt(ctx context.Context, threadID, messageID, id string) (Interrupt, error)
+	// ListMessageInterrupts returns the interrupts asked by message messageID of the thread, oldest first (ties by
+	// id), every status. It reads that message's interrupts only: its cost does not grow with the interrupts of
+	// the thread's other messages. Unknown thread or message: none.
+	ListMessageInterrupts(ctx context.Context, threadID, messageID string) ([]Interrupt, error)
+	// ListInterrupts returns the thread's interrupts, oldest first (ties by id), every status: the whole history,
+	// for checks and tests (no turn, view or reaper reads it; they read one message's). A resolved interrupt is
+	// kept at least DefaultResolvedInterruptKeep after its ResolvedAt and removed after that: SQLite by the
+	// thread's next resolve, DynamoDB by the table's TTL (within days of it).
 	ListInterrupts(ctx context.Context, threadID string) ([]Interrupt, error)
 	// ResolveInterrupt moves the interrupt from pending to req.Status (any status but pending) with req.Response
 	// and ResolvedAt = req.Now, by compare-and-set on status = pending. It returns the interrupt as stored after
 	// the call. When the stored status is no longer pending it changes nothing and returns the stored interrupt
 	// together with KindConflict/CodeAlreadyResolved (so a caller can tell an identical repeat, or its own
-	// retried write whose answer was lost, from a conflicting answer). Unknown id: KindNotFound.
+	// retried write whose answer was lost, from a conflicting answer). Unknown id (or one asked by another
+	// message): KindNotFound.
 	ResolveInterrupt(ctx context.Context, req ResolveRequest) (Interrupt, error)
 	// ListExpiredInterrupts returns up to limit (<= 0: DefaultListLimit) pending interrupts whose ExpiresAt is
 	// before before, across all threads, in no promised order: the reaper's work list. It reads an index of
@@ -90,13 +100,19 @@ type InterruptStore interface {
 	ListExpiredInterrupts(ctx context.Context, before time.Time, limit int) ([]Interrupt, error)
 }
 
+// Resolve is the request that resolves in as status at now (no response: set one on the result).
+func (in Interrupt) Resolve(status InterruptStatus, now time.Time) ResolveRequest {
+	return ResolveRequest{ThreadID: in.ThreadID, MessageID: in.MessageID, ID: in.ID, Status: status, Now: now}
+}
+
 // ResolveRequest is one compare-and-set from pending.
 type ResolveRequest struct {
-	ThreadID string
-	ID       string
-	Status   InterruptStatus
-	Response json.RawMessage
-	Now      time.Time
+	ThreadID  string
+	MessageID string // the message that asked it (Interrupt.MessageID): part of its key
+	ID        string
+	Status    InterruptStatus
+	Response  json.RawMessage
+	Now       time.Time
 }
 
 // Check refuses an interrupt no store keeps (both stores answer the same input with the same code).
@@ -104,8 +120,10 @@ func (in Interrupt) Check() error {
 	switch {
 	case in.ThreadID == "":
 		return E(KindInvalid, CodeInvalidThreadID, "interrupt needs a thread id")
-	case in.ID == "":
-		return E(KindInvalid, CodeInvalidMessage, "interrupt needs an id")
+	case in.ID == "" || strings.Contains(in.ID, "#"):
+		return E(KindInvalid, CodeInvalidMessage, "interrupt needs an id without '#'")
+	case in.MessageID == "":
+		return E(KindInvalid, CodeInvalidMessage, "interrupt %s needs the id of the message that asks it", in.ID)
 	case in.Kind != InterruptApproval && in.Kind != InterruptClientTool:
 		return E(KindInvalid, CodeInvalidMessage, "interrupt %s: unknown kind %q", in.ID, in.Kind)
 	case in.Status != InterruptPending:
@@ -130,6 +148,8 @@ func (r ResolveRequest) Check() error {
 		return E(KindInvalid, CodeInvalidThreadID, "resolve needs a thread id")
 	case r.ID == "":
 		return E(KindInvalid, CodeInvalidMessage, "resolve needs an interrupt id")
+	case r.MessageID == "":
+		return E(KindInvalid, CodeInvalidMessage, "resolve of %s needs the id of the message that asked it", r.ID)
 	case len(r.Response) > 0 && !json.Valid(r.Response):
 		return E(KindInvalid, CodeInvalidMessage, "interrupt %s: response is not valid JSON", r.ID)
 	}

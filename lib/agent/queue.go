@@ -139,15 +139,27 @@ func Asks(newest *Message, ins []Interrupt, now time.Time) bool {
 	})
 }
 
-// QueueWaitsIn is QueueWaits for a thread of s: the newest message is read (one message) only when it can matter,
-// when q holds no user message and one of ins is pending.
-func QueueWaitsIn(ctx context.Context, s MessageStore, threadID string, q []QueuedMessage, ins []Interrupt, now time.Time) (bool, error) {
-	if HoldsUser(q) || !slices.ContainsFunc(ins, func(in Interrupt) bool { return in.Pending(now) }) {
+// QueueWaitsIn is QueueWaits for a thread of s. It reads only when that can matter: the newest message (one
+// message) when q holds no user message, and that message's interrupts (not the thread's, REVIEW S7) when it
+// ended interrupted.
+func QueueWaitsIn(ctx context.Context, s interface {
+	MessageStore
+	InterruptStore
+}, threadID string, q []QueuedMessage, now time.Time) (bool, error) {
+	if HoldsUser(q) {
 		return false, nil
 	}
 	page, err := s.ListMessagesPage(ctx, threadID, MessagePage{Limit: 1})
 	if err != nil || len(page.Items) == 0 {
 		return false, err
 	}
-	return QueueWaits(q, &page.Items[0].Message, ins, now), nil
+	newest := &page.Items[0].Message
+	if newest.Role != RoleAssistant || newest.Meta().Status != MessageInterrupted {
+		return false, nil
+	}
+	ins, err := s.ListMessageInterrupts(ctx, threadID, newest.ID)
+	if err != nil {
+		return false, err
+	}
+	return QueueWaits(q, newest, ins, now), nil
 }

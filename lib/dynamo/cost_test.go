@@ -226,12 +226,12 @@ func TestInterruptCost(t *testing.T) {
 		return err
 	})
 	step("ResolveInterrupt", cost{writes: 1, indexWrites: 1, tableWCU: 1, indexWCU: 1}, func() error {
-		_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptApproved,
+		_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptApproved,
 			Response: []byte(`{"approved":true,"reason":""}`), Now: t0.Add(time.Minute)})
 		return err
 	})
 	step("ResolveInterrupt (already resolved)", cost{reads: failReads(), writes: 1, tableWCU: 1}, func() error {
-		_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptDenied, Now: t0})
+		_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptDenied, Now: t0})
 		if !errors.Is(err, agent.ErrAlreadyResolved) {
 			return fmt.Errorf("want already_resolved, got %v", err)
 		}

@@ -8,7 +8,8 @@
 //	message head    THREAD#<id>        MSG#<messageId>                 seq, role, body, writer's fence, final/hidden
 //	message chunk   THREAD#<id>        MSGC#<messageId>#<ver>#<nnnn>   a slice of a large body
 //	run             THREAD#<id>        RUN#<runId>                     outcome, epoch, reserved positions
-//	interrupt       THREAD#<id>        INT#<interruptId>               status, input, response; index keys while pending
+//	interrupt       THREAD#<id>        INTM#<messageId>#<interruptId>  status, input, response; index keys while pending
+//	                                   (INT#<interruptId> when an older build stored it: read, never written)
 //	interrupt chunk THREAD#<id>        INTC#<interruptId>#<ver>#<nnnn> a slice of a large input or response
 //	job             THREAD#<id>        JOB#<jobId>                     input, activity, result; index keys till delivery
 //	job chunk       THREAD#<id>        JOBC#<jobId>#<ver>#<nnnn>       a slice of a large input or result

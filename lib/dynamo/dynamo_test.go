@@ -261,8 +261,15 @@ func TestRequestCounts(t *testing.T) {
 			}
 			return err
 		}, 1, 1},
-		{"GetInterrupt", func() error { _, err := s.GetInterrupt(ctx, th.ID, "i1"); return err }, 2, 0},
-		{"ListInterrupts", func() error { _, err := s.ListInterrupts(ctx, th.ID); return err }, 2, 0},
+		{"GetInterrupt", func() error { _, err := s.GetInterrupt(ctx, th.ID, "a1", "i1"); return err }, 2, 0},
+		{"ListInterrupts (the new key shape and the old)", func() error { _, err := s.ListInterrupts(ctx, th.ID); return err }, 3, 0},
+		{"ListMessageInterrupts", func() error {
+			if got, err := s.ListMessageInterrupts(ctx, th.ID, "a1"); err != nil || len(got) != 1 {
+				return fmt.Errorf("want i1, got %d, %v", len(got), err)
+			}
+			return nil
+		}, 2, 0},
+		{"ListMessageInterrupts (none: the old key shape is read too)", func() error { _, err := s.ListMessageInterrupts(ctx, th.ID, "a2"); return err }, 3, 0},
 		// 16 shard Queries of the pending index, one BatchGetItem of the nominee.
 		{"ListExpiredInterrupts (one expired)", func() error {
 			got, err := s.ListExpiredInterrupts(ctx, t0, 0)
@@ -272,11 +279,11 @@ func TestRequestCounts(t *testing.T) {
 			return err
 		}, 17, 0},
 		{"ResolveInterrupt", func() error {
-			_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: "i1", Status: agent.InterruptExpired, Now: t0})
+			_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: "a1", ID: "i1", Status: agent.InterruptExpired, Now: t0})
 			return err
 		}, 0, 1},
 		{"ResolveInterrupt (already resolved)", func() error {
-			_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: "i1", Status: agent.InterruptApproved, Now: t0})
+			_, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: "a1", ID: "i1", Status: agent.InterruptApproved, Now: t0})
 			if !errors.Is(err, agent.ErrAlreadyResolved) {
 				return fmt.Errorf("want already_resolved, got %v", err)
 			}

@@ -33,7 +33,7 @@ const (
 )
 
 func interruptItem(in agent.Interrupt) item {
-	it := key(threadPK(in.ThreadID), intSK(in.ID))
+	it := key(threadPK(in.ThreadID), intMsgSK(in.MessageID, in.ID))
 	it[attrKind] = avS("interrupt")
 	it[attrID] = avS(in.ID)
 	it[attrThreadID] = avS(in.ThreadID)
@@ -146,11 +146,19 @@ func (s *Store) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.
 	return list[0], false, nil
 }
 
-// GetInterrupt is one strongly consistent GetItem (plus one BatchGetItem when a value is chunked).
-func (s *Store) GetInterrupt(ctx context.Context, threadID, id string) (agent.Interrupt, error) {
+// GetInterrupt is one strongly consistent GetItem (plus one BatchGetItem when a value is chunked), and a second
+// GetItem of the older key (INT#<id>) when the first finds nothing (see legacyInterrupts).
+func (s *Store) GetInterrupt(ctx context.Context, threadID, messageID, id string) (agent.Interrupt, error) {
 	base := s.readBase(ctx, threadID)
-	head, err := s.getItem(ctx, key(threadPK(threadID), intSK(id)))
+	head, err := s.getItem(ctx, key(threadPK(threadID), intMsgSK(messageID, id)))
+	if err == nil && head == nil {
+		head, err = s.getItem(ctx, key(threadPK(threadID), intSK(id)))
+		if head != nil && getS(head, attrMessageID) != messageID {
+			head = nil
+		}
+	}
 	if err != nil {
+		_, _ = base.wait()
 		return agent.Interrupt{}, err
 	}
 	if kept, err := base.keep([]item{head}, attrEpoch); err != nil {
@@ -171,17 +179,46 @@ func (s *Store) GetInterrupt(ctx context.Context, threadID, id string) (agent.In
 	return got[0], nil
 }
 
-// ListInterrupts is one Query over the thread's INT# heads (plus one BatchGetItem for chunked values), ordered by
-// creation, then id.
-func (s *Store) ListInterrupts(ctx context.Context, threadID string) ([]agent.Interrupt, error) {
+// ListMessageInterrupts is one strongly consistent Query over the message's heads, begins_with(sk,
+// "INTM#<messageId>#") (plus one BatchGetItem for chunked values), ordered by creation, then id: it reads that
+// message's interrupts and no other's (REVIEW S7). A message with none there is looked up among the interrupts an
+// older build stored (legacyInterrupts): one more Query, which finds nothing once those are gone.
+func (s *Store) ListMessageInterrupts(ctx context.Context, threadID, messageID string) ([]agent.Interrupt, error) {
 	base := s.readBase(ctx, threadID)
-	var heads []item
-	if err := s.queryPrefix(ctx, threadPK(threadID), prefixInt, false, func(it item) error {
-		heads = append(heads, it)
-		return nil
-	}); err != nil {
+	heads, err := s.interruptHeads(ctx, threadID, intMsgPrefix(messageID), messageID)
+	if err == nil && len(heads) == 0 {
+		heads, err = s.interruptHeads(ctx, threadID, prefixInt, messageID)
+	}
+	if err != nil {
+		_, _ = base.wait()
 		return nil, err
 	}
+	return s.keptInterrupts(ctx, base, heads)
+}
+
+// legacyInterrupts: before REVIEW S7 an interrupt's key was INT#<interruptId>, so a message's interrupts could be
+// found only by reading the thread's every one. This build writes INTM#<messageId>#<interruptId> and reads the old
+// shape only where the new one finds nothing: GetInterrupt and ResolveInterrupt try INT#<id> after a miss, and
+// ListMessageInterrupts queries begins_with(sk, "INT#") (old heads only: INTC# chunks and INTM# heads sort
+// elsewhere) when the message has no new-shape interrupt. No build writes INT# heads any more; a pending one
+// ends within DefaultInterruptTTL (answered, settled or expired by the reaper, which finds it through the pending
+// index as before) and a resolved one leaves by TTL a day after its answer, after which that Query reads nothing.
+
+// interruptHeads reads the heads under one prefix of the thread, keeping those of messageID ("" keeps all).
+func (s *Store) interruptHeads(ctx context.Context, threadID, prefix, messageID string) ([]item, error) {
+	var heads []item
+	err := s.queryPrefix(ctx, threadPK(threadID), prefix, false, func(it item) error {
+		if messageID == "" || getS(it, attrMessageID) == messageID {
+			heads = append(heads, it)
+		}
+		return nil
+	})
+	return heads, err
+}
+
+// keptInterrupts drops the heads of an earlier incarnation of the thread, decodes the rest and orders them by
+// creation, then id.
+func (s *Store) keptInterrupts(ctx context.Context, base *baseRead, heads []item) ([]agent.Interrupt, error) {
 	heads, err := base.keep(heads, attrEpoch)
 	if err != nil {
 		return nil, err
@@ -192,6 +229,24 @@ func (s *Store) ListInterrupts(ctx context.Context, threadID string) ([]agent.In
 	}
 	sortChildren(out, func(in agent.Interrupt) (time.Time, string, string) { return in.CreatedAt, in.ThreadID, in.ID })
 	return out, nil
+}
+
+// ListInterrupts reads the thread's whole history: one Query over its INTM# heads and one over the INT# heads an
+// older build stored (plus one BatchGetItem for chunked values), ordered by creation, then id. No turn, view or
+// reaper calls it (ListMessageInterrupts).
+func (s *Store) ListInterrupts(ctx context.Context, threadID string) ([]agent.Interrupt, error) {
+	base := s.readBase(ctx, threadID)
+	heads, err := s.interruptHeads(ctx, threadID, prefixIntMsg, "")
+	if err == nil {
+		var old []item
+		old, err = s.interruptHeads(ctx, threadID, prefixInt, "")
+		heads = append(heads, old...)
+	}
+	if err != nil {
+		_, _ = base.wait()
+		return nil, err
+	}
+	return s.keptInterrupts(ctx, base, heads)
 }
 
 // sortChildren orders a thread's children (interrupts, jobs) by a time, then thread and id.
@@ -209,9 +264,10 @@ func sortChildren[T any](list []T, by func(T) (at time.Time, threadID, id string
 	})
 }
 
-// ResolveInterrupt is the compare-and-set, one UpdateItem on the interrupt head:
+// ResolveInterrupt is the compare-and-set, one UpdateItem on the interrupt head (INTM#<messageId>#<id>; when that
+// finds no interrupt, a second on INT#<id>, where an older build stored it: legacyInterrupts):
 //
-//	condition: #status = :pending
+//	condition: #status = :pending AND messageId = :message
 //	update:    SET status = :status, resolvedAt = :now, resolveId = :call, expiresAt = :now + keep (TTL)
 //	           [, respBody | respVer, respChunks [, respEnc]]
 //	           REMOVE pendingShard, pendingExpiresAt
@@ -230,7 +286,6 @@ func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) 
 		return agent.Interrupt{}, err
 	}
 	pk := threadPK(req.ThreadID)
-	k := key(pk, intSK(req.ID))
 	resp := item{}
 	chunks, err := s.packValue(responseBlob, resp, pk, intChunkSK(req.ID), req.Response)
 	if err != nil {
@@ -252,32 +307,43 @@ func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) 
 	}
 	sort.Strings(sets[4:]) // a stable request, for the recorded tests and for people reading logs
 	update := "SET " + strings.Join(sets, ", ") + " REMOVE " + e.n(AttrPendingShard) + ", " + e.n(AttrPendingExpiry)
-	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 k,
-		UpdateExpression:                    aws.String(update),
-		ConditionExpression:                 aws.String(e.n(attrStatus) + " = " + e.v(avS(string(agent.InterruptPending)))),
-		ExpressionAttributeNames:            e.attrNames(),
-		ExpressionAttributeValues:           e.attrValues(),
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	if err == nil {
-		got, err := s.loadInterrupts(ctx, []item{res.Attributes})
-		if err != nil {
+	// The message is in the new key; an interrupt an older build stored (legacyInterrupts) names it only here.
+	cond := e.n(attrStatus) + " = " + e.v(avS(string(agent.InterruptPending))) + " AND " + e.n(attrMessageID) + " = " + e.v(avS(req.MessageID))
+	var old item
+	for _, sk := range []string{intMsgSK(req.MessageID, req.ID), intSK(req.ID)} {
+		k := key(pk, sk)
+		res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                           aws.String(s.table),
+			Key:                                 k,
+			UpdateExpression:                    aws.String(update),
+			ConditionExpression:                 aws.String(cond),
+			ExpressionAttributeNames:            e.attrNames(),
+			ExpressionAttributeValues:           e.attrValues(),
+			ReturnValues:                        types.ReturnValueAllNew,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		if err == nil {
+			got, err := s.loadInterrupts(ctx, []item{res.Attributes})
+			if err != nil {
+				return agent.Interrupt{}, err
+			}
+			if len(got) == 0 {
+				return agent.Interrupt{}, interruptNotFound(req.ThreadID, req.ID) // deleted with its thread meanwhile
+			}
+			return got[0], nil
+		}
+		if !isConditionFailed(err) {
+			return agent.Interrupt{}, storeErr(err, "resolve interrupt")
+		}
+		if old, err = s.failedItem(ctx, err, k); err != nil {
 			return agent.Interrupt{}, err
 		}
-		if len(got) == 0 {
-			return agent.Interrupt{}, interruptNotFound(req.ThreadID, req.ID) // deleted with its thread meanwhile
+		if len(old) > 0 && getS(old, attrMessageID) != req.MessageID {
+			old = nil // another message's interrupt (older key shape): not this one
 		}
-		return got[0], nil
-	}
-	if !isConditionFailed(err) {
-		return agent.Interrupt{}, storeErr(err, "resolve interrupt")
-	}
-	old, err := s.failedItem(ctx, err, k)
-	if err != nil {
-		return agent.Interrupt{}, err
+		if len(old) > 0 {
+			break
+		}
 	}
 	mine := len(old) > 0 && getS(old, attrResolveID) == call
 	if !mine {

@@ -72,7 +72,7 @@ func TestPendingIndexHoldsOnlyPending(t *testing.T) {
 		t.Fatalf("%d pending index entries after 3 creates, want 3", n)
 	}
 	for i, st := range []agent.InterruptStatus{agent.InterruptApproved, agent.InterruptExpired} {
-		if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: fmt.Sprintf("i%d", i), Status: st, Now: t0}); err != nil {
+		if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: "a1", ID: fmt.Sprintf("i%d", i), Status: st, Now: t0}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,7 +117,7 @@ func TestHalfDoneDeleteRemovesInterrupts(t *testing.T) {
 	for _, in := range []agent.Interrupt{approval(th.ID, "pending", t0.Add(-time.Hour)), big, approval(th.ID, "done", t0)} {
 		mustCreateInterrupt(t, s, in)
 	}
-	if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: "done", Status: agent.InterruptDenied,
+	if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: "a1", ID: "done", Status: agent.InterruptDenied,
 		Response: json.RawMessage(`{"approved":false}`), Now: t0}); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestHalfDoneDeleteRemovesInterrupts(t *testing.T) {
 		t.Fatalf("%d pending index entries left", n)
 	}
 	for _, id := range []string{"pending", "big", "done"} {
-		if _, err := s.GetInterrupt(ctx, th.ID, id); !errors.Is(err, agent.ErrInterruptNotFound) {
+		if _, err := s.GetInterrupt(ctx, th.ID, "a1", id); !errors.Is(err, agent.ErrInterruptNotFound) {
 			t.Errorf("GetInterrupt(%s) after the delete: %v, want interrupt_not_found", id, err)
 		}
 	}
@@ -211,7 +211,7 @@ func TestInterruptItemsStayUnderLimit(t *testing.T) {
 		in.Input, _ = json.Marshal(map[string]string{"document": incompressible(size)})
 		mustCreateInterrupt(t, s, in)
 		resp, _ := json.Marshal(map[string]any{"output": incompressible(size)})
-		got, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptAnswered,
+		got, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptAnswered,
 			Response: resp, Now: t0})
 		if err != nil {
 			t.Fatal(err)
@@ -258,9 +258,9 @@ const (
 func TestInterruptFailuresClassifiedFromTheReturnedItem(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	in := agent.Interrupt{ID: "i1", ThreadID: "th", RunID: "r9", Kind: agent.InterruptApproval, ToolName: "other",
+	in := agent.Interrupt{ID: "i1", ThreadID: "th", RunID: "r9", MessageID: "a1", Kind: agent.InterruptApproval, ToolName: "other",
 		Input: json.RawMessage(`{"id":2}`), Status: agent.InterruptPending, CreatedAt: t0, ExpiresAt: t0}
-	resolve := agent.ResolveRequest{ThreadID: "th", ID: "i1", Status: agent.InterruptApproved, Response: json.RawMessage(`{"approved":true}`), Now: t0}
+	resolve := agent.ResolveRequest{ThreadID: "th", MessageID: "a1", ID: "i1", Status: agent.InterruptApproved, Response: json.RawMessage(`{"approved":true}`), Now: t0}
 	thread := answer{200, `{"Item":` + threadJSON("") + `}`}
 
 	t.Run("resolve: a resolved interrupt comes back with already_resolved", func(t *testing.T) {
@@ -306,4 +306,87 @@ func TestInterruptFailuresClassifiedFromTheReturnedItem(t *testing.T) {
 		}
 		r.want(t, "PutItem", "GetItem") // not ours: nothing is deleted
 	})
+}
+
+// Interrupts an older build stored under INT#<id> (before REVIEW S7 keyed them by message) stay readable and
+// answerable: a deploy while approvals wait loses none. ListMessageInterrupts finds them when the message has no
+// INTM# interrupt, GetInterrupt and ResolveInterrupt after a miss on the new key, and the resolve takes one out of
+// the pending index like any other.
+func TestInterruptsOfTheOlderKeyShape(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	s := f.store
+	th := thread(t, s, "th-int-legacy")
+	pk := "THREAD#" + th.ID
+	waiting, answered := approval(th.ID, "waiting", t0.Add(time.Hour)), approval(th.ID, "answered", t0.Add(time.Hour))
+	other := approval(th.ID, "other", t0.Add(time.Hour))
+	other.MessageID = "a0"
+	for _, in := range []agent.Interrupt{waiting, answered, other} {
+		mustCreateInterrupt(t, s, in)
+		// Moved to the key an older build wrote, with every attribute as it was.
+		sk := "INTM#" + in.MessageID + "#" + in.ID
+		got, err := f.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(f.table), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: pk}, dynamo.AttrSK: &types.AttributeValueMemberS{Value: sk}}})
+		if err != nil || len(got.Item) == 0 {
+			t.Fatalf("GetItem(%s): %d attributes, %v", sk, len(got.Item), err)
+		}
+		got.Item[dynamo.AttrSK] = &types.AttributeValueMemberS{Value: "INT#" + in.ID}
+		if _, err := f.client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: got.Item}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(f.table),
+			Key: map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: pk}, dynamo.AttrSK: &types.AttributeValueMemberS{Value: sk}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countPrefix(t, f, pk, "INTM#"); n != 0 {
+		t.Fatalf("%d INTM# items left, want every interrupt under the older key", n)
+	}
+	answer := answered.Resolve(agent.InterruptApproved, t0)
+	answer.Response = json.RawMessage(`{"approved":true}`)
+	if got, err := s.ResolveInterrupt(ctx, answer); err != nil || got.Status != agent.InterruptApproved {
+		t.Fatalf("ResolveInterrupt of an older-key interrupt = %+v, %v", got, err)
+	}
+	if _, err := s.ResolveInterrupt(ctx, answer); !errors.Is(err, agent.ErrAlreadyResolved) {
+		t.Fatalf("ResolveInterrupt again: %v, want already_resolved", err)
+	}
+	wrong := waiting.Resolve(agent.InterruptDenied, t0)
+	wrong.MessageID = "a0"
+	if _, err := s.ResolveInterrupt(ctx, wrong); !agent.IsKind(err, agent.KindNotFound) {
+		t.Fatalf("ResolveInterrupt naming another message: %v, want not found", err)
+	}
+	list, err := s.ListMessageInterrupts(ctx, th.ID, "a1")
+	if err != nil || len(list) != 2 || list[0].ID != "answered" || list[1].ID != "waiting" || list[1].Status != agent.InterruptPending {
+		t.Fatalf("ListMessageInterrupts(a1) = %+v, %v; want answered, then waiting (pending)", list, err)
+	}
+	if got, err := s.GetInterrupt(ctx, th.ID, "a1", "waiting"); err != nil || got.ToolCallID != "call-waiting" {
+		t.Fatalf("GetInterrupt(waiting) = %+v, %v", got, err)
+	}
+	if _, err := s.GetInterrupt(ctx, th.ID, "a0", "waiting"); !errors.Is(err, agent.ErrInterruptNotFound) {
+		t.Fatalf("GetInterrupt naming another message: %v, want interrupt_not_found", err)
+	}
+	// The reaper finds the waiting one through the pending index, and expires it by its key.
+	expired, err := s.ListExpiredInterrupts(ctx, t0.Add(2*time.Hour), 0)
+	if err != nil || len(expired) != 2 {
+		t.Fatalf("ListExpiredInterrupts = %+v, %v; want waiting and other", expired, err)
+	}
+	for _, in := range expired {
+		if _, err := s.ResolveInterrupt(ctx, in.Resolve(agent.InterruptExpired, t0.Add(2*time.Hour))); err != nil {
+			t.Fatalf("expire %s: %v", in.ID, err)
+		}
+	}
+	if n := pendingEntries(t, f, th.ID); n != 0 {
+		t.Fatalf("%d pending index entries left", n)
+	}
+	// A new interrupt of the message is stored under the new key; both shapes are in the thread's history.
+	later := approval(th.ID, "later", t0.Add(time.Hour))
+	later.CreatedAt = t0.Add(time.Second)
+	mustCreateInterrupt(t, s, later)
+	if n := countPrefix(t, f, pk, "INTM#a1#"); n != 1 {
+		t.Fatalf("%d items under INTM#a1#, want the new one", n)
+	}
+	if all, err := s.ListInterrupts(ctx, th.ID); err != nil || len(all) != 4 {
+		t.Fatalf("ListInterrupts = %d, %v; want 4", len(all), err)
+	}
 }

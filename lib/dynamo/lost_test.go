@@ -203,12 +203,12 @@ func TestLostInterruptAnswersConverge(t *testing.T) {
 	if string(got.Input) != string(in.Input) {
 		t.Fatal("CreateInterrupt with its answer lost: input differs")
 	}
-	if stored, err := f.store.GetInterrupt(ctx, th.ID, in.ID); err != nil || string(stored.Input) != string(in.Input) {
+	if stored, err := f.store.GetInterrupt(ctx, th.ID, in.MessageID, in.ID); err != nil || string(stored.Input) != string(in.Input) {
 		t.Fatalf("GetInterrupt after the lost create: %v (input kept: %v)", err, err == nil && string(stored.Input) == string(in.Input))
 	}
 
 	resp, _ := json.Marshal(map[string]string{"output": incompressible(200 << 10)})
-	req := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptAnswered, Response: resp, Now: t0}
+	req := agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptAnswered, Response: resp, Now: t0}
 	s, l = lossyStore(t, f, func(op, body string) bool { return op == "UpdateItem" && strings.Contains(body, "resolveId") })
 	got, err = s.ResolveInterrupt(ctx, req)
 	if err != nil || l.lost != 1 || got.Status != agent.InterruptAnswered || string(got.Response) != string(resp) {
@@ -217,7 +217,7 @@ func TestLostInterruptAnswersConverge(t *testing.T) {
 	if _, err := f.store.ResolveInterrupt(ctx, req); !errors.Is(err, agent.ErrAlreadyResolved) {
 		t.Fatalf("a second, separate resolve: %v, want already_resolved", err)
 	}
-	if stored, err := f.store.GetInterrupt(ctx, th.ID, in.ID); err != nil || string(stored.Response) != string(resp) {
+	if stored, err := f.store.GetInterrupt(ctx, th.ID, in.MessageID, in.ID); err != nil || string(stored.Response) != string(resp) {
 		t.Fatalf("GetInterrupt after the lost resolve: %v", err)
 	}
 }

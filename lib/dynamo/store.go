@@ -188,7 +188,8 @@ const (
 	prefixSegPart = "SEGC#"
 	prefixVal     = "V#"
 	prefixValPart = "VC#"
-	prefixInt     = "INT#"
+	prefixInt     = "INT#" // before REVIEW S7: INT#<interruptId>, read only for what an older build stored
+	prefixIntMsg  = "INTM#"
 	prefixIntPart = "INTC#"
 	prefixJob     = "JOB#"
 	prefixJobPart = "JOBC#"
@@ -205,6 +206,12 @@ func valSK(key string) string         { return prefixVal + key }
 func intSK(id string) string          { return prefixInt + id }
 func jobSK(id string) string          { return prefixJob + id }
 func queueSK(messageID string) string { return prefixQ + messageID }
+
+// intMsgSK is an interrupt's key: the message that asked it, then its id (which holds no '#', agent.Interrupt.Check),
+// so the key splits at its last '#' and two interrupts cannot share one; intMsgPrefix is what the message's
+// interrupts begin with (a message whose id extends this one's with '#' shares it: readers keep only theirs).
+func intMsgSK(messageID, id string) string { return intMsgPrefix(messageID) + id }
+func intMsgPrefix(messageID string) string { return prefixIntMsg + messageID + "#" }
 
 // segSK pads seq to 20 digits so sort-key order is seq order.
 func segSK(seq int64) string { return prefixSeg + padSeq(seq) }

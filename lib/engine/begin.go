@@ -279,7 +279,7 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	if req.continues() {
 		go func() {
 			var err error
-			ins, err = t.e.store.ListInterrupts(ctx, t.thread.ID)
+			ins, err = t.e.store.ListMessageInterrupts(ctx, t.thread.ID, req.Message.ID)
 			insErr <- err
 		}()
 	}
@@ -390,7 +390,7 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	}
 	// The newest assistant message may wait for answers this turn leaves behind: close them.
 	if last := newestAssistant(msgs); last != nil && last.Meta().Status == agent.MessageInterrupted {
-		ins, err := t.e.store.ListInterrupts(ctx, t.thread.ID)
+		ins, err := t.e.store.ListMessageInterrupts(ctx, t.thread.ID, last.ID)
 		if err != nil {
 			return plan, fmt.Errorf("list interrupts: %w", err)
 		}

@@ -395,11 +395,18 @@ func (c *crashStore) ResolveInterrupt(ctx context.Context, req agent.ResolveRequ
 	return got, err
 }
 
-func (c *crashStore) GetInterrupt(ctx context.Context, threadID, id string) (agent.Interrupt, error) {
+func (c *crashStore) GetInterrupt(ctx context.Context, threadID, messageID, id string) (agent.Interrupt, error) {
 	if err := c.read(); err != nil {
 		return agent.Interrupt{}, err
 	}
-	return c.Store.GetInterrupt(ctx, threadID, id)
+	return c.Store.GetInterrupt(ctx, threadID, messageID, id)
+}
+
+func (c *crashStore) ListMessageInterrupts(ctx context.Context, threadID, messageID string) ([]agent.Interrupt, error) {
+	if err := c.read(); err != nil {
+		return nil, err
+	}
+	return c.Store.ListMessageInterrupts(ctx, threadID, messageID)
 }
 
 func (c *crashStore) ListInterrupts(ctx context.Context, threadID string) ([]agent.Interrupt, error) {

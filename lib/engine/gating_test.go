@@ -233,8 +233,8 @@ func (l *lateWrites) AppendSegment(ctx context.Context, s agent.Segment) error {
 	return l.call(name, true, func() error { return l.Store.AppendSegment(ctx, s) })
 }
 
-func (l *lateWrites) ListInterrupts(ctx context.Context, threadID string) (ins []agent.Interrupt, err error) {
-	err = l.call("ListInterrupts", false, func() error { ins, err = l.Store.ListInterrupts(ctx, threadID); return err })
+func (l *lateWrites) ListMessageInterrupts(ctx context.Context, threadID, messageID string) (ins []agent.Interrupt, err error) {
+	err = l.call("ListMessageInterrupts", false, func() error { ins, err = l.Store.ListMessageInterrupts(ctx, threadID, messageID); return err })
 	return ins, err
 }
 
@@ -327,9 +327,9 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 			return nil
 		}},
 		// The continuation's answer was resolved with no horizon check (issue 16 "Left" 5).
-		{name: "answer resolved", tools: []agent.Tool{guarded}, drive: answer(false), before: slowList("ListInterrupts")},
+		{name: "answer resolved", tools: []agent.Tool{guarded}, drive: answer(false), before: slowList("ListMessageInterrupts")},
 		// An interrupt found past its age was marked expired with no horizon check.
-		{name: "interrupt expired", tools: []agent.Tool{guarded}, drive: answer(true), before: slowList("ListInterrupts")},
+		{name: "interrupt expired", tools: []agent.Tool{guarded}, drive: answer(true), before: slowList("ListMessageInterrupts")},
 		// A delivery pass with nothing to answer wrote its final segment whatever the horizon said.
 		{name: "release", drive: func(t *testing.T, f *fixture, l *lateWrites, clock *manualClock, arm func()) {
 			ctx := context.Background()

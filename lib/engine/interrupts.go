@@ -139,7 +139,7 @@ func (t *Turn) expire(ctx context.Context, in agent.Interrupt, now time.Time) ag
 	var got agent.Interrupt
 	err := t.fenced(ctx, func(ctx context.Context) error {
 		var err error
-		got, err = t.e.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptExpired, Now: now})
+		got, err = t.e.store.ResolveInterrupt(ctx, in.Resolve(agent.InterruptExpired, now))
 		return err
 	})
 	if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
@@ -161,7 +161,8 @@ func (t *Turn) resolve(ctx context.Context) error {
 		if a.Repeat {
 			continue
 		}
-		req := agent.ResolveRequest{ThreadID: t.thread.ID, ID: a.Interrupt.ID, Status: a.Status, Response: a.Response, Now: now}
+		req := a.Interrupt.Resolve(a.Status, now)
+		req.Response = a.Response
 		var got agent.Interrupt
 		err := t.fenced(ctx, func(ctx context.Context) error {
 			var err error
@@ -289,7 +290,7 @@ func (t *Turn) settle(ctx context.Context, p *turnPlan, msg agent.Message, ins [
 			if !in.Pending(now) {
 				st = agent.InterruptExpired
 			}
-			p.cancel = append(p.cancel, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: st, Now: now})
+			p.cancel = append(p.cancel, in.Resolve(st, now))
 		}
 		status[in.ToolCallID], byCall[in.ToolCallID] = st, in
 	}

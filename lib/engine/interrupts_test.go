@@ -62,8 +62,8 @@ func TestApprovedToolGone(t *testing.T) {
 // lagging reads every interrupt as pending (a store whose reads lag behind its writes).
 type lagging struct{ agent.Store }
 
-func (l lagging) ListInterrupts(ctx context.Context, threadID string) ([]agent.Interrupt, error) {
-	ins, err := l.Store.ListInterrupts(ctx, threadID)
+func (l lagging) ListMessageInterrupts(ctx context.Context, threadID, messageID string) ([]agent.Interrupt, error) {
+	ins, err := l.Store.ListMessageInterrupts(ctx, threadID, messageID)
 	for i := range ins {
 		ins[i].Status, ins[i].Response = agent.InterruptPending, nil
 	}
@@ -128,7 +128,7 @@ func TestSettleTellsResolvedAnswers(t *testing.T) {
 		if strings.Contains(string(in.Input), `"ran":true`) {
 			st = agent.InterruptApproved
 		}
-		if _, err := f.store.ResolveInterrupt(context.Background(), agent.ResolveRequest{ThreadID: "th", ID: in.ID, Status: st, Now: time.Now()}); err != nil {
+		if _, err := f.store.ResolveInterrupt(context.Background(), in.Resolve(st, time.Now())); err != nil {
 			t.Fatal(err)
 		}
 	}

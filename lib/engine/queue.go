@@ -344,16 +344,16 @@ func (e *Engine) BeginQueued(ctx context.Context, threadID string) (*Turn, error
 	if len(q) == 0 {
 		return nil, ErrNothingQueued
 	}
-	ins, err := e.store.ListInterrupts(ctx, threadID)
-	if err != nil {
-		return nil, fmt.Errorf("list interrupts: %w", err)
-	}
-	waits, err := agent.QueueWaitsIn(ctx, e.store, threadID, q, ins, e.clock.Now())
-	if err != nil {
-		return nil, fmt.Errorf("read the newest message: %w", err)
-	}
-	if waits {
-		return nil, ErrNothingQueued // steers wait for the person's answer
+	// Whether steers wait for a person is asked of an idle thread only: a run that holds it refuses the claim
+	// below anyway (or, stale, is taken over, and the pass decides under its own claim, planQueued).
+	if th.ActiveRun == nil {
+		waits, err := agent.QueueWaitsIn(ctx, e.store, threadID, q, e.clock.Now())
+		if err != nil {
+			return nil, fmt.Errorf("read the newest message: %w", err)
+		}
+		if waits {
+			return nil, ErrNothingQueued // steers wait for the person's answer
+		}
 	}
 	trigger := agent.TriggerSteer
 	if agent.HoldsUser(q) {
@@ -373,7 +373,7 @@ func (t *Turn) planQueued(ctx context.Context, msgs []agent.Message, q []agent.Q
 	held := t.holds(msgs)
 	users := slices.ContainsFunc(q, func(x agent.QueuedMessage) bool { return x.Kind == agent.QueueUser && !held[x.Message.ID] })
 	if last := newestAssistant(msgs); last != nil && last.Meta().Status == agent.MessageInterrupted {
-		ins, err := t.e.store.ListInterrupts(ctx, t.thread.ID)
+		ins, err := t.e.store.ListMessageInterrupts(ctx, t.thread.ID, last.ID)
 		if err != nil {
 			return plan, fmt.Errorf("list interrupts: %w", err)
 		}

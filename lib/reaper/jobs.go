@@ -123,11 +123,7 @@ func (r *Reaper) sweepQueues(ctx context.Context, woken map[string]bool) (int, e
 		if err != nil || len(q) == 0 {
 			continue
 		}
-		ins, err := r.store.ListInterrupts(ctx, id)
-		if err != nil {
-			continue
-		}
-		if waits, err := agent.QueueWaitsIn(ctx, r.store, id, q, ins, now); err != nil || waits {
+		if waits, err := agent.QueueWaitsIn(ctx, r.store, id, q, now); err != nil || waits {
 			continue // only steers, and the newest message asks a person: the answer's turn takes them
 		}
 		if err := r.jobs.Wake(ctx, agent.JobTask{ThreadID: id, Wake: fmt.Sprintf("sweep-%s-%d", id, now.Unix()/60)}); err != nil {

@@ -236,7 +236,7 @@ func (r *Reaper) expire(ctx context.Context) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		_, err := r.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptExpired, Now: now})
+		_, err := r.store.ResolveInterrupt(ctx, in.Resolve(agent.InterruptExpired, now))
 		switch {
 		case err == nil:
 			n++
@@ -249,9 +249,10 @@ func (r *Reaper) expire(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// cancelAsked cancels the pending interrupts a dead run stored: its message was finalized without them.
+// cancelAsked cancels the pending interrupts a dead run stored (all asked by its message): its message was
+// finalized without them.
 func (r *Reaper) cancelAsked(ctx context.Context, run agent.Run) error {
-	ins, err := r.store.ListInterrupts(ctx, run.ThreadID)
+	ins, err := r.store.ListMessageInterrupts(ctx, run.ThreadID, run.AssistantMessageID)
 	if err != nil {
 		return fmt.Errorf("reaper: list interrupts: %w", err)
 	}
@@ -260,7 +261,7 @@ func (r *Reaper) cancelAsked(ctx context.Context, run agent.Run) error {
 			continue
 		}
 		err := retry(ctx, func() error {
-			_, err := r.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptCanceled, Now: r.clock.Now()})
+			_, err := r.store.ResolveInterrupt(ctx, in.Resolve(agent.InterruptCanceled, r.clock.Now()))
 			return err
 		})
 		if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
@@ -770,7 +771,7 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 // nothing new, so the message is left asking. Otherwise an interrupt still pending (the run died half way
 // through taking the answers) is added to cancel, and its call was not executed.
 func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []agent.Part, cancel *[]agent.ResolveRequest) ([]agent.Part, bool, error) {
-	all, err := r.store.ListInterrupts(ctx, run.ThreadID)
+	all, err := r.store.ListMessageInterrupts(ctx, run.ThreadID, run.AssistantMessageID)
 	if err != nil {
 		return nil, false, fmt.Errorf("reaper: list interrupts: %w", err)
 	}
@@ -800,7 +801,7 @@ func (r *Reaper) continued(ctx context.Context, run agent.Run, base, parts []age
 		switch in.Status {
 		case agent.InterruptPending:
 			// Canceled once the message that gives the call its result is stored (the message decides).
-			*cancel = append(*cancel, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptCanceled})
+			*cancel = append(*cancel, in.Resolve(agent.InterruptCanceled, time.Time{})) // Now: set at the write
 			p.State, p.Approval, p.ErrorText = agent.StateOutputError, nil, "Not executed: the run stopped before it took the answer."
 		case agent.InterruptDenied:
 			no := false

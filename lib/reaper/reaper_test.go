@@ -407,8 +407,10 @@ func TestTickExpiresAndCancelsInterrupts(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	run := f.claim(t, "th", "run_dead", now.Add(-time.Minute))
+	ins := map[string]string{} // interrupt id → the message that asked it
 	ask := func(id string, expires time.Time, runID string) {
 		t.Helper()
+		ins[id] = "msg_" + runID
 		in := agent.Interrupt{ID: id, ThreadID: "th", RunID: runID, MessageID: "msg_" + runID, Kind: agent.InterruptApproval,
 			ToolCallID: "call_" + id, ToolName: "delete_note", Input: json.RawMessage(`{}`), Status: agent.InterruptPending,
 			CreatedAt: now.Add(-25 * time.Hour), ExpiresAt: expires}
@@ -425,7 +427,7 @@ func TestTickExpiresAndCancelsInterrupts(t *testing.T) {
 	}
 	want := map[string]agent.InterruptStatus{"old": agent.InterruptExpired, "fresh": agent.InterruptPending, "asked_by_dead": agent.InterruptCanceled}
 	for id, status := range want {
-		in, err := f.store.GetInterrupt(ctx, "th", id)
+		in, err := f.store.GetInterrupt(ctx, "th", ins[id], id)
 		if err != nil || in.Status != status {
 			t.Errorf("%s: %s %v, want %s", id, in.Status, err, status)
 		}

@@ -225,7 +225,7 @@ func TestMigratesVersion2(t *testing.T) {
 		t.Fatalf("ListInterrupts after migration = %+v, %v; want none", list, err)
 	}
 	now := time.UnixMilli(3000).UTC()
-	in := agent.Interrupt{ID: "i1", ThreadID: "th1", RunID: "r1", Epoch: 2, Kind: agent.InterruptApproval,
+	in := agent.Interrupt{ID: "i1", ThreadID: "th1", RunID: "r1", Epoch: 2, MessageID: "a1", Kind: agent.InterruptApproval,
 		ToolName: "delete_note", Input: []byte(`{"id":1}`), Status: agent.InterruptPending, CreatedAt: now,
 		ExpiresAt: now.Add(time.Minute)}
 	if _, created, err := s.CreateInterrupt(ctx, in); err != nil || !created {
@@ -234,7 +234,7 @@ func TestMigratesVersion2(t *testing.T) {
 	if got, err := s.ListExpiredInterrupts(ctx, now.Add(time.Hour), 0); err != nil || len(got) != 1 || got[0].ID != "i1" {
 		t.Fatalf("ListExpiredInterrupts after migration = %+v, %v", got, err)
 	}
-	if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: "th1", ID: "i1", Status: agent.InterruptExpired, Now: now}); err != nil {
+	if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: "th1", MessageID: "a1", ID: "i1", Status: agent.InterruptExpired, Now: now}); err != nil {
 		t.Fatalf("ResolveInterrupt after migration: %v", err)
 	}
 	if got, err := s.ListExpiredInterrupts(ctx, now.Add(time.Hour), 0); err != nil || len(got) != 0 {

@@ -91,11 +91,11 @@ func (s *Store) CreateInterrupt(ctx context.Context, in agent.Interrupt) (agent.
 	return stored, created, nil
 }
 
-// GetInterrupt reads one interrupt; unknown is KindNotFound/CodeInterruptNotFound.
-func (s *Store) GetInterrupt(ctx context.Context, threadID, id string) (agent.Interrupt, error) {
+// GetInterrupt reads one interrupt; unknown (or asked by another message) is KindNotFound/CodeInterruptNotFound.
+func (s *Store) GetInterrupt(ctx context.Context, threadID, messageID, id string) (agent.Interrupt, error) {
 	s.op()
 	in, err := scanInterrupt(s.read().queryRow(ctx, `SELECT `+interruptCols+` FROM interrupts
-		WHERE thread_id = ? AND id = ?`, threadID, id))
+		WHERE thread_id = ? AND id = ? AND message_id = ?`, threadID, id, messageID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Interrupt{}, interruptNotFound(threadID, id)
 	}
@@ -120,9 +120,29 @@ func (s *Store) ListInterrupts(ctx context.Context, threadID string) ([]agent.In
 	return out, nil
 }
 
+// listMessageSQL reads one message's interrupts from interrupts_by_message (INDEXED BY: the statement fails to
+// prepare rather than fall back to reading the thread's every interrupt if the index ever stops matching).
+const listMessageSQL = `SELECT ` + interruptCols + ` FROM interrupts INDEXED BY interrupts_by_message
+	WHERE thread_id = ? AND message_id = ? ORDER BY created_at, id`
+
+// ListMessageInterrupts returns one message's interrupts oldest first, ties by id: one statement over
+// interrupts_by_message, which reads only that message's rows (REVIEW S7).
+func (s *Store) ListMessageInterrupts(ctx context.Context, threadID, messageID string) ([]agent.Interrupt, error) {
+	s.op()
+	rows, err := s.read().query(ctx, listMessageSQL, threadID, messageID)
+	if err != nil {
+		return nil, s.fail("list message interrupts", err)
+	}
+	out, err := collect(rows, scanInterrupt)
+	if err != nil {
+		return nil, s.fail("list message interrupts", err)
+	}
+	return out, nil
+}
+
 // resolveSQL is the compare-and-set: it applies only to a pending row, and returns the row it wrote.
 const resolveSQL = `UPDATE interrupts SET status = ?, response = ?, resolved_at = ?
-	WHERE thread_id = ? AND id = ? AND status = 'pending' RETURNING ` + interruptCols
+	WHERE thread_id = ? AND id = ? AND message_id = ? AND status = 'pending' RETURNING ` + interruptCols
 
 // ResolveInterrupt is one transaction: the compare-and-set UPDATE, and when it matched nothing, the read that
 // tells an unknown interrupt (KindNotFound) from a resolved one (returned with KindConflict/CodeAlreadyResolved).
@@ -135,7 +155,7 @@ func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) 
 	err := s.write(ctx, "resolve interrupt", func(c conn) error {
 		var err error
 		stored, err = scanInterrupt(c.queryRow(ctx, resolveSQL, string(req.Status), rawJSON(req.Response),
-			millis(req.Now), req.ThreadID, req.ID))
+			millis(req.Now), req.ThreadID, req.ID, req.MessageID))
 		if err == nil {
 			// The thread's interrupts resolved longer than the keep age ago go (DynamoDB: the table's TTL), so
 			// its reads grow with its recent questions only (REVIEW S7).
@@ -147,7 +167,7 @@ func (s *Store) ResolveInterrupt(ctx context.Context, req agent.ResolveRequest) 
 			return err
 		}
 		stored, err = scanInterrupt(c.queryRow(ctx, `SELECT `+interruptCols+` FROM interrupts
-			WHERE thread_id = ? AND id = ?`, req.ThreadID, req.ID))
+			WHERE thread_id = ? AND id = ? AND message_id = ?`, req.ThreadID, req.ID, req.MessageID))
 		if errors.Is(err, sql.ErrNoRows) {
 			return interruptNotFound(req.ThreadID, req.ID)
 		}

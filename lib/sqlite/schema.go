@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 10
+const schemaVersion = 11
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -115,6 +115,7 @@ var schema = []string{
 
 	interruptsTable,
 	interruptsByCreated,
+	interruptsByMessage,
 	interruptsPending,
 
 	jobsTable,
@@ -151,6 +152,10 @@ const interruptsTable = `CREATE TABLE IF NOT EXISTS interrupts (
 
 // interruptsByCreated serves ListInterrupts (oldest first, ties by id) without a sort.
 const interruptsByCreated = `CREATE INDEX IF NOT EXISTS interrupts_by_created ON interrupts (thread_id, created_at, id)`
+
+// interruptsByMessage serves ListMessageInterrupts (version 11): a turn, a view or the reaper reads one message's
+// interrupts, oldest first, and never the rows of the thread's other messages (REVIEW S7).
+const interruptsByMessage = `CREATE INDEX IF NOT EXISTS interrupts_by_message ON interrupts (thread_id, message_id, created_at, id)`
 
 // interruptsPending is the reaper's work list: a partial index holding only pending interrupts, by expiry, so
 // ListExpiredInterrupts reads exactly the rows it returns and resolved interrupts cost it nothing. A resolve
@@ -284,6 +289,8 @@ var migrations = map[int][]string{
 	9: {threadsGone},
 	// Version 10 keeps a deleted thread's epoch, the base of a thread created again on its id.
 	10: {threadsGoneEpoch},
+	// Version 11 indexes interrupts by the message that asked them (REVIEW S7); nothing else changes.
+	11: {interruptsByMessage},
 }
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent

@@ -461,7 +461,7 @@ func TestResolvedInterruptsArePurged(t *testing.T) {
 		id  string
 		now time.Time
 	}{{"old", t0}, {"new", later}} {
-		if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: "th", ID: r.id, Status: agent.InterruptApproved, Now: r.now}); err != nil {
+		if _, err := s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: "th", MessageID: "m" + r.id, ID: r.id, Status: agent.InterruptApproved, Now: r.now}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ func interruptTests() []test {
 		c{"CreateNeedsLiveThread", testCreateInterruptNeedsThread},
 		c{"GetUnknown", testGetInterruptUnknown},
 		c{"ListOrder", testListInterruptsOrder},
+		c{"ListOneMessages", testListMessageInterrupts},
 		c{"Resolve", testResolveInterrupt},
 		c{"ResolveEveryStatus", testResolveInterruptStatuses},
 		c{"ResolveOnce", testResolveInterruptOnce},
@@ -76,9 +78,9 @@ func createInterrupt[S agent.InterruptStore](e *env[S], in agent.Interrupt) agen
 	return got
 }
 
-func getInterrupt[S agent.InterruptStore](e *env[S], threadID, id string) agent.Interrupt {
+func getInterrupt[S agent.InterruptStore](e *env[S], threadID, messageID, id string) agent.Interrupt {
 	e.t.Helper()
-	got, err := e.s.GetInterrupt(e.ctx, threadID, id)
+	got, err := e.s.GetInterrupt(e.ctx, threadID, messageID, id)
 	must(e.t, err, "GetInterrupt "+id)
 	return got
 }
@@ -123,12 +125,12 @@ func testCreateInterruptInsertIfAbsent(e *interrupts) {
 	th := newThread(e)
 	in := interruptOf(th.ID, e.id("int"), at(time.Second))
 	createInterrupt(e, in)
-	stored := getInterrupt(e, th.ID, in.ID)
+	stored := getInterrupt(e, th.ID, in.MessageID, in.ID)
 	sameInterrupt(t, "GetInterrupt after create", stored, in)
 	wantUTC(t, "GetInterrupt", stored.CreatedAt, stored.ExpiresAt)
 
 	again := in
-	again.RunID, again.Epoch, again.MessageID = "another-run", 9, "another-message"
+	again.RunID, again.Epoch = "another-run", 9 // the same message: an id is the thread's, derived from run and call
 	again.Kind, again.ToolCallID, again.ToolName = agent.InterruptClientTool, "another-call", "ask_user_question"
 	again.Input, again.Signature = json.RawMessage(`{"question":"sure?"}`), "another-signature"
 	again.CreatedAt, again.ExpiresAt = at(time.Hour), at(48*time.Hour)
@@ -138,10 +140,10 @@ func testCreateInterruptInsertIfAbsent(e *interrupts) {
 		t.Fatal("CreateInterrupt of an existing id: created = true")
 	}
 	sameInterrupt(t, "CreateInterrupt of an existing id returns the stored one", got, in)
-	sameInterrupt(t, "GetInterrupt after the second create", getInterrupt(e, th.ID, in.ID), in)
+	sameInterrupt(t, "GetInterrupt after the second create", getInterrupt(e, th.ID, in.MessageID, in.ID), in)
 
 	// A resolved interrupt is not reset to pending by a late retry of its create either.
-	req := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptApproved,
+	req := agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptApproved,
 		Response: json.RawMessage(`{"approved":true}`), Now: at(time.Minute)}
 	_, err = e.s.ResolveInterrupt(e.ctx, req)
 	must(t, err, "ResolveInterrupt")
@@ -155,10 +157,10 @@ func testCreateInterruptInsertIfAbsent(e *interrupts) {
 	// The same id on another thread is independent of the first.
 	other := newThread(e)
 	twin := again
-	twin.ThreadID = other.ID
+	twin.ThreadID, twin.MessageID = other.ID, "another-message"
 	createInterrupt(e, twin)
-	sameInterrupt(t, "GetInterrupt(other thread)", getInterrupt(e, other.ID, in.ID), twin)
-	sameInterrupt(t, "GetInterrupt(first thread)", getInterrupt(e, th.ID, in.ID), resolved(in, req))
+	sameInterrupt(t, "GetInterrupt(other thread)", getInterrupt(e, other.ID, twin.MessageID, in.ID), twin)
+	sameInterrupt(t, "GetInterrupt(first thread)", getInterrupt(e, th.ID, in.MessageID, in.ID), resolved(in, req))
 	wantInterrupts(e, th.ID, resolved(in, req))
 	wantInterrupts(e, other.ID, twin)
 }
@@ -172,7 +174,7 @@ func testCreateInterruptNeedsThread(e *interrupts) {
 	in := interruptOf(unknown, e.id("int"), at(0))
 	_, _, err := e.s.CreateInterrupt(e.ctx, in)
 	wantErr(t, err, agent.KindNotFound, "", "CreateInterrupt(unknown thread)")
-	_, err = e.s.GetInterrupt(e.ctx, unknown, in.ID)
+	_, err = e.s.GetInterrupt(e.ctx, unknown, in.MessageID, in.ID)
 	wantErr(t, err, agent.KindNotFound, agent.CodeInterruptNotFound, "GetInterrupt after a refused create")
 	wantInterrupts(e, unknown)
 
@@ -193,19 +195,26 @@ func testCreateInterruptNeedsThread(e *interrupts) {
 
 func testGetInterruptUnknown(e *interrupts) {
 	t := e.t
-	_, err := e.s.GetInterrupt(e.ctx, e.id("th"), e.id("int"))
+	_, err := e.s.GetInterrupt(e.ctx, e.id("th"), e.id("msg"), e.id("int"))
 	wantErr(t, err, agent.KindNotFound, agent.CodeInterruptNotFound, "GetInterrupt(unknown thread)")
 	if !errors.Is(err, agent.ErrInterruptNotFound) {
 		t.Fatalf("GetInterrupt(unknown thread): %v does not match ErrInterruptNotFound", err)
 	}
 	th := newThread(e)
 	in := createInterrupt(e, interruptOf(th.ID, e.id("int"), at(0)))
-	_, err = e.s.GetInterrupt(e.ctx, th.ID, e.id("int"))
+	_, err = e.s.GetInterrupt(e.ctx, th.ID, in.MessageID, e.id("int"))
 	wantErr(t, err, agent.KindNotFound, agent.CodeInterruptNotFound, "GetInterrupt(unknown id)")
 	// An interrupt is found only under its own thread.
 	other := newThread(e)
-	_, err = e.s.GetInterrupt(e.ctx, other.ID, in.ID)
+	_, err = e.s.GetInterrupt(e.ctx, other.ID, in.MessageID, in.ID)
 	wantErr(t, err, agent.KindNotFound, agent.CodeInterruptNotFound, "GetInterrupt(interrupt of another thread)")
+	// And only under the message that asked it.
+	_, err = e.s.GetInterrupt(e.ctx, th.ID, e.id("msg"), in.ID)
+	wantErr(t, err, agent.KindNotFound, agent.CodeInterruptNotFound, "GetInterrupt(interrupt of another message)")
+	_, err = e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: e.id("msg"), ID: in.ID,
+		Status: agent.InterruptApproved, Now: at(time.Minute)})
+	wantErr(t, err, agent.KindNotFound, "", "ResolveInterrupt(interrupt of another message)")
+	wantInterrupts(e, th.ID, in)
 	wantInterrupts(e, other.ID)
 	wantInterrupts(e, e.id("th"))
 }
@@ -222,7 +231,7 @@ func testListInterruptsOrder(e *interrupts) {
 	}
 	// Statuses do not matter to the list.
 	for k, st := range map[string]agent.InterruptStatus{"a": agent.InterruptDenied, "e": agent.InterruptExpired} {
-		req := agent.ResolveRequest{ThreadID: th.ID, ID: stored[k].ID, Status: st, Now: at(time.Minute)}
+		req := agent.ResolveRequest{ThreadID: th.ID, MessageID: stored[k].MessageID, ID: stored[k].ID, Status: st, Now: at(time.Minute)}
 		got, err := e.s.ResolveInterrupt(e.ctx, req)
 		must(e.t, err, "ResolveInterrupt")
 		stored[k] = got
@@ -234,25 +243,91 @@ func testListInterruptsOrder(e *interrupts) {
 	}
 }
 
+// ListMessageInterrupts returns the interrupts one message asked, every status, oldest first and ties by id, and
+// nothing another message (or the same message id in another thread) asked. It reads that message's only: the
+// thread's other interrupts, however many and however large, cost it no request and no read unit (REVIEW S7: a
+// reviewTools thread with thousands of answered approvals read them all per answer).
+func testListMessageInterrupts(e *interrupts) {
+	t := e.t
+	th := newThread(e)
+	msg, base := e.id("msg"), e.id("int")
+	ask := func(threadID, messageID, id string, created time.Duration) agent.Interrupt {
+		in := interruptOf(threadID, id, at(created))
+		in.MessageID = messageID
+		return createInterrupt(e, in)
+	}
+	mine := []agent.Interrupt{ask(th.ID, msg, base+"-b", time.Second), ask(th.ID, msg, base+"-a", time.Second),
+		ask(th.ID, msg, base+"-c", 0)}
+	got, err := e.s.ResolveInterrupt(e.ctx, mine[1].Resolve(agent.InterruptDenied, at(time.Minute)))
+	must(t, err, "ResolveInterrupt")
+	mine[1] = got
+	want := []agent.Interrupt{mine[2], mine[1], mine[0]}
+	// Neighbours whose keys a careless prefix read would meet: a message whose id extends this one's, the same
+	// message id in another thread.
+	ask(th.ID, msg+"#x", e.id("int"), 0)
+	ask(th.ID, msg+"x", e.id("int"), 0)
+	other := newThread(e)
+	ask(other.ID, msg, e.id("int"), 0)
+
+	list := func(what string) agent.StoreUsage {
+		t.Helper()
+		m := new(agent.StoreMeter)
+		got, err := e.s.ListMessageInterrupts(agent.WithStoreMeter(e.ctx, m), th.ID, msg)
+		must(t, err, "ListMessageInterrupts "+what)
+		if len(got) != len(want) {
+			t.Fatalf("ListMessageInterrupts %s = %d interrupts, want %d", what, len(got), len(want))
+		}
+		for i := range want {
+			sameInterrupt(t, fmt.Sprintf("ListMessageInterrupts %s [%d]", what, i), got[i], want[i])
+		}
+		return m.Snapshot()
+	}
+	before := list("alone")
+	// Another message of the thread asks (and is answered) many times, with inputs of a few KB each.
+	input := json.RawMessage(`{"note":"` + strings.Repeat("x", 4000) + `"}`)
+	for i := range 30 {
+		in := interruptOf(th.ID, fmt.Sprintf("%s-old-%02d", base, i), at(-time.Hour))
+		in.MessageID, in.Input = e.id("msg"), input
+		createInterrupt(e, in)
+		_, err := e.s.ResolveInterrupt(e.ctx, in.Resolve(agent.InterruptApproved, at(-time.Minute)))
+		must(t, err, "ResolveInterrupt (another message's)")
+	}
+	after := list("beside 30 answered interrupts of other messages")
+	if after.Requests != before.Requests || after.ReadUnits != before.ReadUnits {
+		t.Fatalf("ListMessageInterrupts read %d requests, %.1f read units beside 30 other interrupts, %d and %.1f alone: "+
+			"it reads other messages' interrupts", after.Requests, after.ReadUnits, before.Requests, before.ReadUnits)
+	}
+	for _, tc := range []struct{ what, threadID, messageID string }{
+		{"unknown message", th.ID, e.id("msg")},
+		{"unknown thread", e.id("th"), msg},
+	} {
+		got, err := e.s.ListMessageInterrupts(e.ctx, tc.threadID, tc.messageID)
+		must(t, err, "ListMessageInterrupts "+tc.what)
+		if len(got) != 0 {
+			t.Fatalf("ListMessageInterrupts(%s) = %d interrupts, want none", tc.what, len(got))
+		}
+	}
+}
+
 // Resolving answers a pending interrupt once: the stored interrupt takes the status, the response and the time.
 func testResolveInterrupt(e *interrupts) {
 	t := e.t
 	th := newThread(e)
 	in := createInterrupt(e, interruptOf(th.ID, e.id("int"), at(0)))
-	req := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptApproved,
+	req := agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptApproved,
 		Response: json.RawMessage(`{"approved":true,"reason":"go ahead"}`), Now: at(time.Minute)}
 	got, err := e.s.ResolveInterrupt(e.ctx, req)
 	must(t, err, "ResolveInterrupt")
 	want := resolved(in, req)
 	sameInterrupt(t, "ResolveInterrupt result", got, want)
 	wantUTC(t, "ResolveInterrupt result", got.ResolvedAt)
-	sameInterrupt(t, "GetInterrupt after resolve", getInterrupt(e, th.ID, in.ID), want)
+	sameInterrupt(t, "GetInterrupt after resolve", getInterrupt(e, th.ID, in.MessageID, in.ID), want)
 	wantInterrupts(e, th.ID, want)
 
-	_, err = e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: th.ID, ID: e.id("int"),
+	_, err = e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: e.id("int"),
 		Status: agent.InterruptApproved, Now: at(time.Minute)})
 	wantErr(t, err, agent.KindNotFound, "", "ResolveInterrupt(unknown id)")
-	_, err = e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: e.id("th"), ID: in.ID,
+	_, err = e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: e.id("th"), MessageID: in.MessageID, ID: in.ID,
 		Status: agent.InterruptApproved, Now: at(time.Minute)})
 	wantErr(t, err, agent.KindNotFound, "", "ResolveInterrupt(unknown thread)")
 	wantInterrupts(e, th.ID, want)
@@ -279,7 +354,7 @@ func testResolveInterruptStatuses(e *interrupts) {
 			in.Kind, in.ToolName = agent.InterruptClientTool, "ask_user_question"
 		}
 		createInterrupt(e, in)
-		req := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: tc.status, Now: at(time.Hour)}
+		req := agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: tc.status, Now: at(time.Hour)}
 		if tc.response != "" {
 			req.Response = json.RawMessage(tc.response)
 		}
@@ -300,13 +375,13 @@ func testResolveInterruptOnce(e *interrupts) {
 	in := createInterrupt(e, interruptOf(th.ID, e.id("int"), at(0)))
 
 	for _, st := range []agent.InterruptStatus{agent.InterruptPending, "", "maybe"} {
-		req := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: st, Response: json.RawMessage(`{}`), Now: at(time.Minute)}
+		req := agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: st, Response: json.RawMessage(`{}`), Now: at(time.Minute)}
 		_, err := e.s.ResolveInterrupt(e.ctx, req)
 		wantErr(t, err, agent.KindInvalid, agent.CodeInvalidStatus, fmt.Sprintf("ResolveInterrupt(status %q)", st))
 	}
-	sameInterrupt(t, "GetInterrupt after refused resolves", getInterrupt(e, th.ID, in.ID), in)
+	sameInterrupt(t, "GetInterrupt after refused resolves", getInterrupt(e, th.ID, in.MessageID, in.ID), in)
 
-	first := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptDenied,
+	first := agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptDenied,
 		Response: json.RawMessage(`{"approved":false,"reason":"not now"}`), Now: at(time.Minute)}
 	_, err := e.s.ResolveInterrupt(e.ctx, first)
 	must(t, err, "ResolveInterrupt")
@@ -324,7 +399,7 @@ func testResolveInterruptOnce(e *interrupts) {
 		}
 		sameInterrupt(t, name+" second resolve returns the stored interrupt", got, want)
 	}
-	sameInterrupt(t, "GetInterrupt after the second resolves", getInterrupt(e, th.ID, in.ID), want)
+	sameInterrupt(t, "GetInterrupt after the second resolves", getInterrupt(e, th.ID, in.MessageID, in.ID), want)
 }
 
 // Concurrent answers race the compare-and-set (two tabs, a double click, the reaper's expiry): exactly one wins,
@@ -345,7 +420,7 @@ func testResolveInterruptRace(e *interrupts) {
 			reqs    [n]agent.ResolveRequest
 		)
 		for i := range n {
-			reqs[i] = agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: statuses[i%len(statuses)],
+			reqs[i] = agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: statuses[i%len(statuses)],
 				Response: json.RawMessage(fmt.Sprintf(`{"by":%d}`, i)), Now: at(time.Duration(i+1) * time.Second)}
 			wg.Go(func() {
 				<-start
@@ -374,7 +449,7 @@ func testResolveInterruptRace(e *interrupts) {
 			}
 			sameInterrupt(t, what+" result", results[i], want)
 		}
-		sameInterrupt(t, fmt.Sprintf("round %d: GetInterrupt", round), getInterrupt(e, th.ID, in.ID), want)
+		sameInterrupt(t, fmt.Sprintf("round %d: GetInterrupt", round), getInterrupt(e, th.ID, in.MessageID, in.ID), want)
 	}
 }
 
@@ -386,9 +461,9 @@ func testInterruptRawJSON(e *interrupts) {
 	in.Input = json.RawMessage("{ \"z\" : 1,\n\t\"a\" : [1.0, 2e3, -0.0, 1E-7, 10000000000000000000001], " +
 		`"html": "<b>&</b> \u00e9 é \ud83c\udf89 🎉 \"q\" \\ \/", "nil": null}`)
 	createInterrupt(e, in)
-	sameInterrupt(e.t, "GetInterrupt", getInterrupt(e, th.ID, in.ID), in)
+	sameInterrupt(e.t, "GetInterrupt", getInterrupt(e, th.ID, in.MessageID, in.ID), in)
 
-	req := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptAnswered,
+	req := agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptAnswered,
 		Response: json.RawMessage("{\"output\" :\n {\"b\":2, \"a\":[true,false,null], \"s\":\"\\u0000\\n\"}}"), Now: at(time.Second)}
 	got, err := e.s.ResolveInterrupt(e.ctx, req)
 	must(e.t, err, "ResolveInterrupt")
@@ -400,7 +475,7 @@ func testInterruptRawJSON(e *interrupts) {
 		x := interruptOf(th.ID, fmt.Sprintf("%s-%d", in.ID, i), at(time.Duration(i+1)*time.Second))
 		x.Input = input
 		createInterrupt(e, x)
-		sameInterrupt(e.t, "GetInterrupt", getInterrupt(e, th.ID, x.ID), x)
+		sameInterrupt(e.t, "GetInterrupt", getInterrupt(e, th.ID, x.MessageID, x.ID), x)
 	}
 }
 
@@ -414,20 +489,20 @@ func testInterruptLarge(e *interrupts) {
 	in.Input = mustJSON(map[string]string{"document": randomText(500 << 10)})
 	in.ExpiresAt = at(-45 * 24 * time.Hour) // expired long ago, so ListExpiredInterrupts returns it too
 	createInterrupt(e, in)
-	sameInterrupt(t, "GetInterrupt(large)", getInterrupt(e, th.ID, in.ID), in)
+	sameInterrupt(t, "GetInterrupt(large)", getInterrupt(e, th.ID, in.MessageID, in.ID), in)
 	small := createInterrupt(e, interruptOf(th.ID, e.id("int"), at(time.Second)))
 	wantInterrupts(e, th.ID, in, small)
 	wantExpired(e, at(-45*24*time.Hour+time.Second), []string{th.ID}, in)
 
-	req := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptAnswered,
+	req := agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptAnswered,
 		Response: mustJSON(map[string]any{"output": map[string]string{"edited": randomText(700 << 10)}}), Now: at(time.Minute)}
 	got, err := e.s.ResolveInterrupt(e.ctx, req)
 	must(t, err, "ResolveInterrupt(large)")
 	want := resolved(in, req)
 	sameInterrupt(t, "ResolveInterrupt(large) result", got, want)
-	sameInterrupt(t, "GetInterrupt(large) after resolve", getInterrupt(e, th.ID, in.ID), want)
+	sameInterrupt(t, "GetInterrupt(large) after resolve", getInterrupt(e, th.ID, in.MessageID, in.ID), want)
 	wantInterrupts(e, th.ID, want, small)
-	got, err = e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptDenied,
+	got, err = e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptDenied,
 		Response: json.RawMessage(`{"approved":false}`), Now: at(2 * time.Minute)})
 	wantErr(t, err, agent.KindConflict, agent.CodeAlreadyResolved, "second resolve of the large one")
 	sameInterrupt(t, "second resolve of the large one returns the stored interrupt", got, want)
@@ -488,7 +563,7 @@ func testListExpiredInterrupts(e *interrupts) {
 	atCutoff := mk(b, time.Hour)   // not before the cutoff
 	future := mk(a, 2*time.Hour)   // not yet
 	answered := mk(b, time.Second) // resolved below
-	_, err := e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: b.ID, ID: answered.ID,
+	_, err := e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: b.ID, MessageID: answered.MessageID, ID: answered.ID,
 		Status: agent.InterruptApproved, Response: json.RawMessage(`{"approved":true}`), Now: base})
 	must(t, err, "ResolveInterrupt")
 	threads := []string{a.ID, b.ID}
@@ -505,7 +580,7 @@ func testListExpiredInterrupts(e *interrupts) {
 	}
 
 	// Once resolved (by the reaper, or an answer just in time) an interrupt is off the list.
-	_, err = e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: a.ID, ID: a1.ID, Status: agent.InterruptExpired, Now: cutoff})
+	_, err = e.s.ResolveInterrupt(e.ctx, agent.ResolveRequest{ThreadID: a.ID, MessageID: a1.MessageID, ID: a1.ID, Status: agent.InterruptExpired, Now: cutoff})
 	must(t, err, "ResolveInterrupt(expired)")
 	wantExpired(e, cutoff, threads, a2, b1)
 }
@@ -543,7 +618,7 @@ func testDeleteThreadRemovesInterrupts(e *interrupts) {
 		big.ExpiresAt = base.Add(time.Minute)
 		done := interruptOf(th.ID, th.ID+"-done", base.Add(2*time.Second))
 		out := []agent.Interrupt{createInterrupt(e, pending), createInterrupt(e, big), createInterrupt(e, done)}
-		req := agent.ResolveRequest{ThreadID: th.ID, ID: done.ID, Status: agent.InterruptAnswered,
+		req := agent.ResolveRequest{ThreadID: th.ID, MessageID: done.MessageID, ID: done.ID, Status: agent.InterruptAnswered,
 			Response: mustJSON(map[string]string{"output": randomText(420 << 10)}), Now: base.Add(time.Minute)}
 		got, err := e.s.ResolveInterrupt(e.ctx, req)
 		must(t, err, "ResolveInterrupt")
@@ -558,7 +633,7 @@ func testDeleteThreadRemovesInterrupts(e *interrupts) {
 
 	must(t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
 	for _, in := range gone {
-		_, err := e.s.GetInterrupt(e.ctx, th.ID, in.ID)
+		_, err := e.s.GetInterrupt(e.ctx, th.ID, in.MessageID, in.ID)
 		wantErr(t, err, agent.KindNotFound, agent.CodeInterruptNotFound, "GetInterrupt after delete")
 	}
 	wantInterrupts(e, th.ID)
@@ -586,6 +661,8 @@ func testInterruptInvalid(e *interrupts) {
 		code string
 	}{
 		{"no id", func(in *agent.Interrupt) { in.ID = "" }, agent.CodeInvalidMessage},
+		{"an id with '#'", func(in *agent.Interrupt) { in.ID += "#2" }, agent.CodeInvalidMessage},
+		{"no message id", func(in *agent.Interrupt) { in.MessageID = "" }, agent.CodeInvalidMessage},
 		{"no thread id", func(in *agent.Interrupt) { in.ThreadID = "" }, agent.CodeInvalidThreadID},
 		{"input that is not JSON", func(in *agent.Interrupt) { in.Input = json.RawMessage(`{"id":`) }, agent.CodeInvalidMessage},
 		{"created with a response", func(in *agent.Interrupt) { in.Response = json.RawMessage(`{"approved":true}`) }, agent.CodeInvalidStatus},
@@ -604,13 +681,14 @@ func testInterruptInvalid(e *interrupts) {
 	wantInterrupts(e, th.ID)
 
 	in := createInterrupt(e, interruptOf(th.ID, e.id("int"), at(0)))
-	ok := agent.ResolveRequest{ThreadID: th.ID, ID: in.ID, Status: agent.InterruptApproved, Now: at(time.Second)}
+	ok := agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID, Status: agent.InterruptApproved, Now: at(time.Second)}
 	resolves := []struct {
 		name string
 		edit func(*agent.ResolveRequest)
 		code string
 	}{
 		{"no id", func(r *agent.ResolveRequest) { r.ID = "" }, agent.CodeInvalidMessage},
+		{"no message id", func(r *agent.ResolveRequest) { r.MessageID = "" }, agent.CodeInvalidMessage},
 		{"no thread id", func(r *agent.ResolveRequest) { r.ThreadID = "" }, agent.CodeInvalidThreadID},
 		{"response that is not JSON", func(r *agent.ResolveRequest) { r.Response = json.RawMessage(`{"approved":tru}`) }, agent.CodeInvalidMessage},
 		{"back to pending", func(r *agent.ResolveRequest) { r.Status = agent.InterruptPending }, agent.CodeInvalidStatus},
@@ -632,13 +710,13 @@ func testResolvedInterruptKept(e *interrupts) {
 	th := newThread(e)
 	a := createInterrupt(e, interruptOf(th.ID, e.id("apr"), at(0)))
 	b := createInterrupt(e, interruptOf(th.ID, e.id("apr"), at(time.Second)))
-	ra := agent.ResolveRequest{ThreadID: th.ID, ID: a.ID, Status: agent.InterruptApproved, Response: json.RawMessage(`{"approved":true}`), Now: at(time.Minute)}
+	ra := agent.ResolveRequest{ThreadID: th.ID, MessageID: a.MessageID, ID: a.ID, Status: agent.InterruptApproved, Response: json.RawMessage(`{"approved":true}`), Now: at(time.Minute)}
 	_, err := e.s.ResolveInterrupt(e.ctx, ra)
 	must(e.t, err, "ResolveInterrupt "+a.ID)
-	rb := agent.ResolveRequest{ThreadID: th.ID, ID: b.ID, Status: agent.InterruptDenied, Response: json.RawMessage(`{"approved":false}`),
+	rb := agent.ResolveRequest{ThreadID: th.ID, MessageID: b.MessageID, ID: b.ID, Status: agent.InterruptDenied, Response: json.RawMessage(`{"approved":false}`),
 		Now: at(time.Minute + agent.DefaultResolvedInterruptKeep - time.Millisecond)}
 	_, err = e.s.ResolveInterrupt(e.ctx, rb)
 	must(e.t, err, "ResolveInterrupt "+b.ID)
-	sameInterrupt(e.t, "GetInterrupt "+a.ID, getInterrupt(e, th.ID, a.ID), resolved(a, ra))
+	sameInterrupt(e.t, "GetInterrupt "+a.ID, getInterrupt(e, th.ID, a.MessageID, a.ID), resolved(a, ra))
 	wantInterrupts(e, th.ID, resolved(a, ra), resolved(b, rb))
 }

@@ -236,7 +236,7 @@ func testDeletedThreadsLateWrites(e *whole) {
 	if ins, err := e.s.ListInterrupts(e.ctx, th.ID); err != nil || len(ins) != 0 {
 		t.Fatalf("interrupts of the new thread = %s, %v, want none of the deleted one's run", show(ins), err)
 	}
-	_, err = e.s.GetInterrupt(e.ctx, th.ID, lateAsk.ID)
+	_, err = e.s.GetInterrupt(e.ctx, th.ID, lateAsk.MessageID, lateAsk.ID)
 	wantErr(t, err, agent.KindNotFound, agent.CodeInterruptNotFound, "GetInterrupt(the deleted thread's run's) in the new thread")
 	// A job the old run dispatches late: refused, or never read in the new thread.
 	lateJob := jobOf(th.ID, e.id("call"), at(time.Minute))
@@ -464,10 +464,10 @@ func testCanceledContext(e *whole) {
 			_, _, err := e.s.CreateInterrupt(ctx, interruptOf(th.ID, e.id("int"), at(0)))
 			return err
 		}},
-		{"GetInterrupt", func() error { _, err := e.s.GetInterrupt(ctx, th.ID, in.ID); return err }},
+		{"GetInterrupt", func() error { _, err := e.s.GetInterrupt(ctx, th.ID, in.MessageID, in.ID); return err }},
 		{"ListInterrupts", func() error { _, err := e.s.ListInterrupts(ctx, th.ID); return err }},
 		{"ResolveInterrupt", func() error {
-			_, err := e.s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, ID: in.ID,
+			_, err := e.s.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: th.ID, MessageID: in.MessageID, ID: in.ID,
 				Status: agent.InterruptApproved, Now: at(time.Second)})
 			return err
 		}},

@@ -187,15 +187,9 @@ func (s *Service) GetPage(ctx context.Context, owner, id string, q PageQuery) (V
 	if err != nil {
 		return View{}, err
 	}
-	var ins []agent.Interrupt
 	var jobs agent.JobsPage
 	var queue []agent.QueuedMessage
-	side := make(chan error, 3)
-	go func() {
-		var err error
-		ins, err = s.store.ListInterrupts(ctx, th.ID)
-		side <- err
-	}()
+	side := make(chan error, 2)
 	go func() {
 		var err error
 		jobs, err = s.store.ListJobsPage(ctx, th.ID, DefaultViewJobs) // what the view shows, not every job (S7)
@@ -207,7 +201,7 @@ func (s *Service) GetPage(ctx context.Context, owner, id string, q PageQuery) (V
 		side <- err
 	}()
 	msgs, info, newest, err := s.messagePage(ctx, th.ID, mp, newestFirst)
-	for range 3 {
+	for range 2 {
 		if serr := <-side; err == nil && serr != nil {
 			err = serr
 		}
@@ -234,7 +228,11 @@ func (s *Service) GetPage(ctx context.Context, owner, id string, q PageQuery) (V
 	if shown == nil {
 		shown = []agent.Job{}
 	}
-	v := View{Thread: th, Messages: msgs, Interrupts: s.pending(ctx, newest, ins), Jobs: shown, JobsOmitted: jobs.Omitted,
+	asking, err := s.pending(ctx, th.ID, newest)
+	if err != nil {
+		return View{}, err
+	}
+	v := View{Thread: th, Messages: msgs, Interrupts: asking, Jobs: shown, JobsOmitted: jobs.Omitted,
 		Queued: []QueuedView{}, Page: info}
 	for i, q := range queue {
 		v.Queued = append(v.Queued, QueuedView{MessageID: q.Message.ID, Kind: q.Kind, JobID: q.JobID, Position: i + 1, CreatedAt: q.CreatedAt})
@@ -249,12 +247,17 @@ func (s *Service) GetPage(ctx context.Context, owner, id string, q PageQuery) (V
 
 // pending returns the interrupts that wait for an answer: those of the newest message whose calls wait in it,
 // when it is an assistant message that ended interrupted (an interrupt of an older message was left behind by a later turn, which
-// cancels it). One past its age is marked expired here, lazily, and left out.
-func (s *Service) pending(ctx context.Context, msgs []agent.Message, ins []agent.Interrupt) []agent.Interrupt {
+// cancels it). Only that message's interrupts are read (REVIEW S7), and only then. One past its age is marked
+// expired here, lazily, and left out.
+func (s *Service) pending(ctx context.Context, threadID string, msgs []agent.Message) ([]agent.Interrupt, error) {
 	out := []agent.Interrupt{}
 	n := len(msgs)
 	if n == 0 || msgs[n-1].Role != agent.RoleAssistant || msgs[n-1].Meta().Status != agent.MessageInterrupted {
-		return out
+		return out, nil
+	}
+	ins, err := s.store.ListMessageInterrupts(ctx, threadID, msgs[n-1].ID)
+	if err != nil {
+		return nil, err
 	}
 	now := s.clock.Now()
 	waiting := map[string]bool{}
@@ -270,7 +273,7 @@ func (s *Service) pending(ctx context.Context, msgs []agent.Message, ins []agent
 			continue
 		}
 		if !in.Pending(now) {
-			_, err := s.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: in.ThreadID, ID: in.ID, Status: agent.InterruptExpired, Now: now})
+			_, err := s.store.ResolveInterrupt(ctx, in.Resolve(agent.InterruptExpired, now))
 			if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {
 				s.log.Warn("expire interrupt", "thread_id", in.ThreadID, "interrupt_id", in.ID, "err", err)
 			}
@@ -278,7 +281,7 @@ func (s *Service) pending(ctx context.Context, msgs []agent.Message, ins []agent
 		}
 		out = append(out, in)
 	}
-	return out
+	return out, nil
 }
 
 // messagePage reads one page of the thread's messages, visible ones in thread order, with its info, and the
