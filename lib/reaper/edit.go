@@ -55,7 +55,7 @@ func (r *Reaper) finishEdit(ctx context.Context, run agent.Run, hold agent.Fence
 			st = agent.InterruptExpired
 		}
 		err := retry(ctx, func() error {
-			_, err := r.store.ResolveInterrupt(ctx, agent.ResolveRequest{ThreadID: run.ThreadID, ID: in.ID, Status: st, Now: now})
+			_, err := r.store.ResolveInterrupt(ctx, in.Resolve(st, now))
 			return err
 		})
 		if err != nil && !errors.Is(err, agent.ErrAlreadyResolved) {

@@ -111,7 +111,7 @@ func reapDeadEdit(t *testing.T, st agent.Store) {
 			t.Errorf("message %s the edit hid: %v (%s), want deleted by the reap", id, err, rec.Message.Parts)
 		}
 	}
-	if in, err := st.GetInterrupt(ctx, th, "apr_1"); err != nil || in.Status != agent.InterruptCanceled {
+	if in, err := st.GetInterrupt(ctx, th, "a2", "apr_1"); err != nil || in.Status != agent.InterruptCanceled {
 		t.Errorf("the dropped reply's approval: %s %v, want canceled", in.Status, err)
 	}
 	recs, err := st.ListMessages(ctx, th)
