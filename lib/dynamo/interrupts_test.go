@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -388,5 +389,73 @@ func TestInterruptsOfTheOlderKeyShape(t *testing.T) {
 	}
 	if all, err := s.ListInterrupts(ctx, th.ID); err != nil || len(all) != 4 {
 		t.Fatalf("ListInterrupts = %d, %v; want 4", len(all), err)
+	}
+}
+
+// What an answer reads of a reviewTools thread's interrupts (REVIEW S7): the thread has asked 1,000 approvals
+// before, each on its own reply and answered, and its newest reply waits for one. "thread" is the read every
+// continuation, settle and view made before S7 (the thread's whole interrupt prefix, ListInterrupts); "message"
+// is what they make now (ListMessageInterrupts of the reply they answer). Reported per read: requests and RCU
+// (make bench; the resolved ones stand in for a day's answers, which the TTL keeps).
+func BenchmarkAnswerInterruptReads(b *testing.B) {
+	f := setup(b)
+	ctx := context.Background()
+	s := f.store
+	th := realisticThread(b, s)
+	ask := func(i int, pending bool) agent.Interrupt {
+		id := fmt.Sprintf("apr_%025d", i)
+		in := agent.Interrupt{ID: id, ThreadID: th.ID, RunID: fmt.Sprintf("run_%025d", i), Epoch: int64(i + 1),
+			MessageID: fmt.Sprintf("msg_%025d", i), Kind: agent.InterruptApproval, ToolCallID: fmt.Sprintf("call_%024d", i),
+			ToolName: "delete_note", Input: []byte(`{"id":"note_01jd8x5q3w9m2k7v4c6b1n0zt"}`),
+			Signature: "q4y2b1nR0m7v3xW9kJ5sLh8pT6cF2dG1eA0zQwErTyU", Status: agent.InterruptPending,
+			CreatedAt: t0.Add(time.Duration(i) * time.Second), ExpiresAt: t0.Add(agent.DefaultInterruptTTL)}
+		mustCreateInterrupt(b, s, in)
+		if !pending {
+			req := in.Resolve(agent.InterruptApproved, in.CreatedAt.Add(time.Second))
+			req.Response = json.RawMessage(`{"approved":true}`)
+			if _, err := s.ResolveInterrupt(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return in
+	}
+	const answered = 1000
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < answered; i += 8 {
+				ask(i, false)
+			}
+		})
+	}
+	wg.Wait()
+	newest := ask(answered, true)
+	for _, tc := range []struct {
+		name string
+		read func() (int, error)
+	}{
+		{"thread", func() (int, error) { ins, err := s.ListInterrupts(ctx, th.ID); return len(ins), err }},
+		{"message", func() (int, error) {
+			ins, err := s.ListMessageInterrupts(ctx, th.ID, newest.MessageID)
+			return len(ins), err
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			before := f.counter.Counts()
+			n := 0
+			for b.Loop() {
+				got, err := tc.read()
+				if err != nil {
+					b.Fatal(err)
+				}
+				n++
+				if tc.name == "message" && got != 1 {
+					b.Fatalf("ListMessageInterrupts = %d interrupts, want the newest reply's one", got)
+				}
+			}
+			d := f.counter.Counts().Sub(before)
+			b.ReportMetric(float64(d.Reads)/float64(n), "requests/read")
+			b.ReportMetric(d.ReadUnits/float64(n), "RCU/read")
+		})
 	}
 }
