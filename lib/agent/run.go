@@ -97,10 +97,12 @@ type Run struct {
 	// RecordLateUsage and already included in Usage.
 	LateUsage *Usage `json:"lateUsage,omitempty"`
 	// Released is the usage the release of the run's claim added to the thread (FinishRun's first write, or a
-	// ReleaseClaim naming the run), while the run is still recorded as running: a store whose FinishRun is two
-	// writes keeps it beside the release, so that the reaper can record it when the run's draft is no longer the
-	// run's (another run continued its reply after a crash between the two writes). nil when the store keeps
-	// none (SQLite's FinishRun is one transaction and never leaves that state) or the run is finished.
+	// ReleaseClaim naming the run): the store keeps it while the run is recorded as running, so that the reaper
+	// can record it when the run's draft is no longer the run's (another run continued its reply after a crash
+	// between DynamoDB's two FinishRun writes), and a store whose FinishRun is two writes returns it after the
+	// outcome too while a reaper's claim names the run (a reaper that died after an orphan's outcome: the usage
+	// is on the thread already). nil when none is kept (zero usage; SQLite once the run is finished: its
+	// FinishRun is one transaction and never leaves an orphan).
 	Released *Usage `json:"-"`
 }
 

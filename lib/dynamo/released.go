@@ -41,10 +41,13 @@ func decodeReleased(v string) (agent.Usage, bool) {
 	return agent.Usage{InputTokens: n[0], OutputTokens: n[1], TotalTokens: n[2], CachedInputTokens: n[3], ReasoningTokens: n[4], CostMicroUSD: n[5]}, true
 }
 
-// withReleased sets run.Released from the thread item th (or the part of it read), for a run still recorded as
-// running: once its outcome is recorded the run's own usage is the truth, whatever is still kept.
+// withReleased sets run.Released from the thread item th (or the part of it read: the kept usage and the claim),
+// for a run still recorded as running, or one a reaper's claim names: the orphan sweep never forgets a run while a
+// reaper's claim names it, so a reaper that finishes an orphan and dies after its outcome leaves the usage kept,
+// and the next reaper learns from Released that the run's usage is on the thread already. Otherwise, once the
+// outcome is recorded, the run's own usage is the truth.
 func withReleased(run agent.Run, th item) agent.Run {
-	if run.Status != agent.RunRunning {
+	if run.Status != agent.RunRunning && getS(th, attrClaimRun) != agent.ReapRunID(run.ID) {
 		return run
 	}
 	if u, ok := decodeReleased(getS(th, attrReleased+run.ID)); ok {

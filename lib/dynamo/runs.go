@@ -714,7 +714,7 @@ func usageAdd(e *expr, u agent.Usage) string {
 }
 
 func (s *Store) GetRun(ctx context.Context, threadID, runID string) (agent.Run, error) {
-	base := s.readBase(ctx, threadID, attrReleased+runID)
+	base := s.readBase(ctx, threadID, attrReleased+runID, attrClaimRun)
 	it, err := s.getItem(ctx, key(threadPK(threadID), runSK(runID)))
 	if err != nil {
 		return agent.Run{}, err
@@ -974,12 +974,14 @@ func (s *Store) ListOrphanRuns(ctx context.Context, before time.Time, limit int)
 			for _, runID := range getSS(th, attrUnrecorded) {
 				it, ok := runs[itemKey(key(threadPK(id), runSK(runID)))]
 				switch {
+				case claim != nil && agent.ReapedRunID(claim.RunID) == runID:
+					// Claimed again by its own id (a recognised retry), or held by a reaper finishing it: kept,
+					// recorded or not, with the usage its release kept (a reaper that died after the outcome
+					// leaves its claim, and the next one must not count that usage again).
 				case !ok:
 					forget = append(forget, runID)
 				case getS(it, attrStatus) != string(agent.RunRunning):
 					forget = append(forget, runID)
-				case claim != nil && agent.ReapedRunID(claim.RunID) == runID:
-					// Claimed again by its own id (a recognised retry), or held by a reaper finishing it.
 				case getT(it, attrUpdatedAt).Before(before):
 					out = append(out, withReleased(decodeRun(it), th))
 				}

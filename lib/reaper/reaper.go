@@ -401,6 +401,10 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		if run.LateUsage != nil {
 			usage = usage.Sub(*run.LateUsage)
 		}
+		if run.Released != nil {
+			// Its own release counted it: an orphan whose reaper died after recording the outcome.
+			usage = agent.Usage{}
+		}
 		if draft, ok := r.unfinalized(ctx, run); ok {
 			// A reaper recorded the outcome and died before the message.
 			if err := r.finalizeMessage(ctx, run, draft, run.Usage, hold); err != nil {

@@ -193,3 +193,69 @@ func orphanLeavesALaterRunsReplyAlone(t *testing.T, st agent.Store, halfFinish f
 		t.Errorf("a later tick: %+v %v, want no orphans", stats, err)
 	}
 }
+
+// failRelease refuses every ReleaseClaim for good: a reaper that dies after recording the outcome, before its
+// release.
+type failRelease struct{ agent.Store }
+
+func (failRelease) ReleaseClaim(context.Context, agent.ReleaseRequest) error {
+	return agent.E(agent.KindInternal, agent.CodeStoreUnavailable, "injected: the reaper dies here")
+}
+
+// A reaper that finishes an orphan (a run whose own release counted its usage, its outcome lost) and dies before
+// its release leaves its claim; the next sweep reaps that claim, and the thread's usage stays its runs' sum: the
+// orphan's usage is not added a second time (before, the next reaper took the outcome for one no release had
+// counted, and the thread's usage was twice the run's). DynamoDB only: SQLite's FinishRun is one transaction, so it
+// leaves no orphan (a ReleaseClaim naming a running run, as the other tests build one, is not something SQLite's
+// callers do), and it keeps no released usage past the outcome.
+func TestDeadOrphanReaperCountsTheUsageOnce(t *testing.T) {
+	t.Parallel()
+	deadOrphanReaper(t, dynamoStore(t))
+}
+
+func deadOrphanReaper(t *testing.T, st agent.Store) {
+	clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
+	ctx := context.Background()
+	now := clock.Now()
+	if _, _, err := st.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th", Owner: "alice", RunID: "run_1", AssistantMessageID: "msg_1", Now: now, Reserve: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := res.Run
+	u := agent.Usage{InputTokens: 5, OutputTokens: 2, TotalTokens: 7}
+	err = st.PutMessage(ctx, agent.MessageWrite{ThreadID: "th", Seq: run.AssistantSeq(), Fence: run.Fence(), Final: true, Now: now,
+		Message: agent.Message{ID: "msg_1", Role: agent.RoleAssistant, Parts: []json.RawMessage{json.RawMessage(`{"type":"text","text":"done"}`)},
+			Metadata: json.RawMessage(`{"status":"completed","runId":"run_1","usage":{"inputTokens":5,"outputTokens":2,"totalTokens":7}}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// FinishRun's release applied, its outcome was lost.
+	if err := st.ReleaseClaim(ctx, agent.ReleaseRequest{ThreadID: "th", Fence: run.Fence(), Usage: u, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	clock.add(2 * staleAfter)
+	dying := reaper.New(reaper.Deps{Store: failRelease{st}, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
+	if err := dying.ReapOrphan(ctx, "th", run.ID); err == nil {
+		t.Fatal("the dying reaper's release did not fail")
+	}
+	clock.add(2 * staleAfter)
+	r := reaper.New(reaper.Deps{Store: st, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
+	if _, err := r.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	th, err := st.GetThread(ctx, "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.GetRun(ctx, "th", run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if th.ActiveRun != nil || got.Status != agent.RunCompleted || got.Usage != u || th.Usage != u {
+		t.Fatalf("after the next sweep: claim %+v, run %s usage %+v, thread usage %+v; want idle, completed, both %+v",
+			th.ActiveRun, got.Status, got.Usage, th.Usage, u)
+	}
+}

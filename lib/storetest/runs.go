@@ -1305,7 +1305,7 @@ func testNoteTakes(e *claims) {
 // here with ReleaseClaim naming the run) adds its usage to the thread and keeps it for the run (Run.Released, from
 // GetRun and ListOrphanRuns), so that the reaper can record it when another run has overwritten the run's draft
 // since (seed 1000019 of the simulation). Once the outcome is recorded the run's own usage is the truth, and
-// Released is nil. A release without usage keeps nothing.
+// Released is nil (while no reaper's claim names the run). A release without usage keeps nothing.
 func testReleasedUsage(e *claims) {
 	t := e.t
 	base := at(-22 * 24 * time.Hour)
