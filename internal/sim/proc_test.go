@@ -298,13 +298,12 @@ func (p *proc) delayed(method string, final bool) bool {
 	if method == "FinishRun" || method == "DeleteMessage" || (method == "PutMessage" && final) {
 		p.loopEnded = true // these come after guard.stop (interrupts are stored before it)
 	}
-	// Unless exploring the known gaps: not the run's FinishRun (its compare-and-set is on the run item, which a
-	// reap marks only after its release): see knownBugs. A message's first write may be held (the reaper stubs
-	// or fences every id the dead run can still create before it reads anything, and SQLite checks the claim in
-	// the write's transaction: fence B), and so may an edit's DeleteMessage (the edit commits in its one write on
-	// the edited message, fence D; the deletes are cleanup).
-	held := p.rng.Float64() < p.delayProb
-	return held && (p.w.gaps || method != "FinishRun")
+	// Any of them may be held. The run's FinishRun: it releases the claim first, on condition that the claim is
+	// still the run's (fence C), so one that lands after a reap or a later claim is refused whole. A message's
+	// first write: the reaper stubs or fences every id the dead run can still create before it reads anything,
+	// and SQLite checks the claim in the write's transaction (fence B). An edit's DeleteMessage: the edit commits
+	// in its one write on the edited message (fence D), the deletes are cleanup.
+	return p.rng.Float64() < p.delayProb
 }
 
 // takeArm lets one guard call through when the scheduler armed it. The first unarmed call after an armed one

@@ -143,19 +143,12 @@ func (p *proc) requestFate() (reqFate, string, int) {
 		return reqPass, p.reqCall, p.reqN
 	}
 	f := reqFate(1 + p.reqRng.IntN(4))
-	// Known gap (unless -gaps): DynamoDB's FinishRun releases the claim and then records the outcome in a second
-	// write; a process that dies between them, or whose second write fails three times, leaves a claimless
-	// `running` run (note.md Left 3, D15 on DynamoDB: the orphan-run sweep is being built). A later reader
-	// reaps it even after another run continued its message, and rewrites that message from the dead run's
-	// segments (seed 1000019 on dynalite: every tool call twice, the thread's usage not its runs' sum). So the
-	// requests of a FinishRun get no crash, and at most two faults in a row (the SDK's third attempt passes).
-	steered := !w.gaps && p.reqCall == "FinishRun"
-	if (!p.crashable || steered) && (f == reqCrashBefore || f == reqCrashAfter) {
+	// DynamoDB's FinishRun releases the claim and then records the outcome in a second write; a process that dies
+	// between them, or whose second write fails for good, leaves a claimless `running` run, which the reaper's
+	// orphan sweep (or a reader) finishes, also after a later run continued its reply (seed 1000019,
+	// gapRegressions). Its requests draw every fate, like any write's.
+	if !p.crashable && (f == reqCrashBefore || f == reqCrashAfter) {
 		f -= 2
-	}
-	if steered && p.reqStreak >= 2 {
-		p.reqStreak = 0
-		return reqPass, p.reqCall, p.reqN
 	}
 	p.reqStreak++
 	call := p.reqCall

@@ -122,8 +122,8 @@ var regressions = []uint64{
 }
 
 // knownBugs are seeds that found bugs in lib/** which are not fixed yet. They need -gaps: the default schedules
-// steer clear of these windows (the only steers left: proc.delayed and requests_test.go, both around FinishRun) so
-// that make test stays green.
+// steer clear of their windows (none is steered now: proc.nextCall, proc.delayed and requests_test.go are where a
+// new one would go) so that make test stays green.
 // TestKnownBugs replays each one: while the bug is there it skips with the bug's description; once the bug is
 // fixed the seed passes, and the window it needed can be opened to the default schedules. A seed names a schedule
 // of this generator: a change to how schedules are drawn re-draws them, and the seeds must be found again (run
