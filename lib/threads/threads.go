@@ -423,8 +423,11 @@ func (s *Service) repairRuns(ctx context.Context, th agent.Thread, runs []agent.
 	return found
 }
 
-// Attach replays the active run's stream to w and follows it until it ends; begin is called once, before the
-// first byte (to send headers). A thread with no active run, one that does not exist yet, or another user's
+// Attach replays the active run's stream to w and follows it until it ends. begin is called once, as soon as
+// there is an active run to follow and before anything of its stream is read, then flush: the status and headers
+// go out at once, not with the stream's first byte, which a run that has written nothing yet (its writer died
+// before its first segment save, or it waits for its first model token) may not write before the reaper ends it,
+// past a client's response-header timeout. A thread with no active run, one that does not exist yet, or another user's
 // (indistinguishable from not existing), has nothing to attach to: Attach returns false and writes nothing
 // (HTTP 204, which is what the AI SDK client expects of a resume with nothing to resume). A reader over a stream
 // limit (limits.go) gets false and a KindLimited error, before anything is written.
@@ -448,18 +451,9 @@ func (s *Service) Attach(ctx context.Context, owner, id string, begin func(), w 
 	f := s.cfg.Follow
 	f.Segments, f.Clock = s.store, s.clock
 	f.Ended = func(ctx context.Context) (bool, error) { return s.runEnded(ctx, th.ID, claim) }
-	started := false
-	out := writerFunc(func(p []byte) (int, error) {
-		if !started {
-			started = true
-			begin()
-		}
-		return w.Write(p)
-	})
-	_, err = f.Follow(ctx, claim.RunID, out, flush)
-	if !started && err == nil {
-		begin() // a run that ended without a byte still gets its (synthesized) end
-	}
+	begin()
+	flush()
+	_, err = f.Follow(ctx, claim.RunID, w, flush)
 	return true, err
 }
 
@@ -484,7 +478,3 @@ func (s *Service) runEnded(ctx context.Context, threadID string, c agent.Claim) 
 	}
 	return false, nil
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
