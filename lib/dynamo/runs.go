@@ -782,7 +782,8 @@ func (s *Store) ListStaleClaims(ctx context.Context, before time.Time, limit int
 		limit = agent.DefaultListLimit
 	}
 	out := []agent.StaleClaim{}
-	ix := sparseIndex{name: IndexRunning, shardAttr: AttrRunShard, shardPrefix: "RUN#", sortAttr: AttrClaimBucket, shards: s.runShards}
+	ix := sparseIndex{name: IndexRunning, shardAttr: AttrRunShard, shardPrefix: "RUN#", sortAttr: AttrClaimBucket, shards: s.runShards,
+		keep: true}
 	err := s.nominate(ctx, ix, before, limit, func(nominees []item) (int, error) {
 		got, err := s.batchGet(ctx, nominees)
 		if err != nil {
@@ -816,6 +817,51 @@ type sparseIndex struct {
 	// exact: the sort key is the item's own time, so every nominee qualifies and a page needs no more than limit
 	// (the claims index is a coarse bucket, so its pages read on).
 	exact bool
+	// keep: the sweep's complete reads of a shard are kept for a later list of the same sweep (sweepReads);
+	// reuse: this list takes them instead of querying those shards.
+	keep, reuse bool
+}
+
+// sweepReads keeps, for the running index, the keys one list of a reaper sweep read from each shard it read whole,
+// and the cutoff it read them under, so that the sweep's next list with the same condition (the orphan runs' after
+// the stale claims') takes them instead of querying the shards again: an idle tick queries the running index's
+// shards once, not twice. Each kept read serves one list, and only in the same sweep (agent.SweepOf: the reaper's
+// Tick marks its context). Nominations only: the taker re-reads every item it is handed. A key that came below
+// the cutoff between the two reads is not in the kept read, and is read by the next tick: so an orphan waits at
+// most one tick longer than its cutoff says (and no longer than that: every tick reads the index afresh first).
+type sweepReads struct {
+	mu     sync.Mutex
+	sweep  *agent.Sweep
+	before time.Time
+	shards map[int][]item
+}
+
+// put keeps keys as shard's whole read under before in sweep (nothing outside a sweep).
+func (r *sweepReads) put(sweep *agent.Sweep, before time.Time, shard int, keys []item) {
+	if sweep == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sweep != sweep || !r.before.Equal(before) {
+		r.sweep, r.before, r.shards = sweep, before, map[int][]item{}
+	}
+	r.shards[shard] = keys
+}
+
+// take hands out (once) the keys kept for shard in sweep, read under a cutoff no later than before.
+func (r *sweepReads) take(sweep *agent.Sweep, before time.Time, shard int) ([]item, bool) {
+	if sweep == nil || r == nil {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys, ok := r.shards[shard]
+	if !ok || r.sweep != sweep || before.Before(r.before) {
+		return nil, false
+	}
+	delete(r.shards, shard)
+	return keys, true
 }
 
 // sweepStarts rotates the first shard of each sharded index's sweeps (REVIEW D11): a sweep stops once its batch
@@ -860,9 +906,36 @@ func (s *Store) nominate(ctx context.Context, ix sparseIndex, before time.Time, 
 	if ix.exact {
 		page = int32(min(limit, 1000))
 	}
+	// add nominates k, checking the nominees once enough may fill the answer; stop: the answer is full.
+	add := func(k item) (stop bool, err error) {
+		nominees = append(nominees, k)
+		if len(nominees) >= limit-kept {
+			// Enough nominees to possibly fill the answer: check them before reading on.
+			if err := flush(); err != nil {
+				return true, err
+			}
+			return kept >= limit, nil
+		}
+		return false, nil
+	}
+	sweep := agent.SweepOf(ctx)
+	var reads *sweepReads // kept reads this list may take (nil: it queries every shard)
+	if ix.reuse {
+		reads = &s.reads
+	}
 	first := s.sweeps.start(ix)
 	for i := 0; i < ix.shards && kept < limit; i++ {
 		shard := (first + i) % ix.shards
+		if keys, ok := reads.take(sweep, before, shard); ok {
+			for _, k := range keys {
+				if stop, err := add(k); err != nil || stop {
+					return err
+				}
+			}
+			continue
+		}
+		var read []item
+		whole := true
 		e := newExpr()
 		in := &dynamodb.QueryInput{
 			TableName: aws.String(s.table),
@@ -874,20 +947,22 @@ func (s *Store) nominate(ctx context.Context, ix sparseIndex, before time.Time, 
 			Limit:                     aws.Int32(page),
 		}
 		err := s.query(ctx, in, func(it item) error {
-			nominees = append(nominees, key(getS(it, AttrPK), getS(it, AttrSK)))
-			if len(nominees) >= limit-kept {
-				// Enough nominees to possibly fill the answer: check them before reading on.
-				if err := flush(); err != nil {
-					return err
-				}
-				if kept >= limit {
-					return errStopQuery
-				}
+			k := key(getS(it, AttrPK), getS(it, AttrSK))
+			if ix.keep {
+				read = append(read, k)
 			}
-			return nil
+			stop, err := add(k)
+			if err == nil && stop {
+				whole = false
+				return errStopQuery
+			}
+			return err
 		})
 		if err != nil {
 			return err
+		}
+		if ix.keep && whole {
+			s.reads.put(sweep, before, shard, read)
 		}
 	}
 	if len(nominees) > 0 && kept < limit {
@@ -939,13 +1014,17 @@ func (s *Store) addUnrecorded(ctx context.Context, threadID string, f agent.Fenc
 // So a thread leaves the index once per idle period, one write (1 WCU, and the index delete) after its last
 // release is older than `before`; a chained turn only moves its key (BenchmarkTurn; infra/DYNAMODB.md). The
 // answers are nominations: the caller finishes each through ReapOrphan, which re-checks everything. Ordered by
-// UpdatedAt, thread id, run id.
+// UpdatedAt, thread id, run id. In a reaper sweep (agent.WithSweep) that listed the stale claims first, the Queries
+// of the shards that list read whole are not made again: their keys are reused (sweepReads), so an idle tick costs
+// 16 Queries for both lists, not 32, and an orphan that came below the cutoff between the two reads is named by the
+// next tick.
 func (s *Store) ListOrphanRuns(ctx context.Context, before time.Time, limit int) ([]agent.Run, error) {
 	if limit <= 0 {
 		limit = agent.DefaultListLimit
 	}
 	out := []agent.Run{}
-	ix := sparseIndex{name: IndexRunning, shardAttr: AttrRunShard, shardPrefix: "RUN#", sortAttr: AttrClaimBucket, shards: s.runShards}
+	ix := sparseIndex{name: IndexRunning, shardAttr: AttrRunShard, shardPrefix: "RUN#", sortAttr: AttrClaimBucket, shards: s.runShards,
+		reuse: true}
 	err := s.nominate(ctx, ix, before, limit, func(nominees []item) (int, error) {
 		threads, err := s.batchGet(ctx, nominees)
 		if err != nil {

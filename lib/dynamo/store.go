@@ -104,6 +104,7 @@ type Store struct {
 	bucket    time.Duration
 	blob      blobLimits
 	sweeps    sweepStarts
+	reads     sweepReads // a reaper sweep's reads of the running index, for its next list (ListOrphanRuns)
 }
 
 // Option configures a Store.

@@ -13,7 +13,8 @@ import (
 // BenchmarkReaperSweep measures what one reaper sweep (ListStaleClaims with the default batch) reads from a table
 // holding 10,000 finished runs, 50 live claims and 10 stale ones: requests, read units (as the server reports
 // them) and claims found; and what the tick's orphan sweep (ListOrphanRuns) costs beside it, the first one (which
-// takes the threads the turns left idle out of the index) and a steady one. Finished runs are not in the sparse running index and live claims sit in buckets after
+// takes the threads the turns left idle out of the index) and a steady one, in the same sweep as a stale-claims
+// sweep (reaper.Tick). Finished runs are not in the sparse running index and live claims sit in buckets after
 // the cutoff, so the sweep costs one small Query per shard plus one BatchGetItem for the stale threads, whatever
 // the table holds. The table is built with the store's own ClaimRun and FinishRun, concurrently.
 func BenchmarkReaperSweep(b *testing.B) {
@@ -94,9 +95,14 @@ func BenchmarkReaperSweep(b *testing.B) {
 	b.ReportMetric(c.ReadUnits/float64(sweeps), "RCU/sweep")
 	b.ReportMetric(stale, "stale/sweep")
 	b.ReportMetric(threads*runsPerThread, "finished-runs")
-	// The orphan sweep of the same tick reads the same index (the stale claims are claimed: read, not named).
+	// The orphan sweep of the same tick reads the same index (the stale claims are claimed: read, not named); in
+	// one sweep (agent.WithSweep, as reaper.Tick) it reuses the stale-claims sweep's reads of the shards.
+	sweep := agent.WithSweep(ctx)
+	if _, err := s.ListStaleClaims(sweep, now.Add(-staleAfter), 0); err != nil {
+		b.Fatal(err)
+	}
 	f.counter.Reset()
-	if orphans, err := s.ListOrphanRuns(ctx, now.Add(-staleAfter), 0); err != nil || len(orphans) != 0 {
+	if orphans, err := s.ListOrphanRuns(sweep, now.Add(-staleAfter), 0); err != nil || len(orphans) != 0 {
 		b.Fatalf("orphan sweep: %d orphans, %v", len(orphans), err)
 	}
 	o := f.counter.Counts()

@@ -158,7 +158,9 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 	// The sweep's store requests are metered so that its throttled ones reach the metrics (a run's are counted
 	// by the engine).
 	meter := new(agent.StoreMeter)
-	ctx = agent.WithStoreMeter(ctx, meter)
+	// One sweep: its lists may share their reads (DynamoDB: the orphan list reuses the stale claims' reads of the
+	// running index, so an idle tick queries its shards once).
+	ctx = agent.WithSweep(agent.WithStoreMeter(ctx, meter))
 	defer func() {
 		if n := meter.Snapshot().Throttled; n > 0 {
 			r.metrics.StoreThrottled(int(n))
@@ -202,7 +204,9 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 // orphans finishes the runs still recorded as running that no claim names and that have not changed for
 // StaleAfter (REVIEW D15: a crash between FinishRun's release and its outcome, or a run item written after a reap),
 // each through ReapOrphan, which re-checks everything in its conditional writes. Only a store that can list them
-// without a scan offers the list (agent.OrphanRunLister); without it readers still finish them (ReapOrphan).
+// without a scan offers the list (agent.OrphanRunLister); without it readers still finish them (ReapOrphan). The
+// list may reuse what the tick's stale-claims list read (agent.WithSweep; DynamoDB then skips its 16 Queries), so a
+// run that qualified between the two reads is finished by the next tick: at most one tick after it qualified.
 func (r *Reaper) orphans(ctx context.Context) (int, error) {
 	lister, ok := r.store.(agent.OrphanRunLister)
 	if !ok {
