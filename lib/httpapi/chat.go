@@ -99,9 +99,18 @@ func (s *server) postChat(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, map[string]any{"queued": q})
 		return
 	}
+	beginStream(w)
+	turn.Stream(r.Context(), w)
+}
+
+// beginStream sends the 200 and the stream headers and flushes them at once, not with the stream's first byte: a
+// turn may write nothing for a while (an answer-only turn's tool, a resumed run that has saved nothing yet),
+// longer than a client's response-header timeout. No body byte goes with them, so every AI SDK parser is content.
+// A function URL's writer (lambdaurl) cannot flush; it sends its prelude, status and headers, on WriteHeader.
+func beginStream(w http.ResponseWriter) {
 	setStreamHeaders(w)
 	w.WriteHeader(http.StatusOK)
-	turn.Stream(r.Context(), w)
+	_ = http.NewResponseController(w).Flush()
 }
 
 func setStreamHeaders(w http.ResponseWriter) {
@@ -116,10 +125,7 @@ func setStreamHeaders(w http.ResponseWriter) {
 // resumeStream replays the active run's stream and follows it to its end; 204 when there is nothing to resume.
 func (s *server) resumeStream(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
-	begin := func() {
-		setStreamHeaders(w)
-		w.WriteHeader(http.StatusOK)
-	}
+	begin := func() { setStreamHeaders(w); w.WriteHeader(http.StatusOK) } // Attach flushes them at once
 	active, err := s.Threads.Attach(r.Context(), subjectOf(r.Context()), r.PathValue("threadId"), begin, w, func() { _ = rc.Flush() })
 	switch {
 	case err != nil && !active:

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -240,4 +241,52 @@ func (s *lambdaSpy) Write(p []byte) (int, error) {
 	s.rec.body += len(p)
 	s.rec.mu.Unlock()
 	return s.ResponseWriter.Write(p)
+}
+
+// The same for POST /chat: its status and headers are flushed before the turn runs, not with the stream's first
+// byte. An answer to an approval while a steer waits is an answer-only turn whose own stream the client never
+// gets (the delivery pass's follows it): before, the client had no status line for as long as the approved tool
+// ran. The signal is the approved tool's start.
+func TestChatSendsItsHeadersBeforeTheTurnWritesAnything(t *testing.T) {
+	t.Parallel()
+	for kind, store := range storeKinds(t) {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			started, release := make(chan struct{}), make(chan struct{})
+			h := startHITL(t, store, func(h *hitlStack) {
+				h.tools = func(agent.ValueStore, agent.Clock) []agent.Tool {
+					return []agent.Tool{{Name: "launch", Kind: agent.ToolServer, Approval: agent.ApprovalAlways,
+						InputSchema: json.RawMessage(`{"type":"object"}`),
+						Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+							close(started)
+							select {
+							case <-release:
+							case <-ctx.Done():
+							}
+							return json.RawMessage(`{"launched":true}`), nil
+						}}}
+				}
+			})
+			h.send("th", "u1", `/tool launch {}`)
+			if out := h.deliver(h.finishedJob("th", "call_1", "a brief")); out.Status != agent.DeliveredQueued {
+				t.Fatalf("delivery while a question is pending: %+v", out)
+			}
+			body, _ := json.Marshal(answerBody(h.view("th"), respond(true, "")))
+			req, _ := http.NewRequest("POST", "/chat", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+token(t, "alice"))
+			req.Header.Set("Content-Type", "application/json")
+			rec := &headRecorder{header: http.Header{}}
+			done := make(chan struct{})
+			go func() { defer close(done); h.stack.Handler.ServeHTTP(rec, req) }()
+			defer func() { close(release); <-done }()
+			<-started
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if rec.flushedStatus != http.StatusOK || rec.body != 0 {
+				t.Fatalf("when the approved tool started: status %d flushed with it %d, %d body bytes; want 200 flushed and 0 bytes",
+					rec.status, rec.flushedStatus, rec.body)
+			}
+			checkStreamHeaders(t, rec.sent)
+		})
+	}
 }
