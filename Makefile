@@ -31,11 +31,13 @@ deps: node-deps web
 # The pinned npm packages: the AI SDK parsers (ai@6, ai@7 + Node 22), dynalite (the DynamoDB-compatible
 # server the store tests start on the machine's Node) and sfnlocal (aws-local-stepfunctions, asl-validator and
 # its own Node 22: the job state machine's tests). run.sh re-installs only when the lock file changed; dynalite
-# and sfnlocal are installed when their lock file is newer than the install.
+# and sfnlocal are installed when their lock file is newer than the install. dynalite's npm ci runs its postinstall,
+# which applies infra/dynalite/patches (apply-patches.js): a changed patch re-installs too.
 node-deps: infra/dynalite/node_modules/.installed infra/sfnlocal/node_modules/.installed
 	lib/uistream/aisdktest/testdata/checker/run.sh --install
 
-infra/dynalite/node_modules/.installed: infra/dynalite/package-lock.json infra/dynalite/package.json
+infra/dynalite/node_modules/.installed: infra/dynalite/package-lock.json infra/dynalite/package.json \
+		infra/dynalite/apply-patches.js $(wildcard infra/dynalite/patches/*.patch)
 	cd infra/dynalite && npm ci $(NPM_FLAGS)
 	touch $@
 

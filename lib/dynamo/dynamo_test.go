@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
 
-func runTests(m *testing.M) int {
+func runTests(m *testing.M) (code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	srv, err := dynamotest.Launch(ctx)
 	cancel()
@@ -54,7 +54,12 @@ func runTests(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "dynalite: %v\nFAIL (set %s=1 to skip the DynamoDB tests)\n", err, dynamotest.SkipEnv)
 		return 1
 	}
-	defer srv.Close()
+	defer func() {
+		if err := srv.Close(); err != nil { // it died under the tests: say why, whatever they reported
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}()
 	if testing.Verbose() && srv.Startup > 0 {
 		fmt.Printf("dynalite started on %s in %v\n", srv.Endpoint, srv.Startup.Round(time.Millisecond))
 	}

@@ -19,6 +19,8 @@ package dynamotest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -26,8 +28,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +74,7 @@ type Server struct {
 	exited chan struct{}
 	out    *testenv.TailBuffer
 	once   sync.Once
+	closed atomic.Bool // Close began: an exit from then on is ours, not a crash
 }
 
 // Launch starts dynalite (or returns the endpoint named by EndpointEnv). Close stops it.
@@ -101,7 +107,8 @@ func Launch(ctx context.Context) (*Server, error) {
 }
 
 // Start launches dynalite for one test (or benchmark) and stops it when the test ends. It fails the test when
-// dynalite cannot start, or skips it when SkipEnv=1.
+// dynalite cannot start, or skips it when SkipEnv=1, and when dynalite died during the test (see Died): the failure
+// then carries what the process last wrote, so a crash says why instead of showing only as "connection refused".
 func Start(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -113,20 +120,51 @@ func Start(t testing.TB) string {
 		}
 		t.Fatalf("dynalite: %v (set %s=1 to skip these tests)", err, SkipEnv)
 	}
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	return s.Endpoint
 }
 
-// Close stops the process and waits for it. Safe to call more than once.
+// Died reports, once the process has exited on its own (a crash: Node exits with status 1 on an uncaught
+// exception), how it exited and the tail of its output (stdout and stderr: the crash's stack trace); nil while it
+// runs, after Close, and for EndpointEnv. It does not wait: a request that failed because the process is dying may
+// return before the process has exited; Close tells for sure.
+func (s *Server) Died() error {
+	if s.cmd == nil || s.closed.Load() {
+		return nil
+	}
+	select {
+	case <-s.exited:
+		return s.crash()
+	default:
+		return nil
+	}
+}
+
+func (s *Server) crash() error {
+	return fmt.Errorf("dynamotest: dynalite on %s died (%v); its output:\n%s", s.Endpoint, s.cmd.ProcessState, s.out.String())
+}
+
+// Close stops the process and waits for it. The first Close returns an error, with the process's output, when the
+// process had exited on its own before Close killed it (see Died). Safe to call more than once.
 func (s *Server) Close() error {
 	if s.cmd == nil {
 		return nil
 	}
+	var err error
 	s.once.Do(func() {
+		s.closed.Store(true)
 		_ = s.cmd.Process.Kill()
 		<-s.exited
+		// Killed by us: signaled. Exited (with any status) on its own: a crash, whenever it happened.
+		if st := s.cmd.ProcessState; st != nil && st.Exited() {
+			err = s.crash()
+		}
 	})
-	return nil
+	return err
 }
 
 // Client returns a DynamoDB client for endpoint. Against the dynalite this package starts it uses the static
@@ -161,12 +199,73 @@ func cliPath(dir string) string {
 	return p
 }
 
-// ensureInstalled runs `npm ci` in dir unless dynalite is already there, and returns its entry point.
+// ensureInstalled runs `npm ci` in dir unless dynalite is already there (its postinstall applies dir/patches),
+// makes sure the installed dynalite carries the current patches (see ensurePatched), and returns its entry point.
 func ensureInstalled(ctx context.Context, dir string) (string, error) {
 	if err := testenv.NpmCI(ctx, dir, "dynalite", func() bool { return cliPath(dir) != "" }); err != nil {
 		return "", fmt.Errorf("dynamotest: %w", err)
 	}
+	if err := ensurePatched(ctx, dir); err != nil {
+		return "", fmt.Errorf("dynamotest: %w", err)
+	}
 	return cliPath(dir), nil
+}
+
+// patchMarker is the file apply-patches.js writes last: the sha256 of the patches it applied (patchesHash).
+const patchMarker = ".agentloop-patches"
+
+// ensurePatched runs dir/apply-patches.js (idempotent) when node_modules/.agentloop-patches does not name the
+// patches in dir/patches: an install made before a patch was added or changed (make node-deps re-installs then,
+// a plain go test does not) would otherwise run dynalite without it.
+func ensurePatched(ctx context.Context, dir string) error {
+	want, err := patchesHash(filepath.Join(dir, "patches"))
+	if err != nil {
+		return err
+	}
+	marker := filepath.Join(dir, "node_modules", patchMarker)
+	current := func() bool {
+		got, err := os.ReadFile(marker)
+		return err == nil && strings.TrimSpace(string(got)) == want
+	}
+	if current() {
+		return nil
+	}
+	unlock, err := testenv.LockFile(filepath.Join(dir, ".install.lock"))
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", dir, err)
+	}
+	defer unlock()
+	if current() { // another test binary patched it while we waited
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, "node", "apply-patches.js")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("patching dynalite (%s/apply-patches.js): %w\n%s", dir, err, out)
+	}
+	if !current() {
+		return fmt.Errorf("%s/apply-patches.js left %s not naming the current patches", dir, marker)
+	}
+	return nil
+}
+
+// patchesHash is apply-patches.js's marker: sha256 over each patch's name, a newline and its text, in name order.
+func patchesHash(dir string) (string, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.patch"))
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte(filepath.Base(n) + "\n"))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func start(ctx context.Context, node, cli string) (*Server, error) {
