@@ -18,6 +18,7 @@ func (w *world) check(ctx context.Context) {
 	for _, th := range w.threads {
 		w.checkThread(ctx, th)
 	}
+	w.checkReaders(ctx)
 }
 
 func (w *world) checkThread(ctx context.Context, th *simThread) {

@@ -72,6 +72,7 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 		w.stats.jobs.schedules = 1
 		w.drawBounds()
 	}
+	w.initReaders()
 	return w
 }
 
@@ -142,6 +143,9 @@ func (w *world) steps(ops, least int, op func() error) error {
 	for steps := 0; ops > 0 || steps < least; steps++ {
 		if steps > 400 {
 			break
+		}
+		if err := w.maybeAttach(); err != nil {
+			return err
 		}
 		if w.jobsOn && w.rng.IntN(100) < 14 {
 			if err := w.jobOp(); err != nil {
@@ -640,7 +644,7 @@ func (w *world) drain() error {
 		waiting := 0
 		for _, p := range ps {
 			w.mu.Lock()
-			claimWait := p.parkedAt == "claim retry"
+			claimWait := p.parkedAt == "claim retry" || p.kind == "reader" && p.parkedAt == "poll"
 			w.mu.Unlock()
 			if claimWait {
 				waiting++

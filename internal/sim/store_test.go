@@ -331,6 +331,19 @@ func (s *procStore) DeleteThread(ctx context.Context, id string) error {
 	})
 }
 
+// FinishDelete finishes a delete that stopped half way (a process that met its tombstone): the thread is gone
+// then, as after a DeleteThread that applied. Not a counted call (it was never one: schedules keep their fates).
+func (s *procStore) FinishDelete(ctx context.Context, id string) error {
+	if s.p.isDead() {
+		return s.p.parkDead()
+	}
+	err := s.Store.FinishDelete(ctx, id)
+	if _, gerr := s.p.w.base.GetThread(context.WithoutCancel(ctx), id); err == nil && agent.IsKind(gerr, agent.KindNotFound) {
+		s.p.w.threadDeleted(id)
+	}
+	return err
+}
+
 // RunStore.
 
 func (s *procStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res agent.ClaimResult, err error) {
@@ -643,6 +656,9 @@ func (s *procStore) AppendSegment(ctx context.Context, seg agent.Segment) error 
 }
 
 func (s *procStore) ListSegments(ctx context.Context, runID string, from int64, now time.Time) (ss []agent.Segment, err error) {
+	if !s.p.readerPoll(runID, from) {
+		return nil, errDead
+	}
 	err = s.call(ctx, "ListSegments", false, callPlain, nil, "", func(ctx context.Context) error {
 		var e error
 		ss, e = s.Store.ListSegments(ctx, runID, from, now)

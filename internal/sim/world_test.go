@@ -114,6 +114,7 @@ type world struct {
 	jobs     *simJobs
 	execs    []*execution // what the Jobs port recorded, in order
 	bounds   jobBounds    // the jobs-mode caps (bounds_test.go)
+	readers  readerState  // stream readers (readers_test.go)
 }
 
 // simThread is what the sim knows of one thread of the schedule.

@@ -142,9 +142,14 @@ func (s *stepper) storeUsage() *agent.StoreUsage {
 // unsaved ends a run whose reply could not be stored: the client learns it failed (never completed), the stream
 // segments keep the reply, and the claim is left to go stale so the reaper recovers the message from them. The
 // reaper counts the usage the draft recorded; the run records the rest once it is reaped (recordLate, REVIEW D6).
+// The stream's end is the client's only: the segments get everything sent before it, and no final segment,
+// because a write that failed may have landed (a lost answer, then refused retries) and the reaper adopts it;
+// the final segment is the reaper's, saying the outcome it recorded, so readers learn the same as the thread.
 func (s *stepper) unsaved(ctx context.Context) agent.Run {
 	t := s.turn
 	runErr := &agent.RunError{Code: agent.CodePersistFailed, Message: "The reply could not be saved."}
+	s.out.flush()
+	s.out.detach()
 	s.end(agent.MessageFailed, runErr, agent.FinishError)
 	s.recordLate(ctx)
 	t.run.Status, t.run.Error, t.run.Usage = agent.RunFailed, runErr, s.usage
