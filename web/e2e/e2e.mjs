@@ -55,6 +55,22 @@ async function open(base = opts.url, viewport = { width: 1100, height: 800 }) {
   const page = await context.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  // The page's live polls: intervals of a second (window.__polls()), to tell one poll from two.
+  await page.addInitScript(() => {
+    const live = new Set();
+    const set = window.setInterval.bind(window);
+    const clear = window.clearInterval.bind(window);
+    window.setInterval = (fn, ms, ...args) => {
+      const id = set(fn, ms, ...args);
+      if (ms === 1000) live.add(id);
+      return id;
+    };
+    window.clearInterval = (id) => {
+      live.delete(id);
+      clear(id);
+    };
+    window.__polls = () => live.size;
+  });
   await page.goto(base);
   await page.getByRole('textbox', { name: 'Message' }).waitFor({ timeout });
   return { context, page, errors };
@@ -189,6 +205,23 @@ const flows = {
     const card = page.getByRole('region', { name: 'Job: research' });
     await card.waitFor({ timeout });
     await until(async () => /^Working/.test(await text(card)), 'the job card to show its activity');
+    // While the job works and the reply has ended, the thread is polled once a second, by one poll (job status
+    // and waiting-for-delivery are both reasons, never two polls). Read with the state, twice alike in a row.
+    let polls = -1;
+    let prev = '';
+    await until(async () => {
+      const s = await page.evaluate(() => ({
+        polls: window.__polls(),
+        idle: ![...document.querySelectorAll('button')].some((b) => b.textContent.trim() === 'Stop'),
+        working: /^Working/.test(document.querySelector('[aria-label="Job: research"] .job-status')?.textContent ?? ''),
+      }));
+      const key = JSON.stringify(s);
+      const stable = key === prev;
+      prev = key;
+      if (stable && s.idle && s.working) polls = s.polls;
+      return polls >= 0;
+    }, 'the page idle while the job works');
+    if (polls !== 1) throw new Error(`${polls} polls of the thread run at once while the job works, want 1`);
     await until(async () => /Finished/.test(await text(card)), 'the job card to show the job finished');
     await until(async () => (await page.getByLabel('Job result').count()) === 1, 'the steer rendered as a result');
     await until(async () => (await assistants(page).count()) >= 2 && (await idle(page)), 'the reply to the job result');

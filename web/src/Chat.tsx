@@ -75,20 +75,23 @@ export function Chat({ threadId, initial, onSending, onSent }: Props) {
     if (status === 'ready') void sync();
   }, [status, sync]);
 
-  // While jobs run, messages wait or a run this page is not attached to holds the thread, the thread changes
-  // without this page: poll it (1 s) while nothing streams here.
+  // The thread changes without this page while jobs run (their activity lines move, while a reply streams here
+  // too), and, while nothing streams here, while job results or messages wait or a run this page is not attached
+  // to holds the thread: poll it, once a second, with one poll whatever the reasons (and never a second read while
+  // one is on its way).
   const waiting = (view?.jobs ?? []).some((j) => !j.steerDelivered) || queued.length > 0 || view?.activeRun != null;
+  const jobsMove = (view?.jobs ?? []).some((j) => j.status === 'running' || j.status === 'pending');
+  const poll = jobsMove || (waiting && !busy);
+  const polling = useRef(false);
   useEffect(() => {
-    if (!waiting || busy) return;
-    const t = setInterval(() => void sync(), 1000);
+    if (!poll) return;
+    const t = setInterval(() => {
+      if (polling.current) return;
+      polling.current = true;
+      void sync().finally(() => (polling.current = false));
+    }, 1000);
     return () => clearInterval(t);
-  }, [waiting, busy, sync]);
-  // Job activity lines move while a reply streams too.
-  useEffect(() => {
-    if (!(view?.jobs ?? []).some((j) => j.status === 'running' || j.status === 'pending')) return;
-    const t = setInterval(() => void sync(), 1000);
-    return () => clearInterval(t);
-  }, [view?.jobs, sync]);
+  }, [poll, sync]);
 
   const stop = useCallback(() => {
     // Not chat.stop(): that only drops this tab's stream while the run goes on. The stop endpoint ends the run,
