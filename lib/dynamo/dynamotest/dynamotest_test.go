@@ -2,6 +2,9 @@ package dynamotest
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +72,36 @@ func TestLaunchServesTheTemplateTable(t *testing.T) {
 	}
 	if _, err := Client(s.Endpoint, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }).ListTables(ctx, &dynamodb.ListTablesInput{}); err == nil {
 		t.Fatal("the endpoint still answers after Close")
+	}
+}
+
+// The dynalite the tests start carries infra/dynalite/patches: its marker names the current patches (the hash
+// apply-patches.js writes is the one Go computes) and the patched code is in place.
+func TestPatchesApplied(t *testing.T) {
+	if os.Getenv(EndpointEnv) != "" {
+		t.Skip("an endpoint is named: no dynalite is installed here")
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, PackageDir)
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("no Node.js")
+	}
+	if _, err := ensureInstalled(context.Background(), dir); err != nil {
+		t.Fatal(err)
+	}
+	want, err := patchesHash(filepath.Join(dir, "patches"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "node_modules", patchMarker))
+	if err != nil || strings.TrimSpace(string(got)) != want {
+		t.Fatalf("marker = %q, %v; want %s", got, err, want)
+	}
+	src, err := os.ReadFile(filepath.Join(dir, "node_modules", "dynalite", "db", "index.js"))
+	if err != nil || !strings.Contains(string(src), "agentloop patch (infra/dynalite/patches/query-index-entry-before-item.patch)") {
+		t.Fatalf("dynalite/db/index.js is not patched (%v)", err)
 	}
 }
