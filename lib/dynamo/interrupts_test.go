@@ -81,9 +81,12 @@ func TestPendingIndexHoldsOnlyPending(t *testing.T) {
 		t.Fatalf("%d pending index entries after 2 resolves, want 1", n)
 	}
 	head, err := f.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(f.table), ConsistentRead: aws.Bool(true),
-		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "THREAD#" + th.ID}, "sk": &types.AttributeValueMemberS{Value: "INT#i0"}}})
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "THREAD#" + th.ID}, "sk": &types.AttributeValueMemberS{Value: "INTM#a1#i0"}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(head.Item) == 0 {
+		t.Fatal("the resolved interrupt's head is not at its key") // the checks below would pass on nothing
 	}
 	for _, a := range []string{dynamo.AttrPendingShard, dynamo.AttrPendingExpiry} {
 		if _, ok := head.Item[a]; ok {
