@@ -54,7 +54,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
-	stack, err := devserver.New(ctx, devserver.Options{Data: *data, Config: cfg, Logger: log})
+	stack, err := devserver.New(ctx, devserver.Options{Data: *data, Config: cfg, Logger: log, Exclusive: true})
 	if err != nil {
 		return err
 	}

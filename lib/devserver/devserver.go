@@ -72,6 +72,12 @@ type Options struct {
 	Jobs  agent.Jobs
 	Clock agent.Clock
 	IDs   agent.IDs
+	// Exclusive: the stack holds its data directory's lock (LockFile, an flock) for its life, and New refuses
+	// when another process holds it. Holding it proves every earlier process on this SQLite file is dead (the
+	// kernel gives a flock back when its holder dies), so New reaps every claim the store still holds before it
+	// returns (reaper.ReapAllClaims: the ticker's takeover, without waiting AGENT_STALE_AFTER). `agentloop dev`
+	// sets it; it applies only to the SQLite file the stack opens itself (not to Options.Store).
+	Exclusive bool
 	// Logger for every component; nil discards.
 	Logger *slog.Logger
 	// Metrics receives run outcomes and reaped runs. Nil: CloudWatch EMF documents on stdout when
@@ -122,6 +128,15 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	clock := o.Clock
 	if clock == nil {
 		clock = agent.SystemClock{}
+	}
+	exclusive := o.Exclusive && o.Store == nil
+	if exclusive {
+		release, held, err := lockData(o.Data)
+		if err != nil {
+			return s, err
+		}
+		s.closers = append(s.closers, release)
+		exclusive = held
 	}
 	if s.Secret, err = Secret(o.Data, cfg.Secret); err != nil {
 		return s, err
@@ -221,8 +236,24 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	pages["POST /dev/token"] = s.devToken(log)
 	s.Handler = httpapi.New(httpapi.Deps{Engine: s.Engine, Threads: s.Threads, Auth: verifier, Clock: clock, Logger: log, Refusals: refusals,
 		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}, Pages: pages})
+	if exclusive {
+		// Every writer of this store is dead: their runs are reaped now, their slots and readers given back.
+		n, err := s.Reaper.ReapAllClaims(ctx)
+		if err != nil {
+			return s, err
+		}
+		if n > 0 {
+			log.Info("dev.reaped_at_start", "runs", n)
+		}
+	}
 	return s, nil
 }
+
+// LockFile is the name of the data directory's lock (Options.Exclusive), beside the SQLite file; it holds the
+// id of the process that holds it.
+const LockFile = "agentloop.lock"
+
+func lockPath(dir string) string { return filepath.Join(dir, LockFile) }
 
 // DevUser is the user of the dev server's tokens: the one `agentloop dev` prints and the one the web app gets.
 const DevUser = "dev"

@@ -304,9 +304,50 @@ func (r *Reaper) Run(ctx context.Context) {
 // idempotent.
 func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error) {
 	now := r.clock.Now()
+	return r.reap(ctx, threadID, c, now.Add(-r.cfg.StaleAfter), now)
+}
+
+// everyHeartbeat is far enough ahead that every heartbeat a store holds is before now plus it (ReapAllClaims).
+const everyHeartbeat = 100 * 365 * 24 * time.Hour
+
+// ReapAllClaims reaps every claim the store holds, whatever its heartbeat, and returns how many it took. Only a
+// caller that knows every writer of the store is dead may call it: the local stack at start, holding its data
+// directory's lock (a flock the kernel gave back when the last holder died). Each claim goes through Reap's own
+// takeover (fence A) with a cutoff after every heartbeat, then the same clean-up: the run recorded failed
+// (stale), its reply finalized, its run slot and readers given back. It lists in batches until a list comes back
+// short or reaps nothing (a claim that fails is logged and left to the ticker).
+func (r *Reaper) ReapAllClaims(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		now := r.clock.Now()
+		cutoff := now.Add(everyHeartbeat)
+		claims, err := r.store.ListStaleClaims(ctx, cutoff, r.cfg.Batch)
+		if err != nil {
+			return n, fmt.Errorf("reaper: list claims: %w", err)
+		}
+		reaped := 0
+		for _, sc := range claims {
+			ok, err := r.reap(ctx, sc.ThreadID, sc.Claim, cutoff, now)
+			if err != nil {
+				r.log.Warn("agent.reap", "thread_id", sc.ThreadID, "run_id", sc.Claim.RunID, "err", err)
+				continue
+			}
+			if ok {
+				reaped++
+			}
+		}
+		n += reaped
+		if len(claims) < r.cfg.Batch || reaped == 0 {
+			return n, ctx.Err()
+		}
+	}
+}
+
+// reap is Reap with the takeover's cutoff given.
+func (r *Reaper) reap(ctx context.Context, threadID string, c agent.Claim, staleBefore, now time.Time) (bool, error) {
 	dead := agent.ReapedRunID(c.RunID)
 	hold, err := r.store.TakeOver(ctx, agent.TakeRequest{ThreadID: threadID, Fence: agent.Fence{RunID: c.RunID, Epoch: c.Epoch},
-		StaleBefore: now.Add(-r.cfg.StaleAfter), RunID: dead, Now: now})
+		StaleBefore: staleBefore, RunID: dead, Now: now})
 	if errors.Is(err, agent.ErrRunFenced) {
 		// A live run, or another reaper decided first, or our own takeover applied and only its answer was lost
 		// (the SDK's retry then finds the claim moved): the last one is ours to finish.
