@@ -2,6 +2,7 @@ package dynamotest
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,5 +104,52 @@ func TestPatchesApplied(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join(dir, "node_modules", "dynalite", "db", "index.js"))
 	if err != nil || !strings.Contains(string(src), "agentloop patch (infra/dynalite/patches/query-index-entry-before-item.patch)") {
 		t.Fatalf("dynalite/db/index.js is not patched (%v)", err)
+	}
+}
+
+// A client that goes away part way through a request (a Go context canceled while the SDK sends the body, as a
+// claim's horizon deadline does) must cost that request only. dynalite 4.0.0 threw the request stream's error
+// ("aborted", ECONNRESET) and so died, failing every test sharing it with "connection refused"
+// (TestResumeSendsItsHeadersBeforeTheRunWritesAnything/dynamo/function_URL failed so in a full run);
+// infra/dynalite/patches/client-aborted-request.patch drops the request instead.
+func TestClientAbortLeavesTheServerUp(t *testing.T) {
+	t.Setenv(EndpointEnv, "")
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	s, err := Launch(ctx)
+	if err != nil {
+		if SkipRequested() {
+			t.Skipf("dynalite unavailable (%s=1): %v", SkipEnv, err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	client := Client(s.Endpoint, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+	// Every request below finds the server up only if each abort before it was survived: the server handles its
+	// connections' events on one loop, and a request's round trip comes after the earlier connections' resets.
+	for i := range 5 {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.Endpoint, "http://"))
+		if err != nil {
+			t.Fatalf("abort %d: %v", i, err)
+		}
+		head := "POST / HTTP/1.1\r\nHost: dynalite\r\nContent-Type: application/x-amz-json-1.0\r\n" +
+			"X-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Length: 1000\r\n\r\n{\"Limit\":"
+		if _, err := conn.Write([]byte(head)); err != nil {
+			t.Fatalf("abort %d: %v", i, err)
+		}
+		// The server answers nothing before the whole body: a read blocks until it read the head (it then
+		// waits for more). Close with a reset, as a canceled request's transport does.
+		_ = conn.(*net.TCPConn).SetLinger(0)
+		_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		_, _ = conn.Read(make([]byte, 1))
+		_ = conn.Close()
+		for range 2 {
+			if _, err := client.ListTables(ctx, &dynamodb.ListTablesInput{}); err != nil {
+				t.Fatalf("after abort %d: %v\n%v", i, err, s.Died())
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
