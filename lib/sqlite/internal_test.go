@@ -256,7 +256,7 @@ func TestExpiredInterruptsUseThePendingIndex(t *testing.T) {
 		strings.Contains(p, "TEMP B-TREE") {
 		t.Fatalf("ListExpiredInterrupts plan = %q, want a search of interrupts_pending with no sort", p)
 	}
-	ops := explainOps(t, s, resolveSQL, "approved", nil, 1, "th", "i1")
+	ops := explainOps(t, s, resolveSQL, "approved", nil, 1, "th", "i1", "a1")
 	if ops["IdxDelete"] == 0 {
 		t.Fatalf("resolve plan deletes no index entry (%v): the pending index would keep resolved rows", ops)
 	}
