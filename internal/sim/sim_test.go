@@ -123,6 +123,10 @@ var regressions = []uint64{
 	// segment saying so, although its write had landed (a lost answer, then a refused retry) and the reaper
 	// adopted the reply: its readers ended failed, the run interrupted.
 	449,
+	// Found by the stream readers, fixed: a continuation that wrote its draft and then failed to store its reply was
+	// reaped from that draft alone (the segments were rebuilt only on a draft another run wrote), so its last step,
+	// which its readers saw, was lost from the stored reply (reaper.continuedFrom).
+	688,
 }
 
 // knownBugs are seeds that found bugs in lib/** which are not fixed yet. They need -gaps: the default schedules

@@ -749,9 +749,17 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 			base = parts // a continuation's stream goes on from the message it continued
 		}
 	}
+	from := base // the parts the run's stream goes on from
+	if draft != nil && base == nil && run.Trigger == agent.TriggerContinuation {
+		// A continuation that wrote its own draft: its stream still goes on from the message as it was before.
+		var err error
+		if from, err = r.continuedFrom(ctx, run, parts); err != nil {
+			return err
+		}
+	}
 	if data, err := r.streamData(ctx, run.ID); err == nil {
 		// The segments may hold more than the draft (the step in flight, or a whole reply whose write failed).
-		if rebuilt := segments.Rebuild(base, data); len(rebuilt) > len(parts) || (base != nil && len(rebuilt) > 0) {
+		if rebuilt := segments.Rebuild(from, data); len(rebuilt) > len(parts) || (base != nil && len(rebuilt) > 0) {
 			parts = rebuilt
 		}
 	} else {
@@ -812,6 +820,44 @@ func (r *Reaper) finalizeMessage(ctx context.Context, run agent.Run, draft *agen
 		}
 	}
 	return nil
+}
+
+// continuedFrom returns the part of a dead continuation's own draft that the message held before the run
+// continued it (with the answers the run put on it): the parts up to the run's first step. A continuation's stream
+// goes on from there (its segments hold the answers' results and its steps, not the message it continued), so the
+// reaper rebuilds the segments on top of it, whether the draft is behind the segments (the step in flight, or a
+// reply whose final write failed: seed 688 of the simulation) or ahead of them. The run's first step is the first
+// step-start after the last call an earlier run asked about (an interrupt of the message not asked by this run):
+// the continued message ends with the step that asked, and the run appends its steps after it, each opening with
+// a step-start. Nil (rebuild from the segments alone) when no such call is found.
+func (r *Reaper) continuedFrom(ctx context.Context, run agent.Run, parts []agent.Part) ([]agent.Part, error) {
+	all, err := r.store.ListMessageInterrupts(ctx, run.ThreadID, run.AssistantMessageID)
+	if err != nil {
+		return nil, fmt.Errorf("reaper: list interrupts: %w", err)
+	}
+	earlier := map[string]bool{}
+	for _, in := range all {
+		if in.MessageID == run.AssistantMessageID && in.RunID != run.ID {
+			earlier[in.ToolCallID] = true
+		}
+	}
+	last := -1
+	for i, p := range parts {
+		if p.ToolCallID != "" && earlier[p.ToolCallID] {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil, nil
+	}
+	end := len(parts)
+	for i := last + 1; i < len(parts); i++ {
+		if parts[i].Type == "step-start" {
+			end = i
+			break
+		}
+	}
+	return slices.Clone(parts[:end]), nil
 }
 
 // continued puts on a dead continuation's parts what its message's interrupts say: a denial or a client's

@@ -1,0 +1,173 @@
+package reaper_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/sqlite"
+	"github.com/agentloop/agentloop/lib/transcript"
+)
+
+// Seed 688 of the simulation (SQLite, -gaps): a continuation (a run that goes on with an asking reply after its
+// answer) wrote its draft, streamed a further step, and died without storing its reply (its final write failed).
+// The reaper must store what the run's readers saw: the continued message's parts as they were before the
+// continuation, the answer, and every step the run streamed, each once. Before, a continuation's own draft was
+// taken alone (the segments were rebuilt on top of a draft only when another run wrote it), so the step after the
+// draft, which readers had seen, was lost.
+//
+// Each case is a crash point: the draft holds the answer only (written before an approved tool ran), or the answer
+// and a step, with the segments ahead of it by a step; or the draft is ahead of the segments (the step's draft
+// write landed, its segment flush did not).
+func TestReapedContinuationKeepsWhatItStreamed(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		reapedContinuation(t, st)
+	})
+	t.Run("dynamo", func(t *testing.T) {
+		t.Parallel()
+		reapedContinuation(t, dynamoStore(t))
+	})
+}
+
+func reapedContinuation(t *testing.T, st agent.Store) {
+	const (
+		stepStart = `{"type":"step-start"}`
+		asked     = `{"type":"tool-delete_note","toolCallId":"call_1","state":"approval-requested","input":{"key":"k"},"approval":{"id":"apr_1"}}`
+		approved  = `{"type":"tool-delete_note","toolCallId":"call_1","state":"approval-responded","input":{"key":"k"},"approval":{"id":"apr_1","approved":true}}`
+		deleted   = `{"type":"tool-delete_note","toolCallId":"call_1","state":"output-available","input":{"key":"k"},"output":{"deleted":true},"approval":{"id":"apr_1","approved":true}}`
+		listed    = `{"type":"tool-list_notes","toolCallId":"call_2","state":"output-available","input":{},"output":{"keys":[]}}`
+	)
+	text := func(s string) string { return fmt.Sprintf(`{"type":"text","text":%q,"state":"done"}`, s) }
+	chunk := func(s string) string { return "data: " + s + "\n\n" }
+	// What the continuation streams: the approved tool's result, a step with a tool call, and a last step.
+	answer := chunk(`{"type":"start","messageId":"msg_a"}`) +
+		chunk(`{"type":"tool-output-available","toolCallId":"call_1","output":{"deleted":true}}`)
+	step2 := chunk(`{"type":"start-step"}`) + chunk(`{"type":"text-start","id":"run_cont-t0"}`) +
+		chunk(`{"type":"text-delta","id":"run_cont-t0","delta":"Checking."}`) + chunk(`{"type":"text-end","id":"run_cont-t0"}`) +
+		chunk(`{"type":"tool-input-start","toolCallId":"call_2","toolName":"list_notes"}`) +
+		chunk(`{"type":"tool-input-available","toolCallId":"call_2","toolName":"list_notes","input":{}}`) +
+		chunk(`{"type":"tool-output-available","toolCallId":"call_2","output":{"keys":[]}}`) + chunk(`{"type":"finish-step"}`)
+	step3 := chunk(`{"type":"start-step"}`) + chunk(`{"type":"text-start","id":"run_cont-t1"}`) +
+		chunk(`{"type":"text-delta","id":"run_cont-t1","delta":"All "}`) + chunk(`{"type":"text-delta","id":"run_cont-t1","delta":"done."}`) +
+		chunk(`{"type":"text-end","id":"run_cont-t1"}`) + chunk(`{"type":"finish-step"}`)
+	base := []string{stepStart, text("Let me check."), asked}
+	whole := []string{stepStart, text("Let me check."), deleted, stepStart, text("Checking."), listed, stepStart, text("All done.")}
+
+	for i, c := range []struct {
+		name     string
+		draft    []string // the continuation's own draft (after the base)
+		segments []string // what it flushed to its segments, in order
+		want     []string
+	}{
+		{"draft holds the answer, segments two steps more", []string{approved}, []string{answer, step2, step3}, whole},
+		{"draft holds a step, segments a step more", []string{deleted, stepStart, text("Checking."), listed},
+			[]string{answer, step2, step3}, whole},
+		{"draft ahead of the segments", []string{deleted, stepStart, text("Checking."), listed, stepStart, text("All done.")},
+			[]string{answer, step2}, whole},
+	} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
+			r := reaper.New(reaper.Deps{Store: st, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
+			ctx := context.Background()
+			th := fmt.Sprintf("th%d", i)
+			now := clock.Now()
+			if _, _, err := st.CreateThread(ctx, agent.Thread{ID: th, Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
+				t.Fatal(err)
+			}
+			claim := func(runID string, trigger agent.Trigger) agent.Run {
+				t.Helper()
+				res, err := st.ClaimRun(ctx, agent.ClaimRequest{ThreadID: th, Owner: "alice", RunID: runID, Trigger: trigger,
+					AssistantMessageID: "msg_a", Now: clock.Now(), Reserve: 2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.Run
+			}
+			put := func(run agent.Run, seq int64, final bool, md string, parts []string) {
+				t.Helper()
+				m := agent.Message{ID: "msg_a", Role: agent.RoleAssistant, Metadata: json.RawMessage(md)}
+				for _, p := range parts {
+					m.Parts = append(m.Parts, json.RawMessage(p))
+				}
+				if err := st.PutMessage(ctx, agent.MessageWrite{ThreadID: th, Seq: seq, Fence: run.Fence(), Final: final, Now: clock.Now(), Message: m}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// The first run asks for an approval and finishes interrupted.
+			first := claim("run_first", agent.TriggerUser)
+			in, _, err := st.CreateInterrupt(ctx, agent.Interrupt{ID: "apr_1", ThreadID: th, RunID: first.ID, Epoch: first.Epoch, MessageID: "msg_a",
+				Kind: agent.InterruptApproval, ToolCallID: "call_1", ToolName: "delete_note", Input: json.RawMessage(`{"key":"k"}`),
+				Status: agent.InterruptPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			put(first, first.AssistantSeq(), true, `{"status":"interrupted","runId":"run_first"}`, base)
+			done := first
+			done.Status, done.Steps, done.FinishedAt, done.UpdatedAt = agent.RunInterrupted, 1, clock.Now(), clock.Now()
+			if err := st.FinishRun(ctx, done); err != nil {
+				t.Fatal(err)
+			}
+
+			// The answer approves; the continuation writes its draft, streams, and dies.
+			clock.add(time.Second)
+			req := in.Resolve(agent.InterruptApproved, clock.Now())
+			req.Response = json.RawMessage(`{"approved":true}`)
+			if _, err := st.ResolveInterrupt(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			cont := claim("run_cont", agent.TriggerContinuation)
+			put(cont, cont.AssistantSeq(), false, `{"status":"streaming","runId":"run_cont"}`, append(base[:2:2], c.draft...))
+			for n, s := range c.segments {
+				if err := st.AppendSegment(ctx, agent.Segment{ThreadID: th, RunID: cont.ID, Seq: int64(n), ExpiresAt: clock.Now().Add(time.Hour), Data: []byte(s)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			clock.add(2 * staleAfter)
+			if _, err := r.Reap(ctx, th, agent.Claim{RunID: cont.ID, Epoch: cont.Epoch}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := st.GetMessage(ctx, th, "msg_a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if md := got.Message.Meta(); md.Status != agent.MessageFailed || md.RunID != cont.ID {
+				t.Errorf("the reply: %s by %q, want failed by %q", md.Status, md.RunID, cont.ID)
+			}
+			if g, w := summary(transcript.Decode(got.Message.Parts)), summary(decode(c.want)); g != w {
+				t.Errorf("the reaped reply:\n got  %s\n want %s", g, w)
+			}
+		})
+	}
+}
+
+// summary is parts in short: type, tool call, state, text.
+func summary(parts []agent.Part) string {
+	var b strings.Builder
+	for _, p := range parts {
+		fmt.Fprintf(&b, "[%s %s %s %q]", p.Type, p.ToolCallID, p.State, p.Text)
+	}
+	return b.String()
+}
+
+func decode(parts []string) []agent.Part {
+	raw := make([]json.RawMessage, len(parts))
+	for i, p := range parts {
+		raw[i] = json.RawMessage(p)
+	}
+	return transcript.Decode(raw)
+}
