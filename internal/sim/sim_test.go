@@ -127,6 +127,9 @@ var regressions = []uint64{
 	// reaped from that draft alone (the segments were rebuilt only on a draft another run wrote), so its last step,
 	// which its readers saw, was lost from the stored reply (reaper.continuedFrom).
 	688,
+	// Found by a soak, fixed: a reaper that died after recording a continuation's outcome left the message it
+	// continued (still the earlier run's) asking for an answer the dead run had taken (reaper.unfinalized).
+	8590996860698516015,
 }
 
 // knownBugs are seeds that found bugs in lib/** which are not fixed yet. They need -gaps: the default schedules

@@ -171,3 +171,103 @@ func decode(parts []string) []agent.Part {
 	}
 	return transcript.Decode(raw)
 }
+
+// diesAfterOutcome is a reaper's store whose process dies right after the run's outcome applied: the reaper still
+// holds the thread, and the dead run's message is not finalized.
+type diesAfterOutcome struct{ agent.Store }
+
+func (d diesAfterOutcome) RecordOutcome(ctx context.Context, run agent.Run, holder agent.Fence) error {
+	if err := d.Store.RecordOutcome(ctx, run, holder); err != nil {
+		return err
+	}
+	return agent.E(agent.KindInternal, agent.CodeInternal, "injected: the reaper's process dies here")
+}
+
+// A continuation that took its answer and died before its first write is reaped by a reaper that dies after the
+// run's outcome, before the message. The next reaper finishes the message: the continued message (still the
+// earlier run's) gets the answer the dead run took, failed. Before, the next reaper took a message last written by
+// another run for one that needs no finalizing, and the message kept asking for an answer already taken (seed
+// 8590996860698516015 of the simulation on SQLite, invariant tool-results).
+func TestDeadReaperFinishesAContinuedMessage(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		deadReaperFinishesAContinuedMessage(t, st)
+	})
+	t.Run("dynamo", func(t *testing.T) {
+		t.Parallel()
+		deadReaperFinishesAContinuedMessage(t, dynamoStore(t))
+	})
+}
+
+func deadReaperFinishesAContinuedMessage(t *testing.T, st agent.Store) {
+	clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
+	ctx := context.Background()
+	now := clock.Now()
+	if _, _, err := st.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(runID string, trigger agent.Trigger) agent.Run {
+		t.Helper()
+		res, err := st.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th", Owner: "alice", RunID: runID, Trigger: trigger,
+			AssistantMessageID: "msg_a", Now: clock.Now(), Reserve: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Run
+	}
+	first := claim("run_first", agent.TriggerUser)
+	in, _, err := st.CreateInterrupt(ctx, agent.Interrupt{ID: "apr_1", ThreadID: "th", RunID: first.ID, Epoch: first.Epoch, MessageID: "msg_a",
+		Kind: agent.InterruptApproval, ToolCallID: "call_1", ToolName: "delete_note", Input: json.RawMessage(`{"key":"k"}`),
+		Status: agent.InterruptPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := agent.Message{ID: "msg_a", Role: agent.RoleAssistant, Metadata: json.RawMessage(`{"status":"interrupted","runId":"run_first"}`),
+		Parts: []json.RawMessage{json.RawMessage(`{"type":"step-start"}`),
+			json.RawMessage(`{"type":"tool-delete_note","toolCallId":"call_1","state":"approval-requested","input":{"key":"k"},"approval":{"id":"apr_1"}}`)}}
+	if err := st.PutMessage(ctx, agent.MessageWrite{ThreadID: "th", Seq: first.AssistantSeq(), Fence: first.Fence(), Final: true, Now: now, Message: m}); err != nil {
+		t.Fatal(err)
+	}
+	done := first
+	done.Status, done.Steps, done.FinishedAt, done.UpdatedAt = agent.RunInterrupted, 1, now, now
+	if err := st.FinishRun(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+
+	// The answer denies the call; its continuation claims the thread and dies before it writes anything.
+	clock.add(time.Second)
+	req := in.Resolve(agent.InterruptDenied, clock.Now())
+	req.Response = json.RawMessage(`{"approved":false}`)
+	if _, err := st.ResolveInterrupt(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	cont := claim("run_cont", agent.TriggerContinuation)
+
+	clock.add(2 * staleAfter)
+	dying := reaper.New(reaper.Deps{Store: diesAfterOutcome{st}, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
+	if _, err := dying.Reap(ctx, "th", agent.Claim{RunID: cont.ID, Epoch: cont.Epoch}); err == nil {
+		t.Fatal("setup: the dying reaper reported success")
+	}
+	clock.add(2 * staleAfter)
+	r := reaper.New(reaper.Deps{Store: st, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
+	if stats, err := r.Tick(ctx); err != nil || stats.Reaped != 1 {
+		t.Fatalf("next sweep: %+v %v, want the dead reaper's claim reaped", stats, err)
+	}
+	got, err := st.GetMessage(ctx, "th", "msg_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := transcript.Decode(got.Message.Parts)
+	if md := got.Message.Meta(); md.Status != agent.MessageFailed || md.RunID != cont.ID || len(parts) != 2 || parts[1].State != agent.StateOutputDenied {
+		t.Errorf("the continued message: %s by %q, parts %s; want failed by %q, the call output-denied", md.Status, md.RunID, summary(parts), cont.ID)
+	}
+	if th, err := st.GetThread(ctx, "th"); err != nil || th.ActiveRun != nil {
+		t.Errorf("thread: %+v %v, want idle", th.ActiveRun, err)
+	}
+}

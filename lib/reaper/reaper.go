@@ -581,8 +581,8 @@ func (r *Reaper) Orphans(ctx context.Context, threadID, active string, msgs []ag
 	return n
 }
 
-// unfinalized returns the draft of a run the reaper recorded failed (stale) whose message still reads streaming:
-// a reaper died between the outcome and the message.
+// unfinalized returns the draft of a run the reaper recorded failed (stale) whose message still reads streaming,
+// or is still the message it continued: a reaper died between the outcome and the message.
 func (r *Reaper) unfinalized(ctx context.Context, run agent.Run) (*agent.MessageRecord, bool) {
 	if run.Status != agent.RunFailed || run.Error == nil || run.Error.Code != agent.CodeStale {
 		return nil, false
@@ -595,7 +595,13 @@ func (r *Reaper) unfinalized(ctx context.Context, run agent.Run) (*agent.Message
 		return nil, true // no message at all: the reap writes the failed one
 	}
 	md := draft.Message.Meta()
-	return draft, md.Status == agent.MessageStreaming && (md.RunID == "" || md.RunID == run.ID)
+	if md.RunID != "" && md.RunID != run.ID {
+		// The message the run continued, as an earlier run left it (the run died before its first write): the
+		// reaper finishes it with the answers the run took (finalizeMessage), unless a later run wrote it since.
+		later, err := r.overwritten(ctx, run, draft)
+		return draft, err == nil && !later
+	}
+	return draft, md.Status == agent.MessageStreaming
 }
 
 // logReaped writes the one agent.reap line of a run this reaper finished, with the usage it counted for it (the
