@@ -64,7 +64,7 @@ type simReader struct {
 
 // foundWithReaders are the seeds of regressions found with readers; the other regressions keep the schedules
 // they were found with (no readers).
-var foundWithReaders = []uint64{449, 688, 8590996860698516015}
+var foundWithReaders = []uint64{449, 688, 8590996860698516015, 7959872465901649856}
 
 // initReaders gives the schedule readers, unless its seed names a schedule found before readers existed.
 func (w *world) initReaders() {

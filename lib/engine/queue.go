@@ -410,7 +410,10 @@ func (t *Turn) release(ctx context.Context) error {
 	t.run.Status, t.run.FinishedAt, t.run.UpdatedAt = agent.RunCompleted, now, now
 	ferr := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) })
 	if ferr != nil {
+		// Its outcome may not be stored: the reaper records it (failed) and writes the stream's end, or, if it
+		// landed, readers end the stream themselves; a "completed" end here could contradict the outcome.
 		e.log.Warn("release a delivery pass with nothing to do", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", ferr)
+		return ErrNothingQueued
 	}
 	md := metadataJSON(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageCompleted})
 	end, err := uistream.Frames(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: md}, uistream.Finish{FinishReason: agent.FinishStop, Metadata: md})
