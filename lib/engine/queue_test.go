@@ -3,12 +3,14 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/engine"
 )
 
 // refuseMessage wraps the store and fails every write of one message id for good while refuse is set.
@@ -50,12 +52,30 @@ func TestQueuedMessagesStoredInQueueOrderWhenAWriteFails(t *testing.T) {
 		t.Fatalf("run %s %+v, want failed (q0 could not be stored)", run.Status, run.Error)
 	}
 	rs.refuse.Store(false)
-	for range 2 {
+	// The failed run's end asked the jobs port for a delivery pass (Engine.wake), which the local stack runs in
+	// the background: whichever of it and this loop claims first delivers, the other meets run_active (then waits
+	// for it) or nothing queued. Done when the queue is empty and no run holds the thread.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
 		tr, err := f.eng.BeginQueued(ctx, "th")
-		if err != nil {
+		if err == nil {
+			tr.Stream(ctx, &bytes.Buffer{})
+			continue
+		}
+		th, gerr := f.store.GetThread(ctx, "th")
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if errors.Is(err, engine.ErrNothingQueued) && th.ActiveRun == nil {
 			break
 		}
-		tr.Stream(ctx, &bytes.Buffer{})
+		if !errors.Is(err, engine.ErrNothingQueued) && agent.CodeOf(err) != agent.CodeRunActive {
+			t.Fatalf("BeginQueued: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue was not delivered: %v, active run %+v", err, th.ActiveRun)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	var users []string
 	for _, m := range f.messages(t, "th") {
