@@ -164,7 +164,7 @@ func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (ag
 	}
 	notFound := agent.E(agent.KindNotFound, agent.CodeThreadNotFound, "thread %q not found", req.ThreadID)
 	created, canceled, finished, counted, reaped := false, false, false, false, 0
-	var deadline time.Time
+	var stopWaiting <-chan time.Time // InterruptWait, once the request asked the active run to stop
 	for {
 		// A transient failure is retried with the same run id: a claim that applied and lost its answer is then
 		// recognised as ours (REVIEW D9). The claim is counted from the first attempt's time, the earliest it
@@ -234,7 +234,7 @@ func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (ag
 		}
 		if !canceled {
 			canceled = true
-			deadline = time.Now().Add(e.cfg.InterruptWait)
+			stopWaiting = e.timers.After(e.cfg.InterruptWait)
 			active := "" // cancel the run we saw, never one that took the thread since
 			if gerr == nil && th.ActiveRun != nil {
 				active = th.ActiveRun.RunID
@@ -243,13 +243,11 @@ func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (ag
 				return res, time.Time{}, cerr
 			}
 		}
-		if time.Now().After(deadline) {
+		if passed(stopWaiting) {
 			return res, time.Time{}, agent.Wrap(err, agent.KindConflict, agent.CodeRunActive, "the active run did not stop in time")
 		}
-		select {
-		case <-ctx.Done():
-			return res, time.Time{}, agent.Wrap(ctx.Err(), agent.KindCanceled, agent.CodeCanceled, "request canceled")
-		case <-time.After(25 * time.Millisecond):
+		if serr := e.timers.Sleep(ctx, 25*time.Millisecond); serr != nil {
+			return res, time.Time{}, agent.Wrap(serr, agent.KindCanceled, agent.CodeCanceled, "request canceled")
 		}
 	}
 }
@@ -647,11 +645,12 @@ func compact(raw json.RawMessage) []byte {
 }
 
 // retry runs op until it succeeds, fails for good, or FinishRetry has passed: only transient store errors
-// (KindUnavailable) are retried, with capped backoff. mayWrite, when set, is asked before every attempt, the
+// (KindUnavailable) are retried, with capped backoff. Both the backoff and FinishRetry are on the engine's timers
+// (so a virtual clock moves them). mayWrite, when set, is asked before every attempt, the
 // first included: a run whose claim is in doubt sends nothing more (errInDoubt). A write that carries the run's
 // fence goes through Turn.fenced instead, which also puts a deadline at the horizon on each attempt.
 func (e *Engine) retry(ctx context.Context, op func() error, mayWrite ...func() bool) error {
-	deadline := time.Now().Add(e.cfg.FinishRetry)
+	deadline := e.timers.After(e.cfg.FinishRetry)
 	wait := 20 * time.Millisecond
 	for {
 		for _, ok := range mayWrite {
@@ -660,14 +659,22 @@ func (e *Engine) retry(ctx context.Context, op func() error, mayWrite ...func() 
 			}
 		}
 		err := op()
-		if err == nil || agent.KindOf(err) != agent.KindUnavailable || time.Now().Add(wait).After(deadline) {
+		if err == nil || agent.KindOf(err) != agent.KindUnavailable || passed(deadline) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if e.timers.Sleep(ctx, wait) != nil {
 			return err
-		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
+	}
+}
+
+// passed reports whether the timer has fired (false for none).
+func passed(timer <-chan time.Time) bool {
+	select {
+	case <-timer:
+		return true
+	default:
+		return false
 	}
 }

@@ -132,6 +132,7 @@ type Engine struct {
 	specs  []agent.ToolSpec
 	reaper Reaper
 	clock  agent.Clock
+	timers agent.Timers // every wait: the clock's own (agent.TimersOf), so a virtual clock moves them too
 	ids    agent.IDs
 	signer *interrupts.Signer
 	jobs   agent.Jobs
@@ -174,6 +175,7 @@ func New(d Deps, cfg Config) *Engine {
 	if e.clock == nil {
 		e.clock = agent.SystemClock{}
 	}
+	e.timers = agent.TimersOf(e.clock)
 	if e.ids == nil {
 		e.ids = agent.RandomIDs{Clock: e.clock}
 	}

@@ -62,11 +62,12 @@ func (t *Turn) mayWrite() error {
 // fresh reports whether the claim is still surely ours (mayWrite, as a bool).
 func (t *Turn) fresh() bool { return t.mayWrite() == nil }
 
-// attempt is the context of one attempt of a fenced store call: a deadline at the horizon (clock time, counted
-// from now) and the write gate for the adapter's own retries. cancel must be called.
+// attempt is the context of one attempt of a fenced store call: a deadline at the horizon (on the engine's
+// timers, counted from now on its clock, so a virtual clock cuts it) and the write gate for the adapter's own
+// retries. cancel must be called.
 func (t *Turn) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
 	left := t.horizon().Sub(t.e.clock.Now())
-	return context.WithTimeoutCause(agent.WithWriteGate(ctx, t.mayWrite), left, errInDoubt)
+	return t.e.timers.WithTimeoutCause(agent.WithWriteGate(ctx, t.mayWrite), left, errInDoubt)
 }
 
 // fenced runs op, a store write that carries the run's fence, retried on transient errors (retry): before every
@@ -175,16 +176,14 @@ func (g *guard) loseLocked(cause error) {
 	g.cancel(cause)
 }
 
-// every calls beat each period until it returns false or the guard stops.
+// every calls beat each period (on the engine's timers) until it returns false or the guard stops.
 func (g *guard) every(period time.Duration, beat func() bool) {
 	defer g.wg.Done()
-	tick := time.NewTicker(period)
-	defer tick.Stop()
 	for {
 		select {
 		case <-g.done:
 			return
-		case <-tick.C:
+		case <-g.t.e.timers.After(period):
 		}
 		if !beat() {
 			return

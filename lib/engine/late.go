@@ -52,7 +52,7 @@ func (s *stepper) recordLate(ctx context.Context) {
 	log := s.lateLog()
 	for i := range lateReads {
 		if i > 0 {
-			time.Sleep(lateWaitPoll)
+			_ = s.turn.e.timers.Sleep(context.WithoutCancel(ctx), lateWaitPoll)
 		}
 		if late, done := s.tryLate(ctx, log); done {
 			s.late = late
@@ -76,12 +76,12 @@ func (s *stepper) lateLog() *slog.Logger {
 func (s *stepper) lateInBackground(ctx context.Context, log *slog.Logger) {
 	e := s.turn.e
 	poll := min(max(e.cfg.StaleAfter/latePollPerWindow, latePollMinimum), latePollMax)
-	until := time.Now().Add(cmp.Or(e.cfg.LateWait, 2*e.cfg.StaleAfter+lateReaperPeriod))
+	until := e.timers.After(cmp.Or(e.cfg.LateWait, 2*e.cfg.StaleAfter+lateReaperPeriod))
 	e.background.Add(1)
 	go func() {
 		defer e.background.Done()
-		for time.Now().Before(until) {
-			time.Sleep(poll)
+		for !passed(until) {
+			_ = e.timers.Sleep(context.WithoutCancel(ctx), poll)
 			if _, done := s.tryLate(ctx, log); done {
 				return
 			}

@@ -35,7 +35,7 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 	defer t.releaseSlot(ctx) // the run has ended, whatever happened to it
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
-	runCtx, cancelTimeout := context.WithTimeoutCause(runCtx, e.cfg.RunTimeout, errRunTimeout)
+	runCtx, cancelTimeout := e.timers.WithTimeoutCause(runCtx, e.cfg.RunTimeout, errRunTimeout)
 	defer cancelTimeout()
 
 	s := &stepper{turn: t, out: newOutput(ctx, e, t.run, client), logCtx: ctx,

@@ -115,7 +115,7 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 		msgID := t.run.AssistantMessageID
 		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, Epoch: t.run.Epoch, ToolCallID: c.call.ID, MessageID: msgID,
 			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msgID, c.call.ID)}
-		go s.executeOne(ctx, k, tool, inv, results)
+		go s.executeOne(k, tool, inv, s.toolDeadline(ctx), results)
 	}
 	for range calls {
 		r := <-results
@@ -123,14 +123,34 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 	}
 }
 
+// toolWait is what one tool call waits on: its context, canceled at the tool timeout, the timeout itself, and
+// the claim's horizon as it was when the call started, all on the engine's timers (so a virtual clock moves
+// them). They are set for every call of the step before any of the step's tools starts.
+type toolWait struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	timeout <-chan time.Time
+	horizon <-chan time.Time
+}
+
+func (s *stepper) toolDeadline(ctx context.Context) toolWait {
+	e := s.turn.e
+	tctx, cancel := e.timers.WithTimeoutCause(ctx, e.cfg.ToolTimeout, context.DeadlineExceeded)
+	return toolWait{ctx: tctx, cancel: cancel, timeout: e.timers.After(e.cfg.ToolTimeout),
+		horizon: e.timers.After(s.turn.horizon().Sub(e.clock.Now()))}
+}
+
 // executeOne runs one server tool and always delivers exactly one result: the tool's own, or a timeout when the tool
 // does not return in time (the goroutine is then abandoned; a late result is dropped). A tool that returned its
-// output keeps it, even if the run was stopped a moment later (REVIEW L15).
-func (s *stepper) executeOne(ctx context.Context, idx int, tool agent.Tool, inv agent.ToolInvocation, results chan<- toolResult) {
+// output keeps it, even if the run was stopped a moment later (REVIEW L15). The deadline is min(start+ToolTimeout,
+// the claim's horizon) (REVIEW D5): the horizon moves on with every accepted heartbeat, so it is checked when it
+// comes due, and once it has passed the guard cancels the run (and so the tool's context) and the tool is
+// abandoned: a reaper may soon hand the thread on.
+func (s *stepper) executeOne(idx int, tool agent.Tool, inv agent.ToolInvocation, tw toolWait, results chan<- toolResult) {
 	e := s.turn.e
 	timeout := e.cfg.ToolTimeout
-	tctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	tctx, timer, horizon := tw.ctx, tw.timeout, tw.horizon
+	defer tw.cancel()
 	begin := time.Now()
 	done := make(chan toolResult, 1)
 	go func() {
@@ -142,14 +162,7 @@ func (s *stepper) executeOne(ctx context.Context, idx int, tool agent.Tool, inv 
 	}()
 	// Wait for the tool's own answer until its deadline, even when the run is stopped meanwhile (the tool's
 	// context is canceled then, and a tool that returned its output keeps it: REVIEW L15). Past the deadline the
-	// tool is abandoned, even one that ignores its context (REVIEW L14); a late answer is dropped. The deadline
-	// is min(start+ToolTimeout, the claim's horizon) (REVIEW D5): the horizon moves on with every accepted
-	// heartbeat, so it is checked when it comes due, and once it has passed the guard cancels the run (and so the
-	// tool's context) and the tool is abandoned: a reaper may soon hand the thread on.
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	horizon := time.NewTimer(s.turn.horizon().Sub(e.clock.Now()))
-	defer horizon.Stop()
+	// tool is abandoned, even one that ignores its context (REVIEW L14); a late answer is dropped.
 	var r toolResult
 	outcome := toolOK
 wait:
@@ -161,7 +174,7 @@ wait:
 				outcome = toolTimeout
 			}
 			break wait
-		case <-timer.C:
+		case <-timer:
 			r = toolResult{idx: idx, err: agent.E(agent.KindUnavailable, agent.CodeToolTimeout, "tool %q timed out after %s; its outcome is unknown", tool.Name, timeout)}
 			outcome = toolTimeout
 			break wait
@@ -169,9 +182,9 @@ wait:
 			r = toolResult{idx: idx, err: agent.E(agent.KindUnavailable, agent.CodeToolTimeout, "tool %q was abandoned when its run's claim was lost or in doubt; its outcome is unknown", tool.Name)}
 			outcome = toolTimeout
 			break wait
-		case <-horizon.C:
+		case <-horizon:
 			if s.guard.check() == nil { // heartbeats moved the horizon on (a failed check closes gone)
-				horizon.Reset(max(s.turn.horizon().Sub(e.clock.Now()), time.Millisecond))
+				horizon = e.timers.After(max(s.turn.horizon().Sub(e.clock.Now()), time.Millisecond))
 			}
 		}
 	}
