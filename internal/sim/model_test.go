@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/jobs"
@@ -34,7 +36,7 @@ type callScript struct {
 // tools that need approval end the run interrupted instead; an approved call runs in the run that continues).
 func (c callScript) executes() bool {
 	switch c.tool {
-	case "sim_effect", "add_note", "list_notes", "research":
+	case "sim_effect", "sim_slow", "add_note", "list_notes", "research":
 		return true
 	}
 	return false
@@ -272,6 +274,9 @@ func simEffectNS(owner string) string { return "simfx/" + owner }
 func (w *world) toolset(p *proc) []agent.Tool {
 	ts := tools.Demo(p.store, w.clock)
 	ts = append(ts, w.effectTool(p, "sim_effect", agent.ApprovalNever), w.effectTool(p, "sim_approve", agent.ApprovalAlways))
+	if w.timeOn {
+		ts = append(ts, w.slowTool(p))
+	}
 	if w.jobsOn {
 		ts = append(ts, jobs.Dispatcher{Store: p.store, Jobs: w.jobs, Clock: w.clock, Contract: w.contract,
 			Limits: p.store, MaxActivePerUser: w.bounds.activePerUser}.Tools(w.kinds)...)
@@ -282,7 +287,7 @@ func (w *world) toolset(p *proc) []agent.Tool {
 		}
 		exec := ts[i].Execute
 		ts[i].Execute = func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
-			next := p.toolTurn(inv.ToolCallID)
+			next := p.toolTurn(ctx, inv.ToolCallID)
 			defer next()
 			return exec(ctx, inv)
 		}
@@ -320,6 +325,77 @@ func (w *world) effectTool(p *proc, name string, approval agent.ApprovalPolicy) 
 			return b, err == nil, err
 		},
 	}
+}
+
+// Time mode (issue 16, "time passing inside retry loops and tools"): one seed in two, drawn from a stream of its
+// own so that every other draw of a schedule stays what it was, and never a seed listed for a regression or a
+// known bug (those replay as they were found). In time mode the engine's retries back off in virtual time, as
+// steps of the schedule (procClock), and some of the model's calls of sim_effect are calls of sim_slow, which
+// takes virtual time: less than its timeout, more, or past its run's claim's horizon.
+func timeMode(seed uint64) bool {
+	if slices.Contains(regressions, seed) {
+		return false
+	}
+	for _, g := range gapRegressions {
+		if g.seed == seed {
+			return false
+		}
+	}
+	for _, kb := range knownBugs {
+		if kb.seed == seed {
+			return false
+		}
+	}
+	return rand.New(rand.NewPCG(seed, 0x71e)).IntN(2) == 0
+}
+
+// simToolTimeout is the tool timeout in time mode: below half of staleAfter (30 s), as lib/config demands.
+const simToolTimeout = 10 * time.Second
+
+// timed turns some of script's sim_effect calls into sim_slow calls (time mode), with a draw of their own.
+func (w *world) timed(p *proc, script []stepScript) []stepScript {
+	if !w.timeOn {
+		return script
+	}
+	r := rand.New(rand.NewPCG(w.seed, 0x510<<32|uint64(p.id)))
+	for i := range script {
+		for j, c := range script[i].calls {
+			if c.tool != "sim_effect" || r.IntN(3) != 0 {
+				continue
+			}
+			var ms int
+			switch r.IntN(4) {
+			case 0, 1:
+				ms = 500 + r.IntN(8000) // within its timeout
+			case 2:
+				ms = 11000 + r.IntN(9000) // past its timeout
+			default:
+				ms = 20000 + r.IntN(25000) // past its claim's horizon, and maybe its stale window
+			}
+			script[i].calls[j] = callScript{"sim_slow", fmt.Sprintf(`{"ms":%d}`, ms)}
+		}
+	}
+	return script
+}
+
+// slowTool is sim_effect that takes virtual time first (its input's ms): it parks until the scheduler moves the
+// clock on that far (world.advanceTool). When the engine gives it up before (its timeout, or its run's claim in
+// doubt), it stays parked and never reaches the store: a tool whose outcome is unknown, and which has none.
+func (w *world) slowTool(p *proc) agent.Tool {
+	t := w.effectTool(p, "sim_slow", agent.ApprovalNever)
+	t.Description = "a side effect, applied once per call, that takes time"
+	effect := t.Execute
+	t.Execute = func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+		var in struct {
+			MS int `json:"ms"`
+		}
+		_ = json.Unmarshal(inv.Input, &in)
+		if !p.parkUntil("tool", w.clock.Now().Add(time.Duration(in.MS)*time.Millisecond), ctx) {
+			return nil, p.parkDead()
+		}
+		return effect(ctx, inv)
+	}
+	return t
 }
 
 // checkApproved is invariant "approval first": a tool that needs approval starts only once its call's interrupt

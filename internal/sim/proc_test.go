@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"reflect"
@@ -40,7 +41,8 @@ type proc struct {
 	store    *procStore
 	script   []stepScript // the model's replies, step by step (post and regenerate processes)
 
-	resume    chan struct{} // grants the main goroutine (parked in the model or in a claim retry)
+	resume    chan struct{} // grants the main goroutine (parked in the model, a claim retry or a backoff)
+	toolCh    chan struct{} // wakes the slow tool that parked last (time mode) when its time is up
 	uwResume  chan struct{} // grants the user-message write
 	uwArrived chan struct{} // closed when the user-message write first reaches the store
 
@@ -85,12 +87,12 @@ type proc struct {
 	ownMsg       string                           // the request's user message id (queued ones the turn takes are others)
 	resolved     map[string]agent.InterruptStatus // tool call id → the answer this process's Begin resolved it with
 	sent         map[string]sentAnswer            // tool call id → the answer this process's request carries
-	toolsRunning int
-	tampered     bool            // the request's answer changes a signed input
-	runCtx       context.Context // the run's context, as the model received it
-	lastOK       time.Time       // the guard's view: claim time or last accepted heartbeat
-	step         int             // model calls so far
-	nextEndsLoop bool            // the model's next grant returns a result that ends the run loop
+	toolsRunning map[string]context.Context       // the tools running, by call id, with their contexts
+	tampered     bool                             // the request's answer changes a signed input
+	runCtx       context.Context                  // the run's context, as the model received it
+	lastOK       time.Time                        // the guard's view: claim time or last accepted heartbeat
+	step         int                              // model calls so far
+	nextEndsLoop bool                             // the model's next grant returns a result that ends the run loop
 	armed        map[callKind]bool
 	awaitSettle  map[callKind]bool
 	settled      chan struct{}
@@ -107,6 +109,18 @@ type proc struct {
 	beginErr     error
 	enqueued     *agent.QueuedMessage // what this process's last Enqueue stored (or found)
 	freshID      bool                 // the process posts a message id never posted before
+	// wakeAt is when the process parked in a backoff or a slow tool means to go on (time mode); toolCtx is that
+	// tool's context (the engine cancels it when it gives the tool up).
+	wakeAt  time.Time
+	toolCtx context.Context
+	// keptAt is when the store last confirmed the run's claim: its claim, or a heartbeat it accepted (one that
+	// answers run_canceled too). The engine's horizon is half of staleAfter past it, or past an earlier moment
+	// (the claim's first attempt): see checkHorizon.
+	keptAt time.Time
+	// claimFrom is the time of the first of the ClaimRun attempts that answered only transient errors so far: the
+	// engine counts its claim from there (one of them may have applied), and in time mode their backoff may take
+	// long enough to leave the claim in doubt at once.
+	claimFrom time.Time
 }
 
 func (w *world) newProc(name string, crashable bool) *proc {
@@ -144,7 +158,7 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	}
 	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: tools, Jobs: js, Clock: w.clock},
 		reaper.Config{StaleAfter: w.ecfg.StaleAfter, DeliveryGrace: w.contract.DeliveryGrace})
-	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: w.clock, IDs: w.ids, Signer: w.signer, Jobs: js}, w.ecfg)
+	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: procClock{w.clock, p}, IDs: w.ids, Signer: w.signer, Jobs: js}, w.ecfg)
 	p.svc = threads.New(threads.Deps{Store: p.store, Reaper: p.reaper, Clock: w.clock}, threads.Config{StaleAfter: w.ecfg.StaleAfter})
 	if w.jobsOn {
 		// One delivery turn per pass (DrainTurns 1): a process runs at most one run; the pass hands the rest to a
@@ -205,6 +219,39 @@ func (p *proc) parkMain(where string) bool {
 	w.reports <- report{p, repParked}
 	select {
 	case <-p.resume:
+		return true
+	case <-w.released:
+		return false
+	}
+}
+
+// parkUntil parks a goroutine of the process until the scheduler lets it go on at wake (virtual time, time
+// mode): the main goroutine in a retry's backoff (granted through resume), or a slow tool (woken through
+// toolCh; tool is its context, which the scheduler watches: world.advanceClock). false when the process died
+// or the schedule ended meanwhile.
+func (p *proc) parkUntil(where string, wake time.Time, tool context.Context) bool {
+	w := p.w
+	w.mu.Lock()
+	if p.dead {
+		w.mu.Unlock()
+		return false
+	}
+	p.parkedAt, p.wakeAt, p.toolCtx = where, wake, tool
+	if tool != nil {
+		w.stats.time.slowTools++
+	} else {
+		w.stats.time.backoffs++
+	}
+	next := p.resume
+	if tool != nil {
+		// Its own channel: a tool the engine gave up stays parked on the one it had, and is never woken.
+		p.toolCh = make(chan struct{})
+		next = p.toolCh
+	}
+	w.mu.Unlock()
+	w.reports <- report{p, repParked}
+	select {
+	case <-next:
 		return true
 	case <-w.released:
 		return false
@@ -379,13 +426,26 @@ func (p *proc) claimed(r agent.Run) {
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()
 	p.runID, p.run = r.ID, r
-	p.lastOK = p.w.clock.Now()
+	now := p.w.clock.Now()
+	p.lastOK = cmp.Or(p.claimFrom, now)
+	p.keptAt = p.lastOK
+	if now.Sub(p.lastOK) > p.w.ecfg.StaleAfter/2 {
+		p.inDoubt = true
+	}
 }
 
 func (p *proc) heartbeatOK(now time.Time) {
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()
 	p.lastOK = now
+	p.keptAt = now
+}
+
+// heartbeatKept: a heartbeat answered run_canceled was recorded (the claim is good, the run asked to stop).
+func (p *proc) heartbeatKept(now time.Time) {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	p.keptAt = now
 }
 
 func (p *proc) listed(rs []agent.MessageRecord) {
@@ -407,7 +467,12 @@ func (p *proc) modelCalled(ctx context.Context, sc stepScript) int {
 	defer w.mu.Unlock()
 	if p.runCtx == nil {
 		p.runCtx = ctx
-		p.lastOK = w.clock.Now() // the guard starts with the stream, at the same virtual instant
+		// The engine's horizon counts from the claim (proc.claimed), not from the stream's start: the clock may
+		// have moved in between (a user-message write parked, a backoff). A run with no claim of its own seen
+		// here starts its guard now.
+		if p.lastOK.IsZero() {
+			p.lastOK = w.clock.Now()
+		}
 	}
 	step := p.step
 	p.step++
@@ -432,7 +497,7 @@ func (p *proc) modelCalled(ctx context.Context, sc stepScript) int {
 // toolTurn waits until the call may run; the returned func lets the next one go. A call with no gate (an
 // approved call, which its continuation runs before any model step) runs at once: at most one runs per process
 // (see asks), which toolTurn checks.
-func (p *proc) toolTurn(callID string) func() {
+func (p *proc) toolTurn(ctx context.Context, callID string) func() {
 	p.w.mu.Lock()
 	gate := p.toolGates[callID]
 	p.w.mu.Unlock()
@@ -446,8 +511,15 @@ func (p *proc) toolTurn(callID string) func() {
 		}
 	}
 	p.w.mu.Lock()
-	p.toolsRunning++
-	racing := p.toolsRunning > 1
+	racing := false
+	for _, other := range p.toolsRunning {
+		// A slow tool the engine gave up (its context canceled) stays parked and never reaches the store.
+		racing = racing || other.Err() == nil
+	}
+	if p.toolsRunning == nil {
+		p.toolsRunning = map[string]context.Context{}
+	}
+	p.toolsRunning[callID] = ctx
 	p.w.mu.Unlock()
 	if racing {
 		p.w.violate("sim", "%s: tool call %s runs beside another one of the process: their store calls race", p.name, callID)
@@ -455,7 +527,7 @@ func (p *proc) toolTurn(callID string) func() {
 	return func() {
 		p.w.mu.Lock()
 		defer p.w.mu.Unlock()
-		p.toolsRunning--
+		delete(p.toolsRunning, callID)
 		if next, ok := p.toolNext[callID]; ok {
 			close(p.toolGates[next])
 		}
@@ -475,7 +547,7 @@ func (p *proc) mayFinish() bool {
 	w := p.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return p.runCtx != nil && (p.runCtx.Err() != nil || p.nextEndsLoop || p.parkedAt == "in flight")
+	return p.runCtx != nil && (p.runCtx.Err() != nil || p.nextEndsLoop || p.parkedAt == "in flight" || p.parkedAt == "backoff")
 }
 
 func itoa(i int) string { return string(appendInt(nil, i)) }

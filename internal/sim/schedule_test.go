@@ -20,15 +20,16 @@ import (
 )
 
 // simConfig is the engine configuration of every simulated process. Heartbeat and CancelPoll tick in real time
-// (the engine takes no ticker), fast, but their store calls pass only when the scheduler arms one (procStore), so
-// they are schedule steps like any other. SegmentFlush is switched off (hours): segments are then written only at
-// step ends and at the end of the stream, while the run waits. InterruptWait and FinishRetry are real-time
-// deadlines; hours, so that no outcome depends on how fast the machine is; LateWait is off.
+// (procClock keeps the guard's ticks off the virtual clock), fast, but their store calls pass only when the
+// scheduler arms one (procStore), so they are schedule steps like any other. SegmentFlush is switched off
+// (hours): segments are then written only at step ends and at the end of the stream, while the run waits.
+// Every other wait of the engine is on the virtual clock (procClock): InterruptWait, FinishRetry, RunTimeout and
+// ToolTimeout are hours (ToolTimeout is simToolTimeout in time mode); LateWait is off.
 func simConfig() engine.Config {
 	return engine.Config{Model: "sim-model", MaxSteps: 4, RunTimeout: 10 * time.Hour, ToolTimeout: 10 * time.Hour,
 		Heartbeat: time.Millisecond, CancelPoll: time.Millisecond, StaleAfter: 30 * time.Second,
 		InterruptWait: 10 * time.Hour, FinishRetry: 10 * time.Hour, SegmentFlush: 10 * time.Hour,
-		// A fenced run's background wait for the reaper (late usage) runs on real time beside the schedule: its
+		// A fenced run's background wait for the reaper (late usage) runs beside the schedule: its
 		// write could land between the check's read of a thread and of its runs (seed 1000001 on dynalite broke
 		// "usage" once that way in make test). Without it the run records its late usage only when the reaper
 		// finished first, and the thread's usage is still the sum of its runs'.
@@ -65,6 +66,13 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 		// message as too large for the model).
 		w.ecfg.WindowTokens, w.ecfg.WindowPage = 1, page
 		w.windowNote = fmt.Sprintf(" window=%d", page)
+	}
+	if w.timeOn = timeMode(seed); w.timeOn {
+		// Time passes inside retries and tools (procClock, sim_slow): a tool may take longer than its timeout,
+		// which stays below half of staleAfter as the configuration demands (AGENT_TOOL_TIMEOUT).
+		w.ecfg.ToolTimeout = simToolTimeout
+		w.windowNote += " time"
+		w.stats.time.schedules = 1
 	}
 	if w.jobsOn = jobsMode(seed); w.jobsOn {
 		w.kinds = jobs.NewRegistry(jobs.Research())
@@ -321,7 +329,7 @@ func (w *world) postMT(th *simThread, enqueue bool) error {
 	req := engine.Request{Owner: w.owner, ThreadID: th.id, Kind: engine.TurnSubmit, Multitask: mt, MessageID: editID,
 		Message: &agent.Message{ID: m.id, Role: agent.RoleUser, Parts: []json.RawMessage{textPart(m.text)}}}
 	p := w.newProc("post", true)
-	p.script = w.script(p)
+	p.script = w.timed(p, w.script(p))
 	enq := ""
 	if mt == engine.MultitaskEnqueue {
 		enq = " enqueue"
@@ -459,7 +467,7 @@ func (w *world) sendAnswer(th *simThread, a answerReq, label string) error {
 		req.Multitask = engine.MultitaskInterrupt
 	}
 	p := w.newProc("answer", true)
-	p.script = w.script(p)
+	p.script = w.timed(p, w.script(p))
 	p.sent, p.tampered = a.sent, a.tampered
 	w.stats.answers++
 	calls := slices.Sorted(maps.Keys(a.sent))
@@ -478,7 +486,7 @@ func (w *world) regenerate(th *simThread) error {
 		req.Multitask = engine.MultitaskInterrupt
 	}
 	p := w.newProc("regen", true)
-	p.script = w.script(p)
+	p.script = w.timed(p, w.script(p))
 	w.tracef("%s: regenerate on %s steps=%d", p.name, th.id, len(p.script))
 	return w.turn(p, th, req)
 }
@@ -532,12 +540,11 @@ func (w *world) turn(p *proc, th *simThread, req engine.Request) error {
 			return
 		}
 		if expect {
-			// Begin started the user-message write beside the stream; wait until it reached the store's door.
-			select {
-			case <-p.uwArrived:
-			case <-time.After(30 * time.Second):
-				w.violate("sim", "%s: the user message write never came", p.name)
-			}
+			// Begin started the user-message write beside the stream; wait until it reached the store's door, or
+			// the goroutine ended without a store call: its claim was in doubt already (time mode: the claim's
+			// retries backed off past its horizon, which counts from the claim's first attempt), and the engine
+			// asks the claim's age before it writes.
+			w.awaitUserWrite(p)
 		}
 		var client bytes.Buffer
 		run := t.Stream(withPhase(ctx, phaseStream), &client)

@@ -256,6 +256,7 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	var count, refused, faults, crashes, accepted, asked, answers, listed atomic.Int64
 	resolved := map[agent.InterruptStatus]int{}
 	var js jobStats
+	var ts timeStats
 	var wg sync.WaitGroup
 	for i := range workers {
 		base := open(t, i)
@@ -289,6 +290,7 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 					resolved[st] += n
 				}
 				js.add(o.stats.jobs)
+				ts.add(o.stats.time)
 				mu.Unlock()
 				if o.failed() {
 					mu.Lock()
@@ -313,6 +315,8 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	for _, k := range slices.Sorted(maps.Keys(js.wakes)) {
 		ws = append(ws, fmt.Sprintf("%s=%d", k, js.wakes[k]))
 	}
+	t.Logf("%s: time mode in %d schedules: %d retry backoffs waited out in virtual time, %d slow tools started, %d of them given up by their engine",
+		storeName, ts.schedules, ts.backoffs, ts.slowTools, ts.givenUp)
 	t.Logf("%s: jobs mode in %d schedules: %d jobs dispatched, %d executions started, delivery passes asked by %s, %d of all those lost; "+
 		"%d sub-agent tasks, %d delivery tasks run; %d steers stored; %d messages queued (202), %d of them stored", storeName, js.schedules,
 		js.dispatched, js.starts, strings.Join(ws, " "), js.lost, js.subagents, js.deliveries, js.steers, js.enqueued, js.queuedStored)

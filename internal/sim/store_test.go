@@ -352,6 +352,18 @@ func (s *procStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res a
 		kind = callClaim
 	}
 	detail := func() string { return fmt.Sprintf("%s run=%s -> epoch %d", req.ThreadID, req.RunID, res.Run.Epoch) }
+	s.p.w.mu.Lock()
+	if s.p.claimFrom.IsZero() {
+		s.p.claimFrom = s.p.w.clock.Now()
+	}
+	s.p.w.mu.Unlock()
+	defer func() {
+		if !agent.IsKind(err, agent.KindUnavailable) {
+			s.p.w.mu.Lock()
+			s.p.claimFrom = time.Time{}
+			s.p.w.mu.Unlock()
+		}
+	}()
 	err = s.callD(ctx, "ClaimRun", true, false, kind, nil, req.ThreadID, detail, func(ctx context.Context) error {
 		var e error
 		res, e = s.Store.ClaimRun(ctx, req)
@@ -377,6 +389,8 @@ func (s *procStore) Heartbeat(ctx context.Context, threadID string, f agent.Fenc
 	})
 	if err == nil {
 		s.p.heartbeatOK(now)
+	} else if errors.Is(err, agent.ErrRunCanceled) {
+		s.p.heartbeatKept(now)
 	}
 	return err
 }

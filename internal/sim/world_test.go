@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -19,10 +21,21 @@ import (
 )
 
 // vclock is the virtual clock: it moves only when the scheduler advances it, so "time passing" (heartbeats
-// going stale, a claim in doubt, the reaper's cutoff) happens at chosen points of a schedule.
+// going stale, a claim in doubt, the reaper's cutoff, a retry's backoff, a tool's timeout) happens at chosen
+// points of a schedule. It is also the engine's timers (agent.Timers, through each process's procClock): a timer
+// or a context deadline made from it fires inside advance, in the scheduler's goroutine, before anyone can read
+// the new time, so whatever it wakes sees the same world in every replay.
 type vclock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu      sync.Mutex
+	t       time.Time
+	next    int
+	waiters map[int]vwaiter
+}
+
+// vwaiter is one timer of the virtual clock: fire runs once the clock reaches at.
+type vwaiter struct {
+	at   time.Time
+	fire func()
 }
 
 func (c *vclock) Now() time.Time {
@@ -35,6 +48,138 @@ func (c *vclock) advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d).Truncate(time.Millisecond)
+	var due []int
+	for id, wt := range c.waiters {
+		if !wt.at.After(c.t) {
+			due = append(due, id)
+		}
+	}
+	sort.Slice(due, func(i, j int) bool {
+		a, b := c.waiters[due[i]], c.waiters[due[j]]
+		if !a.at.Equal(b.at) {
+			return a.at.Before(b.at)
+		}
+		return due[i] < due[j]
+	})
+	for _, id := range due {
+		wt := c.waiters[id]
+		delete(c.waiters, id)
+		wt.fire() // under mu: a channel send or a context cancel, neither of which reads the clock
+	}
+}
+
+// at registers fire for d from now (at once when d <= 0); the returned func forgets it.
+func (c *vclock) at(d time.Duration, fire func()) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d <= 0 {
+		fire()
+		return func() {}
+	}
+	if c.waiters == nil {
+		c.waiters = map[int]vwaiter{}
+	}
+	c.next++
+	id := c.next
+	c.waiters[id] = vwaiter{at: c.t.Add(d), fire: fire}
+	return func() {
+		c.mu.Lock()
+		delete(c.waiters, id)
+		c.mu.Unlock()
+	}
+}
+
+// Sleep is virtual time passing for whoever sleeps: only the scheduler moves the clock, so a sleep on the bare
+// clock returns at once (see procClock.Sleep for the retries the scheduler waits out).
+func (c *vclock) Sleep(ctx context.Context, d time.Duration) error { return ctx.Err() }
+
+func (c *vclock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.at(d, func() { ch <- c.t })
+	return ch
+}
+
+func (c *vclock) WithTimeoutCause(ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
+	inner, cancel := context.WithCancelCause(ctx)
+	vd := &vdeadline{Context: inner}
+	c.mu.Lock()
+	vd.at = c.t.Add(d)
+	c.mu.Unlock()
+	forget := c.at(d, func() {
+		if inner.Err() == nil {
+			vd.expired.Store(true)
+			cancel(cmp.Or(cause, context.DeadlineExceeded))
+		}
+	})
+	return vd, func() { forget(); cancel(context.Canceled) }
+}
+
+// vdeadline is a context canceled at a virtual deadline: Err says DeadlineExceeded then, as a real deadline's
+// does (a tool that returns its context's error timed out). It shows no Deadline: a store adapter would count
+// that in real time.
+type vdeadline struct {
+	context.Context
+	at      time.Time
+	expired atomic.Bool
+}
+
+func (c *vdeadline) Err() error {
+	if err := c.Context.Err(); err != nil && c.expired.Load() {
+		return context.DeadlineExceeded
+	}
+	return c.Context.Err()
+}
+
+// procClock is the clock of one process's engine: the virtual clock, with the waits the scheduler orders.
+//   - A retry's backoff (Engine.retry) in the process's main goroutine, in time mode, parks the process
+//     ("backoff"); granting it moves the clock on to the end of the backoff, and meanwhile the scheduler may do
+//     anything else (move the clock past the claim's horizon, reap the run). Any other sleep returns at once (no
+//     virtual time passes), and once the schedule is over every sleep ends its retry loop (errDead).
+//   - The guard's ticks stay on real time: each reaches the store only when the scheduler arms it
+//     (world.guardTick), so they order nothing.
+type procClock struct {
+	*vclock
+	p *proc
+}
+
+const (
+	fnRetry      = "github.com/agentloop/agentloop/lib/engine.(*Engine).retry"
+	fnGuardEvery = "github.com/agentloop/agentloop/lib/engine.(*guard).every"
+	simPackage   = "github.com/agentloop/agentloop/internal/sim."
+)
+
+func (c procClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.p.w.over() {
+		// A dead process's goroutines, let go, get errDead from every call: their retries must end, not spin
+		// (a sleep that returns at once would make them a busy loop against the store for good).
+		return errDead
+	}
+	if !c.p.w.timeOn || callerOf(1) != fnRetry || !strings.HasPrefix(goroutineEntry(), simPackage) {
+		return nil
+	}
+	if !c.p.parkUntil("backoff", c.Now().Add(d), nil) {
+		return c.p.parkDead()
+	}
+	return ctx.Err()
+}
+
+func (c procClock) After(d time.Duration) <-chan time.Time {
+	if callerOf(1) == fnGuardEvery {
+		return time.After(d)
+	}
+	return c.vclock.After(d)
+}
+
+// callerOf is the function skip frames above its caller.
+func callerOf(skip int) string {
+	pc, _, _, ok := runtime.Caller(skip + 1)
+	if !ok {
+		return ""
+	}
+	return runtime.FuncForPC(pc).Name()
 }
 
 // seqIDs makes ids that are unique per schedule and sort in creation order (ListRuns orders ties by id).
@@ -89,6 +234,7 @@ type world struct {
 	plan   plan
 	owner  string
 	gaps   bool // explore the windows the engine is known not to close (see the report in sim_test.go)
+	timeOn bool // time mode: time passes inside retries and tools (timeMode)
 
 	reports  chan report
 	released chan struct{} // closed when the schedule is over: dead processes' calls return errDead
@@ -153,6 +299,20 @@ type stats struct {
 	listed                 int // of those, the ones readers list as waiting
 	resolved               map[agent.InterruptStatus]int
 	jobs                   jobStats
+	time                   timeStats
+}
+
+// timeStats counts what time mode exercised: schedules, retries' backoffs the scheduler waited out, slow tools
+// started, and of those the ones their engine gave up (past their timeout, or their claim in doubt).
+type timeStats struct {
+	schedules, backoffs, slowTools, givenUp int
+}
+
+func (a *timeStats) add(b timeStats) {
+	a.schedules += b.schedules
+	a.backoffs += b.backoffs
+	a.slowTools += b.slowTools
+	a.givenUp += b.givenUp
 }
 
 // over reports whether the schedule is over: dead processes' goroutines, let go, may still run a little (their
@@ -293,6 +453,7 @@ func (w *world) checkOwnWrite(p *proc, method, detail string, f agent.Fence, thr
 	if noop {
 		return
 	}
+	w.checkHorizon(p, method, detail, f)
 	if ours {
 		if method == "FinishRun" {
 			w.mu.Lock()
@@ -314,6 +475,21 @@ func (w *world) checkOwnWrite(p *proc, method, detail string, f agent.Fence, thr
 		claim = fmt.Sprintf("%s@%d", c.RunID, c.Epoch)
 	}
 	w.violate("one-writer", "%s: %s by run %s@%d took effect on thread %s while the claim was %s (thread epoch %d): %s", p.name, method, f.RunID, f.Epoch, threadID, claim, before.Epoch, detail)
+}
+
+// checkHorizon is invariant "no fenced write lands after its claim's horizon" (DESIGN principle 8, fence E):
+// a write a run makes under its own fence takes effect (the store answered ok, and it changed something) at
+// most half of staleAfter after the store last confirmed the run's claim, in virtual time. The sim's moment is
+// never earlier than the engine's (a claim that took several attempts counts from its first one), so the check
+// can miss a write, never blame a good one.
+func (w *world) checkHorizon(p *proc, method, detail string, f agent.Fence) {
+	w.mu.Lock()
+	kept := p.keptAt
+	w.mu.Unlock()
+	if now := w.clock.Now(); !kept.IsZero() && now.After(kept.Add(w.ecfg.StaleAfter/2)) {
+		w.violate("horizon", "%s: %s by run %s@%d took effect at %s, %s after the store last confirmed its claim (horizon %s): %s", p.name,
+			method, f.RunID, f.Epoch, now.Format("15:04:05.000"), now.Sub(kept), w.ecfg.StaleAfter/2, detail)
+	}
 }
 
 // await waits for p's next report. Only p runs, so any other report is a bug in the sim.
@@ -365,9 +541,88 @@ func (w *world) advanceMain(p *proc) error {
 	if p.isDead() {
 		return nil
 	}
+	w.mu.Lock()
+	at, wake := p.parkedAt, p.wakeAt
+	w.mu.Unlock()
+	switch at {
+	case "tool":
+		return w.advanceTool(p)
+	case "backoff":
+		// Time passes inside the retry loop: the clock moves on to the end of the backoff (the scheduler may
+		// have moved it further meanwhile, or reaped the run).
+		if now := w.clock.Now(); wake.After(now) {
+			w.tracef("  %s: backoff %s", p.name, wake.Sub(now))
+			if err := w.beforeClock(wake.Sub(now)); err != nil {
+				return err
+			}
+		}
+	}
 	p.resume <- struct{}{}
 	_, err := w.await(p, repParked, repDone, repDead)
 	return err
+}
+
+// advanceTool grants a process whose slow tool runs (time mode): the clock moves on, to the end of the tool's
+// time, or first to its timeout or just past its run's horizon when those come sooner. Past either the engine
+// gives the tool up (advanceClock waits for the process to go on without it); otherwise the tool is woken, does
+// its effect and returns.
+func (w *world) advanceTool(p *proc) error {
+	for {
+		w.mu.Lock()
+		still := !p.dead && p.parkedAt == "tool"
+		wake, tctx, horizon := p.wakeAt, p.toolCtx, p.lastOK.Add(w.ecfg.StaleAfter/2+time.Millisecond)
+		w.mu.Unlock()
+		if !still {
+			return nil
+		}
+		now := w.clock.Now()
+		if !wake.After(now) {
+			break
+		}
+		target := wake
+		if vd, ok := tctx.(*vdeadline); ok && vd.at.Before(target) {
+			target = vd.at
+		}
+		if horizon.Before(target) {
+			target = horizon
+		}
+		if !target.After(now) {
+			target = wake
+		}
+		w.tracef("  %s: its tool runs on %s", p.name, target.Sub(now))
+		if err := w.beforeClock(target.Sub(now)); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	p.parkedAt = "tool done"
+	wake := p.toolCh
+	w.mu.Unlock()
+	wake <- struct{}{}
+	_, err := w.await(p, repParked, repDone, repDead)
+	return err
+}
+
+// toolsGivenUp waits for every process whose engine gave up its slow tool when the clock moved (the tool's
+// context is canceled: its timeout passed, or the run's claim is in doubt, and the engine goes on without it)
+// to go on to its next report. The tool itself stays parked and never reaches the store.
+func (w *world) toolsGivenUp() error {
+	for _, p := range w.procs {
+		w.mu.Lock()
+		gone := !p.dead && p.parkedAt == "tool" && p.toolCtx != nil && p.toolCtx.Err() != nil
+		if gone {
+			p.parkedAt = "tool given up"
+			w.stats.time.givenUp++
+		}
+		w.mu.Unlock()
+		if gone {
+			// No trace line: the process went on already (see advanceClock), and its writes are traced.
+			if _, err := w.await(p, repParked, repDone, repDead); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (w *world) uwPending(p *proc) bool {
@@ -413,6 +668,30 @@ func (w *world) advanceUW(p *proc) error {
 		}
 		time.Sleep(nap) // an engine retry's backoff (20 ms and up)
 		nap = min(2*nap, time.Millisecond)
+	}
+}
+
+// awaitUserWrite waits until the user-message goroutine Begin started reached the store (it parks there), or
+// ended without reaching it (its result waits on its channel: nothing takes it before the stream starts).
+func (w *world) awaitUserWrite(p *proc) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-p.uwArrived:
+			return
+		case <-time.After(50 * time.Microsecond):
+		}
+		if p.uwOver() {
+			w.mu.Lock()
+			p.uwDone = true
+			w.mu.Unlock()
+			w.tracef("  %s: the user message is not written (the claim is in doubt)", p.name)
+			return
+		}
+		if time.Now().After(deadline) {
+			w.violate("sim", "%s: the user message write never came", p.name)
+			return
+		}
 	}
 }
 
@@ -487,8 +766,9 @@ func (w *world) advanceClock(d time.Duration) error {
 		}
 		w.mu.Unlock()
 	}
-	w.clock.advance(d)
+	// Traced first: a process whose slow tool the engine gives up goes on as soon as the clock moves.
 	w.tracef("clock +%s -> %s", d, now.Format("15:04:05.000"))
+	w.clock.advance(d)
 	for _, ctx := range doubt {
 		select {
 		case <-ctx.Done():
@@ -496,7 +776,7 @@ func (w *world) advanceClock(d time.Duration) error {
 			return fmt.Errorf("sim: a run did not stop itself in doubt")
 		}
 	}
-	return nil
+	return w.toolsGivenUp()
 }
 
 // live lists the processes the scheduler can still advance, in creation order.
