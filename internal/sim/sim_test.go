@@ -133,6 +133,9 @@ var regressions = []uint64{
 	// Found by a soak, fixed: a delivery pass with nothing to do whose FinishRun failed wrote a final segment saying
 	// completed; the reaper then recorded the run failed (engine Turn.release).
 	7959872465901649856,
+	// Found by the jobs-bounds invariant, fixed: a CreateJob whose answer was lost gave the job's slot back
+	// although the job existed, so its user held one job more than the limit (jobs.Dispatcher.releaseIfAbsent).
+	2745339543810134158,
 }
 
 // knownBugs are seeds that found bugs in lib/** which are not fixed yet. They need -gaps: the default schedules

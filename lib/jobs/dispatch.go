@@ -88,7 +88,7 @@ func (d Dispatcher) dispatch(ctx context.Context, k Kind, inv agent.ToolInvocati
 	}
 	stored, _, err := d.Store.CreateJob(ctx, j)
 	if err != nil {
-		release(ctx)
+		d.releaseIfAbsent(ctx, j, release)
 		return nil, fmt.Errorf("create the %s job: %w", k.Name, err)
 	}
 	if stored.Finished() {
@@ -104,9 +104,25 @@ func (d Dispatcher) dispatch(ctx context.Context, k Kind, inv agent.ToolInvocati
 	return ack(stored), nil
 }
 
+// releaseIfAbsent gives the slot of a job whose CreateJob failed back only once the job is known absent: a
+// failed write may have landed (its answer lost), and a job that exists holds its slot until its result is
+// delivered, or the user could have one job more than the limit. The job's id is the tool call's (JobID), so a
+// re-read tells; when it cannot, the slot stays leased and expires with its TTL (a retried call re-leases the
+// same holder).
+func (d Dispatcher) releaseIfAbsent(ctx context.Context, j agent.Job, release func(context.Context)) {
+	_, err := d.Store.GetJob(context.WithoutCancel(ctx), j.ThreadID, j.ID)
+	switch {
+	case errors.Is(err, agent.ErrJobNotFound):
+		release(ctx)
+	case err != nil:
+		cmp.Or(d.Logger, slog.New(slog.DiscardHandler)).Warn("a job's create failed and its re-read too: its slot stays leased until it expires",
+			"thread_id", j.ThreadID, "job_id", j.ID, "err", err)
+	}
+}
+
 // lease takes the job's slot among its user's active jobs, before anything is written; over the limit the call
 // gets an error result the model reads. A slot lives as long as a job can (its execution's deadline, a start's
-// and the delivery grace), so a lost release frees it then. It returns the release (for a job not created).
+// and the delivery grace), so a lost release frees it then. It returns the release (for a job known not created).
 func (d Dispatcher) lease(ctx context.Context, j agent.Job) (func(context.Context), error) {
 	limit := cmp.Or(d.MaxActivePerUser, DefaultMaxActiveJobsPerUser)
 	if d.Limits == nil || limit < 0 {
