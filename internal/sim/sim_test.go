@@ -136,6 +136,10 @@ var regressions = []uint64{
 	// Found by the jobs-bounds invariant, fixed: a CreateJob whose answer was lost gave the job's slot back
 	// although the job existed, so its user held one job more than the limit (jobs.Dispatcher.releaseIfAbsent).
 	2745339543810134158,
+	// Found by the simulation (invariant queued-answered), fixed: a submit stored a queued user message it took,
+	// then its own message's write failed for good; the next delivery pass found the queued message stored and
+	// only marked its entry taken, so it was never answered (engine planTakes: the pass answers it now).
+	3032699439052972066,
 }
 
 // knownBugs are seeds that found bugs in lib/** which are not fixed yet. They need -gaps: the default schedules
@@ -517,6 +521,9 @@ var gapRegressions = []struct {
 	// segments (every tool call twice; the thread's usage no longer its runs' sum). The reaper now leaves a reply a
 	// later run wrote alone and records the dead run interrupted, with the usage its release kept (Run.Released).
 	{1000019, []string{"dynamo"}},
+	// Found with the windows open (invariant queued-answered), fixed: a queued user message stored by a submit that
+	// then failed was only marked taken by the next delivery pass, never answered (engine planTakes).
+	{1659694912926764706, []string{"sqlite"}}, {7186506105046278021, []string{"sqlite"}},
 }
 
 var both = []string{"sqlite", "dynamo"}

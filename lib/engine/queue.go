@@ -128,6 +128,15 @@ func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMess
 	var users, steers []take
 	own := -1 // the request's place among users, when its message is queued
 	tookUser := false
+	// A delivery pass answers a queued user message that the thread holds already with no reply after it (a
+	// submit took it, stored it, then failed before its reply, e.g. on its own message's write: sim seed
+	// 3032699439052972066): it is the newest message, so the pass's reply goes after it, and it is the user
+	// message the pass answers (it was accepted before any entry still queued). Only its entry is taken.
+	answers := false
+	if n := len(msgs); kind == TurnQueued && n > 0 && msgs[n-1].Role == agent.RoleUser {
+		answers = slices.ContainsFunc(q, func(e agent.QueuedMessage) bool { return e.Kind == agent.QueueUser && e.Message.ID == msgs[n-1].ID })
+		tookUser = answers
+	}
 	for _, e := range q {
 		switch {
 		case have[e.Message.ID]:
@@ -180,7 +189,7 @@ func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMess
 		}
 	}
 	p.takes = append(p.takes, steers...)
-	return added > 0
+	return added > 0 || answers
 }
 
 // holds is the set of the messages the thread is known to hold: the window's, and those read by id.

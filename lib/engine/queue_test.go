@@ -52,22 +52,37 @@ func TestQueuedMessagesStoredInQueueOrderWhenAWriteFails(t *testing.T) {
 		t.Fatalf("run %s %+v, want failed (q0 could not be stored)", run.Status, run.Error)
 	}
 	rs.refuse.Store(false)
-	// The failed run's end asked the jobs port for a delivery pass (Engine.wake), which the local stack runs in
-	// the background: whichever of it and this loop claims first delivers, the other meets run_active (then waits
-	// for it) or nothing queued. Done when the queue is empty and no run holds the thread.
+	deliverAll(t, f, "th")
+	var users []string
+	for _, m := range f.messages(t, "th") {
+		if m.Role == agent.RoleUser {
+			users = append(users, m.ID)
+		}
+	}
+	if len(users) != 3 || users[1] != "q0" || users[2] != "q1" {
+		t.Fatalf("user messages %v, want [u0 q0 q1] (queue order)", users)
+	}
+}
+
+// deliverAll runs delivery passes until the thread's queue is empty and no run holds the thread. A run's end asks
+// the jobs port for a delivery pass (Engine.wake), which the local stack runs in the background: whichever of it
+// and this loop claims first delivers, the other meets run_active (then waits for it) or nothing queued.
+func deliverAll(t *testing.T, f *fixture, thread string) {
+	t.Helper()
+	ctx := context.Background()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		tr, err := f.eng.BeginQueued(ctx, "th")
+		tr, err := f.eng.BeginQueued(ctx, thread)
 		if err == nil {
 			tr.Stream(ctx, &bytes.Buffer{})
 			continue
 		}
-		th, gerr := f.store.GetThread(ctx, "th")
+		th, gerr := f.store.GetThread(ctx, thread)
 		if gerr != nil {
 			t.Fatal(gerr)
 		}
 		if errors.Is(err, engine.ErrNothingQueued) && th.ActiveRun == nil {
-			break
+			return
 		}
 		if !errors.Is(err, engine.ErrNothingQueued) && agent.CodeOf(err) != agent.CodeRunActive {
 			t.Fatalf("BeginQueued: %v", err)
@@ -77,13 +92,50 @@ func TestQueuedMessagesStoredInQueueOrderWhenAWriteFails(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	var users []string
-	for _, m := range f.messages(t, "th") {
-		if m.Role == agent.RoleUser {
-			users = append(users, m.ID)
+}
+
+// A submit that took a queued user message stored it, then failed to store its own message and ended failed: the
+// queued message is in the thread with no reply after it. A later delivery pass answers it (it is the newest
+// user message, and nothing answered it), instead of only marking its entry taken (sim seeds 3032699439052972066,
+// 1659694912926764706, 7186506105046278021: invariant queued-answered); it is stored once.
+func TestQueuedMessageStoredByAFailedTurnIsAnswered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := &refuseMessage{id: "u1"}
+	f := setup(t, withStore(func(s agent.Store) agent.Store { rs.Store = s; return rs }),
+		withConfig(func(c *config.Config) { c.MaxQueued = 10 }))
+	f.turn(t, "th", "u0", "hello")
+	q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
+		Message: *userMsg("q0", "queued q0")}
+	if _, _, err := f.store.Enqueue(ctx, q, 0); err != nil {
+		t.Fatal(err)
+	}
+	rs.refuse.Store(true)
+	run, _ := f.turn(t, "th", "u1", "mine") // takes q0 and stores it before its own message, whose write fails
+	if run.Status != agent.RunFailed {
+		t.Fatalf("run %s %+v, want failed (u1 could not be stored)", run.Status, run.Error)
+	}
+	rs.refuse.Store(false)
+	deliverAll(t, f, "th")
+	ms := f.messages(t, "th")
+	var ids []string
+	seen, answered := 0, false
+	for i, m := range ms {
+		ids = append(ids, string(m.Role)+":"+m.ID+":"+string(m.Meta().Status))
+		if m.ID != "q0" {
+			continue
+		}
+		seen++
+		for _, r := range ms[i+1:] {
+			if r.Role == agent.RoleUser {
+				break
+			}
+			if r.Role == agent.RoleAssistant && r.Meta().Status == agent.MessageCompleted {
+				answered = true
+			}
 		}
 	}
-	if len(users) != 3 || users[1] != "q0" || users[2] != "q1" {
-		t.Fatalf("user messages %v, want [u0 q0 q1] (queue order)", users)
+	if seen != 1 || !answered {
+		t.Fatalf("messages %v: want q0 stored once and answered by a completed reply", ids)
 	}
 }
