@@ -141,8 +141,12 @@ func TestRunSlotsReleasedAndServerTurns(t *testing.T) {
 	for name, store := range limitStores(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			// No reaper ticks: its sweep of queues would start the delivery pass this test starts itself.
-			f := setup(t, store(t), withConfig(func(c *config.Config) { c.MaxActiveRunsPerUser = 1; c.ReaperInterval = time.Hour }))
+			// No reaper ticks: its sweep of queues would start the delivery pass this test starts itself. A long
+			// StaleAfter: nothing here waits for a claim to go stale, and the fixture's 2 s (a horizon of 1 s) let a
+			// run on dynalite under a load average of 15 fence itself ("the delivery pass: failed queued").
+			f := setup(t, store(t), withConfig(func(c *config.Config) {
+				c.MaxActiveRunsPerUser, c.ReaperInterval, c.StaleAfter = 1, time.Hour, time.Minute
+			}))
 			ctx := context.Background()
 			for i := range 3 { // one after another: each ends and frees the slot
 				if run, _ := f.turn(t, fmt.Sprintf("seq%d", i), "u1", "hello"); run.Status != agent.RunCompleted {
