@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/dynamo"
+	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
 	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/sqlite"
 )
@@ -56,41 +59,63 @@ func TestDispatchKeepsTheSlotOfAJobWhoseCreateIsInDoubt(t *testing.T) {
 		{name: "the write landed", applied: true, secondErr: agent.CodeTooManyJobs},
 		{name: "the write did not land", applied: false},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "db.sqlite"))
+	stores := map[string]func(t *testing.T) agent.Store{
+		"sqlite": func(t *testing.T) agent.Store {
+			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db.sqlite"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
-			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-			if _, _, err := s.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
+			return s
+		},
+		"dynamo": func(t *testing.T) agent.Store {
+			client := dynamotest.Client(dynamotest.Start(t))
+			table := fmt.Sprintf("threads_%d", time.Now().UnixNano())
+			if err := dynamotest.CreateTable(t.Context(), client, table); err != nil {
 				t.Fatal(err)
 			}
-			store := &failingCreate{JobStore: s, applied: tc.applied}
-			d := jobs.Dispatcher{Store: store, Jobs: noStarts{}, Clock: fixedClock{now}, Limits: s, MaxActivePerUser: 1}
-			tool := d.Tools(jobs.NewRegistry(jobs.Research()))[0]
-			inv := func(call string) agent.ToolInvocation {
-				return agent.ToolInvocation{ThreadID: "th", Owner: "alice", RunID: "run_1", Epoch: 1, ToolCallID: call,
-					Input: json.RawMessage(`{"question":"tides"}`)}
-			}
-			if _, err := tool.Execute(ctx, inv("call_1")); err == nil {
-				t.Fatal("the first dispatch succeeded although its CreateJob failed")
-			}
-			_, err = tool.Execute(ctx, inv("call_2"))
-			var ae *agent.Error
-			switch {
-			case tc.secondErr == "" && err != nil:
-				t.Fatalf("second dispatch: %v, want dispatched (the first job does not exist: its slot is free)", err)
-			case tc.secondErr != "" && (!errors.As(err, &ae) || ae.Code != tc.secondErr):
-				t.Fatalf("second dispatch: %v, want %s (the first job exists and holds the only slot)", err, tc.secondErr)
-			}
-			// A retry of the first call finds its job (or creates it) and holds its slot either way.
-			if _, err := tool.Execute(ctx, inv("call_1")); tc.applied && err != nil {
-				t.Fatalf("retried first dispatch: %v", err)
-			}
-		})
+			return dynamo.New(client, table)
+		},
+	}
+	for _, tc := range cases {
+		for storeName, open := range stores {
+			t.Run(storeName+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				dispatchWithACreateInDoubt(t, open(t), tc.applied, tc.secondErr)
+			})
+		}
+	}
+}
+
+// dispatchWithACreateInDoubt dispatches a job whose CreateJob fails (applied: after the write landed), then a
+// second one for the same user, at a limit of one.
+func dispatchWithACreateInDoubt(t *testing.T, s agent.Store, applied bool, secondErr string) {
+	ctx := t.Context()
+	// Near the wall clock: DynamoDB items expire by it.
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if _, _, err := s.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	store := &failingCreate{JobStore: s, applied: applied}
+	d := jobs.Dispatcher{Store: store, Jobs: noStarts{}, Clock: fixedClock{now}, Limits: s, MaxActivePerUser: 1}
+	tool := d.Tools(jobs.NewRegistry(jobs.Research()))[0]
+	inv := func(call string) agent.ToolInvocation {
+		return agent.ToolInvocation{ThreadID: "th", Owner: "alice", RunID: "run_1", Epoch: 1, ToolCallID: call,
+			Input: json.RawMessage(`{"question":"tides"}`)}
+	}
+	if _, err := tool.Execute(ctx, inv("call_1")); err == nil {
+		t.Fatal("the first dispatch succeeded although its CreateJob failed")
+	}
+	_, err := tool.Execute(ctx, inv("call_2"))
+	var ae *agent.Error
+	switch {
+	case secondErr == "" && err != nil:
+		t.Fatalf("second dispatch: %v, want dispatched (the first job does not exist: its slot is free)", err)
+	case secondErr != "" && (!errors.As(err, &ae) || ae.Code != secondErr):
+		t.Fatalf("second dispatch: %v, want %s (the first job exists and holds the only slot)", err, secondErr)
+	}
+	// A retry of the first call finds its job and holds its slot.
+	if _, err := tool.Execute(ctx, inv("call_1")); applied && err != nil {
+		t.Fatalf("retried first dispatch: %v", err)
 	}
 }
