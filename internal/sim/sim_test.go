@@ -140,6 +140,10 @@ var regressions = []uint64{
 	// then its own message's write failed for good; the next delivery pass found the queued message stored and
 	// only marked its entry taken, so it was never answered (engine planTakes: the pass answers it now).
 	3032699439052972066,
+	// Found by a dynalite soak (store dynamo): a FinishRun whose release applied and whose outcome write failed
+	// (request faults), retried by the engine's abort path: the sim counted its outcome write as one taking
+	// effect while no claim named the run (checkOwnWrite).
+	3334903252909217568,
 }
 
 // knownBugs are seeds that found bugs in lib/** which are not fixed yet. They need -gaps: the default schedules

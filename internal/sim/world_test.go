@@ -444,6 +444,22 @@ func (w *world) checkOwnWrite(p *proc, method, detail string, f agent.Fence, thr
 	}
 	c := before.ActiveRun
 	ours := exists && c != nil && c.RunID == f.RunID && c.Epoch == f.Epoch
+	if method == "FinishRun" && ours {
+		// The run's own release is the moment it stops holding the thread, whatever its FinishRun answered. On
+		// DynamoDB FinishRun is two writes (infra/DYNAMODB.md, fence C): "thread first: the release ... Then the
+		// run: status = running AND epoch = :epoch", and a retry after a lost answer records the outcome "if
+		// the thread is idle at the run's own epoch (our own release, applied by an attempt whose answer was
+		// lost: every takeover and claim moves the epoch)". So a call may release and still fail (its outcome
+		// write lost its answers), and the engine's next FinishRun writes the outcome with no claim naming the
+		// run: allowed while the thread is still idle at the run's epoch (afterOwnRelease below). The thread is
+		// read again here, while every other process is parked: idle at our epoch now, ours before the call,
+		// means this call's release applied.
+		if after, ok := w.threadOf(threadID); ok && after.ActiveRun == nil && after.Epoch == f.Epoch {
+			w.mu.Lock()
+			p.releasedOwn = true
+			w.mu.Unlock()
+		}
+	}
 	if err != nil {
 		return
 	}
@@ -455,11 +471,6 @@ func (w *world) checkOwnWrite(p *proc, method, detail string, f agent.Fence, thr
 	}
 	w.checkHorizon(p, method, detail, f)
 	if ours {
-		if method == "FinishRun" {
-			w.mu.Lock()
-			p.releasedOwn = true
-			w.mu.Unlock()
-		}
 		return
 	}
 	w.mu.Lock()
