@@ -329,10 +329,13 @@ func (w *world) effectTool(p *proc, name string, approval agent.ApprovalPolicy) 
 
 // Time mode (issue 16, "time passing inside retry loops and tools"): one seed in two, drawn from a stream of its
 // own so that every other draw of a schedule stays what it was, and never a seed listed for a regression or a
-// known bug (those replay as they were found). In time mode the engine's retries back off in virtual time, as
-// steps of the schedule (procClock), and some of the model's calls of sim_effect are calls of sim_slow, which
+// known bug (those replay as they were found), always one of timeRegressions. In time mode the engine's retries
+// back off in virtual time, as steps of the schedule (procClock), and some of the model's calls of sim_effect are calls of sim_slow, which
 // takes virtual time: less than its timeout, more, or past its run's claim's horizon.
 func timeMode(seed uint64) bool {
+	if slices.Contains(timeRegressions, seed) {
+		return true
+	}
 	if slices.Contains(regressions, seed) {
 		return false
 	}

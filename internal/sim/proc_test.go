@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"reflect"
 	"time"
@@ -45,6 +46,10 @@ type proc struct {
 	toolCh    chan struct{} // wakes the slow tool that parked last (time mode) when its time is up
 	uwResume  chan struct{} // grants the user-message write
 	uwArrived chan struct{} // closed when the user-message write first reaches the store
+	// hold, while the process's slow tool is parked and the scheduler moves the clock or ticks its guard, keeps
+	// the process from going on alone when its engine gives the tool up: the engine's log line of that tool
+	// (toolLog) waits for it. The scheduler then lets such processes go on one at a time (world.goOn).
+	hold chan struct{}
 
 	// Fault plan.
 	crashAt    int // the store call (from 1) that kills the process; 0: never
@@ -158,7 +163,8 @@ func (w *world) newProc(name string, crashable bool) *proc {
 	}
 	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: tools, Jobs: js, Clock: w.clock},
 		reaper.Config{StaleAfter: w.ecfg.StaleAfter, DeliveryGrace: w.contract.DeliveryGrace})
-	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: procClock{w.clock, p}, IDs: w.ids, Signer: w.signer, Jobs: js}, w.ecfg)
+	p.eng = engine.New(engine.Deps{Store: p.store, Model: simModel{}, Tools: tools, Reaper: p.reaper, Clock: procClock{w.clock, p}, IDs: w.ids, Signer: w.signer, Jobs: js,
+		Logger: slog.New(toolLog{p})}, w.ecfg)
 	p.svc = threads.New(threads.Deps{Store: p.store, Reaper: p.reaper, Clock: w.clock}, threads.Config{StaleAfter: w.ecfg.StaleAfter})
 	if w.jobsOn {
 		// One delivery turn per pass (DrainTurns 1): a process runs at most one run; the pass hands the rest to a

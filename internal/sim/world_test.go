@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"sort"
@@ -614,23 +615,89 @@ func (w *world) advanceTool(p *proc) error {
 	return err
 }
 
-// toolsGivenUp waits for every process whose engine gave up its slow tool when the clock moved (the tool's
-// context is canceled: its timeout passed, or the run's claim is in doubt, and the engine goes on without it)
-// to go on to its next report. The tool itself stays parked and never reaches the store.
-func (w *world) toolsGivenUp() error {
-	for _, p := range w.procs {
+// holdTools holds every live process whose slow tool is parked (time mode), before the scheduler moves the clock
+// or ticks a guard: either may make its engine give the tool up (its timeout passes, its claim falls in doubt or
+// is lost), and the process would then go on at once, beside any other that did too. Held, it waits in the
+// engine's log line of the tool (toolLog) until goOn lets it go.
+func (w *world) holdTools(ps ...*proc) []*proc {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var held []*proc
+	for _, p := range ps {
+		if !p.dead && p.parkedAt == "tool" && p.toolCtx != nil && p.hold == nil {
+			p.hold = make(chan struct{})
+			held = append(held, p)
+		}
+	}
+	return held
+}
+
+// goOn lets the held processes go, one at a time in creation order: one whose engine gave its slow tool up goes
+// on to its next report before the next one is let go; the tool itself stays parked and never reaches the store.
+// The engine gives a tool up at its timeout (the tool's context's virtual deadline, which its timer shares), or
+// once its guard lost the claim or found it in doubt (the run is canceled with that cause, or the sim predicted
+// the doubt: advanceClock); a stop cancels the run too, but the engine still waits for the tool.
+func (w *world) goOn(held []*proc) error {
+	for _, p := range held {
 		w.mu.Lock()
-		gone := !p.dead && p.parkedAt == "tool" && p.toolCtx != nil && p.toolCtx.Err() != nil
+		gone := !p.dead && p.parkedAt == "tool" && w.gaveUp(p)
 		if gone {
 			p.parkedAt = "tool given up"
 			w.stats.time.givenUp++
 		}
+		hold := p.hold
+		p.hold = nil
 		w.mu.Unlock()
+		close(hold)
 		if gone {
-			// No trace line: the process went on already (see advanceClock), and its writes are traced.
+			// No trace line: the process's writes are traced.
 			if _, err := w.await(p, repParked, repDone, repDead); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// gaveUp is whether p's engine gives up p's parked slow tool now (under w.mu).
+func (w *world) gaveUp(p *proc) bool {
+	if vd, ok := p.toolCtx.(*vdeadline); ok && !vd.at.After(w.clock.Now()) {
+		return true
+	}
+	if p.inDoubt {
+		return true
+	}
+	if p.toolCtx.Err() == nil {
+		return false
+	}
+	cause := context.Cause(p.toolCtx)
+	return cause == nil || cause.Error() != engineCanceled
+}
+
+// engineCanceled is the text of the engine's cause for a run a stop canceled (lib/engine errCanceled).
+const engineCanceled = "run canceled"
+
+// toolLog is a process's engine's logger: it drops every record, and holds the engine's log line of a tool call
+// while the scheduler holds the process (proc.hold): the engine writes it once the tool is over or given up,
+// before it goes on.
+type toolLog struct{ p *proc }
+
+func (toolLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h toolLog) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h toolLog) WithGroup(string) slog.Handler          { return h }
+
+func (h toolLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "agent.tool" {
+		return nil
+	}
+	w := h.p.w
+	w.mu.Lock()
+	hold := h.p.hold
+	w.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-w.released:
 		}
 	}
 	return nil
@@ -709,6 +776,15 @@ func (w *world) awaitUserWrite(p *proc) {
 // guardTick lets one heartbeat (or one cancel poll) of p's guard reach the store, then waits until the guard
 // handled the answer: it ticks again (and is refused), or the run's context is canceled.
 func (w *world) guardTick(p *proc, k callKind) error {
+	// A heartbeat refused, or a poll that finds the claim gone, makes the engine give up a slow tool.
+	held := w.holdTools(p)
+	if err := w.guardTickOnce(p, k); err != nil {
+		return err
+	}
+	return w.goOn(held)
+}
+
+func (w *world) guardTickOnce(p *proc, k callKind) error {
 	w.mu.Lock()
 	p.armed[k] = true
 	p.awaitSettle[k] = true
@@ -763,6 +839,7 @@ func (w *world) advanceClock(d time.Duration) error {
 	// Who will be in doubt is decided before the clock moves: the guards read it in real time, and one may stop
 	// its run before the sim looked.
 	now := w.clock.Now().Add(d).Truncate(time.Millisecond)
+	held := w.holdTools(w.procs...)
 	var doubt []context.Context
 	for _, p := range w.procs {
 		w.mu.Lock()
@@ -777,7 +854,6 @@ func (w *world) advanceClock(d time.Duration) error {
 		}
 		w.mu.Unlock()
 	}
-	// Traced first: a process whose slow tool the engine gives up goes on as soon as the clock moves.
 	w.tracef("clock +%s -> %s", d, now.Format("15:04:05.000"))
 	w.clock.advance(d)
 	for _, ctx := range doubt {
@@ -787,7 +863,7 @@ func (w *world) advanceClock(d time.Duration) error {
 			return fmt.Errorf("sim: a run did not stop itself in doubt")
 		}
 	}
-	return w.toolsGivenUp()
+	return w.goOn(held)
 }
 
 // live lists the processes the scheduler can still advance, in creation order.
