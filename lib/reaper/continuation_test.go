@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/reaper"
-	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/transcript"
 )
 
@@ -27,19 +25,7 @@ import (
 // write landed, its segment flush did not).
 func TestReapedContinuationKeepsWhatItStreamed(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		reapedContinuation(t, st)
-	})
-	t.Run("dynamo", func(t *testing.T) {
-		t.Parallel()
-		reapedContinuation(t, dynamoStore(t))
-	})
+	onBothStores(t, reapedContinuation)
 }
 
 func reapedContinuation(t *testing.T, st agent.Store) {
@@ -190,19 +176,7 @@ func (d diesAfterOutcome) RecordOutcome(ctx context.Context, run agent.Run, hold
 // 8590996860698516015 of the simulation on SQLite, invariant tool-results).
 func TestDeadReaperFinishesAContinuedMessage(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		deadReaperFinishesAContinuedMessage(t, st)
-	})
-	t.Run("dynamo", func(t *testing.T) {
-		t.Parallel()
-		deadReaperFinishesAContinuedMessage(t, dynamoStore(t))
-	})
+	onBothStores(t, deadReaperFinishesAContinuedMessage)
 }
 
 func deadReaperFinishesAContinuedMessage(t *testing.T, st agent.Store) {

@@ -3,13 +3,11 @@ package reaper_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/reaper"
-	"github.com/agentloop/agentloop/lib/sqlite"
 )
 
 // Fence D (issue 16 "Left" 5): an edit commits in one write on the edited message, which hides every later
@@ -20,23 +18,7 @@ import (
 // On both stores.
 func TestReapFinishesADeadEditsCleanup(t *testing.T) {
 	t.Parallel()
-	stores := map[string]func(t *testing.T) agent.Store{
-		"sqlite": func(t *testing.T) agent.Store {
-			st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		},
-		"dynamo": func(t *testing.T) agent.Store { return dynamoStore(t) },
-	}
-	for name, open := range stores {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			reapDeadEdit(t, open(t))
-		})
-	}
+	onBothStores(t, reapDeadEdit)
 }
 
 func reapDeadEdit(t *testing.T, st agent.Store) {

@@ -34,11 +34,7 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := sqliteStore(t)
 	clock := agent.SystemClock{}
 	return &fixture{store: st, r: reaper.New(reaper.Deps{Store: st, Tools: tools.Demo(st, clock), Clock: clock}, reaper.Config{StaleAfter: staleAfter})}
 }
@@ -539,19 +535,31 @@ func (c *stepClock) add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.
 // A run still inside StaleAfter, and a live claimed run, are left alone. On both stores.
 func TestTickFinishesClaimlessRunningRuns(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		tickFinishesClaimlessRunningRuns(t, st)
-	})
-	t.Run("dynamo", func(t *testing.T) {
-		t.Parallel()
-		tickFinishesClaimlessRunningRuns(t, dynamoStore(t))
-	})
+	onBothStores(t, tickFinishesClaimlessRunningRuns)
+}
+
+// onBothStores runs fn on SQLite and on dynalite, as parallel subtests named after the store.
+func onBothStores(t *testing.T, fn func(t *testing.T, st agent.Store)) {
+	for name, open := range map[string]func(*testing.T) agent.Store{
+		"sqlite": func(t *testing.T) agent.Store { return sqliteStore(t) },
+		"dynamo": func(t *testing.T) agent.Store { return dynamoStore(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, open(t))
+		})
+	}
+}
+
+// sqliteStore opens a SQLite store in the test's temporary directory, closed when the test ends.
+func sqliteStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // dynamoStore starts a dynalite for the test and returns a store over a fresh table.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,7 +18,6 @@ import (
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
 	"github.com/agentloop/agentloop/lib/reaper"
-	"github.com/agentloop/agentloop/lib/sqlite"
 )
 
 // Seed 1000019 of the simulation (dynalite): a crash between the two writes of DynamoDB's FinishRun (the release
@@ -36,11 +34,7 @@ func TestOrphanLeavesALaterRunsReplyAlone(t *testing.T) {
 	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
+		st := sqliteStore(t)
 		orphanLeavesALaterRunsReplyAlone(t, st, func(run agent.Run) agent.Usage {
 			if err := st.ReleaseClaim(context.Background(), agent.ReleaseRequest{ThreadID: run.ThreadID, Fence: run.Fence(), Usage: run.Usage, Now: run.FinishedAt}); err != nil {
 				t.Fatal(err)

@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/reaper"
-	"github.com/agentloop/agentloop/lib/sqlite"
 )
 
 // Fence B's queue takes (REVIEW §3 B, issue 16 item 2): a run notes the queued messages it takes on its run item
@@ -24,26 +22,11 @@ import (
 // On both stores.
 func TestReapFencesQueueTakes(t *testing.T) {
 	t.Parallel()
-	stores := map[string]func(t *testing.T) agent.Store{
-		"sqlite": func(t *testing.T) agent.Store {
-			st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		},
-		"dynamo": func(t *testing.T) agent.Store { return dynamoStore(t) },
-	}
-	for name, open := range stores {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			st := open(t)
-			for _, landed := range []bool{false, true} {
-				reapTakes(t, st, landed)
-			}
-		})
-	}
+	onBothStores(t, func(t *testing.T, st agent.Store) {
+		for _, landed := range []bool{false, true} {
+			reapTakes(t, st, landed)
+		}
+	})
 }
 
 func reapTakes(t *testing.T, st agent.Store, landed bool) {

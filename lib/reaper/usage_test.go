@@ -5,14 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/reaper"
-	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/tools"
 )
 
@@ -29,11 +27,7 @@ func (m *countingMetrics) StoreThrottled(int)           {}
 // draft, and one ReapedRuns count; a live run gets neither.
 func TestReapedRunLineAndMetric(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := sqliteStore(t)
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	metrics := &countingMetrics{}
