@@ -569,7 +569,11 @@ func (w *world) advanceMain(p *proc) error {
 			}
 		}
 	}
-	p.resume <- struct{}{}
+	select {
+	case p.resume <- struct{}{}:
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("sim: %s does not take its grant (deadlock; parked at %q)", p.name, at)
+	}
 	_, err := w.await(p, repParked, repDone, repDead)
 	return err
 }
