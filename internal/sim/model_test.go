@@ -346,7 +346,7 @@ func timeMode(seed uint64) bool {
 	}
 	for _, kb := range knownBugs {
 		if kb.seed == seed {
-			return false
+			return kb.time
 		}
 	}
 	return rand.New(rand.NewPCG(seed, 0x71e)).IntN(2) == 0

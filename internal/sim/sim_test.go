@@ -166,7 +166,8 @@ var timeRegressions = []uint64{
 var knownBugs = []struct {
 	seed  uint64
 	store string // "" is sqlite
-	inv   string // the invariant the seed breaks
+	inv   string // the invariant the seed breaks; "sim" for an error of the simulator itself
+	time  bool   // found in time mode (timeMode), and replayed in it
 	bug   string
 }{
 	// Jobs mode (jobs_test.go) found four bugs under -gaps: a submit of a queued message id stored it twice
@@ -175,6 +176,16 @@ var knownBugs = []struct {
 	// message of a run that wrote none (8437), fixed by 4d5d469 (the next reap writes the failed message). Later
 	// changes to how jobs-mode schedules are drawn re-drew those seeds; their windows are open to the default
 	// schedules (the queued id sent again since 7e60652, which found seed 1329; the others since 4a57813).
+
+	// A 3-minute SQLite soak of time mode (11,923 schedules, 5,949 in time mode) on 02774df found these two, which
+	// replay alone; the default make test schedules do not reach them. Not fixed yet. The same soak found seeds
+	// that do not replay alone (time mode is not yet exact under every interleaving) or stop the scheduler
+	// ("does not take its grant", 30 s each): 2184976050191486018, 2422390823355113536, 3803358726591638885,
+	// 7229875163279576264, 308896427637612918 (sim errors); 8810487078489471603, 3116186194229516702
+	// (retries-converge), 2879027694859487754 (tool-results), 6057105359510160640 (queued-answered),
+	// 5441672897310974592 (stream-reader).
+	{1499343207840167894, "", "retries-converge", true, "time mode: a run stopped as fenced while it still held its claim and was not in doubt; seen in 8810487078489471603, where the virtual horizon cut of a write attempt (its deadline set when the attempt began) cut the parked user-message write although a heartbeat had moved the horizon on"},
+	{7078298938037414757, "", "queued-answered", true, "time mode: a queued user message left unanswered (not yet traced)"},
 }
 
 // outcome is one schedule's result.
@@ -577,6 +588,9 @@ func TestKnownBugs(t *testing.T) {
 				base = dynamoStores(t)(t, int(kb.seed))
 			}
 			o := runSchedule(kb.seed, name, base, true)
+			if o.simErr != nil && kb.inv == "sim" {
+				t.Skipf("bug: %s\n  still reproduces: %v\n  replay: go test ./internal/sim -run TestSimulation -args -seed %d -store %s -gaps", kb.bug, o.simErr, kb.seed, name)
+			}
 			if o.simErr != nil {
 				t.Fatalf("sim error: %v", o.simErr)
 			}
