@@ -130,13 +130,11 @@ func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMess
 	tookUser := false
 	// A delivery pass answers a queued user message that the thread holds already with no reply after it (a
 	// submit took it, stored it, then failed before its reply, e.g. on its own message's write: sim seed
-	// 3032699439052972066): it is the newest message, so the pass's reply goes after it, and it is the user
-	// message the pass answers (it was accepted before any entry still queued). Only its entry is taken.
-	answers := false
-	if n := len(msgs); kind == TurnQueued && n > 0 && msgs[n-1].Role == agent.RoleUser {
-		answers = slices.ContainsFunc(q, func(e agent.QueuedMessage) bool { return e.Kind == agent.QueueUser && e.Message.ID == msgs[n-1].ID })
-		tookUser = answers
-	}
+	// 3032699439052972066; or that write applied and lost its answer, so the submit's own message is the newest:
+	// sim seed 7078298938037414757): the pass's reply goes after the newest message, so after it, and it is the
+	// user message the pass answers (it was accepted before any entry still queued). Only its entry is taken.
+	answers := kind == TurnQueued && unansweredHeld(msgs, q, have)
+	tookUser = answers
 	for _, e := range q {
 		switch {
 		case have[e.Message.ID]:
@@ -190,6 +188,25 @@ func (t *Turn) planTakes(p *turnPlan, msgs []agent.Message, q []agent.QueuedMess
 	}
 	p.takes = append(p.takes, steers...)
 	return added > 0 || answers
+}
+
+// unansweredHeld reports whether a queued user entry's message is held by the thread with no assistant message
+// after it: in the window after its newest assistant message, or older than a window that holds none.
+func unansweredHeld(msgs []agent.Message, q []agent.QueuedMessage, have map[string]bool) bool {
+	last := -1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == agent.RoleAssistant {
+			last = i
+			break
+		}
+	}
+	return slices.ContainsFunc(q, func(e agent.QueuedMessage) bool {
+		if e.Kind != agent.QueueUser || !have[e.Message.ID] {
+			return false
+		}
+		i := slices.IndexFunc(msgs, func(m agent.Message) bool { return m.ID == e.Message.ID })
+		return i > last || i < 0 && last < 0
+	})
 }
 
 // holds is the set of the messages the thread is known to hold: the window's, and those read by id.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,15 +14,22 @@ import (
 	"github.com/agentloop/agentloop/lib/engine"
 )
 
-// refuseMessage wraps the store and fails every write of one message id for good while refuse is set.
+// refuseMessage wraps the store and fails every write of one message id for good while refuse is set; with lose,
+// the write is applied first and only its answer is lost.
 type refuseMessage struct {
 	agent.Store
 	id     string
+	lose   bool
 	refuse atomic.Bool
 }
 
 func (s *refuseMessage) PutMessage(ctx context.Context, w agent.MessageWrite) error {
 	if w.Message.ID == s.id && s.refuse.Load() {
+		if s.lose {
+			if err := s.Store.PutMessage(ctx, w); err != nil {
+				return err
+			}
+		}
 		return agent.E(agent.KindInternal, agent.CodeInternal, "injected: write of %s refused", w.Message.ID)
 	}
 	return s.Store.PutMessage(ctx, w)
@@ -137,5 +145,53 @@ func TestQueuedMessageStoredByAFailedTurnIsAnswered(t *testing.T) {
 	}
 	if seen != 1 || !answered {
 		t.Fatalf("messages %v: want q0 stored once and answered by a completed reply", ids)
+	}
+}
+
+// As above, but the submit's own message was stored and only the write's answer was lost: the thread holds q0
+// then u1, neither answered, and the run ended failed (persist_failed). q0's entry is still queued and held, but
+// it is not the newest message, so the pass must answer anyway (its reply goes after u1, the newest): sim seed
+// 7078298938037414757 (time mode, invariant queued-answered: a delivery pass only marked five held entries
+// taken).
+func TestQueuedMessageStoredBeforeALostOwnWriteIsAnswered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs := &refuseMessage{id: "u1", lose: true}
+	f := setup(t, withStore(func(s agent.Store) agent.Store { rs.Store = s; return rs }),
+		withConfig(func(c *config.Config) { c.MaxQueued = 10 }))
+	f.turn(t, "th", "u0", "hello")
+	for _, id := range []string{"q0", "q1"} {
+		q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
+			Message: *userMsg(id, "queued "+id)}
+		if _, _, err := f.store.Enqueue(ctx, q, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs.refuse.Store(true)
+	run, _ := f.turn(t, "th", "u1", "mine") // stores q0, q1, then u1, whose answer is lost
+	if run.Status != agent.RunFailed {
+		t.Fatalf("run %s %+v, want failed (u1's write answered an error)", run.Status, run.Error)
+	}
+	rs.refuse.Store(false)
+	deliverAll(t, f, "th")
+	ms := f.messages(t, "th")
+	var ids []string
+	for _, m := range ms {
+		ids = append(ids, string(m.Role)+":"+m.ID+":"+string(m.Meta().Status))
+	}
+	for _, q := range []string{"q0", "q1"} {
+		seen, answered := 0, false
+		for i, m := range ms {
+			if m.ID != q {
+				continue
+			}
+			seen++
+			answered = slices.ContainsFunc(ms[i+1:], func(r agent.Message) bool {
+				return r.Role == agent.RoleAssistant && r.Meta().Status == agent.MessageCompleted
+			})
+		}
+		if seen != 1 || !answered {
+			t.Fatalf("messages %v: want %s stored once and answered by a completed reply after it", ids, q)
+		}
 	}
 }
