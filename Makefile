@@ -85,14 +85,14 @@ fuzz:
 ## 142 on DynamoDB (make test runs 400 and 50, plus the regression seeds, every time), then make test itself
 SIM_LONG_SCHEDULES ?= 2000
 test-long: deps
-	SIM_SCHEDULES=$(SIM_LONG_SCHEDULES) $(GO) test -count=1 -timeout 60m -run '^TestSimulation$$' ./internal/sim
+	SIM_TIME=1 SIM_SCHEDULES=$(SIM_LONG_SCHEDULES) $(GO) test -count=1 -timeout 60m -run '^TestSimulation$$' ./internal/sim
 	@$(MAKE) --no-print-directory test
 
 ## soak: the fault-schedule simulation (internal/sim) with random seeds, for SIM_DURATION (default 10m) split
 ## between SQLite and DynamoDB (dynalite); a failing seed is printed with the command that replays it
 SIM_DURATION ?= 10m
 soak: deps
-	SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./internal/sim
+	SIM_TIME=1 SIM_DURATION=$(SIM_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSimulation$$' -v ./internal/sim
 
 ## soak-chaos: `agentloop dev` SIGKILLed every 2–6 s and restarted on its SQLite file while 12 clients of one user
 ## send messages, for CHAOS_DURATION (default 60s) with the default per-user limits and again with them off; then

@@ -333,6 +333,9 @@ func (w *world) effectTool(p *proc, name string, approval agent.ApprovalPolicy) 
 // back off in virtual time, as steps of the schedule (procClock), and some of the model's calls of sim_effect are calls of sim_slow, which
 // takes virtual time: less than its timeout, more, or past its run's claim's horizon.
 func timeMode(seed uint64) bool {
+	if !*flagTime {
+		return false
+	}
 	if slices.Contains(timeRegressions, seed) {
 		return true
 	}

@@ -77,6 +77,11 @@ var (
 	flagGaps      = flag.Bool("gaps", os.Getenv("SIM_GAPS") == "1", "also explore the windows the engine is known not to close (see the report)")
 	flagTrace     = flag.Bool("trace", false, "print every schedule's trace")
 	flagJobs      = flag.Bool("jobs", os.Getenv("SIM_JOBS") != "0", "half of the schedules dispatch jobs and queue messages (jobs_test.go); -jobs=false: none")
+	// Time mode is off in make test: its scheduler is not yet exact under every interleaving of real goroutines
+	// (seed 191 failed "sim: report 3 from post#1 while advancing reader#100001" once in a fresh-clone make test
+	// under two busy loops, and passes alone), and make test must never flake. make test-long and make soak
+	// turn it on (SIM_TIME=1).
+	flagTime = flag.Bool("time", os.Getenv("SIM_TIME") == "1", "half of the schedules run in time mode (model_test.go timeMode), and timeRegressions and the known bugs of time mode run")
 )
 
 func envUint(k string, def uint64) uint64 {
@@ -585,6 +590,9 @@ func TestKnownBugs(t *testing.T) {
 	for _, kb := range knownBugs {
 		name := cmp.Or(kb.store, "sqlite")
 		t.Run(fmt.Sprintf("seed%d/%s", kb.seed, name), func(t *testing.T) {
+			if kb.time && !*flagTime {
+				t.Skip("a bug of time mode: run with -time (SIM_TIME=1)")
+			}
 			base := sqliteStores(t, int(kb.seed))
 			if name == "dynamo" {
 				if testing.Short() {
