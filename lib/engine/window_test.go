@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/engine"
 )
 
@@ -93,7 +94,10 @@ func seedThread(t *testing.T, s agent.Store, thread string, pairs, outputBytes i
 func TestBoundedReads(t *testing.T) {
 	t.Parallel()
 	meter := &readMeter{}
-	f := setup(t, withStore(func(s agent.Store) agent.Store { meter.Store = s; return meter }))
+	// StaleAfter 1 min: nothing here waits for a claim to go stale, and the fixture's 2 s (a horizon of 1 s) let a
+	// run fence itself under two concurrent make test runs with -race ("edit far behind the window": run_fenced).
+	f := setup(t, withStore(func(s agent.Store) agent.Store { meter.Store = s; return meter }),
+		withConfig(func(c *config.Config) { c.StaleAfter = time.Minute }))
 	// Each seeded reply costs ~1,000 tokens (a 4 KB tool output): the budget is met after some 10 messages.
 	eng := engineWith(t, f, func(c *engine.Config) { c.Transcript.BudgetTokens = 5_000 })
 	begin := func(t *testing.T, req engine.Request) (agent.Run, error) {
