@@ -42,18 +42,8 @@ func (s *refuseMessage) PutMessage(ctx context.Context, w agent.MessageWrite) er
 // q1).
 func TestQueuedMessagesStoredInQueueOrderWhenAWriteFails(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	rs := &refuseMessage{id: "q0"}
-	f := setup(t, withStore(func(s agent.Store) agent.Store { rs.Store = s; return rs }),
-		withConfig(func(c *config.Config) { c.MaxQueued = 10 }))
-	f.turn(t, "th", "u0", "hello")
-	for _, id := range []string{"q0", "q1"} {
-		q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
-			Message: *userMsg(id, "queued "+id)}
-		if _, _, err := f.store.Enqueue(ctx, q, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := queuedBehind(t, rs, "q0", "q1")
 	rs.refuse.Store(true)
 	run, _ := f.turn(t, "th", "q1", "queued q1") // q1 sent again without enqueue: its turn takes q0 before it
 	if run.Status != agent.RunFailed {
@@ -108,16 +98,8 @@ func deliverAll(t *testing.T, f *fixture, thread string) {
 // 1659694912926764706, 7186506105046278021: invariant queued-answered); it is stored once.
 func TestQueuedMessageStoredByAFailedTurnIsAnswered(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	rs := &refuseMessage{id: "u1"}
-	f := setup(t, withStore(func(s agent.Store) agent.Store { rs.Store = s; return rs }),
-		withConfig(func(c *config.Config) { c.MaxQueued = 10 }))
-	f.turn(t, "th", "u0", "hello")
-	q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
-		Message: *userMsg("q0", "queued q0")}
-	if _, _, err := f.store.Enqueue(ctx, q, 0); err != nil {
-		t.Fatal(err)
-	}
+	f := queuedBehind(t, rs, "q0")
 	rs.refuse.Store(true)
 	run, _ := f.turn(t, "th", "u1", "mine") // takes q0 and stores it before its own message, whose write fails
 	if run.Status != agent.RunFailed {
@@ -155,18 +137,8 @@ func TestQueuedMessageStoredByAFailedTurnIsAnswered(t *testing.T) {
 // taken).
 func TestQueuedMessageStoredBeforeALostOwnWriteIsAnswered(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	rs := &refuseMessage{id: "u1", lose: true}
-	f := setup(t, withStore(func(s agent.Store) agent.Store { rs.Store = s; return rs }),
-		withConfig(func(c *config.Config) { c.MaxQueued = 10 }))
-	f.turn(t, "th", "u0", "hello")
-	for _, id := range []string{"q0", "q1"} {
-		q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
-			Message: *userMsg(id, "queued "+id)}
-		if _, _, err := f.store.Enqueue(ctx, q, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := queuedBehind(t, rs, "q0", "q1")
 	rs.refuse.Store(true)
 	run, _ := f.turn(t, "th", "u1", "mine") // stores q0, q1, then u1, whose answer is lost
 	if run.Status != agent.RunFailed {
@@ -194,4 +166,21 @@ func TestQueuedMessageStoredBeforeALostOwnWriteIsAnswered(t *testing.T) {
 			t.Fatalf("messages %v: want %s stored once and answered by a completed reply after it", ids, q)
 		}
 	}
+}
+
+// queuedBehind builds the stack over rs, answers u0 on thread th, and queues ids on th (as user messages, in
+// order) while rs still lets every write through.
+func queuedBehind(t *testing.T, rs *refuseMessage, ids ...string) *fixture {
+	t.Helper()
+	f := setup(t, withStore(func(s agent.Store) agent.Store { rs.Store = s; return rs }),
+		withConfig(func(c *config.Config) { c.MaxQueued = 10 }))
+	f.turn(t, "th", "u0", "hello")
+	for _, id := range ids {
+		q := agent.QueuedMessage{ThreadID: "th", Kind: agent.QueueUser, Owner: "alice", Status: agent.QueueQueued, CreatedAt: time.Now().UTC(),
+			Message: *userMsg(id, "queued "+id)}
+		if _, _, err := f.store.Enqueue(context.Background(), q, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
 }
