@@ -70,18 +70,7 @@ func reapedContinuation(t *testing.T, st agent.Store) {
 			ctx := context.Background()
 			th := fmt.Sprintf("th%d", i)
 			now := clock.Now()
-			if _, _, err := st.CreateThread(ctx, agent.Thread{ID: th, Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
-				t.Fatal(err)
-			}
-			claim := func(runID string, trigger agent.Trigger) agent.Run {
-				t.Helper()
-				res, err := st.ClaimRun(ctx, agent.ClaimRequest{ThreadID: th, Owner: "alice", RunID: runID, Trigger: trigger,
-					AssistantMessageID: "msg_a", Now: clock.Now(), Reserve: 2})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return res.Run
-			}
+			claim := claimsOn(t, st, clock, th)
 			put := func(run agent.Run, seq int64, final bool, md string, parts []string) {
 				t.Helper()
 				m := agent.Message{ID: "msg_a", Role: agent.RoleAssistant, Metadata: json.RawMessage(md)}
@@ -183,18 +172,7 @@ func deadReaperFinishesAContinuedMessage(t *testing.T, st agent.Store) {
 	clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
 	ctx := context.Background()
 	now := clock.Now()
-	if _, _, err := st.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
-	claim := func(runID string, trigger agent.Trigger) agent.Run {
-		t.Helper()
-		res, err := st.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th", Owner: "alice", RunID: runID, Trigger: trigger,
-			AssistantMessageID: "msg_a", Now: clock.Now(), Reserve: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Run
-	}
+	claim := claimsOn(t, st, clock, "th")
 	first := claim("run_first", agent.TriggerUser)
 	in, _, err := st.CreateInterrupt(ctx, agent.Interrupt{ID: "apr_1", ThreadID: "th", RunID: first.ID, Epoch: first.Epoch, MessageID: "msg_a",
 		Kind: agent.InterruptApproval, ToolCallID: "call_1", ToolName: "delete_note", Input: json.RawMessage(`{"key":"k"}`),
@@ -243,5 +221,24 @@ func deadReaperFinishesAContinuedMessage(t *testing.T, st agent.Store) {
 	}
 	if th, err := st.GetThread(ctx, "th"); err != nil || th.ActiveRun != nil {
 		t.Errorf("thread: %+v %v, want idle", th.ActiveRun, err)
+	}
+}
+
+// claimsOn creates thread th (owner alice) and returns a claim of it for a run answering in msg_a, at the clock's
+// time.
+func claimsOn(t *testing.T, st agent.Store, clock agent.Clock, th string) func(runID string, trigger agent.Trigger) agent.Run {
+	t.Helper()
+	now := clock.Now()
+	if _, _, err := st.CreateThread(context.Background(), agent.Thread{ID: th, Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	return func(runID string, trigger agent.Trigger) agent.Run {
+		t.Helper()
+		res, err := st.ClaimRun(context.Background(), agent.ClaimRequest{ThreadID: th, Owner: "alice", RunID: runID, Trigger: trigger,
+			AssistantMessageID: "msg_a", Now: clock.Now(), Reserve: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Run
 	}
 }

@@ -85,19 +85,7 @@ func orphanLeavesALaterRunsReplyAlone(t *testing.T, st agent.Store, halfFinish f
 	clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
 	r := reaper.New(reaper.Deps{Store: st, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
 	ctx := context.Background()
-	now := clock.Now()
-	if _, _, err := st.CreateThread(ctx, agent.Thread{ID: "th", Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
-	claim := func(runID string, trigger agent.Trigger) agent.Run {
-		t.Helper()
-		res, err := st.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th", Owner: "alice", RunID: runID, Trigger: trigger,
-			AssistantMessageID: "msg_a", Now: clock.Now(), Reserve: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Run
-	}
+	claim := claimsOn(t, st, clock, "th")
 	reply := func(run agent.Run, seq int64, md string, parts ...string) agent.Message {
 		t.Helper()
 		m := agent.Message{ID: "msg_a", Role: agent.RoleAssistant, Metadata: json.RawMessage(md)}
