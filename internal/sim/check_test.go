@@ -187,7 +187,8 @@ func (w *world) closeInterrupts(ctx context.Context) {
 
 // waitRule says when a tool call of m may have no result: only in the message readers see asking (the newest,
 // ended interrupted), and only while its interrupt waits (pending and not past its age), or has expired (the
-// engine writes an expired call's result at the next turn, which settles what waits; readers no longer list it).
+// engine writes an expired call's result at the next turn, which settles what waits; readers no longer list it),
+// or was resolved by a continuation that stored nothing on the message.
 // A message readers never see (a reply a regenerate replaced) is held to nothing more than its status.
 func (w *world) waitRule(m agent.Message, visible bool, asking string, byCall map[string]agent.Interrupt) func(agent.Part) (bool, string) {
 	st := m.Meta().Status
@@ -203,6 +204,14 @@ func (w *world) waitRule(m agent.Message, visible bool, asking string, byCall ma
 		case !ok || in.MessageID != m.ID:
 			return false, "no interrupt for it"
 		case in.Status == agent.InterruptPending, in.Status == agent.InterruptExpired:
+			return true, ""
+		case in.Status != agent.InterruptCanceled && m.Meta().RunID == in.RunID:
+			// Resolved (answered, approved, denied) while the message is still as the run that asked stored it: a
+			// continuation took the answer and failed before it stored anything on the message (seed
+			// 2879027694859487754: its second resolve failed for good, so it ended failed in Begin). The message
+			// still asks; the answer again repeats what is resolved (interrupts.Match), and the next turn settles
+			// the call with what the resolution says (engine settledPart). A continuation that stored the message
+			// (its run id) and still left an answered call waiting is held to the rule.
 			return true, ""
 		}
 		return false, "its interrupt " + in.ID + " is " + string(in.Status)
