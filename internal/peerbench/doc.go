@@ -21,10 +21,12 @@
 // # The fake model
 //
 // An OpenAI-compatible POST …/chat/completions endpoint in the test process (anything else is a 404, so a client
-// that speaks the Responses API fails loudly): every request streams 200 words, one every 5 ms (a ticker: a busy
-// process drops ticks rather than bursting), then finish_reason stop, a usage chunk when stream_options asks for
-// one, and [DONE]. Each word is "w" and its send time in microseconds since the benchmark's epoch, base 36,
-// followed by a space: the client reads the send time out of the text it receives.
+// that speaks the Responses API fails loudly): every request streams 200 words, one every 5 ms, then
+// finish_reason stop, a usage chunk when stream_options asks for one, and [DONE]. The pace is open loop, as a
+// remote model's: word i is due 5 ms × (i+1) after the request, however slowly the server reads; a fake that
+// falls behind (the test process short of CPU) sends the overdue words in one write, and the table counts its
+// writes more than 10 ms late. Each word is "w" and its send time in microseconds since the benchmark's epoch,
+// base 36, followed by a space: the client reads the send time out of the text it receives.
 //
 // # The load client
 //

@@ -20,6 +20,11 @@ type fakeModel struct {
 	refused  atomic.Int64 // requests that were not a streaming chat completion
 	cut      atomic.Int64 // streams whose caller went away before the last word
 
+	// How far behind its schedule the fake sent words (the oldest overdue word of each write): writes more than
+	// lagLimit late, and the largest lag, since resetLag.
+	lateWrites atomic.Int64
+	maxLag     atomic.Int64 // ns
+
 	srv *http.Server
 	url string // base URL, ending in /v1
 }
@@ -81,22 +86,37 @@ func (f *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.cut.Add(1)
 		return
 	}
-	tick := time.NewTicker(f.every)
-	defer tick.Stop()
-	for range f.words {
+	// Open loop: word i is due at start + (i+1) × every, whatever the caller does with the words already sent (a
+	// remote model does not slow down for a busy server). A fake that falls behind (the test process starved of
+	// CPU) sends every overdue word at once, in one write, each stamped with that write's time; how far behind
+	// it fell is counted (lag), so the table shows when the load generator itself could not keep the pace.
+	start := time.Now()
+	timer := time.NewTimer(f.every)
+	defer timer.Stop()
+	for sent := 0; sent < f.words; {
 		select {
-		case <-tick.C:
+		case <-timer.C:
 		case <-r.Context().Done():
 			f.cut.Add(1)
 			return
 		}
-		buf = append(append(buf[:0], prefix...), `{"content":"w`...)
-		buf = strconv.AppendInt(buf, since(f.epoch), 36)
-		buf = append(buf, ` "},"finish_reason":null}]}`+"\n\n"...)
+		due := min(f.words, int(time.Since(start)/f.every)) // words due by now
+		if due <= sent {
+			due = sent + 1 // the timer fired a hair early
+		}
+		f.noteLag(time.Since(start) - time.Duration(sent+1)*f.every)
+		now := since(f.epoch)
+		buf = buf[:0]
+		for ; sent < due; sent++ {
+			buf = append(append(buf, prefix...), `{"content":"w`...)
+			buf = strconv.AppendInt(buf, now, 36)
+			buf = append(buf, ` "},"finish_reason":null}]}`+"\n\n"...)
+		}
 		if !write(buf) {
 			f.cut.Add(1)
 			return
 		}
+		timer.Reset(time.Until(start.Add(time.Duration(sent+1) * f.every)))
 	}
 	buf = append(append(buf[:0], prefix...), `{},"finish_reason":"stop"}]}`+"\n\n"...)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
@@ -105,4 +125,24 @@ func (f *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	buf = append(buf, "data: [DONE]\n\n"...)
 	write(buf)
+}
+
+// lagLimit is how late a write may be before it counts as the fake falling behind (two words' worth).
+const lagLimit = 10 * time.Millisecond
+
+func (f *fakeModel) noteLag(d time.Duration) {
+	if d > lagLimit {
+		f.lateWrites.Add(1)
+	}
+	for {
+		old := f.maxLag.Load()
+		if int64(d) <= old || f.maxLag.CompareAndSwap(old, int64(d)) {
+			return
+		}
+	}
+}
+
+// lag returns the late writes and the largest lag since the last call, and starts counting afresh.
+func (f *fakeModel) lag() (late int64, worst time.Duration) {
+	return f.lateWrites.Swap(0), time.Duration(f.maxLag.Swap(0))
 }

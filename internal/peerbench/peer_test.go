@@ -68,6 +68,8 @@ type result struct {
 	stored     *outcomes // agentloop only
 	storedErr  error
 	modelCalls int64 // requests the fake model streamed during the load
+	lateWrites int64 // the fake model's writes more than lagLimit behind its schedule
+	maxLag     time.Duration
 }
 
 func (r *result) cpuPerWord() time.Duration {
@@ -209,6 +211,7 @@ func runLoad(ctx context.Context, t *testing.T, p *process, model *fakeModel, l 
 	warm.Wait()
 	var mu sync.Mutex
 	calls0 := model.requests.Load()
+	model.lag()
 	cpu0, err := p.cpu()
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +252,7 @@ func runLoad(ctx context.Context, t *testing.T, p *process, model *fakeModel, l 
 	}
 	r.cpu = cpu1 - cpu0
 	r.modelCalls = model.requests.Load() - calls0
+	r.lateWrites, r.maxLag = model.lag()
 	if r.peakRSS, err = p.peakRSS(); err != nil {
 		t.Fatal(err)
 	}
@@ -335,11 +339,12 @@ func statementsCell(r *result) string {
 func printTables(results []*result, loads []load) {
 	fmt.Printf("\nPeer benchmark: %d words every %s per reply; CPU = the server process's user+sys; latency = fake model send → client receipt, per word\n\n",
 		replyWords, wordEvery)
-	fmt.Println("| load | server | streams (failed) | words | CPU per word | p50 | p99 | peak RSS | wall | load avg at start | errors | stored runs | store statements per streaming second |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| load | server | streams (failed) | words | CPU per word | p50 | p99 | peak RSS | wall | load avg at start | fake model behind schedule | errors | stored runs | store statements per streaming second |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
-		fmt.Printf("| %s | %s | %d (%d) | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.load, r.server, r.streams, r.failed,
-			r.words, us(r.cpuPerWord()), ms(r.pct(0.50)), ms(r.pct(0.99)), mb(r.peakRSS), ms(r.wall), r.loadavg, errorsCell(r),
+		fmt.Printf("| %s | %s | %d (%d) | %d | %s | %s | %s | %s | %s | %s | %d writes > %s late, max %s | %s | %s | %s |\n", r.load, r.server, r.streams, r.failed,
+			r.words, us(r.cpuPerWord()), ms(r.pct(0.50)), ms(r.pct(0.99)), mb(r.peakRSS), ms(r.wall), r.loadavg,
+			r.lateWrites, ms(lagLimit), ms(r.maxLag), errorsCell(r),
 			storedCell(r), statementsCell(r))
 	}
 	fmt.Println()
