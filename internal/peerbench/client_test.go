@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -43,8 +44,9 @@ func (c *client) close() { c.http.CloseIdleConnections() }
 type turn struct {
 	reply uiMessage // the assistant message, for the next round's history
 	words int
-	lat   []int32 // receipt − send of each word, µs
-	err   string  // "" when the stream was whole
+	lat   []int32       // receipt − send of each word, µs
+	first time.Duration // POST → first word received (0: none)
+	err   string        // "" when the stream was whole
 }
 
 // chunk is the part of a UI message stream chunk the client reads.
@@ -66,9 +68,15 @@ func (c *client) send(ctx context.Context, base, token, thread string, history [
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	posted := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return turn{err: "connection error"}
+		// The cause without the addresses: "connection error: connection reset by peer".
+		msg := err.Error()
+		if i := strings.LastIndex(msg, ": "); i >= 0 {
+			msg = msg[i+2:]
+		}
+		return turn{err: "connection error: " + msg}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -123,6 +131,9 @@ func (c *client) send(ctx context.Context, base, token, thread string, history [
 				if err != nil {
 					malformed = true
 					continue
+				}
+				if t.words == 0 {
+					t.first = time.Since(posted)
 				}
 				t.words++
 				t.lat = append(t.lat, int32(now-sent))

@@ -42,7 +42,8 @@
 //
 //   - CPU per streamed word: the server process's user+sys CPU (/proc/<pid>/stat, clock ticks of 10 ms) from
 //     before the first request to the end of the last stream, ÷ the words the client received;
-//   - model→client latency p50 and p99 over every word;
+//   - model→client latency p50 and p99 over every word, and POST → first word p50 and p99 over the streams (what
+//     the model→client latency leaves out: how long a request waits before the server calls the model);
 //   - peak RSS: VmHWM of /proc/<pid>/status at the end of the load;
 //   - errors, by kind;
 //   - agentloop only: the stored runs' outcomes (GET /threads/{id}/runs once every run has ended, at most a
