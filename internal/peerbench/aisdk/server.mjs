@@ -31,7 +31,8 @@ async function send(res, response) {
 	res.writeHead(response.status, Object.fromEntries(response.headers));
 	if (response.body) {
 		for await (const chunk of response.body) {
-			if (!res.write(chunk)) await once(res, 'drain');
+			if (res.destroyed) break; // the client went away
+			if (!res.write(chunk)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
 		}
 	}
 	res.end();
