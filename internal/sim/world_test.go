@@ -550,14 +550,12 @@ func (w *world) advanceMain(p *proc) error {
 			return err
 		}
 	}
-	w.mu.Lock()
-	at, wake, over := p.parkedAt, p.wakeAt, p.dead || p.done
-	w.mu.Unlock()
-	if over {
-		// Nothing to grant: it died, or it went on to its end when the clock moved since the caller listed it
-		// (its engine gave its slow tool up: goOn awaited it).
+	if p.isDead() {
 		return nil
 	}
+	w.mu.Lock()
+	at, wake := p.parkedAt, p.wakeAt
+	w.mu.Unlock()
 	switch at {
 	case "tool":
 		return w.advanceTool(p)

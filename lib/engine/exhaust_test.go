@@ -41,7 +41,7 @@ func TestThreadOverBudgetAnswersNext(t *testing.T) {
 	cfg := f.eng.Config()
 	cfg.Transcript.BudgetTokens = 10_000
 	cfg.MaxSteps = 8
-	eng := engine.New(engine.Deps{Store: f.store, Model: model, Tools: f.stack.Tools, Reaper: f.stack.Reaper, Signer: f.stack.Signer}, cfg)
+	eng := engine.New(engine.Deps{Store: f.store, Model: model, Tools: f.stack.Tools, Reaper: f.stack.Reaper, Signer: f.stack.Signer, Clock: f.clock}, cfg)
 
 	turn := func(thread, id, text string) agent.Run {
 		t.Helper()

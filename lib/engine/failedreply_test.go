@@ -19,7 +19,7 @@ func (f *fixture) deadEmptyRun(t *testing.T, id, userID, text string) string {
 	t.Helper()
 	ctx := context.Background()
 	st := f.stack.SQLite
-	old := time.Now().Add(-time.Minute)
+	old := time.Now().Add(-pastStale) // stale on the fixture's real clock at once
 	if _, _, err := st.CreateThread(ctx, agent.Thread{ID: id, Owner: "alice", CreatedAt: old, UpdatedAt: old}); err != nil {
 		t.Fatal(err)
 	}

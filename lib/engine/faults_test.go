@@ -94,7 +94,7 @@ func TestTransientStoreFaults(t *testing.T) {
 		}
 		return false
 	})
-	f := setup(t, withStore(fs.wrap), withConfig(func(c *config.Config) { c.Heartbeat = 20 * time.Millisecond; c.StaleAfter = 5 * time.Second }))
+	f := setup(t, withStore(fs.wrap), withConfig(func(c *config.Config) { c.Heartbeat = 20 * time.Millisecond }))
 	run, client := f.run(t, submit("th", "u1", "/slow 30"))
 	if run.Status != agent.RunCompleted {
 		t.Fatalf("run = %+v", run)
@@ -120,7 +120,7 @@ func TestUnsavedReplyIsRecovered(t *testing.T) {
 	t.Parallel()
 	fs := newFaulty(func(method string, n int, final bool) bool { return method == "PutMessage" && final })
 	// The clock stands still while the run runs (so no load makes it doubt its claim), then moves past staleAfter
-	// (2 s) for the reaper.
+	// for the reaper.
 	clock := newManualClock()
 	f := setup(t, withStore(fs.wrap), withClock(clock))
 	run, client := f.run(t, submit("th", "u1", "hello there"))
@@ -132,7 +132,7 @@ func TestUnsavedReplyIsRecovered(t *testing.T) {
 	if th.ActiveRun == nil || th.ActiveRun.RunID != run.ID {
 		t.Fatalf("the claim of an unsaved reply was released: %+v", th.ActiveRun)
 	}
-	clock.add(3 * time.Second) // the claim is stale
+	clock.add(pastStale) // the claim is stale
 	fs.mu.Lock()
 	fs.fail = func(string, int, bool) bool { return false } // the store is back
 	fs.mu.Unlock()
@@ -151,7 +151,20 @@ func TestUnsavedReplyIsRecovered(t *testing.T) {
 func TestHeartbeatFailuresStopTheRun(t *testing.T) {
 	t.Parallel()
 	fs := newFaulty(func(method string, n int, final bool) bool { return method == "Heartbeat" })
-	f := setup(t, withStore(fs.wrap), withConfig(func(c *config.Config) { c.StaleAfter = 400 * time.Millisecond; c.Heartbeat = 20 * time.Millisecond }))
+	streaming := make(chan struct{})
+	var once sync.Once
+	// The clock stands still while the run begins and streams (so no load makes it doubt its claim sooner), and
+	// passes the horizon once the reply is streaming: the guard's next tick, and any write's deadline, fire then.
+	clock := newStepClock()
+	f := setup(t, withClock(clock), withConfig(func(c *config.Config) { c.Heartbeat = 20 * time.Millisecond }),
+		withStore(func(s agent.Store) agent.Store {
+			fs.Store = s
+			return signalSegments{Store: fs, first: func() { once.Do(func() { close(streaming) }) }}
+		}))
+	go func() {
+		<-streaming
+		clock.add(pastHorizon)
+	}()
 	// A reply of 10 s at the least (2,000 words, 5 ms apart): the run stops itself long before, and the run's
 	// error says so (no wall-clock bound on how soon).
 	run, client := f.run(t, submit("th", "u1", "/slow 2000"))
@@ -167,6 +180,17 @@ func TestHeartbeatFailuresStopTheRun(t *testing.T) {
 	if fs.calls["FinishRun"] != 0 {
 		t.Fatal("a run in doubt recorded its outcome")
 	}
+}
+
+// signalSegments calls first on every segment append (the run is streaming).
+type signalSegments struct {
+	agent.Store
+	first func()
+}
+
+func (s signalSegments) AppendSegment(ctx context.Context, seg agent.Segment) error {
+	s.first()
+	return s.Store.AppendSegment(ctx, seg)
 }
 
 // A store that keeps refusing segments cannot hold the response open: closing the stream gives up after the

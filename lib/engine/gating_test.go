@@ -105,10 +105,10 @@ func TestStopWhileASlowToolRunsKeepsTheTurn(t *testing.T) {
 			if _, err := f.stack.Threads.Stop(ctx, "alice", "th", ""); err != nil {
 				t.Fatalf("stop: %v", err)
 			}
-			// Time passes while the tool ignores the stop: well past half of StaleAfter (2 s here), in steps a
-			// heartbeat can follow.
+			// Time passes while the tool ignores the stop: past StaleAfter, in steps a heartbeat can follow (each
+			// well inside the horizon, StaleAfter/2).
 			for range 6 {
-				clock.add(400 * time.Millisecond)
+				clock.add(fixtureStaleAfter / 5)
 				beats.waitBeat(t, clock.Now())
 			}
 			close(release)
@@ -259,7 +259,7 @@ func (l *lateWrites) lateOnes() []string {
 // No attempt of a fenced write leaves after the claim's horizon (REVIEW D1, fence E): the horizon is checked
 // before every attempt, the first included. The REVIEW's scenario, compressed: heartbeats fail transiently (a
 // throttled partition), so the claim is known good only at its own time; a write fails transiently while time
-// passes the horizon (StaleAfter/2 = 1 s here), and then the store would take it. A retry (or the next write's
+// passes the horizon (StaleAfter/2), and then the store would take it. A retry (or the next write's
 // first attempt) sent then could land after a reaper took the thread, or in a re-created thread of another user.
 func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 	t.Parallel()
@@ -280,7 +280,7 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 			if expired {
 				clock.add(25 * time.Hour) // past the interrupt's age
 			}
-			l.setHorizon(clock.Now().Add(time.Second)) // the continuation claims at clock.Now()
+			l.setHorizon(clock.Now().Add(fixtureStaleAfter / 2)) // the continuation claims at clock.Now()
 			req := approveNewest(t, f, "th")
 			arm()
 			if tr, err := f.eng.Begin(context.Background(), req); err == nil {
@@ -291,7 +291,7 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 	slowList := func(list string) func(clock *manualClock, call string, n int) error {
 		return func(clock *manualClock, call string, n int) error {
 			if call == list && n == 1 {
-				clock.add(1500 * time.Millisecond) // the read after the claim is slow: time passes the horizon
+				clock.add(pastHorizon) // the read after the claim is slow: time passes the horizon
 			}
 			return nil
 		}
@@ -306,7 +306,7 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 		// begin.go's user message write was retried unchecked for FinishRetry.
 		{name: "user message retried", before: func(clock *manualClock, call string, n int) error {
 			if call == "PutMessage(user)" && n == 1 {
-				clock.add(1500 * time.Millisecond) // the attempt fails slowly: time passes the horizon
+				clock.add(pastHorizon) // the attempt fails slowly: time passes the horizon
 				return unavailable(call)
 			}
 			return nil
@@ -314,14 +314,14 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 		// FinishRun's first attempt was not checked after the final message's write.
 		{name: "outcome after the final message", after: func(clock *manualClock, call string, n int) {
 			if call == "PutMessage(assistant)" {
-				clock.add(1500 * time.Millisecond) // its answer comes back after the horizon
+				clock.add(pastHorizon) // its answer comes back after the horizon
 			}
 		}},
 		// abort's FinishRun (a begin that failed after its claim) was not checked at all, and its final segment
 		// was written whatever the horizon said.
 		{name: "abort", before: func(clock *manualClock, call string, n int) error {
 			if call == "GetMessage" {
-				clock.add(1500 * time.Millisecond)
+				clock.add(pastHorizon)
 				return agent.E(agent.KindInternal, agent.CodeInternal, "injected: read failed for good")
 			}
 			return nil
@@ -347,7 +347,7 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 			}
 		}, before: func(clock *manualClock, call string, n int) error {
 			if call == "ListQueued" && n == 2 { // the pass's own read, after its claim (BeginQueued's is #1)
-				clock.add(1500 * time.Millisecond)
+				clock.add(pastHorizon)
 			}
 			return nil
 		}},
@@ -357,7 +357,7 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 			t.Run(name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
 				clock := newManualClock()
-				l := &lateWrites{clock: clock, horizon: clock.Now().Add(time.Second)}
+				l := &lateWrites{clock: clock, horizon: clock.Now().Add(fixtureStaleAfter / 2)}
 				var armed atomic.Bool
 				armed.Store(tc.drive == nil)
 				counts := map[string]int{} // calls since the case was armed
@@ -404,7 +404,7 @@ func TestNoFencedWriteAfterTheHorizon(t *testing.T) {
 // being waited for until its own timeout (a minute here) while a reaper may hand the thread on.
 func TestToolAbandonedAtTheHorizon(t *testing.T) {
 	t.Parallel()
-	clock := newManualClock()
+	clock := newStepClock() // the tool's horizon timer fires when the clock passes it
 	started, release := make(chan struct{}), make(chan struct{})
 	defer close(release)
 	canceled := make(chan struct{})
@@ -425,7 +425,7 @@ func TestToolAbandonedAtTheHorizon(t *testing.T) {
 	ran := make(chan agent.Run, 1)
 	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
 	<-started
-	clock.add(1500 * time.Millisecond) // past the horizon (StaleAfter/2 = 1 s), no heartbeat accepted
+	clock.add(pastHorizon) // past the horizon (StaleAfter/2), no heartbeat accepted
 	select {
 	case run := <-ran:
 		if run.Error == nil || run.Error.Code != agent.CodeRunFenced {
@@ -450,7 +450,7 @@ func TestFinalSegmentAfterASlowFinish(t *testing.T) {
 				before: func(string, int) error { return nil },
 				after: func(call string, _ int) {
 					if call == "FinishRun" {
-						clock.add(1500 * time.Millisecond) // its answer comes back after the horizon
+						clock.add(pastHorizon) // its answer comes back after the horizon
 					}
 				}}
 			f := setup(t, store(t), withStore(l.wrap), withClock(clock))
@@ -529,7 +529,7 @@ func TestUnsavedRunsUsageRecordedLate(t *testing.T) {
 	for name, store := range limitStores(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			clock := newManualClock()
+			clock := newStepClock()
 			fs := newFaulty(func(method string, n int, final bool) bool { return method == "PutMessage" && final })
 			f := setup(t, store(t), withStore(fs.wrap), withClock(clock))
 			f.eng = engineWith(t, f, func(c *engine.Config) { c.FinishRetry = 100 * time.Millisecond })
@@ -542,17 +542,21 @@ func TestUnsavedRunsUsageRecordedLate(t *testing.T) {
 	}
 }
 
-// reapThenLateUsage heals the store, lets the run's claim go stale (StaleAfter 2 s), reaps it, waits for the run's
-// late usage (recorded once the reaper finished it) and checks that the thread counts what the run reported.
-func reapThenLateUsage(t *testing.T, f *fixture, fs *faultyStore, clock *manualClock, run agent.Run) {
+// reapThenLateUsage heals the store, moves the clock until the run's claim is stale, reaps it, moves the clock on
+// by one of the run's late-usage polls (StaleAfter/8, at most 5 s) so that its next read finds the reaper's
+// outcome, waits for the run's late usage (recorded once the reaper finished it) and checks that the thread counts
+// what the run reported. Real time plays no part: the poll waits on the clock (its real fallback only makes it
+// read again), and the run waits for the reaper for two stale windows and a minute of that clock.
+func reapThenLateUsage(t *testing.T, f *fixture, fs *faultyStore, clock *stepClock, run agent.Run) {
 	t.Helper()
 	fs.mu.Lock()
 	fs.fail = func(string, int, bool) bool { return false }
 	fs.mu.Unlock()
-	clock.add(3 * time.Second)
+	clock.add(pastStale)
 	if st, err := f.stack.Reaper.Tick(context.Background()); err != nil || st.Reaped != 1 {
 		t.Fatalf("reaper tick: %+v %v", st, err)
 	}
+	clock.add(latePoll)
 	f.eng.Wait()
 	th, err := f.store.GetThread(context.Background(), "th")
 	if err != nil || th.Usage.InputTokens != run.Usage.InputTokens || th.Usage.OutputTokens != run.Usage.OutputTokens {
@@ -564,7 +568,7 @@ func reapThenLateUsage(t *testing.T, f *fixture, fs *faultyStore, clock *manualC
 // never recorded is recorded late once the reaper finished it (REVIEW D6).
 func TestInDoubtRunsUsageRecordedLate(t *testing.T) {
 	t.Parallel()
-	clock := newManualClock()
+	clock := newStepClock() // the tool's horizon timer fires when the clock passes it
 	started, release := make(chan struct{}), make(chan struct{})
 	defer close(release)
 	fs := newFaulty(func(method string, n int, final bool) bool { return method == "Heartbeat" })
@@ -576,7 +580,7 @@ func TestInDoubtRunsUsageRecordedLate(t *testing.T) {
 	ran := make(chan agent.Run, 1)
 	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
 	<-started
-	clock.add(1500 * time.Millisecond) // past the horizon: the run stops itself, its draft unwritten
+	clock.add(pastHorizon) // past the horizon: the run stops itself, its draft unwritten
 	run := <-ran
 	if run.Error == nil || run.Error.Code != agent.CodeRunFenced || run.Usage.TotalTokens == 0 {
 		t.Fatalf("run %s %+v usage %+v, want stopped in doubt with the first step's usage", run.Status, run.Error, run.Usage)
@@ -590,7 +594,7 @@ func TestInDoubtRunsUsageRecordedLate(t *testing.T) {
 func TestQueueTakeGatedAtTheHorizon(t *testing.T) {
 	t.Parallel()
 	clock := newManualClock()
-	l := &lateWrites{clock: clock, horizon: clock.Now().Add(time.Second),
+	l := &lateWrites{clock: clock, horizon: clock.Now().Add(fixtureStaleAfter / 2),
 		before: func(call string, _ int) error {
 			if call == "Heartbeat" {
 				return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "injected: heartbeat throttled")
@@ -618,7 +622,7 @@ func TestQueueTakeGatedAtTheHorizon(t *testing.T) {
 	l.mu.Lock()
 	l.afterMessage = func(id string) {
 		if id == "q1" {
-			clock.add(1500 * time.Millisecond) // the queued message's answer comes back after the horizon
+			clock.add(pastHorizon) // the queued message's answer comes back after the horizon
 		}
 	}
 	l.mu.Unlock()

@@ -43,7 +43,7 @@ func TestApprovedToolGone(t *testing.T) {
 	if run, _ := f.turn(t, "th", "u1", `/tool guarded {}`); run.Status != agent.RunInterrupted {
 		t.Fatalf("ask: %s", run.Status)
 	}
-	without := engine.New(engine.Deps{Store: f.store, Model: f.stack.Model, Reaper: f.stack.Reaper, Signer: f.stack.Signer}, f.eng.Config())
+	without := engine.New(engine.Deps{Store: f.store, Model: f.stack.Model, Reaper: f.stack.Reaper, Signer: f.stack.Signer, Clock: f.clock}, f.eng.Config())
 	tr, err := without.Begin(context.Background(), approveAll(t, f, "th"))
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestNoExecuteWithoutStoredAnswers(t *testing.T) {
 	}
 	answer := approveAll(t, f, "th")
 	eng := engine.New(engine.Deps{Store: failingDraft{f.store, answer.Message.ID}, Model: f.stack.Model, Tools: f.stack.Tools,
-		Reaper: f.stack.Reaper, Signer: f.stack.Signer}, f.eng.Config())
+		Reaper: f.stack.Reaper, Signer: f.stack.Signer, Clock: f.clock}, f.eng.Config())
 	tr, err := eng.Begin(context.Background(), answer)
 	if err != nil {
 		t.Fatal(err)

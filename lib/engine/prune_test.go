@@ -44,7 +44,7 @@ func recorded(t *testing.T, f *fixture, log io.Writer, mut func(*engine.Config))
 		mut(&cfg)
 	}
 	return engine.New(engine.Deps{Store: f.store, Model: rec, Tools: f.stack.Tools, Reaper: f.stack.Reaper, Signer: f.stack.Signer,
-		Logger: slog.New(slog.NewJSONHandler(log, nil))}, cfg), rec
+		Logger: slog.New(slog.NewJSONHandler(log, nil)), Clock: f.clock}, cfg), rec
 }
 
 func runTurn(t *testing.T, eng *engine.Engine, thread, msgID, text string) agent.Run {

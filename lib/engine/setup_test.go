@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ type fixture struct {
 	store agent.Store // as the engine sees it (wrapped when the test asked)
 	model *offline.Server
 	log   *slog.Logger // the components' logger (Options.Logger)
+	clock agent.Clock  // the injected clock (Options.Clock), nil for real time
 }
 
 // option adjusts a fixture before it is built.
@@ -44,6 +46,25 @@ func withStore(wrap func(agent.Store) agent.Store) option {
 	return func(o *devserver.Options) { o.Wrap = wrap }
 }
 
+// fixtureStaleAfter is the fixture's StaleAfter: a claim's horizon (half of it) that no loaded machine reaches in
+// real time, so no test's run fences itself because the machine was slow (issue 16 item 12; 2 s, a horizon of
+// 1 s, let runs under two -race test runs at once end run_fenced). A test that needs a claim in doubt or stale
+// moves an injected clock past it (pastHorizon, pastStale); every wait on real time the engine makes then (an
+// attempt's deadline at the horizon, a tool's horizon timer) is counted from that clock's now, so it is at least
+// StaleAfter/2 of real time whenever the clock says the claim is good.
+const fixtureStaleAfter = time.Minute
+
+// Moves of an injected clock, relative to fixtureStaleAfter: pastHorizon leaves a claim in doubt (past its
+// horizon, StaleAfter/2) but not yet stale; pastStale lets the reaper take it.
+const (
+	pastHorizon = fixtureStaleAfter * 3 / 4
+	pastStale   = fixtureStaleAfter * 3 / 2
+)
+
+// latePoll is how often a run left to the reaper reads its run for the reaper's outcome (lib/engine late.go:
+// StaleAfter/8, at most 5 s): moving a stepClock on by it wakes the run's next read.
+const latePoll = min(fixtureStaleAfter/8, 5*time.Second)
+
 // setup builds the stack with fast heartbeats and segment flushes.
 func setup(t *testing.T, opts ...option) *fixture {
 	t.Helper()
@@ -51,7 +72,7 @@ func setup(t *testing.T, opts ...option) *fixture {
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	o := devserver.Options{Data: t.TempDir(), ModelURL: hs.URL + "/v1/",
-		Config: config.Config{Heartbeat: 50 * time.Millisecond, StaleAfter: 2 * time.Second, SegmentFlush: 20 * time.Millisecond,
+		Config: config.Config{Heartbeat: 50 * time.Millisecond, StaleAfter: fixtureStaleAfter, SegmentFlush: 20 * time.Millisecond,
 			CancelPoll: 20 * time.Millisecond},
 		OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond; c.MaxRetries = 2 }}
 	for _, opt := range opts {
@@ -62,16 +83,17 @@ func setup(t *testing.T, opts ...option) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(stack.Close)
-	return &fixture{stack: stack, eng: stack.Engine, store: stack.Store, model: srv, log: o.Logger}
+	return &fixture{stack: stack, eng: stack.Engine, store: stack.Store, model: srv, log: o.Logger, clock: o.Clock}
 }
 
-// engineWith builds a second engine over the fixture's store, model and tools with an adjusted engine config
+// engineWith builds a second engine over the fixture's store, model, tools and clock with an adjusted engine config
 // (for settings the environment does not carry).
 func engineWith(t *testing.T, f *fixture, mut func(*engine.Config)) *engine.Engine {
 	t.Helper()
 	cfg := f.eng.Config()
 	mut(&cfg)
-	return engine.New(engine.Deps{Store: f.store, Model: f.stack.Model, Tools: f.stack.Tools, Reaper: f.stack.Reaper, Signer: f.stack.Signer}, cfg)
+	return engine.New(engine.Deps{Store: f.store, Model: f.stack.Model, Tools: f.stack.Tools, Reaper: f.stack.Reaper, Signer: f.stack.Signer,
+		Clock: f.clock}, cfg)
 }
 
 func userMsg(id, text string) *agent.Message {
@@ -196,4 +218,96 @@ func (f *fixture) segments(t *testing.T, runID string) []byte {
 		data = append(data, s.Data...)
 	}
 	return data
+}
+
+// stepClock is a manualClock with timers of its own (agent.Timers): a timer fires as soon as the test moves the
+// clock to or past it, or once its length of real time has passed, whichever is first. A wait the test means to
+// end (a tool's horizon timer, an attempt's deadline at the horizon, a late-usage poll) therefore ends when the
+// test moves the clock, not by racing real time; the real fallback only keeps the short waits going (heartbeat
+// ticks, backoffs) while the clock stands still, as on a manualClock, and a wait at a claim's horizon is then at
+// least StaleAfter/2 (fixtureStaleAfter: 30 s) of real time long, which no loaded machine reaches.
+type stepClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers map[*stepTimer]struct{}
+}
+
+type stepTimer struct {
+	at   time.Time
+	once sync.Once
+	fire func()
+	real *time.Timer
+}
+
+func newStepClock() *stepClock {
+	return &stepClock{now: newManualClock().Now(), timers: map[*stepTimer]struct{}{}}
+}
+
+func (c *stepClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+// add moves the clock on by d and fires every timer that came due.
+func (c *stepClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []*stepTimer
+	for t := range c.timers {
+		if !t.at.After(c.now) {
+			due = append(due, t)
+			delete(c.timers, t)
+		}
+	}
+	c.mu.Unlock()
+	for _, t := range due {
+		t.real.Stop()
+		t.once.Do(t.fire)
+	}
+}
+
+// start arms a timer of length d; once stop has returned, it never fires.
+func (c *stepClock) start(d time.Duration, fire func()) (stop func()) {
+	t := &stepTimer{fire: fire}
+	c.mu.Lock()
+	t.at = c.now.Add(d)
+	t.real = time.AfterFunc(max(d, 0), func() { // it waits for the lock: t is in timers first
+		c.mu.Lock()
+		delete(c.timers, t)
+		c.mu.Unlock()
+		t.once.Do(t.fire)
+	})
+	c.timers[t] = struct{}{}
+	c.mu.Unlock()
+	if d <= 0 {
+		c.add(0)
+	}
+	return func() {
+		t.real.Stop()
+		c.mu.Lock()
+		delete(c.timers, t)
+		c.mu.Unlock()
+		t.once.Do(func() {})
+	}
+}
+
+func (c *stepClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.start(d, func() { ch <- c.Now() })
+	return ch
+}
+
+func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
+	done := make(chan struct{})
+	stop := c.start(d, func() { close(done) })
+	defer stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *stepClock) WithTimeoutCause(ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := c.start(d, func() { cancel(cause) })
+	return ctx, func() { stop(); cancel(context.Canceled) }
 }

@@ -286,7 +286,7 @@ func TestFencedRunCountsItsTokensOnce(t *testing.T) {
 			}
 		}}
 	var logs syncBuffer
-	// The clock stands still until the process has frozen, then moves past staleAfter (2 s): no sleep, and no
+	// The clock stands still until the process has frozen, then moves past staleAfter: no sleep, and no
 	// load makes the run doubt its claim before that.
 	clock := newManualClock()
 	f := setup(t, withTools(stall), withJSONLog(&logs), withClock(clock), withStore(func(s agent.Store) agent.Store { store.Store = s; return store }),
@@ -357,5 +357,5 @@ func TestFencedRunCountsItsTokensOnce(t *testing.T) {
 func engineWithModel(t *testing.T, f *fixture, model agent.Model) *engine.Engine {
 	t.Helper()
 	return engine.New(engine.Deps{Store: f.store, Model: model, Tools: f.stack.Tools, Reaper: f.stack.Reaper, Signer: f.stack.Signer,
-		Logger: f.log}, f.eng.Config())
+		Logger: f.log, Clock: f.clock}, f.eng.Config())
 }

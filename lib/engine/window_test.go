@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
-	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/engine"
 )
 
@@ -94,10 +93,7 @@ func seedThread(t *testing.T, s agent.Store, thread string, pairs, outputBytes i
 func TestBoundedReads(t *testing.T) {
 	t.Parallel()
 	meter := &readMeter{}
-	// StaleAfter 1 min: nothing here waits for a claim to go stale, and the fixture's 2 s (a horizon of 1 s) let a
-	// run fence itself under two concurrent make test runs with -race ("edit far behind the window": run_fenced).
-	f := setup(t, withStore(func(s agent.Store) agent.Store { meter.Store = s; return meter }),
-		withConfig(func(c *config.Config) { c.StaleAfter = time.Minute }))
+	f := setup(t, withStore(func(s agent.Store) agent.Store { meter.Store = s; return meter }))
 	// Each seeded reply costs ~1,000 tokens (a 4 KB tool output): the budget is met after some 10 messages.
 	eng := engineWith(t, f, func(c *engine.Config) { c.Transcript.BudgetTokens = 5_000 })
 	begin := func(t *testing.T, req engine.Request) (agent.Run, error) {
@@ -192,15 +188,17 @@ func TestBoundedReads(t *testing.T) {
 	})
 }
 
-// slowDeletes takes delay over every message delete, as a loaded store does.
+// slowDeletes takes delay of its clock over every message delete, as a loaded store does.
 type slowDeletes struct {
 	agent.Store
+	clock *manualClock
 	delay time.Duration
 }
 
 func (s *slowDeletes) DeleteMessage(ctx context.Context, threadID, id string, f agent.Fence) error {
-	time.Sleep(s.delay)
-	return s.Store.DeleteMessage(ctx, threadID, id, f)
+	err := s.Store.DeleteMessage(ctx, threadID, id, f)
+	s.clock.add(s.delay)
+	return err
 }
 
 // An edit far back drops every later message, one fenced write each, before the run's heartbeats start: taking
@@ -208,9 +206,13 @@ func (s *slowDeletes) DeleteMessage(ctx context.Context, threadID, id string, f 
 // left the thread cut and the edit unanswered).
 func TestLongEditKeepsItsClaim(t *testing.T) {
 	t.Parallel()
-	slow := &slowDeletes{delay: 15 * time.Millisecond}
-	f := setup(t, withStore(func(s agent.Store) agent.Store { slow.Store = s; return slow }))
-	msgs := seedThread(t, f.store, "cut", 60, 100) // 120 drops × 15 ms: 1.8 s, staleAfter is 2 s
+	// The deletes take the time, on the clock: 120 drops of StaleAfter/4 each, so the edit passes its claim's
+	// horizon (StaleAfter/2) on its third drop unless it holds the claim itself; the clock stands still otherwise,
+	// so no load makes the run doubt its claim.
+	clock := newManualClock()
+	slow := &slowDeletes{clock: clock, delay: fixtureStaleAfter / 4}
+	f := setup(t, withClock(clock), withStore(func(s agent.Store) agent.Store { slow.Store = s; return slow }))
+	msgs := seedThread(t, f.store, "cut", 60, 100)
 	req := submit("cut", msgs[0].ID, "from the start, again")
 	req.MessageID = msgs[0].ID
 	tr, err := f.eng.Begin(context.Background(), req)

@@ -18,7 +18,11 @@ import (
 	"github.com/agentloop/agentloop/lib/tools"
 )
 
-const staleAfter = time.Second
+// staleAfter is the tests' StaleAfter. Several tests run on the real clock with a live claim heartbeaten at
+// time.Now() beside dead ones a minute old, and expect only the dead ones reaped: the live claim must stay fresh
+// for however long a loaded machine takes to reach the tick (1 s did not, issue 16 item 12), and the dead ones
+// must be stale at once. Tests on a manual clock move it by multiples of it.
+const staleAfter = 30 * time.Second
 
 // missingRuns hides every run item, as after a crash between DynamoDB's claim write and its run write.
 type missingRuns struct{ *sqlite.Store }
