@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: web bench-web dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak soak-chaos
+.PHONY: web bench-web bench-peer dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak soak-chaos
 
 ## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set), the web app at its root
 dev: web
@@ -114,7 +114,20 @@ soak-chaos:
 bench-web: deps
 	web/e2e/bench.sh
 
-bench: deps bench-web
+## bench-peer: the peer benchmark (issue 18, internal/peerbench): `agentloop dev` and the AI SDK's own server
+## (internal/peerbench/aisdk, pinned, installed here with npm ci and never by make test) on the same fake model
+## (200 words, one every 5 ms) and load client, at 20 streams × 3 rounds, 200 and 1,000 concurrent streams; prints
+## CPU per word, model→client p50/p99, peak RSS, errors, agentloop's stored runs and store statements, the ratios
+## (PEERBENCH_LOADS=20x3,200 picks loads; part of make bench)
+PEER_AISDK := internal/peerbench/aisdk
+$(PEER_AISDK)/node_modules/.installed: $(PEER_AISDK)/package-lock.json $(PEER_AISDK)/package.json
+	cd $(PEER_AISDK) && npm ci $(NPM_FLAGS)
+	touch $@
+
+bench-peer: $(PEER_AISDK)/node_modules/.installed
+	PEERBENCH=1 $(GO) test -count=1 -timeout 30m -run '^TestPeerBench$$' -v ./internal/peerbench
+
+bench: deps bench-web bench-peer
 	$(GO) test -run '^$$' -bench 'Turn' -benchtime 300x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Stop' -benchtime 50x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Approval' -benchtime 100x -count 1 ./internal/benchmarks

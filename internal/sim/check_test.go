@@ -43,6 +43,19 @@ func (w *world) checkThread(ctx context.Context, th *simThread) {
 		w.violate("sim", "list interrupts %s: %v", th.id, err)
 		return
 	}
+	if !exists && (len(recs) > 0 || len(runs) > 0 || len(ins) > 0) {
+		// A delete that stopped half way (DynamoDB deletes in several requests; seed 4496052508813027081 on
+		// dynamo: the process died after the tombstone) leaves its tombstone and what is under it, and its
+		// client was never told 204: it sends the DELETE again, which reads the thread as not found and
+		// finishes the delete (threads.Service.Delete, FinishDelete; a new thread on the id does the same
+		// first). The sim does not resend it, so the check does, on the underlying store. FinishDelete touches
+		// only a tombstone: leftovers of a thread without one stay, and are reported.
+		if err := w.base.FinishDelete(ctx, th.id); err != nil {
+			w.violate("sim", "finish the delete of %s: %v", th.id, err)
+			return
+		}
+		recs, runs, ins = w.leftovers(ctx, th.id)
+	}
 	msgs := make([]agent.Message, len(recs))
 	for i, rec := range recs {
 		msgs[i] = rec.Message
@@ -187,7 +200,8 @@ func (w *world) closeInterrupts(ctx context.Context) {
 
 // waitRule says when a tool call of m may have no result: only in the message readers see asking (the newest,
 // ended interrupted), and only while its interrupt waits (pending and not past its age), or has expired (the
-// engine writes an expired call's result at the next turn, which settles what waits; readers no longer list it).
+// engine writes an expired call's result at the next turn, which settles what waits; readers no longer list it),
+// or was resolved by a continuation that stored nothing on the message.
 // A message readers never see (a reply a regenerate replaced) is held to nothing more than its status.
 func (w *world) waitRule(m agent.Message, visible bool, asking string, byCall map[string]agent.Interrupt) func(agent.Part) (bool, string) {
 	st := m.Meta().Status
@@ -203,6 +217,14 @@ func (w *world) waitRule(m agent.Message, visible bool, asking string, byCall ma
 		case !ok || in.MessageID != m.ID:
 			return false, "no interrupt for it"
 		case in.Status == agent.InterruptPending, in.Status == agent.InterruptExpired:
+			return true, ""
+		case in.Status != agent.InterruptCanceled && m.Meta().RunID == in.RunID:
+			// Resolved (answered, approved, denied) while the message is still as the run that asked stored it: a
+			// continuation took the answer and failed before it stored anything on the message (seed
+			// 2879027694859487754: its second resolve failed for good, so it ended failed in Begin). The message
+			// still asks; the answer again repeats what is resolved (interrupts.Match), and the next turn settles
+			// the call with what the resolution says (engine settledPart). A continuation that stored the message
+			// (its run id) and still left an answered call waiting is held to the rule.
 			return true, ""
 		}
 		return false, "its interrupt " + in.ID + " is " + string(in.Status)
@@ -382,4 +404,13 @@ func (w *world) steerWaitsThroughAnswer(p *proc) {
 		}
 		w.violate("steer-waits-answer", "%s: continuation %s asks the model while steer %s, queued before its claim, waits", p.name, run.ID, e.Message.ID)
 	}
+}
+
+// leftovers lists what the store still keeps under a thread id (read errors count as nothing: the caller has read
+// the same lists once already).
+func (w *world) leftovers(ctx context.Context, id string) ([]agent.MessageRecord, []agent.Run, []agent.Interrupt) {
+	recs, _ := w.base.ListMessages(ctx, id)
+	runs, _ := w.base.ListRuns(ctx, id)
+	ins, _ := w.base.ListInterrupts(ctx, id)
+	return recs, runs, ins
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"testing"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -482,7 +483,12 @@ func (p *proc) modelCalled(ctx context.Context, sc stepScript) int {
 	}
 	step := p.step
 	p.step++
-	p.toolGates, p.toolNext = map[string]chan struct{}{}, map[string]string{}
+	// The gates of earlier steps stay (call ids are unique per process): a step whose slow tool its engine gave
+	// up goes on without it, and a later tool of that step whose goroutine reaches its turn only now must still
+	// wait behind the given-up one, for good (TestToolTurnKeepsEarlierSteps).
+	if p.toolGates == nil {
+		p.toolGates, p.toolNext = map[string]chan struct{}{}, map[string]string{}
+	}
 	prev := ""
 	for i, c := range sc.calls {
 		if !c.executes() {
@@ -563,4 +569,32 @@ func appendInt(b []byte, i int) []byte {
 		b = appendInt(b, i/10)
 	}
 	return append(b, byte('0'+i%10))
+}
+
+// TestToolTurnKeepsEarlierSteps: a step whose slow tool the engine gave up goes on to the next model step while
+// the step's later tools may not have reached their turn yet (their goroutines start when the Go scheduler gets
+// to them: under load, after the next step began). Such a tool must still wait behind the given-up one, which
+// never returns: it must not find its gate gone and run at once, beside the next step's tools and unscheduled
+// (seed 398 under load: "tool call call_9_1_1 runs beside another one of the process"; the same would let a
+// crash report come while the scheduler advances another process, as seed 191 did).
+func TestToolTurnKeepsEarlierSteps(t *testing.T) {
+	w := &world{clock: &vclock{}, released: make(chan struct{})}
+	p := &proc{w: w, id: 9}
+	ctx := context.Background()
+	two := stepScript{calls: []callScript{{"sim_slow", `{"ms":20000}`}, {"sim_effect", `{}`}}}
+	p.modelCalled(ctx, two)
+	first, second := callID(p.id, 0, 0), callID(p.id, 0, 1)
+	p.toolTurn(ctx, first) // runs, and is given up: it never returns, so its next is never called
+	p.modelCalled(ctx, stepScript{calls: []callScript{{"sim_effect", `{}`}}})
+	w.mu.Lock()
+	gate := p.toolGates[second]
+	w.mu.Unlock()
+	if gate == nil {
+		t.Fatalf("the gate of %s is gone once the next step began: the call would run at once", second)
+	}
+	select {
+	case <-gate:
+		t.Fatalf("%s may run although %s never returned", second, first)
+	default:
+	}
 }

@@ -550,12 +550,14 @@ func (w *world) advanceMain(p *proc) error {
 			return err
 		}
 	}
-	if p.isDead() {
+	w.mu.Lock()
+	at, wake, over := p.parkedAt, p.wakeAt, p.dead || p.done
+	w.mu.Unlock()
+	if over {
+		// Nothing to grant: it died, or it went on to its end when the clock moved since the caller listed it
+		// (its engine gave its slow tool up: goOn awaited it).
 		return nil
 	}
-	w.mu.Lock()
-	at, wake := p.parkedAt, p.wakeAt
-	w.mu.Unlock()
 	switch at {
 	case "tool":
 		return w.advanceTool(p)

@@ -66,34 +66,66 @@ func (t *Turn) fresh() bool { return t.mayWrite() == nil }
 // timers, counted from now on its clock, so a virtual clock cuts it) and the write gate for the adapter's own
 // retries. cancel must be called.
 func (t *Turn) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
-	left := t.horizon().Sub(t.e.clock.Now())
-	return t.e.timers.WithTimeoutCause(agent.WithWriteGate(ctx, t.mayWrite), left, errInDoubt)
+	ctx, cancel, _ := t.attemptTo(ctx)
+	return ctx, cancel
 }
 
-// fenced runs op, a store write that carries the run's fence, retried on transient errors (retry): before every
-// attempt, the first included, the horizon is checked, and each attempt runs under attempt's context. An attempt
-// cut at the horizon, or refused by the gate inside the adapter, is errInDoubt: its outcome is unknown and the
-// claim is no longer surely ours.
+// attemptTo is attempt, also returning the deadline it set: the horizon as it is now.
+func (t *Turn) attemptTo(ctx context.Context) (context.Context, context.CancelFunc, time.Time) {
+	h := t.horizon()
+	ctx, cancel := t.e.timers.WithTimeoutCause(agent.WithWriteGate(ctx, t.mayWrite), h.Sub(t.e.clock.Now()), errInDoubt)
+	return ctx, cancel, h
+}
+
+// maxCutReattempts bounds how often one fenced call sends again an attempt cut at a deadline that a heartbeat
+// has since moved on (gated). One is what a healthy run needs: a write parked past the horizon it began under
+// while the guard's heartbeats went on. The bound is for a store that hangs writes but accepts heartbeats:
+// without it such a run would send the write again once per horizon for as long as its claim lives, and a
+// write that hangs through a whole horizon more than once is not a store's hiccup but a store the run cannot
+// count on; after the bound the cut is doubt, as any other cut.
+const maxCutReattempts = 2
+
+// fenced runs op, a store write that carries the run's fence, retried on transient errors (retry); each attempt
+// goes through gated, and the re-attempts of cut attempts are counted across the retries (maxCutReattempts).
 func (t *Turn) fenced(ctx context.Context, op func(ctx context.Context) error) error {
-	return t.e.retry(ctx, func() error {
+	reattempts := 0
+	return t.e.retry(ctx, func() error { return t.gated(ctx, op, &reattempts) })
+}
+
+// gated runs one attempt of op, a fenced write: the horizon is checked before it, and it runs under attempt's
+// context. An attempt cut at its deadline, or refused by the gate inside the adapter, is errInDoubt: its
+// outcome is unknown and the claim is no longer surely ours. Unless a heartbeat accepted meanwhile has moved the
+// horizon on past that deadline (the horizon as it was when the attempt began) and the gate still says the claim
+// is ours: then the attempt, whose outcome is unknown like a transient error's, is sent again at once under the
+// new horizon (the stores accept a rewrite of what the same run wrote, so retries converge), at most
+// maxCutReattempts times per call, counted in *reattempts. No attempt is ever sent past the current horizon.
+func (t *Turn) gated(ctx context.Context, op func(ctx context.Context) error, reattempts *int) error {
+	for {
 		if err := t.mayWrite(); err != nil {
 			return err
 		}
-		actx, cancel := t.attempt(ctx)
-		defer cancel()
+		actx, cancel, deadline := t.attemptTo(ctx)
 		err := op(actx)
-		if err != nil && (errors.Is(err, errInDoubt) || errors.Is(context.Cause(actx), errInDoubt)) {
+		cut := errors.Is(context.Cause(actx), errInDoubt)
+		cancel()
+		if err == nil || !(cut || errors.Is(err, errInDoubt)) {
+			return err
+		}
+		if ctx.Err() != nil || *reattempts >= maxCutReattempts || !t.horizon().After(deadline) || t.mayWrite() != nil {
 			return errInDoubt
 		}
-		return err
-	})
+		*reattempts++
+		t.e.log.Warn("fenced write cut at a horizon a heartbeat has moved on; writing again", "thread_id", t.thread.ID,
+			"run_id", t.run.ID, "reattempt", *reattempts, "err", err)
+	}
 }
 
 // endSegments is the store abort and release write a run's final segment to. Once FinishRun stored the outcome
 // (finished), the final segment goes out whatever the horizon says, as output's does (REVIEW D7): the run ended
 // well and its readers must learn it. Otherwise the claim was left to go stale, and the segment is a fenced write
-// like any other: each append is gated at the horizon, with a deadline there, so it can never land after the
-// reaper's takeover and tell readers an end the reaper did not record.
+// like any other: each append goes through gated (checked at the horizon, with a deadline there, sent again as a
+// fenced call's attempts are), so it can never land after the reaper's takeover and tell readers an end the
+// reaper did not record.
 func (t *Turn) endSegments(finished bool) agent.SegmentStore {
 	if finished {
 		return t.e.store
@@ -107,12 +139,8 @@ type gatedSegments struct {
 }
 
 func (g gatedSegments) AppendSegment(ctx context.Context, s agent.Segment) error {
-	if err := g.t.mayWrite(); err != nil {
-		return err
-	}
-	actx, cancel := g.t.attempt(ctx)
-	defer cancel()
-	return g.SegmentStore.AppendSegment(actx, s)
+	reattempts := 0
+	return g.t.gated(ctx, func(ctx context.Context) error { return g.SegmentStore.AppendSegment(ctx, s) }, &reattempts)
 }
 
 // guard watches the run's claim while it streams: a fenced heartbeat every Heartbeat, a read for a stop request

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/engine"
 )
 
 // timerClock is a clock with its own timers (agent.Timers): time passes only when the test moves it or when
@@ -198,5 +199,166 @@ func TestRetryBackoffOnTheInjectedClock(t *testing.T) {
 	got := clock.sleeps()
 	if !slices.Contains(got, 20*time.Millisecond) || !slices.Contains(got, 40*time.Millisecond) {
 		t.Fatalf("sleeps on the clock %v, want the retry's backoff (20ms, 40ms) among them", got)
+	}
+}
+
+// An attempt cut at a horizon that a heartbeat has since moved on is attempted again, not taken as a claim in
+// doubt (the simulation's retries-converge, time-mode seeds 1499343207840167894 and 8810487078489471603): the
+// user message's first write hangs from the claim (its deadline at claim+5 min); the guard's heartbeat is accepted
+// at +78 s, so at +5 min 30 s, when that deadline cuts the write, the claim is still surely the run's (horizon at
+// +6 min 18 s). The run must write the message again and complete, not end run_fenced while it holds its claim.
+func TestAttemptCutAtAMovedHorizonIsRetried(t *testing.T) {
+	t.Parallel()
+	const beat = 77 * time.Second // the guard's period, unique among the engine's waits
+	clock := &beatClock{timerClock: newTimerClock(), period: beat, armed: make(chan struct{}, 8)}
+	h := &hangingUser{entered: make(chan struct{})}
+	started, release := make(chan struct{}), make(chan struct{})
+	close(release)
+	f := setup(t, withClock(clock), withStore(h.wrap), withTools(slowTool(started, release)),
+		withConfig(func(c *config.Config) { c.StaleAfter, c.Heartbeat, c.CancelPoll = 10*time.Minute, beat, time.Hour }))
+	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan agent.Run, 1)
+	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	wait := func(c <-chan struct{}, what string) {
+		select {
+		case <-c:
+		case <-time.After(hangBound):
+			t.Fatal(what + " never came")
+		}
+	}
+	wait(h.entered, "the user message write")
+	wait(clock.armed, "the guard's first heartbeat timer")
+	clock.add(beat + time.Second)                                  // heartbeat #1 at +78 s
+	wait(clock.armed, "the guard's timer after heartbeat #1")      // armed once #1 was recorded: horizon +6 min 18 s
+	clock.add(5*time.Minute + 30*time.Second - beat - time.Second) // past the first attempt's deadline (+5 min)
+	select {
+	case run := <-ran:
+		if run.Status != agent.RunCompleted {
+			t.Fatalf("run %s %+v (first attempt cut by %q), want completed: its claim held and was not in doubt",
+				run.Status, run.Error, h.cause())
+		}
+		if _, err := f.store.GetMessage(context.Background(), "th", "u1"); err != nil {
+			t.Fatalf("user message: %v, want it stored by the second attempt", err)
+		}
+	case <-time.After(hangBound):
+		t.Fatal("the run never ended")
+	}
+}
+
+// beatClock is a timerClock that signals armed each time a timer of period (the guard's heartbeat) is set.
+type beatClock struct {
+	*timerClock
+	period time.Duration
+	armed  chan struct{}
+}
+
+func (c *beatClock) After(d time.Duration) <-chan time.Time {
+	ch := c.timerClock.After(d)
+	if d == c.period {
+		select {
+		case c.armed <- struct{}{}:
+		default:
+		}
+	}
+	return ch
+}
+
+// hangingUser is a store whose first user-message write (every one, if always) hangs until its context is done.
+// entered is closed when the first write comes.
+type hangingUser struct {
+	agent.Store
+	entered chan struct{}
+	always  bool
+	mu      sync.Mutex
+	writes  int
+	cut     string
+}
+
+func (h *hangingUser) attempts() int { h.mu.Lock(); defer h.mu.Unlock(); return h.writes }
+
+func (h *hangingUser) wrap(s agent.Store) agent.Store { h.Store = s; return h }
+
+func (h *hangingUser) cause() string { h.mu.Lock(); defer h.mu.Unlock(); return h.cut }
+
+func (h *hangingUser) PutMessage(ctx context.Context, w agent.MessageWrite) error {
+	if w.Message.Role != agent.RoleUser {
+		return h.Store.PutMessage(ctx, w)
+	}
+	h.mu.Lock()
+	h.writes++
+	first := h.writes == 1
+	h.mu.Unlock()
+	if !first && !h.always {
+		return h.Store.PutMessage(ctx, w)
+	}
+	if first {
+		close(h.entered)
+	}
+	<-ctx.Done()
+	h.mu.Lock()
+	h.cut = context.Cause(ctx).Error()
+	h.mu.Unlock()
+	return ctx.Err()
+}
+
+// The re-attempt of a cut attempt is bounded (engine.MaxCutReattempts per fenced call): a store that hangs every
+// user-message write until its deadline while it accepts every heartbeat must not be written to for as long as
+// the claim lives. Each attempt is cut at its deadline with the horizon moved on by the heartbeats accepted
+// meanwhile; after the bounded re-attempts the cut is doubt, and the run ends run_fenced, leaving its claim to the
+// reaper, instead of attempting the write once per horizon forever.
+func TestAttemptCutRetriesAreBounded(t *testing.T) {
+	t.Parallel()
+	const beat = 77 * time.Second // the guard's period, unique among the engine's waits
+	clock := &beatClock{timerClock: newTimerClock(), period: beat, armed: make(chan struct{}, 8)}
+	h := &hangingUser{entered: make(chan struct{}), always: true}
+	started, release := make(chan struct{}), make(chan struct{})
+	close(release)
+	f := setup(t, withClock(clock), withStore(h.wrap), withTools(slowTool(started, release)),
+		withConfig(func(c *config.Config) {
+			c.StaleAfter, c.Heartbeat, c.CancelPoll, c.RunTimeout = 10*time.Minute, beat, time.Hour, 24*time.Hour
+		}))
+	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan agent.Run, 1)
+	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	wait := func(c <-chan struct{}, what string) {
+		select {
+		case <-c:
+		case <-time.After(hangBound):
+			t.Fatal(what + " never came")
+		}
+	}
+	wait(h.entered, "the user message write")
+	wait(clock.armed, "the guard's first heartbeat timer")
+	want := 1 + engine.MaxCutReattempts
+	// Each step is one heartbeat, accepted before the next step (the guard arms its next timer once it has
+	// recorded it), so every cut finds the horizon moved on past the cut attempt's deadline.
+	for step := 0; ; step++ {
+		if n := h.attempts(); n > want {
+			t.Fatalf("%d attempts of the hung user-message write, want at most %d (1 + MaxCutReattempts)", n, want)
+		}
+		if step == 200 { // 200 heartbeats: more than four hours on the clock
+			t.Fatalf("the run has not ended after %d attempts of the hung write", h.attempts())
+		}
+		clock.add(beat)
+		select {
+		case <-clock.armed:
+			continue
+		case run := <-ran:
+			if run.Status == agent.RunCompleted || run.Error == nil || run.Error.Code != agent.CodeRunFenced {
+				t.Fatalf("run %s %+v, want failed run_fenced: its user message was never stored", run.Status, run.Error)
+			}
+			if n := h.attempts(); n != want {
+				t.Fatalf("%d attempts of the hung user-message write, want %d (1 + MaxCutReattempts)", n, want)
+			}
+			return
+		case <-time.After(hangBound):
+			t.Fatal("the guard never armed its next heartbeat, and the run has not ended")
+		}
 	}
 }
