@@ -12,6 +12,9 @@ const (
 	TriggerQueued       Trigger = "queued"       // a user message queued (multitask enqueue) answered once the thread freed
 	TriggerRegenerate   Trigger = "regenerate"
 	TriggerEdit         Trigger = "edit" // an earlier user message replaced; everything after it dropped
+	// TriggerUnknown is the reaper's record of a run whose own run item was never written when it reaped the
+	// run's claim (DynamoDB: ClaimRun's second write late or lost): why that run started is not known.
+	TriggerUnknown Trigger = "unknown"
 )
 
 // RunStatus: running → completed | interrupted | canceled | failed.

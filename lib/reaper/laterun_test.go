@@ -101,6 +101,16 @@ func TestLateRunItemAfterTheReapIsFinished(t *testing.T) {
 	if gerr != nil || run.Status != agent.RunFailed || run.Error == nil || run.Error.Code != agent.CodeStale {
 		t.Fatalf("the run: %s %+v %v, want failed (stale)", run.Status, run.Error, gerr)
 	}
+	// The run as GET /threads/{id}/runs lists it: the reaper's placeholder (the late write refused) says it does
+	// not know why the run started, with a trigger the contract documents (it had none); a run item that won
+	// keeps its own.
+	want := agent.TriggerUnknown
+	if err == nil {
+		want = agent.TriggerUser
+	}
+	if run.Trigger != want {
+		t.Fatalf("the run's trigger %q (ClaimRun: %v), want %q", run.Trigger, err, want)
+	}
 	if th, err := st.GetThread(ctx, "th"); err != nil || th.ActiveRun != nil {
 		t.Fatalf("thread: %+v %v, want idle", th.ActiveRun, err)
 	}

@@ -381,7 +381,7 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		// The run item may still land (ClaimRun's second write, late): stub it, failed, so that it cannot
 		// (REVIEW D15); or, landed meanwhile, finish it as any.
 		now := r.clock.Now()
-		stub := agent.Run{ID: runID, ThreadID: threadID, Status: agent.RunFailed, Epoch: hold.Epoch - 1,
+		stub := agent.Run{ID: runID, ThreadID: threadID, Trigger: agent.TriggerUnknown, Status: agent.RunFailed, Epoch: hold.Epoch - 1,
 			Error:     &agent.RunError{Code: agent.CodeStale, Message: "The run stopped unexpectedly."},
 			CreatedAt: now, UpdatedAt: now, FinishedAt: now}
 		var created bool
