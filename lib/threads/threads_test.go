@@ -19,11 +19,36 @@ import (
 	"github.com/agentloop/agentloop/lib/threads"
 )
 
-const staleAfter = 500 * time.Millisecond
+// staleAfter is the tests' StaleAfter: a claim made at time.Now() must stay fresh for however long a loaded
+// machine takes to reach the check (500 ms did not, issue 16 item 12); a test that needs it stale moves the
+// fixture's clock past it.
+const staleAfter = 30 * time.Second
 
 type fixture struct {
 	store *sqlite.Store
 	svc   *threads.Service
+	clock *aheadClock
+	// onBegin, when set, runs once the reader has attached (Attach's begin).
+	onBegin func()
+}
+
+// aheadClock is real time moved ahead by what the test adds: claims and segments written at time.Now() age on
+// it only when the test says.
+type aheadClock struct {
+	mu    sync.Mutex
+	ahead time.Duration
+}
+
+func (c *aheadClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return agent.SystemClock{}.Now().Add(c.ahead)
+}
+
+func (c *aheadClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.ahead += d
+	c.mu.Unlock()
 }
 
 func setup(t *testing.T) *fixture {
@@ -33,11 +58,11 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	clock := agent.SystemClock{}
+	clock := &aheadClock{}
 	rp := reaper.New(reaper.Deps{Store: st, Clock: clock}, reaper.Config{StaleAfter: staleAfter})
 	svc := threads.New(threads.Deps{Store: st, Reaper: rp, Clock: clock}, threads.Config{StaleAfter: staleAfter,
 		Follow: segments.Follower{PollMin: 5 * time.Millisecond, PollMax: 20 * time.Millisecond, EndGrace: 100 * time.Millisecond}})
-	return &fixture{store: st, svc: svc}
+	return &fixture{store: st, svc: svc, clock: clock}
 }
 
 // claim creates thread th (owner alice) with a running run whose heartbeat is at hb.
@@ -70,7 +95,12 @@ func (f *fixture) attach(t *testing.T, ctx context.Context) (bool, string, error
 	defer cancel()
 	var buf bytes.Buffer
 	began := 0
-	active, err := f.svc.Attach(ctx, "alice", "th", func() { began++ }, &buf, func() {})
+	active, err := f.svc.Attach(ctx, "alice", "th", func() {
+		began++
+		if f.onBegin != nil {
+			f.onBegin()
+		}
+	}, &buf, func() {})
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the reader never ended; it read %q", buf.String())
 	}
@@ -108,8 +138,12 @@ func TestAttachAlwaysEnds(t *testing.T) {
 				}
 			}()
 		}, `"type":"finish"`},
-		// The writer died holding its claim: the reader reaps it once stale, which writes the final segment.
-		{"writer died", func(t *testing.T, f *fixture, run agent.Run) { f.segment(t, 0, step, false) }, "stopped unexpectedly"},
+		// The writer died holding its claim: the reader reaps it once stale (the clock passes StaleAfter once the
+		// reader has attached), which writes the final segment.
+		{"writer died", func(t *testing.T, f *fixture, run agent.Run) {
+			f.segment(t, 0, step, false)
+			f.onBegin = func() { f.clock.add(2 * staleAfter) }
+		}, "stopped unexpectedly"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,7 +205,7 @@ func TestGetStopDelete(t *testing.T) {
 	if id, err := f.svc.Stop(ctx, "alice", "th", run.ID); err != nil || id != run.ID {
 		t.Fatalf("stop: %q %v", id, err)
 	}
-	time.Sleep(staleAfter + 50*time.Millisecond)
+	f.clock.add(2 * staleAfter)
 	v, err := f.svc.Get(ctx, "alice", "th")
 	if err != nil || v.Thread.ActiveRun != nil {
 		t.Fatalf("get did not reap the stale claim: %+v %v", v.Thread.ActiveRun, err)
