@@ -36,9 +36,28 @@ type hitlStack struct {
 	cfg    func(*config.Config)
 	tools  func(agent.ValueStore, agent.Clock) []agent.Tool
 	wrap   func(agent.Store) agent.Store // devserver.Options.Wrap
+	clock  agent.Clock                   // devserver.Options.Clock (nil: real time)
 	stack  *devserver.Stack
 	server *httptest.Server
 	f      *fixture
+}
+
+// aheadClock is real time moved ahead by what the test adds.
+type aheadClock struct {
+	mu    sync.Mutex
+	ahead time.Duration
+}
+
+func (c *aheadClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return agent.SystemClock{}.Now().Add(c.ahead)
+}
+
+func (c *aheadClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.ahead += d
+	c.mu.Unlock()
 }
 
 // newStore makes the store of one test (nil: SQLite in the stack's data directory).
@@ -84,7 +103,7 @@ func (h *hitlStack) start() {
 	if h.cfg != nil {
 		h.cfg(&cfg)
 	}
-	o := devserver.Options{Data: h.data, ModelURL: h.model, Config: cfg, Tools: h.tools, Wrap: h.wrap,
+	o := devserver.Options{Data: h.data, ModelURL: h.model, Config: cfg, Tools: h.tools, Wrap: h.wrap, Clock: h.clock,
 		OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond }}
 	if h.store != nil {
 		o.Store = h.store()
@@ -420,13 +439,17 @@ func TestApprovalExpires(t *testing.T) {
 	for kind, store := range storeKinds(t) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
+			// The interrupt ages on the clock only: it is pending for the first view however slow the machine,
+			// and past its age once the clock moves (tokens, minted on real time, stay valid for an hour).
+			clock := &aheadClock{}
 			h := startHITL(t, store, func(h *hitlStack) {
-				h.cfg = func(c *config.Config) { c.InterruptTTL = 300 * time.Millisecond }
+				h.clock = clock
+				h.cfg = func(c *config.Config) { c.InterruptTTL = time.Minute }
 			})
 			id := h.addNote("n")
 			h.send("th", "u1", fmt.Sprintf(`/tool delete_note {"id":%q}`, id))
 			v := h.view("th")
-			time.Sleep(400 * time.Millisecond)
+			clock.add(2 * time.Minute)
 			if got := h.view("th").Interrupts; len(got) != 0 {
 				t.Fatalf("expired interrupt still listed: %+v", got)
 			}
@@ -650,8 +673,10 @@ func TestAnswerRacesDeleteAndStop(t *testing.T) {
 					resp.Body.Close()
 				}()
 				wg.Wait()
-				// Settle, then check: the tool ran at most once, and what the stored thread says is true.
-				deadline := time.Now().Add(5 * time.Second)
+				// Settle, then check: the tool ran at most once, and what the stored thread says is true. The deadline
+				// only bounds a run that never ends; a loaded machine's run ends well inside it (5 s could pass with
+				// the run still active, and then the check read a part it had not stored yet).
+				deadline := time.Now().Add(2 * time.Minute)
 				for {
 					v := h.viewOrEmpty(thread)
 					if v.ActiveRun == nil || time.Now().After(deadline) {
