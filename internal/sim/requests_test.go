@@ -102,6 +102,7 @@ func (h *faultyHTTP) Do(r *http.Request) (*http.Response, error) {
 	case reqCrashBefore:
 		w.tracef("  %s: %s request %d (%s): %s", p.name, call, n, op, fate)
 		w.countFault(call + "(request crash)")
+		p.store.diedPartWay()
 		p.die()
 		return nil, p.parkDead()
 	case reqFailBefore:
@@ -119,6 +120,7 @@ func (h *faultyHTTP) Do(r *http.Request) (*http.Response, error) {
 	case reqCrashAfter:
 		w.tracef("  %s: %s request %d (%s) answered %d: %s", p.name, call, n, op, status, fate)
 		w.countFault(call + "(request crash)")
+		p.store.diedPartWay()
 		p.die()
 		return nil, p.parkDead()
 	default:
