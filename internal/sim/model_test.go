@@ -396,7 +396,7 @@ func (w *world) slowTool(p *proc) agent.Tool {
 			MS int `json:"ms"`
 		}
 		_ = json.Unmarshal(inv.Input, &in)
-		if !p.parkUntil("tool", w.clock.Now().Add(time.Duration(in.MS)*time.Millisecond), ctx) {
+		if !p.awaitStepWaits() || !p.parkUntil("tool", w.clock.Now().Add(time.Duration(in.MS)*time.Millisecond), ctx) {
 			return nil, p.parkDead()
 		}
 		return effect(ctx, inv)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -119,6 +120,20 @@ type proc struct {
 	// tool's context (the engine cancels it when it gives the tool up).
 	wakeAt  time.Time
 	toolCtx context.Context
+	// The engine's waits for the tools of its step (lib/engine stepper.executeOne: one goroutine per tool, each
+	// on a timer at the tool timeout and one at the claim's horizon), observed rather than predicted (time
+	// mode). A step's waits are all made before any tool runs (toolStarted of the stepWaits its step has: the
+	// calls that execute, less those the engine logged as not run), at one moment, so they share their timers'
+	// deadlines (toolTimeoutAt, toolHorizonAt); a horizon timer that fires wakes each wait, which either gives
+	// the tool up (the claim is in doubt: its agent.tool line, toolLog) or re-arms it at once, to the same new
+	// deadline. toolWaits is how many wait, toolOwed how many reactions to a fired horizon timer the scheduler
+	// still waits for, toolGiven the waits that gave their tool up (their log line) so far, givenAtHold that
+	// count when the scheduler held the process.
+	toolWaits, toolStarted, stepWaits int
+	toolTimeoutAt, toolHorizonAt      time.Time
+	toolTimerNext                     bool // the step's toolDeadline made its timeout timer; its horizon timer is next
+	toolOwed, toolGiven, givenAtHold  int
+	stepCalls                         map[string]bool // the step's calls that execute
 	// keptAt is when the store last confirmed the run's claim: its claim, or a heartbeat it accepted (one that
 	// answers run_canceled too). The engine's horizon is half of staleAfter past it, or past an earlier moment
 	// (the claim's first attempt): see checkHorizon.
@@ -490,11 +505,14 @@ func (p *proc) modelCalled(ctx context.Context, sc stepScript) int {
 		p.toolGates, p.toolNext = map[string]chan struct{}{}, map[string]string{}
 	}
 	prev := ""
+	p.stepCalls, p.toolStarted, p.stepWaits = map[string]bool{}, 0, 0
 	for i, c := range sc.calls {
 		if !c.executes() {
 			continue
 		}
 		id := callID(p.id, step, i)
+		p.stepCalls[id] = true
+		p.stepWaits++
 		p.toolGates[id] = make(chan struct{})
 		if prev == "" {
 			close(p.toolGates[id])
@@ -596,5 +614,83 @@ func TestToolTurnKeepsEarlierSteps(t *testing.T) {
 	case <-gate:
 		t.Fatalf("%s may run although %s never returned", second, first)
 	default:
+	}
+}
+
+// toolTimer notes a timer of the engine's tool waits (procClock.After): the timeout or horizon timer toolDeadline
+// makes for each tool of a step, or a wait's re-armed horizon timer (a reaction the scheduler may be waiting for).
+func (p *proc) toolTimer(rearm bool, d time.Duration) {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at := w.clock.Now().Add(d)
+	switch {
+	case rearm:
+		p.toolHorizonAt = at
+		p.toolOwed = max(p.toolOwed-1, 0)
+	case !p.toolTimerNext:
+		p.toolTimeoutAt, p.toolTimerNext = at, true
+	default:
+		p.toolHorizonAt, p.toolTimerNext = at, false
+		p.toolWaits++
+		p.toolStarted++
+		if d <= 0 {
+			p.toolOwed++ // due at once (the tool starts at its horizon): the wait wakes before it waits
+		}
+	}
+}
+
+// toolLogged notes the engine's agent.tool line of one call: a wait that is over (its tool returned, or it gave
+// it up while the scheduler holds the process), or a call of the step the engine does not run (runTools).
+// It returns the process's hold, which the line waits for.
+func (p *proc) toolLogged(r slog.Record, waited bool) chan struct{} {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if waited {
+		p.toolWaits--
+		p.toolOwed = max(p.toolOwed-1, 0)
+		if p.toolWaits == 0 {
+			p.toolOwed = 0
+		}
+		if p.hold != nil {
+			p.toolGiven++
+		}
+		return p.hold
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "tool_call_id" && p.stepCalls[a.Value.String()] {
+			p.stepWaits--
+		}
+		return true
+	})
+	return p.hold
+}
+
+// awaitStepWaits waits until the engine made the waits of every tool of the step (a slow tool parks only then:
+// until then the engine may still be making them, and the clock must not move under it). False when the schedule
+// is over.
+func (p *proc) awaitStepWaits() bool {
+	w := p.w
+	deadline := time.Now().Add(30 * time.Second)
+	for spins := 0; ; spins++ {
+		w.mu.Lock()
+		ok := p.toolStarted >= p.stepWaits && !p.toolTimerNext
+		w.mu.Unlock()
+		if ok {
+			return true
+		}
+		if w.over() {
+			return false
+		}
+		if time.Now().After(deadline) {
+			w.violate("sim", "%s: the engine did not make the waits of its step's tools within 30s", p.name)
+			return true
+		}
+		if spins < 200 {
+			runtime.Gosched()
+			continue
+		}
+		time.Sleep(50 * time.Microsecond)
 	}
 }

@@ -146,7 +146,10 @@ type procClock struct {
 const (
 	fnRetry      = "github.com/agentloop/agentloop/lib/engine.(*Engine).retry"
 	fnGuardEvery = "github.com/agentloop/agentloop/lib/engine.(*guard).every"
-	simPackage   = "github.com/agentloop/agentloop/internal/sim."
+	// The engine's wait for one tool (its goroutine), and where it makes that wait's timers.
+	fnExecuteOne   = "github.com/agentloop/agentloop/lib/engine.(*stepper).executeOne"
+	fnToolDeadline = "github.com/agentloop/agentloop/lib/engine.(*stepper).toolDeadline"
+	simPackage     = "github.com/agentloop/agentloop/internal/sim."
 )
 
 func (c procClock) Sleep(ctx context.Context, d time.Duration) error {
@@ -168,8 +171,11 @@ func (c procClock) Sleep(ctx context.Context, d time.Duration) error {
 }
 
 func (c procClock) After(d time.Duration) <-chan time.Time {
-	if callerOf(1) == fnGuardEvery {
+	switch caller := callerOf(1); caller {
+	case fnGuardEvery:
 		return time.After(d)
+	case fnToolDeadline, fnExecuteOne:
+		c.p.toolTimer(caller == fnExecuteOne, d)
 	}
 	return c.vclock.After(d)
 }
@@ -624,25 +630,57 @@ func (w *world) advanceTool(p *proc) error {
 // holdTools holds every live process whose slow tool is parked (time mode), before the scheduler moves the clock
 // or ticks a guard: either may make its engine give the tool up (its timeout passes, its claim falls in doubt or
 // is lost), and the process would then go on at once, beside any other that did too. Held, it waits in the
-// engine's log line of the tool (toolLog) until goOn lets it go.
-func (w *world) holdTools(ps ...*proc) []*proc {
+// engine's log line of the tool (toolLog) until goOn lets it go. A wait woken when its tool started (at the
+// claim's horizon to the millisecond) has re-armed its timer first.
+func (w *world) holdTools(ps ...*proc) ([]*proc, error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	var held []*proc
 	for _, p := range ps {
 		if !p.dead && p.parkedAt == "tool" && p.toolCtx != nil && p.hold == nil {
 			p.hold = make(chan struct{})
+			p.givenAtHold = p.toolGiven
 			held = append(held, p)
 		}
 	}
-	return held
+	w.mu.Unlock()
+	return held, w.awaitReactions(held)
+}
+
+// awaitReactions waits until the tool waits of the held processes have reacted to their fired horizon timers
+// (proc.toolOwed): each re-armed its timer, or one gave its tool up. Nothing else wakes them while they are held:
+// their tool timeout is known (and certain), a stop does not end a wait, and a guard that loses the claim (a tick
+// the scheduler armed) cancels the run, which goOn sees.
+func (w *world) awaitReactions(held []*proc) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for spins := 0; ; spins++ {
+		w.mu.Lock()
+		var late *proc
+		for _, p := range held {
+			if !p.dead && p.toolOwed > 0 && p.toolGiven == p.givenAtHold {
+				late = p
+				break
+			}
+		}
+		w.mu.Unlock()
+		if late == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sim: the tool waits of %s did not react to their horizon timer within 30s", late.name)
+		}
+		if spins < 200 {
+			runtime.Gosched()
+			continue
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
 }
 
 // goOn lets the held processes go, one at a time in creation order: one whose engine gave its slow tool up goes
 // on to its next report before the next one is let go; the tool itself stays parked and never reaches the store.
 // The engine gives a tool up at its timeout (the tool's context's virtual deadline, which its timer shares), or
-// once its guard lost the claim or found it in doubt (the run is canceled with that cause, or the sim predicted
-// the doubt: advanceClock); a stop cancels the run too, but the engine still waits for the tool.
+// once its guard lost the claim or found it in doubt: seen, not predicted (gaveUp). A stop cancels the run too,
+// but the engine still waits for the tool.
 func (w *world) goOn(held []*proc) error {
 	for _, p := range held {
 		w.mu.Lock()
@@ -665,23 +703,30 @@ func (w *world) goOn(held []*proc) error {
 	return nil
 }
 
-// gaveUp is whether p's engine gives up p's parked slow tool now (under w.mu).
+// gaveUp is whether p's engine gives up p's parked slow tool now (under w.mu): its timeout has passed (certain:
+// the wait's timer and the tool's context share that deadline), or a wait of the step gave its tool up while the
+// process was held (its horizon timer fired and the claim was in doubt: awaitReactions waited for that), or the
+// guard lost the claim (a tick the scheduler armed was refused, or found the claim gone: the guard closes what
+// the waits wait on, then cancels the run with that cause).
 func (w *world) gaveUp(p *proc) bool {
 	if vd, ok := p.toolCtx.(*vdeadline); ok && !vd.at.After(w.clock.Now()) {
 		return true
 	}
-	if p.inDoubt {
+	if p.toolGiven > p.givenAtHold {
 		return true
 	}
 	if p.toolCtx.Err() == nil {
 		return false
 	}
 	cause := context.Cause(p.toolCtx)
-	return cause == nil || cause.Error() != engineCanceled
+	return cause != nil && (strings.HasPrefix(cause.Error(), engineFenced) || strings.HasPrefix(cause.Error(), engineInDoubt))
 }
 
-// engineCanceled is the text of the engine's cause for a run a stop canceled (lib/engine errCanceled).
-const engineCanceled = "run canceled"
+// The texts of the engine's causes for a run whose guard lost the claim (lib/engine errFenced, errInDoubt).
+const (
+	engineFenced  = "run fenced:"
+	engineInDoubt = "run's claim in doubt:"
+)
 
 // toolLog is a process's engine's logger: it drops every record, and holds the engine's log line of a tool call
 // while the scheduler holds the process (proc.hold): the engine writes it once the tool is over or given up,
@@ -697,10 +742,7 @@ func (h toolLog) Handle(_ context.Context, r slog.Record) error {
 		return nil
 	}
 	w := h.p.w
-	w.mu.Lock()
-	hold := h.p.hold
-	w.mu.Unlock()
-	if hold != nil {
+	if hold := h.p.toolLogged(r, goroutineEntry() == fnExecuteOne); hold != nil {
 		select {
 		case <-hold:
 		case <-w.released:
@@ -783,7 +825,10 @@ func (w *world) awaitUserWrite(p *proc) {
 // handled the answer: it ticks again (and is refused), or the run's context is canceled.
 func (w *world) guardTick(p *proc, k callKind) error {
 	// A heartbeat refused, or a poll that finds the claim gone, makes the engine give up a slow tool.
-	held := w.holdTools(p)
+	held, err := w.holdTools(p)
+	if err != nil {
+		return err
+	}
 	if err := w.guardTickOnce(p, k); err != nil {
 		return err
 	}
@@ -845,7 +890,10 @@ func (w *world) advanceClock(d time.Duration) error {
 	// Who will be in doubt is decided before the clock moves: the guards read it in real time, and one may stop
 	// its run before the sim looked.
 	now := w.clock.Now().Add(d).Truncate(time.Millisecond)
-	held := w.holdTools(w.procs...)
+	held, err := w.holdTools(w.procs...)
+	if err != nil {
+		return err
+	}
 	var doubt []context.Context
 	for _, p := range w.procs {
 		w.mu.Lock()
@@ -868,6 +916,18 @@ func (w *world) advanceClock(d time.Duration) error {
 		case <-time.After(30 * time.Second):
 			return fmt.Errorf("sim: a run did not stop itself in doubt")
 		}
+	}
+	// The held processes' tool waits whose horizon timer fired each react before anything else happens: they read
+	// the clock and the claim's age, and either re-arm their timer or give their tool up.
+	w.mu.Lock()
+	for _, p := range held {
+		if p.toolWaits > 0 && !p.toolHorizonAt.After(now) && p.toolTimeoutAt.After(now) {
+			p.toolOwed = p.toolWaits
+		}
+	}
+	w.mu.Unlock()
+	if err := w.awaitReactions(held); err != nil {
+		return err
 	}
 	return w.goOn(held)
 }
