@@ -114,6 +114,9 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if p == nil {
 		return agent.ModelResult{}, errors.New("sim: model called outside a process")
 	}
+	if p.startsInDoubt(ctx) {
+		return agent.ModelResult{}, ctx.Err()
+	}
 	if err := validTranscript(req.Messages); err != nil {
 		p.w.violate("valid-transcript", "%s: model request: %v", p.name, err)
 	}
@@ -185,6 +188,29 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		reason = agent.FinishToolCalls
 	}
 	return agent.ModelResult{FinishReason: reason, Usage: usage, Model: "sim-model"}, nil
+}
+
+// startsInDoubt: a run whose claim is in doubt when it starts streaming (time mode: its claim's retries backed off
+// past the horizon, or the clock moved while it waited before its stream) is stopped by its guard, whose ticks
+// read the clock in real time: whether the engine asks the model first (its loop checks the run's context before
+// each step) is the Go scheduler's business. So a first model request of such a run waits until the guard has
+// stopped the run, and fails as a request the engine did not send would not have been: no handoff, no event. The
+// sim's lastOK is the engine's claim time until a heartbeat the scheduler armed, and none comes before the first
+// model request (liveStreams).
+func (p *proc) startsInDoubt(ctx context.Context) bool {
+	w := p.w
+	w.mu.Lock()
+	doubt := p.step == 0 && !p.lastOK.IsZero() && w.clock.Now().Sub(p.lastOK) > w.ecfg.StaleAfter/2
+	w.mu.Unlock()
+	if !doubt {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+		w.violate("sim", "%s: its run started in doubt and its guard did not stop it within 30s", p.name)
+	}
+	return true
 }
 
 func (p *proc) parkModel(endsLoop bool) bool {

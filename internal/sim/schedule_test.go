@@ -555,8 +555,16 @@ func (w *world) turn(p *proc, th *simThread, req engine.Request) error {
 // afterStream checks that a run that stopped itself as fenced really had lost its claim (or was in doubt, which
 // the sim predicts from the virtual clock): a retried write that is refused although its first attempt applied
 // must not make a healthy run give up ("retries converge", DESIGN principle 3).
+//
+// A process that died has no outcome: its run's stream can still end, in its own time, when its engine gives up
+// the tool call the crash left hanging (its guard finds the claim in doubt once the clock moved), and nothing it
+// does then may show in the trace or the checks (seed 98: "stream -> failed" in one replay and not the next).
 func (w *world) afterStream(p *proc, run agent.Run) {
 	w.mu.Lock()
+	if p.dead {
+		w.mu.Unlock()
+		return
+	}
 	p.result = &run
 	doubt := p.inDoubt
 	w.mu.Unlock()
