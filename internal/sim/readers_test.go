@@ -185,6 +185,12 @@ func calledByFollow() bool {
 	}
 }
 
+// reportsRun reports whether md names a run of the thread and says that run's stored outcome.
+func (w *world) reportsRun(ctx context.Context, threadID string, md agent.MessageMetadata) bool {
+	named, err := w.base.GetRun(ctx, threadID, md.RunID)
+	return err == nil && md.Status == named.Status.MessageStatus()
+}
+
 // chunk is the part of a stream chunk the checks read.
 type chunk struct {
 	Type            string          `json:"type"`
@@ -237,13 +243,14 @@ func (w *world) checkReaders(ctx context.Context) {
 		rec, recErr := w.base.GetMessage(ctx, rd.threadID, run.AssistantMessageID)
 		switch want := run.Status.MessageStatus(); {
 		case synth:
-		case run.Trigger == agent.TriggerContinuation && run.Status == agent.RunCompleted && recErr == nil &&
-			jsonEqual(last.MessageMetadata, rec.Message.Metadata):
-			// A continuation whose answers were all applied already (a repeated answer; seed 5441672897310974592:
-			// answered twice at once, the first run reaped, which stored the answers on the reply) has nothing to
-			// do: the engine records it completed and its finish reports the stored reply as it is, with that
-			// reply's metadata (the run that stored it, its status; engine finishNoop), which is what the client's
-			// copy of the message must become.
+		case run.Trigger == agent.TriggerContinuation && run.Status == agent.RunCompleted && run.Usage == (agent.Usage{}) &&
+			md.RunID != rd.run && w.reportsRun(ctx, rd.threadID, md):
+			// A continuation whose answers were all applied already (a repeated answer; seeds 5441672897310974592,
+			// 7256163061666724118: answered twice at once, the first run reaped, which stored the answers on the
+			// reply) has nothing to do: the engine records it completed, calls no model, and its finish reports
+			// the stored reply as it is, with that reply's metadata (the run that stored it, its status; engine
+			// finishNoop), which is what the client's copy of the message must become. The reply itself may be
+			// changed since (hidden by a regenerate), so the finish is held to the run it names.
 		case md.RunID != rd.run:
 			w.violate("stream-reader", "%s: the finish names run %q", who, md.RunID)
 		case md.Status != want:

@@ -179,6 +179,9 @@ var timeRegressions = []uint64{
 	// 2879027694859487754); a reader of a continuation with nothing to do, whose finish reports the stored reply's
 	// metadata (stream-reader, checkReaders: 5441672897310974592).
 	2879027694859487754, 5441672897310974592,
+	// The same stream-reader case, with the reply hidden by a regenerate before the check read it: the finish is
+	// now held to the run it names (7256163061666724118, a 3-minute soak on 5d85072).
+	7256163061666724118,
 	// Found by a soak (invariant retries-converge), fixed: a run stopped as fenced while it still held its claim
 	// and was not in doubt. A fenced write's attempt (the parked user-message write) was cut at its deadline, the
 	// claim's horizon as it was when the attempt began, although a heartbeat accepted meanwhile had moved the
