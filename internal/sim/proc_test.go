@@ -339,6 +339,12 @@ func (p *proc) nextCall(method string, write, final bool) (n int, crash, after, 
 // read of its job (before the steer's Enqueue), and after an Enqueue (a turn may claim, or end, before the
 // enqueuer reads the thread again). The pause comes between two calls: a call is instantaneous in virtual time
 // (the engine stamps it just before), time passes between calls.
+//
+// A tool's call never pauses (its draw is made all the same, so the schedule draws what it drew): the engine
+// waits for its tools on timers of its own (the tool timeout, the claim's horizon), and a tool paused while the
+// clock moved past one of them was given up by its engine, whose process then went on alone, unscheduled (seed
+// 4167367679133362216: a delivery pass's research tool, paused after the read of its job, reported while
+// another process was advanced).
 func (p *proc) slow(ctx context.Context, method string, kind callKind) bool {
 	deliver := phaseOf(ctx) == phaseDeliver
 	if method == "ClaimRun" && deliver {
@@ -355,10 +361,13 @@ func (p *proc) slow(ctx context.Context, method string, kind callKind) bool {
 	case p.dead:
 		return false
 	case method == "Enqueue", deliver && method == "GetJob", deliver && method == "ListMessageInterrupts" && !p.claimTried:
-		return p.rng.IntN(4) == 0
+		return p.rng.IntN(4) == 0 && goroutineEntry() != entryTool
 	}
 	return false
 }
+
+// entryTool is where the goroutine of a tool call starts (lib/engine stepper.executeOne runs the tool on one).
+const entryTool = fnExecuteOne + ".func1"
 
 // delayed decides whether a run's own write is held in flight, and notes when the run loop is over.
 func (p *proc) delayed(method string, final bool) bool {
