@@ -254,7 +254,9 @@ func (p *proc) parkMain(where string) bool {
 func (p *proc) parkUntil(where string, wake time.Time, tool context.Context) bool {
 	w := p.w
 	w.mu.Lock()
-	if p.dead {
+	if p.dead || w.over() {
+		// Dead, or the schedule is over (a tool queued behind one its engine gave up is let go then): nothing
+		// parks, and nothing is counted after the schedule's stats were taken.
 		w.mu.Unlock()
 		return false
 	}
