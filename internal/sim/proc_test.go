@@ -651,6 +651,9 @@ func (p *proc) toolTimer(rearm bool, d time.Duration) {
 	}
 }
 
+// engineToolTimeout is the outcome of the engine's agent.tool line of a tool its wait gave up (lib/engine toolTimeout).
+const engineToolTimeout = "timeout"
+
 // toolLogged notes the engine's agent.tool line of one call: a wait that is over (its tool returned, or it gave
 // it up while the scheduler holds the process), or a call of the step the engine does not run (runTools).
 // It returns the process's hold, which the line waits for.
@@ -664,7 +667,18 @@ func (p *proc) toolLogged(r slog.Record, waited bool) chan struct{} {
 		if p.toolWaits == 0 {
 			p.toolOwed = 0
 		}
-		if p.hold != nil {
+		// Only a line that says the wait gave its tool up counts (outcome timeout): the line of a tool that
+		// returned may come late, once the next tool (which its return let go) parked and the scheduler holds the
+		// process (seed 2844585748674190591 under load: post#4's fast tool's "ok" line, counted as a give-up,
+		// made the scheduler await a report that never came).
+		outcome := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "outcome" {
+				outcome = a.Value.String()
+			}
+			return true
+		})
+		if p.hold != nil && outcome == engineToolTimeout {
 			p.toolGiven++
 		}
 		return p.hold
@@ -703,5 +717,26 @@ func (p *proc) awaitStepWaits() bool {
 			continue
 		}
 		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// TestLateToolLineIsNoGiveUp: the agent.tool line of a tool that returned may come once the next tool of its step
+// (which its return let go) parked and the scheduler holds the process; it is not a give-up (seed
+// 2844585748674190591 under load), only a timeout line is.
+func TestLateToolLineIsNoGiveUp(t *testing.T) {
+	w := &world{clock: &vclock{}, released: make(chan struct{})}
+	p := &proc{w: w, id: 4, toolWaits: 2, hold: make(chan struct{})}
+	line := func(outcome string) slog.Record {
+		r := slog.NewRecord(time.Time{}, slog.LevelInfo, "agent.tool", 0)
+		r.AddAttrs(slog.String("tool_call_id", callID(p.id, 0, 0)), slog.String("outcome", outcome))
+		return r
+	}
+	p.toolLogged(line("ok"), true)
+	if p.toolGiven != 0 {
+		t.Fatalf("a returned tool's late line counted as a give-up (toolGiven %d)", p.toolGiven)
+	}
+	p.toolLogged(line(engineToolTimeout), true)
+	if p.toolGiven != 1 || p.toolWaits != 0 {
+		t.Fatalf("a timeout line: toolGiven %d, toolWaits %d; want 1, 0", p.toolGiven, p.toolWaits)
 	}
 }
