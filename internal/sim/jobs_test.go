@@ -109,7 +109,7 @@ type queuedMsg struct {
 	id    string
 	seq   int64 // its queue Seq
 	gen   int
-	at    int // the event of the acceptance
+	at    int // the event of the acceptance: the Enqueue that applied (acceptQueued)
 	proc  *proc
 	fresh bool // an id never posted before (a re-post of a stored id is queued too, and taken as present)
 }
@@ -123,10 +123,15 @@ func (w *world) acceptQueued(p *proc, th *simThread, gen int, q *engine.Queued) 
 		}
 	}
 	var seq int64 = -1
+	at := w.event()
 	if p.enqueued != nil && p.enqueued.Message.ID == q.MessageID {
-		seq = p.enqueued.Seq
+		// The entry exists from the Enqueue that applied, not from the 202: a delivery pass may store and answer
+		// it before Begin returns, and an edit committed in between (a request in flight beside the post) may
+		// drop it with every message after the edited one, deliberately (seed 4322773277297449639: the 202 came
+		// after an edit had hidden the message a pass stored). Such an edit counts as one since the acceptance.
+		seq, at = p.enqueued.Seq, p.enqueuedAt
 	}
-	th.enqueued = append(th.enqueued, queuedMsg{id: q.MessageID, seq: seq, gen: gen, at: w.event(), proc: p, fresh: p.freshID})
+	th.enqueued = append(th.enqueued, queuedMsg{id: q.MessageID, seq: seq, gen: gen, at: at, proc: p, fresh: p.freshID})
 }
 
 // jobCreated counts a job a dispatch created.

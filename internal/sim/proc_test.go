@@ -115,6 +115,7 @@ type proc struct {
 	result       *agent.Run
 	beginErr     error
 	enqueued     *agent.QueuedMessage // what this process's last Enqueue stored (or found)
+	enqueuedAt   int                  // the event of the first Enqueue of that message that applied (jobs_test.go acceptQueued)
 	freshID      bool                 // the process posts a message id never posted before
 	// wakeAt is when the process parked in a backoff or a slow tool means to go on (time mode); toolCtx is that
 	// tool's context (the engine cancels it when it gives the tool up).

@@ -133,6 +133,9 @@ func (s *procStore) Enqueue(ctx context.Context, q agent.QueuedMessage, max int)
 		got, created, e = s.Store.Enqueue(ctx, q, max)
 		if e == nil {
 			s.p.w.mu.Lock()
+			if s.p.enqueued == nil || s.p.enqueued.Message.ID != got.Message.ID {
+				s.p.enqueuedAt = s.p.w.event() // even if the process dies before it hears back
+			}
 			s.p.enqueued = &got
 			s.p.w.mu.Unlock()
 		}
