@@ -272,10 +272,16 @@ type hangingUser struct {
 	agent.Store
 	entered chan struct{}
 	always  bool
-	mu      sync.Mutex
-	writes  int
-	cut     string
+	// next, when set, gets one signal per attempt as it comes (buffered by the test).
+	next   chan struct{}
+	mu     sync.Mutex
+	writes int
+	cut    string
+	cur    context.Context // the newest attempt's context
 }
+
+// current is the newest attempt's context (nil before the first).
+func (h *hangingUser) current() context.Context { h.mu.Lock(); defer h.mu.Unlock(); return h.cur }
 
 func (h *hangingUser) attempts() int { h.mu.Lock(); defer h.mu.Unlock(); return h.writes }
 
@@ -289,8 +295,12 @@ func (h *hangingUser) PutMessage(ctx context.Context, w agent.MessageWrite) erro
 	}
 	h.mu.Lock()
 	h.writes++
+	h.cur = ctx
 	first := h.writes == 1
 	h.mu.Unlock()
+	if h.next != nil {
+		h.next <- struct{}{}
+	}
 	if !first && !h.always {
 		return h.Store.PutMessage(ctx, w)
 	}
@@ -313,7 +323,7 @@ func TestAttemptCutRetriesAreBounded(t *testing.T) {
 	t.Parallel()
 	const beat = 77 * time.Second // the guard's period, unique among the engine's waits
 	clock := &beatClock{timerClock: newTimerClock(), period: beat, armed: make(chan struct{}, 8)}
-	h := &hangingUser{entered: make(chan struct{}), always: true}
+	h := &hangingUser{entered: make(chan struct{}), always: true, next: make(chan struct{}, 16)}
 	started, release := make(chan struct{}), make(chan struct{})
 	close(release)
 	f := setup(t, withClock(clock), withStore(h.wrap), withTools(slowTool(started, release)),
@@ -334,10 +344,22 @@ func TestAttemptCutRetriesAreBounded(t *testing.T) {
 		}
 	}
 	wait(h.entered, "the user message write")
+	<-h.next // the first attempt's signal
 	wait(clock.armed, "the guard's first heartbeat timer")
 	want := 1 + engine.MaxCutReattempts
 	// Each step is one heartbeat, accepted before the next step (the guard arms its next timer once it has
-	// recorded it), so every cut finds the horizon moved on past the cut attempt's deadline.
+	// recorded it), so every cut finds the horizon moved on past the cut attempt's deadline. The clock's timers
+	// fire inside add, so a step that cut the attempt in flight is known at once; the test then waits for the
+	// engine's answer to that cut (its next attempt, or the run's end) before it moves the clock again: the
+	// engine's goroutines may be slow to get a core (two loaded make test runs), and must not be outpaced.
+	ended := func(run agent.Run) {
+		if run.Status == agent.RunCompleted || run.Error == nil || run.Error.Code != agent.CodeRunFenced {
+			t.Fatalf("run %s %+v, want failed run_fenced: its user message was never stored", run.Status, run.Error)
+		}
+		if n := h.attempts(); n != want {
+			t.Fatalf("%d attempts of the hung user-message write, want %d (1 + MaxCutReattempts)", n, want)
+		}
+	}
 	for step := 0; ; step++ {
 		if n := h.attempts(); n > want {
 			t.Fatalf("%d attempts of the hung user-message write, want at most %d (1 + MaxCutReattempts)", n, want)
@@ -346,16 +368,21 @@ func TestAttemptCutRetriesAreBounded(t *testing.T) {
 			t.Fatalf("the run has not ended after %d attempts of the hung write", h.attempts())
 		}
 		clock.add(beat)
+		if h.current().Err() != nil {
+			select {
+			case <-h.next:
+			case run := <-ran:
+				ended(run)
+				return
+			case <-time.After(hangBound):
+				t.Fatal("the cut attempt was neither sent again nor did the run end")
+			}
+		}
 		select {
 		case <-clock.armed:
 			continue
 		case run := <-ran:
-			if run.Status == agent.RunCompleted || run.Error == nil || run.Error.Code != agent.CodeRunFenced {
-				t.Fatalf("run %s %+v, want failed run_fenced: its user message was never stored", run.Status, run.Error)
-			}
-			if n := h.attempts(); n != want {
-				t.Fatalf("%d attempts of the hung user-message write, want %d (1 + MaxCutReattempts)", n, want)
-			}
+			ended(run)
 			return
 		case <-time.After(hangBound):
 			t.Fatal("the guard never armed its next heartbeat, and the run has not ended")
