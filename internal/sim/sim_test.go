@@ -205,6 +205,11 @@ var timeRegressions = []uint64{
 	// after the edited one; the check dated the acceptance at the 202, after the edit (acceptQueued: at the
 	// Enqueue that applied now).
 	4322773277297449639,
+	// Found by a soak (helper tmx; stream-reader), fixed: a continuation with nothing to do (a repeated answer)
+	// whose FinishRun failed for good still ended its stream with the stored reply's metadata, naming the earlier
+	// run, and reported completed; the reaper then recorded it failed (engine finishNoop: no end of its own, like
+	// Turn.release, through finishEmpty). Failed before the fix (sqlite), passes after (sqlite, dynamo).
+	308896427637612918,
 }
 
 // knownBugs are seeds that found bugs in lib/** which are not fixed yet. They need -gaps: the default schedules
@@ -233,8 +238,8 @@ var knownBugs = []struct {
 	// 6057105359510160640 (queued-answered), 1499343207840167894 and the soaks' other retries-converge seeds,
 	// 2879027694859487754 (tool-results) and 5441672897310974592 (stream-reader). The same soaks found seeds that
 	// stopped the scheduler ("does not take its grant", 30 s each), fixed (timeRegressions): 2184976050191486018,
-	// 2422390823355113536, 3803358726591638885, 7229875163279576264; 308896427637612918 now passes (the
-	// stream-reader check of 5441672897310974592).
+	// 2422390823355113536, 3803358726591638885, 7229875163279576264; 308896427637612918 then found
+	// an engine bug (finishNoop), fixed: a timeRegression.
 }
 
 // outcome is one schedule's result.

@@ -78,15 +78,20 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 }
 
 // finishNoop ends a turn that had nothing to do (every answer it carried was applied already): the run is
-// recorded completed with no steps, and the stream reports the stored message as it is.
+// recorded completed with no steps, and the stream reports the stored message as it is. When that record fails
+// (finishEmpty), the stream reports a failed finish as finish does: refused or in doubt, the run lost its claim
+// (abandon); failing for good, the run is left to the reaper (unsaved), which records it failed and rewrites the
+// reply under its own fence. Either way the stream gets no end of this run's, so readers read the reaper's, never
+// the stored reply's metadata (which names the run that stored it) for a run the store ends up calling failed.
 func (s *stepper) finishNoop(ctx context.Context) agent.Run {
-	t, e := s.turn, s.turn.e
-	t.run.Status = agent.RunCompleted
-	t.run.FinishedAt = e.clock.Now()
-	t.run.UpdatedAt = t.run.FinishedAt
+	t := s.turn
 	t.run.Store = s.storeUsage()
-	if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); err != nil {
-		s.log.Warn("finish a run with nothing to do", "err", err)
+	if err := t.finishEmpty(ctx); err != nil {
+		if lostClaim(err) || errors.Is(err, errInDoubt) {
+			return s.abandon(ctx, errFenced)
+		}
+		s.log.Error("finish a run with nothing to do; leaving the run to the reaper", "err", err)
+		return s.unsaved(ctx)
 	}
 	md := t.plan.noopMessage.Metadata
 	if len(md) == 0 {
@@ -95,6 +100,18 @@ func (s *stepper) finishNoop(ctx context.Context) agent.Run {
 	s.out.send(uistream.Finish{FinishReason: agent.FinishStop, Metadata: md})
 	s.out.close()
 	return t.run
+}
+
+// finishEmpty records a turn that had nothing to do completed, with no steps: a continuation whose answers were
+// all applied already (finishNoop), a delivery pass with nothing to deliver (release). One rule for both: when it
+// fails (refused, in doubt, or failing past the retries), the turn writes no end of its own. Its outcome may not be
+// stored: the reaper records it (failed) once the claim is stale and writes the stream's end, or, if it landed
+// after all, readers end the stream themselves; an end saying completed, or the stored reply's, could contradict
+// what the store says.
+func (t *Turn) finishEmpty(ctx context.Context) error {
+	now := t.e.clock.Now()
+	t.run.Status, t.run.FinishedAt, t.run.UpdatedAt = agent.RunCompleted, now, now
+	return t.fenced(ctx, func(ctx context.Context) error { return t.e.store.FinishRun(ctx, t.run) })
 }
 
 // end sends the stream's last chunks: on an error, message-metadata first (the client stops reading at the

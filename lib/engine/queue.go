@@ -432,19 +432,14 @@ func (t *Turn) release(ctx context.Context) error {
 	if err := t.writeTakes(ctx, nil); err != nil {
 		e.log.Warn("mark delivered entries", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
 	}
-	now := e.clock.Now()
-	t.run.Status, t.run.FinishedAt, t.run.UpdatedAt = agent.RunCompleted, now, now
-	ferr := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) })
-	if ferr != nil {
-		// Its outcome may not be stored: the reaper records it (failed) and writes the stream's end, or, if it
-		// landed, readers end the stream themselves; a "completed" end here could contradict the outcome.
+	if ferr := t.finishEmpty(ctx); ferr != nil { // no end of its own then (finishEmpty's rule)
 		e.log.Warn("release a delivery pass with nothing to do", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", ferr)
 		return ErrNothingQueued
 	}
 	md := metadataJSON(agent.MessageMetadata{RunID: t.run.ID, Status: agent.MessageCompleted})
 	end, err := uistream.Frames(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: md}, uistream.Finish{FinishReason: agent.FinishStop, Metadata: md})
 	if err == nil {
-		err = segments.AppendFinal(ctx, t.endSegments(ferr == nil), e.clock, t.thread.ID, t.run.ID, uistream.AppendDone(end))
+		err = segments.AppendFinal(ctx, t.endSegments(true), e.clock, t.thread.ID, t.run.ID, uistream.AppendDone(end))
 	}
 	if err != nil {
 		e.log.Warn("final segment of an empty delivery pass", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
