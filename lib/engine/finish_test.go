@@ -86,3 +86,47 @@ func TestNothingToDoWhoseFinishFailedIsNotCompleted(t *testing.T) {
 		})
 	}
 }
+
+// finishThen runs after every FinishRun that succeeded, once armed.
+type finishThen struct {
+	agent.Store
+	armed atomic.Bool
+	after func()
+}
+
+func (s *finishThen) FinishRun(ctx context.Context, run agent.Run) error {
+	err := s.Store.FinishRun(ctx, run)
+	if err == nil && s.armed.Load() {
+		s.after()
+	}
+	return err
+}
+
+// A continuation with nothing to do whose outcome is stored writes its final segment whatever the claim's horizon
+// says, as every run whose FinishRun succeeded does (REVIEW D7; finish, Turn.release): its readers must learn the
+// end, not wait for the synthesized one. Here the clock passes the horizon while FinishRun is under way.
+func TestNothingToDoRecordedEndsItsStream(t *testing.T) {
+	t.Parallel()
+	executed := 0
+	clock := newManualClock()
+	fs := &finishThen{after: func() { clock.add(pastHorizon) }}
+	f := setup(t, withTools(recordingTool(&executed)), withClock(clock),
+		withStore(func(s agent.Store) agent.Store { fs.Store = s; return fs }))
+	if run, _ := f.turn(t, "th", "u1", `/tool guarded {"ran":false}`); run.Status != agent.RunInterrupted {
+		t.Fatalf("ask: %s", run.Status)
+	}
+	answer := approveAll(t, f, "th")
+	first, _ := f.run(t, answer)
+	if first.Status != agent.RunCompleted {
+		t.Fatalf("continuation: %s %+v", first.Status, first.Error)
+	}
+	fs.armed.Store(true)
+	run, raw := f.run(t, answer) // nothing to do
+	if run.Status != agent.RunCompleted {
+		t.Fatalf("run %s %+v", run.Status, run.Error)
+	}
+	if data := f.segments(t, run.ID); !strings.HasSuffix(string(data), "data: [DONE]\n\n") || !strings.Contains(string(data), `"type":"finish"`) {
+		t.Fatalf("no final segment for a recorded run (the client got %q): %q", tail(string(raw)), data)
+	}
+	f.idle(t, "th")
+}
