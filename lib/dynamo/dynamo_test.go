@@ -1049,3 +1049,13 @@ func BenchmarkHeartbeat(b *testing.B) {
 	}
 	reportRequests(b, f.counter.Counts(), i)
 }
+
+// A create of the tests' table that the SDK retried after its first attempt applied converges (dynamotest):
+// creating a table that exists under the caller's own unique name again waits for it instead of failing.
+func TestCreateTableConverges(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if err := dynamotest.CreateTable(context.Background(), f.client, f.table); err != nil {
+		t.Fatalf("second create of %s: %v, want it to converge", f.table, err)
+	}
+}
