@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -21,21 +20,6 @@ import (
 // limitEnv names the per-user limits: each mode sets them itself (none: the defaults; "0": no limit).
 var limitEnv = []string{"AGENT_MAX_ACTIVE_RUNS_PER_USER", "AGENT_THREADS_PER_MINUTE", "AGENT_MAX_STREAMS_PER_USER",
 	"AGENT_MAX_STREAMS_PER_RUN", "AGENT_MAX_ACTIVE_JOBS_PER_USER"}
-
-// buildBinary builds cmd/agentloop into dir.
-func buildBinary(dir string) (string, error) {
-	root, err := testenv.Root()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "agentloop")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/agentloop")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build agentloop: %v\n%s", err, out)
-	}
-	return bin, nil
-}
 
 // devServer is one `agentloop dev` on a fixed address and data directory, started again after every kill.
 type devServer struct {

@@ -68,7 +68,7 @@ func TestChaosSoak(t *testing.T) {
 	}
 	bin := os.Getenv("CHAOS_BIN")
 	if bin == "" {
-		if bin, err = buildBinary(work); err != nil {
+		if bin, err = testenv.BuildAgentloop(work); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentloop/agentloop/internal/testenv"
 )
 
 // The fake model's reply (issue 18): 200 words, one every 5 ms.
@@ -118,7 +120,7 @@ func TestPeerBench(t *testing.T) {
 	for _, s := range servers {
 		switch s {
 		case "agentloop":
-			if bin, err = buildAgentloop(dir); err != nil {
+			if bin, err = testenv.BuildAgentloop(dir); err != nil {
 				t.Fatal(err)
 			}
 		case "aisdk":

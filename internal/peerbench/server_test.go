@@ -38,21 +38,6 @@ type process struct {
 	log    string // its stdout and stderr, after the banner
 }
 
-// buildAgentloop builds cmd/agentloop into dir.
-func buildAgentloop(dir string) (string, error) {
-	root, err := testenv.Root()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "agentloop")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/agentloop")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build agentloop: %v\n%s", err, out)
-	}
-	return bin, nil
-}
-
 // startAgentloop starts `agentloop dev` on a fresh data directory under dir, pointed at the fake model.
 func startAgentloop(ctx context.Context, bin, dir, modelURL string) (*process, error) {
 	port, err := testenv.FreePort()

@@ -212,23 +212,7 @@ func TestAttemptCutAtAMovedHorizonIsRetried(t *testing.T) {
 	const beat = 77 * time.Second // the guard's period, unique among the engine's waits
 	clock := &beatClock{timerClock: newTimerClock(), period: beat, armed: make(chan struct{}, 8)}
 	h := &hangingUser{entered: make(chan struct{})}
-	started, release := make(chan struct{}), make(chan struct{})
-	close(release)
-	f := setup(t, withClock(clock), withStore(h.wrap), withTools(slowTool(started, release)),
-		withConfig(func(c *config.Config) { c.StaleAfter, c.Heartbeat, c.CancelPoll = 10*time.Minute, beat, time.Hour }))
-	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan agent.Run, 1)
-	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
-	wait := func(c <-chan struct{}, what string) {
-		select {
-		case <-c:
-		case <-time.After(hangBound):
-			t.Fatal(what + " never came")
-		}
-	}
+	f, ran, wait := hungUserTurn(t, clock, h, func(c *config.Config) { c.StaleAfter, c.Heartbeat, c.CancelPoll = 10*time.Minute, beat, time.Hour })
 	wait(h.entered, "the user message write")
 	wait(clock.armed, "the guard's first heartbeat timer")
 	clock.add(beat + time.Second)                                  // heartbeat #1 at +78 s
@@ -324,25 +308,9 @@ func TestAttemptCutRetriesAreBounded(t *testing.T) {
 	const beat = 77 * time.Second // the guard's period, unique among the engine's waits
 	clock := &beatClock{timerClock: newTimerClock(), period: beat, armed: make(chan struct{}, 8)}
 	h := &hangingUser{entered: make(chan struct{}), always: true, next: make(chan struct{}, 16)}
-	started, release := make(chan struct{}), make(chan struct{})
-	close(release)
-	f := setup(t, withClock(clock), withStore(h.wrap), withTools(slowTool(started, release)),
-		withConfig(func(c *config.Config) {
-			c.StaleAfter, c.Heartbeat, c.CancelPoll, c.RunTimeout = 10*time.Minute, beat, time.Hour, 24*time.Hour
-		}))
-	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan agent.Run, 1)
-	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
-	wait := func(c <-chan struct{}, what string) {
-		select {
-		case <-c:
-		case <-time.After(hangBound):
-			t.Fatal(what + " never came")
-		}
-	}
+	_, ran, wait := hungUserTurn(t, clock, h, func(c *config.Config) {
+		c.StaleAfter, c.Heartbeat, c.CancelPoll, c.RunTimeout = 10*time.Minute, beat, time.Hour, 24*time.Hour
+	})
 	wait(h.entered, "the user message write")
 	<-h.next // the first attempt's signal
 	wait(clock.armed, "the guard's first heartbeat timer")
@@ -388,4 +356,29 @@ func TestAttemptCutRetriesAreBounded(t *testing.T) {
 			t.Fatal("the guard never armed its next heartbeat, and the run has not ended")
 		}
 	}
+}
+
+// hungUserTurn begins a turn that calls a slow tool on clock, over a store that hangs user-message writes as h
+// says, and streams it on a goroutine of its own: ran gets the run once it ends; wait waits on a signal of the
+// test's (at most hangBound).
+func hungUserTurn(t *testing.T, clock agent.Clock, h *hangingUser, cfg func(*config.Config)) (*fixture, <-chan agent.Run, func(<-chan struct{}, string)) {
+	t.Helper()
+	started, release := make(chan struct{}), make(chan struct{})
+	close(release)
+	f := setup(t, withClock(clock), withStore(h.wrap), withTools(slowTool(started, release)), withConfig(cfg))
+	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan agent.Run, 1)
+	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	wait := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(hangBound):
+			t.Fatal(what + " never came")
+		}
+	}
+	return f, ran, wait
 }
