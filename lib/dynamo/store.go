@@ -379,7 +379,7 @@ func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error
 				if attempt > 10 {
 					return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo batch write: %d requests left unprocessed", len(batch))
 				}
-				if err := sleep(ctx, backoff(attempt)); err != nil {
+				if err := (agent.SystemClock{}).Sleep(ctx, backoff(attempt)); err != nil {
 					return storeErr(err, "batch write")
 				}
 			}
@@ -408,7 +408,7 @@ func (s *Store) batchGet(ctx context.Context, keys []item) (map[string]item, err
 				if attempt > 10 {
 					return nil, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo batch get: %d keys left unprocessed", len(batch))
 				}
-				if err := sleep(ctx, backoff(attempt)); err != nil {
+				if err := (agent.SystemClock{}).Sleep(ctx, backoff(attempt)); err != nil {
 					return nil, storeErr(err, "batch get")
 				}
 			}
@@ -433,17 +433,6 @@ func itemKey(it item) string { return getS(it, AttrPK) + "\x00" + getS(it, AttrS
 func backoff(attempt int) time.Duration {
 	d := 25 * time.Millisecond << min(attempt, 5)
 	return min(d, time.Second)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func deleteReq(k item) types.WriteRequest {

@@ -418,12 +418,7 @@ func TestToolAbandonedAtTheHorizon(t *testing.T) {
 	failBeats := newFaulty(func(method string, n int, final bool) bool { return method == "Heartbeat" })
 	f := setup(t, withStore(failBeats.wrap), withClock(clock), withTools(tool),
 		withConfig(func(c *config.Config) { c.ToolTimeout = time.Minute }))
-	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan agent.Run, 1)
-	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	ran := f.streaming(t, submit("th", "u1", "/tool slow {}"))
 	<-started
 	clock.add(pastHorizon) // past the horizon (StaleAfter/2), no heartbeat accepted
 	select {
@@ -573,12 +568,7 @@ func TestInDoubtRunsUsageRecordedLate(t *testing.T) {
 	defer close(release)
 	fs := newFaulty(func(method string, n int, final bool) bool { return method == "Heartbeat" })
 	f := setup(t, withStore(fs.wrap), withClock(clock), withTools(slowTool(started, release)))
-	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan agent.Run, 1)
-	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	ran := f.streaming(t, submit("th", "u1", "/tool slow {}"))
 	<-started
 	clock.add(pastHorizon) // past the horizon: the run stops itself, its draft unwritten
 	run := <-ran

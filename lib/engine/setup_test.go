@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -310,4 +311,16 @@ func (c *stepClock) WithTimeoutCause(ctx context.Context, d time.Duration, cause
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := c.start(d, func() { cancel(cause) })
 	return ctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// streaming begins req's turn and streams it on a goroutine of its own; the channel gets the run once it ends.
+func (f *fixture) streaming(t *testing.T, req engine.Request) <-chan agent.Run {
+	t.Helper()
+	tr, err := f.eng.Begin(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan agent.Run, 1)
+	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	return ran
 }

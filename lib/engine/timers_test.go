@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -100,12 +99,7 @@ func TestToolTimeoutOnTheInjectedClock(t *testing.T) {
 	defer close(release)
 	f := setup(t, withClock(clock), withTools(slowTool(started, release)),
 		withConfig(func(c *config.Config) { c.ToolTimeout, c.StaleAfter = time.Minute, 10*time.Minute }))
-	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan agent.Run, 1)
-	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	ran := f.streaming(t, submit("th", "u1", "/tool slow {}"))
 	<-started
 	clock.add(time.Minute + time.Second)
 	select {
@@ -129,12 +123,7 @@ func TestHorizonDeadlineOnTheInjectedClock(t *testing.T) {
 	var once sync.Once
 	hang := &hangingFinal{entered: func() { once.Do(func() { close(hung) }) }}
 	f := setup(t, withClock(clock), withStore(hang.wrap), withConfig(func(c *config.Config) { c.StaleAfter = 10 * time.Minute }))
-	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan agent.Run, 1)
-	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	ran := f.streaming(t, submit("th", "u1", "hello"))
 	select {
 	case <-hung:
 	case <-time.After(hangBound):
@@ -366,12 +355,7 @@ func hungUserTurn(t *testing.T, clock agent.Clock, h *hangingUser, cfg func(*con
 	started, release := make(chan struct{}), make(chan struct{})
 	close(release)
 	f := setup(t, withClock(clock), withStore(h.wrap), withTools(slowTool(started, release)), withConfig(cfg))
-	tr, err := f.eng.Begin(context.Background(), submit("th", "u1", "/tool slow {}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan agent.Run, 1)
-	go func() { ran <- tr.Stream(context.Background(), io.Discard) }()
+	ran := f.streaming(t, submit("th", "u1", "/tool slow {}"))
 	wait := func(c <-chan struct{}, what string) {
 		t.Helper()
 		select {
