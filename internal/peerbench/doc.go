@@ -49,7 +49,10 @@
 //   - agentloop only: the stored runs' outcomes (GET /threads/{id}/runs once every run has ended, at most a
 //     minute), and the store statements the runs recorded (each run's `store.requests`: every SQLite
 //     statement made under the run's context, heartbeats, stop polls and segment flushes included, the finish
-//     write and what follows it not) per second of the load's streaming and per run per second;
+//     write and what follows it not) per second of the load's streaming and per run per second; and the
+//     statements the whole process made ("process", from the "store totals" line `agentloop dev` logs at exit:
+//     what the runs' counts leave out, such as work done once per process for all its runs, the warm-up and
+//     the outcome reads included) per second of the load's streaming;
 //   - the ratio agentloop / AI SDK of CPU per word.
 //
 // The fake model and the client run in the test process on the same cores as the server measured: their CPU

@@ -73,6 +73,10 @@ type result struct {
 	modelCalls int64 // requests the fake model streamed during the load
 	lateWrites int64 // the fake model's writes more than lagLimit behind its schedule
 	maxLag     time.Duration
+	// procStatements is every SQL statement the agentloop process made in its life (its "store totals" log line
+	// at exit: the warm-up and the outcome reads included, and the per-process work no run's context counts);
+	// -1 when the line is missing.
+	procStatements int64
 }
 
 func (r *result) cpuPerWord() time.Duration {
@@ -166,6 +170,9 @@ func TestPeerBench(t *testing.T) {
 			}
 			r := runLoad(ctx, t, p, model, l, fmt.Sprintf("%s-%d-%d", s, li, epoch.UnixNano()))
 			p.stop()
+			if s == "agentloop" {
+				r.procStatements = p.storeStatements()
+			}
 			if r.failed > 0 {
 				t.Logf("%s, %s: %d of %d streams failed; the server's log ends:\n%s", s, l, r.failed, r.streams, p.tail(2000))
 			}
@@ -344,7 +351,10 @@ func statementsCell(r *result) string {
 		return "—"
 	}
 	o := r.stored
-	s := fmt.Sprintf("%.0f/s (%.1f per run-second)", float64(o.statements)/r.wall.Seconds(), float64(o.statements)/o.runSeconds)
+	s := fmt.Sprintf("runs %.0f/s (%.1f per run-second)", float64(o.statements)/r.wall.Seconds(), float64(o.statements)/o.runSeconds)
+	if r.procStatements >= 0 {
+		s += fmt.Sprintf(", process %.0f/s", float64(r.procStatements)/r.wall.Seconds())
+	}
 	if o.unmeasured > 0 {
 		s += fmt.Sprintf(", %d runs unmeasured", o.unmeasured)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -203,6 +204,23 @@ func (p *process) peakRSS() (int64, error) {
 	}
 	return 0, errors.New("no VmHWM in /proc/<pid>/status")
 }
+
+// storeStatements is the statements count of agentloop's "store totals" line (lib/devserver logs it at Close,
+// in slog's text form), -1 when the log holds none.
+func (p *process) storeStatements() int64 {
+	b, _ := os.ReadFile(p.log)
+	m := storeTotals.FindAllSubmatch(b, -1)
+	if len(m) == 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(string(m[len(m)-1][1]), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+var storeTotals = regexp.MustCompile(`msg="store totals".* statements=(\d+)`)
 
 // tail is the last n bytes of the process's log.
 func (p *process) tail(n int) string {

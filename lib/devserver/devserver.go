@@ -110,11 +110,12 @@ type Stack struct {
 	Signer      *interrupts.Signer
 	tokenClaims []auth.MintOption
 	closers     []func()
+	log         *slog.Logger
 }
 
 // New builds the stack. Close releases it; Run serves the reaper ticker.
 func New(ctx context.Context, o Options) (s *Stack, err error) {
-	s = &Stack{}
+	s = &Stack{log: o.Logger}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -288,8 +289,12 @@ func (s *Stack) Token(user string, ttl time.Duration) (string, error) {
 	return auth.MintHS256(s.Secret, user, ttl, time.Now(), s.tokenClaims...)
 }
 
-// Close stops the offline model and closes the store.
+// Close stops the offline model and closes the store. It logs what the SQLite store did in the stack's life
+// ("store totals": store calls and SQL statements), which the peer benchmark reads as the process's store work.
 func (s *Stack) Close() {
+	if s.SQLite != nil && s.log != nil {
+		s.log.Info("store totals", "store_calls", s.SQLite.Ops(), "statements", s.SQLite.Statements())
+	}
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
 	}

@@ -1,7 +1,10 @@
 package devserver_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -61,5 +64,41 @@ func TestDevServerChecksIssuerAndAudience(t *testing.T) {
 		if got := status(open, tok); got != http.StatusOK {
 			t.Errorf("nothing set, %s: %d, want 200", name, got)
 		}
+	}
+}
+
+// The peer benchmark reads the process's store work from the "store totals" line Close logs (issue 18): it must
+// count what the stack's SQLite store did, a GET /threads included.
+func TestCloseLogsStoreTotals(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	s, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(),
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := s.Token("alice", time.Hour)
+	req := httptest.NewRequest("GET", "/threads", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	rec := httptest.NewRecorder()
+	s.Handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /threads: %d", rec.Code)
+	}
+	s.Close()
+	var totals struct {
+		Msg        string `json:"msg"`
+		Statements int64  `json:"statements"`
+		StoreCalls int64  `json:"store_calls"`
+	}
+	for _, line := range bytes.Split(logs.Bytes(), []byte("\n")) {
+		if bytes.Contains(line, []byte(`"store totals"`)) {
+			if err := json.Unmarshal(line, &totals); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if totals.Msg != "store totals" || totals.Statements < 1 || totals.StoreCalls < 1 {
+		t.Fatalf("Close logged %+v, want store totals with the GET's store call and statement:\n%s", totals, logs.Bytes())
 	}
 }
