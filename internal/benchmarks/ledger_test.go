@@ -162,6 +162,9 @@ func (l *ledger) Heartbeat(ctx context.Context, threadID string, f agent.Fence, 
 func (l *ledger) RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (agent.Claim, error) {
 	return l.use("RequestCancel").RequestCancel(ctx, threadID, runID, now)
 }
+func (l *ledger) MarkReader(ctx context.Context, threadID, runID string, until time.Time) error {
+	return l.use("MarkReader").MarkReader(ctx, threadID, runID, until)
+}
 func (l *ledger) FinishRun(ctx context.Context, run agent.Run) error {
 	err := l.use("FinishRun").FinishRun(ctx, run)
 	l.saw("FinishRun", run, err)

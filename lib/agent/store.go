@@ -128,6 +128,13 @@ type RunStore interface {
 	// RequestCancel marks the thread's active claim as cancel-requested and returns it. runID, when not empty,
 	// must name the active run. No claim (or another run's): KindConflict/CodeNoActiveRun.
 	RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (Claim, error)
+	// MarkReader records that a resumed-stream reader of runID stays attached until until: the thread's claim's
+	// ReadersUntil becomes max(ReadersUntil, until), on condition that the claim names runID (any epoch: a reader
+	// knows the run, not its epoch). It is the reader's write; the run only reads it back (with its heartbeats)
+	// to flush its segments faster, so a run nobody reads costs nothing more. It fences nothing and changes no
+	// index. No claim, or another run's: KindConflict/CodeNoActiveRun (the reader's run is over; nothing
+	// changes). Unknown thread: KindNotFound.
+	MarkReader(ctx context.Context, threadID, runID string, until time.Time) error
 	// FinishRun is the run's own finish (fence C). It first releases the thread's claim, on condition that the
 	// claim still names run.ID at run.Epoch, adding run.Usage to the thread's totals in that same write (so usage is
 	// added exactly once, by whichever write releases a claim) and setting the thread's UpdatedAt to run.FinishedAt

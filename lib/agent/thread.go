@@ -36,13 +36,25 @@ type Claim struct {
 	Epoch           int64     `json:"epoch"`
 	HeartbeatAt     time.Time `json:"heartbeatAt"`
 	CancelRequested bool      `json:"cancelRequested,omitempty"`
+	// ReadersUntil is how long resumed-stream readers said they stay attached (RunStore.MarkReader): while it is
+	// in the future the run flushes its stream segments faster (segments.DefaultHurryInterval) so that a reader in
+	// another process sees text as smoothly as the run's own client does. Zero: nobody is attached. A new claim
+	// starts without it.
+	ReadersUntil time.Time `json:"readersUntil,omitzero"`
 }
+
+// Readers reports whether a resumed-stream reader said at some moment up to now that it is still attached.
+func (c *Claim) Readers(now time.Time) bool { return c != nil && c.ReadersUntil.After(now) }
 
 // Claim timing defaults (DESIGN.md "Run lifecycle"), owned by the domain because the engine (which heartbeats),
 // the reaper (which reaps) and readers (which decide a writer is gone) must agree on them.
 const (
 	DefaultHeartbeat  = time.Second
 	DefaultStaleAfter = 30 * time.Second
+	// DefaultReaderPresence is how far ahead a resumed-stream reader marks itself attached (RunStore.MarkReader);
+	// it marks again every half of it while it stays. A reader that went away stops hurrying the writer after at
+	// most this long.
+	DefaultReaderPresence = 5 * time.Second
 )
 
 // StaleClaim is a claim found by the reaper, with its thread.

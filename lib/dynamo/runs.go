@@ -152,7 +152,7 @@ func fenced(f agent.Fence) error {
 //	update:    SET claimRunId, claimHeartbeatAt, claimBucket, runShard,
 //	               claimPrevRunId = if_not_exists(claimRunId, ""), claimPrevHeartbeatAt = ..., claimPrevCancel = ...
 //	               nextSeq = if_not_exists(nextSeq, 2^40) + :reserve
-//	           REMOVE claimCancel  ADD epoch 1
+//	           REMOVE claimCancel, claimReadersUntil  ADD epoch 1
 //	returns:   ALL_NEW
 //
 // The new item is the whole answer: the thread after the claim, the new epoch, the reserved positions
@@ -202,7 +202,7 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 		e.n(attrPrevCancel) + " = if_not_exists(" + e.n(attrClaimCancel) + ", " + e.v(avBool(false)) + ")",
 	}, ", ") +
 		", " + e.n(attrNextSeq) + " = if_not_exists(" + e.n(attrNextSeq) + ", " + e.v(avN(legacySeqBase)) + ") + " + e.v(avN(reserve)) +
-		" REMOVE " + e.n(attrClaimCancel) +
+		" REMOVE " + e.n(attrClaimCancel) + ", " + e.n(attrClaimReaders) +
 		" ADD " + e.n(attrEpoch) + " " + e.v(avN(1))
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
@@ -351,7 +351,7 @@ func decodePrevious(it item, epoch int64) *agent.Claim {
 // (runShard, claimBucket) stay: a released thread stays nominated until the orphan sweep finds its released runs'
 // outcomes recorded (ListOrphanRuns), and the next claim only moves its key.
 func claimRemoval(e *expr) string {
-	names := []string{attrClaimRun, AttrClaimHeartbeat, attrClaimCancel, attrPrevRun, attrPrevHeartbeat, attrPrevCancel}
+	names := []string{attrClaimRun, AttrClaimHeartbeat, attrClaimCancel, attrClaimReaders, attrPrevRun, attrPrevHeartbeat, attrPrevCancel}
 	for i, n := range names {
 		names[i] = e.n(n)
 	}
@@ -481,6 +481,48 @@ func (s *Store) RequestCancel(ctx context.Context, threadID, runID string, now t
 		return agent.Claim{}, storeErr(err, "request cancel")
 	}
 	return *decodeClaim(res.Attributes), nil
+}
+
+// MarkReader: one UpdateItem on the thread,
+//
+//	condition: claimRunId = :run AND (attribute_not_exists(claimReadersUntil) OR claimReadersUntil < :until)
+//	update:    SET claimReadersUntil = :until
+//
+// claimReadersUntil is in no index, so a mark is one table write: 1 WCU for a thread item up to 1 KB (a refused
+// condition costs the same). A reader marks itself every half of agent.DefaultReaderPresence (5 s): 0.4 WCU per
+// attached reader per second. A failed condition is classified from the item it was checked against: a claim of
+// runID already marked as far (another reader) is success, no claim or another run's is no_active_run.
+func (s *Store) MarkReader(ctx context.Context, threadID, runID string, until time.Time) error {
+	k := key(threadPK(threadID), threadSK)
+	e := newExpr()
+	cond := e.n(attrClaimRun) + " = " + e.v(avS(runID)) + " AND (attribute_not_exists(" + e.n(attrClaimReaders) + ") OR " +
+		e.n(attrClaimReaders) + " < " + e.v(avT(until)) + ")"
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String("SET " + e.n(attrClaimReaders) + " = " + e.v(avT(until))),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if isConditionFailed(err) {
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !live(old):
+			return threadNotFound(threadID)
+		case getS(old, attrClaimRun) == runID:
+			return nil // marked as far already
+		}
+		return agent.E(agent.KindConflict, agent.CodeNoActiveRun, "run %s is not the active run of thread %q", runID, threadID)
+	}
+	if err != nil {
+		return storeErr(err, "mark reader")
+	}
+	return nil
 }
 
 // FinishRun is fence C: the release write first (see release; condition: the claim still names the run at its
@@ -666,7 +708,7 @@ func (s *Store) TakeOver(ctx context.Context, req agent.TakeRequest) (agent.Fenc
 		e.n(AttrClaimHeartbeat) + " = " + e.v(avT(req.Now)),
 		e.n(AttrClaimBucket) + " = " + e.v(avS(s.bucketOf(req.Now))),
 		e.n(AttrRunShard) + " = " + e.v(avS(s.runShard(req.ThreadID))),
-	}, ", ") + " REMOVE " + strings.Join([]string{e.n(attrClaimCancel), e.n(attrPrevRun), e.n(attrPrevHeartbeat), e.n(attrPrevCancel)}, ", ") +
+	}, ", ") + " REMOVE " + strings.Join([]string{e.n(attrClaimCancel), e.n(attrClaimReaders), e.n(attrPrevRun), e.n(attrPrevHeartbeat), e.n(attrPrevCancel)}, ", ") +
 		" ADD " + e.n(attrEpoch) + " " + e.v(avN(1))
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.table),

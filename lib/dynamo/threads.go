@@ -24,6 +24,8 @@ const (
 	attrEpoch       = "epoch"
 	attrClaimRun    = "claimRunId"
 	attrClaimCancel = "claimCancel" // true when a cancel was requested; absent otherwise
+	// attrClaimReaders is agent.Claim.ReadersUntil (MarkReader); absent when no reader marked the claim. In no index.
+	attrClaimReaders = "claimReadersUntil"
 	// The claim this claim took over (a stale one), copied inside the claim's own write so that a retried claim
 	// can report it (ClaimResult.Previous) after the first attempt's answer was lost. Present only while claimed;
 	// an empty attrPrevRun means the claim took over nothing. The previous epoch is always epoch-1.
@@ -130,6 +132,7 @@ func decodeClaim(it item) *agent.Claim {
 		Epoch:           getN(it, attrEpoch),
 		HeartbeatAt:     getT(it, AttrClaimHeartbeat),
 		CancelRequested: getBool(it, attrClaimCancel),
+		ReadersUntil:    getT(it, attrClaimReaders),
 	}
 }
 

@@ -86,12 +86,13 @@ func readClaim(ctx context.Context, c conn, threadID string) (claimRow, error) {
 		runID      sql.NullString
 		claimEpoch sql.NullInt64
 		hb         sql.NullInt64
+		readers    sql.NullInt64
 		cancel     bool
 	)
 	err := c.queryRow(ctx, `SELECT owner, epoch, next_seq, (SELECT max(seq) FROM messages WHERE thread_id = threads.id),
-		claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel
+		claim_run_id, claim_epoch, claim_heartbeat_at, claim_cancel, claim_readers_until
 		FROM threads WHERE id = ?`, threadID).Scan(&row.owner, &row.epoch, &row.nextSeq, &maxSeq, &runID, &claimEpoch,
-		&hb, &cancel)
+		&hb, &cancel, &readers)
 	if errors.Is(err, sql.ErrNoRows) {
 		return claimRow{}, threadNotFound(threadID)
 	}
@@ -103,7 +104,7 @@ func readClaim(ctx context.Context, c conn, threadID string) (claimRow, error) {
 	}
 	if runID.Valid {
 		row.claim = &agent.Claim{RunID: runID.String, Epoch: claimEpoch.Int64, HeartbeatAt: fromNullMillis(hb),
-			CancelRequested: cancel}
+			CancelRequested: cancel, ReadersUntil: fromNullMillis(readers)}
 	}
 	return row, nil
 }
@@ -161,7 +162,7 @@ func (s *Store) ClaimRun(ctx context.Context, req agent.ClaimRequest) (agent.Cla
 				req.RunID, req.ThreadID)
 		}
 		th, err := scanThread(c.queryRow(ctx, `UPDATE threads SET epoch = ?, claim_run_id = ?, claim_epoch = ?,
-			claim_heartbeat_at = ?, claim_cancel = 0, next_seq = ? WHERE id = ? RETURNING `+threadReadCols,
+			claim_heartbeat_at = ?, claim_cancel = 0, claim_readers_until = NULL, next_seq = ? WHERE id = ? RETURNING `+threadScanCols,
 			epoch, req.RunID, epoch, now, row.nextSeq+int64(reserve), req.ThreadID))
 		if err != nil {
 			return err
@@ -199,7 +200,7 @@ func readClaimResult(ctx context.Context, c conn, threadID, runID string) (agent
 	if err != nil {
 		return agent.ClaimResult{}, err
 	}
-	th, err := scanThread(c.queryRow(ctx, `SELECT `+threadReadCols+` FROM threads WHERE id = ?`, threadID))
+	th, err := scanThread(c.queryRow(ctx, `SELECT `+threadScanCols+` FROM threads WHERE id = ?`, threadID))
 	if err != nil {
 		return agent.ClaimResult{}, err
 	}
@@ -277,11 +278,36 @@ func (s *Store) RequestCancel(ctx context.Context, threadID, runID string, now t
 	return out, err
 }
 
+// markReaderSQL is the whole MarkReader: one UPDATE of one thread row, of a column no index holds.
+const markReaderSQL = `UPDATE threads SET claim_readers_until = max(coalesce(claim_readers_until, 0), ?)
+	WHERE id = ? AND claim_run_id = ?`
+
+// MarkReader records that a resumed-stream reader of runID stays attached until until (the claim's ReadersUntil
+// only grows), while the thread's claim names runID; otherwise KindConflict/CodeNoActiveRun, or KindNotFound for
+// an unknown thread, and nothing changes.
+func (s *Store) MarkReader(ctx context.Context, threadID, runID string, until time.Time) error {
+	s.op()
+	return s.write(ctx, "mark reader", func(c conn) error {
+		n, err := c.execN(ctx, markReaderSQL, millis(until), threadID, runID)
+		if err != nil || n == 1 {
+			return err
+		}
+		var exists bool
+		if err := c.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM threads WHERE id = ?)`, threadID).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return threadNotFound(threadID)
+		}
+		return agent.E(agent.KindConflict, agent.CodeNoActiveRun, "run %q is not the active run of thread %q", runID, threadID)
+	})
+}
+
 // releaseSQL releases a claim and adds usage in one UPDATE; the caller appends its condition.
 const releaseSQL = `UPDATE threads SET usage_input = usage_input + ?, usage_output = usage_output + ?,
 	usage_total = usage_total + ?, usage_cached = usage_cached + ?,
 	usage_reasoning = usage_reasoning + ?, usage_cost = usage_cost + ?,
-	claim_run_id = NULL, claim_epoch = NULL, claim_heartbeat_at = NULL, claim_cancel = 0,
+	claim_run_id = NULL, claim_epoch = NULL, claim_heartbeat_at = NULL, claim_cancel = 0, claim_readers_until = NULL,
 	updated_at = coalesce(?, updated_at)
 	WHERE id = ? AND claim_run_id = ? AND claim_epoch = ?`
 
@@ -434,7 +460,7 @@ func (s *Store) TakeOver(ctx context.Context, req agent.TakeRequest) (agent.Fenc
 	s.op()
 	runID := agent.ReapRunID(req.RunID)
 	query := `UPDATE threads SET epoch = epoch + 1, claim_run_id = ?, claim_epoch = epoch + 1, claim_heartbeat_at = ?,
-		claim_cancel = 0 WHERE id = ? AND `
+		claim_cancel = 0, claim_readers_until = NULL WHERE id = ? AND `
 	args := []any{runID, millis(req.Now), req.ThreadID}
 	if req.Fence.RunID == "" {
 		query += `claim_run_id IS NULL`

@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 11
+const schemaVersion = 12
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -35,7 +35,8 @@ var schema = []string{
 		next_seq           INTEGER NOT NULL DEFAULT 0,
 		queue_seq          INTEGER NOT NULL DEFAULT 0,
 		usage_reasoning    INTEGER NOT NULL DEFAULT 0,
-		usage_cost         INTEGER NOT NULL DEFAULT 0 -- micro-USD
+		usage_cost         INTEGER NOT NULL DEFAULT 0, -- micro-USD
+		claim_readers_until INTEGER -- unix ms, agent.Claim.ReadersUntil (version 12); NULL when none
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
 	claimedIndex,
@@ -291,7 +292,12 @@ var migrations = map[int][]string{
 	10: {threadsGoneEpoch},
 	// Version 11 indexes interrupts by the message that asked them (REVIEW S7); nothing else changes.
 	11: {interruptsByMessage},
+	// Version 12 keeps how long resumed-stream readers stay attached to the active run (MarkReader).
+	12: {claimReadersUntil},
 }
+
+// claimReadersUntil is in no index: a reader's MarkReader writes one table page and no index page.
+const claimReadersUntil = `ALTER TABLE threads ADD COLUMN claim_readers_until INTEGER`
 
 // migrate creates the schema on a fresh file or migrates an older one, in one write transaction (so concurrent
 // first opens serialise and the second sees the first one's version).

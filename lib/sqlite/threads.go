@@ -17,6 +17,10 @@ const threadCols = `id, owner, title, settings, usage_input, usage_output, usage
 // after threadCols.
 const threadReadCols = threadCols + `, usage_reasoning, usage_cost`
 
+// threadScanCols are what scanThread reads: threadReadCols and the claim's readers-until (version 12), which only
+// MarkReader sets.
+const threadScanCols = threadReadCols + `, claim_readers_until`
+
 func scanThread(sc scanner) (agent.Thread, error) {
 	var (
 		th               agent.Thread
@@ -24,12 +28,13 @@ func scanThread(sc scanner) (agent.Thread, error) {
 		created, updated int64
 		claimRun         sql.NullString
 		claimEpoch, hb   sql.NullInt64
+		readers          sql.NullInt64
 		cancel           bool
 	)
 	err := sc.Scan(&th.ID, &th.Owner, &th.Title, &settings,
 		&th.Usage.InputTokens, &th.Usage.OutputTokens, &th.Usage.TotalTokens, &th.Usage.CachedInputTokens,
 		&created, &updated, &th.Epoch, &claimRun, &claimEpoch, &hb, &cancel,
-		&th.Usage.ReasoningTokens, &th.Usage.CostMicroUSD)
+		&th.Usage.ReasoningTokens, &th.Usage.CostMicroUSD, &readers)
 	if err != nil {
 		return agent.Thread{}, err
 	}
@@ -44,6 +49,7 @@ func scanThread(sc scanner) (agent.Thread, error) {
 			Epoch:           claimEpoch.Int64,
 			HeartbeatAt:     fromNullMillis(hb),
 			CancelRequested: cancel,
+			ReadersUntil:    fromNullMillis(readers),
 		}
 	}
 	return th, nil
@@ -88,7 +94,7 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread,
 			return err
 		}
 		created = n == 1
-		stored, err = scanThread(c.queryRow(ctx, `SELECT `+threadReadCols+` FROM threads WHERE id = ?`, t.ID))
+		stored, err = scanThread(c.queryRow(ctx, `SELECT `+threadScanCols+` FROM threads WHERE id = ?`, t.ID))
 		return err
 	})
 	if err != nil {
@@ -100,7 +106,7 @@ func (s *Store) CreateThread(ctx context.Context, t agent.Thread) (agent.Thread,
 // GetThread reads one thread.
 func (s *Store) GetThread(ctx context.Context, id string) (agent.Thread, error) {
 	s.op()
-	th, err := scanThread(s.read().queryRow(ctx, `SELECT `+threadReadCols+` FROM threads WHERE id = ?`, id))
+	th, err := scanThread(s.read().queryRow(ctx, `SELECT `+threadScanCols+` FROM threads WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Thread{}, threadNotFound(id)
 	}
@@ -124,7 +130,7 @@ func (s *Store) ListThreadsPage(ctx context.Context, owner string, p agent.Threa
 	if limit <= 0 {
 		limit = agent.DefaultListLimit
 	}
-	q := `SELECT ` + threadReadCols + ` FROM threads WHERE owner = ?`
+	q := `SELECT ` + threadScanCols + ` FROM threads WHERE owner = ?`
 	args := []any{owner}
 	if !p.From.IsZero() {
 		at := millis(p.From.UpdatedAt)
@@ -167,7 +173,7 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 		var err error
 		th, err = scanThread(c.queryRow(ctx, `UPDATE threads
 			SET title = coalesce(?, title), settings = coalesce(?, settings), updated_at = ?
-			WHERE id = ? RETURNING `+threadReadCols, title, settings, millis(now), id))
+			WHERE id = ? RETURNING `+threadScanCols, title, settings, millis(now), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return threadNotFound(id)
 		}

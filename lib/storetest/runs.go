@@ -43,6 +43,7 @@ func runTests() []test {
 		c{"ClaimRetryIsIdempotent", testClaimRetry},
 		c{"ClaimConcurrentRetriesConverge", testClaimConcurrentRetries},
 		c{"RequestCancelNamedRun", testRequestCancelNamedRun},
+		c{"MarkReader", testMarkReader},
 		c{"FinishRunRefusesNonTerminal", testFinishRunNonTerminal},
 		c{"ReleaseClaim", testReleaseClaim},
 		c{"ReleaseClaimWithoutRunRow", testReleaseClaimWithoutRun},
@@ -964,6 +965,57 @@ func testRequestCancelNamedRun(e *claims) {
 	if err == nil {
 		t.Fatal("RequestCancel(unknown thread) succeeded")
 	}
+}
+
+// MarkReader moves the claim's ReadersUntil forward only (two readers, one marking less far, never shorten it),
+// only while the claim names the run; a heartbeat and a stop keep it; the next claim starts without it, and so
+// does the reaper's takeover.
+func testMarkReader(e *claims) {
+	t := e.t
+	th := newThread(e)
+	err := e.s.MarkReader(e.ctx, th.ID, e.id("run"), at(5*time.Second))
+	wantErr(t, err, agent.KindConflict, agent.CodeNoActiveRun, "MarkReader(idle thread)")
+	err = e.s.MarkReader(e.ctx, e.id("th"), e.id("run"), at(5*time.Second))
+	wantErr(t, err, agent.KindNotFound, agent.CodeThreadNotFound, "MarkReader(unknown thread)")
+
+	a := claim(e, th, e.id("run"), at(0)).Run
+	want := agent.Claim{RunID: a.ID, Epoch: 1, HeartbeatAt: at(0)}
+	same(t, "claim before any reader", getThread(e, th.ID).ActiveRun, &want)
+	steps := []struct {
+		until, want time.Duration
+	}{
+		{5 * time.Second, 5 * time.Second},
+		{7 * time.Second, 7 * time.Second},
+		{6 * time.Second, 7 * time.Second}, // a reader that marks less far does not shorten another's
+		{7 * time.Second, 7 * time.Second},
+	}
+	for _, st := range steps {
+		must(t, e.s.MarkReader(e.ctx, th.ID, a.ID, at(st.until)), fmt.Sprintf("MarkReader(+%s)", st.until))
+		want.ReadersUntil = at(st.want)
+		same(t, fmt.Sprintf("claim after MarkReader(+%s)", st.until), getThread(e, th.ID).ActiveRun, &want)
+	}
+	err = e.s.MarkReader(e.ctx, th.ID, e.id("run"), at(time.Minute))
+	wantErr(t, err, agent.KindConflict, agent.CodeNoActiveRun, "MarkReader(another run)")
+
+	must(t, e.s.Heartbeat(e.ctx, th.ID, a.Fence(), at(time.Second)), "Heartbeat")
+	want.HeartbeatAt = at(time.Second)
+	same(t, "claim after a heartbeat", getThread(e, th.ID).ActiveRun, &want)
+	c, err := e.s.RequestCancel(e.ctx, th.ID, a.ID, at(2*time.Second))
+	must(t, err, "RequestCancel")
+	want.CancelRequested = true
+	same(t, "RequestCancel's claim", c, want)
+
+	finish(e, a, agent.RunCanceled, agent.Usage{}, at(3*time.Second))
+	err = e.s.MarkReader(e.ctx, th.ID, a.ID, at(time.Minute))
+	wantErr(t, err, agent.KindConflict, agent.CodeNoActiveRun, "MarkReader(finished run)")
+	b := claim(e, th, e.id("run"), at(4*time.Second)).Run
+	same(t, "next claim", getThread(e, th.ID).ActiveRun, &agent.Claim{RunID: b.ID, Epoch: 2, HeartbeatAt: at(4 * time.Second)})
+
+	// A stale claim that readers marked: the reaper's takeover starts without the mark too.
+	must(t, e.s.MarkReader(e.ctx, th.ID, b.ID, at(time.Hour)), "MarkReader(b)")
+	f, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, Fence: b.Fence(), StaleBefore: at(time.Minute), RunID: b.ID, Now: at(time.Minute)})
+	must(t, err, "TakeOver")
+	same(t, "reaper's claim", getThread(e, th.ID).ActiveRun, &agent.Claim{RunID: f.RunID, Epoch: f.Epoch, HeartbeatAt: at(time.Minute)})
 }
 
 // FinishRun records only terminal outcomes; anything else is refused with the catalog's code and changes nothing.
