@@ -159,6 +159,9 @@ func (l *ledger) ClaimRun(ctx context.Context, r agent.ClaimRequest) (agent.Clai
 func (l *ledger) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
 	return l.use("Heartbeat").Heartbeat(ctx, threadID, f, now)
 }
+func (l *ledger) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	return l.use("KeepClaims").KeepClaims(ctx, claims, now)
+}
 func (l *ledger) RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (agent.Claim, error) {
 	return l.use("RequestCancel").RequestCancel(ctx, threadID, runID, now)
 }

@@ -125,6 +125,18 @@ type RunStore interface {
 	// requested (the caller must then finish the run as canceled). A heartbeat does not move an index key every
 	// time (see the adapters' docs for what it costs).
 	Heartbeat(ctx context.Context, threadID string, f Fence, now time.Time) error
+	// KeepClaims is Heartbeat for many claims at once: one process's keeper (lib/engine) sends one call per
+	// heartbeat period for all its running runs, so the store work for keeping runs alive grows with processes,
+	// not runs. It answers one KeepResult per claim, in order, whatever happened: Err is exactly what Heartbeat
+	// would have answered for that claim (nil; KindCanceled/CodeRunCanceled, the heartbeat recorded; KindConflict/
+	// CodeRunFenced; or a transient error, which a batch that fails as a whole gives every claim), and Claim is
+	// the thread's claim as stored after the write (decoded as GetThread decodes it; zero unless the heartbeat was
+	// recorded). Each claim's Gate (its run's write gate; nil: none) is asked just before that claim's write, with
+	// the store's write lock held where it has one; a refusal writes nothing for that claim and is its Err (as
+	// Heartbeat answers a refused gate on its context). An empty batch answers an empty slice. The adapters'
+	// docs say what a batch costs: SQLite writes it in one transaction of O(1) statements; DynamoDB, which has no
+	// multi-item condition outside transactions (DESIGN principle 2), sends one conditional UpdateItem per claim.
+	KeepClaims(ctx context.Context, claims []KeptClaim, now time.Time) []KeepResult
 	// RequestCancel marks the thread's active claim as cancel-requested and returns it. runID, when not empty,
 	// must name the active run. No claim (or another run's): KindConflict/CodeNoActiveRun.
 	RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (Claim, error)
@@ -190,6 +202,21 @@ type RunStore interface {
 	// (zero: from the first); at most p.Limit (<= 0: DefaultListLimit), and whether more remain that way.
 	// Unknown thread: an empty page.
 	ListRunsPage(ctx context.Context, threadID string, p RunPage) (Page[Run], error)
+}
+
+// KeptClaim is one claim of a KeepClaims batch: the thread, the run's fence, and the run's write gate.
+type KeptClaim struct {
+	ThreadID string
+	Fence    Fence
+	// Gate is the claim's write gate (agent.WithWriteGate's form): nil lets the write go, an error refuses it.
+	Gate func() error
+}
+
+// KeepResult is KeepClaims' answer for one claim: Heartbeat's error for it, and the claim as stored after the
+// write when the heartbeat was recorded.
+type KeepResult struct {
+	Claim Claim
+	Err   error
 }
 
 // RunPage asks for the runs on one side of a cursor (exclusive): before it, newest first, or (Oldest) after it,

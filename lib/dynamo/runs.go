@@ -421,6 +421,13 @@ func (s *Store) release(ctx context.Context, req agent.ReleaseRequest) error {
 // A cancel request is not a fence (REVIEW D2): the heartbeat is recorded whatever claimCancel says, and the item
 // it returns (ALL_NEW costs no capacity) tells the run it was asked to stop. On failure the claim is gone.
 func (s *Store) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
+	_, err := s.heartbeat(ctx, threadID, f, now)
+	return err
+}
+
+// heartbeat is Heartbeat, also returning the claim as stored after the write (the ALL_NEW item, decoded as
+// GetThread decodes it) when the heartbeat was recorded.
+func (s *Store) heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) (agent.Claim, error) {
 	k := key(threadPK(threadID), threadSK)
 	e := newExpr()
 	cond := holds(e, f, time.Time{})
@@ -434,15 +441,52 @@ func (s *Store) Heartbeat(ctx context.Context, threadID string, f agent.Fence, n
 		ExpressionAttributeValues: e.attrValues(),
 		ReturnValues:              types.ReturnValueAllNew,
 	})
-	switch {
-	case isConditionFailed(err):
-		return fenced(f)
-	case err != nil:
-		return storeErr(err, "heartbeat")
-	case getBool(res.Attributes, attrClaimCancel):
-		return agent.E(agent.KindCanceled, agent.CodeRunCanceled, "run %s was canceled", f.RunID)
+	if isConditionFailed(err) {
+		return agent.Claim{}, fenced(f)
 	}
-	return nil
+	if err != nil {
+		return agent.Claim{}, storeErr(err, "heartbeat")
+	}
+	var claim agent.Claim
+	if c := decodeThread(res.Attributes).ActiveRun; c != nil {
+		claim = *c
+	}
+	if claim.CancelRequested {
+		return claim, agent.E(agent.KindCanceled, agent.CodeRunCanceled, "run %s was canceled", f.RunID)
+	}
+	return claim, nil
+}
+
+// keepParallel bounds the heartbeats one KeepClaims call has in flight at once.
+const keepParallel = 16
+
+// KeepClaims is one Heartbeat per claim (the same conditional UpdateItem, ReturnValues ALL_NEW, so the claim
+// comes back at no extra cost), up to keepParallel of them in flight at once. DynamoDB has no condition over
+// several items outside transactions, which the store does not use (DESIGN principle 2), so a batch costs what
+// its heartbeats cost one by one: 1.2 WCU per claim per second (TestHeartbeatCost), and what the batch saves is
+// the process's goroutines and timers, not requests. A chat Lambda holds one run per execution environment, so
+// its keeper sends one write per second, as the run's own heartbeat did; a process running N runs on DynamoDB
+// (a container, `agentloop dev -store dynamo`) sends N (infra/DYNAMODB.md "Heartbeats"). Each claim's gate rides
+// on its request's context (agent.WithWriteGate), so the client's write-gate middleware asks it before every
+// attempt, the SDK's retries included.
+func (s *Store) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	out := make([]agent.KeepResult, len(claims))
+	sem := make(chan struct{}, keepParallel)
+	var wg sync.WaitGroup
+	for i, k := range claims {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			cctx := ctx
+			if k.Gate != nil {
+				cctx = agent.WithWriteGate(ctx, k.Gate)
+			}
+			out[i].Claim, out[i].Err = s.heartbeat(cctx, k.ThreadID, k.Fence, now)
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // RequestCancel: one UpdateItem on the thread, condition attribute_exists(claimRunId) [AND claimRunId = :run],

@@ -115,6 +115,50 @@ func TestHeartbeatWritesNoIndex(t *testing.T) {
 	}
 }
 
+// A KeepClaims batch is one statement whatever its size (the keeper's store work per process does not grow with
+// its runs), it looks each thread up by its primary key instead of scanning the table, and like a heartbeat it
+// writes no index entry.
+func TestKeepClaimsIsOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "keep.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.UnixMilli(1_700_000_000_000).UTC()
+	var batch []agent.KeptClaim
+	for i := range 50 {
+		id := fmt.Sprintf("th%d", i)
+		if _, _, err := s.CreateThread(ctx, agent.Thread{ID: id, Owner: "u1", CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: id, Owner: "u1", RunID: "run" + id, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, agent.KeptClaim{ThreadID: id, Fence: res.Run.Fence()})
+	}
+	for _, n := range []int{1, 10, 50} {
+		before := s.Statements()
+		for i, r := range s.KeepClaims(ctx, batch[:n], now.Add(time.Second)) {
+			if r.Err != nil {
+				t.Fatalf("batch of %d: claim %d: %v", n, i, r.Err)
+			}
+		}
+		if got := s.Statements() - before; got != 1 {
+			t.Fatalf("a batch of %d claims ran %d statements, want 1", n, got)
+		}
+	}
+	if p := queryPlan(t, s, keepClaimsSQL, 1, `[["th1","run",1]]`); !strings.Contains(p, "SEARCH threads USING INDEX sqlite_autoindex_threads_1 (id=?)") ||
+		strings.Contains(p, "SCAN threads") {
+		t.Fatalf("keep claims plan = %q, want a lookup of each thread by its key", p)
+	}
+	if ops := explainOps(t, s, keepClaimsSQL, 1, `[["th1","run",1]]`); ops["IdxInsert"]+ops["IdxDelete"] != 0 {
+		t.Fatalf("keep claims plan writes index entries, want none: %v", ops)
+	}
+}
+
 // A file written by version 1 is migrated in place: everything in it reads back, a claim's positions start above
 // its messages, its messages take fenced writes, and the claimed index is the new one.
 func TestMigratesVersion1(t *testing.T) {

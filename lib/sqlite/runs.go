@@ -248,6 +248,93 @@ func (s *Store) Heartbeat(ctx context.Context, threadID string, f agent.Fence, n
 	return err
 }
 
+// keepClaimsSQL is a whole KeepClaims batch: one UPDATE over the batch's (thread, run, epoch) triples, passed as
+// one JSON array so the statement and its parameter count stay the same whatever the batch's size. It sets only
+// claim_heartbeat_at, as heartbeatSQL does (no index page), and returns the rows it wrote with the columns
+// GetThread reads. A triple it does not match is a fenced claim: the heartbeat's own condition is the same, and a
+// cancel request is no part of it (REVIEW D2: the row comes back with claim_cancel set).
+const keepClaimsSQL = `UPDATE threads SET claim_heartbeat_at = ?
+	FROM (SELECT value ->> 0 AS keep_id, value ->> 1 AS keep_run, value ->> 2 AS keep_epoch FROM json_each(?)) AS keep
+	WHERE threads.id = keep.keep_id AND threads.claim_run_id = keep.keep_run AND threads.claim_epoch = keep.keep_epoch
+	RETURNING ` + threadReadCols
+
+// KeepClaims heartbeats a batch of claims in one write transaction of one statement (keepClaimsSQL), whatever the
+// batch's size: the process's keeper sends it once per heartbeat period, so the file's write lock is taken once
+// per second for all of the process's runs instead of once per run. Each claim's gate is asked once the
+// transaction holds the write lock (and again on a retried attempt); a refused claim is left out of the UPDATE.
+// A transaction that fails gives its error to every claim the gates let through.
+func (s *Store) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	s.op()
+	out := make([]agent.KeepResult, len(claims))
+	if len(claims) == 0 {
+		return out
+	}
+	type triple struct {
+		id, run string
+		epoch   int64
+	}
+	refused := make([]bool, len(claims))
+	err := s.write(ctx, "keep claims", func(c conn) error {
+		keys := make([][3]any, 0, len(claims))
+		for i, k := range claims {
+			out[i], refused[i] = agent.KeepResult{}, false
+			if k.Gate != nil {
+				if err := k.Gate(); err != nil {
+					refused[i] = true
+					out[i].Err = agent.Wrap(err, agent.KindUnavailable, agent.CodeStoreUnavailable, "sqlite: keep claims: write gate: attempt not sent")
+					continue
+				}
+			}
+			keys = append(keys, [3]any{k.ThreadID, k.Fence.RunID, k.Fence.Epoch})
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		batch, err := json.Marshal(keys)
+		if err != nil {
+			return err
+		}
+		rows, err := c.query(ctx, keepClaimsSQL, millis(now), string(batch))
+		if err != nil {
+			return err
+		}
+		kept, err := collect(rows, scanThread)
+		if err != nil {
+			return err
+		}
+		agent.StoreMeterFrom(ctx).AddUnits(0, float64(len(kept))) // the rows written (query meters a request only)
+		stored := make(map[triple]agent.Claim, len(kept))
+		for _, th := range kept {
+			if th.ActiveRun != nil {
+				stored[triple{th.ID, th.ActiveRun.RunID, th.ActiveRun.Epoch}] = *th.ActiveRun
+			}
+		}
+		for i, k := range claims {
+			if refused[i] {
+				continue
+			}
+			claim, ok := stored[triple{k.ThreadID, k.Fence.RunID, k.Fence.Epoch}]
+			switch {
+			case !ok:
+				out[i].Err = fenced(k.Fence) // the claim is gone, or the thread was deleted under the run
+			case claim.CancelRequested:
+				out[i] = agent.KeepResult{Claim: claim, Err: agent.E(agent.KindCanceled, agent.CodeRunCanceled, "run %q was asked to stop", k.Fence.RunID)}
+			default:
+				out[i].Claim = claim
+			}
+		}
+		return nil
+	})
+	if err != nil { // rolled back: nothing was written, and every claim the gates let through has the error
+		for i := range out {
+			if !refused[i] {
+				out[i] = agent.KeepResult{Err: err}
+			}
+		}
+	}
+	return out
+}
+
 // RequestCancel marks the thread's active claim as cancel-requested and returns it; a repeated request returns
 // the same claim. runID, when set, must name the active run. Unknown thread: KindNotFound. now is not recorded
 // (the claim has no field for it).

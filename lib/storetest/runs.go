@@ -25,6 +25,7 @@ func runTests() []test {
 		c{"HeartbeatFenced", testHeartbeatFenced},
 		c{"RequestCancel", testRequestCancel},
 		c{"HeartbeatWhileCanceled", testHeartbeatWhileCanceled},
+		c{"KeepClaimsAnswersEachAsHeartbeat", testKeepClaims},
 		c{"FinishRunStatuses", testFinishRunStatuses},
 		c{"FinishRunAddsUsage", testFinishRunAddsUsage},
 		c{"FinishRunMovesThreadUp", testFinishRunMovesThreadUp},
@@ -365,6 +366,113 @@ func testRequestCancel(e *claims) {
 	same(t, "claim after takeover", getThread(e, th.ID).ActiveRun,
 		&agent.Claim{RunID: last.Run.ID, Epoch: 3, HeartbeatAt: at(time.Hour)})
 	must(t, e.s.Heartbeat(e.ctx, th.ID, last.Run.Fence(), at(time.Hour+time.Second)), "Heartbeat after takeover")
+}
+
+// KeepClaims is Heartbeat for a batch: each claim is answered, in order, as Heartbeat would answer it (a live
+// claim nil, a cancel-requested one run_canceled with its heartbeat recorded, a taken-over or unknown one
+// run_fenced, one whose gate refuses the gate's error), only the accepted claims' heartbeats are written, and each
+// recorded claim comes back as GetThread reads it. An empty batch is answered with an empty slice.
+func testKeepClaims(e *claims) {
+	t := e.t
+	for _, empty := range [][]agent.KeptClaim{nil, {}} {
+		if got := e.s.KeepClaims(e.ctx, empty, at(time.Second)); len(got) != 0 {
+			t.Fatalf("KeepClaims(%#v) = %s, want no results", empty, show(got))
+		}
+	}
+	live := func() (agent.Thread, agent.Run) {
+		th := newThread(e)
+		return th, claim(e, th, e.id("run"), at(0)).Run
+	}
+	liveA, runA := live()
+	liveB, runB := live()
+	canceled, runC := live()
+	_, err := e.s.RequestCancel(e.ctx, canceled.ID, runC.ID, at(time.Second))
+	must(t, err, "RequestCancel")
+	taken, runT := live()
+	claim(e, taken, e.id("run"), at(time.Hour)) // a lazy takeover: runT is fenced
+	refused, runR := live()
+	unknown := e.id("th")
+
+	doubt := errors.New("claim in doubt")
+	var asked sync.Map
+	gate := func(name string, err error) func() error {
+		return func() error { asked.Store(name, true); return err }
+	}
+	now := at(20 * time.Second)
+	batch := []agent.KeptClaim{
+		{ThreadID: liveA.ID, Fence: runA.Fence(), Gate: gate("liveA", nil)},
+		{ThreadID: canceled.ID, Fence: runC.Fence()},
+		{ThreadID: taken.ID, Fence: runT.Fence(), Gate: gate("taken", nil)},
+		{ThreadID: unknown, Fence: agent.Fence{RunID: e.id("run"), Epoch: 1}},
+		{ThreadID: refused.ID, Fence: runR.Fence(), Gate: gate("refused", doubt)},
+		{ThreadID: liveB.ID, Fence: runB.Fence()},
+	}
+	before := map[string]agent.Thread{taken.ID: getThread(e, taken.ID), refused.ID: getThread(e, refused.ID)}
+	got := e.s.KeepClaims(e.ctx, batch, now)
+	if len(got) != len(batch) {
+		t.Fatalf("KeepClaims answered %d results for %d claims: %s", len(got), len(batch), show(got))
+	}
+	for _, name := range []string{"liveA", "refused"} {
+		if _, ok := asked.Load(name); !ok {
+			t.Fatalf("the gate of claim %s was never asked", name)
+		}
+	}
+	for i, k := range []struct {
+		name string
+		kind agent.Kind
+		code string
+	}{
+		{"live A", 0, ""},
+		{"canceled", agent.KindCanceled, agent.CodeRunCanceled},
+		{"taken over", agent.KindConflict, agent.CodeRunFenced},
+		{"unknown thread", agent.KindConflict, agent.CodeRunFenced},
+		{"gate refused", 0, ""},
+		{"live B", 0, ""},
+	} {
+		r := got[i]
+		switch {
+		case k.name == "gate refused":
+			if !errors.Is(r.Err, doubt) {
+				t.Fatalf("%s: error = %v, want the gate's %v", k.name, r.Err, doubt)
+			}
+		case k.code == "":
+			must(t, r.Err, k.name+": KeepClaims")
+		default:
+			wantErr(t, r.Err, k.kind, k.code, k.name+": KeepClaims")
+		}
+		var th agent.Thread
+		if batch[i].ThreadID != unknown {
+			th = getThread(e, batch[i].ThreadID)
+		}
+		if b, ok := before[batch[i].ThreadID]; ok {
+			same(t, k.name+": thread unchanged", th, b)
+			same(t, k.name+": no claim returned", r.Claim, agent.Claim{})
+			continue
+		}
+		if batch[i].ThreadID == unknown {
+			same(t, k.name+": no claim returned", r.Claim, agent.Claim{})
+			continue
+		}
+		want := agent.Claim{RunID: batch[i].Fence.RunID, Epoch: batch[i].Fence.Epoch, HeartbeatAt: now,
+			CancelRequested: k.code == agent.CodeRunCanceled}
+		same(t, k.name+": stored claim", th.ActiveRun, &want)
+		same(t, k.name+": returned claim (as GetThread reads it)", r.Claim, *th.ActiveRun)
+	}
+	// The accepted heartbeats keep their claims off the reaper's list; the refused one's claim stays stale.
+	stale, err := e.s.ListStaleClaims(e.ctx, at(10*time.Second), 1000)
+	must(t, err, "ListStaleClaims")
+	listed := map[string]bool{}
+	for _, sc := range stale {
+		listed[sc.ThreadID] = true
+	}
+	for _, th := range []agent.Thread{liveA, liveB, canceled} {
+		if listed[th.ID] {
+			t.Fatalf("thread %s kept at %s is listed stale before %s", th.ID, now, at(10*time.Second))
+		}
+	}
+	if !listed[refused.ID] {
+		t.Fatalf("thread %s, whose gate refused its heartbeat, is not listed stale before %s", refused.ID, at(10*time.Second))
+	}
 }
 
 // A cancel request is not a fence (REVIEW D2): a stopped run still finishing (a slow tool returning) keeps its

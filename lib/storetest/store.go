@@ -438,6 +438,9 @@ func testCanceledContext(e *whole) {
 		{"DeleteThread", func() error { return e.s.DeleteThread(ctx, other) }},
 		{"ClaimRun", func() error { _, err := e.s.ClaimRun(ctx, claimReq(th, e.id("run"), at(time.Hour))); return err }},
 		{"Heartbeat", func() error { return e.s.Heartbeat(ctx, th.ID, run.Fence(), at(time.Second)) }},
+		{"KeepClaims", func() error {
+			return e.s.KeepClaims(ctx, []agent.KeptClaim{{ThreadID: th.ID, Fence: run.Fence()}}, at(time.Second))[0].Err
+		}},
 		{"RequestCancel", func() error { _, err := e.s.RequestCancel(ctx, th.ID, "", at(time.Second)); return err }},
 		{"FinishRun", func() error { return e.s.FinishRun(ctx, done) }},
 		{"ReleaseClaim", func() error {
