@@ -256,7 +256,7 @@ func (s *Store) Heartbeat(ctx context.Context, threadID string, f agent.Fence, n
 const keepClaimsSQL = `UPDATE threads SET claim_heartbeat_at = ?
 	FROM (SELECT value ->> 0 AS keep_id, value ->> 1 AS keep_run, value ->> 2 AS keep_epoch FROM json_each(?)) AS keep
 	WHERE threads.id = keep.keep_id AND threads.claim_run_id = keep.keep_run AND threads.claim_epoch = keep.keep_epoch
-	RETURNING ` + threadReadCols
+	RETURNING ` + threadScanCols
 
 // KeepClaims heartbeats a batch of claims in one write transaction of one statement (keepClaimsSQL), whatever the
 // batch's size: the process's keeper sends it once per heartbeat period, so the file's write lock is taken once
