@@ -33,6 +33,11 @@ const (
 	CodeTooManyStreams    = "too_many_streams"    // the user, or the run, has as many stream readers as allowed
 	CodeThreadRateLimited = "thread_rate_limited" // the user created as many threads this minute as allowed
 
+	// The server cannot keep up (503, with a Retry-After header in whole seconds): it refuses a request that
+	// would start a run before writing anything, rather than admit a run it may lose (lib/engine admission.go).
+	// Nothing of the request was stored; send it again after Retry-After.
+	CodeOverloaded = "overloaded"
+
 	// Over a bound on what one model turn may start: never an HTTP answer, but the error result of the tool call
 	// that was not executed, which the model reads (and the client sees on the tool part).
 	CodeTooManyToolCalls = "too_many_tool_calls" // the model step called more tools than one step may
@@ -155,4 +160,5 @@ var (
 	ErrTooManyRuns       = &Error{Kind: KindLimited, Code: CodeTooManyRuns}
 	ErrTooManyStreams    = &Error{Kind: KindLimited, Code: CodeTooManyStreams}
 	ErrThreadRateLimited = &Error{Kind: KindLimited, Code: CodeThreadRateLimited}
+	ErrOverloaded        = &Error{Kind: KindUnavailable, Code: CodeOverloaded}
 )

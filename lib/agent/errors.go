@@ -51,7 +51,8 @@ type Error struct {
 	Code    string
 	Message string
 	Err     error
-	// RetryAfter, on a KindLimited error, is how long the caller should wait before trying again (Limited).
+	// RetryAfter, on a KindLimited error (Limited) or an overloaded one (KindUnavailable, CodeOverloaded), is how
+	// long the caller should wait before trying again.
 	RetryAfter time.Duration
 }
 

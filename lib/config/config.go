@@ -72,26 +72,29 @@ type Config struct {
 	MaxJobsPerRun        int           // AGENT_MAX_JOBS_PER_RUN: the sub-agent jobs one run dispatches
 	MaxJobChain          int           // AGENT_MAX_JOB_CHAIN: server-side turns in a row that may dispatch jobs
 	MaxActiveJobsPerUser int           // AGENT_MAX_ACTIVE_JOBS_PER_USER: sub-agent jobs one user has going at once
-	StreamLeaseTTL       time.Duration // AGENT_STREAM_LEASE_TTL: how long a dead reader's lease stays taken
-	PageBytes            int           // AGENT_PAGE_BYTES: a page of GET /threads/{id} messages, encoded
-	MaxBodyBytes         int64         // AGENT_MAX_BODY_BYTES
-	MaxMessageBytes      int           // AGENT_MAX_MESSAGE_BYTES
-	MaxMessageParts      int           // AGENT_MAX_MESSAGE_PARTS: parts of a user message
-	ContextBytes         int           // AGENT_CONTEXT_BYTES
-	ContextTokens        int           // AGENT_CONTEXT_TOKENS: the model's context budget (the smaller of the two wins)
-	ToolOutputBytes      int           // AGENT_TOOL_OUTPUT_BYTES
-	Secret               string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
-	JWTIssuer            string        // AGENT_JWT_ISSUER (optional check)
-	JWTAudience          string        // AGENT_JWT_AUDIENCE (optional check)
-	JWTMaxAge            time.Duration // AGENT_JWT_MAX_AGE: when set, tokens need an iat at most this old (auth.Config.MaxAge)
-	JWKSURL              string        // AGENT_JWKS_URL: an identity provider's JWKS (https): its RS256/ES256 tokens are accepted too
-	JWTSubjectClaim      string        // AGENT_JWT_SUBJECT_CLAIM: the claim naming the user ("" means sub)
-	ChatURL              string        // AGENT_CHAT_URL: the chat function's URL, for the web app the API function serves
-	LogLevel             string        // AGENT_LOG_LEVEL: debug|info|warn|error
-	TableName            string        // TABLE_NAME: the DynamoDB table
-	SecretParam          string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
-	OpenAIAPIKeyParam    string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
-	JobsStateMachineARN  string        // JOBS_STATE_MACHINE_ARN: the job state machine (set on the functions that start executions)
+	// Admission control (lib/engine admission.go): 0 means no bound, as for the per-user limits.
+	MaxRunsPerProcess   int           // AGENT_MAX_RUNS_PER_PROCESS: runs one process runs at once
+	MaxHeartbeatLag     time.Duration // AGENT_MAX_HEARTBEAT_LAG: how far the runs' heartbeats may fall behind
+	StreamLeaseTTL      time.Duration // AGENT_STREAM_LEASE_TTL: how long a dead reader's lease stays taken
+	PageBytes           int           // AGENT_PAGE_BYTES: a page of GET /threads/{id} messages, encoded
+	MaxBodyBytes        int64         // AGENT_MAX_BODY_BYTES
+	MaxMessageBytes     int           // AGENT_MAX_MESSAGE_BYTES
+	MaxMessageParts     int           // AGENT_MAX_MESSAGE_PARTS: parts of a user message
+	ContextBytes        int           // AGENT_CONTEXT_BYTES
+	ContextTokens       int           // AGENT_CONTEXT_TOKENS: the model's context budget (the smaller of the two wins)
+	ToolOutputBytes     int           // AGENT_TOOL_OUTPUT_BYTES
+	Secret              string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
+	JWTIssuer           string        // AGENT_JWT_ISSUER (optional check)
+	JWTAudience         string        // AGENT_JWT_AUDIENCE (optional check)
+	JWTMaxAge           time.Duration // AGENT_JWT_MAX_AGE: when set, tokens need an iat at most this old (auth.Config.MaxAge)
+	JWKSURL             string        // AGENT_JWKS_URL: an identity provider's JWKS (https): its RS256/ES256 tokens are accepted too
+	JWTSubjectClaim     string        // AGENT_JWT_SUBJECT_CLAIM: the claim naming the user ("" means sub)
+	ChatURL             string        // AGENT_CHAT_URL: the chat function's URL, for the web app the API function serves
+	LogLevel            string        // AGENT_LOG_LEVEL: debug|info|warn|error
+	TableName           string        // TABLE_NAME: the DynamoDB table
+	SecretParam         string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
+	OpenAIAPIKeyParam   string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
+	JobsStateMachineARN string        // JOBS_STATE_MACHINE_ARN: the job state machine (set on the functions that start executions)
 	// Prices is the price table (agent.ParsePrices) from AGENT_PRICES (the JSON itself) or AGENT_PRICES_FILE (a
 	// path to it); not both. Empty: usage carries no cost.
 	Prices agent.Prices
@@ -271,6 +274,15 @@ func Load(getenv func(string) string) (Config, error) {
 	limitVar("AGENT_MAX_JOBS_PER_RUN", &c.MaxJobsPerRun)
 	limitVar("AGENT_MAX_JOB_CHAIN", &c.MaxJobChain)
 	limitVar("AGENT_MAX_ACTIVE_JOBS_PER_USER", &c.MaxActiveJobsPerUser)
+	limitVar("AGENT_MAX_RUNS_PER_PROCESS", &c.MaxRunsPerProcess)
+	if v := strings.TrimSpace(getenv("AGENT_MAX_HEARTBEAT_LAG")); v == "0" || v == "0s" {
+		c.MaxHeartbeatLag = -1 // the engine's "none"
+	} else {
+		durVar("AGENT_MAX_HEARTBEAT_LAG", &c.MaxHeartbeatLag)
+	}
+	if lag := c.MaxHeartbeatLag; lag > 0 && lag >= cmp.Or(c.StaleAfter, agent.DefaultStaleAfter)/2 {
+		errs = append(errs, "AGENT_MAX_HEARTBEAT_LAG must be shorter than half of AGENT_STALE_AFTER (runs that far behind stop themselves: refusing new ones then is too late)")
+	}
 	durVar("AGENT_RUN_LEASE_TTL", &c.RunLeaseTTL)
 	durVar("AGENT_STREAM_LEASE_TTL", &c.StreamLeaseTTL)
 	for name, d := range map[string]time.Duration{"AGENT_RUN_LEASE_TTL": c.RunLeaseTTL, "AGENT_STREAM_LEASE_TTL": c.StreamLeaseTTL} {
@@ -294,7 +306,8 @@ func (c Config) Engine(model string) engine.Config {
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
 		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
 		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
-		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
+		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain,
+		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
 }
 
 // Auth is the verifier's share for the application secret (HS256); the dev server also takes dev tokens.

@@ -113,6 +113,20 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("stream limits: %+v", th)
 				}
 			}},
+		// Admission control: a number is the bound, 0 is none (the engine's negative), unset is the default (zero).
+		{name: "admission", env: map[string]string{"AGENT_MAX_RUNS_PER_PROCESS": "1500", "AGENT_MAX_HEARTBEAT_LAG": "5s"},
+			check: func(t *testing.T, c Config) {
+				if e := c.Engine("m"); e.MaxRunsPerProcess != 1500 || e.MaxHeartbeatLag != 5*time.Second {
+					t.Fatalf("admission: runs %d, lag %s", e.MaxRunsPerProcess, e.MaxHeartbeatLag)
+				}
+			}},
+		{name: "admission off", env: map[string]string{"AGENT_MAX_RUNS_PER_PROCESS": "0", "AGENT_MAX_HEARTBEAT_LAG": "0"},
+			check: func(t *testing.T, c Config) {
+				if e := c.Engine("m"); e.MaxRunsPerProcess >= 0 || e.MaxHeartbeatLag >= 0 {
+					t.Fatalf("admission: runs %d, lag %s", e.MaxRunsPerProcess, e.MaxHeartbeatLag)
+				}
+			}},
+		{name: "heartbeat lag past the horizon", env: map[string]string{"AGENT_MAX_HEARTBEAT_LAG": "15s"}, wantErr: true},
 		{name: "lease TTL too short to renew", env: map[string]string{"AGENT_STREAM_LEASE_TTL": "10ms"}, wantErr: true},
 		{name: "lease TTL past what stores keep", env: map[string]string{"AGENT_RUN_LEASE_TTL": "25h"}, wantErr: true},
 		{name: "negative limit", env: map[string]string{"AGENT_MAX_STREAMS_PER_RUN": "-1"}, wantErr: true},

@@ -48,6 +48,8 @@ type Turn struct {
 	slot *runSlot
 	// guardp is the run's guard once it streams (guard.go): the write gate asks it.
 	guardp atomic.Pointer[guard]
+	// ticket is the run's place among the engine's runs (admission.go), given back with its slot.
+	ticket *ticket
 }
 
 // Run returns the claimed run record.
@@ -95,6 +97,11 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	if err := e.Validate(req); err != nil {
 		return nil, err
 	}
+	ticket, err := e.admit(req) // before anything is written
+	if err != nil {
+		return nil, err
+	}
+	defer ticket.unlessKept()
 	meter, began := new(agent.StoreMeter), time.Now()
 	ctx = agent.WithStoreMeter(ctx, meter)
 	claim, claimedAt, slot, err := e.claim(ctx, req)
@@ -111,7 +118,8 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 		return nil, err
 	}
 	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claimedAt, pumped: req.Kind == TurnQueued,
-		meter: meter, began: began, slot: slot}
+		meter: meter, began: began, slot: slot, ticket: ticket}
+	ticket.keep(t)
 	plan, err := t.readAndPlan(ctx, req)
 	if err != nil {
 		return nil, t.abort(ctx, err)

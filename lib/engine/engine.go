@@ -71,6 +71,9 @@ type Config struct {
 	MaxToolCallsPerStep int // DefaultMaxToolCallsPerStep
 	MaxJobsPerRun       int // DefaultMaxJobsPerRun
 	MaxJobChain         int // DefaultMaxJobChain
+	// Admission control (admission.go); a negative value means no bound.
+	MaxRunsPerProcess int           // DefaultMaxRunsPerProcess
+	MaxHeartbeatLag   time.Duration // DefaultMaxHeartbeatLag
 	// LateWait is how long a run left to the reaper waits in the background for the reaper's outcome before it
 	// records its late usage (late.go; zero: two stale windows and lateReaperPeriod); negative: it does not wait
 	// (the simulation, whose virtual clock such a real-time waiter would race).
@@ -100,6 +103,8 @@ func (c Config) withDefaults() Config {
 	c.MaxToolCallsPerStep = cmp.Or(c.MaxToolCallsPerStep, DefaultMaxToolCallsPerStep)
 	c.MaxJobsPerRun = cmp.Or(c.MaxJobsPerRun, DefaultMaxJobsPerRun)
 	c.MaxJobChain = cmp.Or(c.MaxJobChain, DefaultMaxJobChain)
+	c.MaxRunsPerProcess = cmp.Or(c.MaxRunsPerProcess, DefaultMaxRunsPerProcess)
+	c.MaxHeartbeatLag = cmp.Or(c.MaxHeartbeatLag, DefaultMaxHeartbeatLag)
 	return c
 }
 
@@ -143,6 +148,8 @@ type Engine struct {
 	metrics agent.Metrics
 	// background counts the work a run leaves running after it returns (late.go).
 	background sync.WaitGroup
+	// admission counts the runs the engine is running (admission.go).
+	admission admission
 }
 
 // Deps are the engine's ports.

@@ -144,7 +144,7 @@ func (e *Engine) queueAtLimit(ctx context.Context, req Request) bool {
 }
 
 // releaseSlot gives the turn's run slot back: the run has ended (or never started).
-func (t *Turn) releaseSlot(ctx context.Context) { t.slot.release(ctx) }
+func (t *Turn) releaseSlot(ctx context.Context) { t.slot.release(ctx); t.ticket.leave() }
 
 // countThread counts a new thread of owner against the per-minute limit, before it is created.
 func (e *Engine) countThread(ctx context.Context, owner string) error {

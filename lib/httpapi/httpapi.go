@@ -158,7 +158,7 @@ func (s *server) cors(next http.Handler) http.Handler {
 			h.Add("Vary", "Origin")
 			h.Set("Access-Control-Allow-Headers", "authorization, content-type")
 			h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-			// Retry-After is not a CORS-safelisted header: a browser client sees a 429's only when it is exposed.
+			// Retry-After is not a CORS-safelisted header: a browser client sees a 429's (or a 503's) only when it is exposed.
 			h.Set("Access-Control-Expose-Headers", "x-vercel-ai-ui-message-stream, retry-after")
 			h.Set("Access-Control-Max-Age", "600")
 		}
@@ -214,8 +214,10 @@ func writeError(w http.ResponseWriter, err error) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer`)
 	}
-	if status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", retryAfterSeconds(agent.RetryAfterOf(err)))
+	if retry := agent.RetryAfterOf(err); status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable && retry > 0 {
+		// A 429 always says when to try again; a 503 when it knows (overloaded: the server refused before
+		// writing anything, and catches up within seconds).
+		w.Header().Set("Retry-After", retryAfterSeconds(retry))
 	}
 	writeJSON(w, status, body)
 }

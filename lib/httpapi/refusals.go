@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -58,7 +59,11 @@ func (s *server) refused(rec *recorder, status int) {
 	level := slog.LevelInfo
 	attrs := []any{"route", rec.r.Pattern, "method", rec.r.Method, "status", status, "code", code, "owner", rec.owner,
 		"duration_ms", s.Clock.Now().Sub(rec.began).Milliseconds()}
-	if status >= 500 {
+	switch {
+	case errors.Is(rec.err, agent.ErrOverloaded):
+		// Shedding load is the server doing its job: a warning per refusal, not an error (there may be many).
+		level = slog.LevelWarn
+	case status >= 500:
 		level = slog.LevelError
 		if rec.err != nil {
 			attrs = append(attrs, "err", rec.err.Error())
