@@ -143,6 +143,20 @@ func (h *heldHeartbeats) Heartbeat(ctx context.Context, threadID string, f agent
 	return h.Store.Heartbeat(ctx, threadID, f, now)
 }
 
+// KeepClaims is held as Heartbeat is: it is the heartbeat of a process's runs in one call (lib/engine's keeper).
+func (h *heldHeartbeats) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	select {
+	case <-h.open:
+	case <-ctx.Done():
+		out := make([]agent.KeepResult, len(claims))
+		for i := range out {
+			out[i].Err = ctx.Err()
+		}
+		return out
+	}
+	return h.Store.KeepClaims(ctx, claims, now)
+}
+
 // stoppedClock is a clock that moves only when the test moves it (the engine's waits are on real time: it has
 // no timers of its own).
 type stoppedClock struct {
