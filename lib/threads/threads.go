@@ -46,6 +46,13 @@ type Reaper interface {
 	ReapOrphan(ctx context.Context, threadID, runID string) error
 }
 
+// LocalStopper stops a run of this process at once (lib/engine's Engine.StopLocal): the run is canceled without
+// waiting for its next heartbeat to read the stop from the store. It reports whether the run was found running
+// here; a run of another process (or one that just ended) is not, and learns of the stop from the store.
+type LocalStopper interface {
+	StopLocal(threadID, runID string) bool
+}
+
 // Config bounds the service. Zero values take the defaults.
 type Config struct {
 	StaleAfter time.Duration // agent.DefaultStaleAfter
@@ -59,19 +66,23 @@ type Config struct {
 
 // Service serves one caller's threads.
 type Service struct {
-	store  Store
-	reaper Reaper
-	clock  agent.Clock
-	log    *slog.Logger
-	cfg    Config
+	store   Store
+	reaper  Reaper
+	stopper LocalStopper
+	clock   agent.Clock
+	log     *slog.Logger
+	cfg     Config
 }
 
 // Deps are the service's ports.
 type Deps struct {
 	Store  Store
 	Reaper Reaper
-	Clock  agent.Clock
-	Logger *slog.Logger
+	// Stopper delivers a stop to a run of the same process (nil: none; a process that runs no turns, such as the
+	// API function in AWS, whose runs live in the chat function's processes).
+	Stopper LocalStopper
+	Clock   agent.Clock
+	Logger  *slog.Logger
 }
 
 // New builds the service.
@@ -79,7 +90,7 @@ func New(d Deps, cfg Config) *Service {
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, agent.DefaultStaleAfter)
 	cfg.PageBytes = cmp.Or(cfg.PageBytes, DefaultPageBytes)
 	cfg = cfg.withLimits()
-	s := &Service{store: d.Store, reaper: d.Reaper, clock: d.Clock, log: d.Logger, cfg: cfg}
+	s := &Service{store: d.Store, reaper: d.Reaper, stopper: d.Stopper, clock: d.Clock, log: d.Logger, cfg: cfg}
 	if s.clock == nil {
 		s.clock = agent.SystemClock{}
 	}
@@ -362,7 +373,9 @@ func (s *Service) Delete(ctx context.Context, owner, id string) error {
 }
 
 // Stop asks the active run to stop (it finishes as canceled within a moment). runID, when set, must name the
-// active run, so a stop meant for one run never cancels the next.
+// active run, so a stop meant for one run never cancels the next. The stop is stored first (the claim's cancel
+// request: the truth every process reads, and what the run's outcome is decided by); then, when the run runs in
+// this process, it is told at once (Deps.Stopper) instead of learning it from the store at its next heartbeat.
 func (s *Service) Stop(ctx context.Context, owner, id, runID string) (string, error) {
 	th, err := s.owned(ctx, owner, id)
 	if err != nil {
@@ -374,6 +387,9 @@ func (s *Service) Stop(ctx context.Context, owner, id, runID string) (string, er
 			return "", agent.E(agent.KindConflict, agent.CodeNoActiveRun, "run %q is not the thread's active run", runID)
 		}
 		return "", agent.E(agent.KindConflict, agent.CodeNoActiveRun, "the thread has no active run")
+	}
+	if err == nil && s.stopper != nil {
+		s.stopper.StopLocal(th.ID, c.RunID)
 	}
 	return c.RunID, err
 }
