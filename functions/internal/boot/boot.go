@@ -1,7 +1,8 @@
-// Package boot is the cold start every Lambda main shares: JSON logs, the AWS configuration, settings from the
-// environment, secrets from SSM (read once, kept for the container's life), the DynamoDB store, the token
-// verifier when the function reads the application secret, and the compositions more than one function needs
-// (the model, the tools, the reaper, the Step Functions adapter, and Agent: the engine with everything around it).
+// Package boot is the cold start every Lambda main shares: JSON logs, the Go runtime's memory limit from the
+// function's memory size, the AWS configuration, settings from the environment, secrets from SSM (read once, kept
+// for the container's life), the DynamoDB store, the token verifier when the function reads the application
+// secret, and the compositions more than one function needs (the model, the tools, the reaper, the Step
+// Functions adapter, and Agent: the engine with everything around it).
 // Each main names its secrets, adds what only it needs and serves its handler: Start for a function URL,
 // StartTask for a task or schedule target.
 package boot
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -53,6 +55,7 @@ func StartTask[In, Out any](build TaskBuilder[In, Out]) { lambda.StartHandlerFun
 
 func coldStart[H any](build func(context.Context, func(string) string, aws.Config, *slog.Logger) (H, error)) H {
 	log := slog.New(lambdacontext.NewLogHandler())
+	setMemoryLimit(os.Getenv, log)
 	ctx, cancel := context.WithTimeout(context.Background(), coldStartTimeout)
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	var h H
@@ -65,6 +68,19 @@ func coldStart[H any](build func(context.Context, func(string) string, aws.Confi
 		os.Exit(1)
 	}
 	return h
+}
+
+// setMemoryLimit sets the Go runtime's soft memory limit from the function's memory size (memoryLimit), before
+// anything else is built, and says so in the log.
+func setMemoryLimit(getenv func(string) string, log *slog.Logger) {
+	limit, why, err := memoryLimit(getenv)
+	switch {
+	case err != nil:
+		log.Warn("memory limit left as it is", "err", err)
+	case limit > 0:
+		debug.SetMemoryLimit(limit)
+		log.Info("memory limit", "bytes", limit, "from", why)
+	}
 }
 
 // Secrets names where the secrets a function reads come from; nil means the function does not read it. Each main
