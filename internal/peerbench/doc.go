@@ -6,7 +6,7 @@
 //
 //   - agentloop: this tree's cmd/agentloop, built by the test (go build), `agentloop dev` on a fresh data
 //     directory (SQLite), OPENAI_API_KEY, OPENAI_BASE_URL and AGENT_MODEL pointing it at the fake model (the
-//     openai-go Chat Completions adapter), and every per-user limit off (AGENT_MAX_ACTIVE_RUNS_PER_USER,
+//     Chat Completions adapter), and every per-user limit off (AGENT_MAX_ACTIVE_RUNS_PER_USER,
 //     AGENT_THREADS_PER_MINUTE, AGENT_MAX_STREAMS_PER_USER, AGENT_MAX_STREAMS_PER_RUN, AGENT_MAX_ACTIVE_JOBS_PER_USER
 //     = 0); the load user is the dev token's. Its default settings otherwise (log level info, to a file).
 //   - aisdk: aisdk/server.mjs, a node:http POST /chat route with streamText over the body's messages and

@@ -1,7 +1,7 @@
 // Package offline is a scripted, OpenAI-compatible Chat Completions endpoint served in-process. It lets the
 // production openai adapter run end to end in tests and in `agentloop dev` with no API key, and with no network but
 // for the images a request names by URL (see "Validation"):
-// point openai-go's option.WithBaseURL at the base URL that Start returns (".../v1/").
+// point the adapter's Config.BaseURL (lib/openai) at the base URL that Start returns (".../v1/").
 //
 // # Routes
 //

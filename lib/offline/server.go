@@ -80,7 +80,7 @@ func New(opts ...Option) *Server {
 func (s *Server) Requests() int64 { return s.requests.Load() }
 
 // Start serves s on addr (e.g. "127.0.0.1:0" for a free loopback port) until stop is called. baseURL has the
-// form "http://127.0.0.1:PORT/v1/", ready for openai-go's option.WithBaseURL. stop closes the listener and every
+// form "http://127.0.0.1:PORT/v1/", ready for lib/openai's Config.BaseURL. stop closes the listener and every
 // open connection and waits for the server loop to end; it may be called more than once.
 func (s *Server) Start(addr string) (baseURL string, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
-	oai "github.com/openai/openai-go/v3"
 )
 
 // accumulator turns the chunks of one streamed completion into agent events. Data flows one way (DESIGN "Models
@@ -31,30 +30,26 @@ type toolCall struct {
 	started bool            // the start event went out
 }
 
-// reasoningFields are the delta fields in which OpenAI-compatible providers stream reasoning text.
-var reasoningFields = [...]string{"reasoning_content", "reasoning"}
-
 func (a *accumulator) send(ev agent.ModelEvent) error {
 	a.emitted = true
 	return a.emit(ev)
 }
 
 // add folds one chunk in, emitting its deltas; an error from emit is returned as is.
-func (a *accumulator) add(c oai.ChatCompletionChunk) error {
+func (a *accumulator) add(c chunk) error {
 	if c.Model != "" {
 		a.model = c.Model
 	}
-	if c.JSON.Usage.Valid() {
-		u := c.Usage
+	if u := c.Usage; u != nil {
 		a.usage = agent.Usage{
-			InputTokens:       u.PromptTokens,
-			OutputTokens:      u.CompletionTokens,
-			TotalTokens:       u.TotalTokens,
-			CachedInputTokens: u.PromptTokensDetails.CachedTokens,
-			ReasoningTokens:   u.CompletionTokensDetails.ReasoningTokens,
+			InputTokens:       int64(u.PromptTokens),
+			OutputTokens:      int64(u.CompletionTokens),
+			TotalTokens:       int64(u.TotalTokens),
+			CachedInputTokens: int64(u.PromptTokensDetails.CachedTokens),
+			ReasoningTokens:   int64(u.CompletionTokensDetails.ReasoningTokens),
 		}
 		if a.usage.TotalTokens == 0 {
-			a.usage.TotalTokens = u.PromptTokens + u.CompletionTokens
+			a.usage.TotalTokens = int64(u.PromptTokens + u.CompletionTokens)
 		}
 	}
 	for _, ch := range c.Choices {
@@ -71,14 +66,10 @@ func (a *accumulator) add(c oai.ChatCompletionChunk) error {
 	return nil
 }
 
-func (a *accumulator) delta(d oai.ChatCompletionChunkChoiceDelta) error {
-	for _, name := range reasoningFields {
-		f, ok := d.JSON.ExtraFields[name]
-		if !ok {
-			continue
-		}
+func (a *accumulator) delta(d chunkDelta) error {
+	for _, raw := range [...]json.RawMessage{d.ReasoningContent, d.Reasoning} {
 		var s string
-		if raw := f.Raw(); raw != "" && raw != "null" && json.Unmarshal([]byte(raw), &s) == nil && s != "" {
+		if len(raw) > 0 && string(raw) != "null" && json.Unmarshal(raw, &s) == nil && s != "" {
 			if err := a.send(agent.ModelEvent{Type: agent.EventReasoningDelta, Delta: s}); err != nil {
 				return err
 			}
@@ -103,14 +94,15 @@ func (a *accumulator) delta(d oai.ChatCompletionChunkChoiceDelta) error {
 // toolDelta folds one tool call fragment in. Calls are told apart by index, as OpenAI streams them; a fragment
 // that names a different id at an index already in use starts a new call, because some compatible servers
 // (older Ollama and Gemini's compatibility layer) send every parallel call at index 0.
-func (a *accumulator) toolDelta(tc oai.ChatCompletionChunkChoiceDeltaToolCall) error {
+func (a *accumulator) toolDelta(tc chunkToolCall) error {
 	if a.byIndex == nil {
 		a.byIndex = map[int64]*toolCall{}
 	}
-	call := a.byIndex[tc.Index]
+	idx := int64(tc.Index)
+	call := a.byIndex[idx]
 	if call == nil || (tc.ID != "" && call.id != "" && tc.ID != call.id) {
 		call = &toolCall{}
-		a.byIndex[tc.Index] = call
+		a.byIndex[idx] = call
 		a.calls = append(a.calls, call)
 	}
 	if call.id == "" {

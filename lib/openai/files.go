@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
-	oai "github.com/openai/openai-go/v3"
 )
 
 // publicClient is the default Config.FileClient: it dials public unicast addresses only (not loopback,
@@ -143,25 +142,24 @@ func fileLine(f agent.ModelFile, why string) string {
 	return fmt.Sprintf("[attachment %s (%s) %s]", name, f.MediaType, why)
 }
 
-func userParts(msg agent.ModelMessage, files []sentFile) []oai.ChatCompletionContentPartUnionParam {
-	var parts []oai.ChatCompletionContentPartUnionParam
+func userParts(msg agent.ModelMessage, files []sentFile) []contentPart {
+	var parts []contentPart
 	if msg.Text != "" {
-		parts = append(parts, oai.TextContentPart(msg.Text))
+		parts = append(parts, textPart(msg.Text))
 	}
 	for j, f := range msg.Files {
 		sent := files[j]
 		switch {
 		case sent.stub != "":
-			parts = append(parts, oai.TextContentPart(sent.stub))
+			parts = append(parts, textPart(sent.stub))
 		case strings.HasPrefix(f.MediaType, "image/"):
-			parts = append(parts, oai.ImageContentPart(oai.ChatCompletionContentPartImageImageURLParam{URL: sent.url}))
+			parts = append(parts, contentPart{Type: "image_url", ImageURL: &imageURL{URL: sent.url}})
 		default:
 			name := f.Filename
 			if name == "" {
 				name = "document.pdf"
 			}
-			parts = append(parts, oai.FileContentPart(oai.ChatCompletionContentPartFileFileParam{
-				FileData: oai.String(sent.url), Filename: oai.String(name)}))
+			parts = append(parts, contentPart{Type: "file", File: &fileData{FileData: sent.url, Filename: name}})
 		}
 	}
 	return parts

@@ -1,6 +1,7 @@
-// Package openai adapts agent.Model to any OpenAI-compatible Chat Completions endpoint through
-// github.com/openai/openai-go/v3: OpenAI itself, the in-process offline model (package offline), or any provider
-// that speaks the same wire format.
+// Package openai adapts agent.Model to any OpenAI-compatible Chat Completions endpoint: OpenAI itself, the
+// in-process offline model (package offline), or any provider that speaks the same wire format. It speaks the
+// wire itself, with the standard library (wire.go: the request, the streamed chunks, the error bodies), not
+// through github.com/openai/openai-go/v3, which linked 13 MB of every OpenAI API's types into the chat Lambda.
 //
 // # Events
 //
@@ -75,10 +76,6 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
-	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/ssestream"
-	"github.com/openai/openai-go/v3/shared"
 )
 
 // Defaults for the zero values of Config (DESIGN "Run lifecycle"). lib/config refers to these; nothing else
@@ -152,9 +149,10 @@ type Config struct {
 
 // Model is the agent.Model adapter. It is safe for concurrent use.
 type Model struct {
-	cfg   Config
-	chat  oai.ChatCompletionService
-	files fileCache // files downloaded for recent requests: a run's steps send the same history again
+	cfg         Config
+	endpoint    string    // BaseURL's chat/completions
+	endpointErr error     // BaseURL is no URL: every request fails with it
+	files       fileCache // files downloaded for recent requests: a run's steps send the same history again
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -206,15 +204,9 @@ func New(cfg Config) *Model {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(cfg.HTTPClient),
-		option.WithMaxRetries(0),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	}
-	return &Model{cfg: cfg, chat: oai.NewChatCompletionService(opts...), files: fileCache{max: 2 * cfg.MaxFileBytes}}
+	m := &Model{cfg: cfg, files: fileCache{max: 2 * cfg.MaxFileBytes}}
+	m.endpoint, m.endpointErr = endpoint(cfg.BaseURL)
+	return m
 }
 
 func cmpOr(v, def string) string {
@@ -232,12 +224,12 @@ var (
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
-	params, downloaded, err := m.params(ctx, req)
+	r, downloaded, err := m.request(ctx, req)
 	if err != nil {
 		return agent.ModelResult{}, err
 	}
 	for attempt := 0; ; attempt++ {
-		res, fail := m.attempt(ctx, params, emit)
+		res, fail := m.attempt(ctx, r, emit)
 		if fail == nil {
 			res.FileBytes = downloaded
 			return res, nil
@@ -300,15 +292,18 @@ func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
 
 func (w *watchdog) stop() { w.timer.Stop() }
 
-func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
+func (m *Model) attempt(ctx context.Context, req request, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
 	defer dog.stop()
-	stream := m.chat.NewStreaming(actx, params)
+	acc := accumulator{emit: emit, ids: m.cfg.IDs, model: req.model}
+	stream, err := m.open(actx, req.body)
+	if err != nil {
+		return acc.partial(), m.classify(ctx, actx, err, false)
+	}
 	defer stream.Close()
 
-	acc := accumulator{emit: emit, ids: m.cfg.IDs, model: params.Model}
 	timedOut := false
 	for stream.Next() {
 		if actx.Err() != nil {
@@ -324,7 +319,7 @@ func (m *Model) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		}
 		dog.waiting()
 	}
-	err := stream.Err()
+	err = stream.Err()
 	if err == nil && actx.Err() != nil {
 		err = context.Cause(actx)
 	}
@@ -361,7 +356,7 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
 		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
 	}
-	var apiErr *oai.Error
+	var apiErr *apiError
 	if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest && (apiErr.Code == "invalid_image_url" || apiErr.Code == "invalid_image_format") {
 		// The newest message's image by URL (older ones are sent as data, or as a line): the person's own error.
 		return &failure{err: agent.Wrap(providerSaid(err, apiErr.Message), agent.KindInvalid, agent.CodeFileUnavailable,
@@ -376,7 +371,7 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 			retryAfter: retryAfter(apiErr.Response),
 		}
 	}
-	var streamErr *ssestream.StreamError
+	var streamErr *streamError
 	if errors.As(err, &streamErr) {
 		// An error event inside a 200 stream: the provider gave up mid-completion. Not retried: it is not
 		// one of the transient classes, and usually follows emitted deltas anyway.
@@ -393,8 +388,7 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
 }
 
-// providerSaid keeps the provider's own message beside err for the logs (openai-go's errors print only the
-// status), without the query of any URL it quotes (a pre-signed URL's is a credential: REVIEW S16).
+// providerSaid keeps the provider's own message beside err for the logs (an apiError prints only the status), without the query of any URL it quotes (a pre-signed URL's is a credential: REVIEW S16).
 func providerSaid(err error, said string) error {
 	if said == "" {
 		return err
@@ -415,14 +409,14 @@ func canceled(ctx context.Context) error {
 	return &agent.Error{Kind: agent.KindCanceled, Code: code, Message: "model call canceled", Err: cause}
 }
 
-func streamErrorMessage(e *ssestream.StreamError) string {
+func streamErrorMessage(e *streamError) string {
 	var body struct {
 		Error struct {
 			Message string `json:"message"`
 			Code    any    `json:"code"`
 		} `json:"error"`
 	}
-	if json.Unmarshal(e.Event.Data, &body) != nil || body.Error.Message == "" {
+	if json.Unmarshal(e.Data, &body) != nil || body.Error.Message == "" {
 		return e.Message
 	}
 	if body.Error.Code != nil {
@@ -457,15 +451,20 @@ func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
 	return max(d, providerWait)
 }
 
-// params builds the request body.
-// params builds the request; downloaded has the sizes of the files it downloaded, by URL.
-func (m *Model) params(ctx context.Context, req agent.ModelRequest) (oai.ChatCompletionNewParams, map[string]int64, error) {
+// request is one model request, ready to send (again, on a retry).
+type request struct {
+	model string
+	body  []byte
+}
+
+// request builds the request; downloaded has the sizes of the files it downloaded, by URL.
+func (m *Model) request(ctx context.Context, req agent.ModelRequest) (request, map[string]int64, error) {
 	model := req.Model
 	if model == "" {
 		model = m.cfg.Model
 	}
 	if model == "" {
-		return oai.ChatCompletionNewParams{}, nil, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
+		return request{}, nil, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
 	}
 	maxTokens := req.MaxOutputTokens
 	if maxTokens <= 0 {
@@ -473,42 +472,53 @@ func (m *Model) params(ctx context.Context, req agent.ModelRequest) (oai.ChatCom
 	}
 	msgs, downloaded, err := m.messages(ctx, req)
 	if err != nil {
-		return oai.ChatCompletionNewParams{}, nil, err
+		return request{}, nil, err
 	}
-	p := oai.ChatCompletionNewParams{Model: model, Messages: msgs}
+	p := chatRequest{Model: model, Messages: msgs, Stream: true}
 	switch m.cfg.MaxTokensParam {
 	case MaxTokens:
-		p.MaxTokens = oai.Int(int64(maxTokens))
+		p.MaxTokens = maxTokens
 	case MaxTokensNone:
 	default:
-		p.MaxCompletionTokens = oai.Int(int64(maxTokens))
+		p.MaxCompletionTokens = maxTokens
 	}
 	if !m.cfg.OmitStreamOptions {
-		p.StreamOptions = oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)}
+		p.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	for _, t := range req.Tools {
-		fn := shared.FunctionDefinitionParam{Name: t.Name}
-		if t.Description != "" {
-			fn.Description = oai.String(t.Description)
-		}
+		fn := chatFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
 		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
-			if err := json.Unmarshal(t.Parameters, &fn.Parameters); err != nil {
-				return oai.ChatCompletionNewParams{}, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal,
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(t.Parameters, &obj); err != nil || obj == nil {
+				return request{}, nil, agent.Wrap(cmpErr(err, errNotObject), agent.KindInternal, agent.CodeInternal,
 					"tool "+t.Name+": parameters are not a JSON object")
 			}
 		} else {
-			fn.Parameters = shared.FunctionParameters{"type": "object", "properties": map[string]any{}}
+			fn.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
-		p.Tools = append(p.Tools, oai.ChatCompletionFunctionTool(fn))
+		p.Tools = append(p.Tools, chatTool{Type: "function", Function: fn})
 	}
-	return p, downloaded, nil
+	body, err := encodeRequest(p)
+	if err != nil {
+		return request{}, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
+	}
+	return request{model: model, body: body}, downloaded, nil
+}
+
+var errNotObject = errors.New("not a JSON object")
+
+func cmpErr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
 }
 
 // messages converts the provider-neutral transcript, system prompt first.
-func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]oai.ChatCompletionMessageParamUnion, map[string]int64, error) {
-	out := make([]oai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
+func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]chatMessage, map[string]int64, error) {
+	out := make([]chatMessage, 0, len(req.Messages)+1)
 	if req.System != "" {
-		out = append(out, oai.SystemMessage(req.System))
+		out = append(out, chatMessage{Role: "system", Content: req.System})
 	}
 	files, downloaded, err := m.resolveFiles(ctx, req.Messages)
 	if err != nil {
@@ -518,30 +528,26 @@ func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]oai.Cha
 		switch msg.Role {
 		case "user":
 			if len(msg.Files) == 0 {
-				out = append(out, oai.UserMessage(msg.Text))
+				out = append(out, chatMessage{Role: "user", Content: msg.Text})
 				continue
 			}
-			out = append(out, oai.UserMessage(userParts(msg, files[i])))
+			out = append(out, chatMessage{Role: "user", Content: userParts(msg, files[i])})
 		case "assistant":
-			a := oai.ChatCompletionAssistantMessageParam{}
+			a := chatMessage{Role: "assistant"}
 			if msg.Text != "" || len(msg.ToolCalls) == 0 {
-				a.Content.OfString = oai.String(msg.Text)
+				a.Content = msg.Text
 			}
 			for _, c := range msg.ToolCalls {
 				args := c.Arguments
 				if strings.TrimSpace(args) == "" {
 					args = "{}" // providers reject empty arguments
 				}
-				a.ToolCalls = append(a.ToolCalls, oai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &oai.ChatCompletionMessageFunctionToolCallParam{
-						ID:       c.ID,
-						Function: oai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: args},
-					},
-				})
+				a.ToolCalls = append(a.ToolCalls, chatToolCall{ID: c.ID, Type: "function",
+					Function: chatFunctionCall{Name: c.Name, Arguments: args}})
 			}
-			out = append(out, oai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+			out = append(out, a)
 		case "tool":
-			out = append(out, oai.ToolMessage(msg.Text, msg.ToolCallID))
+			out = append(out, chatMessage{Role: "tool", Content: msg.Text, ToolCallID: msg.ToolCallID})
 		default:
 			return nil, nil, agent.E(agent.KindInternal, agent.CodeInternal, "message %d: unknown role %q", i, msg.Role)
 		}

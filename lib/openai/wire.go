@@ -1,0 +1,318 @@
+package openai
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// The Chat Completions wire, with the standard library only: the request body, the streamed chunks and the
+// error bodies, as OpenAI documents them (and as package offline checks them). The adapter once sent them
+// through github.com/openai/openai-go/v3, whose package links every type of every OpenAI API into a binary
+// that uses one of them: 13 of the chat bootstrap's 30 MB (issue 18 item 6). Only what the adapter sends and
+// reads is declared; a field a provider adds is ignored.
+
+// chatRequest is the body of POST chat/completions.
+type chatRequest struct {
+	Model               string         `json:"model"`
+	Messages            []chatMessage  `json:"messages"`
+	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
+	MaxTokens           int            `json:"max_tokens,omitempty"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+	Tools               []chatTool     `json:"tools,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatMessage is one message of the request. Content is a string or []contentPart; nil leaves it out (an
+// assistant message that only calls tools).
+type chatMessage struct {
+	Role       string         `json:"role"`
+	Content    any            `json:"content,omitempty"`
+	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+type chatToolCall struct {
+	ID       string           `json:"id"`
+	Type     string           `json:"type"`
+	Function chatFunctionCall `json:"function"`
+}
+
+type chatFunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// contentPart is a user message's part: text, image_url or file.
+type contentPart struct {
+	Type     string    `json:"type"`
+	Text     string    `json:"text,omitempty"`
+	ImageURL *imageURL `json:"image_url,omitempty"`
+	File     *fileData `json:"file,omitempty"`
+}
+
+type imageURL struct {
+	URL string `json:"url"`
+}
+
+type fileData struct {
+	FileData string `json:"file_data"`
+	Filename string `json:"filename"`
+}
+
+func textPart(s string) contentPart { return contentPart{Type: "text", Text: s} }
+
+type chatTool struct {
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// encodeRequest is the request's JSON, HTML characters as they are (the prompt prefix is sent byte for byte
+// alike on every step, so a provider's prompt cache holds).
+func encodeRequest(r chatRequest) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// chunk is one streamed chat.completion.chunk.
+type chunk struct {
+	Model   string        `json:"model"`
+	Usage   *chunkUsage   `json:"usage"`
+	Choices []chunkChoice `json:"choices"`
+}
+
+type chunkUsage struct {
+	PromptTokens        count `json:"prompt_tokens"`
+	CompletionTokens    count `json:"completion_tokens"`
+	TotalTokens         count `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens count `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens count `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+type chunkChoice struct {
+	Index        count      `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	FinishReason string     `json:"finish_reason"`
+}
+
+type chunkDelta struct {
+	Content string `json:"content"`
+	Refusal string `json:"refusal"`
+	// ReasoningContent and Reasoning are the fields in which compatible providers stream reasoning text
+	// (DeepSeek, vLLM; Ollama, OpenRouter); kept raw, since some send an object there, which is not text.
+	ReasoningContent json.RawMessage `json:"reasoning_content"`
+	Reasoning        json.RawMessage `json:"reasoning"`
+	ToolCalls        []chunkToolCall `json:"tool_calls"`
+}
+
+type chunkToolCall struct {
+	Index    count  `json:"index"`
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// count is a number of tokens or an index: an integer, also when a compatible server writes it as 12.0; null is 0.
+type count int64
+
+func (c *count) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if n, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+		*c = count(n)
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return &json.UnmarshalTypeError{Value: "non-number " + string(b), Type: reflect.TypeFor[int64]()}
+	}
+	*c = count(f)
+	return nil
+}
+
+// apiError is a provider's answer with an HTTP error status, with what its {"error": {...}} body says.
+type apiError struct {
+	StatusCode int
+	Code       string // e.g. "invalid_image_url"; a number as its digits
+	Message    string // the provider's message, or the start of a body that is not OpenAI's error shape
+	Response   *http.Response
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("the model provider answered HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+}
+
+// maxErrorBody bounds the error body read from a provider.
+const maxErrorBody = 64 << 10
+
+func readAPIError(res *http.Response) *apiError {
+	e := &apiError{StatusCode: res.StatusCode, Response: res}
+	b, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+	var body struct {
+		Error struct {
+			Message string          `json:"message"`
+			Code    json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &body) != nil || (body.Error.Message == "" && len(body.Error.Code) == 0) {
+		e.Message = strings.TrimSpace(string(b[:min(len(b), 300)]))
+		return e
+	}
+	e.Message = body.Error.Message
+	if err := json.Unmarshal(body.Error.Code, &e.Code); err != nil && string(body.Error.Code) != "null" {
+		e.Code = string(body.Error.Code)
+	}
+	return e
+}
+
+// streamError is an error event inside a 200 stream: data {"error": {...}}.
+type streamError struct {
+	Message string
+	Data    []byte
+}
+
+func (e *streamError) Error() string { return e.Message }
+
+// chunkStream reads a text/event-stream body one chunk at a time, up to data: [DONE].
+type chunkStream struct {
+	body io.ReadCloser
+	scn  *bufio.Scanner
+	cur  chunk
+	err  error
+	done bool
+}
+
+// maxEventLine bounds one line of the stream (32 MB, as openai-go bounded it: a tool call's arguments can come
+// whole in one chunk).
+const maxEventLine = 32 << 20
+
+func newChunkStream(body io.ReadCloser) *chunkStream {
+	scn := bufio.NewScanner(body)
+	scn.Buffer(nil, maxEventLine)
+	return &chunkStream{body: body, scn: scn}
+}
+
+// Next reads the next chunk; false at the end of the stream ([DONE], the end of the body) or on an error (Err).
+func (s *chunkStream) Next() bool {
+	if s.done {
+		return false
+	}
+	data, ok := s.event()
+	if !ok {
+		s.done = true
+		s.err = s.scn.Err()
+		return false
+	}
+	if bytes.HasPrefix(data, []byte("[DONE]")) {
+		s.done = true
+		return false
+	}
+	var probe struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(data, &probe) == nil && len(probe.Error) > 0 {
+		s.done = true
+		s.err = &streamError{Message: "received error while streaming: " + string(probe.Error), Data: data}
+		return false
+	}
+	s.cur = chunk{}
+	if err := json.Unmarshal(data, &s.cur); err != nil {
+		s.done = true
+		s.err = err
+		return false
+	}
+	return true
+}
+
+// event returns the data of the next event, its data lines joined by newlines; false at the end of the body.
+func (s *chunkStream) event() ([]byte, bool) {
+	var data []byte
+	for s.scn.Scan() {
+		line := s.scn.Bytes()
+		if len(line) == 0 {
+			if len(data) > 0 {
+				return data, true
+			}
+			continue
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		if string(name) != "data" {
+			continue // comments, event names, ids, retry hints
+		}
+		value = bytes.TrimPrefix(value, []byte(" "))
+		data = append(append(data, value...), '\n')
+	}
+	return nil, false
+}
+
+func (s *chunkStream) Current() chunk { return s.cur }
+func (s *chunkStream) Err() error     { return s.err }
+func (s *chunkStream) Close() error   { return s.body.Close() }
+
+// endpoint is base's chat/completions URL: base is a path prefix whether or not it ends with a slash.
+func endpoint(base string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	return u.JoinPath("chat/completions").String(), nil
+}
+
+// open sends the request and returns its stream, or the provider's error answer (*apiError), or the transport's
+// error.
+func (m *Model) open(ctx context.Context, body []byte) (*chunkStream, error) {
+	if m.endpointErr != nil {
+		return nil, m.endpointErr
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	if m.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+m.cfg.APIKey)
+	}
+	res, err := m.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode >= 400 {
+		defer res.Body.Close()
+		return nil, readAPIError(res)
+	}
+	return newChunkStream(res.Body), nil
+}
