@@ -3,7 +3,9 @@ package sqlite_test
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,7 +72,13 @@ func BenchmarkPutMessage(b *testing.B) {
 			m := agent.Message{ID: "m", Role: agent.RoleAssistant, Parts: []json.RawMessage{part(tc.size)},
 				Metadata: json.RawMessage(`{"status":"streaming"}`)}
 			b.SetBytes(int64(len(m.Parts[0])))
-			fence := agent.Fence{RunID: "r1", Epoch: 1}
+			// Message writes check the claim (fence F): write as the thread's run.
+			res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", Owner: "u1", RunID: "r1",
+				Trigger: agent.TriggerUser, Now: nowTime(), StaleAfter: 30 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			fence := res.Run.Fence()
 			ops0, stmts0 := s.Ops(), s.Statements()
 			i := 0
 			for b.Loop() {
@@ -84,6 +92,69 @@ func BenchmarkPutMessage(b *testing.B) {
 				}
 			}
 			reportCounters(b, s, ops0, stmts0)
+		})
+	}
+}
+
+// BenchmarkParallelWrites is the write load of many streaming runs on one Store (issue 18: a process streaming
+// 1,000 runs appends two segments and one heartbeat per run per second): 64 goroutines, each one run on its own
+// claimed thread, append 2 KB segments, heartbeat, or both (two segments to one heartbeat). ns/op is the Store's
+// throughput (wall time over all goroutines' calls); tx/op is how many write transactions a call cost.
+func BenchmarkParallelWrites(b *testing.B) {
+	const runsPerProc = 32 // b.SetParallelism: goroutines per GOMAXPROCS
+	data := []byte(strings.Repeat("data: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"word \"}\n\n", 2<<10/56))
+	for _, tc := range []struct {
+		name      string
+		heartbeat func(i int64) bool
+	}{
+		{"append-segment", func(int64) bool { return false }},
+		{"heartbeat", func(int64) bool { return true }},
+		{"mixed", func(i int64) bool { return i%3 == 2 }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := setup(b)
+			ctx := b.Context()
+			runs := runsPerProc * runtime.GOMAXPROCS(0)
+			fences := make([]agent.Fence, runs)
+			for i := range fences {
+				id := fmt.Sprintf("th%d", i)
+				newThread(b, s, id)
+				res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: id, Owner: "u1", RunID: "run-" + id,
+					Trigger: agent.TriggerUser, Now: nowTime(), StaleAfter: 30 * time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				fences[i] = res.Run.Fence()
+			}
+			var next atomic.Int64
+			ops0, stmts0, txs0 := s.Ops(), s.Statements(), s.Transactions()
+			b.SetParallelism(runsPerProc)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				r := int(next.Add(1) - 1)
+				th, f := fmt.Sprintf("th%d", r), fences[r]
+				var i, seq int64
+				for pb.Next() {
+					i++
+					if tc.heartbeat(i) {
+						if err := s.Heartbeat(ctx, th, f, nowTime().Add(time.Duration(i)*time.Millisecond)); err != nil {
+							b.Error(err)
+							return
+						}
+						continue
+					}
+					g := agent.Segment{ThreadID: th, RunID: f.RunID, Seq: seq, Data: data, CreatedAt: nowTime(),
+						ExpiresAt: nowTime().Add(24 * time.Hour)}
+					seq++
+					if err := s.AppendSegment(ctx, g); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			reportCounters(b, s, ops0, stmts0)
+			b.ReportMetric(float64(s.Transactions()-txs0)/float64(b.N), "tx/op")
 		})
 	}
 }

@@ -101,6 +101,7 @@ type Store struct {
 	wsem  chan struct{}
 	ops   atomic.Int64
 	stmts atomic.Int64
+	txs   atomic.Int64
 }
 
 var _ agent.Store = (*Store)(nil)
@@ -162,6 +163,10 @@ func (s *Store) Ops() int64 { return s.ops.Load() }
 // Statements counts the SQL statements this Store executed (every Exec and Query, retries included; BEGIN and
 // COMMIT are not counted).
 func (s *Store) Statements() int64 { return s.stmts.Load() }
+
+// Transactions counts the write transactions this Store began (every BEGIN IMMEDIATE that took the lock,
+// retries included).
+func (s *Store) Transactions() int64 { return s.txs.Load() }
 
 // op counts one Store method call.
 func (s *Store) op() { s.ops.Add(1) }
@@ -279,6 +284,7 @@ func (s *Store) writeOnce(ctx context.Context, fn func(c conn) error) (err error
 	if err != nil {
 		return err
 	}
+	s.txs.Add(1)
 	if err := agent.MayWrite(ctx); err != nil { // BEGIN IMMEDIATE may have waited for another connection's lock
 		_ = tx.Rollback()
 		return gateRefused{err}
