@@ -1,15 +1,29 @@
 // Package sqlite is the embedded agent.Store: one SQLite file, driven by the pure-Go modernc.org/sqlite (no cgo),
 // used by `agentloop dev` and by tests that want a real store without AWS. It passes lib/storetest.
 //
-// Concurrency. The file is opened in WAL mode, so readers never block the writer. Every write, conditional or
-// not, is one transaction started with BEGIN IMMEDIATE: it takes the file's write lock before it reads, so two
-// claimers (goroutines of one process or separate processes on the same file) serialise and the second one sees the
-// first one's claim. Within one *Store the write transactions queue on a channel (waiting honours the context) so
-// they do not spin in SQLite's busy handler; across processes SQLite's busy timeout waits for the lock, and a
-// transaction that still fails with SQLITE_BUSY or SQLITE_LOCKED is rolled back and retried a few times before it
-// is reported as KindUnavailable/CodeStoreUnavailable. A write gate on the context (agent.WithWriteGate: a fenced
-// write's claim horizon) is asked before every attempt and again once the lock is held; a refused attempt writes
-// nothing. A context that ends first is KindCanceled/CodeCanceled.
+// Concurrency. The file is opened in WAL mode, so readers never block the writer. Every write transaction is
+// started with BEGIN IMMEDIATE: it takes the file's write lock before it reads, so two claimers (goroutines of one
+// process or separate processes on the same file) serialise and the second one sees the first one's claim. Within
+// one *Store the writes go through one writer goroutine with group commit (batch.go): a write call queues its write
+// and waits; the writer takes the writes that queued while its previous transaction ran (up to maxBatchWrites, and
+// no more once they have bound maxBatchBytes) and runs them in order in one transaction, each inside its own
+// SAVEPOINT, so a write that fails (a refused condition, a constraint, any error of its own) rolls back its own
+// statements only and that failure is its caller's result, while a write that reads then writes (a claim) sees
+// the earlier writes of its batch. Every caller gets its own result after COMMIT; a transaction that fails as a
+// whole (BEGIN, a statement or COMMIT with SQLITE_BUSY or SQLITE_LOCKED: another process on the file holds the
+// lock) is rolled back and retried, writes and all, a few times before it is reported as
+// KindUnavailable/CodeStoreUnavailable, and any other failure of the transaction is every write's result: nothing
+// is reported applied that did not commit. A lone write runs without a savepoint. Across processes SQLite's busy
+// timeout waits for the lock. A write gate on the context (agent.WithWriteGate: a fenced write's claim horizon) is
+// asked when the call is made, before every retry of its transaction, and again for each write once the lock is
+// held, just before its savepoint; a refused write writes nothing and fails alone. A caller whose context ends
+// while its write waits is KindCanceled/CodeCanceled at once and its write is never run; once the writer has taken
+// a write into a transaction, its caller waits for that transaction (statements run detached from the callers'
+// contexts: the driver interrupts a statement whose context ends, and SQLite may answer that by rolling back the
+// whole transaction, the batch's other writes with it). No write runs alone by necessity: none has retry rules
+// of its own, and DeleteThread's deletes, the largest write, are one write among others (its size is what the
+// byte bound does not count). The schema's migration is the first write of a Store, so it runs alone. Below, a
+// write that "is one transaction" is one such write: its statements commit together or not at all.
 // Reads run outside transactions; each read is a single statement and so sees one consistent snapshot.
 //
 // Ownership. The claim lives on the thread row, with the thread's epoch and its message counter (next_seq): a
@@ -53,6 +67,12 @@
 // claimed-threads index (the reaper's work list) is keyed by thread id, so heartbeats write one table page and no
 // index entry (TestHeartbeatWritesNoIndex). The price is paid by ListStaleClaims, which reads the row of every
 // claimed thread (as many as there are runs in flight) to compare heartbeats.
+// A write transaction has a fixed cost (BEGIN, COMMIT and the WAL frames of the pages it wrote, whatever it wrote
+// in them) that group commit pays once per batch: under load (many runs streaming in one process, each appending a
+// segment twice a second and heartbeating once a second) a transaction carries many writes, so a heartbeat waits
+// for at most the batch in progress and its own, never for a queue of single transactions
+// (BenchmarkParallelWrites: tx/op). Each write of a batch adds two statements SQLite runs but Statements does
+// not count, SAVEPOINT and RELEASE, as it does not count BEGIN and COMMIT; Transactions counts transactions.
 //
 // Storage. Times are unix milliseconds (INTEGER) and come back as UTC times with millisecond precision; a zero
 // FinishedAt is NULL. A message's parts are kept as one JSON array (TEXT) whose elements are the parts' bytes as
@@ -73,6 +93,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,8 +118,17 @@ const (
 type Store struct {
 	db   *sql.DB
 	path string
-	// wsem serialises this Store's write transactions (capacity 1).
-	wsem  chan struct{}
+
+	// The write queue (batch.go): callers append under wmu and wake the writer goroutine, which takes batches
+	// from the head; wquit stops it, wdone is closed when it has returned.
+	wmu     sync.Mutex
+	wq      []*writeReq
+	wclosed bool
+	wake    chan struct{}
+	wquit   chan struct{}
+	wdone   chan struct{}
+	hooks   testHooks
+
 	ops   atomic.Int64
 	stmts atomic.Int64
 	txs   atomic.Int64
@@ -124,9 +154,10 @@ func open(ctx context.Context, path string, busy time.Duration) (*Store, error) 
 	}
 	db.SetMaxOpenConns(maxOpenConns)
 	db.SetMaxIdleConns(maxOpenConns)
-	s := &Store{db: db, path: abs, wsem: make(chan struct{}, 1)}
+	s := &Store{db: db, path: abs, wake: make(chan struct{}, 1), wquit: make(chan struct{}), wdone: make(chan struct{})}
+	go s.writer()
 	if err := s.migrate(ctx); err != nil {
-		_ = db.Close()
+		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -145,8 +176,26 @@ func dsn(abs string, busy time.Duration) string {
 	return u.String()
 }
 
-// Close closes the database. Calls made after Close fail.
+// Close stops the writer, once the writes already queued have their results, and closes the database. Calls
+// made after Close fail.
 func (s *Store) Close() error {
+	s.wmu.Lock()
+	closing := !s.wclosed
+	s.wclosed = true
+	s.wmu.Unlock()
+	if closing {
+		close(s.wquit)
+	}
+	<-s.wdone
+	s.wmu.Lock()
+	left := s.wq
+	s.wq = nil
+	s.wmu.Unlock()
+	for _, w := range left {
+		if w.take() {
+			w.finish(errClosed())
+		}
+	}
 	if err := s.db.Close(); err != nil {
 		return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: close")
 	}
@@ -182,6 +231,28 @@ type querier interface {
 type conn struct {
 	x querier
 	n *atomic.Int64
+	// bound is set on a write's connection inside a batch (batch.go): its statements add the bytes they bind to
+	// *bound, and run detached from the caller's end (stmtCtx).
+	bound *int64
+}
+
+// stmtCtx is the context a statement runs under. Inside a batch it is ctx without its cancellation (values, such
+// as the caller's meter, are kept): the driver interrupts a statement whose context ends, and SQLite may answer an
+// interrupted write by rolling back the whole transaction, every other write of the batch with it. A caller whose
+// context ended before its write ran never gets that far (runOne asks first).
+func (c conn) stmtCtx(ctx context.Context, args []any) context.Context {
+	if c.bound == nil {
+		return ctx
+	}
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			*c.bound += int64(len(v))
+		case []byte:
+			*c.bound += int64(len(v))
+		}
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // Per-run metering (agent.StoreMeter): every statement run under a context that carries a meter counts as one
@@ -189,7 +260,7 @@ type conn struct {
 // write unit per row changed (so WriteUnits are rows written). SQLite has no read units: ReadUnits stay 0.
 func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	c.n.Add(1)
-	res, err := c.x.ExecContext(ctx, query, args...)
+	res, err := c.x.ExecContext(c.stmtCtx(ctx, args), query, args...)
 	if m := agent.StoreMeterFrom(ctx); m != nil {
 		var rows int64
 		if err == nil {
@@ -212,88 +283,64 @@ func (c conn) execN(ctx context.Context, query string, args ...any) (int64, erro
 func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	c.n.Add(1)
 	agent.StoreMeterFrom(ctx).Add(0, 0)
-	return c.x.QueryContext(ctx, query, args...)
+	return c.x.QueryContext(c.stmtCtx(ctx, args), query, args...)
 }
 
 func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	c.n.Add(1)
 	agent.StoreMeterFrom(ctx).Add(0, 0)
-	return c.x.QueryRowContext(ctx, query, args...)
+	return c.x.QueryRowContext(c.stmtCtx(ctx, args), query, args...)
 }
 
 // read is the connection for reads outside a transaction.
 func (s *Store) read() conn { return conn{x: s.db, n: &s.stmts} }
 
-// write runs fn in one BEGIN IMMEDIATE transaction and commits it. An *agent.Error returned by fn (a decision,
-// such as a failed condition) rolls back and is returned as is; SQLITE_BUSY/LOCKED rolls back and retries; any
-// other failure is wrapped as KindInternal. The context's write gate (agent.MayWrite) is asked before every
-// attempt and again once BEGIN IMMEDIATE holds the lock (it may have waited up to the busy timeout for it): a
-// refused attempt writes nothing, and the call fails with the gate's error as KindUnavailable, not retried (fence
-// E, as the DynamoDB client's Finalize middleware does before every SDK attempt).
+// write runs fn as one write of this Store: queued for the writer goroutine, run inside its own savepoint of the
+// writer's next transaction (batch.go), and answered once that transaction committed. An *agent.Error returned
+// by fn (a decision, such as a failed condition) rolls back fn's writes only and is returned as is; a
+// transaction that fails with SQLITE_BUSY/LOCKED is rolled back and retried; any other failure is wrapped as
+// KindInternal. The context's write gate (agent.MayWrite) is asked here, before every retry of the transaction,
+// and again once BEGIN IMMEDIATE holds the lock (it may have waited up to the busy timeout for it, and the
+// batches before it for their turn), just before fn's savepoint: a refused write writes nothing, and the call
+// fails with the gate's error as KindUnavailable, not retried (fence E, as the DynamoDB client's Finalize
+// middleware does before every SDK attempt). A caller whose context ends before its write is taken into a
+// transaction gets KindCanceled and its write is not run; once taken, the call waits for its transaction.
 func (s *Store) write(ctx context.Context, op string, fn func(c conn) error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = s.writeOnce(ctx, fn)
-		if err == nil {
-			return nil
-		}
-		var g gateRefused
-		if errors.As(err, &g) {
-			return agent.Wrap(g.err, agent.KindUnavailable, agent.CodeStoreUnavailable, "sqlite: "+op+": write gate: attempt not sent")
-		}
-		var ae *agent.Error
-		if errors.As(err, &ae) {
-			return err
-		}
-		if !isBusy(err) || attempt == busyAttempts || ctx.Err() != nil {
-			break
-		}
-		// Back off a little more each time; another process holds the write lock.
-		timer := time.NewTimer(time.Duration(attempt*attempt) * 10 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return s.fail(op, ctx.Err())
-		case <-timer.C:
-		}
-	}
-	return s.fail(op, err)
-}
-
-func (s *Store) writeOnce(ctx context.Context, fn func(c conn) error) (err error) {
-	// The gate, then the context, before the wait for the writer slot: a run whose claim fell in doubt usually has
-	// both its gate closed and its context canceled, and the select below picks at random among ready cases, so
-	// asking it first made the same refused write fail as either (the simulation's TestReplayIsExact/seed27 saw
-	// both in two plays of one schedule).
+	// The gate, then the context: a run whose claim fell in doubt usually has both its gate closed and its
+	// context canceled, and the select below picks at random among ready cases, so asking it first keeps the
+	// same refused write failing the same way (the simulation's TestReplayIsExact/seed27 saw both in two plays
+	// of one schedule when it did not).
 	if err := agent.MayWrite(ctx); err != nil {
-		return gateRefused{err}
+		return s.result(op, gateRefused{err})
 	}
 	if err := ctx.Err(); err != nil {
+		return s.fail(op, err)
+	}
+	w := &writeReq{ctx: ctx, fn: fn, done: make(chan struct{})}
+	if err := s.enqueue(w); err != nil {
 		return err
 	}
 	select {
-	case s.wsem <- struct{}{}:
+	case <-w.done:
 	case <-ctx.Done():
-		return ctx.Err()
+		if w.state.CompareAndSwap(writePending, writeCanceled) {
+			return s.fail(op, ctx.Err())
+		}
+		<-w.done // taken: its transaction is under way
 	}
-	defer func() { <-s.wsem }()
-	if err := agent.MayWrite(ctx); err != nil {
-		return gateRefused{err}
+	return s.result(op, w.err)
+}
+
+// result is the error a write call returns for its write's result.
+func (s *Store) result(op string, err error) error {
+	if err == nil {
+		return nil
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
+	var g gateRefused
+	if errors.As(err, &g) {
+		return agent.Wrap(g.err, agent.KindUnavailable, agent.CodeStoreUnavailable, "sqlite: "+op+": write gate: attempt not sent")
 	}
-	s.txs.Add(1)
-	if err := agent.MayWrite(ctx); err != nil { // BEGIN IMMEDIATE may have waited for another connection's lock
-		_ = tx.Rollback()
-		return gateRefused{err}
-	}
-	if err := fn(conn{x: tx, n: &s.stmts}); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
+	return s.fail(op, err)
 }
 
 // gateRefused is an attempt the write gate refused (nothing was written).

@@ -1,0 +1,281 @@
+package sqlite
+
+// Group commit: every write of a Store goes through one writer goroutine, which runs the writes that queued while
+// its previous transaction ran together in its next one (see the package doc, Concurrency).
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+const (
+	// maxBatchWrites bounds how many writes share one transaction.
+	maxBatchWrites = 128
+	// maxBatchBytes bounds the bytes a transaction's writes bind (their string and blob arguments): once a batch
+	// has bound this much, its remaining writes wait for the next transaction. One write larger than this still
+	// runs (alone at the head of its batch).
+	maxBatchBytes = 1 << 20
+)
+
+// A writeReq is one write call, from the queue until its result.
+type writeReq struct {
+	ctx context.Context // the caller's: its gate, its meter, its end
+	fn  func(c conn) error
+	// state is writePending while the caller may still leave, writeTaken while the writer decides the write (the
+	// caller then waits for done), writeCanceled once the caller left: the write is never run.
+	state atomic.Int32
+	err   error // the result, set by the writer before it closes done
+	done  chan struct{}
+}
+
+// The states of a writeReq.
+const (
+	writePending int32 = iota
+	writeTaken
+	writeCanceled
+)
+
+// take moves a pending write to the writer; false means its caller already left.
+func (w *writeReq) take() bool { return w.state.CompareAndSwap(writePending, writeTaken) }
+
+// finish reports err to the write's caller (the write must be taken).
+func (w *writeReq) finish(err error) {
+	w.err = err
+	close(w.done)
+}
+
+// testHooks are seams for this package's tests; the zero value does nothing.
+type testHooks struct {
+	// queued is called by a caller once its write is in the queue, with the queue's length.
+	queued func(n int)
+	// commit is called before each COMMIT; an error fails that COMMIT as SQLite's own would (the transaction is
+	// rolled back; a busy error is retried).
+	commit func() error
+}
+
+// errClosed is the result of a write made after Close (or still queued when Close stopped the writer).
+func errClosed() error {
+	return agent.E(agent.KindInternal, agent.CodeInternal, "sqlite: the store is closed")
+}
+
+// enqueue puts w at the end of the queue and wakes the writer.
+func (s *Store) enqueue(w *writeReq) error {
+	s.wmu.Lock()
+	if s.wclosed {
+		s.wmu.Unlock()
+		return errClosed()
+	}
+	s.wq = append(s.wq, w)
+	n, queued := len(s.wq), s.hooks.queued
+	s.wmu.Unlock()
+	if queued != nil {
+		queued(n)
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake is already pending
+	}
+	return nil
+}
+
+// nextBatch takes up to maxBatchWrites writes from the head of the queue.
+func (s *Store) nextBatch() []*writeReq {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	n := min(len(s.wq), maxBatchWrites)
+	batch := s.wq[:n:n]
+	s.wq = s.wq[n:]
+	if len(s.wq) == 0 {
+		s.wq = nil
+	}
+	return batch
+}
+
+// requeue puts writes a batch had no room for back at the head of the queue, in order.
+func (s *Store) requeue(ws []*writeReq) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.wq = append(ws[:len(ws):len(ws)], s.wq...)
+}
+
+// writer is the Store's writer goroutine: it runs batches until the queue is empty, then waits for a wake; it
+// returns on Close.
+func (s *Store) writer() {
+	defer close(s.wdone)
+	for {
+		select {
+		case <-s.wake:
+		case <-s.wquit:
+			return
+		}
+		for batch := s.nextBatch(); len(batch) > 0; batch = s.nextBatch() {
+			if rest := s.commitBatch(batch); len(rest) > 0 {
+				s.requeue(rest)
+			}
+		}
+	}
+}
+
+// commitBatch runs batch in one transaction, retried as a whole (up to busyAttempts in all) when BEGIN, a
+// statement or COMMIT fails with SQLITE_BUSY/LOCKED, and reports each write's own result once COMMIT succeeded.
+// Any other failure of the transaction is every write's result: nothing is reported applied that did not
+// commit. It returns the writes the batch's byte bound left for the next transaction (untaken).
+func (s *Store) commitBatch(batch []*writeReq) []*writeReq {
+	live := batch
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			// Before every attempt after the first (the caller asked before its first), as before each attempt of
+			// a single write: the gate, then the context.
+			live = s.prune(live)
+			if len(live) == 0 {
+				return nil
+			}
+		}
+		ran, rest, err := s.attempt(live)
+		if err == nil {
+			for _, w := range ran {
+				close(w.done)
+			}
+			return rest
+		}
+		for _, w := range ran {
+			w.state.Store(writePending) // nothing of it was kept: it is again a write its caller may leave
+		}
+		if !isBusy(err) || attempt == busyAttempts {
+			s.failAll(live, err)
+			return nil
+		}
+		// Back off a little more each time; another process holds the write lock.
+		timer := time.NewTimer(time.Duration(attempt*attempt) * 10 * time.Millisecond)
+		select {
+		case <-s.wquit:
+			timer.Stop()
+			s.failAll(live, errClosed())
+			return nil
+		case <-timer.C:
+		}
+	}
+}
+
+// prune drops the writes whose callers left, and finishes those whose gate refuses or whose context ended.
+func (s *Store) prune(live []*writeReq) []*writeReq {
+	out := live[:0]
+	for _, w := range live {
+		if w.state.Load() == writeCanceled {
+			continue
+		}
+		err := agent.MayWrite(w.ctx)
+		if err != nil {
+			err = gateRefused{err}
+		} else {
+			err = w.ctx.Err()
+		}
+		if err != nil {
+			if w.take() {
+				w.finish(err)
+			}
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// failAll reports err to every write of live whose caller is still waiting.
+func (s *Store) failAll(live []*writeReq, err error) {
+	for _, w := range live {
+		if w.take() {
+			w.finish(err)
+		}
+	}
+}
+
+// attempt is one transaction over live: BEGIN IMMEDIATE, each write in its own savepoint, COMMIT. A write's own
+// failure (a refused condition, a constraint, its gate, its context) rolls back its savepoint only and is its
+// result (in w.err); ran are the writes taken, rest those the byte bound left for the next transaction. A
+// non-nil error is the transaction's own: it was rolled back, and no write of it applied.
+func (s *Store) attempt(live []*writeReq) (ran, rest []*writeReq, err error) {
+	ctx := context.Background() // the transaction is every write's, so no caller's end may end it
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.txs.Add(1)
+	// A write alone needs no savepoint: the transaction is its own, and its failure rolls the transaction back.
+	alone := len(live) == 1
+	var bound int64
+	for i, w := range live {
+		if bound >= maxBatchBytes && len(ran) > 0 {
+			rest = live[i:]
+			break
+		}
+		if !w.take() {
+			continue // its caller left before the lock was ours
+		}
+		ran = append(ran, w)
+		var txErr error
+		w.err, txErr = s.runOne(ctx, tx, w, &bound, !alone)
+		if txErr != nil {
+			_ = tx.Rollback()
+			return ran, nil, txErr
+		}
+		if alone && w.err != nil {
+			_ = tx.Rollback()
+			return ran, nil, nil
+		}
+	}
+	if s.hooks.commit != nil {
+		if err := s.hooks.commit(); err != nil {
+			_ = tx.Rollback()
+			return ran, nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		_ = tx.Rollback()
+		return ran, nil, err
+	}
+	return ran, rest, nil
+}
+
+// runOne runs one taken write inside the open transaction: the gate and the context are asked once the lock is
+// held, just before its savepoint (a refused write writes nothing), then fn runs between SAVEPOINT and RELEASE,
+// or ROLLBACK TO when it fails (without savepoint, the caller rolls the transaction back when werr is set). werr is the write's result; txErr a failure that spoils the whole transaction
+// (SQLITE_BUSY/LOCKED, as a single transaction's is retried, or a savepoint SQLite could not roll back because it
+// already rolled the transaction back).
+func (s *Store) runOne(ctx context.Context, tx *sql.Tx, w *writeReq, bound *int64, savepoint bool) (werr, txErr error) {
+	if err := agent.MayWrite(w.ctx); err != nil {
+		return gateRefused{err}, nil
+	}
+	if err := w.ctx.Err(); err != nil {
+		return err, nil
+	}
+	if savepoint {
+		if _, err := tx.ExecContext(ctx, `SAVEPOINT w`); err != nil {
+			return nil, err
+		}
+	}
+	err := w.fn(conn{x: tx, n: &s.stmts, bound: bound})
+	if isBusy(err) {
+		return nil, err
+	}
+	if !savepoint {
+		return err, nil
+	}
+	if err == nil {
+		if _, err := tx.ExecContext(ctx, `RELEASE w`); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	for _, stmt := range []string{`ROLLBACK TO w`, `RELEASE w`} {
+		if _, rerr := tx.ExecContext(ctx, stmt); rerr != nil {
+			return nil, fmt.Errorf("%s: %w (after the write failed: %v)", stmt, rerr, err)
+		}
+	}
+	return err, nil
+}
