@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"path/filepath"
 	"time"
 
@@ -74,6 +75,14 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 
 	go stack.Run(ctx)
 
+	if cfg.PprofAddr != "" {
+		stopProfiler, err := serveProfiler(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopProfiler()
+	}
+
 	srv := devHTTPServer(stack.Handler)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -92,6 +101,25 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return err
 	}
 	return nil
+}
+
+// serveProfiler serves net/http/pprof on addr (AGENT_PPROF_ADDR), on a mux of its own: opt-in, for profiling
+// the dev server under load (the peer benchmark); the API's port never serves it. stop closes it.
+func serveProfiler(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("AGENT_PPROF_ADDR: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: devReadHeaderTimeout}
+	log.Info("pprof serving", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, nil
 }
 
 func modelSource(offline bool) string {

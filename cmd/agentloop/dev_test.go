@@ -1,6 +1,8 @@
 package main
 
 import (
+	"log/slog"
+	"net"
 	"net/http"
 	"testing"
 )
@@ -16,4 +18,33 @@ func TestDevServerBoundsConnections(t *testing.T) {
 	if srv.WriteTimeout != 0 {
 		t.Fatalf("dev server WriteTimeout %s: a streamed reply lasts as long as its run", srv.WriteTimeout)
 	}
+}
+
+// AGENT_PPROF_ADDR serves net/http/pprof on its own address; the API's port never serves it.
+func TestDevProfilerOptIn(t *testing.T) {
+	t.Parallel()
+	stop, err := serveProfiler("127.0.0.1:0", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if _, err := serveProfiler("not an address", slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("a bad AGENT_PPROF_ADDR was accepted")
+	}
+
+	bin, data := setup(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	p := startDev(t, bin, data, "AGENT_PPROF_ADDR="+addr)
+	if code, _ := request(t, http.MethodGet, "http://"+addr+"/debug/pprof/cmdline", "", ""); code != http.StatusOK {
+		t.Fatalf("pprof on AGENT_PPROF_ADDR: %d", code)
+	}
+	if code, _ := request(t, http.MethodGet, p.url+"/debug/pprof/cmdline", "", ""); code == http.StatusOK {
+		t.Fatal("the API's port serves pprof")
+	}
+	p.stop(t)
 }

@@ -91,6 +91,7 @@ type Config struct {
 	JWTSubjectClaim     string        // AGENT_JWT_SUBJECT_CLAIM: the claim naming the user ("" means sub)
 	ChatURL             string        // AGENT_CHAT_URL: the chat function's URL, for the web app the API function serves
 	LogLevel            string        // AGENT_LOG_LEVEL: debug|info|warn|error
+	PprofAddr           string        // AGENT_PPROF_ADDR: `agentloop dev` only: net/http/pprof there (unset: none)
 	TableName           string        // TABLE_NAME: the DynamoDB table
 	SecretParam         string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
 	OpenAIAPIKeyParam   string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
@@ -134,6 +135,7 @@ func Load(getenv func(string) string) (Config, error) {
 		JWTAudience:         getenv("AGENT_JWT_AUDIENCE"),
 		ChatURL:             strings.TrimSuffix(getenv("AGENT_CHAT_URL"), "/"),
 		LogLevel:            cmp.Or(strings.TrimSpace(getenv("AGENT_LOG_LEVEL")), "info"),
+		PprofAddr:           strings.TrimSpace(getenv("AGENT_PPROF_ADDR")),
 		TableName:           strings.TrimSpace(getenv("TABLE_NAME")),
 		SecretParam:         strings.TrimSpace(getenv("AGENT_SECRET_PARAM")),
 		OpenAIAPIKeyParam:   strings.TrimSpace(getenv("OPENAI_API_KEY_PARAM")),
