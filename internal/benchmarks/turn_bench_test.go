@@ -351,32 +351,3 @@ func BenchmarkStreamingCostDynamo(b *testing.B) {
 	b.ReportMetric(float64(c.ByOperation["PutItem"])/secs, "puts/s")
 	b.ReportMetric(c.ReadUnits/secs, "rcu/s")
 }
-
-// BenchmarkStop: how long after a stop request a streaming reply ends (the client reads finish), and how much
-// text still arrived after the stop was accepted.
-func BenchmarkStop(b *testing.B) {
-	s := setup(b, nil, nil, config.Config{})
-	var lat []time.Duration
-	var after int
-	for i := 0; i < b.N; i++ {
-		thread := fmt.Sprintf("stop%d", i)
-		resp := s.post(b, "/chat", chat(thread, "m", "/slow 1000"))
-		buf := make([]byte, 64<<10)
-		if _, err := resp.Body.Read(buf); err != nil { // the reply has started
-			b.Fatal(err)
-		}
-		time.Sleep(150 * time.Millisecond)
-		stopped := time.Now()
-		if r := s.post(b, "/threads/"+thread+"/stop", ""); r.StatusCode != 202 {
-			b.Fatalf("stop = %d", r.StatusCode)
-		}
-		rest, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		// The finish chunk is the end; [DONE] follows at once.
-		lat = append(lat, time.Since(stopped))
-		after += bytes.Count(rest, []byte(`"type":"text-delta"`))
-	}
-	b.ReportMetric(pct(lat, 0.50), "p50-stop-µs")
-	b.ReportMetric(pct(lat, 0.99), "p99-stop-µs")
-	b.ReportMetric(float64(after)/float64(b.N), "words-after-stop")
-}
