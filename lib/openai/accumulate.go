@@ -68,8 +68,11 @@ func (a *accumulator) add(c chunk) error {
 
 func (a *accumulator) delta(d chunkDelta) error {
 	for _, raw := range [...]json.RawMessage{d.ReasoningContent, d.Reasoning} {
+		if len(raw) == 0 || string(raw) == "null" {
+			continue // s below escapes to the heap: only for a chunk that has reasoning
+		}
 		var s string
-		if len(raw) > 0 && string(raw) != "null" && json.Unmarshal(raw, &s) == nil && s != "" {
+		if json.Unmarshal(raw, &s) == nil && s != "" {
 			if err := a.send(agent.ModelEvent{Type: agent.EventReasoningDelta, Delta: s}); err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1013,5 +1014,42 @@ func TestInvalidTranscript(t *testing.T) {
 				t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
 			}
 		})
+	}
+}
+
+// BenchmarkStreamWords streams a canned 200-word reply shaped as the peer benchmark's fake model sends it (one
+// chunk per word, then finish and usage), written at once by a server that does nothing else: the adapter's own
+// cost per reply (reading, decoding, emitting), without a model's.
+func BenchmarkStreamWords(b *testing.B) {
+	const head = `data: {"id":"chatcmpl-peerbench","object":"chat.completion.chunk","created":1700000000,"model":"bench","choices":[{"index":0,"delta":`
+	var body strings.Builder
+	body.WriteString(head + `{"role":"assistant","content":""},"finish_reason":null}]}` + "\n\n")
+	for i := range 200 {
+		fmt.Fprintf(&body, "%s{\"content\":\"w%s \"},\"finish_reason\":null}]}\n\n", head, strconv.FormatInt(int64(1e9+i*5000), 36))
+	}
+	body.WriteString(head + `{},"finish_reason":"stop"}]}` + "\n\n")
+	body.WriteString(`data: {"id":"chatcmpl-peerbench","object":"chat.completion.chunk","created":1700000000,"model":"bench","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":200,"total_tokens":220}}` + "\n\ndata: [DONE]\n\n")
+	canned := []byte(body.String())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(canned)
+	}))
+	defer srv.Close()
+	m := New(Config{BaseURL: srv.URL + "/v1/", Model: "bench", Logger: slog.New(slog.DiscardHandler)})
+	req := userReq("hi")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		words := 0
+		res, err := m.Stream(ctx, req, func(ev agent.ModelEvent) error {
+			if ev.Type == agent.EventTextDelta {
+				words++
+			}
+			return nil
+		})
+		if err != nil || res.FinishReason != agent.FinishStop || words != 200 || res.Usage.TotalTokens != 220 {
+			b.Fatalf("result %+v, %d words, err %v", res, words, err)
+		}
 	}
 }

@@ -203,10 +203,14 @@ type streamError struct {
 
 func (e *streamError) Error() string { return e.Message }
 
-// chunkStream reads a text/event-stream body one chunk at a time, up to data: [DONE].
+// chunkStream reads a text/event-stream body one chunk at a time, up to data: [DONE]: lines split at \n (one
+// \r before it dropped), data lines joined with newlines, an event ending at an empty line, comments, event
+// names, ids and retry hints ignored, a last event without its empty line dropped.
 type chunkStream struct {
 	body io.ReadCloser
-	scn  *bufio.Scanner
+	r    *bufio.Reader
+	line []byte // a line longer than the read buffer, gathered
+	data []byte // the event's data lines
 	cur  chunk
 	err  error
 	done bool
@@ -216,10 +220,12 @@ type chunkStream struct {
 // whole in one chunk).
 const maxEventLine = 32 << 20
 
+// chunkReadBuffer is a stream's read buffer: most chunks are far shorter (a longer line is gathered), and a
+// server holds one per streaming reply.
+const chunkReadBuffer = 1 << 10
+
 func newChunkStream(body io.ReadCloser) *chunkStream {
-	scn := bufio.NewScanner(body)
-	scn.Buffer(nil, maxEventLine)
-	return &chunkStream{body: body, scn: scn}
+	return &chunkStream{body: body, r: bufio.NewReaderSize(body, chunkReadBuffer)}
 }
 
 // Next reads the next chunk; false at the end of the stream ([DONE], the end of the body) or on an error (Err).
@@ -227,41 +233,56 @@ func (s *chunkStream) Next() bool {
 	if s.done {
 		return false
 	}
-	data, ok := s.event()
-	if !ok {
+	data, err := s.event()
+	if err != nil {
 		s.done = true
-		s.err = s.scn.Err()
+		if err != io.EOF {
+			s.err = err
+		}
 		return false
 	}
 	if bytes.HasPrefix(data, []byte("[DONE]")) {
 		s.done = true
 		return false
 	}
-	var probe struct {
-		Error json.RawMessage `json:"error"`
+	if decodeChunk(data, &s.cur) {
+		return true
 	}
-	if json.Unmarshal(data, &probe) == nil && len(probe.Error) > 0 {
+	if s.cur, s.err = decodeChunkSlow(data); s.err != nil {
 		s.done = true
-		s.err = &streamError{Message: "received error while streaming: " + string(probe.Error), Data: data}
-		return false
-	}
-	s.cur = chunk{}
-	if err := json.Unmarshal(data, &s.cur); err != nil {
-		s.done = true
-		s.err = err
 		return false
 	}
 	return true
 }
 
-// event returns the data of the next event, its data lines joined by newlines; false at the end of the body.
-func (s *chunkStream) event() ([]byte, bool) {
-	var data []byte
-	for s.scn.Scan() {
-		line := s.scn.Bytes()
+// decodeChunkSlow decodes what decodeChunk refuses, with encoding/json: an error event ({"error": ...}) is a
+// *streamError.
+func decodeChunkSlow(data []byte) (chunk, error) {
+	var probe struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(data, &probe) == nil && len(probe.Error) > 0 {
+		return chunk{}, &streamError{Message: "received error while streaming: " + string(probe.Error), Data: bytes.Clone(data)}
+	}
+	var c chunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return chunk{}, err
+	}
+	return c, nil
+}
+
+// event returns the data of the next event, its data lines joined by newlines, valid until the next call;
+// io.EOF at the end of the body.
+func (s *chunkStream) event() ([]byte, error) {
+	s.data = s.data[:0]
+	for {
+		line, err := s.readLine()
+		if err != nil {
+			return nil, err
+		}
 		if len(line) == 0 {
-			if len(data) > 0 {
-				return data, true
+			if len(s.data) > 0 {
+				return s.data, nil
 			}
 			continue
 		}
@@ -270,9 +291,31 @@ func (s *chunkStream) event() ([]byte, bool) {
 			continue // comments, event names, ids, retry hints
 		}
 		value = bytes.TrimPrefix(value, []byte(" "))
-		data = append(append(data, value...), '\n')
+		s.data = append(append(s.data, value...), '\n')
 	}
-	return nil, false
+}
+
+// readLine returns the next line without its \n (and one \r before it), valid until the next call, as
+// bufio.ScanLines splits them (the last line of a body that does not end in \n too); io.EOF once the body has
+// ended.
+func (s *chunkStream) readLine() ([]byte, error) {
+	line, err := s.r.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		s.line = append(s.line[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = s.r.ReadSlice('\n')
+			if len(s.line)+len(line) > maxEventLine {
+				return nil, bufio.ErrTooLong
+			}
+			s.line = append(s.line, line...)
+		}
+		line = s.line
+	}
+	if err != nil && (err != io.EOF || len(line) == 0) {
+		return nil, err
+	}
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	return bytes.TrimSuffix(line, []byte("\r")), nil
 }
 
 func (s *chunkStream) Current() chunk { return s.cur }
