@@ -20,6 +20,9 @@ const (
 	// has bound this much, its remaining writes wait for the next transaction. One write larger than this still
 	// runs (alone at the head of its batch).
 	maxBatchBytes = 1 << 20
+	// maxPrepared bounds how many write statements a Store keeps prepared (batchTx.stmt); past it, a new
+	// statement is parsed each time it runs, as a read is. The package's writes use a few dozen.
+	maxPrepared = 128
 )
 
 // A writeReq is one write call, from the queue until its result.
@@ -208,9 +211,9 @@ func (s *Store) attempt(live []*writeReq) (ran, rest []*writeReq, err error) {
 	s.txs.Add(1)
 	// A write alone needs no savepoint: the transaction is its own, and its failure rolls the transaction back.
 	alone := len(live) == 1
-	var bound int64
+	b := &batchTx{s: s, tx: tx}
 	for i, w := range live {
-		if bound >= maxBatchBytes && len(ran) > 0 {
+		if b.bound >= maxBatchBytes && len(ran) > 0 {
 			rest = live[i:]
 			break
 		}
@@ -219,7 +222,7 @@ func (s *Store) attempt(live []*writeReq) (ran, rest []*writeReq, err error) {
 		}
 		ran = append(ran, w)
 		var txErr error
-		w.err, txErr = s.runOne(ctx, tx, w, &bound, !alone)
+		w.err, txErr = b.runOne(ctx, w, !alone)
 		if txErr != nil {
 			_ = tx.Rollback()
 			return ran, nil, txErr
@@ -247,7 +250,7 @@ func (s *Store) attempt(live []*writeReq) (ran, rest []*writeReq, err error) {
 // or ROLLBACK TO when it fails (without savepoint, the caller rolls the transaction back when werr is set). werr is the write's result; txErr a failure that spoils the whole transaction
 // (SQLITE_BUSY/LOCKED, as a single transaction's is retried, or a savepoint SQLite could not roll back because it
 // already rolled the transaction back).
-func (s *Store) runOne(ctx context.Context, tx *sql.Tx, w *writeReq, bound *int64, savepoint bool) (werr, txErr error) {
+func (b *batchTx) runOne(ctx context.Context, w *writeReq, savepoint bool) (werr, txErr error) {
 	if err := agent.MayWrite(w.ctx); err != nil {
 		return gateRefused{err}, nil
 	}
@@ -255,11 +258,11 @@ func (s *Store) runOne(ctx context.Context, tx *sql.Tx, w *writeReq, bound *int6
 		return err, nil
 	}
 	if savepoint {
-		if _, err := tx.ExecContext(ctx, `SAVEPOINT w`); err != nil {
+		if err := b.exec(ctx, `SAVEPOINT w`); err != nil {
 			return nil, err
 		}
 	}
-	err := w.fn(conn{x: tx, n: &s.stmts, bound: bound})
+	err := w.fn(conn{x: b, n: &b.s.stmts})
 	if isBusy(err) {
 		return nil, err
 	}
@@ -267,15 +270,97 @@ func (s *Store) runOne(ctx context.Context, tx *sql.Tx, w *writeReq, bound *int6
 		return err, nil
 	}
 	if err == nil {
-		if _, err := tx.ExecContext(ctx, `RELEASE w`); err != nil {
+		if err := b.exec(ctx, `RELEASE w`); err != nil {
 			return nil, err
 		}
 		return nil, nil
 	}
 	for _, stmt := range []string{`ROLLBACK TO w`, `RELEASE w`} {
-		if _, rerr := tx.ExecContext(ctx, stmt); rerr != nil {
+		if rerr := b.exec(ctx, stmt); rerr != nil {
 			return nil, fmt.Errorf("%s: %w (after the write failed: %v)", stmt, rerr, err)
 		}
 	}
 	return err, nil
+}
+
+// batchTx is a batch's transaction as its writes see it (their conn's querier). Every statement counts the bytes
+// it binds towards maxBatchBytes and runs detached from its caller's end: the driver interrupts a statement
+// whose context ends, and SQLite may answer an interrupted write by rolling back the whole transaction, every other
+// write of the batch with it (a caller whose context ended before its write ran never gets this far: runOne asks
+// first); the context's values, such as the caller's meter, are kept. A statement with arguments (every write's:
+// the schema's statements have none) runs prepared, parsed once per Store and connection.
+type batchTx struct {
+	s     *Store
+	tx    *sql.Tx
+	bound int64
+}
+
+func (b *batchTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx, st := b.enter(ctx, query, args)
+	if st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return b.tx.ExecContext(ctx, query, args...)
+}
+
+func (b *batchTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx, st := b.enter(ctx, query, args)
+	if st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return b.tx.QueryContext(ctx, query, args...)
+}
+
+func (b *batchTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx, st := b.enter(ctx, query, args)
+	if st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return b.tx.QueryRowContext(ctx, query, args...)
+}
+
+// enter counts a statement's bound bytes and returns the context it runs under and, when it has arguments, its
+// prepared form in this transaction (nil: run it unprepared).
+func (b *batchTx) enter(ctx context.Context, query string, args []any) (context.Context, *sql.Stmt) {
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			b.bound += int64(len(v))
+		case []byte:
+			b.bound += int64(len(v))
+		}
+	}
+	ctx = context.WithoutCancel(ctx)
+	if len(args) == 0 {
+		return ctx, nil
+	}
+	return ctx, b.stmt(ctx, query)
+}
+
+// stmt is query prepared in this transaction: prepared on the Store once (up to maxPrepared statements), and on
+// the transaction's connection the first time that connection runs it. nil when query cannot be prepared (or
+// there is no room): the caller runs it unprepared, and it reports its own error.
+func (b *batchTx) stmt(ctx context.Context, query string) *sql.Stmt {
+	p, ok := b.s.prepared[query]
+	if !ok {
+		if len(b.s.prepared) >= maxPrepared {
+			return nil
+		}
+		var err error
+		if p, err = b.s.db.PrepareContext(ctx, query); err != nil {
+			return nil
+		}
+		b.s.prepared[query] = p
+	}
+	return b.tx.StmtContext(ctx, p)
+}
+
+// exec runs one of the batch's own statements (SAVEPOINT, RELEASE, ROLLBACK TO), prepared.
+func (b *batchTx) exec(ctx context.Context, query string) error {
+	if st := b.stmt(ctx, query); st != nil {
+		_, err := st.ExecContext(ctx)
+		return err
+	}
+	_, err := b.tx.ExecContext(ctx, query)
+	return err
 }

@@ -296,3 +296,40 @@ func TestWriteAfterClose(t *testing.T) {
 		t.Fatalf("PutValue after Close: %v, want KindInternal", err)
 	}
 }
+
+// Write statements with arguments run prepared, each kept once per Store (the schema's, which have none, are not
+// kept); once maxPrepared statements are kept, a new one runs unprepared, and the write still succeeds.
+func TestWritesRunPrepared(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, _ := batchStore(t, 2)
+	for range 2 {
+		if err := s.PutValue(ctx, "ns", "k", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var put int
+	for query := range s.prepared {
+		if strings.HasPrefix(strings.TrimSpace(query), "CREATE") {
+			t.Fatalf("a schema statement is kept prepared: %.40q", query)
+		}
+		if strings.HasPrefix(query, "INSERT INTO kv") {
+			put++
+		}
+	}
+	if put != 1 {
+		t.Fatalf("PutValue's statement is kept %d times after two puts, want once (%d kept)", put, len(s.prepared))
+	}
+	for i := len(s.prepared); i < maxPrepared; i++ { // the writer is idle: the last write returned
+		s.prepared[fmt.Sprintf("SELECT %d", i)] = nil // placeholders, never run
+	}
+	if err := s.DeleteValue(ctx, "ns", "k"); err != nil {
+		t.Fatalf("a write once the prepared statements are at their bound: %v", err)
+	}
+	if got := value(t, s, "k"); got != "" || len(s.prepared) != maxPrepared {
+		t.Fatalf("after the delete: value %q, %d statements kept; want none and %d", got, len(s.prepared), maxPrepared)
+	}
+	for i := range maxPrepared { // Close closes what is kept
+		delete(s.prepared, fmt.Sprintf("SELECT %d", i))
+	}
+}

@@ -73,6 +73,9 @@
 // for at most the batch in progress and its own, never for a queue of single transactions
 // (BenchmarkParallelWrites: tx/op). Each write of a batch adds two statements SQLite runs but Statements does
 // not count, SAVEPOINT and RELEASE, as it does not count BEGIN and COMMIT; Transactions counts transactions.
+// Since one goroutine runs every write, the CPU a write costs it bounds the Store's write throughput: every write
+// statement with arguments (all of them but the schema's) runs prepared, parsed once per Store and connection (up
+// to maxPrepared statements), which halves a heartbeat's cost there; reads are parsed on every call.
 //
 // Storage. Times are unix milliseconds (INTEGER) and come back as UTC times with millisecond precision; a zero
 // FinishedAt is NULL. A message's parts are kept as one JSON array (TEXT) whose elements are the parts' bytes as
@@ -128,6 +131,8 @@ type Store struct {
 	wquit   chan struct{}
 	wdone   chan struct{}
 	hooks   testHooks
+	// prepared holds the write statements prepared once (batch.go); only the writer uses it.
+	prepared map[string]*sql.Stmt
 
 	ops   atomic.Int64
 	stmts atomic.Int64
@@ -154,7 +159,8 @@ func open(ctx context.Context, path string, busy time.Duration) (*Store, error) 
 	}
 	db.SetMaxOpenConns(maxOpenConns)
 	db.SetMaxIdleConns(maxOpenConns)
-	s := &Store{db: db, path: abs, wake: make(chan struct{}, 1), wquit: make(chan struct{}), wdone: make(chan struct{})}
+	s := &Store{db: db, path: abs, wake: make(chan struct{}, 1), wquit: make(chan struct{}), wdone: make(chan struct{}),
+		prepared: map[string]*sql.Stmt{}}
 	go s.writer()
 	if err := s.migrate(ctx); err != nil {
 		_ = s.Close()
@@ -196,6 +202,9 @@ func (s *Store) Close() error {
 			w.finish(errClosed())
 		}
 	}
+	for _, st := range s.prepared {
+		_ = st.Close()
+	}
 	if err := s.db.Close(); err != nil {
 		return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: close")
 	}
@@ -231,28 +240,6 @@ type querier interface {
 type conn struct {
 	x querier
 	n *atomic.Int64
-	// bound is set on a write's connection inside a batch (batch.go): its statements add the bytes they bind to
-	// *bound, and run detached from the caller's end (stmtCtx).
-	bound *int64
-}
-
-// stmtCtx is the context a statement runs under. Inside a batch it is ctx without its cancellation (values, such
-// as the caller's meter, are kept): the driver interrupts a statement whose context ends, and SQLite may answer an
-// interrupted write by rolling back the whole transaction, every other write of the batch with it. A caller whose
-// context ended before its write ran never gets that far (runOne asks first).
-func (c conn) stmtCtx(ctx context.Context, args []any) context.Context {
-	if c.bound == nil {
-		return ctx
-	}
-	for _, a := range args {
-		switch v := a.(type) {
-		case string:
-			*c.bound += int64(len(v))
-		case []byte:
-			*c.bound += int64(len(v))
-		}
-	}
-	return context.WithoutCancel(ctx)
 }
 
 // Per-run metering (agent.StoreMeter): every statement run under a context that carries a meter counts as one
@@ -260,7 +247,7 @@ func (c conn) stmtCtx(ctx context.Context, args []any) context.Context {
 // write unit per row changed (so WriteUnits are rows written). SQLite has no read units: ReadUnits stay 0.
 func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	c.n.Add(1)
-	res, err := c.x.ExecContext(c.stmtCtx(ctx, args), query, args...)
+	res, err := c.x.ExecContext(ctx, query, args...)
 	if m := agent.StoreMeterFrom(ctx); m != nil {
 		var rows int64
 		if err == nil {
@@ -283,13 +270,13 @@ func (c conn) execN(ctx context.Context, query string, args ...any) (int64, erro
 func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	c.n.Add(1)
 	agent.StoreMeterFrom(ctx).Add(0, 0)
-	return c.x.QueryContext(c.stmtCtx(ctx, args), query, args...)
+	return c.x.QueryContext(ctx, query, args...)
 }
 
 func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	c.n.Add(1)
 	agent.StoreMeterFrom(ctx).Add(0, 0)
-	return c.x.QueryRowContext(c.stmtCtx(ctx, args), query, args...)
+	return c.x.QueryRowContext(ctx, query, args...)
 }
 
 // read is the connection for reads outside a transaction.
