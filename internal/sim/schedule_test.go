@@ -19,15 +19,15 @@ import (
 	"github.com/agentloop/agentloop/lib/threads"
 )
 
-// simConfig is the engine configuration of every simulated process. Heartbeat and CancelPoll tick in real time
-// (procClock keeps the guard's ticks off the virtual clock), fast, but their store calls pass only when the
-// scheduler arms one (procStore), so they are schedule steps like any other. SegmentFlush is switched off
+// simConfig is the engine configuration of every simulated process. The keeper's Heartbeat ticks in real time
+// (procClock keeps them off the virtual clock), fast, but its batches pass only when the scheduler arms one
+// (procStore.KeepClaims), so they are schedule steps like any other. CancelPoll is unused (no run polls). SegmentFlush is switched off
 // (hours): segments are then written only at step ends and at the end of the stream, while the run waits.
 // Every other wait of the engine is on the virtual clock (procClock): InterruptWait, FinishRetry, RunTimeout and
 // ToolTimeout are hours (ToolTimeout is simToolTimeout in time mode); LateWait is off.
 func simConfig() engine.Config {
 	return engine.Config{Model: "sim-model", MaxSteps: 4, RunTimeout: 10 * time.Hour, ToolTimeout: 10 * time.Hour,
-		Heartbeat: time.Millisecond, CancelPoll: time.Millisecond, StaleAfter: 30 * time.Second,
+		Heartbeat: time.Millisecond, StaleAfter: 30 * time.Second,
 		InterruptWait: 10 * time.Hour, FinishRetry: 10 * time.Hour, SegmentFlush: 10 * time.Hour,
 		// A fenced run's background wait for the reaper (late usage) runs beside the schedule: its
 		// write could land between the check's read of a thread and of its runs (seed 1000001 on dynalite broke
@@ -182,11 +182,10 @@ func (w *world) steps(ops, least int, op func() error) error {
 		case c < 57:
 			if ps := w.liveStreams(); len(ps) > 0 {
 				p := ps[w.rng.IntN(len(ps))]
-				k := callHeartbeat
-				if w.rng.IntN(5) < 2 {
-					k = callPoll
-				}
-				err = w.guardTick(p, k)
+				// Two in five ticks were a guard's cancel poll before the keeper; no run polls any more (a stop
+				// arrives with the next heartbeat batch), and the draw stays so that every seed plays as before.
+				_ = w.rng.IntN(5)
+				err = w.guardTick(p, callHeartbeat)
 			}
 		case c < 64:
 			err = w.beforeClock(w.smallAdvance())

@@ -11,8 +11,8 @@ package sim
 // client tool outputs, sometimes twice at once, or two different ones, or an old one again, or with a decision
 // left out or an input changed; regenerates; stops; deletes; reaper sweeps), grants of a live process until its
 // next handoff (a model event, a claim retry, a call of the user-message goroutine, a write in flight),
-// heartbeats and cancel polls of a live run's guard, moves of the virtual clock (small, past half of staleAfter,
-// past staleAfter before a sweep), and stalls (a write in flight arrives after a reaper finished its run). The
+// heartbeat batches of a live run's process (its keeper's KeepClaims; no run polls for a stop), moves of the
+// virtual clock (small, past half of staleAfter, past staleAfter before a sweep), and stalls (a write in flight arrives after a reaper finished its run). The
 // model's replies call a server tool with a recorded effect, one that needs approval (sim_approve, or the demo
 // delete_note) and a client tool (ask_user_question). Then every live process runs to its end; while a thread
 // asks, most schedules go on with a human phase (answers, and stops, messages and regenerates racing them) and a
@@ -28,8 +28,8 @@ package sim
 //
 // Every schedule replays exactly (TestReplayIsExact): the scheduler lets one process run at a time, and only
 // between handoffs (world_test.go, proc_test.go), so the order of all store calls, and with it every fault, is
-// the seed's. What is left to the Go scheduler has no effect on the store: the guard's real-time tickers only
-// reach the store when the scheduler arms one tick; engine retries sleep in real time (20 ms and up) but are
+// the seed's. What is left to the Go scheduler has no effect on the store: the keeper's real-time ticker only
+// reaches the store when the scheduler arms one tick; engine retries sleep in real time (20 ms and up) but are
 // waited for; the segmenter's timer is off (SegmentFlush: hours).
 //
 //	go test ./internal/sim -run TestSimulation -args -seed N -store sqlite          # one seed, with its trace

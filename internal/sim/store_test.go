@@ -287,16 +287,7 @@ func (s *procStore) CreateThread(ctx context.Context, t agent.Thread) (th agent.
 }
 
 func (s *procStore) GetThread(ctx context.Context, id string) (th agent.Thread, err error) {
-	kind := callPlain
-	switch phaseOf(ctx) {
-	case phaseStream:
-		kind = callPoll // the run loop itself never reads the thread; only the guard does
-	case phaseDeliver:
-		if goroutineEntry() == entryGuard {
-			kind = callPoll
-		}
-	}
-	err = s.call(ctx, "GetThread", false, kind, nil, id, func(ctx context.Context) error {
+	err = s.call(ctx, "GetThread", false, callPlain, nil, id, func(ctx context.Context) error {
 		var e error
 		th, e = s.Store.GetThread(ctx, id)
 		return e
@@ -400,9 +391,9 @@ func (s *procStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res a
 }
 
 func (s *procStore) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
+	// The run's keeper heartbeats through KeepClaims; a Heartbeat is keepClaim's, in a long close-out before the
+	// run streams. It is gated as a guard tick, as it always was here (unarmed: lost on the way).
 	if !now.Equal(s.p.w.clock.Now()) {
-		// A tick that read the clock before the scheduler moved it: lost on the way, like an unarmed one, so
-		// that an armed heartbeat always carries the current virtual time.
 		return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: stale guard tick")
 	}
 	err := s.call(ctx, "Heartbeat", true, callHeartbeat, nil, threadID, func(ctx context.Context) error {
@@ -414,6 +405,53 @@ func (s *procStore) Heartbeat(ctx context.Context, threadID string, f agent.Fenc
 		s.p.heartbeatKept(now)
 	}
 	return err
+}
+
+// KeepClaims is the process's keeper's batch (lib/engine keeper.go): the guard tick the scheduler arms. It is
+// one store call, so a fault, a lost answer or a crash hits the batch as a whole (every claim answers the
+// injected error); the store's own answers differ per claim.
+func (s *procStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	all := func(err error) []agent.KeepResult {
+		out := make([]agent.KeepResult, len(claims))
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	if !now.Equal(s.p.w.clock.Now()) {
+		// A tick that read the clock before the scheduler moved it: lost on the way, like an unarmed one, so
+		// that an armed heartbeat always carries the current virtual time.
+		return all(agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: stale guard tick"))
+	}
+	var (
+		res   []agent.KeepResult
+		first error // the answer the scheduler sees: the first claim's that failed, else nil
+	)
+	thread := ""
+	if len(claims) > 0 {
+		thread = claims[0].ThreadID
+	}
+	err := s.call(ctx, "KeepClaims", true, callHeartbeat, nil, thread, func(ctx context.Context) error {
+		res = s.Store.KeepClaims(ctx, claims, now)
+		for _, r := range res {
+			if r.Err != nil {
+				first = r.Err
+				break
+			}
+		}
+		return first
+	})
+	if res == nil || err != first {
+		return all(err) // not sent, injected, crashed, or its answer lost
+	}
+	for _, r := range res {
+		if r.Err == nil {
+			s.p.heartbeatOK(now)
+		} else if errors.Is(r.Err, agent.ErrRunCanceled) {
+			s.p.heartbeatKept(now)
+		}
+	}
+	return res
 }
 
 func (s *procStore) RequestCancel(ctx context.Context, threadID, runID string, now time.Time) (c agent.Claim, err error) {

@@ -23,8 +23,6 @@ func sideRead() bool {
 const (
 	entryPlanReadPrefix = "github.com/agentloop/agentloop/lib/engine.(*Turn).readAndPlan.func"
 	entryGetReadPrefix  = "github.com/agentloop/agentloop/lib/threads.(*Service).Get.func"
-	// entryGuard is where the guard's heartbeat and cancel poll goroutines start.
-	entryGuard = "github.com/agentloop/agentloop/lib/engine.(*guard).every"
 )
 
 // JobStore.

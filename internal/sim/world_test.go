@@ -136,8 +136,8 @@ func (c *vdeadline) Err() error {
 //     ("backoff"); granting it moves the clock on to the end of the backoff, and meanwhile the scheduler may do
 //     anything else (move the clock past the claim's horizon, reap the run). Any other sleep returns at once (no
 //     virtual time passes), and once the schedule is over every sleep ends its retry loop (errDead).
-//   - The guard's ticks stay on real time: each reaches the store only when the scheduler arms it
-//     (world.guardTick), so they order nothing.
+//   - The keeper's ticks (the process's batched heartbeat, lib/engine keeper.go) stay on real time: each batch
+//     reaches the store only when the scheduler arms it (world.guardTick), so they order nothing.
 type procClock struct {
 	*vclock
 	p *proc
@@ -145,7 +145,7 @@ type procClock struct {
 
 const (
 	fnRetry      = "github.com/agentloop/agentloop/lib/engine.(*Engine).retry"
-	fnGuardEvery = "github.com/agentloop/agentloop/lib/engine.(*guard).every"
+	fnKeeperLoop = "github.com/agentloop/agentloop/lib/engine.(*keeper).loop"
 	// The engine's wait for one tool (its goroutine), and where it makes that wait's timers.
 	fnExecuteOne   = "github.com/agentloop/agentloop/lib/engine.(*stepper).executeOne"
 	fnToolDeadline = "github.com/agentloop/agentloop/lib/engine.(*stepper).toolDeadline"
@@ -172,7 +172,7 @@ func (c procClock) Sleep(ctx context.Context, d time.Duration) error {
 
 func (c procClock) After(d time.Duration) <-chan time.Time {
 	switch caller := callerOf(1); caller {
-	case fnGuardEvery:
+	case fnKeeperLoop:
 		return time.After(d)
 	case fnToolDeadline, fnExecuteOne:
 		c.p.toolTimer(caller == fnExecuteOne, d)

@@ -54,7 +54,7 @@ type Config struct {
 	StoreTimeout         time.Duration // AGENT_STORE_TIMEOUT: one DynamoDB request attempt (dynamo.DefaultRequestTimeout)
 	Heartbeat            time.Duration // AGENT_HEARTBEAT
 	StaleAfter           time.Duration // AGENT_STALE_AFTER
-	CancelPoll           time.Duration // AGENT_CANCEL_POLL
+	CancelPoll           time.Duration // AGENT_CANCEL_POLL: accepted, unused (engine.DefaultCancelPoll)
 	SegmentFlush         time.Duration // AGENT_SEGMENT_FLUSH
 	ResumePollMax        time.Duration // AGENT_RESUME_POLL_MAX
 	InterruptTTL         time.Duration // AGENT_INTERRUPT_TTL: how long an approval or client tool waits

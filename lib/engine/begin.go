@@ -247,8 +247,12 @@ func (e *Engine) claimThread(ctx context.Context, req Request, runID string) (ag
 			if gerr == nil && th.ActiveRun != nil {
 				active = th.ActiveRun.RunID
 			}
-			if _, cerr := e.store.RequestCancel(ctx, req.ThreadID, active, e.clock.Now()); cerr != nil && !errors.Is(cerr, agent.ErrNoActiveRun) {
+			c, cerr := e.store.RequestCancel(ctx, req.ThreadID, active, e.clock.Now())
+			if cerr != nil && !errors.Is(cerr, agent.ErrNoActiveRun) {
 				return res, time.Time{}, cerr
+			}
+			if cerr == nil {
+				e.StopLocal(req.ThreadID, c.RunID) // a run of this process stops at once; another's at its next batch
 			}
 		}
 		if passed(stopWaiting) {

@@ -266,6 +266,10 @@ func (c *crashStore) ClaimRun(ctx context.Context, req agent.ClaimRequest) (res 
 	return res, err
 }
 
+func (c *crashStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	return keepEach(ctx, claims, now, c.Heartbeat)
+}
+
 func (c *crashStore) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
 	return c.write(storeCall{method: "Heartbeat"}, func() error { return c.Store.Heartbeat(ctx, threadID, f, now) })
 }

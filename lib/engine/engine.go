@@ -5,6 +5,25 @@
 // Fencing (DESIGN principle 8): every store write a run makes after its claim carries the run's fence (run id and
 // epoch), and the run stops itself, writing nothing more, as soon as it learns it lost the claim, or when its
 // heartbeats have failed for half of StaleAfter (its claim is in doubt: a reaper may take it at StaleAfter).
+//
+// Keeping claims alive and noticing stops (keeper.go, issue 18 item 3). The store work for it is per process, not
+// per run: an Engine is one process's, and its keeper sends one agent.RunStore.KeepClaims batch every Heartbeat
+// (on the engine's timers) for all the runs streaming in it. Each run joins the keeper when its loop starts and
+// leaves when it ends; each claim in a batch carries its run's fence and write gate, and each answer is that
+// run's alone, read exactly as its own heartbeat's was: accepted moves the run's horizon (Turn.kept at the time
+// the batch was stamped with); run_canceled moves it too and stops the run (a stop is not a fence, REVIEW D2:
+// the run stays in the batches until it has stored its outcome); run_fenced stops the run writing anything more;
+// a transient error changes nothing. The batch's deadline is the earliest horizon among its members, and a run
+// whose horizon passed is sent no more: it has stopped itself as in doubt, as before. So on SQLite a process
+// pays one transaction of one statement per Heartbeat whatever its number of runs; on DynamoDB, which has no
+// multi-item condition outside transactions (DESIGN principle 2), a batch is one conditional UpdateItem per run:
+// the same cost per run as before, and one write per second per chat Lambda, which runs one run at a time
+// (infra/DYNAMODB.md "Heartbeats"). No run polls the store for a stop: the stop endpoint and multitask interrupt
+// store the request (RequestCancel) and then call StopLocal, which stops the run at once when it streams in the
+// same process; a run in another process reads the stop in its keeper's next batch (run_canceled), within one
+// Heartbeat. keepClaim, the heartbeat of a long close-out (an edit far back) before the run streams, still sends
+// its own Heartbeat: it runs before the run could join the keeper, on the writer's goroutine between its writes,
+// and only when a close-out outlasts a Heartbeat.
 package engine
 
 import (
@@ -28,8 +47,9 @@ const (
 	DefaultMaxMessageBytes = 2 << 20
 	// DefaultMaxMessageParts bounds the parts of a user message (text, files, data parts).
 	DefaultMaxMessageParts = 100
-	// DefaultCancelPoll is how often a run looks for a stop request between heartbeats (a read, not a write), so
-	// a stop takes effect within this plus one store round trip.
+	// DefaultCancelPoll was how often each run read its claim for a stop request. No run polls any more (a stop
+	// reaches a run of the same process at once through StopLocal, and another process's run with its keeper's
+	// next batch, keeper.go); Config.CancelPoll and AGENT_CANCEL_POLL are accepted and unused.
 	DefaultCancelPoll = 100 * time.Millisecond
 	// DefaultInterruptWait bounds how long `multitask: interrupt` waits for the active run to let go.
 	DefaultInterruptWait = 5 * time.Second
@@ -47,7 +67,7 @@ type Config struct {
 	ToolTimeout     time.Duration
 	Heartbeat       time.Duration // agent.DefaultHeartbeat
 	StaleAfter      time.Duration // agent.DefaultStaleAfter
-	CancelPoll      time.Duration
+	CancelPoll      time.Duration // unused: no run polls for a stop any more (DefaultCancelPoll)
 	InterruptWait   time.Duration
 	FinishRetry     time.Duration
 	MaxMessageBytes int
@@ -87,7 +107,6 @@ func (c Config) withDefaults() Config {
 	c.ToolTimeout = cmp.Or(c.ToolTimeout, DefaultToolTimeout)
 	c.Heartbeat = cmp.Or(c.Heartbeat, agent.DefaultHeartbeat)
 	c.StaleAfter = cmp.Or(c.StaleAfter, agent.DefaultStaleAfter)
-	c.CancelPoll = cmp.Or(c.CancelPoll, DefaultCancelPoll)
 	c.InterruptWait = cmp.Or(c.InterruptWait, DefaultInterruptWait)
 	c.FinishRetry = cmp.Or(c.FinishRetry, DefaultFinishRetry)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
@@ -150,6 +169,8 @@ type Engine struct {
 	background sync.WaitGroup
 	// admission counts the runs the engine is running (admission.go).
 	admission admission
+	// keeper heartbeats the claims of the runs streaming here, in one batch per Heartbeat (keeper.go).
+	keeper *keeper
 }
 
 // Deps are the engine's ports.
@@ -183,6 +204,7 @@ func New(d Deps, cfg Config) *Engine {
 		e.clock = agent.SystemClock{}
 	}
 	e.timers = agent.TimersOf(e.clock)
+	e.keeper = newKeeper(e)
 	if e.ids == nil {
 		e.ids = agent.RandomIDs{Clock: e.clock}
 	}

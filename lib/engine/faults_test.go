@@ -52,6 +52,10 @@ func (f *faultyStore) AppendSegment(ctx context.Context, s agent.Segment) error 
 	return f.Store.AppendSegment(ctx, s)
 }
 
+func (f *faultyStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	return keepEach(ctx, claims, now, f.Heartbeat)
+}
+
 func (f *faultyStore) Heartbeat(ctx context.Context, threadID string, fence agent.Fence, now time.Time) error {
 	if err := f.check("Heartbeat", false); err != nil {
 		return err

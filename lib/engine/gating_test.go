@@ -35,6 +35,10 @@ func newBeatStore() *beatStore {
 
 func (b *beatStore) wrap(s agent.Store) agent.Store { b.Store = s; return b }
 
+func (b *beatStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	return keepEach(ctx, claims, now, b.Heartbeat)
+}
+
 func (b *beatStore) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
 	err := b.Store.Heartbeat(ctx, threadID, f, now)
 	if err == nil || errors.Is(err, agent.ErrRunCanceled) {
@@ -185,6 +189,10 @@ func (l *lateWrites) call(name string, fenced bool, apply func() error) error {
 	}
 	l.after(name, n)
 	return nil
+}
+
+func (l *lateWrites) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	return keepEach(ctx, claims, now, l.Heartbeat)
 }
 
 func (l *lateWrites) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {

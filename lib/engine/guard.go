@@ -143,33 +143,31 @@ func (g gatedSegments) AppendSegment(ctx context.Context, s agent.Segment) error
 	return g.t.gated(ctx, func(ctx context.Context) error { return g.SegmentStore.AppendSegment(ctx, s) }, &reattempts)
 }
 
-// guard watches the run's claim while it streams: a fenced heartbeat every Heartbeat, a read for a stop request
-// every CancelPoll (so a stop takes effect within that, not a heartbeat later). It cancels the run with
-// errCanceled, errFenced or errInDoubt. A stop is not a fence (REVIEW D2): the heartbeats go on after it, until
-// the run has finished (stop), so a run that waits for a slow tool after a stop still holds its claim and stores
-// its outcome.
+// guard watches the run's claim while it streams, as a member of the engine's keeper (keeper.go), whose batches
+// heartbeat it with the process's other runs. It cancels the run with errCanceled (a stop), errFenced or
+// errInDoubt. A stop is not a fence (REVIEW D2): the heartbeats go on after it, until the run has finished
+// (stop), so a run that waits for a slow tool after a stop still holds its claim and stores its outcome.
 type guard struct {
 	t      *Turn
 	cancel context.CancelCauseFunc
-	done   chan struct{}
-	wg     sync.WaitGroup
+	// inflight counts the keeper's batches in flight that carry this run's claim (stop waits for them).
+	inflight sync.WaitGroup
 
 	mu   sync.Mutex
 	lost error         // errFenced or errInDoubt once seen
 	gone chan struct{} // closed when lost is set
 }
 
-// startGuard starts the guard; ctx is the run's store context (not the run's own, which a stop cancels).
-func startGuard(ctx context.Context, t *Turn, cancel context.CancelCauseFunc) *guard {
-	g := &guard{t: t, cancel: cancel, done: make(chan struct{}), gone: make(chan struct{})}
+// startGuard starts the guard: the run joins its engine's keeper.
+func startGuard(t *Turn, cancel context.CancelCauseFunc) *guard {
+	g := &guard{t: t, cancel: cancel, gone: make(chan struct{})}
 	t.guardp.Store(g)
-	g.wg.Add(2)
-	go g.every(t.e.cfg.Heartbeat, func() bool { return g.heartbeat(ctx) })
-	go g.every(t.e.cfg.CancelPoll, func() bool { return g.pollCancel(ctx) })
+	t.e.keeper.join(g)
 	return g
 }
 
-func (g *guard) stop() { close(g.done); g.wg.Wait() }
+// stop ends the watch: the run leaves the keeper, and every answer of a batch already sent has reached it.
+func (g *guard) stop() { g.t.e.keeper.leave(g) }
 
 // writable reports whether the run may still write: it has not lost its claim, and the horizon has not passed
 // (after that a reaper may soon take the claim, so the run stops itself).
@@ -202,66 +200,4 @@ func (g *guard) loseLocked(cause error) {
 		close(g.gone)
 	}
 	g.cancel(cause)
-}
-
-// every calls beat each period (on the engine's timers) until it returns false or the guard stops.
-func (g *guard) every(period time.Duration, beat func() bool) {
-	defer g.wg.Done()
-	for {
-		select {
-		case <-g.done:
-			return
-		case <-g.t.e.timers.After(period):
-		}
-		if !beat() {
-			return
-		}
-	}
-}
-
-// heartbeat writes the fenced heartbeat; false once the run must stop writing. A heartbeat that answers
-// run_canceled was recorded: the claim is good, and the run is asked to stop.
-func (g *guard) heartbeat(ctx context.Context) bool {
-	e, t := g.t.e, g.t
-	if !g.writable() {
-		return false
-	}
-	now := e.clock.Now()
-	hctx, cancel := t.attempt(ctx)
-	err := e.store.Heartbeat(hctx, t.thread.ID, t.run.Fence(), now)
-	cancel()
-	switch {
-	case err == nil:
-		t.kept(now)
-	case errors.Is(err, agent.ErrRunCanceled):
-		t.kept(now)
-		g.cancel(errCanceled)
-	case errors.Is(err, agent.ErrRunFenced):
-		g.lose(errFenced)
-		return false
-	default:
-		// Transient: the next tick tries again; writable() stops the run once the claim is in doubt.
-		e.log.Warn("heartbeat failed", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", err)
-	}
-	return true
-}
-
-// pollCancel reads the claim between heartbeats (it never writes); false once there is nothing more to learn.
-func (g *guard) pollCancel(ctx context.Context) bool {
-	e, t := g.t.e, g.t
-	th, err := e.store.GetThread(ctx, t.thread.ID)
-	switch {
-	case err != nil && agent.IsKind(err, agent.KindNotFound):
-		g.lose(errFenced)
-		return false
-	case err != nil:
-		return true
-	case th.ActiveRun == nil || th.ActiveRun.RunID != t.run.ID || th.ActiveRun.Epoch != t.run.Epoch:
-		g.lose(errFenced)
-		return false
-	case th.ActiveRun.CancelRequested:
-		g.cancel(errCanceled)
-		return false
-	}
-	return true
 }

@@ -42,8 +42,8 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 		log:     e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID),
 		history: transcript.NewHistory(t.plan.history, t.plan.transcriptConfig(e.cfg.Transcript)),
 		parts:   slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
-	s.guard = startGuard(ctx, t, cancelRun) // the store context: heartbeats go on after a stop (REVIEW D2)
-	s.usage = s.deliveredUsage()            // the sub-agents' whose results this turn delivers (jobusage.go)
+	s.guard = startGuard(t, cancelRun) // the keeper's heartbeats go on after a stop (REVIEW D2)
+	s.usage = s.deliveredUsage()       // the sub-agents' whose results this turn delivers (jobusage.go)
 	s.out.turn = t
 	start := map[string]any{"runId": t.run.ID}
 	if n := t.plan.newMessages(); n > 0 {

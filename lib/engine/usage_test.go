@@ -239,6 +239,10 @@ type freezingStore struct {
 	frozen bool
 }
 
+func (s *freezingStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
+	return keepEach(ctx, claims, now, s.Heartbeat)
+}
+
 func (s *freezingStore) Heartbeat(ctx context.Context, threadID string, f agent.Fence, now time.Time) error {
 	s.mu.Lock()
 	frozen := s.frozen
