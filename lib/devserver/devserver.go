@@ -222,7 +222,9 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		Limits: s.Store},
 		jobs.Config{Contract: contract, ModelName: s.ModelName})
 	s.JobTasks, s.JobKinds = tasks, kinds
-	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Clock: clock, Logger: log}, cfg.Threads())
+	// One process runs every route: a stop reaches its run in memory (the engine's StopLocal), not at the run's
+	// next heartbeat.
+	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Stopper: s.Engine, Clock: clock, Logger: log}, cfg.Threads())
 	// The dev server takes dev tokens (auth.DevAudience) and honours AGENT_JWT_ISSUER, AGENT_JWT_AUDIENCE and
 	// AGENT_JWT_MAX_AGE as a deployment does (REVIEW S13).
 	verifier, err := auth.NewVerifier(cfg.Auth(s.Secret, clock, true))

@@ -69,7 +69,9 @@ func (b Base) Reaper(toolset []agent.Tool, js agent.Jobs) *reaper.Reaper {
 	return reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Jobs: js, Clock: b.Clock, Logger: b.Log, Metrics: b.Metrics}, cfg)
 }
 
-// Threads is the thread service (reads, lazy reaps, stream replay).
+// Threads is the thread service (reads, lazy reaps, stream replay). It has no Stopper: a Lambda execution
+// environment serves one request at a time, so a stop never reaches the one running the run (which learns of it
+// from its keeper's next heartbeat batch).
 func (b Base) Threads(rp *reaper.Reaper) *threads.Service {
 	return threads.New(threads.Deps{Store: b.Store, Reaper: rp, Clock: b.Clock, Logger: b.Log}, b.Config.Threads())
 }
