@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: web bench-web bench-peer dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak soak-chaos
+.PHONY: web bench-web bench-peer bench-lambda dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak soak-chaos
 
 ## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set), the web app at its root
 dev: web
@@ -127,7 +127,14 @@ $(PEER_AISDK)/node_modules/.installed: $(PEER_AISDK)/package-lock.json $(PEER_AI
 bench-peer: $(PEER_AISDK)/node_modules/.installed
 	PEERBENCH=1 $(GO) test -count=1 -timeout 30m -run '^TestPeerBench$$' -v ./internal/peerbench
 
-bench: deps bench-web bench-peer
+## bench-lambda: the chat function's footprint (issue 18 item 6, functions/deploytest BenchmarkChatFootprint), 3 cold
+## starts under the Runtime Interface Emulator at AWS_LAMBDA_FUNCTION_MEMORY_SIZE=128, each answering a 2,000-word
+## reply on dynalite: the bootstrap `make build-ChatFunction` ships (target ≤ 25 MB), init (≤ 30 ms), the
+## bootstrap's peak RSS (< 128 MB); part of make bench
+bench-lambda: infra/dynalite/node_modules/.installed
+	$(GO) test -run '^$$' -bench 'ChatFootprint' -benchtime 3x -count 1 -v ./functions/deploytest
+
+bench: deps bench-web bench-peer bench-lambda
 	$(GO) test -run '^$$' -bench 'Turn' -benchtime 300x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Stop' -benchtime 50x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Approval' -benchtime 100x -count 1 ./internal/benchmarks
@@ -138,7 +145,7 @@ bench: deps bench-web bench-peer
 	$(GO) test -run '^$$' -bench 'ReaperTick' -benchtime 10x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'LongThread' -benchtime 1x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'DynamoCost' -benchtime 1x -count 1 ./internal/benchmarks
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 $$($(GO) list ./... | grep -v /internal/benchmarks)
+	$(GO) test -run '^$$' -bench . -skip 'ChatFootprint' -benchtime 2s -count 1 $$($(GO) list ./... | grep -v /internal/benchmarks)
 
 ## build: an arm64 `bootstrap` per Lambda function, in sam build's layout: $(BUILD_DIR)/<LogicalId>/bootstrap and
 ## $(BUILD_DIR)/template.yaml pointing each function at its folder and the state machine at its definition in this

@@ -101,26 +101,45 @@ type emulated struct {
 
 func newEmulated(t testing.TB) *emulated {
 	t.Helper()
+	e := startStack(t, func() (string, map[string]string, error) {
+		err := buildAll()
+		return built.rie, built.bootstrap, err
+	})
+	// The repository's state machine as deployed (its own numbers), its task states calling the bootstraps.
+	e.tasks = &taskProxy{rie: map[string]*deploytest.RIE{}}
+	cb := httptest.NewServer(e.tasks)
+	t.Cleanup(cb.Close)
+	e.sfn = sfntest.Start(t, sfntest.Options{Lambdas: map[string]string{
+		sfntest.FunctionARN(sfntest.SubagentFunction): cb.URL + "/" + sfntest.SubagentFunction,
+		sfntest.FunctionARN(sfntest.WakeFunction):     cb.URL + "/" + sfntest.WakeFunction,
+	}})
+	return e
+}
+
+// startStack starts what every function under the emulator needs: dynalite with a table from template.yaml, the
+// offline model (with opts), the stand-in SSM endpoint and a token; build, run while dynalite starts, gives the
+// emulator and the bootstraps. No state machine: e.sfn is nil.
+func startStack(t testing.TB, build func() (rie string, bootstrap map[string]string, err error), opts ...offline.Option) *emulated {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	e := &emulated{home: t.TempDir(), extra: map[string][]string{}}
+	e := &emulated{home: t.TempDir(), extra: map[string][]string{}, tasks: &taskProxy{rie: map[string]*deploytest.RIE{}}}
 
 	// Build the emulator and the bootstraps while dynalite starts.
 	var buildErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { buildErr = buildAll() })
+	wg.Go(func() { e.rie, e.bootstrap, buildErr = build() })
 	e.dynamo = dynamotest.Start(t)
 	wg.Wait()
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	e.rie, e.bootstrap = built.rie, built.bootstrap
 
 	e.table = "rie-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if err := dynamotest.CreateTable(ctx, dynamotest.Client(e.dynamo), e.table); err != nil {
 		t.Fatal(err)
 	}
-	base, stop, err := offline.Start("127.0.0.1:0")
+	base, stop, err := offline.Start("127.0.0.1:0", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,14 +153,6 @@ func newEmulated(t testing.TB) *emulated {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The repository's state machine as deployed (its own numbers), its task states calling the bootstraps.
-	e.tasks = &taskProxy{rie: map[string]*deploytest.RIE{}}
-	cb := httptest.NewServer(e.tasks)
-	t.Cleanup(cb.Close)
-	e.sfn = sfntest.Start(t, sfntest.Options{Lambdas: map[string]string{
-		sfntest.FunctionARN(sfntest.SubagentFunction): cb.URL + "/" + sfntest.SubagentFunction,
-		sfntest.FunctionARN(sfntest.WakeFunction):     cb.URL + "/" + sfntest.WakeFunction,
-	}})
 	return e
 }
 
@@ -149,7 +160,8 @@ func newEmulated(t testing.TB) *emulated {
 // stand-in SSM endpoint (the SDK honours AWS_ENDPOINT_URL_SSM), as in AWS, each only the ones it needs (the
 // reaper none); the API function uses the plain AGENT_SECRET fallback, the path of local runs where there is no
 // SSM at all. The functions that start executions (chat, wake, reaper) name the state machine on sfnlocal
-// (AWS_ENDPOINT_URL_SFN), as the template names the deployed one.
+// (AWS_ENDPOINT_URL_SFN), as the template names the deployed one, or, without it (startStack), one that is
+// nowhere.
 func (e *emulated) env(name string) []string {
 	env := []string{
 		"HOME=" + e.home, // no ~/.aws of the machine running the tests
@@ -173,9 +185,13 @@ func (e *emulated) env(name string) []string {
 	case "api":
 		env = append(env, "AGENT_SECRET="+appSecret)
 	}
-	switch name {
-	case "chat", "wake", "reaper":
+	switch {
+	case name != "chat" && name != "wake" && name != "reaper":
+	case e.sfn != nil:
 		env = append(env, "AWS_ENDPOINT_URL_SFN="+e.sfn.Endpoint, "JOBS_STATE_MACHINE_ARN="+e.sfn.StateMachineARN)
+	default:
+		// No state machine (startStack): a name to start executions of, at an endpoint nothing listens on.
+		env = append(env, "AWS_ENDPOINT_URL_SFN=http://127.0.0.1:9", "JOBS_STATE_MACHINE_ARN=arn:aws:states:"+sfntest.Region+":"+sfntest.Account+":stateMachine:none")
 	}
 	return append(env, e.extra[name]...)
 }

@@ -337,6 +337,16 @@ func TestTemplateBuild(t *testing.T) {
 			if e.Section(".symtab") != nil {
 				t.Error("bootstrap has a symbol table: built without -ldflags=-s")
 			}
+			// The build is deterministic (same tree, same toolchain, -trimpath), so its size is a fact to bound,
+			// not a timing: a dependency that drags a whole SDK in fails here (issue 18 item 6).
+			st, err := os.Stat(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Size() > deploytest.MaxBootstrapBytes {
+				t.Errorf("bootstrap is %d bytes, want at most %d: see `go list -deps %s` and `go tool nm -size -sort size` of a build without -s -w",
+					st.Size(), deploytest.MaxBootstrapBytes, fn.Pkg)
+			}
 			info, err := buildinfo.ReadFile(bin)
 			if err != nil {
 				t.Fatal(err)
