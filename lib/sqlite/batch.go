@@ -247,9 +247,10 @@ func (s *Store) attempt(live []*writeReq) (ran, rest []*writeReq, err error) {
 
 // runOne runs one taken write inside the open transaction: the gate and the context are asked once the lock is
 // held, just before its savepoint (a refused write writes nothing), then fn runs between SAVEPOINT and RELEASE,
-// or ROLLBACK TO when it fails (without savepoint, the caller rolls the transaction back when werr is set). werr is the write's result; txErr a failure that spoils the whole transaction
-// (SQLITE_BUSY/LOCKED, as a single transaction's is retried, or a savepoint SQLite could not roll back because it
-// already rolled the transaction back).
+// or ROLLBACK TO when it fails (without savepoint, the caller rolls the transaction back when werr is set). werr
+// is the write's result; txErr a failure that spoils the whole transaction (SQLITE_BUSY/LOCKED, as a single
+// transaction's is retried, or a savepoint SQLite could not roll back because it already rolled the transaction
+// back).
 func (b *batchTx) runOne(ctx context.Context, w *writeReq, savepoint bool) (werr, txErr error) {
 	if err := agent.MayWrite(w.ctx); err != nil {
 		return gateRefused{err}, nil

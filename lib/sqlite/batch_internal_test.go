@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -332,4 +333,78 @@ func TestWritesRunPrepared(t *testing.T) {
 	for i := range maxPrepared { // Close closes what is kept
 		delete(s.prepared, fmt.Sprintf("SELECT %d", i))
 	}
+}
+
+// A COMMIT that fails with SQLITE_BUSY (another process on the file) retries the whole batch in a new transaction:
+// every write of it runs again there, and each is applied exactly once.
+func TestBatchRetriesABusyCommit(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const n = 4
+	s, queued := batchStore(t, n)
+	busy := busyError(t)
+	var commits atomic.Int32
+	s.hooks.commit = func() error {
+		if commits.Add(1) == 2 { // the first COMMIT is the held write's; the second the batch's
+			return busy
+		}
+		return nil
+	}
+	if err := s.PutValue(ctx, "ns", "n", []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	commits.Store(0)
+	release := hold(t, s)
+	var calls []<-chan error
+	for range n {
+		calls = append(calls, goCall(func() error {
+			return s.write(ctx, "increment", func(c conn) error {
+				_, err := c.exec(ctx, `UPDATE kv SET value = CAST(CAST(CAST(value AS TEXT) AS INTEGER) + 1 AS BLOB)
+					WHERE ns = ? AND key = ?`, "ns", "n")
+				return err
+			})
+		}))
+	}
+	<-queued
+	tx0 := s.Transactions()
+	release()
+	for i, c := range calls {
+		if err := <-c; err != nil {
+			t.Fatalf("writer %d of the retried batch: %v", i, err)
+		}
+	}
+	if got := s.Transactions() - tx0; got != 2 {
+		t.Fatalf("the batch took %d transactions, want 2 (the busy COMMIT's and its retry's)", got)
+	}
+	var got int
+	err := s.db.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM kv WHERE ns = 'ns' AND key = 'n'`).Scan(&got)
+	if err != nil || got != n {
+		t.Fatalf("counter after %d increments in a retried batch = %d, %v", n, got, err)
+	}
+}
+
+// busyError is a real SQLITE_BUSY: BEGIN IMMEDIATE while another connection holds the file's write lock.
+func busyError(t *testing.T) error {
+	t.Helper()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	var dbs [2]*sql.DB
+	for i := range dbs {
+		db, err := sql.Open("sqlite", dsn(path, time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		dbs[i] = db
+	}
+	tx, err := dbs[0].BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	_, err = dbs[1].BeginTx(ctx, nil)
+	if !isBusy(err) {
+		t.Fatalf("BEGIN IMMEDIATE beside a held lock: %v, want SQLITE_BUSY", err)
+	}
+	return err
 }
