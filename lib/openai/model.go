@@ -1,7 +1,7 @@
 // Package openai adapts agent.Model to any OpenAI-compatible Chat Completions endpoint: OpenAI itself, the
 // in-process offline model (package offline), or any provider that speaks the same wire format. It speaks the
 // wire itself, with the standard library (wire.go: the request, the streamed chunks, the error bodies), not
-// through github.com/openai/openai-go/v3, which linked 13 MB of every OpenAI API's types into the chat Lambda.
+// through github.com/openai/openai-go/v3, which linked 17 MB of every OpenAI API's types into the chat Lambda.
 // Each streamed chunk is read by a decoder of the fields the adapter uses (chunkdecode.go, about a tenth of
 // encoding/json's cost per chunk, which was the largest share of the dev server's CPU per streamed word); what
 // it does not fully understand goes to encoding/json, and a fuzzed test holds the two to the same results.

@@ -17,7 +17,7 @@ import (
 // The Chat Completions wire, with the standard library only: the request body, the streamed chunks and the
 // error bodies, as OpenAI documents them (and as package offline checks them). The adapter once sent them
 // through github.com/openai/openai-go/v3, whose package links every type of every OpenAI API into a binary
-// that uses one of them: 13 of the chat bootstrap's 30 MB (issue 18 item 6). Only what the adapter sends and
+// that uses one of them: 17 of the chat bootstrap's 30 MB (issue 18 item 6). Only what the adapter sends and
 // reads is declared; a field a provider adds is ignored.
 
 // chatRequest is the body of POST chat/completions.
