@@ -11,7 +11,7 @@ import (
 	"github.com/agentloop/agentloop/lib/config"
 )
 
-// keptStore hands each KeepClaims batch's size to the test once the batch is done.
+// keptStore hands each KeepClaims batch's size to the test once the batch is done (dropped when done is full).
 type keptStore struct {
 	agent.Store
 	done chan int
@@ -19,7 +19,10 @@ type keptStore struct {
 
 func (k *keptStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
 	res := k.Store.KeepClaims(ctx, claims, now)
-	k.done <- len(claims)
+	select {
+	case k.done <- len(claims):
+	default: // the test is not counting: the batch goes on
+	}
 	return res
 }
 
@@ -101,5 +104,98 @@ func TestKeepingRunsAliveCostsOneStatementPerHeartbeat(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// One batch, three runs of one process on SQLite, three answers: a stop stored by another process cancels only
+// its run (it ends canceled once its tool returns, its claim kept meanwhile), a takeover fences only its run (it
+// writes nothing more: the thread stays the taker's), and the third run is kept and completes.
+func TestKeeperAnswersEachRunAlone(t *testing.T) {
+	t.Parallel()
+	clock := newManualClock() // the batches tick in real time (every 50 ms); the claims' horizons never pass
+	kept := &keptStore{done: make(chan int, 1)}
+	started, release := make(chan string, 3), make(chan struct{})
+	logs := &syncBuffer{}
+	defer func() {
+		if t.Failed() {
+			logs.mu.Lock()
+			t.Log(logs.buf.String())
+			logs.mu.Unlock()
+		}
+	}()
+	f := setup(t, withClock(clock), withTools(parkTool(started, release)), withJSONLog(logs),
+		withStore(func(s agent.Store) agent.Store { kept.Store = s; return kept }),
+		withConfig(func(c *config.Config) {
+			c.Heartbeat, c.StaleAfter, c.ToolTimeout = 50*time.Millisecond, time.Minute, time.Hour
+			c.MaxActiveRunsPerUser, c.ThreadsPerMinute = -1, -1
+		}))
+	ctx := context.Background()
+	threads := []string{"th-stop", "th-taken", "th-kept"}
+	ran := map[string]<-chan agent.Run{}
+	runs := map[string]agent.Claim{}
+	for _, th := range threads {
+		ran[th] = f.streaming(t, submit(th, "u1", "/tool park {}"))
+	}
+	for range threads {
+		select {
+		case <-started:
+		case <-time.After(hangBound):
+			t.Fatal("the runs never reached their tool")
+		}
+	}
+	for _, th := range threads {
+		got, err := f.store.GetThread(ctx, th)
+		if err != nil || got.ActiveRun == nil {
+			t.Fatalf("thread %s: %+v, %v: want a claim", th, got.ActiveRun, err)
+		}
+		runs[th] = *got.ActiveRun
+	}
+	// Another process stops th-stop and a reaper takes th-taken: only the store knows.
+	if _, err := f.store.RequestCancel(ctx, "th-stop", runs["th-stop"].RunID, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	taker, err := f.store.TakeOver(ctx, agent.TakeRequest{ThreadID: "th-taken",
+		Fence: agent.Fence{RunID: runs["th-taken"].RunID, Epoch: runs["th-taken"].Epoch}, RunID: runs["th-taken"].RunID, Now: clock.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.add(time.Second)
+	batchAt := clock.Now()
+	// The third batch reported from now began after the store changed: the first may have ended before, the
+	// second been in flight (the keeper sends one batch at a time).
+	for range 3 {
+		select {
+		case <-kept.done:
+		case <-time.After(hangBound):
+			t.Fatal("no batch")
+		}
+	}
+	// The fenced run gives its tool up at once and ends without writing; the others wait for their tools.
+	select {
+	case run := <-ran["th-taken"]:
+		if run.Status == agent.RunCompleted || run.Status == agent.RunCanceled {
+			t.Fatalf("fenced run ended %s, want it left to the reaper", run.Status)
+		}
+	case <-time.After(hangBound):
+		t.Fatal("the fenced run never stopped")
+	}
+	got, err := f.store.GetThread(ctx, "th-kept")
+	if err != nil || got.ActiveRun == nil || !got.ActiveRun.HeartbeatAt.Equal(batchAt) {
+		t.Fatalf("kept run's claim %+v (%v): want its heartbeat from the batch", got.ActiveRun, err)
+	}
+	close(release)
+	for th, want := range map[string]agent.RunStatus{"th-stop": agent.RunCanceled, "th-kept": agent.RunCompleted} {
+		select {
+		case run := <-ran[th]:
+			if run.Status != want {
+				t.Fatalf("%s: run %s %+v, want %s", th, run.Status, run.Error, want)
+			}
+		case <-time.After(hangBound):
+			t.Fatalf("%s: the run never ended", th)
+		}
+	}
+	got, err = f.store.GetThread(ctx, "th-taken")
+	if err != nil || got.ActiveRun == nil || got.ActiveRun.RunID != taker.RunID || got.ActiveRun.Epoch != taker.Epoch {
+		t.Fatalf("taken thread's claim %+v (%v): want the taker's %+v", got.ActiveRun, err, taker)
 	}
 }
