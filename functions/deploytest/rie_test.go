@@ -172,6 +172,8 @@ func (e *emulated) env(name string) []string {
 		"AWS_ENDPOINT_URL_DYNAMODB=" + e.dynamo,
 		"AWS_LAMBDA_LOG_FORMAT=JSON",
 		"AWS_LAMBDA_FUNCTION_NAME=agentloop-" + name,
+		// Lambda always sets the function's size; 128 MB is the smallest a function must fit in (issue 18 item 6).
+		fmt.Sprintf("AWS_LAMBDA_FUNCTION_MEMORY_SIZE=%d", footprintMemoryMB),
 		"TABLE_NAME=" + e.table,
 		"OPENAI_BASE_URL=" + e.model,
 		"AGENT_MODEL=offline",
@@ -335,6 +337,9 @@ func TestBootstrapUnderRIE(t *testing.T) {
 		}
 		if r.InitDuration() <= 0 {
 			t.Errorf("%s: the emulator reported no init phase:\n%s", name, r.Logs())
+		}
+		if !memoryLimitLogged(r) {
+			t.Errorf("%s: no memory limit set from AWS_LAMBDA_FUNCTION_MEMORY_SIZE=%d at cold start:\n%s", name, footprintMemoryMB, r.Logs())
 		}
 	}
 }
