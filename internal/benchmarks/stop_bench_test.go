@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -19,7 +20,9 @@ import (
 
 // Stop latency (issue 18 item 5): how long after a stop request a streaming reply ends for its client (the stop
 // POST sent → the stream's finish and [DONE] read), p50 and p99 over b.N stops of a /slow 1000 reply (a word
-// every 100 ms), and how many words still arrived after the stop. Two ways:
+// every 100 ms), and how many words still arrived after the stop. Each stop is sent at a random moment (seeded)
+// within the heartbeat period after the reply's first word: a stop the run learns from the store waits for the
+// next heartbeat batch, so stops sent at one phase of it would all measure the same wait. Two ways:
 //
 //   - same-process-sqlite: `agentloop dev`'s composition (lib/devserver over SQLite, the offline model over HTTP):
 //     the stop reaches the process that runs the reply.
@@ -131,11 +134,13 @@ func startReply(b *testing.B, s *stack, thread, text string) *streaming {
 func stopLatency(b *testing.B, run, stop *stack) {
 	var lat []time.Duration
 	after := 0
+	rng := rand.New(rand.NewPCG(18, 5))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		thread := fmt.Sprintf("stop%d", i)
 		r := startReply(b, run, thread, "/slow 1000")
 		<-r.started
+		time.Sleep(time.Duration(rng.Int64N(int64(agent.DefaultHeartbeat)))) // the stop's phase in the heartbeat period
 		at := time.Now()
 		r.stopAt.Store(at.UnixNano())
 		if resp := stop.post(b, "/threads/"+thread+"/stop", ""); resp.StatusCode != http.StatusAccepted {
