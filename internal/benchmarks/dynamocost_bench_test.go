@@ -40,8 +40,12 @@ import (
 //
 //	plain    one user message → the reply
 //	tool     one user message → a call of the server tool "lookup" (no store work of its own) → the reply
-//	resumed  plain, with a second client attached through GET /chat/{id}/stream from the reply's first word to
-//	         its end (its requests are counted too, as "reader: …")
+//	resumed            plain, with a second client attached through GET /chat/{id}/stream from the reply's
+//	                   first word to its end, on the process that runs the turn (its requests are counted too,
+//	                   as "reader: …")
+//	resumed-elsewhere  the same, the GET served by a second stack on the same table: another process, as every
+//	                   resume is on Lambda (an execution environment serves one request at a time, and the turn's
+//	                   is busy streaming it)
 //
 // Every request the store's client sends is counted once per attempt on the wire, with the capacity it consumed,
 // under its purpose (purposeOf): the store method that sent it, found on the goroutine's stack (ClaimRun,
@@ -57,24 +61,26 @@ import (
 // Run with -benchtime 1x (make bench does): costTurns turns of each kind, the tables give the mean per turn.
 func BenchmarkDynamoCost(b *testing.B) {
 	cs := newCostStack(b)
-	kinds := []string{"plain", "tool", "resumed"}
+	kinds := []string{"plain", "tool", "resumed", "resumed-elsewhere"}
 	results := map[string]costResult{}
 	for _, kind := range kinds {
 		b.Run(kind, func(b *testing.B) {
 			var r costResult
 			for i := range costTurns {
 				thread := fmt.Sprintf("%s%d_%d", kind, b.N, i)
-				cs.turn(b, thread, "w", "/quick hello", false)
+				cs.turn(b, thread, "w", "/quick hello", "")
 				cs.settle(b)
 				before := cs.purposes.snapshot()
 				start := time.Now()
 				switch kind {
 				case "tool":
-					cs.turn(b, thread, "u", "/tool lookup", false)
+					cs.turn(b, thread, "u", "/tool lookup", "")
 				case "resumed":
-					cs.turn(b, thread, "u", "tell me a story", true)
+					cs.turn(b, thread, "u", "tell me a story", cs.url)
+				case "resumed-elsewhere":
+					cs.turn(b, thread, "u", "tell me a story", cs.other)
 				default:
-					cs.turn(b, thread, "u", "tell me a story", false)
+					cs.turn(b, thread, "u", "tell me a story", "")
 				}
 				r.secs += time.Since(start).Seconds()
 				cs.settle(b)
@@ -102,10 +108,11 @@ const (
 	costQuiet  = 1500 * time.Millisecond // no request in flight for this long: the turn's writes are over
 )
 
-// costStack is the local stack on one dynamo.Store whose client counts requests by purpose.
+// costStack is the local stack on one dynamo.Store whose client counts requests by purpose, and a second one on
+// the same table (other: its URL), counted the same way, for readers in another process.
 type costStack struct {
-	url, token string
-	purposes   *purposes
+	url, other, token string
+	purposes          *purposes
 }
 
 func newCostStack(b *testing.B) *costStack {
@@ -119,34 +126,42 @@ func newCostStack(b *testing.B) *costStack {
 	if err != nil {
 		b.Fatal(err)
 	}
-	client := dynamotest.Client(endpoint, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, ps.register) })
 	model := httptest.NewServer(&costModel{})
 	b.Cleanup(model.Close)
 	schema := json.RawMessage(`{"type":"object"}`)
-	dev, err := devserver.New(ctx, devserver.Options{Data: b.TempDir(), Store: dynamo.New(client, table), ModelURL: model.URL + "/v1/",
-		Config: config.Config{Secret: "bench-secret-bench-secret-bench-secret"},
-		Tools: func(agent.ValueStore, agent.Clock) []agent.Tool {
-			return []agent.Tool{{Name: "lookup", Kind: agent.ToolServer, InputSchema: schema,
-				Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) {
-					return json.RawMessage(`{"answer":"forty-two"}`), nil
-				}}}
-		}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(dev.Close)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/stream") {
-			r = r.WithContext(context.WithValue(r.Context(), routeKey{}, "reader"))
+	cs := &costStack{purposes: ps}
+	serve := func() (string, *devserver.Stack) {
+		client := dynamotest.Client(endpoint, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, ps.register) })
+		dev, err := devserver.New(ctx, devserver.Options{Data: b.TempDir(), Store: dynamo.New(client, table), ModelURL: model.URL + "/v1/",
+			Config: config.Config{Secret: "bench-secret-bench-secret-bench-secret"},
+			Tools: func(agent.ValueStore, agent.Clock) []agent.Tool {
+				return []agent.Tool{{Name: "lookup", Kind: agent.ToolServer, InputSchema: schema,
+					Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) {
+						return json.RawMessage(`{"answer":"forty-two"}`), nil
+					}}}
+			}})
+		if err != nil {
+			b.Fatal(err)
 		}
-		dev.Handler.ServeHTTP(w, r)
-	}))
-	b.Cleanup(srv.Close)
-	tok, err := dev.Token("bench", time.Hour)
+		b.Cleanup(dev.Close)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/stream") {
+				r = r.WithContext(context.WithValue(r.Context(), routeKey{}, "reader"))
+			}
+			dev.Handler.ServeHTTP(w, r)
+		}))
+		b.Cleanup(srv.Close)
+		return srv.URL, dev
+	}
+	var dev *devserver.Stack
+	cs.url, dev = serve()
+	cs.other, _ = serve()
+	tok, err := dev.Token("bench", time.Hour) // both stacks share the secret
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &costStack{url: srv.URL, token: tok, purposes: ps}
+	cs.token = tok
+	return cs
 }
 
 func (cs *costStack) do(b *testing.B, method, path, body string) *http.Response {
@@ -162,9 +177,9 @@ func (cs *costStack) do(b *testing.B, method, path, body string) *http.Response 
 	return resp
 }
 
-// turn posts one user message and reads the reply to [DONE]; with resume, a second client reads the same reply
-// through GET /chat/{id}/stream from its first text delta on.
-func (cs *costStack) turn(b *testing.B, thread, msgID, text string, resume bool) {
+// turn posts one user message and reads the reply to [DONE]; with a resume URL, a second client reads the same
+// reply through GET /chat/{id}/stream there from its first text delta on.
+func (cs *costStack) turn(b *testing.B, thread, msgID, text, resume string) {
 	resp := cs.do(b, "POST", "/chat", chat(thread, msgID, text))
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
@@ -179,9 +194,9 @@ func (cs *costStack) turn(b *testing.B, thread, msgID, text string, resume bool)
 	for {
 		line, err := br.ReadBytes('\n')
 		all.Write(line)
-		if resume && bytes.Contains(line, []byte(`"type":"text-delta"`)) {
-			resume = false
-			req, _ := http.NewRequest("GET", cs.url+"/chat/"+thread+"/stream", nil)
+		if resume != "" && bytes.Contains(line, []byte(`"type":"text-delta"`)) {
+			req, _ := http.NewRequest("GET", resume+"/chat/"+thread+"/stream", nil)
+			resume = ""
 			req.Header.Set("Authorization", "Bearer "+cs.token)
 			reader.Go(func() {
 				r, err := http.DefaultClient.Do(req)
@@ -205,7 +220,7 @@ func (cs *costStack) turn(b *testing.B, thread, msgID, text string, resume bool)
 	if readerStatus != 0 && (readerStatus != 200 || !bytes.HasSuffix(readerData, []byte("data: [DONE]\n\n"))) {
 		b.Fatalf("resume %s: %d %s", thread, readerStatus, readerData)
 	}
-	if resume {
+	if resume != "" {
 		b.Fatalf("turn %s/%s: no text delta to attach a reader at", thread, msgID)
 	}
 }
