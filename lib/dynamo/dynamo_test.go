@@ -216,6 +216,14 @@ func TestRequestCounts(t *testing.T) {
 			}
 			return nil
 		}, 0, 1}, // a failed condition is a lost claim: no read tells a cancel apart any more (REVIEW D2)
+		{"KeepClaims (two claims: one UpdateItem each, no read)", func() error {
+			res := s.KeepClaims(ctx, []agent.KeptClaim{{ThreadID: th.ID, Fence: fence(run)}, {ThreadID: th.ID, Fence: agent.Fence{RunID: "r0", Epoch: 1}}},
+				t0.Add(2*time.Second))
+			if res[0].Err != nil || !errors.Is(res[1].Err, agent.ErrRunFenced) {
+				return fmt.Errorf("want nil and run_fenced, got %v and %v", res[0].Err, res[1].Err)
+			}
+			return nil
+		}, 0, 2},
 		{"PutMessage", func() error { return s.PutMessage(ctx, msgWrite(th.ID, 0, small, fence(run), false, t0)) }, 0, 1},
 		{"PutMessage (fenced)", func() error {
 			err := s.PutMessage(ctx, msgWrite(th.ID, 0, small, agent.Fence{RunID: "r0", Epoch: 0}, false, t0))

@@ -26,7 +26,7 @@ type Turn struct {
 	// claimedAt is the clock time of the claim: the claim is ours for staleAfter from its last heartbeat, and
 	// this is the first one.
 	claimedAt time.Time
-	// keptAt is the newest heartbeat the store accepted (the guard's, or keepClaim's during a long close-out;
+	// keptAt is the newest heartbeat the store accepted (the keeper's batch, or keepClaim's during a long close-out;
 	// unix nanoseconds, 0: none): the close-out runs beside the stream, so it is atomic.
 	keptAt atomic.Int64
 	// userWrite receives the result of storing the request's user message, which runs beside the first model

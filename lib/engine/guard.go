@@ -29,7 +29,7 @@ var (
 func (t *Turn) horizon() time.Time { return t.goodAt().Add(t.e.cfg.StaleAfter / 2) }
 
 // goodAt is when the claim was last known good: its claim, or the newest heartbeat the store accepted (the
-// guard's while the run streams, keepClaim's during a long close-out).
+// keeper's batches while the run streams, keepClaim's during a long close-out).
 func (t *Turn) goodAt() time.Time {
 	if n := t.keptAt.Load(); n > t.claimedAt.UnixNano() {
 		return time.Unix(0, n)
