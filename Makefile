@@ -103,8 +103,10 @@ soak-chaos:
 	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestChaosSoak$$' -v ./internal/chaos
 
 ## bench: performance numbers (see README)
-# Whole-turn benchmarks run a fixed 300 turns each so that p99 means something (stops: 50; approvals: 100, each
-# an asking turn, its answer and the same call without approval; the 20 s streaming reply: once). Jobs: 100
+# Whole-turn benchmarks run a fixed 300 turns each so that p99 means something (stops: 50 in the reply's own
+# process on SQLite and 50 across processes on dynalite, then 10 replies streamed for 3 s for what noticing a stop
+# costs; approvals: 100, each an asking turn, its answer and the same call without approval; the 20 s streaming
+# reply: once). Jobs: 100
 # deliveries of each kind on SQLite and 50 on dynalite (idle, busy and coalesced steers), 5 metered delivered jobs
 # per store (their counts are exact), 10 reaper ticks per size (1,000 and 10,000 idle threads, seeded once per
 # size), 30 turns on a 50- and on a 5,000-message thread per store (LongThread: seeded once, 1x), 3 turns of each
