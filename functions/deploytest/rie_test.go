@@ -106,7 +106,6 @@ func newEmulated(t testing.TB) *emulated {
 		return built.rie, built.bootstrap, err
 	})
 	// The repository's state machine as deployed (its own numbers), its task states calling the bootstraps.
-	e.tasks = &taskProxy{rie: map[string]*deploytest.RIE{}}
 	cb := httptest.NewServer(e.tasks)
 	t.Cleanup(cb.Close)
 	e.sfn = sfntest.Start(t, sfntest.Options{Lambdas: map[string]string{
