@@ -534,6 +534,12 @@ func TestTemplateEnv(t *testing.T) {
 				}
 				delete(read, secret)
 			}
+			for _, local := range config.LocalEnv() {
+				if _, set := fn.Env[local]; set {
+					t.Errorf("template sets %s, which only agentloop dev acts on", local)
+				}
+				delete(read, local)
+			}
 			for name := range read {
 				if _, set := fn.Env[name]; !set {
 					t.Errorf("main reads %s but the template does not set it", name)

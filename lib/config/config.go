@@ -120,6 +120,10 @@ func SecretEnv() []string { return []string{"AGENT_SECRET", "OPENAI_API_KEY"} }
 // sets each only on the functions whose code uses it.
 func ResourceEnv() []string { return []string{"JOBS_STATE_MACHINE_ARN", "AGENT_CHAT_URL"} }
 
+// LocalEnv names the variables that only `agentloop dev` acts on (Load reads them everywhere): a deployment
+// template sets none of them.
+func LocalEnv() []string { return []string{"AGENT_PPROF_ADDR"} }
+
 // FromEnv reads the process environment.
 func FromEnv() (Config, error) { return Load(os.Getenv) }
 
