@@ -286,8 +286,8 @@ func Load(getenv func(string) string) (Config, error) {
 	} else {
 		durVar("AGENT_MAX_HEARTBEAT_LAG", &c.MaxHeartbeatLag)
 	}
-	if lag := c.MaxHeartbeatLag; lag > 0 && lag >= cmp.Or(c.StaleAfter, agent.DefaultStaleAfter)/2 {
-		errs = append(errs, "AGENT_MAX_HEARTBEAT_LAG must be shorter than half of AGENT_STALE_AFTER (runs that far behind stop themselves: refusing new ones then is too late)")
+	if lag := c.MaxHeartbeatLag; lag > 0 && cmp.Or(c.Heartbeat, agent.DefaultHeartbeat)+lag >= cmp.Or(c.StaleAfter, agent.DefaultStaleAfter)/2 {
+		errs = append(errs, "AGENT_HEARTBEAT + AGENT_MAX_HEARTBEAT_LAG must be shorter than half of AGENT_STALE_AFTER (runs that far behind stop themselves: refusing new ones then is too late)")
 	}
 	durVar("AGENT_RUN_LEASE_TTL", &c.RunLeaseTTL)
 	durVar("AGENT_STREAM_LEASE_TTL", &c.StreamLeaseTTL)

@@ -127,6 +127,7 @@ func TestLoad(t *testing.T) {
 				}
 			}},
 		{name: "heartbeat lag past the horizon", env: map[string]string{"AGENT_MAX_HEARTBEAT_LAG": "15s"}, wantErr: true},
+		{name: "heartbeat and its lag at the horizon", env: map[string]string{"AGENT_MAX_HEARTBEAT_LAG": "14s"}, wantErr: true},
 		{name: "lease TTL too short to renew", env: map[string]string{"AGENT_STREAM_LEASE_TTL": "10ms"}, wantErr: true},
 		{name: "lease TTL past what stores keep", env: map[string]string{"AGENT_RUN_LEASE_TTL": "25h"}, wantErr: true},
 		{name: "negative limit", env: map[string]string{"AGENT_MAX_STREAMS_PER_RUN": "-1"}, wantErr: true},
