@@ -85,6 +85,11 @@ type ModelEvent struct {
 	ToolCallID string
 	ToolName   string
 	Arguments  string
+	// More says the adapter already holds the stream's next event and emits it (or returns) without waiting
+	// for the provider, so a consumer may delay making this one visible (the engine leaves the client's flush
+	// to the next event: one write for words that arrived together). An adapter that cannot tell leaves it
+	// false; it is never set on the last event before a wait.
+	More bool
 }
 
 // FinishReason uses the AI SDK's names.

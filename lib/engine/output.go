@@ -71,6 +71,17 @@ func (o *output) send(c uistream.Chunk) {
 	}
 }
 
+// sendMore encodes c as send does but leaves the client's flush to flushClient or the next send: the model's
+// next event is at hand (agent.ModelEvent.More).
+func (o *output) sendMore(c uistream.Chunk) {
+	if err := o.enc.EncodeMore(c); err != nil {
+		o.e.log.Error("encode chunk", "thread_id", o.run.ThreadID, "run_id", o.run.ID, "type", c.ChunkType(), "err", err)
+	}
+}
+
+// flushClient sends the client what sendMore left.
+func (o *output) flushClient() { o.enc.Flush() }
+
 // flush waits until every chunk sent so far is in the store (called at step ends).
 func (o *output) flush() {
 	if o.seg == nil {

@@ -202,30 +202,35 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 	var text, reasoning strings.Builder
 	var textOpen, reasonOpen bool
 	var calls []agent.ToolCall
+	// Each event's frames reach the client with the event's last one, or with the next event's when the adapter
+	// has it at hand already (More): words that arrived together go out in one write (issue 18).
 	res, err := e.model.Stream(ctx, req, func(ev agent.ModelEvent) error {
 		switch ev.Type {
 		case agent.EventTextDelta:
 			if !textOpen {
 				textOpen = true
-				s.out.send(uistream.TextStart{ID: textID})
+				s.out.sendMore(uistream.TextStart{ID: textID})
 			}
 			text.WriteString(ev.Delta)
-			s.out.send(uistream.TextDelta{ID: textID, Delta: ev.Delta})
+			s.out.sendMore(uistream.TextDelta{ID: textID, Delta: ev.Delta})
 		case agent.EventReasoningDelta:
 			if !reasonOpen {
 				reasonOpen = true
-				s.out.send(uistream.ReasoningStart{ID: reasonID})
+				s.out.sendMore(uistream.ReasoningStart{ID: reasonID})
 			}
 			reasoning.WriteString(ev.Delta)
-			s.out.send(uistream.ReasoningDelta{ID: reasonID, Delta: ev.Delta})
+			s.out.sendMore(uistream.ReasoningDelta{ID: reasonID, Delta: ev.Delta})
 		case agent.EventToolCallStart:
-			s.out.send(uistream.ToolInputStart{ToolCallID: ev.ToolCallID, ToolName: ev.ToolName})
+			s.out.sendMore(uistream.ToolInputStart{ToolCallID: ev.ToolCallID, ToolName: ev.ToolName})
 		case agent.EventToolCallDelta:
 			if ev.Delta != "" {
-				s.out.send(uistream.ToolInputDelta{ToolCallID: ev.ToolCallID, InputTextDelta: ev.Delta})
+				s.out.sendMore(uistream.ToolInputDelta{ToolCallID: ev.ToolCallID, InputTextDelta: ev.Delta})
 			}
 		case agent.EventToolCall:
 			calls = append(calls, agent.ToolCall{ID: ev.ToolCallID, Name: ev.ToolName, Arguments: ev.Arguments})
+		}
+		if !ev.More {
+			s.out.flushClient()
 		}
 		return nil
 	})

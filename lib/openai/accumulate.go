@@ -14,7 +14,9 @@ import (
 type accumulator struct {
 	emit    func(agent.ModelEvent) error
 	ids     agent.IDs
-	emitted bool // at least one event went out: the attempt can no longer be retried
+	emitted bool // at least one event went out (or is held back): the attempt can no longer be retried
+	held    agent.ModelEvent
+	holding bool // held is the newest event, not emitted yet (send)
 
 	model   string
 	calls   []*toolCall
@@ -30,10 +32,33 @@ type toolCall struct {
 	started bool            // the start event went out
 }
 
+// send emits the event held back (More: this one follows it at once) and holds ev back in its place: an
+// event goes out when the next one is at hand, or by release before the attempt waits for the provider or
+// returns (agent.ModelEvent.More).
 func (a *accumulator) send(ev agent.ModelEvent) error {
 	a.emitted = true
-	return a.emit(ev)
+	held, ok := a.held, a.holding
+	a.held, a.holding = ev, true
+	if !ok {
+		return nil
+	}
+	held.More = true
+	return a.emit(held)
 }
+
+// release emits the event held back, with More false: the attempt is about to wait for the provider, or to
+// return.
+func (a *accumulator) release() error {
+	if !a.holding {
+		return nil
+	}
+	held := a.held
+	a.held, a.holding = agent.ModelEvent{}, false
+	return a.emit(held)
+}
+
+// drop forgets the event held back: the caller cancelled, and asked for nothing more.
+func (a *accumulator) drop() { a.held, a.holding = agent.ModelEvent{}, false }
 
 // add folds one chunk in, emitting its deltas; an error from emit is returned as is.
 func (a *accumulator) add(c chunk) error {

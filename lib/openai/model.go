@@ -320,7 +320,19 @@ func (m *Model) attempt(ctx context.Context, req request, emit func(agent.ModelE
 		if err := acc.add(stream.Current()); err != nil {
 			return acc.partial(), &failure{err: err}
 		}
+		if !stream.Ready() {
+			// The next chunk is not here yet: the event held back goes out before the wait.
+			if err := acc.release(); err != nil {
+				return acc.partial(), &failure{err: err}
+			}
+		}
 		dog.waiting()
+	}
+	dog.stop() // no more waits on the provider: the release below is the consumer's time
+	if ctx.Err() != nil {
+		acc.drop() // the caller cancelled: nothing more goes to it
+	} else if err := acc.release(); err != nil {
+		return acc.partial(), &failure{err: err}
 	}
 	err = stream.Err()
 	if err == nil && actx.Err() != nil {
@@ -340,6 +352,9 @@ func (m *Model) attempt(ctx context.Context, req request, emit func(agent.ModelE
 		return acc.partial(), &failure{err: err, retry: !acc.emitted}
 	}
 	if err := acc.finishCalls(); err != nil {
+		return acc.partial(), &failure{err: err}
+	}
+	if err := acc.release(); err != nil {
 		return acc.partial(), &failure{err: err}
 	}
 	return acc.result(), nil

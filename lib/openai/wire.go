@@ -318,6 +318,33 @@ func (s *chunkStream) readLine() ([]byte, error) {
 	return bytes.TrimSuffix(line, []byte("\r")), nil
 }
 
+// Ready reports whether the next event with data is wholly in the read buffer (or the stream is over), so
+// that Next will not wait for the provider.
+func (s *chunkStream) Ready() bool {
+	if s.done {
+		return true
+	}
+	b, _ := s.r.Peek(s.r.Buffered())
+	data := false
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return false
+		}
+		line := bytes.TrimSuffix(b[:i], []byte("\r"))
+		b = b[i+1:]
+		if len(line) == 0 {
+			if data {
+				return true
+			}
+			continue
+		}
+		if name, _, _ := bytes.Cut(line, []byte(":")); string(name) == "data" {
+			data = true
+		}
+	}
+}
+
 func (s *chunkStream) Current() chunk { return s.cur }
 func (s *chunkStream) Err() error     { return s.err }
 func (s *chunkStream) Close() error   { return s.body.Close() }

@@ -127,3 +127,59 @@ func TestWireErrorAnswers(t *testing.T) {
 		})
 	}
 }
+
+// Words that arrive together are emitted with More (the engine then writes them to the client at once), and
+// the last event before the adapter waits for the provider, or returns, never has it: a consumer that waits
+// for More to clear never holds a word while the model is slow.
+func TestMoreOnlyWhileTheNextEventIsAtHand(t *testing.T) {
+	t.Parallel()
+	const head = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+	word := func(w string) string { return head + `{"content":"` + w + `"}}]}` }
+	finish := head + `{},"finish_reason":"stop"}]}`
+
+	t.Run("together", func(t *testing.T) {
+		t.Parallel()
+		m := New(Config{BaseURL: sse(t, word("a "), word("b "), word("c "), finish), Model: "m", Logger: slog.New(slog.DiscardHandler)})
+		_, events, err := run(context.Background(), m, userReq("hi"))
+		if err != nil || len(events) != 3 {
+			t.Fatalf("events %+v err %v", events, err)
+		}
+		if !events[0].More || !events[1].More || events[2].More {
+			t.Fatalf("More = %t %t %t, want true true false", events[0].More, events[1].More, events[2].More)
+		}
+	})
+
+	t.Run("one at a time", func(t *testing.T) {
+		t.Parallel()
+		got := make(chan string, 3)
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, wd := range []string{"a ", "b ", "c "} {
+				io.WriteString(w, "data: "+word(wd)+"\n\n")
+				w.(http.Flusher).Flush()
+				select { // the next word only once the consumer has this one: a held word would never come
+				case g := <-got:
+					if g != wd {
+						t.Errorf("consumer got %q, want %q", g, wd)
+					}
+				case <-time.After(10 * time.Second):
+					t.Errorf("the consumer never got %q: the adapter held it while it waited for the next chunk", wd)
+					return
+				}
+			}
+			io.WriteString(w, "data: "+finish+"\n\ndata: [DONE]\n\n")
+		}))
+		t.Cleanup(ts.Close)
+		m := New(Config{BaseURL: ts.URL + "/v1/", Model: "m", Logger: slog.New(slog.DiscardHandler)})
+		_, err := m.Stream(context.Background(), userReq("hi"), func(ev agent.ModelEvent) error {
+			if ev.More {
+				t.Errorf("event %+v has More while the next chunk is not sent", ev)
+			}
+			got <- ev.Delta
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -17,7 +17,9 @@ type Sink interface {
 }
 
 // DefaultClientWriteTimeout bounds one write to the client. A client that stops reading (without closing)
-// would otherwise stall the run on a full TCP window; after the timeout it is treated as gone.
+// would otherwise stall the run on a full TCP window; after the timeout it is treated as gone. The connection's
+// deadline is moved only when less than the timeout is left of it, to 1.5 times the timeout ahead (once per
+// half timeout, rather than once per frame: issue 18), so a write fails after between 1 and 1.5 timeouts.
 const DefaultClientWriteTimeout = 10 * time.Second
 
 // CodeClientGone is the code of ClientErr: the client connection failed, the stream goes on for the sink.
@@ -30,7 +32,7 @@ const CodeStreamDone = agent.CodeStreamDone
 type EncoderOption func(*Encoder)
 
 // WithClientWriteTimeout sets the per-write deadline on the client connection (when the writer supports
-// deadlines, as net/http's does). d <= 0 disables it.
+// deadlines, as net/http's does; see DefaultClientWriteTimeout). d <= 0 disables it.
 func WithClientWriteTimeout(d time.Duration) EncoderOption {
 	return func(e *Encoder) { e.writeTimeout = d }
 }
@@ -48,6 +50,8 @@ type Encoder struct {
 	flush        func() error
 	setDeadline  func(time.Time) error
 	writeTimeout time.Duration
+	deadline     time.Time // the connection's write deadline as last set
+	unflushed    bool      // EncodeMore wrote frames that no flush has sent yet
 	sink         Sink
 	buf          []byte
 	clientErr    error
@@ -77,9 +81,26 @@ func NewEncoder(w io.Writer, sink Sink, opts ...EncoderOption) *Encoder {
 	return e
 }
 
-// Encode writes the frame of c. It fails only for an invalid chunk (nothing is written then) or after Done;
-// a client failure is not an error of Encode (see ClientErr).
-func (e *Encoder) Encode(c Chunk) error {
+// Encode writes the frame of c, and flushes it (with any frame EncodeMore left) to the client. It fails only
+// for an invalid chunk (nothing is written then) or after Done; a client failure is not an error of Encode (see
+// ClientErr).
+func (e *Encoder) Encode(c Chunk) error { return e.encode(c, true) }
+
+// EncodeMore writes the frame of c as Encode does but leaves it in the client's write buffer: the caller has
+// another frame at hand and sends it at once (issue 18: one write for words that arrived together). The next
+// Encode, Flush or Done sends it; the sink gets it now.
+func (e *Encoder) EncodeMore(c Chunk) error { return e.encode(c, false) }
+
+// Flush sends the frames EncodeMore left to the client; nothing when there are none.
+func (e *Encoder) Flush() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.unflushed {
+		e.flushClient()
+	}
+}
+
+func (e *Encoder) encode(c Chunk, flush bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.done {
@@ -90,7 +111,7 @@ func (e *Encoder) Encode(c Chunk) error {
 	if err != nil {
 		return err
 	}
-	e.emit(buf)
+	e.emit(buf, flush)
 	return nil
 }
 
@@ -102,7 +123,7 @@ func (e *Encoder) Done() {
 		return
 	}
 	e.done = true
-	e.emit([]byte(DoneFrame))
+	e.emit([]byte(DoneFrame), true)
 	if e.setDeadline != nil && e.clientErr == nil {
 		// The deadline is the connection's, not this response's: left set, it would fail the response's own end
 		// (written when the handler returns, after the run's outcome and its slot are stored) once that work
@@ -126,8 +147,9 @@ func (e *Encoder) Frames() int64 {
 	return e.frames
 }
 
-// emit hands frame to the sink first (persistence is what resume relies on), then to the client.
-func (e *Encoder) emit(frame []byte) {
+// emit hands frame to the sink first (persistence is what resume relies on), then to the client, flushed
+// when flush is set.
+func (e *Encoder) emit(frame []byte, flush bool) {
 	e.frames++
 	if e.sink != nil {
 		e.sink.Append(frame)
@@ -138,12 +160,27 @@ func (e *Encoder) emit(frame []byte) {
 	if e.setDeadline != nil && e.writeTimeout > 0 {
 		// A connection deadline is wall-clock time by nature (the net package compares it with the system
 		// clock), so no injected clock here.
-		if err := e.setDeadline(time.Now().Add(e.writeTimeout)); errors.Is(err, http.ErrNotSupported) {
-			e.setDeadline = nil
+		if now := time.Now(); e.deadline.Sub(now) < e.writeTimeout {
+			e.deadline = now.Add(e.writeTimeout + e.writeTimeout/2)
+			if err := e.setDeadline(e.deadline); errors.Is(err, http.ErrNotSupported) {
+				e.setDeadline = nil
+			}
 		}
 	}
 	if _, err := e.w.Write(frame); err != nil {
 		e.clientErr = agent.Wrap(err, agent.KindUnavailable, CodeClientGone, "write to client")
+		return
+	}
+	e.unflushed = true
+	if flush {
+		e.flushClient()
+	}
+}
+
+// flushClient sends what the client's writer holds.
+func (e *Encoder) flushClient() {
+	e.unflushed = false
+	if e.clientErr != nil {
 		return
 	}
 	if e.flush != nil {

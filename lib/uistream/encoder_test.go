@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
@@ -298,5 +299,89 @@ func TestEncoderConcurrentUse(t *testing.T) {
 	}
 	if !bytes.Equal(rec.Body.Bytes(), sink.bytes()) {
 		t.Error("client and sink order differ")
+	}
+}
+
+// deadlineWriter is an http.ResponseWriter that counts flushes and write deadlines, and records what was
+// flushed.
+type deadlineWriter struct {
+	httptest.ResponseRecorder
+	pending   bytes.Buffer
+	flushed   bytes.Buffer
+	flushes   int
+	deadlines []time.Time
+}
+
+func (d *deadlineWriter) Write(b []byte) (int, error) { return d.pending.Write(b) }
+func (d *deadlineWriter) Flush() {
+	d.flushes++
+	d.flushed.Write(d.pending.Bytes())
+	d.pending.Reset()
+}
+func (d *deadlineWriter) SetWriteDeadline(t time.Time) error {
+	d.deadlines = append(d.deadlines, t)
+	return nil
+}
+
+// EncodeMore leaves its frames to the next flush (Encode, Flush, Done), the sink gets them at once, and the
+// bytes are those Encode writes.
+func TestEncodeMoreFlushesWithTheNextFrame(t *testing.T) {
+	t.Parallel()
+	w, sink := &deadlineWriter{}, &recordingSink{}
+	e := NewEncoder(w, sink)
+	chunks := []Chunk{TextStart{ID: "t"}, TextDelta{ID: "t", Delta: "a "}, TextDelta{ID: "t", Delta: "b"}}
+	for _, c := range chunks {
+		if err := e.EncodeMore(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.flushes != 0 || w.flushed.Len() != 0 || len(sink.frames) != 3 {
+		t.Fatalf("after EncodeMore: %d flushes, %q flushed, %d sink frames; want none flushed, 3 in the sink", w.flushes, w.flushed.String(), len(sink.frames))
+	}
+	e.Flush()
+	e.Flush() // nothing left: no flush
+	if w.flushes != 1 {
+		t.Fatalf("flushes = %d, want 1", w.flushes)
+	}
+	if err := e.EncodeMore(TextEnd{ID: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Encode(Finish{}); err != nil {
+		t.Fatal(err)
+	}
+	e.Done()
+	if w.flushes != 3 || w.pending.Len() != 0 {
+		t.Fatalf("flushes = %d, %d bytes unflushed; want 3, 0", w.flushes, w.pending.Len())
+	}
+	var want bytes.Buffer
+	ref := NewEncoder(&want, nil)
+	encodeAll(t, ref, append(chunks, TextEnd{ID: "t"}, Finish{}))
+	if w.flushed.String() != want.String() || string(sink.bytes()) != want.String() {
+		t.Fatalf("client %q\nsink %q\nwant %q", w.flushed.String(), sink.bytes(), want.String())
+	}
+}
+
+// The write deadline moves once per half timeout, not once per frame, and always leaves a write at least the
+// timeout.
+func TestWriteDeadlineMovedWhenLow(t *testing.T) {
+	t.Parallel()
+	w := &deadlineWriter{}
+	const timeout = time.Hour // frames written within a test's run are all within half of it
+	e := NewEncoder(w, nil, WithClientWriteTimeout(timeout))
+	start := time.Now()
+	for range 100 {
+		if err := e.Encode(TextDelta{ID: "t", Delta: "w "}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(w.deadlines) != 1 {
+		t.Fatalf("deadline set %d times for 100 frames, want once", len(w.deadlines))
+	}
+	if d := w.deadlines[0].Sub(start); d < timeout || d > timeout+timeout/2+time.Minute {
+		t.Fatalf("deadline %s ahead, want between the timeout and 1.5 times it", d)
+	}
+	e.Done()
+	if last := w.deadlines[len(w.deadlines)-1]; !last.IsZero() {
+		t.Fatalf("deadline after Done = %s, want none", last)
 	}
 }
