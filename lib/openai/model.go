@@ -134,7 +134,8 @@ type Config struct {
 	MaxTokensParam string
 	// OmitStreamOptions leaves stream_options.include_usage out, for servers that refuse it.
 	OmitStreamOptions bool
-	// HTTPClient sends the requests (default http.DefaultClient).
+	// HTTPClient sends the requests (default: a client of its own, http.DefaultTransport's settings but for
+	// DefaultMaxIdleConnsPerHost).
 	HTTPClient *http.Client
 	// FileClient downloads the PDFs that a user message names by https URL, and older messages' images (default:
 	// a client that connects to public addresses only, so a user cannot make the server fetch from its own
@@ -186,7 +187,7 @@ func New(cfg Config) *Model {
 		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffBase)
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = http.DefaultClient
+		cfg.HTTPClient = &http.Client{Transport: modelTransport()}
 	}
 	if cfg.FileClient == nil {
 		cfg.FileClient = publicClient
@@ -210,6 +211,19 @@ func New(cfg Config) *Model {
 	m := &Model{cfg: cfg, files: fileCache{max: 2 * cfg.MaxFileBytes}}
 	m.endpoint, m.endpointErr = endpoint(cfg.BaseURL)
 	return m
+}
+
+// DefaultMaxIdleConnsPerHost is how many idle connections the default client keeps to the provider: about one
+// per reply streaming at once. http.DefaultTransport keeps 2, so under load every reply past the second dialed
+// anew (and, against a provider over TLS, shook hands anew: issue 18). An idle connection holds about 20 KiB.
+const DefaultMaxIdleConnsPerHost = 256
+
+// modelTransport is the default client's transport.
+func modelTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = DefaultMaxIdleConnsPerHost
+	t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	return t
 }
 
 func cmpOr(v, def string) string {

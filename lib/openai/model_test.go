@@ -1017,10 +1017,9 @@ func TestInvalidTranscript(t *testing.T) {
 	}
 }
 
-// BenchmarkStreamWords streams a canned 200-word reply shaped as the peer benchmark's fake model sends it (one
-// chunk per word, then finish and usage), written at once by a server that does nothing else: the adapter's own
-// cost per reply (reading, decoding, emitting), without a model's.
-func BenchmarkStreamWords(b *testing.B) {
+// cannedReply is a 200-word reply shaped as the peer benchmark's fake model sends it (one chunk per word, then
+// finish and usage).
+func cannedReply() []byte {
 	const head = `data: {"id":"chatcmpl-peerbench","object":"chat.completion.chunk","created":1700000000,"model":"bench","choices":[{"index":0,"delta":`
 	var body strings.Builder
 	body.WriteString(head + `{"role":"assistant","content":""},"finish_reason":null}]}` + "\n\n")
@@ -1029,27 +1028,71 @@ func BenchmarkStreamWords(b *testing.B) {
 	}
 	body.WriteString(head + `{},"finish_reason":"stop"}]}` + "\n\n")
 	body.WriteString(`data: {"id":"chatcmpl-peerbench","object":"chat.completion.chunk","created":1700000000,"model":"bench","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":200,"total_tokens":220}}` + "\n\ndata: [DONE]\n\n")
-	canned := []byte(body.String())
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return []byte(body.String())
+}
+
+// cannedServer answers every request with cannedReply, written at once, and counts the connections opened to it.
+func cannedServer(tb testing.TB) (url string, conns *atomic.Int64) {
+	canned := cannedReply()
+	conns = new(atomic.Int64)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = w.Write(canned)
 	}))
-	defer srv.Close()
-	m := New(Config{BaseURL: srv.URL + "/v1/", Model: "bench", Logger: slog.New(slog.DiscardHandler)})
-	req := userReq("hi")
-	ctx := context.Background()
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	tb.Cleanup(srv.Close)
+	return srv.URL + "/v1/", conns
+}
+
+func streamCanned(b *testing.B, m *Model) {
+	words := 0
+	res, err := m.Stream(context.Background(), userReq("hi"), func(ev agent.ModelEvent) error {
+		if ev.Type == agent.EventTextDelta {
+			words++
+		}
+		return nil
+	})
+	if err != nil || res.FinishReason != agent.FinishStop || words != 200 || res.Usage.TotalTokens != 220 {
+		b.Errorf("result %+v, %d words, err %v", res, words, err)
+	}
+}
+
+// BenchmarkStreamWords streams the canned 200-word reply from a server that does nothing else: the adapter's own
+// cost per reply (reading, decoding, emitting), without a model's.
+func BenchmarkStreamWords(b *testing.B) {
+	url, _ := cannedServer(b)
+	m := New(Config{BaseURL: url, Model: "bench", Logger: slog.New(slog.DiscardHandler)})
 	b.ReportAllocs()
 	for b.Loop() {
-		words := 0
-		res, err := m.Stream(ctx, req, func(ev agent.ModelEvent) error {
-			if ev.Type == agent.EventTextDelta {
-				words++
+		streamCanned(b, m)
+	}
+}
+
+// BenchmarkConcurrentReplies streams 16 canned replies at once per op, with the adapter's default client and
+// with http.DefaultClient: dials/op is the connections each op opened (DefaultClient keeps 2 idle per host).
+func BenchmarkConcurrentReplies(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+	}{{"default client", nil}, {"http.DefaultClient", http.DefaultClient}} {
+		b.Run(tc.name, func(b *testing.B) {
+			url, conns := cannedServer(b)
+			m := New(Config{BaseURL: url, Model: "bench", HTTPClient: tc.client, Logger: slog.New(slog.DiscardHandler)})
+			b.ReportAllocs()
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for range 16 {
+					wg.Go(func() { streamCanned(b, m) })
+				}
+				wg.Wait()
 			}
-			return nil
+			b.ReportMetric(float64(conns.Load())/float64(b.N), "dials/op")
 		})
-		if err != nil || res.FinishReason != agent.FinishStop || words != 200 || res.Usage.TotalTokens != 220 {
-			b.Fatalf("result %+v, %d words, err %v", res, words, err)
-		}
 	}
 }

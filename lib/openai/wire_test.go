@@ -183,3 +183,17 @@ func TestMoreOnlyWhileTheNextEventIsAtHand(t *testing.T) {
 		}
 	})
 }
+
+// The default client keeps a connection per concurrent reply for the next turn, where http.DefaultClient keeps
+// two (the rest dial, and against a provider shake hands over TLS, anew on every reply under load).
+func TestDefaultClientKeepsConnections(t *testing.T) {
+	t.Parallel()
+	m := New(Config{Model: "m"})
+	tr, ok := m.cfg.HTTPClient.Transport.(*http.Transport)
+	if !ok || tr.MaxIdleConnsPerHost < DefaultMaxIdleConnsPerHost || tr.MaxIdleConns < DefaultMaxIdleConnsPerHost || tr.Proxy == nil {
+		t.Fatalf("default transport %+v", m.cfg.HTTPClient.Transport)
+	}
+	if m.cfg.HTTPClient == http.DefaultClient || tr == http.DefaultTransport {
+		t.Fatal("the default client is the process's shared one")
+	}
+}
