@@ -218,11 +218,17 @@ func New(cfg Config) *Model {
 // anew (and, against a provider over TLS, shook hands anew: issue 18). An idle connection holds about 20 KiB.
 const DefaultMaxIdleConnsPerHost = 256
 
+// modelWriteBuffer is the default transport's write buffer per connection (net/http's default is 4 KiB): it
+// only ever holds a request's headers and the start of its body (a larger write goes past it), and a server
+// streaming a thousand replies holds a thousand of them.
+const modelWriteBuffer = 1 << 10
+
 // modelTransport is the default client's transport.
 func modelTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = DefaultMaxIdleConnsPerHost
 	t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	t.WriteBufferSize = modelWriteBuffer
 	return t
 }
 
