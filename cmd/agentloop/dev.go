@@ -65,6 +65,14 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if err != nil {
 		return err
 	}
+	// The profiler listens before the URL is printed: a client that waits for the line finds it there.
+	if cfg.PprofAddr != "" {
+		stopProfiler, err := serveProfiler(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopProfiler()
+	}
 	url := "http://" + ln.Addr().String()
 	tok, err := stack.Token(devUser, config.DefaultTokenTTL)
 	if err != nil {
@@ -74,14 +82,6 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		url, filepath.Join(*data, "agentloop.db"), stack.ModelName, modelSource(stack.Offline), devUser, config.DefaultTokenTTL, tok, curlLine(url, tok))
 
 	go stack.Run(ctx)
-
-	if cfg.PprofAddr != "" {
-		stopProfiler, err := serveProfiler(cfg.PprofAddr, log)
-		if err != nil {
-			return err
-		}
-		defer stopProfiler()
-	}
 
 	srv := devHTTPServer(stack.Handler)
 	errc := make(chan error, 1)
