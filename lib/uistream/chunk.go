@@ -150,50 +150,50 @@ func (c Start) appendFields(b []byte) ([]byte, error) {
 func (StartStep) appendFields(b []byte) ([]byte, error)  { return b, nil }
 func (FinishStep) appendFields(b []byte) ([]byte, error) { return b, nil }
 
-func (c TextStart) appendFields(b []byte) ([]byte, error) { return appendID(b, c, "id", c.ID) }
-func (c TextEnd) appendFields(b []byte) ([]byte, error)   { return appendID(b, c, "id", c.ID) }
+func (c TextStart) appendFields(b []byte) ([]byte, error) { return appendID(b, c.ChunkType(), "id", c.ID) }
+func (c TextEnd) appendFields(b []byte) ([]byte, error)   { return appendID(b, c.ChunkType(), "id", c.ID) }
 func (c TextDelta) appendFields(b []byte) ([]byte, error) {
-	b, err := appendID(b, c, "id", c.ID)
+	b, err := appendID(b, c.ChunkType(), "id", c.ID)
 	return appendStringField(b, "delta", c.Delta), err
 }
 
-func (c ReasoningStart) appendFields(b []byte) ([]byte, error) { return appendID(b, c, "id", c.ID) }
-func (c ReasoningEnd) appendFields(b []byte) ([]byte, error)   { return appendID(b, c, "id", c.ID) }
+func (c ReasoningStart) appendFields(b []byte) ([]byte, error) { return appendID(b, c.ChunkType(), "id", c.ID) }
+func (c ReasoningEnd) appendFields(b []byte) ([]byte, error)   { return appendID(b, c.ChunkType(), "id", c.ID) }
 func (c ReasoningDelta) appendFields(b []byte) ([]byte, error) {
-	b, err := appendID(b, c, "id", c.ID)
+	b, err := appendID(b, c.ChunkType(), "id", c.ID)
 	return appendStringField(b, "delta", c.Delta), err
 }
 
 func (c ToolInputStart) appendFields(b []byte) ([]byte, error) {
-	b, err := appendID(b, c, "toolCallId", c.ToolCallID)
+	b, err := appendID(b, c.ChunkType(), "toolCallId", c.ToolCallID)
 	if err != nil {
 		return b, err
 	}
-	return appendID(b, c, "toolName", c.ToolName)
+	return appendID(b, c.ChunkType(), "toolName", c.ToolName)
 }
 
 func (c ToolInputDelta) appendFields(b []byte) ([]byte, error) {
-	b, err := appendID(b, c, "toolCallId", c.ToolCallID)
+	b, err := appendID(b, c.ChunkType(), "toolCallId", c.ToolCallID)
 	return appendStringField(b, "inputTextDelta", c.InputTextDelta), err
 }
 
 func (c ToolInputAvailable) appendFields(b []byte) ([]byte, error) {
-	b, err := appendID(b, c, "toolCallId", c.ToolCallID)
+	b, err := appendID(b, c.ChunkType(), "toolCallId", c.ToolCallID)
 	if err != nil {
 		return b, err
 	}
-	if b, err = appendID(b, c, "toolName", c.ToolName); err != nil {
+	if b, err = appendID(b, c.ChunkType(), "toolName", c.ToolName); err != nil {
 		return b, err
 	}
 	return appendRawField(b, c, "input", c.Input)
 }
 
 func (c ToolInputError) appendFields(b []byte) ([]byte, error) {
-	b, err := appendID(b, c, "toolCallId", c.ToolCallID)
+	b, err := appendID(b, c.ChunkType(), "toolCallId", c.ToolCallID)
 	if err != nil {
 		return b, err
 	}
-	if b, err = appendID(b, c, "toolName", c.ToolName); err != nil {
+	if b, err = appendID(b, c.ChunkType(), "toolName", c.ToolName); err != nil {
 		return b, err
 	}
 	if b, err = appendRawField(b, c, "input", c.Input); err != nil {
@@ -203,7 +203,7 @@ func (c ToolInputError) appendFields(b []byte) ([]byte, error) {
 }
 
 func (c ToolOutputAvailable) appendFields(b []byte) ([]byte, error) {
-	b, err := appendID(b, c, "toolCallId", c.ToolCallID)
+	b, err := appendID(b, c.ChunkType(), "toolCallId", c.ToolCallID)
 	if err != nil {
 		return b, err
 	}
@@ -211,20 +211,20 @@ func (c ToolOutputAvailable) appendFields(b []byte) ([]byte, error) {
 }
 
 func (c ToolOutputError) appendFields(b []byte) ([]byte, error) {
-	b, err := appendID(b, c, "toolCallId", c.ToolCallID)
+	b, err := appendID(b, c.ChunkType(), "toolCallId", c.ToolCallID)
 	return appendStringField(b, "errorText", c.ErrorText), err
 }
 
 func (c ToolApprovalRequest) appendFields(b []byte) ([]byte, error) {
-	b, err := appendID(b, c, "approvalId", c.ApprovalID)
+	b, err := appendID(b, c.ChunkType(), "approvalId", c.ApprovalID)
 	if err != nil {
 		return b, err
 	}
-	return appendID(b, c, "toolCallId", c.ToolCallID)
+	return appendID(b, c.ChunkType(), "toolCallId", c.ToolCallID)
 }
 
 func (c ToolOutputDenied) appendFields(b []byte) ([]byte, error) {
-	return appendID(b, c, "toolCallId", c.ToolCallID)
+	return appendID(b, c.ChunkType(), "toolCallId", c.ToolCallID)
 }
 
 func (c Data) appendFields(b []byte) ([]byte, error) {
@@ -258,7 +258,7 @@ func (c Finish) appendFields(b []byte) ([]byte, error) {
 
 func (c MessageMetadata) appendFields(b []byte) ([]byte, error) {
 	if len(c.Metadata) == 0 {
-		return b, invalid(c, "messageMetadata")
+		return b, invalid(c.ChunkType(), "messageMetadata")
 	}
 	return appendRawField(b, c, "messageMetadata", c.Metadata)
 }
@@ -273,14 +273,15 @@ func sharedFinishReason(r agent.FinishReason) bool {
 	return false
 }
 
-func invalid(c Chunk, field string) error {
-	return agent.E(agent.KindInternal, CodeInvalidChunk, "%s chunk: %s is required", c.ChunkType(), field)
+func invalid(typ, field string) error {
+	return agent.E(agent.KindInternal, CodeInvalidChunk, "%s chunk: %s is required", typ, field)
 }
 
-// appendID appends a required, non-empty string field.
-func appendID(b []byte, c Chunk, name, value string) ([]byte, error) {
+// appendID appends a required, non-empty string field of a chunk of type typ (a type name, not the chunk: a
+// chunk passed as an interface would escape to the heap, once per streamed word).
+func appendID(b []byte, typ, name, value string) ([]byte, error) {
 	if value == "" {
-		return b, invalid(c, name)
+		return b, invalid(typ, name)
 	}
 	return appendStringField(b, name, value), nil
 }
