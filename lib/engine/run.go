@@ -201,6 +201,9 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 	reasonID := fmt.Sprintf("%s-r%d", t.run.ID, step)
 	var text, reasoning strings.Builder
 	var textOpen, reasonOpen bool
+	// One delta chunk per step, refilled per event and handed to the encoder by pointer: a chunk value made
+	// an interface escaped to the heap once per streamed word (the encoder keeps no chunk past the call).
+	textDelta, reasonDelta := &uistream.TextDelta{ID: textID}, &uistream.ReasoningDelta{ID: reasonID}
 	var calls []agent.ToolCall
 	// Each event's frames reach the client with the event's last one, or with the next event's when the adapter
 	// has it at hand already (More): words that arrived together go out in one write (issue 18).
@@ -212,14 +215,16 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 				s.out.sendMore(uistream.TextStart{ID: textID})
 			}
 			text.WriteString(ev.Delta)
-			s.out.sendMore(uistream.TextDelta{ID: textID, Delta: ev.Delta})
+			textDelta.Delta = ev.Delta
+			s.out.sendMore(textDelta)
 		case agent.EventReasoningDelta:
 			if !reasonOpen {
 				reasonOpen = true
 				s.out.sendMore(uistream.ReasoningStart{ID: reasonID})
 			}
 			reasoning.WriteString(ev.Delta)
-			s.out.sendMore(uistream.ReasoningDelta{ID: reasonID, Delta: ev.Delta})
+			reasonDelta.Delta = ev.Delta
+			s.out.sendMore(reasonDelta)
 		case agent.EventToolCallStart:
 			s.out.sendMore(uistream.ToolInputStart{ToolCallID: ev.ToolCallID, ToolName: ev.ToolName})
 		case agent.EventToolCallDelta:
