@@ -126,7 +126,7 @@ func (w *world) newReader() *proc {
 	}
 	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: w.toolset(p), Jobs: js, Clock: w.clock},
 		reaper.Config{StaleAfter: w.ecfg.StaleAfter, DeliveryGrace: w.contract.DeliveryGrace})
-	p.svc = threads.New(threads.Deps{Store: p.store, Reaper: p.reaper, Clock: w.clock}, threads.Config{StaleAfter: w.ecfg.StaleAfter,
+	p.svc = threads.New(threads.Deps{Store: p.store, Reaper: p.reaper, Clock: readerClock{w.clock}}, threads.Config{StaleAfter: w.ecfg.StaleAfter,
 		Follow:            segments.Follower{PollMin: time.Microsecond, PollMax: time.Microsecond, EndGrace: time.Millisecond},
 		MaxStreamsPerUser: -1, MaxStreamsPerRun: -1})
 	w.mu.Lock()
@@ -136,6 +136,16 @@ func (w *world) newReader() *proc {
 		w.tracef("  %s: faultRate=%.2f", p.name, p.faultRate)
 	}
 	return p
+}
+
+// readerClock is a reader's clock: the virtual clock's time, and a follower's poll waits pass at once (the
+// scheduler orders the polls themselves: readerPoll parks each one).
+type readerClock struct{ *vclock }
+
+func (readerClock) After(time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	ch <- time.Time{}
+	return ch
 }
 
 func (w *world) attachReader(th *simThread, runID string) error {
@@ -169,7 +179,8 @@ func (p *proc) readerPoll(runID string, from int64) bool {
 	return true
 }
 
-// calledByFollow reports whether the caller of procStore.ListSegments is segments.Follower.Follow.
+// calledByFollow reports whether the caller of procStore.ListSegments is segments.Follower.Follow (its store poll,
+// or the stored part of a same-process reader's replay).
 func calledByFollow() bool {
 	var pcs [8]uintptr
 	n := runtime.Callers(3, pcs[:])
@@ -177,7 +188,8 @@ func calledByFollow() bool {
 	for {
 		f, more := frames.Next()
 		if !strings.Contains(f.Function, "internal/sim.") {
-			return f.Function == "github.com/agentloop/agentloop/lib/segments.Follower.Follow"
+			return f.Function == "github.com/agentloop/agentloop/lib/segments.(*following).poll" ||
+				f.Function == "github.com/agentloop/agentloop/lib/segments.(*following).live"
 		}
 		if !more {
 			return false

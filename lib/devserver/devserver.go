@@ -34,6 +34,7 @@ import (
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/tools"
@@ -215,8 +216,11 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.Signer, err = interrupts.NewSigner(s.Secret); err != nil {
 		return s, err
 	}
+	// One process serves both POST /chat and its resumes: a reader of a run this process writes is fed from the
+	// run's Segmenter through the hub, with no flush tick between (segments.Hub).
+	hub := segments.NewHub()
 	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
-		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics},
+		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,
 		Limits: s.Store},
@@ -224,7 +228,8 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	s.JobTasks, s.JobKinds = tasks, kinds
 	// One process runs every route: a stop reaches its run in memory (the engine's StopLocal), not at the run's
 	// next heartbeat.
-	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Stopper: s.Engine, Clock: clock, Logger: log}, cfg.Threads())
+	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Stopper: s.Engine, Clock: clock, Logger: log, Hub: hub},
+		cfg.Threads())
 	// The dev server takes dev tokens (auth.DevAudience) and honours AGENT_JWT_ISSUER, AGENT_JWT_AUDIENCE and
 	// AGENT_JWT_MAX_AGE as a deployment does (REVIEW S13).
 	verifier, err := auth.NewVerifier(cfg.Auth(s.Secret, clock, true))

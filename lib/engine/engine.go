@@ -165,6 +165,7 @@ type Engine struct {
 	// prices turns each step's usage into cost (empty: no cost); metrics receives each run's outcome.
 	prices  agent.Prices
 	metrics agent.Metrics
+	hub     *segments.Hub
 	// background counts the work a run leaves running after it returns (late.go).
 	background sync.WaitGroup
 	// admission counts the runs the engine is running (admission.go).
@@ -191,12 +192,14 @@ type Deps struct {
 	Prices agent.Prices
 	// Metrics receives run outcomes (nil: agent.NopMetrics).
 	Metrics agent.Metrics
+	// Hub, when set, publishes every run's stream to readers of it in this process (segments.Hub).
+	Hub *segments.Hub
 }
 
 // New builds an engine.
 func New(d Deps, cfg Config) *Engine {
 	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, signer: d.Signer, jobs: d.Jobs, log: d.Logger,
-		cfg: cfg.withDefaults(), tools: map[string]agent.Tool{}, prices: d.Prices, metrics: d.Metrics}
+		cfg: cfg.withDefaults(), tools: map[string]agent.Tool{}, prices: d.Prices, metrics: d.Metrics, hub: d.Hub}
 	if e.metrics == nil {
 		e.metrics = agent.NopMetrics{}
 	}

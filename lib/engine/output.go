@@ -29,7 +29,7 @@ type output struct {
 func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer) *output {
 	o := &output{ctx: ctx, e: e, run: run}
 	seg, err := segments.NewSegmenter(ctx, segments.SegmenterConfig{ThreadID: run.ThreadID, RunID: run.ID,
-		Write: o.write, Clock: e.clock, Interval: e.cfg.SegmentFlush, Logger: e.log})
+		Write: o.write, Clock: e.clock, Interval: e.cfg.SegmentFlush, Logger: e.log, Hub: e.hub})
 	if err != nil {
 		// Only a configuration bug gets here; stream to the client without persistence rather than not at all.
 		e.log.Error("segmenter", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
@@ -61,8 +61,14 @@ func (o *output) write(ctx context.Context, s agent.Segment) error {
 	return o.e.store.AppendSegment(ctx, s)
 }
 
-// detach stops writing segments (the run lost its claim).
-func (o *output) detach() { o.detached.Store(true) }
+// detach stops writing segments (the run lost its claim), and feeding this process's readers of the run: they go
+// on from the store, whose story is the reaper's or the new claim holder's now.
+func (o *output) detach() {
+	o.detached.Store(true)
+	if o.seg != nil {
+		o.seg.Unpublish()
+	}
+}
 
 // send encodes c for the client and the segments.
 func (o *output) send(c uistream.Chunk) {

@@ -1,6 +1,7 @@
 package segments
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"sync"
@@ -13,6 +14,9 @@ import (
 const (
 	// DefaultSegmentInterval is the longest time a frame waits before its segment is written.
 	DefaultSegmentInterval = 500 * time.Millisecond
+	// DefaultHurryInterval is the flush period while a resumed-stream reader in another process is attached
+	// (Hurry): its lag is this plus its own poll (DefaultPollAttached). Only a run someone reads pays for it.
+	DefaultHurryInterval = 50 * time.Millisecond
 	// DefaultMaxSegmentBytes is where a segment is cut (a single larger frame makes a larger segment).
 	DefaultMaxSegmentBytes = 256 << 10
 	// DefaultCloseTimeout bounds Close: a store that keeps refusing the final segment must not keep the HTTP
@@ -56,8 +60,14 @@ type SegmenterConfig struct {
 	Interval time.Duration
 	// MaxBytes bounds one segment's Data; 0 means DefaultMaxSegmentBytes.
 	MaxBytes int
-	// NewTicker makes the flush ticker; nil means NewRealTicker.
+	// HurryInterval is the flush period while Hurry's deadline is ahead; 0 means DefaultHurryInterval.
+	HurryInterval time.Duration
+	// NewTicker makes the flush tickers (Interval's, and HurryInterval's while hurried); nil means NewRealTicker.
 	NewTicker func(time.Duration) Ticker
+	// Hub, when set, publishes the stream to readers of the run in this process (hub.go) until Close or Unpublish.
+	Hub *Hub
+	// SubscriberBacklog bounds each same-process reader's backlog; 0 means DefaultSubscriberBacklog.
+	SubscriberBacklog int
 	// Logger reports write failures; nil discards.
 	Logger *slog.Logger
 }
@@ -81,6 +91,7 @@ type Segmenter struct {
 	cancel    context.CancelFunc
 	ticker    Ticker
 	wake      chan struct{}
+	hurry     chan struct{} // a token when Hurry moved hurryUntil
 	exited    chan struct{} // closed when the writer goroutine ends
 	closeDone chan struct{} // closed when the first Close has its result
 
@@ -96,6 +107,10 @@ type Segmenter struct {
 	progress chan struct{} // closed and replaced whenever written, errGen or stopped changes
 	stats    SegmenterStats
 	closeErr error
+	// subs are the same-process readers fed by Append (hub.go); nil once unpublished.
+	subs        map[*subscription]struct{}
+	unpublished bool
+	hurryUntil  time.Time
 }
 
 // NewSegmenter starts a Segmenter. ctx is used for every Write: pass one that outlives the cancellation of
@@ -111,6 +126,12 @@ func NewSegmenter(ctx context.Context, cfg SegmenterConfig) (*Segmenter, error) 
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxSegmentBytes
 	}
+	if cfg.HurryInterval <= 0 {
+		cfg.HurryInterval = DefaultHurryInterval
+	}
+	if cfg.SubscriberBacklog <= 0 {
+		cfg.SubscriberBacklog = DefaultSubscriberBacklog
+	}
 	if cfg.NewTicker == nil {
 		cfg.NewTicker = NewRealTicker
 	}
@@ -124,12 +145,15 @@ func NewSegmenter(ctx context.Context, cfg SegmenterConfig) (*Segmenter, error) 
 		cancel:    cancel,
 		ticker:    cfg.NewTicker(cfg.Interval),
 		wake:      make(chan struct{}, 1),
+		hurry:     make(chan struct{}, 1),
 		exited:    make(chan struct{}),
 		closeDone: make(chan struct{}),
 		nextSeq:   cfg.StartSeq,
 		written:   cfg.StartSeq,
 		progress:  make(chan struct{}),
+		subs:      map[*subscription]struct{}{},
 	}
+	cfg.Hub.add(cfg.RunID, s)
 	go s.run()
 	return s, nil
 }
@@ -151,6 +175,11 @@ func (s *Segmenter) Append(frame []byte) {
 	// its final segment after the last one written, must always find whole frames. A frame larger than MaxBytes
 	// becomes a segment of its own; the stores keep large values under their item limits themselves.
 	s.pending = append(s.pending, frame...)
+	for sub := range s.subs {
+		if !sub.push(s.nextSeq, frame) {
+			delete(s.subs, sub)
+		}
+	}
 	if len(s.pending) >= s.cfg.MaxBytes {
 		s.cutLocked(false)
 		cut = true
@@ -199,6 +228,8 @@ func (s *Segmenter) Close(ctx context.Context) error {
 	s.cancel()
 	<-s.exited
 	s.ticker.Stop()
+	// Readers whose final segment was not written (drain ends them when it is) go on from the store.
+	s.Unpublish()
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -211,6 +242,67 @@ func (s *Segmenter) Close(ctx context.Context) error {
 		s.closeErr = agent.E(agent.KindInternal, CodeSegmenterClosed, "%d bytes appended after close were dropped", s.stats.Dropped)
 	}
 	return s.closeErr
+}
+
+// Hurry makes the Segmenter flush every HurryInterval until until (then every Interval again): a reader in
+// another process is attached (agent.Claim.ReadersUntil) and polls the store that often. A later until extends
+// it; an earlier one changes nothing.
+func (s *Segmenter) Hurry(until time.Time) {
+	s.mu.Lock()
+	moved := !s.closed && until.After(s.hurryUntil)
+	if moved {
+		s.hurryUntil = until
+	}
+	s.mu.Unlock()
+	if moved {
+		select {
+		case s.hurry <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Unpublish stops feeding same-process readers (the run lost its claim, so what it appends from now on is not
+// the run's story): they go on from the store. Close unpublishes too.
+func (s *Segmenter) Unpublish() {
+	s.mu.Lock()
+	s.unpublished = true
+	subs := s.subs
+	s.subs = nil
+	s.mu.Unlock()
+	for sub := range subs {
+		sub.finish(subFallback)
+	}
+	s.cfg.Hub.remove(s.cfg.RunID, s)
+}
+
+// subscribe takes a same-process reader's snapshot (hub.go); nil once the Segmenter no longer publishes.
+func (s *Segmenter) subscribe() *subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unpublished || s.stopped {
+		return nil
+	}
+	sub := newSubscription(s, s.written)
+	for _, q := range s.queue {
+		if len(q.Data) > 0 {
+			sub.items = append(sub.items, chunk{seq: q.Seq, data: bytes.Clone(q.Data)})
+			sub.size += len(q.Data)
+		}
+	}
+	if len(s.pending) > 0 {
+		sub.items = append(sub.items, chunk{seq: s.nextSeq, data: bytes.Clone(s.pending)})
+		sub.size += len(s.pending)
+	}
+	s.subs[sub] = struct{}{}
+	return sub
+}
+
+// unsubscribe stops feeding sub.
+func (s *Segmenter) unsubscribe(sub *subscription) {
+	s.mu.Lock()
+	delete(s.subs, sub)
+	s.mu.Unlock()
 }
 
 // Stats returns the counters so far.
@@ -284,7 +376,12 @@ func (s *Segmenter) wait(ctx context.Context, target, gen int64, failFast bool) 
 // run is the writer goroutine: it cuts a segment on every tick and writes queued segments in order.
 func (s *Segmenter) run() {
 	defer close(s.exited)
+	var fast Ticker // HurryInterval's, while hurried
+	var fastC <-chan time.Time
 	defer func() {
+		if fast != nil {
+			fast.Stop()
+		}
 		s.mu.Lock()
 		s.stopped = true
 		s.notifyLocked()
@@ -298,6 +395,22 @@ func (s *Segmenter) run() {
 			s.mu.Lock()
 			s.cutLocked(false)
 			s.mu.Unlock()
+		case <-fastC:
+			s.mu.Lock()
+			hurried := s.cfg.Clock.Now().Before(s.hurryUntil)
+			if hurried {
+				s.cutLocked(false)
+			}
+			s.mu.Unlock()
+			if !hurried {
+				fast.Stop()
+				fast, fastC = nil, nil
+			}
+		case <-s.hurry:
+			if fast == nil {
+				fast = s.cfg.NewTicker(s.cfg.HurryInterval)
+				fastC = fast.C()
+			}
 		case <-s.wake:
 		}
 		s.drain()
@@ -332,6 +445,11 @@ func (s *Segmenter) drain() {
 		s.queue[0] = agent.Segment{}
 		s.queue = s.queue[1:]
 		s.written = seg.Seq + 1
+		if seg.Final {
+			for sub := range s.subs {
+				sub.finish(subComplete)
+			}
+		}
 		s.stats.Segments++
 		s.stats.Bytes += int64(len(seg.Data))
 		s.notifyLocked()

@@ -67,6 +67,7 @@ type Config struct {
 // Service serves one caller's threads.
 type Service struct {
 	store   Store
+	hub     *segments.Hub
 	reaper  Reaper
 	stopper LocalStopper
 	clock   agent.Clock
@@ -83,6 +84,9 @@ type Deps struct {
 	Stopper LocalStopper
 	Clock   agent.Clock
 	Logger  *slog.Logger
+	// Hub, when set, is the hub the engine of this process publishes its runs' streams to: a reader of such a run
+	// is fed from it rather than from the store (segments.Hub).
+	Hub *segments.Hub
 }
 
 // New builds the service.
@@ -90,7 +94,7 @@ func New(d Deps, cfg Config) *Service {
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, agent.DefaultStaleAfter)
 	cfg.PageBytes = cmp.Or(cfg.PageBytes, DefaultPageBytes)
 	cfg = cfg.withLimits()
-	s := &Service{store: d.Store, reaper: d.Reaper, stopper: d.Stopper, clock: d.Clock, log: d.Logger, cfg: cfg}
+	s := &Service{store: d.Store, hub: d.Hub, reaper: d.Reaper, stopper: d.Stopper, clock: d.Clock, log: d.Logger, cfg: cfg}
 	if s.clock == nil {
 		s.clock = agent.SystemClock{}
 	}
@@ -465,8 +469,12 @@ func (s *Service) Attach(ctx context.Context, owner, id string, begin func(), w 
 	}
 	defer release()
 	f := s.cfg.Follow
-	f.Segments, f.Clock = s.store, s.clock
+	f.Segments, f.Clock, f.Hub, f.Logger = s.store, s.clock, s.hub, s.log
 	f.Ended = func(ctx context.Context) (bool, error) { return s.runEnded(ctx, th.ID, claim) }
+	// The reader's presence on the claim makes the run flush faster while it reads (segments.Follower).
+	f.MarkReader = func(ctx context.Context, until time.Time) error {
+		return s.store.MarkReader(ctx, th.ID, claim.RunID, until)
+	}
 	begin()
 	flush()
 	_, err = f.Follow(ctx, claim.RunID, w, flush)

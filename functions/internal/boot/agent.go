@@ -14,6 +14,7 @@ import (
 	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/sfn"
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/tools"
@@ -73,7 +74,12 @@ func (b Base) Reaper(toolset []agent.Tool, js agent.Jobs) *reaper.Reaper {
 // environment serves one request at a time, so a stop never reaches the one running the run (which learns of it
 // from its keeper's next heartbeat batch).
 func (b Base) Threads(rp *reaper.Reaper) *threads.Service {
-	return threads.New(threads.Deps{Store: b.Store, Reaper: rp, Clock: b.Clock, Logger: b.Log}, b.Config.Threads())
+	return b.threads(rp, nil)
+}
+
+// threads is Threads with the hub of an engine in the same process (nil: none).
+func (b Base) threads(rp *reaper.Reaper, hub *segments.Hub) *threads.Service {
+	return threads.New(threads.Deps{Store: b.Store, Reaper: rp, Clock: b.Clock, Logger: b.Log, Hub: hub}, b.Config.Threads())
 }
 
 // Agent is the composition of the functions that run turns (chat, wake): the model, the demo and job tools,
@@ -102,9 +108,12 @@ func NewAgent(b Base, js agent.Jobs) (*Agent, error) {
 	}
 	a := &Agent{Model: b.Model(), Tools: b.Tools(js)}
 	a.Reaper = b.Reaper(a.Tools, js)
+	// The engine and the resume reader share a hub: a reader of a run this invocation's process writes is fed from
+	// it (an instance serves one invocation at a time, so in AWS that is rare; the store is the way across).
+	hub := segments.NewHub()
 	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Reaper: a.Reaper, Clock: b.Clock,
-		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics}, b.Config.Engine(b.ModelName()))
-	a.Threads = b.Threads(a.Reaper)
+		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub}, b.Config.Engine(b.ModelName()))
+	a.Threads = b.threads(a.Reaper, hub)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
 		Logger: b.Log, Limits: b.Store}, jobs.Config{Contract: Contract(), ModelName: b.ModelName()})
 	return a, nil
