@@ -492,9 +492,16 @@ func TestFollowerPresence(t *testing.T) {
 		clock.pass <- struct{}{}
 	}
 	put(2, true)
-	<-clock.waits
-	clock.pass <- struct{}{}
-	if err := <-done; err != nil {
+	var err error
+	for ended := false; !ended; {
+		select {
+		case <-clock.waits: // the reader listed before the final segment was there
+			clock.pass <- struct{}{}
+		case err = <-done:
+			ended = true
+		}
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	if want := string(frame(0)) + string(frame(1)) + string(frame(2)); out.String() != want {
