@@ -48,6 +48,8 @@ type Turn struct {
 	slot *runSlot
 	// guardp is the run's guard once it streams (guard.go): the write gate asks it.
 	guardp atomic.Pointer[guard]
+	// outp is the run's output once it streams: the keeper's answers hurry its segments while readers are attached.
+	outp atomic.Pointer[output]
 	// ticket is the run's place among the engine's runs (admission.go), given back with its slot.
 	ticket *ticket
 }

@@ -157,6 +157,7 @@ func (g *guard) answer(now time.Time, r agent.KeepResult) {
 	switch {
 	case r.Err == nil:
 		t.kept(now)
+		t.readers(r.Claim, now)
 	case errors.Is(r.Err, agent.ErrRunCanceled):
 		t.kept(now) // recorded: the claim is good, and the run is asked to stop
 		g.cancel(errCanceled)

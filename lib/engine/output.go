@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/segments"
@@ -67,6 +68,15 @@ func (o *output) detach() {
 	o.detached.Store(true)
 	if o.seg != nil {
 		o.seg.Unpublish()
+	}
+}
+
+// readers makes the run's segments flush faster (segments.Segmenter.Hurry) while the claim, as its keeper's
+// heartbeat stored it, says resumed-stream readers in other processes are attached (agent.Claim.ReadersUntil,
+// which only readers write): a run nobody reads flushes as ever.
+func (t *Turn) readers(c agent.Claim, now time.Time) {
+	if o := t.outp.Load(); o != nil && o.seg != nil && c.Readers(now) {
+		o.seg.Hurry(c.ReadersUntil)
 	}
 }
 

@@ -45,6 +45,7 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 	s.guard = startGuard(t, cancelRun) // the keeper's heartbeats go on after a stop (REVIEW D2)
 	s.usage = s.deliveredUsage()       // the sub-agents' whose results this turn delivers (jobusage.go)
 	s.out.turn = t
+	t.outp.Store(s.out)
 	start := map[string]any{"runId": t.run.ID}
 	if n := t.plan.newMessages(); n > 0 {
 		// The thread gained messages the client did not send (steers, queued messages) before this reply: it
