@@ -65,13 +65,15 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 	if err != nil {
 		return err
 	}
-	// The profiler listens before the URL is printed: a client that waits for the line finds it there.
+	// The profiler listens before the URL is printed: a client that waits for the line finds it there. Its own
+	// line names the address it got, so AGENT_PPROF_ADDR may ask for any free port (127.0.0.1:0).
 	if cfg.PprofAddr != "" {
-		stopProfiler, err := serveProfiler(cfg.PprofAddr, log)
+		pprofURL, stopProfiler, err := serveProfiler(cfg.PprofAddr, log)
 		if err != nil {
 			return err
 		}
 		defer stopProfiler()
+		fmt.Fprintf(stdout, "agentloop dev profiler on %s\n", pprofURL)
 	}
 	url := "http://" + ln.Addr().String()
 	tok, err := stack.Token(devUser, config.DefaultTokenTTL)
@@ -104,11 +106,12 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 }
 
 // serveProfiler serves net/http/pprof on addr (AGENT_PPROF_ADDR), on a mux of its own: opt-in, for profiling
-// the dev server under load (the peer benchmark); the API's port never serves it. stop closes it.
-func serveProfiler(addr string, log *slog.Logger) (stop func(), err error) {
+// the dev server under load (the peer benchmark); the API's port never serves it. It returns the profiler's URL;
+// stop closes it.
+func serveProfiler(addr string, log *slog.Logger) (url string, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("AGENT_PPROF_ADDR: %w", err)
+		return "", nil, fmt.Errorf("AGENT_PPROF_ADDR: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -117,9 +120,10 @@ func serveProfiler(addr string, log *slog.Logger) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: devReadHeaderTimeout}
-	log.Info("pprof serving", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
+	url = "http://" + ln.Addr().String() + "/debug/pprof/"
+	log.Info("pprof serving", "addr", url)
 	go func() { _ = srv.Serve(ln) }()
-	return func() { _ = srv.Close() }, nil
+	return url, func() { _ = srv.Close() }, nil
 }
 
 func modelSource(offline bool) string {

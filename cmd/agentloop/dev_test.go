@@ -2,7 +2,6 @@ package main
 
 import (
 	"log/slog"
-	"net"
 	"net/http"
 	"testing"
 )
@@ -23,24 +22,23 @@ func TestDevServerBoundsConnections(t *testing.T) {
 // AGENT_PPROF_ADDR serves net/http/pprof on its own address; the API's port never serves it.
 func TestDevProfilerOptIn(t *testing.T) {
 	t.Parallel()
-	stop, err := serveProfiler("127.0.0.1:0", slog.New(slog.DiscardHandler))
+	_, stop, err := serveProfiler("127.0.0.1:0", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop()
-	if _, err := serveProfiler("not an address", slog.New(slog.DiscardHandler)); err == nil {
+	if _, _, err := serveProfiler("not an address", slog.New(slog.DiscardHandler)); err == nil {
 		t.Fatal("a bad AGENT_PPROF_ADDR was accepted")
 	}
 
+	// Port 0: the banner names the port the profiler got (a port picked by the test and freed again could be
+	// taken by another process's connection before the dev server listens on it).
 	bin, data := setup(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	p := startDev(t, bin, data, "AGENT_PPROF_ADDR=127.0.0.1:0")
+	if p.pprof == "" {
+		t.Fatal("the banner names no profiler")
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	p := startDev(t, bin, data, "AGENT_PPROF_ADDR="+addr)
-	if code, _ := request(t, http.MethodGet, "http://"+addr+"/debug/pprof/cmdline", "", ""); code != http.StatusOK {
+	if code, _ := request(t, http.MethodGet, p.pprof+"cmdline", "", ""); code != http.StatusOK {
 		t.Fatalf("pprof on AGENT_PPROF_ADDR: %d", code)
 	}
 	if code, _ := request(t, http.MethodGet, p.url+"/debug/pprof/cmdline", "", ""); code == http.StatusOK {

@@ -57,6 +57,7 @@ type devProc struct {
 	cmd   *exec.Cmd
 	url   string
 	token string
+	pprof string // the profiler's URL, when AGENT_PPROF_ADDR is set
 }
 
 // startDev starts `agentloop dev` on a free port and reads the URL and dev token it prints.
@@ -80,6 +81,8 @@ func startDev(t *testing.T, bin, data string, env ...string) *devProc {
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		switch {
+		case strings.HasPrefix(line, "agentloop dev profiler on "):
+			p.pprof = strings.TrimPrefix(line, "agentloop dev profiler on ")
 		case strings.HasPrefix(line, "agentloop dev serving on "):
 			p.url = strings.TrimPrefix(line, "agentloop dev serving on ")
 		case strings.HasPrefix(line, "eyJ"):
