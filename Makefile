@@ -139,6 +139,7 @@ bench-lambda: infra/dynalite/node_modules/.installed
 bench: deps bench-web bench-peer bench-lambda
 	$(GO) test -run '^$$' -bench 'Turn' -benchtime 300x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Stop' -benchtime 50x -count 1 ./internal/benchmarks
+	$(GO) test -run '^$$' -bench 'Resume' -benchtime 5x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'Approval' -benchtime 100x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'StreamingCost' -benchtime 1x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'SteerSQLite' -benchtime 100x -count 1 ./internal/benchmarks
