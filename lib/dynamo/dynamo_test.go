@@ -243,6 +243,8 @@ func TestRequestCounts(t *testing.T) {
 		}, 0, 2},
 		{"ListSegments", func() error { _, err := s.ListSegments(ctx, "r1", 0, t0); return err }, 1, 0},
 		{"ListSegments (past the end)", func() error { _, err := s.ListSegments(ctx, "r1", 5, t0); return err }, 1, 0},
+		{"MarkReader", func() error { return s.MarkReader(ctx, th.ID, "r1", t0.Add(5*time.Second)) }, 0, 1},
+		{"MarkReader (marked as far already)", func() error { return s.MarkReader(ctx, th.ID, "r1", t0.Add(time.Second)) }, failReads(), 1},
 		{"RequestCancel", func() error { _, err := s.RequestCancel(ctx, th.ID, "r1", t0); return err }, 0, 1},
 		{"FinishRun", func() error {
 			run.Status = agent.RunCanceled
