@@ -26,13 +26,19 @@ const (
 	maxChunkBytes = 350 * 1024
 
 	attrBody   = "body"   // inline payload: S (raw UTF-8 text) or B (bytes, or gzip when enc is set)
-	attrEnc    = "enc"    // "gzip" when the payload (inline or chunked) is compressed; absent when raw
+	attrEnc    = "enc"    // "gzip" or "deflate" when the payload (inline or chunked) is compressed; absent when raw
 	attrVer    = "ver"    // chunked only: version id naming this payload's chunk items
 	attrChunks = "chunks" // chunked only: number of chunk items
 	attrData   = "data"   // on chunk items: one slice of the payload
 	attrKind   = "kind"   // item type tag, for humans reading the table and for DeleteThread
 
 	encGzip = "gzip"
+	// encDeflate is a raw DEFLATE stream (RFC 1951) of a value at most maxInflated bytes long: stream segments
+	// (segments.go's packSegment), compressed at any size where it makes the item smaller.
+	encDeflate = "deflate"
+	// maxInflated bounds what one deflate payload may inflate to: no writer deflates a longer value, so a payload
+	// that inflates past it is corrupt (or hostile) and is refused before it can take more memory.
+	maxInflated = MaxItemBytes
 )
 
 type blobLimits struct {
@@ -59,8 +65,8 @@ func (s *Store) pack(data []byte, text bool, pk string, chunkSK chunkKeyFunc, ex
 
 // packWith is pack under other limits (an interrupt holds two values in one head, so each gets less room).
 func (s *Store) packWith(lim blobLimits, data []byte, text bool, pk string, chunkSK chunkKeyFunc, extra item) (packed, error) {
-	p := packed{attrs: item{}}
 	if len(data) <= lim.compressAbove {
+		p := packed{attrs: item{}}
 		if text && utf8.Valid(data) {
 			p.attrs[attrBody] = avS(string(data))
 		} else {
@@ -68,7 +74,6 @@ func (s *Store) packWith(lim blobLimits, data []byte, text bool, pk string, chun
 		}
 		return p, nil
 	}
-	payload := data
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if _, err := zw.Write(data); err != nil {
@@ -79,12 +84,21 @@ func (s *Store) packWith(lim blobLimits, data []byte, text bool, pk string, chun
 	}
 	// Incompressible data (already compressed, random) is stored raw rather than grown by gzip framing.
 	if buf.Len() < len(data) {
-		payload = buf.Bytes()
-		p.attrs[attrEnc] = avS(encGzip)
+		return s.layout(lim, buf.Bytes(), encGzip, pk, chunkSK, extra), nil
+	}
+	return s.layout(lim, data, "", pk, chunkSK, extra), nil
+}
+
+// layout places an encoded payload (enc "" for raw bytes): inline in body when it is at most lim.chunkBytes, else
+// in chunk items.
+func (s *Store) layout(lim blobLimits, payload []byte, enc string, pk string, chunkSK chunkKeyFunc, extra item) packed {
+	p := packed{attrs: item{}}
+	if enc != "" {
+		p.attrs[attrEnc] = avS(enc)
 	}
 	if len(payload) <= lim.chunkBytes {
 		p.attrs[attrBody] = avB(payload)
-		return p, nil
+		return p
 	}
 	p.ver = s.ids.New("v")
 	n := 0
@@ -101,7 +115,7 @@ func (s *Store) packWith(lim blobLimits, data []byte, text bool, pk string, chun
 	}
 	p.attrs[attrVer] = avS(p.ver)
 	p.attrs[attrChunks] = avN(int64(n))
-	return p, nil
+	return p
 }
 
 // writeChunks stores p's chunk items (a no-op for inline values).
@@ -191,7 +205,11 @@ func (s *Store) unpack(ctx context.Context, head item, pk string, chunkSK chunkK
 			return nil, agent.E(agent.KindInternal, agent.CodeStoreCorrupt, "item %s: body has type %T", getS(head, AttrSK), v)
 		}
 	}
-	if getS(head, attrEnc) != encGzip {
+	switch getS(head, attrEnc) {
+	case encGzip:
+	case encDeflate:
+		return s.inflate(payload, getS(head, AttrSK))
+	default:
 		return payload, nil
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(payload))

@@ -338,3 +338,35 @@ func TestFinishAndReapCost(t *testing.T) {
 type fixedClock time.Time
 
 func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+// A stream segment is one PutItem of 1 WCU per KB of its item. A 500 ms flush of a streaming reply holds 1–2 KB of
+// text-delta frames: raw, its item is 2 or 3 KB (2–3 WCU); deflated (segments.go), a few hundred bytes, 1 WCU.
+func TestSegmentCost(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	s := f.store
+	th := realisticThread(t, s)
+	const run = "run_01jd8x5q3w9m2k7v4c6b1n0zt"
+	for i, n := range []int{1024, 2048} {
+		seg := agent.Segment{ThreadID: th.ID, RunID: run, Seq: int64(i), Data: textFrames(n, uint64(i)), CreatedAt: t0,
+			ExpiresAt: t0.Add(agent.SegmentTTL)}
+		f.counter.Reset()
+		if err := s.AppendSegment(ctx, seg); err != nil {
+			t.Fatal(err)
+		}
+		c := f.counter.Counts()
+		pk, sk := segKey(run, seg.Seq)
+		it := rawItem(t, f, pk, sk)
+		stored := dynamo.ItemSize(it)
+		delete(it, "enc")
+		it["body"] = &types.AttributeValueMemberB{Value: seg.Data}
+		raw := dynamo.ItemSize(it)
+		rawWCU := (raw + 1023) / 1024
+		if c.Writes != 1 || c.TableWriteUnits != 1 || rawWCU < 2 {
+			t.Errorf("a %d-byte text segment: %d writes, %.1f WCU (item %d bytes); want 1 write of 1 WCU (raw it would be %d bytes, %d WCU)",
+				len(seg.Data), c.Writes, c.TableWriteUnits, stored, raw, rawWCU)
+		}
+		t.Logf("a %d-byte text segment: item %d bytes, %.1f WCU (raw: %d bytes, %d WCU)", len(seg.Data), stored, c.TableWriteUnits, raw, rawWCU)
+	}
+}

@@ -35,10 +35,12 @@ func ttlSeconds(t time.Time) int64 {
 const finalSK = prefixSeg + "~final"
 
 // AppendSegment: one PutItem with attribute_not_exists(pk) on SEG#<seq> in the run's segment partition. A
-// repeated append finds the item there and is a no-op. A segment too large for one item (the encoder bounds
-// them to 256 KiB, so only gzip-resistant data near that bound) has its chunks written first and deleted again if
-// the append turns out to be a repeat. A final segment then lowers the run's end marker to its seq (one more
-// UpdateItem, once per run, conditioned on the marker being absent or higher).
+// repeated append finds the item there and is a no-op, whatever bytes it would have written (the condition is on
+// the key alone). The data is stored deflated when that makes the item smaller (see packSegment). A segment too
+// large for one item (the encoder bounds them to 256 KiB, so only deflate-resistant data near that bound) has its
+// chunks written first and deleted again if the append turns out to be a repeat. A final segment then lowers the
+// run's end marker to its seq (one more UpdateItem, once per run, conditioned on the marker being absent or
+// higher).
 func (s *Store) AppendSegment(ctx context.Context, seg agent.Segment) error {
 	if seg.RunID == "" {
 		return agent.E(agent.KindInvalid, agent.CodeInvalidSegment, "segment needs a run id")
@@ -52,7 +54,7 @@ func (s *Store) AppendSegment(ctx context.Context, seg agent.Segment) error {
 	if !seg.ExpiresAt.IsZero() {
 		ttl[AttrExpiresAt] = avN(ttlSeconds(seg.ExpiresAt))
 	}
-	p, err := s.pack(seg.Data, false, pk, chunkSK, ttl)
+	p, err := s.packSegment(seg.Data, pk, chunkSK, ttl)
 	if err != nil {
 		return err
 	}
@@ -98,6 +100,35 @@ func (s *Store) AppendSegment(ctx context.Context, seg agent.Segment) error {
 		return storeErr(err, "append segment")
 	}
 	return s.markFinal(ctx, seg, ttl)
+}
+
+const (
+	// segDeflateAbove is the smallest segment worth deflating. A smaller one (a hurried 50 ms flush holds a frame
+	// or two) is stored as it is: its item is well within its first write unit, and the few bytes deflate would save
+	// barely pay for the enc attribute.
+	segDeflateAbove = 256
+	// encAttrBytes is what the marker costs an item: the name "enc" and the value "deflate".
+	encAttrBytes = len(attrEnc) + len(encDeflate)
+)
+
+// packSegment lays a segment's data out under the large-value scheme, deflated (enc = "deflate", flate.BestSpeed)
+// when it is at least segDeflateAbove and at most maxInflated bytes long and deflating makes the item smaller.
+// A 2 KB run of text-delta frames (a 500 ms flush) deflates to a few hundred bytes: its item is 1 write unit
+// instead of 2. Segments written raw (small ones, deflate-resistant ones, and those of builds before deflate)
+// carry no enc and read back as they are; a segment over maxInflated (one frame that large) goes the general
+// way (gzip above 32 KiB).
+func (s *Store) packSegment(data []byte, pk string, chunkSK chunkKeyFunc, extra item) (packed, error) {
+	if len(data) < segDeflateAbove || len(data) > maxInflated {
+		return s.pack(data, false, pk, chunkSK, extra)
+	}
+	z, err := s.deflate(data)
+	if err != nil {
+		return packed{}, err
+	}
+	if len(z)+encAttrBytes >= len(data) {
+		return s.layout(s.blob, data, "", pk, chunkSK, extra), nil
+	}
+	return s.layout(s.blob, z, encDeflate, pk, chunkSK, extra), nil
 }
 
 // markFinal lowers the run's end marker to seg.Seq.

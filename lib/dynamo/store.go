@@ -105,6 +105,7 @@ type Store struct {
 	blob      blobLimits
 	sweeps    sweepStarts
 	reads     sweepReads // a reaper sweep's reads of the running index, for its next list (ListOrphanRuns)
+	zip       deflaters  // pooled compressors for stream segments (deflate.go)
 }
 
 // Option configures a Store.
