@@ -132,7 +132,10 @@ func (simModel) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		sc = stepScript{deltas: []string{"done"}}
 	}
 	step := p.modelCalled(ctx, sc)
-	handoffs := !p.delivers || step > 0 // see proc.delivers
+	p.w.mu.Lock()
+	chainedFirst := p.chainStep == step+1 // the first step of a pass chained in this process (proc.chainStep)
+	p.w.mu.Unlock()
+	handoffs := (!p.delivers || step > 0) && !chainedFirst // see proc.delivers
 	var events []agent.ModelEvent
 	for _, d := range sc.deltas {
 		events = append(events, agent.ModelEvent{Type: agent.EventTextDelta, Delta: d})

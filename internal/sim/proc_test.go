@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,6 +144,21 @@ type proc struct {
 	// engine counts its claim from there (one of them may have applied), and in time mode their backoff may take
 	// long enough to leave the claim in doubt at once.
 	claimFrom time.Time
+	// Shared keepers (keeper_test.go, shared mode): host is the process whose keeper keeps this one's runs (nil:
+	// its own), guests the processes whose runs its keeper keeps; both are one process for a crash. keepRng draws
+	// a host's per-claim faults and held batches; threadID is the thread of a turn process.
+	host     *proc
+	guests   []*proc
+	keepRng  *rand.Rand
+	threadID string
+	// turn is the process's Turn once Begin returned one (its guard's batches in flight: inflightOf); batchGo
+	// lets a host's batch held in flight arrive (nil: none is held).
+	turn    *engine.Turn
+	batchGo chan struct{}
+	// modelRun is the run of a turn process's Begin, then of the pass chained in its stream; chainStep is one
+	// more than the process's first model step of that pass (0: none). See modelCalled.
+	modelRun  string
+	chainStep int
 }
 
 func (w *world) newProc(name string, crashable bool) *proc {
@@ -214,7 +230,18 @@ func (p *proc) parkDead() error {
 func (p *proc) die() {
 	p.w.mu.Lock()
 	p.dead = true
+	var also []string
+	for _, q := range p.group() {
+		// One process with p (shared keepers): parked, or done, it dies with p and reports nothing.
+		if q != p && !q.dead {
+			q.dead = true
+			also = append(also, q.name)
+		}
+	}
 	p.w.mu.Unlock()
+	if len(also) > 0 {
+		p.w.tracef("  %s: dies with %s (one process)", strings.Join(also, ", "), p.name)
+	}
 	p.w.reports <- report{p, repDead}
 }
 
@@ -441,7 +468,7 @@ func (p *proc) uwOver() bool {
 func (p *proc) streaming(ctx context.Context, kind callKind) bool {
 	switch phaseOf(ctx) {
 	case phaseStream:
-		return true
+		return kind != callUserWrite // not a chained pass's user-message goroutine (modelCalled)
 	case phaseDeliver:
 		p.w.mu.Lock()
 		defer p.w.mu.Unlock()
@@ -499,6 +526,17 @@ func (p *proc) modelCalled(ctx context.Context, sc stepScript) int {
 	w := p.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if p.turn != nil && p.modelRun != p.runID {
+		// A delivery pass the run chained in this process (engine Turn.coalesce: an answer-only turn whose
+		// steers wait). Its user-message goroutine (what the pass takes) starts beside its first model request,
+		// from the stream's context, and the sim holds no Turn of it: its calls are not parked, as a delivery
+		// task's are not (proc.delivers), and its first step makes no handoff, so they come in program order
+		// before the process's next handoff. Its guard is the run the scheduler now ticks.
+		p.modelRun, p.chainStep = p.runID, p.step+1
+		if p.runCtx != nil {
+			p.runCtx = ctx
+		}
+	}
 	if p.runCtx == nil {
 		p.runCtx = ctx
 		// The engine's horizon counts from the claim (proc.claimed), not from the stream's start: the clock may

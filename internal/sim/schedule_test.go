@@ -80,6 +80,11 @@ func newWorld(seed uint64, base agent.Store, gaps bool) *world {
 		w.stats.jobs.schedules = 1
 		w.drawBounds()
 	}
+	if w.sharedOn = sharedMode(seed); w.sharedOn {
+		w.shareRng = rand.New(rand.NewPCG(seed, 0x6e57))
+		w.windowNote += " shared"
+		w.stats.shared.schedules = 1
+	}
 	w.initReaders()
 	return w
 }
@@ -153,6 +158,9 @@ func (w *world) steps(ops, least int, op func() error) error {
 			break
 		}
 		if err := w.maybeAttach(); err != nil {
+			return err
+		}
+		if err := w.sharedTick(); err != nil {
 			return err
 		}
 		if w.jobsOn && w.rng.IntN(100) < 14 {
@@ -232,6 +240,9 @@ func (w *world) inFlight() []*proc {
 // a new post, which reaps on its way) finished the run. The store must refuse it.
 func (w *world) stall(p *proc) error {
 	w.tracef("stall %s's write past staleAfter", p.name)
+	if err := w.arriveFirst(p); err != nil {
+		return err
+	}
 	if err := w.beforeClock(w.ecfg.StaleAfter + w.smallAdvance()); err != nil {
 		return err
 	}
@@ -504,6 +515,10 @@ func (w *world) turn(p *proc, th *simThread, req engine.Request) error {
 	if req.Message != nil {
 		p.ownMsg = req.Message.ID // before the process starts: read under w.mu by its writes
 	}
+	w.pickHost(p, th)
+	w.mu.Lock()
+	p.threadID = th.id
+	w.mu.Unlock()
 	return w.start(p, func() {
 		ctx := context.WithValue(withPhase(context.Background(), phaseBegin), procKey{}, p)
 		t, err := p.eng.Begin(ctx, req)
@@ -511,6 +526,9 @@ func (w *world) turn(p *proc, th *simThread, req engine.Request) error {
 		queued := err == nil && t.Queued() != nil
 		w.mu.Lock()
 		p.beginErr = err
+		if err == nil {
+			p.turn, p.modelRun = t, p.runID
+		}
 		if queued && !p.dead {
 			w.acceptQueued(p, th, gen, t.Queued())
 		} else if err == nil && !p.dead {
@@ -639,6 +657,11 @@ func (w *world) reap(stale bool) error {
 // process waiting for a claim held by a dead run gets there once time passes beyond staleAfter.
 func (w *world) drain() error {
 	w.tracef("drain")
+	for _, kp := range w.heldBatches() {
+		if err := w.batchArrives(kp); err != nil {
+			return err
+		}
+	}
 	for round := 0; ; round++ {
 		if round > 2000 {
 			return fmt.Errorf("sim: drain did not finish")

@@ -26,6 +26,14 @@ package sim
 // sweeps, and after the human phases a settle runs what is left until nothing waits; the jobs, steers and queue
 // are checked too (jobscheck_test.go).
 //
+// A third of the seeds (drawn from a stream of their own; never a regression seed) run in shared mode
+// (keeper_test.go): a post, answer or regenerate may start as the guest of a live turn process on another thread,
+// so that one keeper's KeepClaims batch carries both runs' claims (and a crash of either kills both). The whole
+// batch may fail, lose its answer, crash its process or be held in flight (and arrive after the clock passed
+// staleAfter and a reaper swept); each claim of a batch of two or more may fail alone; and the store answers each
+// claim on its own (a stop of one thread). Every accepted claim must have been its run's, and a refused one must
+// change nothing (checkKept).
+//
 // Every schedule replays exactly (TestReplayIsExact): the scheduler lets one process run at a time, and only
 // between handoffs (world_test.go, proc_test.go), so the order of all store calls, and with it every fault, is
 // the seed's. What is left to the Go scheduler has no effect on the store: the keeper's real-time ticker only
@@ -38,8 +46,9 @@ package sim
 //	go test ./internal/sim -run TestSimulation -args -gaps                          # the known bugs' windows too
 //
 //	go test ./internal/sim -run TestSimulation -args -jobs=false                    # no schedule in jobs mode
+//	go test ./internal/sim -run TestSimulation -args -shared=false                  # no schedule in shared mode
 //
-// SIM_SCHEDULES, SIM_SEED, SIM_STORE, SIM_GAPS=1 and SIM_JOBS=0 are the flags' env forms.
+// SIM_SCHEDULES, SIM_SEED, SIM_STORE, SIM_GAPS=1, SIM_JOBS=0 and SIM_SHARED=0 are the flags' env forms.
 
 import (
 	"cmp"
@@ -82,6 +91,8 @@ var (
 	// with -time replayed with the same trace for every SQLite seed, run after run, on a loaded 2-core machine.
 	// -time=false (SIM_TIME=0) turns it off.
 	flagTime = flag.Bool("time", os.Getenv("SIM_TIME") != "0", "half of the schedules run in time mode (model_test.go timeMode), and timeRegressions and the known bugs of time mode run")
+	// Shared mode (keeper_test.go): one schedule in three lets turn processes share a process's keeper.
+	flagShared = flag.Bool("shared", os.Getenv("SIM_SHARED") != "0", "a third of the schedules let two runs share one process's keeper (keeper_test.go sharedMode); -shared=false: none")
 )
 
 func envUint(k string, def uint64) uint64 {
@@ -343,6 +354,7 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	resolved := map[agent.InterruptStatus]int{}
 	var js jobStats
 	var ts timeStats
+	var ss sharedStats
 	var wg sync.WaitGroup
 	for i := range workers {
 		base := open(t, i)
@@ -377,6 +389,7 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 				}
 				js.add(o.stats.jobs)
 				ts.add(o.stats.time)
+				ss.add(o.stats.shared)
 				mu.Unlock()
 				if o.failed() {
 					mu.Lock()
@@ -403,6 +416,8 @@ func runMany(t testing.TB, storeName string, open storeFactory, next func() (uin
 	}
 	t.Logf("%s: time mode in %d schedules: %d retry backoffs waited out in virtual time, %d slow tools started, %d of them given up by their engine",
 		storeName, ts.schedules, ts.backoffs, ts.slowTools, ts.givenUp)
+	t.Logf("%s: shared mode in %d schedules: %d guest processes, %d keeper batches of two runs or more, %d of them answered differently per run, %d claims failed alone",
+		storeName, ss.schedules, ss.guests, ss.batches, ss.split, ss.claimFaults)
 	t.Logf("%s: jobs mode in %d schedules: %d jobs dispatched, %d executions started, delivery passes asked by %s, %d of all those lost; "+
 		"%d sub-agent tasks, %d delivery tasks run; %d steers stored; %d messages queued (202), %d of them stored", storeName, js.schedules,
 		js.dispatched, js.starts, strings.Join(ws, " "), js.lost, js.subagents, js.deliveries, js.steers, js.enqueued, js.queuedStored)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,8 +119,9 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 	if p.isDead() {
 		return p.parkDead()
 	}
-	if ph := phaseOf(ctx); kind == callPlain && (ph == phaseBegin || ph == phaseDeliver) && userWriting() {
-		kind = callUserWrite
+	chained := false // a call of the user-message goroutine of a pass chained in the stream (proc.modelCalled)
+	if ph := phaseOf(ctx); kind == callPlain && (ph == phaseBegin || ph == phaseDeliver || ph == phaseStream) && userWriting() {
+		kind, chained = callUserWrite, ph == phaseStream
 	}
 	switch kind {
 	case callHeartbeat, callPoll:
@@ -129,7 +131,7 @@ func (s *procStore) callD(ctx context.Context, method string, write, final bool,
 			return agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: guard tick not scheduled")
 		}
 	case callUserWrite:
-		if !p.delivers && !p.parkUserWrite() {
+		if !p.delivers && !chained && !p.parkUserWrite() {
 			return p.parkDead()
 		}
 	}
@@ -409,7 +411,9 @@ func (s *procStore) Heartbeat(ctx context.Context, threadID string, f agent.Fenc
 
 // KeepClaims is the process's keeper's batch (lib/engine keeper.go): the guard tick the scheduler arms. It is
 // one store call, so a fault, a lost answer or a crash hits the batch as a whole (every claim answers the
-// injected error); the store's own answers differ per claim.
+// injected error); the store's own answers differ per claim. A host's keeper (shared mode, keeper_test.go)
+// carries its guests' claims too: each answer is its own run's, and in a batch of two claims or more each claim
+// may also fail alone (keepFaults).
 func (s *procStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, now time.Time) []agent.KeepResult {
 	all := func(err error) []agent.KeepResult {
 		out := make([]agent.KeepResult, len(claims))
@@ -426,13 +430,49 @@ func (s *procStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, no
 	var (
 		res   []agent.KeepResult
 		first error // the answer the scheduler sees: the first claim's that failed, else nil
+		fates []keepFault
 	)
 	thread := ""
 	if len(claims) > 0 {
 		thread = claims[0].ThreadID
 	}
+	w := s.p.w
 	err := s.call(ctx, "KeepClaims", true, callHeartbeat, nil, thread, func(ctx context.Context) error {
-		res = s.Store.KeepClaims(ctx, claims, now)
+		if s.p.holdBatch() && !s.p.parkBatch() {
+			return errDead
+		}
+		w.mu.Lock()
+		fates = s.p.keepFaults(len(claims))
+		w.mu.Unlock()
+		var sent []agent.KeptClaim
+		var before []agent.Thread
+		for i, c := range claims {
+			if fates[i] != keepBefore {
+				sent = append(sent, c)
+				th, _ := w.threadOf(c.ThreadID)
+				before = append(before, th)
+			}
+		}
+		got := s.Store.KeepClaims(ctx, sent, now)
+		w.checkKept(s.p, sent, before, got)
+		res = make([]agent.KeepResult, len(claims))
+		j := 0
+		for i := range claims {
+			switch fates[i] {
+			case keepBefore:
+				res[i].Err = errClaimInjected
+				continue
+			case keepLost:
+				res[i].Err = errClaimInjected
+			default:
+				if j < len(got) {
+					res[i] = got[j]
+				} else {
+					res[i].Err = agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "sim: the store answered no result for this claim")
+				}
+			}
+			j++
+		}
 		for _, r := range res {
 			if r.Err != nil {
 				first = r.Err
@@ -444,12 +484,51 @@ func (s *procStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, no
 	if res == nil || err != first {
 		return all(err) // not sent, injected, crashed, or its answer lost
 	}
-	for _, r := range res {
-		if r.Err == nil {
-			s.p.heartbeatOK(now)
-		} else if errors.Is(r.Err, agent.ErrRunCanceled) {
-			s.p.heartbeatKept(now)
+	w.mu.Lock()
+	var (
+		classes []string
+		faults  int
+	)
+	for i, r := range res {
+		q := s.p.claimProc(claims[i])
+		if q == nil && len(s.p.guests) == 0 {
+			q = s.p // a process's own keeper keeps only its own run
 		}
+		if fates[i] != keepSent {
+			faults++
+		}
+		switch {
+		case q == nil:
+		case r.Err == nil:
+			q.lastOK, q.keptAt = now, now // heartbeatOK
+		case errors.Is(r.Err, agent.ErrRunCanceled):
+			q.keptAt = now // heartbeatKept
+		}
+		classes = append(classes, answerClass(r.Err))
+	}
+	if len(claims) > 1 {
+		w.stats.shared.batches++
+		w.stats.shared.claimFaults += faults
+		if slices.ContainsFunc(classes, func(c string) bool { return c != classes[0] }) {
+			w.stats.shared.split++
+		}
+	}
+	w.mu.Unlock()
+	if len(claims) > 1 {
+		var b strings.Builder
+		for i, c := range claims {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s/%s -> %s", c.ThreadID, c.Fence.RunID, classes[i])
+			switch fates[i] {
+			case keepBefore:
+				b.WriteString(" (injected on this claim)")
+			case keepLost:
+				b.WriteString(" (applied, answer lost: injected on this claim)")
+			}
+		}
+		w.tracef("    %s: keeper batch of %d: %s", s.p.name, len(claims), b.String())
 	}
 	return res
 }

@@ -206,10 +206,11 @@ func (s *seqIDs) New(prefix string) string {
 type repKind int
 
 const (
-	repParked   repKind = iota + 1 // the main goroutine parked (in the model, or before a claim retry)
-	repDone                        // the main goroutine returned
-	repDead                        // the process crashed
-	repUWParked                    // the user-message goroutine parked at its next store call
+	repParked    repKind = iota + 1 // the main goroutine parked (in the model, or before a claim retry)
+	repDone                         // the main goroutine returned
+	repDead                         // the process crashed
+	repUWParked                     // the user-message goroutine parked at its next store call
+	repBatchHeld                    // the keeper's batch is held in flight (shared mode, keeper_test.go)
 )
 
 type report struct {
@@ -242,6 +243,9 @@ type world struct {
 	owner  string
 	gaps   bool // explore the windows the engine is known not to close (see the report in sim_test.go)
 	timeOn bool // time mode: time passes inside retries and tools (timeMode)
+	// Shared mode (keeper_test.go): turn processes may share a keeper; shareRng draws who, from its own stream.
+	sharedOn bool
+	shareRng *rand.Rand
 
 	reports  chan report
 	released chan struct{} // closed when the schedule is over: dead processes' calls return errDead
@@ -307,6 +311,7 @@ type stats struct {
 	resolved               map[agent.InterruptStatus]int
 	jobs                   jobStats
 	time                   timeStats
+	shared                 sharedStats
 }
 
 // timeStats counts what time mode exercised: schedules, retries' backoffs the scheduler waited out, slow tools
@@ -551,6 +556,11 @@ func (w *world) start(p *proc, fn func()) error {
 // advanceMain grants p's main goroutine until its next report. When that grant may end the run loop, the
 // user-message write goes first: the engine waits for it then, invisibly to the sim.
 func (w *world) advanceMain(p *proc) error {
+	// A run of a keeper whose batch is held may end its loop in this grant, and leaving the keeper waits for the
+	// batch (keeper.leave): the batch arrives first.
+	if err := w.arriveFirst(p); err != nil {
+		return err
+	}
 	for w.uwPending(p) && p.mayFinish() {
 		if err := w.advanceUW(p); err != nil {
 			return err
@@ -822,33 +832,49 @@ func (w *world) awaitUserWrite(p *proc) {
 }
 
 // guardTick lets one heartbeat (or one cancel poll) of p's guard reach the store, then waits until the guard
-// handled the answer: it ticks again (and is refused), or the run's context is canceled.
+// handled the answer: it ticks again (and is refused), or the run's context is canceled. p's heartbeat is its
+// keeper's batch: in shared mode (keeper_test.go) its host's, which carries the claims of the whole group.
 func (w *world) guardTick(p *proc, k callKind) error {
+	if k == callHeartbeat && p.keeperProc().batchHeld() {
+		// Its keeper is inside a batch (held in flight): the tick is that batch's arrival.
+		return w.batchArrives(p.keeperProc())
+	}
 	// A heartbeat refused, or a poll that finds the claim gone, makes the engine give up a slow tool.
-	held, err := w.holdTools(p)
+	held, err := w.holdTools(p.group()...)
 	if err != nil {
 		return err
 	}
 	if err := w.guardTickOnce(p, k); err != nil {
 		return err
 	}
+	if kp := p.keeperProc(); k == callHeartbeat && kp.batchHeld() && len(held) == 0 && w.shareRng.IntN(2) == 0 {
+		return w.stallBatch(kp)
+	}
 	return w.goOn(held)
 }
 
 func (w *world) guardTickOnce(p *proc, k callKind) error {
+	kp := p // the process whose store the tick's call goes through
+	if k == callHeartbeat {
+		kp = p.keeperProc()
+	}
 	w.mu.Lock()
-	p.armed[k] = true
-	p.awaitSettle[k] = true
-	p.settled = make(chan struct{})
-	p.guardDone = make(chan error, 1)
-	ctx, settled, done := p.runCtx, p.settled, p.guardDone
+	kp.armed[k] = true
+	kp.awaitSettle[k] = true
+	kp.settled = make(chan struct{})
+	kp.guardDone = make(chan error, 1)
+	ctx, settled, done := p.runCtx, kp.settled, kp.guardDone
 	w.mu.Unlock()
 	timeout := time.After(30 * time.Second)
 	select {
 	case err := <-done:
 		w.tracef("  %s: guard %v -> %s", p.name, kindName(k), errStr(err))
 	case r := <-w.reports:
-		if r.p != p || r.kind != repDead {
+		if r.p == kp && r.kind == repBatchHeld {
+			w.tracef("  %s: keeper batch of %s held in flight", p.name, kp.name)
+			return nil
+		}
+		if r.p != kp || r.kind != repDead {
 			return fmt.Errorf("sim: report %d from %s during a guard tick of %s", r.kind, r.p.name, p.name)
 		}
 		w.mu.Lock()
@@ -856,19 +882,29 @@ func (w *world) guardTickOnce(p *proc, k callKind) error {
 		w.mu.Unlock()
 		return nil
 	case <-ctx.Done():
-		// The guard stopped before its next tick reached the store (in doubt): nothing was called.
-		w.mu.Lock()
-		p.armed[k], p.awaitSettle[k] = false, false
-		w.mu.Unlock()
-		return nil
+		select {
+		case err := <-done:
+			// The tick's answer stopped the run (it is handed over before the keeper applies it): the call was
+			// made.
+			w.tracef("  %s: guard %v -> %s", p.name, kindName(k), errStr(err))
+		default:
+			// The guard stopped before its next tick reached the store (in doubt): nothing was called.
+			w.mu.Lock()
+			kp.armed[k], kp.awaitSettle[k] = false, false
+			w.mu.Unlock()
+			return nil
+		}
 	case <-timeout:
 		return fmt.Errorf("sim: guard of %s never ticked", p.name)
+	}
+	if k == callHeartbeat && kp.shares() {
+		return w.keeperSettled(kp)
 	}
 	select {
 	case <-settled:
 	case <-ctx.Done():
 		w.mu.Lock()
-		p.awaitSettle[k] = false
+		kp.awaitSettle[k] = false
 		w.mu.Unlock()
 	case <-timeout:
 		return fmt.Errorf("sim: guard of %s did not settle", p.name)
@@ -890,6 +926,15 @@ func (w *world) advanceClock(d time.Duration) error {
 	// Who will be in doubt is decided before the clock moves: the guards read it in real time, and one may stop
 	// its run before the sim looked.
 	now := w.clock.Now().Add(d).Truncate(time.Millisecond)
+	// A held batch whose process has a slow tool parked arrives first: the clock may make the engine give the
+	// tool up, and the process would go on and perhaps end its loop, which waits for the batch.
+	for _, kp := range w.heldBatches() {
+		if kp.toolParked() {
+			if err := w.batchArrives(kp); err != nil {
+				return err
+			}
+		}
+	}
 	held, err := w.holdTools(w.procs...)
 	if err != nil {
 		return err
@@ -902,7 +947,9 @@ func (w *world) advanceClock(d time.Duration) error {
 		// in flight) is in doubt too: its next write asks the gate first (seed 721 on dynalite, -gaps).
 		if !p.dead && !p.done && (p.runCtx != nil || p.runID != "") && now.Sub(p.lastOK) > w.ecfg.StaleAfter/2 {
 			p.inDoubt = true
-			if p.runCtx != nil && p.runCtx.Err() == nil && !p.loopEnded {
+			// A run whose keeper is inside a held batch is found in doubt by its next batch, after that one
+			// arrives (batchArrives waits for it).
+			if p.runCtx != nil && p.runCtx.Err() == nil && !p.loopEnded && p.keeperProc().batchGo == nil {
 				doubt = append(doubt, p.runCtx)
 			}
 		}
