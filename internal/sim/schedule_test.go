@@ -22,7 +22,8 @@ import (
 // simConfig is the engine configuration of every simulated process. The keeper's Heartbeat ticks in real time
 // (procClock keeps them off the virtual clock), fast, but its batches pass only when the scheduler arms one
 // (procStore.KeepClaims), so they are schedule steps like any other. CancelPoll is unused (no run polls). SegmentFlush is switched off
-// (hours): segments are then written only at step ends and at the end of the stream, while the run waits.
+// (hours): segments are then written only at step ends and at the end of the stream, while the run waits; the
+// keeper's answers carry no readers mark, so nothing hurries them (procStore.KeepClaims).
 // Every other wait of the engine is on the virtual clock (procClock): InterruptWait, FinishRetry, RunTimeout and
 // ToolTimeout are hours (ToolTimeout is simToolTimeout in time mode); LateWait is off.
 func simConfig() engine.Config {

@@ -484,6 +484,14 @@ func (s *procStore) KeepClaims(ctx context.Context, claims []agent.KeptClaim, no
 	if res == nil || err != first {
 		return all(err) // not sent, injected, crashed, or its answer lost
 	}
+	for i := range res {
+		// The claim's readers mark (agent.Claim.ReadersUntil) would make the engine hurry the run's segments
+		// (segments.Segmenter.Hurry): flushes on a real-time 50 ms ticker, store calls outside the schedule
+		// (seed 18 broke that way: "report 3 from post#1 while advancing reader#100004", an AppendSegment of
+		// post#1's run while a reader was advanced). The sim's segments flush at step ends and at the end of
+		// the stream only (simConfig), so the answers the keeper reads carry no readers mark.
+		res[i].Claim.ReadersUntil = time.Time{}
+	}
 	w.mu.Lock()
 	var (
 		classes []string
