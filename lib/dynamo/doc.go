@@ -87,7 +87,11 @@
 // three. A value up to 32 KiB is stored inline in the head item's body attribute (a string when it is UTF-8 text).
 // A larger one is gzipped (kept raw if gzip does not shrink it); if the payload is then at most 300 KiB it is still
 // inline. Beyond that it is split into 300 KiB chunk items, and the head carries ver (a fresh version id) and
-// chunks (their count) instead of a body.
+// chunks (their count) instead of a body. Stream segments are compressed at smaller sizes too: from 256 bytes to
+// 400 KiB a segment is stored deflated (enc = "deflate", flate.BestSpeed) when that makes its item smaller, so a
+// 500 ms flush of text-delta frames is one write unit, not two or three (segments.go's packSegment). A deflate
+// payload is inflated to at most 400 KiB (MaxItemBytes), and one that is corrupt or inflates further is an
+// internal store_corrupt error. Items without enc (small segments, older builds) are read as they are.
 //
 // Writes are ordered so that a reader never sees a half-written value: the chunks of the new version are written
 // first (BatchWriteItem), then the head switches to the new version in its one write (which also returns the old
