@@ -127,7 +127,10 @@ func (w *world) newReader() *proc {
 	p.reaper = reaper.New(reaper.Deps{Store: p.store, Tools: w.toolset(p), Jobs: js, Clock: w.clock},
 		reaper.Config{StaleAfter: w.ecfg.StaleAfter, DeliveryGrace: w.contract.DeliveryGrace})
 	p.svc = threads.New(threads.Deps{Store: p.store, Reaper: p.reaper, Clock: readerClock{w.clock}}, threads.Config{StaleAfter: w.ecfg.StaleAfter,
-		Follow:            segments.Follower{PollMin: time.Microsecond, PollMax: time.Microsecond, EndGrace: time.Millisecond},
+		// Presence off: the readers poll as they did before issue 18 (a presence mark is a reader's write outside
+		// the scheduler's park points, and the faster flush it asks for is the writer's timing, not its story).
+		Follow: segments.Follower{PollMin: time.Microsecond, PollMax: time.Microsecond, EndGrace: time.Millisecond,
+			Presence: -1},
 		MaxStreamsPerUser: -1, MaxStreamsPerRun: -1})
 	w.mu.Lock()
 	w.procs = append(w.procs, p)

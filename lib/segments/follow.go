@@ -54,7 +54,8 @@ type Follower struct {
 	MarkReader func(ctx context.Context, until time.Time) error
 	// Logger reports failed presence marks; nil discards.
 	Logger *slog.Logger
-	// Poll bounds; zero means the defaults above (Presence: agent.DefaultReaderPresence).
+	// Poll bounds; zero means the defaults above (Presence: agent.DefaultReaderPresence). A negative Presence
+	// turns presence off: the reader never marks itself and polls as one without MarkReader does.
 	PollMin, PollMax, PollAttached, EndGrace, Presence time.Duration
 }
 
@@ -178,7 +179,7 @@ func (fl *following) poll(ctx context.Context) error {
 	attached := cmp.Or(f.PollAttached, DefaultPollAttached)
 	grace := cmp.Or(f.EndGrace, DefaultEndGrace)
 	presence := cmp.Or(f.Presence, agent.DefaultReaderPresence)
-	present := f.MarkReader != nil
+	present := f.MarkReader != nil && presence > 0
 	var markedAt time.Time // the last presence mark
 	idle := pollMin        // the backoff: the wait between Ended checks while nothing comes
 	var endedDue time.Time // when Ended is asked next (zero: at the first empty poll)
@@ -211,12 +212,14 @@ func (fl *following) poll(ctx context.Context) error {
 		}
 		if len(segs) > 0 {
 			fl.flush()
-			// Data came, so the writer lives: Ended waits (a reader with presence polls on meanwhile).
-			idle, endedDue = pollMin, now.Add(pollMin)
+			idle = pollMin
 			if !present {
+				endedDue = time.Time{} // the first empty poll asks
 				continue
 			}
-		} else if !now.Before(endedDue) {
+			// Data came, so the writer lives: Ended waits while the reader polls on.
+			endedDue = now.Add(pollMin)
+		} else if !present || !now.Before(endedDue) {
 			ended, err := f.Ended(ctx)
 			if err != nil && ctx.Err() != nil {
 				return ctx.Err()
@@ -240,6 +243,7 @@ func (fl *following) poll(ctx context.Context) error {
 		if present {
 			wait = min(wait, attached)
 		}
+		wait = max(wait, 0)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
