@@ -373,18 +373,11 @@ type purpose struct {
 type purposeCtx struct{}
 
 func newPurposes(endpoint, table string) (*purposes, error) {
-	path, err := dynamotest.TemplatePath()
+	measure, err := indexWrites(endpoint, table)
 	if err != nil {
 		return nil, err
 	}
-	spec, err := dynamotest.LoadTable(path)
-	if err != nil {
-		return nil, err
-	}
-	raw := dynamotest.Client(endpoint)
-	return &purposes{by: map[string]*purpose{}, measure: func(c *dynamo.Counter) {
-		c.MeasureIndexWrites(raw, table, []string{dynamo.AttrPK, dynamo.AttrSK}, spec.Indexes())
-	}}, nil
+	return &purposes{by: map[string]*purpose{}, measure: measure}, nil
 }
 
 // of returns the purpose's counter, made on first use: the counter's middlewares are taken from a stack of

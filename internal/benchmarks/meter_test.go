@@ -26,6 +26,17 @@ type meter struct {
 }
 
 func newMeter(endpoint, table string) (*meter, error) {
+	measure, err := indexWrites(endpoint, table)
+	if err != nil {
+		return nil, err
+	}
+	return &meter{endpoint: endpoint, table: table, stores: map[[2]string]*dynamo.Store{}, counters: map[[2]string]*dynamo.Counter{},
+		measure: measure}, nil
+}
+
+// indexWrites makes a counter compute the index write units of each write (dynalite reports none), from the
+// table's indexes as the SAM template declares them.
+func indexWrites(endpoint, table string) (func(*dynamo.Counter), error) {
 	path, err := dynamotest.TemplatePath()
 	if err != nil {
 		return nil, err
@@ -35,11 +46,9 @@ func newMeter(endpoint, table string) (*meter, error) {
 		return nil, err
 	}
 	raw := dynamotest.Client(endpoint)
-	m := &meter{endpoint: endpoint, table: table, stores: map[[2]string]*dynamo.Store{}, counters: map[[2]string]*dynamo.Counter{}}
-	m.measure = func(c *dynamo.Counter) {
+	return func(c *dynamo.Counter) {
 		c.MeasureIndexWrites(raw, table, []string{dynamo.AttrPK, dynamo.AttrSK}, spec.Indexes())
-	}
-	return m, nil
+	}, nil
 }
 
 func (m *meter) route(phase, method string) agent.Store {
