@@ -320,7 +320,15 @@ func (m *Model) attempt(ctx context.Context, req request, emit func(agent.ModelE
 	defer cancel(nil)
 	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
 	defer dog.stop()
-	acc := accumulator{emit: emit, ids: m.cfg.IDs, model: req.model}
+	// An event is held back until the next is at hand (accumulator.send), so the emit that makes the caller
+	// cancel may come before the held one's release: nothing goes to a caller that has cancelled.
+	toCaller := func(ev agent.ModelEvent) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return emit(ev)
+	}
+	acc := accumulator{emit: toCaller, ids: m.cfg.IDs, model: req.model}
 	stream, err := m.open(actx, req.body)
 	if err != nil {
 		return acc.partial(), m.classify(ctx, actx, err, false)

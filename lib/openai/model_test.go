@@ -595,6 +595,34 @@ func TestCancel(t *testing.T) {
 		})
 	}
 
+	// Two words arrive in one read and the provider then goes quiet: the first word's emit cancels, and the
+	// second, held back until the next event is at hand (ModelEvent.More), must not be released to the caller
+	// before the wait. It was, in a fresh-clone make test (events [word1 word2]).
+	t.Run("cancel with one word held back", func(t *testing.T) {
+		t.Parallel()
+		const head = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":`
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: "+head+`{"content":"word1"}}]}`+"\n\ndata: "+head+`{"content":" word2"}}]}`+"\n\n")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}))
+		t.Cleanup(ts.Close)
+		m := New(Config{BaseURL: ts.URL + "/v1/", Model: "m", Logger: slog.New(slog.DiscardHandler)})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var events []agent.ModelEvent
+		_, err := m.Stream(ctx, userReq("hi"), func(ev agent.ModelEvent) error {
+			events = append(events, ev)
+			cancel()
+			return nil
+		})
+		requireError(t, err, agent.KindCanceled, agent.CodeRunCanceled, "model call canceled")
+		if len(events) != 1 || events[0].Delta != "word1" {
+			t.Fatalf("events %+v, want only word1", events)
+		}
+	})
+
 	t.Run("during backoff", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
