@@ -57,6 +57,9 @@ type Config struct {
 	CancelPoll           time.Duration // AGENT_CANCEL_POLL: accepted, unused (engine.DefaultCancelPoll)
 	SegmentFlush         time.Duration // AGENT_SEGMENT_FLUSH
 	ResumePollMax        time.Duration // AGENT_RESUME_POLL_MAX
+	SegmentHurry         time.Duration // AGENT_SEGMENT_HURRY
+	ResumePollAttached   time.Duration // AGENT_RESUME_POLL_ATTACHED
+	ReaderPresence       time.Duration // AGENT_READER_PRESENCE
 	InterruptTTL         time.Duration // AGENT_INTERRUPT_TTL: how long an approval or client tool waits
 	ReaperInterval       time.Duration // AGENT_REAPER_INTERVAL
 	ReaperBatch          int           // AGENT_REAPER_BATCH
@@ -217,6 +220,9 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_CANCEL_POLL", &c.CancelPoll)
 	durVar("AGENT_SEGMENT_FLUSH", &c.SegmentFlush)
 	durVar("AGENT_RESUME_POLL_MAX", &c.ResumePollMax)
+	durVar("AGENT_SEGMENT_HURRY", &c.SegmentHurry)
+	durVar("AGENT_RESUME_POLL_ATTACHED", &c.ResumePollAttached)
+	durVar("AGENT_READER_PRESENCE", &c.ReaderPresence)
 	durVar("AGENT_REAPER_INTERVAL", &c.ReaperInterval)
 	intVar("AGENT_REAPER_BATCH", &c.ReaperBatch, 1)
 	intVar("AGENT_MAX_QUEUED", &c.MaxQueued, 1)
@@ -310,7 +316,7 @@ func Load(getenv func(string) string) (Config, error) {
 func (c Config) Engine(model string) engine.Config {
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
-		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
+		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, SegmentHurry: c.SegmentHurry, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
 		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
 		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain,
 		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
@@ -343,7 +349,8 @@ func (c Config) Reaper() reaper.Config {
 
 // Threads is the thread service's share (resume readers included).
 func (c Config) Threads() threads.Config {
-	return threads.Config{StaleAfter: c.StaleAfter, Follow: segments.Follower{PollMax: c.ResumePollMax},
+	return threads.Config{StaleAfter: c.StaleAfter, Follow: segments.Follower{PollMax: c.ResumePollMax,
+		PollAttached: c.ResumePollAttached, Presence: c.ReaderPresence},
 		MaxStreamsPerUser: c.MaxStreamsPerUser, MaxStreamsPerRun: c.MaxStreamsPerRun, StreamLeaseTTL: c.StreamLeaseTTL,
 		PageBytes: c.PageBytes}
 }

@@ -126,6 +126,14 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("admission: runs %d, lag %s", e.MaxRunsPerProcess, e.MaxHeartbeatLag)
 				}
 			}},
+		// Resumed streams (principle 6): the hurried flush, the attached reader's poll and its presence window.
+		{name: "resumed streams", env: map[string]string{"AGENT_SEGMENT_HURRY": "80ms", "AGENT_RESUME_POLL_ATTACHED": "70ms", "AGENT_READER_PRESENCE": "8s"},
+			check: func(t *testing.T, c Config) {
+				f := c.Threads().Follow
+				if e := c.Engine("m"); e.SegmentHurry != 80*time.Millisecond || f.PollAttached != 70*time.Millisecond || f.Presence != 8*time.Second {
+					t.Fatalf("resumed streams: hurry %s, poll %s, presence %s", e.SegmentHurry, f.PollAttached, f.Presence)
+				}
+			}},
 		{name: "heartbeat lag past the horizon", env: map[string]string{"AGENT_MAX_HEARTBEAT_LAG": "15s"}, wantErr: true},
 		{name: "heartbeat and its lag at the horizon", env: map[string]string{"AGENT_MAX_HEARTBEAT_LAG": "14s"}, wantErr: true},
 		{name: "lease TTL too short to renew", env: map[string]string{"AGENT_STREAM_LEASE_TTL": "10ms"}, wantErr: true},

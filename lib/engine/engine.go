@@ -73,6 +73,7 @@ type Config struct {
 	MaxMessageBytes int
 	MaxMessageParts int           // DefaultMaxMessageParts: parts of a user message
 	SegmentFlush    time.Duration // segments.DefaultSegmentInterval
+	SegmentHurry    time.Duration // segments.DefaultHurryInterval: the flush period while a reader elsewhere is attached
 	CloseTimeout    time.Duration // segments.DefaultCloseTimeout: how long the final segment may take
 	InterruptTTL    time.Duration // agent.DefaultInterruptTTL: how long an approval or client tool waits
 	MaxQueued       int           // agent.DefaultMaxQueued: a thread's queue bound (multitask enqueue)

@@ -30,7 +30,7 @@ type output struct {
 func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer) *output {
 	o := &output{ctx: ctx, e: e, run: run}
 	seg, err := segments.NewSegmenter(ctx, segments.SegmenterConfig{ThreadID: run.ThreadID, RunID: run.ID,
-		Write: o.write, Clock: e.clock, Interval: e.cfg.SegmentFlush, Logger: e.log, Hub: e.hub})
+		Write: o.write, Clock: e.clock, Interval: e.cfg.SegmentFlush, HurryInterval: e.cfg.SegmentHurry, Logger: e.log, Hub: e.hub})
 	if err != nil {
 		// Only a configuration bug gets here; stream to the client without persistence rather than not at all.
 		e.log.Error("segmenter", "thread_id", run.ThreadID, "run_id", run.ID, "err", err)
