@@ -150,15 +150,23 @@ func (c Start) appendFields(b []byte) ([]byte, error) {
 func (StartStep) appendFields(b []byte) ([]byte, error)  { return b, nil }
 func (FinishStep) appendFields(b []byte) ([]byte, error) { return b, nil }
 
-func (c TextStart) appendFields(b []byte) ([]byte, error) { return appendID(b, c.ChunkType(), "id", c.ID) }
-func (c TextEnd) appendFields(b []byte) ([]byte, error)   { return appendID(b, c.ChunkType(), "id", c.ID) }
+func (c TextStart) appendFields(b []byte) ([]byte, error) {
+	return appendID(b, c.ChunkType(), "id", c.ID)
+}
+func (c TextEnd) appendFields(b []byte) ([]byte, error) {
+	return appendID(b, c.ChunkType(), "id", c.ID)
+}
 func (c TextDelta) appendFields(b []byte) ([]byte, error) {
 	b, err := appendID(b, c.ChunkType(), "id", c.ID)
 	return appendStringField(b, "delta", c.Delta), err
 }
 
-func (c ReasoningStart) appendFields(b []byte) ([]byte, error) { return appendID(b, c.ChunkType(), "id", c.ID) }
-func (c ReasoningEnd) appendFields(b []byte) ([]byte, error)   { return appendID(b, c.ChunkType(), "id", c.ID) }
+func (c ReasoningStart) appendFields(b []byte) ([]byte, error) {
+	return appendID(b, c.ChunkType(), "id", c.ID)
+}
+func (c ReasoningEnd) appendFields(b []byte) ([]byte, error) {
+	return appendID(b, c.ChunkType(), "id", c.ID)
+}
 func (c ReasoningDelta) appendFields(b []byte) ([]byte, error) {
 	b, err := appendID(b, c.ChunkType(), "id", c.ID)
 	return appendStringField(b, "delta", c.Delta), err
