@@ -76,9 +76,13 @@ type Config struct {
 	MaxJobChain          int           // AGENT_MAX_JOB_CHAIN: server-side turns in a row that may dispatch jobs
 	MaxActiveJobsPerUser int           // AGENT_MAX_ACTIVE_JOBS_PER_USER: sub-agent jobs one user has going at once
 	// Admission control (lib/engine admission.go): 0 means no bound, as for the per-user limits.
-	MaxRunsPerProcess   int           // AGENT_MAX_RUNS_PER_PROCESS: runs one process runs at once
-	MaxHeartbeatLag     time.Duration // AGENT_MAX_HEARTBEAT_LAG: how far the runs' heartbeats may fall behind
-	StreamLeaseTTL      time.Duration // AGENT_STREAM_LEASE_TTL: how long a dead reader's lease stays taken
+	MaxRunsPerProcess int           // AGENT_MAX_RUNS_PER_PROCESS: runs one process runs at once
+	MaxHeartbeatLag   time.Duration // AGENT_MAX_HEARTBEAT_LAG: how far the runs' heartbeats may fall behind
+	StreamLeaseTTL    time.Duration // AGENT_STREAM_LEASE_TTL: how long a dead reader's lease stays taken
+	// SQLite group commit (lib/sqlite batch.go; the local stack only: the functions never open SQLite, so this
+	// package maps the names and lib/devserver hands them to sqlite.OpenWith).
+	SQLiteBatchWrites   int           // AGENT_SQLITE_BATCH_WRITES: the writes one transaction runs at most
+	SQLiteBatchBytes    int           // AGENT_SQLITE_BATCH_BYTES: the bytes one transaction's writes bind, past which the rest wait
 	PageBytes           int           // AGENT_PAGE_BYTES: a page of GET /threads/{id} messages, encoded
 	MaxBodyBytes        int64         // AGENT_MAX_BODY_BYTES
 	MaxMessageBytes     int           // AGENT_MAX_MESSAGE_BYTES
@@ -227,6 +231,8 @@ func Load(getenv func(string) string) (Config, error) {
 	intVar("AGENT_REAPER_BATCH", &c.ReaperBatch, 1)
 	intVar("AGENT_MAX_QUEUED", &c.MaxQueued, 1)
 	intVar("AGENT_PAGE_BYTES", &c.PageBytes, 1024)
+	intVar("AGENT_SQLITE_BATCH_WRITES", &c.SQLiteBatchWrites, 1)
+	intVar("AGENT_SQLITE_BATCH_BYTES", &c.SQLiteBatchBytes, 1)
 	// A setting too large for the environment (Lambda's 4 KB for all variables: REVIEW H6) comes from a file in
 	// the deployment package instead; a relative path is read from the package's root (LAMBDA_TASK_ROOT).
 	readFile := func(name, file string) ([]byte, bool) {

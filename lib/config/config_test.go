@@ -134,6 +134,14 @@ func TestLoad(t *testing.T) {
 					t.Fatalf("resumed streams: hurry %s, poll %s, presence %s", e.SegmentHurry, f.PollAttached, f.Presence)
 				}
 			}},
+		// SQLite group commit (principle 6): lib/devserver passes these to sqlite.OpenWith.
+		{name: "sqlite batch bounds", env: map[string]string{"AGENT_SQLITE_BATCH_WRITES": "16", "AGENT_SQLITE_BATCH_BYTES": "65536"},
+			check: func(t *testing.T, c Config) {
+				if c.SQLiteBatchWrites != 16 || c.SQLiteBatchBytes != 65536 {
+					t.Fatalf("sqlite batch: writes %d, bytes %d", c.SQLiteBatchWrites, c.SQLiteBatchBytes)
+				}
+			}},
+		{name: "sqlite batch of no writes", env: map[string]string{"AGENT_SQLITE_BATCH_WRITES": "0"}, wantErr: true},
 		{name: "heartbeat lag past the horizon", env: map[string]string{"AGENT_MAX_HEARTBEAT_LAG": "15s"}, wantErr: true},
 		{name: "heartbeat and its lag at the horizon", env: map[string]string{"AGENT_MAX_HEARTBEAT_LAG": "14s"}, wantErr: true},
 		{name: "lease TTL too short to renew", env: map[string]string{"AGENT_STREAM_LEASE_TTL": "10ms"}, wantErr: true},

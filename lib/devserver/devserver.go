@@ -145,7 +145,8 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.Store = o.Store
 	if s.Store == nil {
-		if s.SQLite, err = sqlite.Open(ctx, filepath.Join(o.Data, "agentloop.db")); err != nil {
+		batch := sqlite.Options{BatchWrites: cfg.SQLiteBatchWrites, BatchBytes: cfg.SQLiteBatchBytes}
+		if s.SQLite, err = sqlite.OpenWith(ctx, filepath.Join(o.Data, "agentloop.db"), batch); err != nil {
 			return s, err
 		}
 		s.closers = append(s.closers, func() { _ = s.SQLite.Close() })

@@ -13,6 +13,7 @@ import (
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
+	"github.com/agentloop/agentloop/lib/sqlite"
 )
 
 // REVIEW S13: the dev server honours AGENT_JWT_ISSUER and AGENT_JWT_AUDIENCE as a deployment does (it ignored
@@ -100,5 +101,31 @@ func TestCloseLogsStoreTotals(t *testing.T) {
 	}
 	if totals.Msg != "store totals" || totals.Statements < 1 || totals.StoreCalls < 1 {
 		t.Fatalf("Close logged %+v, want store totals with the GET's store call and statement:\n%s", totals, logs.Bytes())
+	}
+}
+
+// The group-commit bounds reach the stack's own SQLite store from its Config (AGENT_SQLITE_BATCH_*), and unset mean
+// the store's defaults.
+func TestSQLiteBatchBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  config.Config
+		want sqlite.Options
+	}{
+		{"unset", config.Config{}, sqlite.Options{BatchWrites: sqlite.DefaultBatchWrites, BatchBytes: sqlite.DefaultBatchBytes}},
+		{"set", config.Config{SQLiteBatchWrites: 7, SQLiteBatchBytes: 4096}, sqlite.Options{BatchWrites: 7, BatchBytes: 4096}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := devserver.New(t.Context(), devserver.Options{Data: t.TempDir(), Config: tc.cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := s.SQLite.Options(); got != tc.want {
+				t.Fatalf("store options %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -14,12 +14,13 @@ import (
 )
 
 const (
-	// maxBatchWrites bounds how many writes share one transaction.
-	maxBatchWrites = 128
-	// maxBatchBytes bounds the bytes a transaction's writes bind (their string and blob arguments): once a batch
-	// has bound this much, its remaining writes wait for the next transaction. One write larger than this still
-	// runs (alone at the head of its batch).
-	maxBatchBytes = 1 << 20
+	// DefaultBatchWrites bounds how many writes share one transaction (Options.BatchWrites,
+	// AGENT_SQLITE_BATCH_WRITES).
+	DefaultBatchWrites = 128
+	// DefaultBatchBytes bounds the bytes a transaction's writes bind (their string and blob arguments): once a
+	// batch has bound this much, its remaining writes wait for the next transaction. One write larger than this
+	// still runs (alone at the head of its batch). Options.BatchBytes, AGENT_SQLITE_BATCH_BYTES.
+	DefaultBatchBytes = 1 << 20
 	// maxPrepared bounds how many write statements a Store keeps prepared (batchTx.stmt); past it, a new
 	// statement is parsed each time it runs, as a read is. The package's writes use a few dozen.
 	maxPrepared = 128
@@ -86,11 +87,11 @@ func (s *Store) enqueue(w *writeReq) error {
 	return nil
 }
 
-// nextBatch takes up to maxBatchWrites writes from the head of the queue.
+// nextBatch takes up to the batch's write bound (Options.BatchWrites) from the head of the queue.
 func (s *Store) nextBatch() []*writeReq {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	n := min(len(s.wq), maxBatchWrites)
+	n := min(len(s.wq), s.opts.BatchWrites)
 	batch := s.wq[:n:n]
 	s.wq = s.wq[n:]
 	if len(s.wq) == 0 {
@@ -213,7 +214,7 @@ func (s *Store) attempt(live []*writeReq) (ran, rest []*writeReq, err error) {
 	alone := len(live) == 1
 	b := &batchTx{s: s, tx: tx}
 	for i, w := range live {
-		if b.bound >= maxBatchBytes && len(ran) > 0 {
+		if b.bound >= int64(s.opts.BatchBytes) && len(ran) > 0 {
 			rest = live[i:]
 			break
 		}
@@ -285,7 +286,7 @@ func (b *batchTx) runOne(ctx context.Context, w *writeReq, savepoint bool) (werr
 }
 
 // batchTx is a batch's transaction as its writes see it (their conn's querier). Every statement counts the bytes
-// it binds towards maxBatchBytes and runs detached from its caller's end: the driver interrupts a statement
+// it binds towards Options.BatchBytes and runs detached from its caller's end: the driver interrupts a statement
 // whose context ends, and SQLite may answer an interrupted write by rolling back the whole transaction, every other
 // write of the batch with it (a caller whose context ended before its write ran never gets this far: runOne asks
 // first); the context's values, such as the caller's meter, are kept. A statement with arguments (every write's:

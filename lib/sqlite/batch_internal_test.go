@@ -18,9 +18,9 @@ import (
 // batchStore opens a Store on a fresh file whose writer can be held inside a transaction (hold), so that the
 // writes made meanwhile queue and then run together in its next transaction; queued is closed once n writes wait
 // in the queue (n >= 2: the held write queues alone first).
-func batchStore(t *testing.T, n int) (s *Store, queued <-chan struct{}) {
+func batchStore(t *testing.T, n int, o Options) (s *Store, queued <-chan struct{}) {
 	t.Helper()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "batch.db"))
+	s, err := OpenWith(t.Context(), filepath.Join(t.TempDir(), "batch.db"), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,23 +78,26 @@ func value(t *testing.T, s *Store, key string) string {
 }
 
 // Writes that arrive while a transaction runs share the next one, up to the batch's bounds: N writers released at
-// once commit in one transaction; one more than maxBatchWrites takes two; writes binding more than maxBatchBytes
-// between them take two.
+// once commit in one transaction; one more than the count bound takes two; writes binding more than the byte bound
+// between them take two. The bounds are the defaults unless Options (AGENT_SQLITE_BATCH_*) set them.
 func TestGroupCommit(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		writers int
 		size    int // bytes of each value
+		opts    Options
 		wantTx  int64
 	}{
-		{"16 writers", 16, 10, 1},
-		{"past the count bound", maxBatchWrites + 1, 10, 2},
-		{"past the byte bound", 3, maxBatchBytes * 6 / 10, 2}, // the third write waits for the next transaction
+		{"16 writers", 16, 10, Options{}, 1},
+		{"past the count bound", DefaultBatchWrites + 1, 10, Options{}, 2},
+		{"past the byte bound", 3, DefaultBatchBytes * 6 / 10, Options{}, 2}, // the third write waits for the next transaction
+		{"count bound set", 9, 10, Options{BatchWrites: 4}, 3},
+		{"byte bound set", 4, 600, Options{BatchBytes: 1000}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s, queued := batchStore(t, tc.writers)
+			s, queued := batchStore(t, tc.writers, tc.opts)
 			release := hold(t, s)
 			var calls []<-chan error
 			for i := range tc.writers {
@@ -127,7 +130,7 @@ func TestGroupCommit(t *testing.T) {
 func TestBatchIsolatesAFailedWrite(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, queued := batchStore(t, 5)
+	s, queued := batchStore(t, 5, Options{})
 	now := time.UnixMilli(1893553445006).UTC()
 	if _, _, err := s.CreateThread(ctx, agent.Thread{ID: "th1", Owner: "u1", CreatedAt: now, UpdatedAt: now}); err != nil {
 		t.Fatal(err)
@@ -184,7 +187,7 @@ func TestBatchIsolatesAFailedWrite(t *testing.T) {
 func TestBatchAsksEachWritesGate(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, queued := batchStore(t, 3)
+	s, queued := batchStore(t, 3, Options{})
 	release := hold(t, s)
 	refused := errors.New("the claim's horizon has passed")
 	var closed atomic.Bool
@@ -224,7 +227,7 @@ func TestBatchAsksEachWritesGate(t *testing.T) {
 func TestBatchSkipsACanceledWrite(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, queued := batchStore(t, 2)
+	s, queued := batchStore(t, 2, Options{})
 	release := hold(t, s)
 	cctx, cancel := context.WithCancel(ctx)
 	canceled := goCall(func() error { return s.PutValue(cctx, "ns", "canceled", []byte("1")) })
@@ -252,7 +255,7 @@ func TestBatchFailedCommitAppliesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	const n = 4
-	s, queued := batchStore(t, n)
+	s, queued := batchStore(t, n, Options{})
 	commitErr := errors.New("disk I/O error")
 	var commits atomic.Int32
 	s.hooks.commit = func() error {
@@ -303,7 +306,7 @@ func TestWriteAfterClose(t *testing.T) {
 func TestWritesRunPrepared(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, _ := batchStore(t, 2)
+	s, _ := batchStore(t, 2, Options{})
 	for range 2 {
 		if err := s.PutValue(ctx, "ns", "k", []byte("v")); err != nil {
 			t.Fatal(err)
@@ -341,7 +344,7 @@ func TestBatchRetriesABusyCommit(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	const n = 4
-	s, queued := batchStore(t, n)
+	s, queued := batchStore(t, n, Options{})
 	busy := busyError(t)
 	var commits atomic.Int32
 	s.hooks.commit = func() error {

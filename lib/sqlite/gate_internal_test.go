@@ -30,7 +30,7 @@ func TestWriteGateAskedBeforeEveryAttempt(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			path := filepath.Join(t.TempDir(), "gate.db")
-			s, err := open(ctx, path, tc.busy)
+			s, err := open(ctx, path, tc.busy, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

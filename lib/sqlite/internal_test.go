@@ -217,7 +217,7 @@ func TestBusyIsUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "busy.db")
-	s, err := open(ctx, path, time.Millisecond)
+	s, err := open(ctx, path, time.Millisecond, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

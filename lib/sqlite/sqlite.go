@@ -5,8 +5,8 @@
 // started with BEGIN IMMEDIATE: it takes the file's write lock before it reads, so two claimers (goroutines of one
 // process or separate processes on the same file) serialise and the second one sees the first one's claim. Within
 // one *Store the writes go through one writer goroutine with group commit (batch.go): a write call queues its write
-// and waits; the writer takes the writes that queued while its previous transaction ran (up to maxBatchWrites, and
-// no more once they have bound maxBatchBytes) and runs them in order in one transaction, each inside its own
+// and waits; the writer takes the writes that queued while its previous transaction ran (up to Options.BatchWrites, and
+// no more once they have bound Options.BatchBytes) and runs them in order in one transaction, each inside its own
 // SAVEPOINT, so a write that fails (a refused condition, a constraint, any error of its own) rolls back its own
 // statements only and that failure is its caller's result, while a write that reads then writes (a claim) sees
 // the earlier writes of its batch. Every caller gets its own result after COMMIT; a transaction that fails as a
@@ -89,6 +89,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -131,6 +132,7 @@ type Store struct {
 	wquit   chan struct{}
 	wdone   chan struct{}
 	hooks   testHooks
+	opts    Options
 	// prepared holds the write statements prepared once (batch.go); only the writer uses it.
 	prepared map[string]*sql.Stmt
 
@@ -141,11 +143,28 @@ type Store struct {
 
 var _ agent.Store = (*Store)(nil)
 
-// Open opens (creating it and its parent directory if needed) the SQLite file at path and applies the schema.
-func Open(ctx context.Context, path string) (*Store, error) { return open(ctx, path, busyTimeout) }
+// Options are a Store's group-commit bounds; a zero field means its default.
+type Options struct {
+	BatchWrites int // DefaultBatchWrites: the writes one transaction runs at most
+	BatchBytes  int // DefaultBatchBytes: the bytes one transaction's writes bind, past which the rest wait
+}
 
-// open is Open with SQLite's busy timeout as a parameter (tests shorten it).
-func open(ctx context.Context, path string, busy time.Duration) (*Store, error) {
+// Open opens (creating it and its parent directory if needed) the SQLite file at path and applies the schema,
+// with the default Options.
+func Open(ctx context.Context, path string) (*Store, error) { return OpenWith(ctx, path, Options{}) }
+
+// OpenWith is Open with the given Options.
+func OpenWith(ctx context.Context, path string, o Options) (*Store, error) {
+	return open(ctx, path, busyTimeout, o)
+}
+
+// Options reports the Store's group-commit bounds, defaults filled in.
+func (s *Store) Options() Options { return s.opts }
+
+// open is OpenWith with SQLite's busy timeout as a parameter (tests shorten it).
+func open(ctx context.Context, path string, busy time.Duration, o Options) (*Store, error) {
+	o.BatchWrites = cmp.Or(o.BatchWrites, DefaultBatchWrites)
+	o.BatchBytes = cmp.Or(o.BatchBytes, DefaultBatchBytes)
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: resolve path")
@@ -160,7 +179,7 @@ func open(ctx context.Context, path string, busy time.Duration) (*Store, error) 
 	db.SetMaxOpenConns(maxOpenConns)
 	db.SetMaxIdleConns(maxOpenConns)
 	s := &Store{db: db, path: abs, wake: make(chan struct{}, 1), wquit: make(chan struct{}), wdone: make(chan struct{}),
-		prepared: map[string]*sql.Stmt{}}
+		prepared: map[string]*sql.Stmt{}, opts: o}
 	go s.writer()
 	if err := s.migrate(ctx); err != nil {
 		_ = s.Close()
