@@ -64,6 +64,9 @@ type ToolSpec struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
+	// InputExamples are sample inputs (Tool.InputExamples); an adapter whose provider has no field for them folds
+	// them into the description.
+	InputExamples []json.RawMessage `json:"inputExamples,omitempty"`
 }
 
 // ModelEventType says what a ModelEvent carries.

@@ -53,8 +53,11 @@ type Tool struct {
 	Name        string
 	Description string
 	InputSchema json.RawMessage
-	Kind        ToolKind
-	Approval    ApprovalPolicy
+	// InputExamples are sample inputs (each a JSON value the schema accepts) shown to the model: natively where
+	// the provider takes them, folded into the description otherwise (the adapter decides).
+	InputExamples []json.RawMessage
+	Kind          ToolKind
+	Approval      ApprovalPolicy
 	// NeedsApproval, when set, decides per input (overrides Approval when it returns true).
 	NeedsApproval func(input json.RawMessage) bool
 	// Execute runs a server tool (or acknowledges a job tool). Its output is any JSON value. An error becomes a
@@ -72,5 +75,27 @@ type Tool struct {
 
 // Spec is the model-facing description of t.
 func (t Tool) Spec() ToolSpec {
-	return ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.InputSchema}
+	return ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.InputSchema, InputExamples: t.InputExamples}
+}
+
+// ToolSource gives the engine tools from somewhere other than Go code compiled in (an MCP server, the HTTP tools
+// of the tools file). The engine asks it when a turn starts and offers its tools beside the Go ones; a source
+// caches what it lists (once per cold start is the rule for remote listings). An error leaves the source's tools
+// out of that turn (the engine logs it; the turn goes on); the tools returned must have names unique across the
+// engine's tools.
+type ToolSource interface {
+	// Name names the source in logs (e.g. "mcp:github").
+	Name() string
+	// Tools lists the source's tools as the model may be offered them now.
+	Tools(ctx context.Context) ([]Tool, error)
+}
+
+// ToolInputs checks one tool call's arguments before anything acts on them (approval, client, execution): it
+// repairs arguments that are not JSON at most once, and validates the result against the tool's input schema.
+// It returns the input to use (the repaired one when it repaired). A refusal is an *Error of KindInvalid with
+// CodeInvalidToolInput whose message names the violations (the field's path and the rule broken) and nothing
+// internal: the engine hands it to the model as the call's tool-output-error, the tool never runs, and the model
+// may call again. When it refuses input that is still not JSON, the input returned is nil.
+type ToolInputs interface {
+	CheckInput(tool Tool, arguments string) (json.RawMessage, error)
 }

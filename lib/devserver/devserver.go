@@ -38,6 +38,7 @@ import (
 	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/tools"
+	"github.com/agentloop/agentloop/lib/toolschema"
 	"github.com/agentloop/agentloop/web"
 )
 
@@ -220,7 +221,13 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	// One process serves both POST /chat and its resumes: a reader of a run this process writes is fed from the
 	// run's Segmenter through the hub, with no flush tick between (segments.Hub).
 	hub := segments.NewHub()
-	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
+	// Every tool call's input is repaired once if it is not JSON and checked against its tool's schema before
+	// anything acts on it; a tool whose schema is not a JSON Schema fails the start.
+	inputs, err := toolschema.New(toolset...)
+	if err != nil {
+		return s, err
+	}
+	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
 		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,

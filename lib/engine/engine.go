@@ -151,18 +151,20 @@ type Reaper interface {
 
 // Engine runs turns. It holds no per-thread state: everything lives in the store.
 type Engine struct {
-	store  Store
-	model  agent.Model
-	tools  map[string]agent.Tool
-	specs  []agent.ToolSpec
-	reaper Reaper
-	clock  agent.Clock
-	timers agent.Timers // every wait: the clock's own (agent.TimersOf), so a virtual clock moves them too
-	ids    agent.IDs
-	signer *interrupts.Signer
-	jobs   agent.Jobs
-	log    *slog.Logger
-	cfg    Config
+	store Store
+	model agent.Model
+	// static are the Go tools; sources add tools per turn (toolset.go); inputs checks every call's arguments.
+	static  *toolset
+	sources []agent.ToolSource
+	inputs  agent.ToolInputs
+	reaper  Reaper
+	clock   agent.Clock
+	timers  agent.Timers // every wait: the clock's own (agent.TimersOf), so a virtual clock moves them too
+	ids     agent.IDs
+	signer  *interrupts.Signer
+	jobs    agent.Jobs
+	log     *slog.Logger
+	cfg     Config
 	// prices turns each step's usage into cost (empty: no cost); metrics receives each run's outcome.
 	prices  agent.Prices
 	metrics agent.Metrics
@@ -177,9 +179,14 @@ type Engine struct {
 
 // Deps are the engine's ports.
 type Deps struct {
-	Store  Store
-	Model  agent.Model
-	Tools  []agent.Tool
+	Store Store
+	Model agent.Model
+	Tools []agent.Tool
+	// Sources offer tools that are not Go code (MCP servers, HTTP tools), asked when a turn begins.
+	Sources []agent.ToolSource
+	// Inputs checks (and repairs) every tool call's arguments before anything acts on them (lib/toolschema).
+	// Nil: arguments need only be JSON.
+	Inputs agent.ToolInputs
 	Reaper Reaper
 	Clock  agent.Clock
 	IDs    agent.IDs
@@ -200,7 +207,7 @@ type Deps struct {
 // New builds an engine.
 func New(d Deps, cfg Config) *Engine {
 	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, signer: d.Signer, jobs: d.Jobs, log: d.Logger,
-		cfg: cfg.withDefaults(), tools: map[string]agent.Tool{}, prices: d.Prices, metrics: d.Metrics, hub: d.Hub}
+		cfg: cfg.withDefaults(), static: newToolset(d.Tools), sources: d.Sources, inputs: d.Inputs, prices: d.Prices, metrics: d.Metrics, hub: d.Hub}
 	if e.metrics == nil {
 		e.metrics = agent.NopMetrics{}
 	}
@@ -214,10 +221,6 @@ func New(d Deps, cfg Config) *Engine {
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
-	}
-	for _, t := range d.Tools {
-		e.tools[t.Name] = t
-		e.specs = append(e.specs, t.Spec())
 	}
 	e.cfg.Transcript = e.transcriptConfig(d.Tools)
 	return e
@@ -237,7 +240,7 @@ func (e *Engine) transcriptConfig(tools []agent.Tool) transcript.Config {
 			}
 		}
 	}
-	tc.FixedTokens = cmp.Or(tc.FixedTokens, transcript.Fixed(e.cfg.System, e.specs))
+	tc.FixedTokens = cmp.Or(tc.FixedTokens, transcript.Fixed(e.cfg.System, e.static.specs))
 	return tc
 }
 

@@ -226,7 +226,7 @@ func (s *stepper) applyAnswers(ctx context.Context) bool {
 		case agent.InterruptApproved:
 			yes := true
 			p.State, p.Approval = agent.StateApprovalResponded, &agent.PartApproval{ID: a.Interrupt.ID, Approved: &yes, Reason: a.Reason}
-			if tool, ok := s.turn.e.tools[a.Interrupt.ToolName]; !ok || tool.Execute == nil {
+			if tool, ok := s.tools.byName[a.Interrupt.ToolName]; !ok || tool.Execute == nil {
 				// The tool went away between the request and the answer (a new deployment): it cannot run.
 				s.result(i, toolResult{err: agent.E(agent.KindNotFound, agent.CodeUnknownTool, "tool %q is not available any more; it was not executed", a.Interrupt.ToolName)})
 				continue
@@ -354,7 +354,7 @@ func (t *Turn) settledPart(ctx context.Context, msg agent.Message, part agent.Pa
 
 // recorded asks the call's tool for the outcome it recorded (ok false: none, or the tool cannot tell).
 func (t *Turn) recorded(ctx context.Context, msg agent.Message, part agent.Part) (json.RawMessage, bool) {
-	tool, ok := t.e.tools[part.ToolNameOf()]
+	tool, ok := t.e.static.byName[part.ToolNameOf()] // recovery asks the Go tools (only they record outcomes)
 	if !ok || tool.Recorded == nil {
 		return nil, false
 	}

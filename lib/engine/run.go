@@ -39,9 +39,12 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 	defer cancelTimeout()
 
 	s := &stepper{turn: t, out: newOutput(ctx, e, t.run, client), logCtx: ctx,
-		log:     e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID),
-		history: transcript.NewHistory(t.plan.history, t.plan.transcriptConfig(e.cfg.Transcript)),
-		parts:   slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
+		log:   e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID),
+		parts: slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
+	s.tools = e.turnTools(runCtx, s)
+	tcfg := t.plan.transcriptConfig(e.cfg.Transcript)
+	tcfg.FixedTokens += s.tools.extra
+	s.history = transcript.NewHistory(t.plan.history, tcfg)
 	s.guard = startGuard(t, cancelRun) // the keeper's heartbeats go on after a stop (REVIEW D2)
 	s.usage = s.deliveredUsage()       // the sub-agents' whose results this turn delivers (jobusage.go)
 	s.out.turn = t
@@ -91,6 +94,8 @@ type stepper struct {
 	turn  *Turn
 	out   *output
 	guard *guard
+	// tools are what this turn offers (toolset.go): the Go tools and the sources' tools listed at its start.
+	tools *toolset
 	log   *slog.Logger
 	// logCtx is the request's context (never canceled), for the agent.* lines: a handler such as Lambda's
 	// (lambdacontext) adds the request id from it (REVIEW S23).
@@ -185,7 +190,7 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 		Model:           e.cfg.Model,
 		System:          e.cfg.System,
 		Messages:        s.history.Build(s.parts),
-		Tools:           e.specs,
+		Tools:           s.tools.specs,
 		MaxOutputTokens: e.cfg.MaxOutputTokens,
 	}
 	if r := s.history.Last(); r.ReasoningDropped+r.PairsStubbed+r.FilesStubbed+r.MessagesDropped > 0 || r.Over {

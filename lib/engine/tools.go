@@ -29,19 +29,17 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 	e := s.turn.e
 	var toRun []toolCallAt
 	for k, c := range calls {
-		input := json.RawMessage(c.Arguments)
-		if len(input) == 0 {
-			input = json.RawMessage(`{}`)
-		}
-		validInput := json.Valid(input)
-		if !validInput {
+		tool, known := s.tools.byName[c.Name]
+		// The one check before anything acts on the input (Deps.Inputs): repaired once when it is not JSON, then
+		// validated against the tool's schema. A refused input is not executed; the model reads why.
+		input, inputErr := e.checkInput(tool, known, c.Arguments)
+		if input == nil {
 			// Keep the model's text so the transcript shows what it sent.
 			input, _ = json.Marshal(c.Arguments)
 		}
 		s.out.send(uistream.ToolInputAvailable{ToolCallID: c.ID, ToolName: c.Name, Input: input})
 		s.parts = append(s.parts, agent.Part{Type: "tool-" + c.Name, ToolCallID: c.ID, State: agent.StateInputAvailable, Input: input})
 		i := len(s.parts) - 1
-		tool, known := e.tools[c.Name]
 		switch {
 		case s.overStepCap(k):
 			s.result(i, toolResult{err: e.tooManyCalls(c.Name)})
@@ -49,9 +47,9 @@ func (s *stepper) runTools(ctx context.Context, calls []agent.ToolCall) (pending
 		case !known:
 			s.result(i, toolResult{err: agent.E(agent.KindInvalid, agent.CodeUnknownTool, "unknown tool %q", c.Name)})
 			s.logTool(c.Name, c.ID, toolUnknown, 0)
-		case !validInput:
-			s.result(i, toolResult{err: agent.E(agent.KindInvalid, agent.CodeInvalidToolInput, "tool input is not valid JSON")})
-			s.logTool(c.Name, c.ID, toolInvalidInput, 0)
+		case inputErr != nil:
+			s.result(i, toolResult{err: inputErr})
+			s.logToolError(c.Name, c.ID, toolInvalidInput, 0, inputErr)
 		case tool.Kind == agent.ToolClient || s.needsApproval(tool, input):
 			// Waits for the client (tool output) or a human (approval); the run ends interrupted.
 			if err := s.ask(tool, c, input, i); err != nil {
@@ -94,7 +92,7 @@ func (s *stepper) result(i int, r toolResult) {
 // execute runs server tool calls concurrently, each under the tool timeout (which holds even for a tool that
 // ignores its context), and puts their results on the draft. No tool starts once the run's claim is in doubt.
 func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
-	t, e := s.turn, s.turn.e
+	t := s.turn
 	if len(calls) == 0 {
 		return
 	}
@@ -111,7 +109,7 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 	s.out.flush()
 	results := make(chan toolResult, len(calls))
 	for k, c := range calls {
-		tool := e.tools[c.call.Name]
+		tool := s.tools.byName[c.call.Name]
 		msgID := t.run.AssistantMessageID
 		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, Epoch: t.run.Epoch, ToolCallID: c.call.ID, MessageID: msgID,
 			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msgID, c.call.ID)}
@@ -204,7 +202,7 @@ const (
 	toolApproval     = "approval"      // waits for a human's approval (the run ends interrupted)
 	toolClient       = "client"        // a client tool: the browser answers it
 	toolUnknown      = "unknown_tool"  // the model named a tool that does not exist
-	toolInvalidInput = "invalid_input" // the model's arguments are not JSON
+	toolInvalidInput = "invalid_input" // the model's arguments are not JSON (after one repair) or not what the schema takes
 	toolNotExecuted  = "not_executed"  // the run stopped (or its claim was in doubt) before the tool could start
 	toolOverLimit    = "over_limit"    // past the step's tool calls or the run's jobs (limits.go): not executed
 )

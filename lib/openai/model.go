@@ -65,6 +65,7 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -532,7 +533,7 @@ func (m *Model) request(ctx context.Context, req agent.ModelRequest) (request, m
 		p.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	for _, t := range req.Tools {
-		fn := chatFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+		fn := chatFunction{Name: t.Name, Description: describe(t), Parameters: t.Parameters}
 		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
 			var obj map[string]json.RawMessage
 			if err := json.Unmarshal(t.Parameters, &obj); err != nil || obj == nil {
@@ -599,4 +600,28 @@ func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]chatMes
 		}
 	}
 	return out, downloaded, nil
+}
+
+// describe is the tool's description as Chat Completions receives it: the API has no field for input examples,
+// so each example (agent.ToolSpec.InputExamples) is folded in after the description, one compact JSON value per
+// line under "Input examples:". The text is the same in every request (the prompt prefix stays byte-stable).
+func describe(t agent.ToolSpec) string {
+	if len(t.InputExamples) == 0 {
+		return t.Description
+	}
+	var b strings.Builder
+	b.WriteString(t.Description)
+	if b.Len() > 0 {
+		b.WriteString("\n\n")
+	}
+	b.WriteString("Input examples:")
+	for _, ex := range t.InputExamples {
+		var c bytes.Buffer
+		if json.Compact(&c, ex) != nil {
+			continue
+		}
+		b.WriteString("\n")
+		b.Write(c.Bytes())
+	}
+	return b.String()
 }

@@ -1124,3 +1124,30 @@ func BenchmarkConcurrentReplies(b *testing.B) {
 		})
 	}
 }
+
+// Issue 19 item 4: Chat Completions has no field for input examples, so they are folded into the description,
+// one compact JSON value per line; a tool without examples keeps its description as it is.
+func TestInputExamplesFoldedIntoDescription(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := f.model(nil)
+	tools := []agent.ToolSpec{{Name: "add_note", Description: "Add a note",
+		Parameters:    json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
+		InputExamples: []json.RawMessage{json.RawMessage(`{ "text": "buy milk" }`), json.RawMessage(`{"text":"call Ann"}`)}},
+		{Name: "list_notes", Description: "List notes"}}
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "hi"}}, Tools: tools}
+	if _, _, err := run(context.Background(), m, req); err != nil {
+		t.Fatal(err)
+	}
+	sent, _ := f.lastBody(t)["tools"].([]any)
+	want := []string{"Add a note\n\nInput examples:\n{\"text\":\"buy milk\"}\n{\"text\":\"call Ann\"}", "List notes"}
+	for i, w := range want {
+		fn := sent[i].(map[string]any)["function"].(map[string]any)
+		if fn["description"] != w {
+			t.Errorf("tool %d description %q, want %q", i, fn["description"], w)
+		}
+		if _, ok := fn["inputExamples"]; ok {
+			t.Errorf("tool %d sent a field the API does not have", i)
+		}
+	}
+}

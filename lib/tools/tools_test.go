@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/tools"
+	"github.com/agentloop/agentloop/lib/toolschema"
 )
 
 // memValues is an in-memory agent.ValueStore. The tests would rather run on lib/sqlite, the real store, but its
@@ -357,5 +358,31 @@ func TestAddNoteRejectsBadInput(t *testing.T) {
 	}
 	if got := listNotes(t, ts, "alice"); len(got) != 0 {
 		t.Fatalf("a refused input left notes %+v", got)
+	}
+}
+
+// Issue 19 item 4: every demo tool's input schema is a JSON Schema the input check compiles (a bad one would fail
+// every cold start), and the inputs the demo's own examples send pass it.
+func TestDemoSchemasCompile(t *testing.T) {
+	t.Parallel()
+	demo := tools.Demo(nil, agent.SystemClock{})
+	c, err := toolschema.New(demo...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]agent.Tool{}
+	for _, tool := range demo {
+		byName[tool.Name] = tool
+	}
+	for _, tc := range []struct{ tool, args string }{
+		{"add_note", `{"text":"buy milk"}`},
+		{"list_notes", `{}`},
+		{"list_notes", ``},
+		{"delete_note", `{"id":"note_1"}`},
+		{"ask_user_question", `{"question":"Which one?","options":["a","b"]}`},
+	} {
+		if _, err := c.CheckInput(byName[tc.tool], tc.args); err != nil {
+			t.Errorf("%s %s: %v", tc.tool, tc.args, err)
+		}
 	}
 }

@@ -106,6 +106,9 @@ func Fixed(system string, tools []agent.ToolSpec) int {
 	n := len(system)
 	for _, t := range tools {
 		n += len(t.Name) + len(t.Description) + len(t.Parameters)
+		for _, ex := range t.InputExamples {
+			n += len(ex)
+		}
 	}
 	return tokens(n)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/agentloop/agentloop/lib/sfn"
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/tools"
+	"github.com/agentloop/agentloop/lib/toolschema"
 )
 
 // The Lambda compositions below are lib/devserver's over DynamoDB, the configured model and Step Functions: the
@@ -111,7 +112,13 @@ func NewAgent(b Base, js agent.Jobs) (*Agent, error) {
 	// The engine and the resume reader share a hub: a reader of a run this invocation's process writes is fed from
 	// it (an instance serves one invocation at a time, so in AWS that is rare; the store is the way across).
 	hub := segments.NewHub()
-	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Reaper: a.Reaper, Clock: b.Clock,
+	// Every tool call's input is repaired once if it is not JSON and checked against its tool's schema before
+	// anything acts on it; a tool whose schema is not a JSON Schema fails the cold start.
+	inputs, err := toolschema.New(a.Tools...)
+	if err != nil {
+		return nil, err
+	}
+	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
 		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub}, b.Config.Engine(b.ModelName()))
 	a.Threads = b.threads(a.Reaper, hub)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
