@@ -158,3 +158,40 @@ func BenchmarkParallelWrites(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTurnReads is the reads a turn makes before it calls the model (issue 18: a turn's fixed cost weighs on
+// CPU per streamed word): the thread, its queue, the user message and the newest page of a 10-message transcript.
+func BenchmarkTurnReads(b *testing.B) {
+	s := setup(b)
+	ctx := b.Context()
+	newThread(b, s, "th1")
+	res, err := s.ClaimRun(ctx, agent.ClaimRequest{ThreadID: "th1", Owner: "u1", RunID: "r1",
+		Trigger: agent.TriggerUser, Now: nowTime(), StaleAfter: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 10 {
+		m := agent.Message{ID: fmt.Sprintf("m-%d", i), Role: agent.RoleUser,
+			Parts: []json.RawMessage{agent.EncodePart(agent.Part{Type: "text", Text: strings.Repeat("word ", 40)})}}
+		if err := s.PutMessage(ctx, agent.MessageWrite{ThreadID: "th1", Seq: int64(i + 1), Message: m, Fence: res.Run.Fence(),
+			Now: nowTime()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ops0, stmts0 := s.Ops(), s.Statements()
+	for b.Loop() {
+		if _, err := s.GetThread(ctx, "th1"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.ListQueued(ctx, "th1"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.GetMessage(ctx, "th1", "m-9"); err != nil {
+			b.Fatal(err)
+		}
+		if p, err := s.ListMessagesPage(ctx, "th1", agent.MessagePage{Limit: 50}); err != nil || len(p.Items) != 10 {
+			b.Fatal(len(p.Items), err)
+		}
+	}
+	reportCounters(b, s, ops0, stmts0)
+}

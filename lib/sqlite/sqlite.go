@@ -75,7 +75,8 @@
 // not count, SAVEPOINT and RELEASE, as it does not count BEGIN and COMMIT; Transactions counts transactions.
 // Since one goroutine runs every write, the CPU a write costs it bounds the Store's write throughput: every write
 // statement with arguments (all of them but the schema's) runs prepared, parsed once per Store and connection (up
-// to maxPrepared statements), which halves a heartbeat's cost there; reads are parsed on every call.
+// to maxPrepared statements), which halves a heartbeat's cost there; so does every read with arguments (another
+// maxPrepared at most), outside the writer.
 //
 // Storage. Times are unix milliseconds (INTEGER) and come back as UTC times with millisecond precision; a zero
 // FinishedAt is NULL. A message's parts are kept as one JSON array (TEXT) whose elements are the parts' bytes as
@@ -135,6 +136,11 @@ type Store struct {
 	opts    Options
 	// prepared holds the write statements prepared once (batch.go); only the writer uses it.
 	prepared map[string]*sql.Stmt
+	// reads holds the read statements prepared once (readStmt), for any goroutine, under rmu; rclosed is set by
+	// Close.
+	rmu     sync.Mutex
+	reads   map[string]*sql.Stmt
+	rclosed bool
 
 	ops   atomic.Int64
 	stmts atomic.Int64
@@ -179,7 +185,7 @@ func open(ctx context.Context, path string, busy time.Duration, o Options) (*Sto
 	db.SetMaxOpenConns(maxOpenConns)
 	db.SetMaxIdleConns(maxOpenConns)
 	s := &Store{db: db, path: abs, wake: make(chan struct{}, 1), wquit: make(chan struct{}), wdone: make(chan struct{}),
-		prepared: map[string]*sql.Stmt{}, opts: o}
+		prepared: map[string]*sql.Stmt{}, reads: map[string]*sql.Stmt{}, opts: o}
 	go s.writer()
 	if err := s.migrate(ctx); err != nil {
 		_ = s.Close()
@@ -224,6 +230,12 @@ func (s *Store) Close() error {
 	for _, st := range s.prepared {
 		_ = st.Close()
 	}
+	s.rmu.Lock()
+	s.rclosed = true
+	for _, st := range s.reads {
+		_ = st.Close()
+	}
+	s.rmu.Unlock()
 	if err := s.db.Close(); err != nil {
 		return agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "sqlite: close")
 	}
@@ -299,7 +311,60 @@ func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row 
 }
 
 // read is the connection for reads outside a transaction.
-func (s *Store) read() conn { return conn{x: s.db, n: &s.stmts} }
+func (s *Store) read() conn { return conn{x: reader{s}, n: &s.stmts} }
+
+// reader runs reads on the pool, prepared: a statement with arguments (every read's but PRAGMA user_version) is
+// parsed once per Store and connection (up to maxPrepared of them), as the writes are; parsing was most of a
+// turn's read cost (issue 18: ListQueued, GetMessage and a transcript page read per turn, each parsed anew).
+type reader struct{ s *Store }
+
+func (r reader) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return r.s.db.ExecContext(ctx, query, args...)
+}
+
+func (r reader) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := r.s.readStmt(ctx, query, args); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return r.s.db.QueryContext(ctx, query, args...)
+}
+
+func (r reader) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := r.s.readStmt(ctx, query, args); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return r.s.db.QueryRowContext(ctx, query, args...)
+}
+
+// readStmt is query prepared on the Store (database/sql prepares it on each connection the first time that
+// connection runs it), kept for every later read; nil when it has no arguments, cannot be prepared (the caller
+// runs it unprepared, and it reports its own error), maxPrepared reads are kept already, or the Store is closed.
+// The statement is prepared outside rmu (preparing waits for a connection, which a reader may hold while it
+// reads again), detached from the caller's end so that a caller that leaves does not fail it for the others.
+func (s *Store) readStmt(ctx context.Context, query string, args []any) *sql.Stmt {
+	if len(args) == 0 {
+		return nil
+	}
+	s.rmu.Lock()
+	st, ok := s.reads[query]
+	full := s.rclosed || len(s.reads) >= maxPrepared
+	s.rmu.Unlock()
+	if ok || full {
+		return st
+	}
+	st, err := s.db.PrepareContext(context.WithoutCancel(ctx), query)
+	if err != nil {
+		return nil
+	}
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if kept, ok := s.reads[query]; ok || s.rclosed || len(s.reads) >= maxPrepared {
+		_ = st.Close() // another reader kept it first, or there is no room
+		return kept
+	}
+	s.reads[query] = st
+	return st
+}
 
 // write runs fn as one write of this Store: queued for the writer goroutine, run inside its own savepoint of the
 // writer's next transaction (batch.go), and answered once that transaction committed. An *agent.Error returned
