@@ -96,7 +96,7 @@ type Segmenter struct {
 	closeDone chan struct{} // closed when the first Close has its result
 
 	mu       sync.Mutex
-	pending  []byte
+	pending  pending
 	queue    []agent.Segment // cut, not yet written, in Seq order
 	nextSeq  int64           // Seq of the next segment to cut
 	written  int64           // every Seq below this is written
@@ -167,20 +167,20 @@ func (s *Segmenter) Append(frame []byte) {
 		return
 	}
 	cut := false
-	if len(s.pending) > 0 && len(s.pending)+len(frame) > s.cfg.MaxBytes {
+	if s.pending.n > 0 && s.pending.n+len(frame) > s.cfg.MaxBytes {
 		s.cutLocked(false)
 		cut = true
 	}
 	// A frame is never split (REVIEW L17): a reader that stops between two segments, or a reaper that appends
 	// its final segment after the last one written, must always find whole frames. A frame larger than MaxBytes
 	// becomes a segment of its own; the stores keep large values under their item limits themselves.
-	s.pending = append(s.pending, frame...)
+	s.pending.add(frame)
 	for sub := range s.subs {
 		if !sub.push(s.nextSeq, frame) {
 			delete(s.subs, sub)
 		}
 	}
-	if len(s.pending) >= s.cfg.MaxBytes {
+	if s.pending.n >= s.cfg.MaxBytes {
 		s.cutLocked(false)
 		cut = true
 	}
@@ -290,9 +290,9 @@ func (s *Segmenter) subscribe() *subscription {
 			sub.size += len(q.Data)
 		}
 	}
-	if len(s.pending) > 0 {
-		sub.items = append(sub.items, chunk{seq: s.nextSeq, data: bytes.Clone(s.pending)})
-		sub.size += len(s.pending)
+	if s.pending.n > 0 {
+		sub.items = append(sub.items, chunk{seq: s.nextSeq, data: s.pending.bytes()})
+		sub.size += s.pending.n
 	}
 	s.subs[sub] = struct{}{}
 	return sub
@@ -314,7 +314,7 @@ func (s *Segmenter) Stats() SegmenterStats {
 
 // cutLocked moves the pending bytes into a queued segment. An empty segment is cut only when final.
 func (s *Segmenter) cutLocked(final bool) {
-	if len(s.pending) == 0 && !final {
+	if s.pending.n == 0 && !final {
 		return
 	}
 	now := s.cfg.Clock.Now()
@@ -322,13 +322,12 @@ func (s *Segmenter) cutLocked(final bool) {
 		ThreadID:  s.cfg.ThreadID,
 		RunID:     s.cfg.RunID,
 		Seq:       s.nextSeq,
-		Data:      s.pending,
+		Data:      s.pending.take(),
 		Final:     final,
 		CreatedAt: now,
 		ExpiresAt: now.Add(agent.SegmentTTL),
 	})
 	s.nextSeq++
-	s.pending = nil
 }
 
 // signal wakes the writer without blocking.
