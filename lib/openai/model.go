@@ -224,12 +224,19 @@ const DefaultMaxIdleConnsPerHost = 256
 // streaming a thousand replies holds a thousand of them.
 const modelWriteBuffer = 1 << 10
 
+// modelReadBuffer is the default transport's read buffer per connection (net/http's default is 4 KiB): it holds
+// the answer's header lines and chunk sizes, and the stream's bytes on their way to the reply's own 1 KiB line
+// buffer (chunkReadBuffer), which reads through it; a read larger than it goes past it. A server streaming a
+// thousand replies holds a thousand of them.
+const modelReadBuffer = 1 << 10
+
 // modelTransport is the default client's transport.
 func modelTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = DefaultMaxIdleConnsPerHost
 	t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 	t.WriteBufferSize = modelWriteBuffer
+	t.ReadBufferSize = modelReadBuffer
 	return t
 }
 

@@ -190,7 +190,7 @@ func TestDefaultClientKeepsConnections(t *testing.T) {
 	t.Parallel()
 	m := New(Config{Model: "m"})
 	tr, ok := m.cfg.HTTPClient.Transport.(*http.Transport)
-	if !ok || tr.MaxIdleConnsPerHost < DefaultMaxIdleConnsPerHost || tr.MaxIdleConns < DefaultMaxIdleConnsPerHost || tr.Proxy == nil || tr.WriteBufferSize != modelWriteBuffer {
+	if !ok || tr.MaxIdleConnsPerHost < DefaultMaxIdleConnsPerHost || tr.MaxIdleConns < DefaultMaxIdleConnsPerHost || tr.Proxy == nil || tr.WriteBufferSize != modelWriteBuffer || tr.ReadBufferSize != modelReadBuffer {
 		t.Fatalf("default transport %+v", m.cfg.HTTPClient.Transport)
 	}
 	if m.cfg.HTTPClient == http.DefaultClient || tr == http.DefaultTransport {
