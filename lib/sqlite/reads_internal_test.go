@@ -4,14 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
 
 // Reads run prepared, each statement kept once for every later read of the Store (issue 18: parsing was most of
-// a turn's read cost); a caller that leaves does not spoil the statement for the next; past maxPrepared reads run
-// unprepared; after Close a read fails, as before.
+// a turn's read cost); a caller that left fails with KindCanceled and does not spoil the statement for the next;
+// past maxPrepared reads run unprepared; after Close a read fails, as before.
 func TestReadsRunPrepared(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -23,6 +24,9 @@ func TestReadsRunPrepared(t *testing.T) {
 	cancel()
 	if _, err := s.GetValue(gone, "ns", "k"); !agent.IsKind(err, agent.KindCanceled) {
 		t.Fatalf("GetValue with a cancelled context: %v, want KindCanceled", err)
+	}
+	if _, err := s.ListValues(gone, "ns"); !agent.IsKind(err, agent.KindCanceled) {
+		t.Fatalf("ListValues with a cancelled context: %v, want KindCanceled", err)
 	}
 	for range 2 {
 		if got := value(t, s, "k"); got != "v" {
@@ -64,5 +68,41 @@ func TestReadsRunPrepared(t *testing.T) {
 	}
 	if _, err := s.GetValue(ctx, "ns", "k"); err == nil {
 		t.Fatal("GetValue after Close succeeded")
+	}
+}
+
+// doneSpy is a context that records whether anyone asked for its Done channel.
+type doneSpy struct {
+	context.Context
+	asked *atomic.Bool
+}
+
+func (d doneSpy) Done() <-chan struct{} {
+	d.asked.Store(true)
+	return d.Context.Done()
+}
+
+// A read that starts runs detached from its caller's context: on a context that can end, database/sql and the
+// driver each start a goroutine per statement to watch its Done channel (issue 18: a turn's reads woke idle
+// threads for them), so nothing of a read may ask for it.
+func TestReadsWatchNoContext(t *testing.T) {
+	t.Parallel()
+	s, _ := batchStore(t, 2, Options{})
+	if err := s.PutValue(t.Context(), "ns", "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	for name, read := range map[string]func(ctx context.Context) error{
+		"GetValue":   func(ctx context.Context) error { _, err := s.GetValue(ctx, "ns", "k"); return err },
+		"ListValues": func(ctx context.Context) error { _, err := s.ListValues(ctx, "ns"); return err },
+	} {
+		for i := range 2 { // the first read prepares the statement, the second finds it kept
+			ctx := doneSpy{t.Context(), new(atomic.Bool)}
+			if err := read(ctx); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if ctx.asked.Load() {
+				t.Errorf("%s (read %d) watched its caller's context", name, i+1)
+			}
+		}
 	}
 }

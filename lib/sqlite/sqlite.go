@@ -24,7 +24,8 @@
 // of its own, and DeleteThread's deletes, the largest write, are one write among others (its size is what the
 // byte bound does not count). The schema's migration is the first write of a Store, so it runs alone. Below, a
 // write that "is one transaction" is one such write: its statements commit together or not at all.
-// Reads run outside transactions; each read is a single statement and so sees one consistent snapshot.
+// Reads run outside transactions; each read is a single statement and so sees one consistent snapshot. A read
+// whose caller's context has ended fails with KindCanceled and runs nothing; once started, it runs to its end.
 //
 // Ownership. The claim lives on the thread row, with the thread's epoch and its message counter (next_seq): a
 // claim is one transaction that checks owner and claim, reserves positions from the counter (starting above the
@@ -315,7 +316,11 @@ func (s *Store) read() conn { return conn{x: reader{s}, n: &s.stmts} }
 
 // reader runs reads on the pool, prepared: a statement with arguments (every read's but PRAGMA user_version) is
 // parsed once per Store and connection (up to maxPrepared of them), as the writes are; parsing was most of a
-// turn's read cost (issue 18: ListQueued, GetMessage and a transcript page read per turn, each parsed anew).
+// turn's read cost (issue 18: ListQueued, GetMessage and a transcript page read per turn, each parsed anew). A
+// read whose caller's context has ended fails with the context's error and runs nothing; one that starts runs
+// detached from that end, as the writes' statements do: on a context that can end, database/sql and the driver
+// each start a goroutine per statement to watch it (two goroutine starts, and as many thread wake-ups on an idle
+// process, for a single-row read), and a read is one bounded statement.
 type reader struct{ s *Store }
 
 func (r reader) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -323,6 +328,10 @@ func (r reader) ExecContext(ctx context.Context, query string, args ...any) (sql
 }
 
 func (r reader) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx = context.WithoutCancel(ctx)
 	if st := r.s.readStmt(ctx, query, args); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
@@ -330,6 +339,10 @@ func (r reader) QueryContext(ctx context.Context, query string, args ...any) (*s
 }
 
 func (r reader) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if ctx.Err() != nil {
+		return r.s.db.QueryRowContext(ctx, query, args...) // reports the context's end, running nothing
+	}
+	ctx = context.WithoutCancel(ctx)
 	if st := r.s.readStmt(ctx, query, args); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
