@@ -64,6 +64,16 @@ func Compile(schema json.RawMessage) error {
 	return err
 }
 
+// ValidateJSON checks input against schema, compiled for the one check (the tools file checks its
+// inputExamples with it).
+func ValidateJSON(schema, input json.RawMessage) error {
+	sch, err := compile(schema)
+	if err != nil {
+		return err
+	}
+	return Validate(sch, input)
+}
+
 // CheckInput implements agent.ToolInputs.
 func (c *Checker) CheckInput(tool agent.Tool, arguments string) (json.RawMessage, error) {
 	input, repaired, err := Repair(arguments)
@@ -177,6 +187,15 @@ func compile(schema json.RawMessage) (*jsonschema.Schema, error) {
 		return nil, fmt.Errorf("the input schema: %w", err)
 	}
 	sch, err := c.Compile(schemaURL)
+	var sve *jsonschema.SchemaValidationError
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &sve) && errors.As(sve.Err, &ve) {
+		// Against the metaschema: the schema's own paths, as the input's are named.
+		var leaves []string
+		collect(ve, &leaves)
+		slices.Sort(leaves)
+		return nil, fmt.Errorf("the input schema is not a valid JSON Schema: %s", strings.Join(leaves[:min(len(leaves), MaxViolations)], "; "))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the input schema is not a valid JSON Schema: %w", err)
 	}

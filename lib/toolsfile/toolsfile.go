@@ -1,0 +1,214 @@
+// Package toolsfile reads the tools file (AGENT_TOOLS_FILE): the MCP servers and HTTP tools a deployment offers
+// the model besides its Go tools, in YAML or JSON (JSON is YAML; one parser: go.yaml.in/yaml/v3). The file is
+// checked whole at cold start, and every error names the file, the line and the field:
+//
+//	tools.yaml:12: httpTools[0].method: "FETCH" is not an HTTP method (want GET, POST, PUT, PATCH or DELETE)
+//
+// # The shape (a public interface: fields may be added, never renamed)
+//
+//	mcpServers:                       # each server's tools are offered as <name>__<tool>
+//	  - name: github                  # ^[a-zA-Z0-9_-]+$, no "__", not ending in "_", at most 61 characters
+//	    url: https://mcp.example.com/mcp   # absolute http(s), no credentials in it
+//	    headers: {Authorization: "Bearer ${ssm:/agentloop/github-token}"}
+//	    forwardUserToken: false       # true: the end user's JWT goes in Authorization (no Authorization header then)
+//	    include: [search_issues]      # only these tools (the server's names); exclude: all but these
+//	    exclude: []
+//	    approval: annotations         # never | always | annotations (default)
+//	    timeout: 30s                  # a Go duration, MinTimeout to MaxTimeout (default: the engine's tool timeout)
+//	    maxOutputBytes: 65536         # 1 to MaxOutputBytes (default: the transcript's tool output cap)
+//	httpTools:
+//	  - name: create_ticket           # ^[a-zA-Z0-9_-]{1,64}$, no "__" (kept for MCP names)
+//	    description: Open a support ticket.
+//	    inputSchema: {type: object, properties: {title: {type: string}, team: {type: string}}, required: [title]}
+//	    inputExamples: [{title: "Printer on fire", team: ops}]   # each must pass inputSchema
+//	    method: POST                  # GET (default), POST, PUT, PATCH, DELETE
+//	    url: https://api.example.com/teams/{team}/tickets   # {name}: an inputSchema property, path or query only
+//	    headers: {Authorization: "Bearer ${ssm:/agentloop/backend-token}"}
+//	    approval: always              # never | always; omitted: GET never asks, other methods ask when the
+//	                                  # thread's reviewTools setting is on
+//	    timeout: 10s
+//	    maxOutputBytes: 32768
+//
+// Unknown fields are errors, and so are duplicate keys and names used twice (an HTTP tool's name, a server's
+// name, and any composed <server>__<tool> of an include list, also against the Go tools' names: Options.Reserved).
+//
+// # Secrets are references, never values
+//
+// A header value may hold references, ${env:NAME} (an environment variable) or ${ssm:/parameter/name} (an SSM
+// SecureString parameter), inside other text ("Bearer ${ssm:/x}"). Anything else in ${…} is an error. A header
+// that carries credentials by its name (Authorization, Proxy-Authorization, Cookie, X-Api-Key, Api-Key, and names
+// ending in -Key, -Token, -Secret or -Password) must take its credential from references: its value, with the
+// references taken out, may be empty or, for the Authorization headers, one scheme word ("Bearer"). Any header
+// whose value starts "Bearer <literal>" is refused too. Other headers are not guessed at (no false positives on
+// ordinary values). References are resolved through a Resolver the wiring fills (EnvResolver for ${env:…}; the
+// SSM one over lib/ssmsecrets comes with the tools that send the headers).
+//
+// Nothing of the file is offered to the model yet: MCP and HTTP execution come later (issue 19 items 2 and 3).
+// Until then the wiring checks the file at cold start (a bad file fails it), resolves its ${env:…} references,
+// and logs what it holds.
+package toolsfile
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Bounds of the per-tool settings.
+const (
+	MinTimeout     = 100 * time.Millisecond
+	MaxTimeout     = 10 * time.Minute // below the run's wall clock (engine.DefaultRunTimeout)
+	MaxOutputBytes = 8 << 20
+	// MaxFileBytes bounds the file itself.
+	MaxFileBytes = 1 << 20
+	// MaxNameLen is the providers' limit on a tool's name.
+	MaxNameLen = 64
+)
+
+// Approval policies a file may name.
+const (
+	ApprovalNever       = "never"
+	ApprovalAlways      = "always"
+	ApprovalAnnotations = "annotations" // MCP only: destructiveHint asks, readOnlyHint never asks, else reviewTools decides
+)
+
+// File is a checked tools file.
+type File struct {
+	// Name is the file's name as errors show it.
+	Name       string
+	MCPServers []MCPServer
+	HTTPTools  []HTTPTool
+}
+
+// MCPServer is one entry of mcpServers.
+type MCPServer struct {
+	Name string
+	URL  string
+	// Headers are sent as written, after their references are resolved (Secrets.Expand).
+	Headers          map[string]string
+	ForwardUserToken bool
+	Include, Exclude []string
+	// Approval is never, always or annotations (the default).
+	Approval string
+	// Timeout and MaxOutputBytes: zero means the engine's default.
+	Timeout        time.Duration
+	MaxOutputBytes int
+	// Line is where the entry starts in the file.
+	Line int
+}
+
+// HTTPTool is one entry of httpTools.
+type HTTPTool struct {
+	Name          string
+	Description   string
+	InputSchema   json.RawMessage
+	InputExamples []json.RawMessage
+	Method        string
+	// URL is the template: {name} stands for the input property name (path and query only).
+	URL     string
+	Headers map[string]string
+	// Approval is never, always, or "" (by method: GET never asks, other methods ask when the thread's
+	// reviewTools setting is on).
+	Approval       string
+	Timeout        time.Duration
+	MaxOutputBytes int
+	Line           int
+}
+
+// Options adjust the check.
+type Options struct {
+	// Reserved are the names already taken (the Go tools'): no tool of the file may use one.
+	Reserved []string
+}
+
+// Load reads and checks the file at path (errors name it by its base name).
+func Load(path string, o Options) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tools file: %w", err)
+	}
+	return Parse(filepath.Base(path), data, o)
+}
+
+// Parse checks data, the contents of the file called name. The error, when there is one, is an Errors.
+func Parse(name string, data []byte, o Options) (*File, error) {
+	p := &parser{file: name, o: o}
+	f := &File{Name: name}
+	if len(data) > MaxFileBytes {
+		p.errs = append(p.errs, Error{File: name, Line: 1, Msg: fmt.Sprintf("the file is %d bytes, the limit is %d", len(data), MaxFileBytes)})
+		return nil, p.errs
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		p.errs = append(p.errs, syntaxError(name, err))
+		return nil, p.errs
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return f, nil // an empty file offers nothing
+	}
+	root := doc.Content[0]
+	p.mapping(root, "", map[string]func(*yaml.Node, string){
+		"mcpServers": func(n *yaml.Node, path string) {
+			p.sequence(n, path, func(item *yaml.Node, path string) { f.MCPServers = append(f.MCPServers, p.mcpServer(item, path)) })
+		},
+		"httpTools": func(n *yaml.Node, path string) {
+			p.sequence(n, path, func(item *yaml.Node, path string) { f.HTTPTools = append(f.HTTPTools, p.httpTool(item, path)) })
+		},
+	})
+	p.names(f)
+	if len(p.errs) > 0 {
+		p.errs.sort()
+		return nil, p.errs
+	}
+	return f, nil
+}
+
+// Error is one problem of the file: file:line: field: message.
+type Error struct {
+	File  string
+	Line  int
+	Field string // e.g. httpTools[0].method ("" for the file as a whole)
+	Msg   string
+}
+
+func (e Error) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
+}
+
+// Errors are all the problems of a file, by line.
+type Errors []Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (es Errors) sort() {
+	slices.SortStableFunc(es, func(a, b Error) int { return a.Line - b.Line })
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError turns the parser's error into file:line: message.
+func syntaxError(file string, err error) Error {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return Error{File: file, Line: line, Msg: "not valid YAML or JSON: " + m[2]}
+	}
+	return Error{File: file, Line: 1, Msg: "not valid YAML or JSON: " + strings.TrimPrefix(msg, "yaml: ")}
+}
