@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -46,6 +48,20 @@ type fixture struct {
 // offline model behind a gate: the model streams its first words, then holds the rest until release is called.
 // The gate makes "the handler is still running" a fact rather than a race. Step Functions requests go to
 // jobs when it is set (an sfntest server), else to an endpoint that refuses them.
+// toolsFile is a valid tools file: one MCP server and one HTTP tool.
+const toolsFile = `mcpServers:
+  - name: docs
+    url: https://mcp.example.com/mcp
+    headers: {Authorization: "Bearer ${ssm:/agentloop/docs-token}"}
+httpTools:
+  - name: create_ticket
+    description: Open a ticket.
+    inputSchema: {type: object, properties: {team: {type: string}}, required: [team]}
+    method: POST
+    url: https://api.example.com/teams/{team}/tickets
+    headers: {X-Api-Key: "${env:BACKEND_API_KEY}"}
+`
+
 func setup(t *testing.T, endpoint string, jobs ...*sfntest.Jobs) *fixture {
 	t.Helper()
 	ctx := context.Background()
@@ -62,7 +78,18 @@ func setup(t *testing.T, endpoint string, jobs ...*sfntest.Jobs) *fixture {
 	// model.Close, which waits for the model's open replies.
 	t.Cleanup(release)
 
+	// The function starts with a tools file in its package, as a deployment bundles it (checked, not yet offered).
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "bundle"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bundle", "tools.yaml"), []byte(toolsFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{
+		"LAMBDA_TASK_ROOT":       root,
+		"AGENT_TOOLS_FILE":       "bundle/tools.yaml",
+		"BACKEND_API_KEY":        "k1",
 		"TABLE_NAME":             table,
 		"AGENT_SECRET":           secret,
 		"OPENAI_BASE_URL":        model.URL + "/v1/",
@@ -433,11 +460,24 @@ func TestLambdaForm(t *testing.T) {
 func TestSetupRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{"TABLE_NAME": "t", "AGENT_SECRET": secret, "JOBS_STATE_MACHINE_ARN": sfntest.FunctionARN("jobs")}
+	root := t.TempDir()
+	bad := "httpTools:\n  - name: t\n    description: d\n    method: FETCH\n    url: https://api.example.com/x\n"
+	if err := os.WriteFile(filepath.Join(root, "tools.yaml"), []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "env.yaml"), []byte(toolsFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		drop string
 		set  map[string]string
+		want string // in the error, when set
 	}{
+		{name: "bad tools file", set: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_TOOLS_FILE": "tools.yaml"},
+			want: `tools.yaml:4: httpTools[0].method: "FETCH" is not an HTTP method`},
+		{name: "missing tools file", set: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_TOOLS_FILE": "gone.yaml"}, want: "gone.yaml"},
+		{name: "tools file reference unset", set: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_TOOLS_FILE": "env.yaml"}, want: "BACKEND_API_KEY"},
 		{name: "no table", drop: "TABLE_NAME"},
 		{name: "no secret", drop: "AGENT_SECRET"},
 		{name: "no state machine", drop: "JOBS_STATE_MACHINE_ARN"},
@@ -460,6 +500,9 @@ func TestSetupRejectsBadConfig(t *testing.T) {
 				slog.New(slog.DiscardHandler))
 			if err == nil {
 				t.Fatal("newHandler succeeded, want an error")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v, want it to say %s", err, tt.want)
 			}
 		})
 	}

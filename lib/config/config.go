@@ -103,6 +103,10 @@ type Config struct {
 	SecretParam         string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
 	OpenAIAPIKeyParam   string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
 	JobsStateMachineARN string        // JOBS_STATE_MACHINE_ARN: the job state machine (set on the functions that start executions)
+	// ToolsFile is AGENT_TOOLS_FILE: the tools file (lib/toolsfile: MCP servers and HTTP tools, YAML or JSON),
+	// as a path; a relative one is read from the deployment package's root (LAMBDA_TASK_ROOT) when set. The
+	// wiring reads and checks it at cold start.
+	ToolsFile string
 	// Prices is the price table (agent.ParsePrices) from AGENT_PRICES (the JSON itself) or AGENT_PRICES_FILE (a
 	// path to it); not both. Empty: usage carries no cost.
 	Prices agent.Prices
@@ -235,10 +239,14 @@ func Load(getenv func(string) string) (Config, error) {
 	intVar("AGENT_SQLITE_BATCH_BYTES", &c.SQLiteBatchBytes, 1)
 	// A setting too large for the environment (Lambda's 4 KB for all variables: REVIEW H6) comes from a file in
 	// the deployment package instead; a relative path is read from the package's root (LAMBDA_TASK_ROOT).
-	readFile := func(name, file string) ([]byte, bool) {
+	inPackage := func(file string) string {
 		if root := getenv("LAMBDA_TASK_ROOT"); root != "" && !filepath.IsAbs(file) {
-			file = filepath.Join(root, file)
+			return filepath.Join(root, file)
 		}
+		return file
+	}
+	readFile := func(name, file string) ([]byte, bool) {
+		file = inPackage(file)
 		data, err := os.ReadFile(file)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s=%q: %v", name, file, err))
@@ -252,6 +260,9 @@ func Load(getenv func(string) string) (Config, error) {
 		} else if data, ok := readFile("AGENT_SYSTEM_PROMPT_FILE", file); ok {
 			c.SystemPrompt = string(data)
 		}
+	}
+	if file := strings.TrimSpace(getenv("AGENT_TOOLS_FILE")); file != "" {
+		c.ToolsFile = inPackage(file)
 	}
 	switch inline, file := strings.TrimSpace(getenv("AGENT_PRICES")), strings.TrimSpace(getenv("AGENT_PRICES_FILE")); {
 	case inline != "" && file != "":

@@ -259,3 +259,24 @@ func TestLargeSettingsFromFiles(t *testing.T) {
 		})
 	}
 }
+
+// Issue 19: AGENT_TOOLS_FILE is mapped to a path, a relative one inside the deployment package (LAMBDA_TASK_ROOT)
+// as the other files are; the wiring reads and checks it (lib/toolsfile).
+func TestToolsFilePath(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"unset", map[string]string{}, ""},
+		{"as given", map[string]string{"AGENT_TOOLS_FILE": "tools.yaml"}, "tools.yaml"},
+		{"relative to the task root", map[string]string{"LAMBDA_TASK_ROOT": "/var/task", "AGENT_TOOLS_FILE": "bundle/tools.yaml"}, "/var/task/bundle/tools.yaml"},
+		{"absolute in Lambda", map[string]string{"LAMBDA_TASK_ROOT": "/var/task", "AGENT_TOOLS_FILE": "/opt/tools.json"}, "/opt/tools.json"},
+	} {
+		c, err := Load(func(k string) string { return tc.env[k] })
+		if err != nil || c.ToolsFile != tc.want {
+			t.Errorf("%s: %q %v, want %q", tc.name, c.ToolsFile, err, tc.want)
+		}
+	}
+}

@@ -39,6 +39,7 @@ import (
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/tools"
 	"github.com/agentloop/agentloop/lib/toolschema"
+	"github.com/agentloop/agentloop/lib/toolsfile"
 	"github.com/agentloop/agentloop/web"
 )
 
@@ -221,6 +222,15 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	// One process serves both POST /chat and its resumes: a reader of a run this process writes is fed from the
 	// run's Segmenter through the hub, with no flush tick between (segments.Hub).
 	hub := segments.NewHub()
+	// The tools file (AGENT_TOOLS_FILE) is checked now, so a bad one fails the start; nothing of it is offered to
+	// the model yet (MCP and HTTP execution come later).
+	var names []string
+	for _, t := range toolset {
+		names = append(names, t.Name)
+	}
+	if _, err := toolsfile.Startup(cfg.ToolsFile, names, os.Getenv, log); err != nil {
+		return s, err
+	}
 	// Every tool call's input is repaired once if it is not JSON and checked against its tool's schema before
 	// anything acts on it; a tool whose schema is not a JSON Schema fails the start.
 	inputs, err := toolschema.New(toolset...)

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +130,44 @@ func TestSQLiteBatchBounds(t *testing.T) {
 				t.Fatalf("store options %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// Issue 19: `agentloop dev` checks the tools file at start: a good one is logged (checked, not offered yet), a
+// bad one stops the start with its line and field, and a file whose tool takes a Go tool's name too.
+func TestToolsFileCheckedAtStart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	files := map[string]string{
+		"good.yaml":  "httpTools:\n  - name: ping\n    description: Ping the backend.\n    url: https://api.example.com/ping\n",
+		"bad.yaml":   "httpTools:\n  - name: ping\n    description: Ping.\n    url: https://api.example.com/ping\n    timeout: soon\n",
+		"taken.yaml": "httpTools:\n  - name: add_note\n    description: Another add_note.\n    url: https://api.example.com/notes\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ file, want string }{
+		{"good.yaml", ""},
+		{"bad.yaml", `bad.yaml:5: httpTools[0].timeout: "soon" is not a duration`},
+		{"taken.yaml", `taken.yaml:2: httpTools[0].name: "add_note" is taken by a Go tool`},
+	} {
+		var logs bytes.Buffer
+		s, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+			Config: config.Config{ToolsFile: filepath.Join(dir, tc.file)}})
+		if tc.want == "" {
+			if err != nil {
+				t.Fatalf("%s: %v", tc.file, err)
+			}
+			s.Close()
+			if !bytes.Contains(logs.Bytes(), []byte(`"msg":"tools.file"`)) || !bytes.Contains(logs.Bytes(), []byte(`"http_tools":["ping"]`)) {
+				t.Errorf("%s: no tools.file line:\n%s", tc.file, logs.Bytes())
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want %s", tc.file, err, tc.want)
+		}
 	}
 }

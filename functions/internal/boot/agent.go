@@ -19,6 +19,7 @@ import (
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/tools"
 	"github.com/agentloop/agentloop/lib/toolschema"
+	"github.com/agentloop/agentloop/lib/toolsfile"
 )
 
 // The Lambda compositions below are lib/devserver's over DynamoDB, the configured model and Step Functions: the
@@ -108,6 +109,15 @@ func NewAgent(b Base, js agent.Jobs) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{Model: b.Model(), Tools: b.Tools(js)}
+	// The tools file (AGENT_TOOLS_FILE) is checked now, so a bad one fails the cold start; nothing of it is
+	// offered to the model yet (MCP and HTTP execution come later).
+	var names []string
+	for _, t := range a.Tools {
+		names = append(names, t.Name)
+	}
+	if _, err := toolsfile.Startup(b.Config.ToolsFile, names, b.getenv, b.Log); err != nil {
+		return nil, err
+	}
 	a.Reaper = b.Reaper(a.Tools, js)
 	// The engine and the resume reader share a hub: a reader of a run this invocation's process writes is fed from
 	// it (an instance serves one invocation at a time, so in AWS that is rare; the store is the way across).

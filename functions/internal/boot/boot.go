@@ -110,6 +110,8 @@ type Base struct {
 	Metrics agent.Metrics
 	// Refusals counts the function URL's refused requests by code, where Metrics goes.
 	Refusals agent.Refusals
+	// getenv is the environment Load read (the tools file's ${env:…} references resolve through it).
+	getenv func(string) string
 }
 
 // dynamoClient is the production DynamoDB client: the SDK's, with HTTP timeouts (dynamo.HTTPClient; REVIEW D3).
@@ -120,7 +122,7 @@ func dynamoClient(awsCfg aws.Config, cfg config.Config) *dynamodb.Client {
 // Load reads the settings and the function's secrets (all in one SSM request), and builds the store and, when
 // the application secret is read, the token verifier.
 func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger, wanted func(cfg config.Config) Secrets) (Base, error) {
-	b := Base{AWS: awsCfg, Log: log, Clock: agent.SystemClock{}}
+	b := Base{AWS: awsCfg, Log: log, Clock: agent.SystemClock{}, getenv: getenv}
 	cfg, err := config.Load(getenv)
 	if err != nil {
 		return b, err
