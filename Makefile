@@ -61,10 +61,12 @@ test-race:
 
 # The fuzz targets, package:target (go test takes one -fuzz per invocation): the POST /chat body decoder, the
 # newest-message validator and the stream encoder (FUZZ_BRIEF, run 3 s each by make test: about 15 s with the
-# builds), then the stream's string encoder and the approval signature's canonical JSON. Every target's seeds
-# (f.Add, and testdata/fuzz/<target>/ for inputs that once failed) also run in test-go.
+# builds), then the stream's string encoder, the approval signature's canonical JSON and the tool input check
+# (its coverage varies from run to run: the schema validator walks maps, so the fuzzer spends long stretches
+# shrinking, at 0 execs/s, which is not a hang). Every target's seeds (f.Add, and testdata/fuzz/<target>/ for
+# inputs that once failed) also run in test-go.
 FUZZ_BRIEF := ./lib/httpapi:FuzzDecodeChat ./lib/agent:FuzzValidateIncoming ./lib/uistream:FuzzEncoder
-FUZZ_TARGETS := $(FUZZ_BRIEF) ./lib/uistream:FuzzAppendString ./lib/interrupts:FuzzCanonical
+FUZZ_TARGETS := $(FUZZ_BRIEF) ./lib/uistream:FuzzAppendString ./lib/interrupts:FuzzCanonical ./lib/toolschema:FuzzCheckInput
 # FUZZMINIMIZETIME bounds the shrinking of each new input (go test's default, 60 s, can take a whole brief run,
 # and a run that ends mid-shrink has been seen to fail with "fuzzing process hung or terminated unexpectedly").
 FUZZTIME ?= 60s

@@ -105,11 +105,22 @@ func Repair(arguments string) (input json.RawMessage, repaired bool, err error) 
 	if json.Valid([]byte(arguments)) {
 		return json.RawMessage(arguments), false, nil
 	}
-	fixed, err := jsonrepair.Repair(arguments)
+	fixed, err := repair(arguments)
 	if err != nil || !json.Valid([]byte(fixed)) {
 		return nil, false, agent.E(agent.KindInvalid, agent.CodeInvalidToolInput, "tool input is not valid JSON and could not be repaired")
 	}
 	return json.RawMessage(fixed), true, nil
+}
+
+// repair is jsonrepair.Repair, with a panic of the library (on input nobody tried) turned into an error: the
+// model's text must never take the process down.
+func repair(text string) (fixed string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fixed, err = "", fmt.Errorf("jsonrepair: %v", r)
+		}
+	}()
+	return jsonrepair.Repair(text)
 }
 
 // Validate checks input against sch; the error says "does not match the tool's schema: …" with the violations.

@@ -131,3 +131,31 @@ func checkGolden(t *testing.T, name, got string) {
 		t.Errorf("%s differs (run with -update to rewrite it):\n--- got\n%s--- want\n%s", name, got, want)
 	}
 }
+
+// FuzzCheckInput: whatever the model sends, the check returns input that is JSON or a refusal of the
+// invalid_tool_input kind, never a panic, and input it accepts passes the schema again as it is.
+func FuzzCheckInput(f *testing.F) {
+	for _, seed := range []string{``, `{}`, `{"text":"a"}`, `{'text': 'a',}`, `{"text":"a`, `[1,2`, `None`, `{"text":"\u00e9"}`,
+		"```json\n{\"text\":\"a\"}\n```", `{"text": "a" "b"}`, `{text: a}`, `"just a string"`, `{"a":{"b":[{"c":`} {
+		f.Add(seed)
+	}
+	c, err := toolschema.New(noteTool)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, args string) {
+		input, err := c.CheckInput(noteTool, args)
+		if input != nil && !json.Valid(input) {
+			t.Fatalf("%q: input %q is not JSON", args, input)
+		}
+		if err != nil {
+			if agent.CodeOf(err) != agent.CodeInvalidToolInput {
+				t.Fatalf("%q: %v", args, err)
+			}
+			return
+		}
+		if _, err := c.CheckInput(noteTool, string(input)); err != nil {
+			t.Fatalf("%q: accepted %s, which is then refused: %v", args, input, err)
+		}
+	})
+}
