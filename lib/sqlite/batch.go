@@ -6,6 +6,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -203,16 +204,26 @@ func (s *Store) failAll(live []*writeReq, err error) {
 // failure (a refused condition, a constraint, its gate, its context) rolls back its savepoint only and is its
 // result (in w.err); ran are the writes taken, rest those the byte bound left for the next transaction. A
 // non-nil error is the transaction's own: it was rolled back, and no write of it applied.
+//
+// The transaction runs on the writer's own connection (writeConn) with BEGIN IMMEDIATE, COMMIT and ROLLBACK as
+// statements, not through a database/sql Tx: a Tx watches its context with a goroutine of its own, and every
+// query in it with another (issue 18 item 2: about nine goroutine starts per turn, each waking an idle thread).
 func (s *Store) attempt(live []*writeReq) (ran, rest []*writeReq, err error) {
 	ctx := context.Background() // the transaction is every write's, so no caller's end may end it
-	tx, err := s.db.BeginTx(ctx, nil)
+	c, err := s.writeConn(ctx)
 	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := c.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		if !isBusy(err) {
+			s.dropWriteConn() // no transaction is open after a busy BEGIN; after anything else, trust nothing
+		}
 		return nil, nil, err
 	}
 	s.txs.Add(1)
 	// A write alone needs no savepoint: the transaction is its own, and its failure rolls the transaction back.
 	alone := len(live) == 1
-	b := &batchTx{s: s, tx: tx}
+	b := &batchTx{s: s, c: c}
 	for i, w := range live {
 		if b.bound >= int64(s.opts.BatchBytes) && len(ran) > 0 {
 			rest = live[i:]
@@ -225,25 +236,61 @@ func (s *Store) attempt(live []*writeReq) (ran, rest []*writeReq, err error) {
 		var txErr error
 		w.err, txErr = b.runOne(ctx, w, !alone)
 		if txErr != nil {
-			_ = tx.Rollback()
+			s.rollback(ctx)
 			return ran, nil, txErr
 		}
 		if alone && w.err != nil {
-			_ = tx.Rollback()
+			s.rollback(ctx)
 			return ran, nil, nil
 		}
 	}
 	if s.hooks.commit != nil {
 		if err := s.hooks.commit(); err != nil {
-			_ = tx.Rollback()
+			s.rollback(ctx)
 			return ran, nil, err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		_ = tx.Rollback()
+	if _, err := c.ExecContext(ctx, `COMMIT`); err != nil {
+		s.rollback(ctx) // a COMMIT that failed (SQLITE_BUSY) leaves the transaction open
 		return ran, nil, err
 	}
 	return ran, rest, nil
+}
+
+// writeConn is the writer's connection, taken from the pool on first use and kept (only the writer goroutine
+// uses it, and Close once the writer has returned).
+func (s *Store) writeConn(ctx context.Context) (*sql.Conn, error) {
+	if s.wconn == nil {
+		c, err := s.db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.wconn = c
+	}
+	return s.wconn, nil
+}
+
+// rollback ends the open transaction without its writes. When ROLLBACK itself fails (SQLite may have rolled the
+// transaction back already, or the connection failed), the connection is dropped: none that might still hold a
+// transaction goes back to the pool.
+func (s *Store) rollback(ctx context.Context) {
+	if _, err := s.wconn.ExecContext(ctx, `ROLLBACK`); err != nil {
+		s.dropWriteConn()
+	}
+}
+
+// dropWriteConn closes the writer's connection for good (the pool opens another when the writer next needs
+// one), with the statements prepared on it.
+func (s *Store) dropWriteConn() {
+	for q, st := range s.prepared {
+		if st != nil {
+			_ = st.Close()
+		}
+		delete(s.prepared, q)
+	}
+	_ = s.wconn.Raw(func(any) error { return driver.ErrBadConn }) // database/sql closes a conn that answers this
+	_ = s.wconn.Close()
+	s.wconn = nil
 }
 
 // runOne runs one taken write inside the open transaction: the gate and the context are asked once the lock is
@@ -290,10 +337,10 @@ func (b *batchTx) runOne(ctx context.Context, w *writeReq, savepoint bool) (werr
 // whose context ends, and SQLite may answer an interrupted write by rolling back the whole transaction, every other
 // write of the batch with it (a caller whose context ended before its write ran never gets this far: runOne asks
 // first); the context's values, such as the caller's meter, are kept. A statement with arguments (every write's:
-// the schema's statements have none) runs prepared, parsed once per Store and connection.
+// the schema's statements have none) runs prepared, parsed once on the writer's connection.
 type batchTx struct {
 	s     *Store
-	tx    *sql.Tx
+	c     *sql.Conn
 	bound int64
 }
 
@@ -302,7 +349,7 @@ func (b *batchTx) ExecContext(ctx context.Context, query string, args ...any) (s
 	if st != nil {
 		return st.ExecContext(ctx, args...)
 	}
-	return b.tx.ExecContext(ctx, query, args...)
+	return b.c.ExecContext(ctx, query, args...)
 }
 
 func (b *batchTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
@@ -310,7 +357,7 @@ func (b *batchTx) QueryContext(ctx context.Context, query string, args ...any) (
 	if st != nil {
 		return st.QueryContext(ctx, args...)
 	}
-	return b.tx.QueryContext(ctx, query, args...)
+	return b.c.QueryContext(ctx, query, args...)
 }
 
 func (b *batchTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
@@ -318,7 +365,7 @@ func (b *batchTx) QueryRowContext(ctx context.Context, query string, args ...any
 	if st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
-	return b.tx.QueryRowContext(ctx, query, args...)
+	return b.c.QueryRowContext(ctx, query, args...)
 }
 
 // enter counts a statement's bound bytes and returns the context it runs under and, when it has arguments, its
@@ -339,9 +386,8 @@ func (b *batchTx) enter(ctx context.Context, query string, args []any) (context.
 	return ctx, b.stmt(ctx, query)
 }
 
-// stmt is query prepared in this transaction: prepared on the Store once (up to maxPrepared statements), and on
-// the transaction's connection the first time that connection runs it. nil when query cannot be prepared (or
-// there is no room): the caller runs it unprepared, and it reports its own error.
+// stmt is query prepared on the writer's connection, once (up to maxPrepared statements). nil when query cannot
+// be prepared (or there is no room): the caller runs it unprepared, and it reports its own error.
 func (b *batchTx) stmt(ctx context.Context, query string) *sql.Stmt {
 	p, ok := b.s.prepared[query]
 	if !ok {
@@ -349,12 +395,12 @@ func (b *batchTx) stmt(ctx context.Context, query string) *sql.Stmt {
 			return nil
 		}
 		var err error
-		if p, err = b.s.db.PrepareContext(ctx, query); err != nil {
+		if p, err = b.c.PrepareContext(ctx, query); err != nil {
 			return nil
 		}
 		b.s.prepared[query] = p
 	}
-	return b.tx.StmtContext(ctx, p)
+	return p
 }
 
 // exec runs one of the batch's own statements (SAVEPOINT, RELEASE, ROLLBACK TO), prepared.
@@ -363,6 +409,6 @@ func (b *batchTx) exec(ctx context.Context, query string) error {
 		_, err := st.ExecContext(ctx)
 		return err
 	}
-	_, err := b.tx.ExecContext(ctx, query)
+	_, err := b.c.ExecContext(ctx, query)
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -410,4 +411,37 @@ func busyError(t *testing.T) error {
 		t.Fatalf("BEGIN IMMEDIATE beside a held lock: %v, want SQLITE_BUSY", err)
 	}
 	return err
+}
+
+// The writer's transactions start no goroutine to watch a context (issue 18 item 2: a database/sql Tx watched its
+// own with one, and every query in it with another, about nine goroutine starts per turn, each waking an idle
+// thread): while a write's query is open, no watcher is alive. Not parallel, so no other test's are either.
+func TestWritesStartNoWatchers(t *testing.T) {
+	s, _ := batchStore(t, 2, Options{})
+	ctx := t.Context()
+	if err := s.PutValue(ctx, "ns", "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	var stacks string
+	err := s.write(ctx, "probe", func(c conn) error {
+		rows, err := c.query(ctx, `SELECT key FROM kv WHERE ns = ?`, "ns")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			return fmt.Errorf("no row: %v", rows.Err())
+		}
+		buf := make([]byte, 1<<20)
+		stacks = string(buf[:runtime.Stack(buf, true)])
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, watcher := range []string{"database/sql.(*Tx).awaitDone", "database/sql.(*Rows).awaitDone", "interruptOnDone"} {
+		if strings.Contains(stacks, watcher) {
+			t.Errorf("a write runs with %s alive", watcher)
+		}
+	}
 }

@@ -75,8 +75,8 @@
 // (BenchmarkParallelWrites: tx/op). Each write of a batch adds two statements SQLite runs but Statements does
 // not count, SAVEPOINT and RELEASE, as it does not count BEGIN and COMMIT; Transactions counts transactions.
 // Since one goroutine runs every write, the CPU a write costs it bounds the Store's write throughput: every write
-// statement with arguments (all of them but the schema's) runs prepared, parsed once per Store and connection (up
-// to maxPrepared statements), which halves a heartbeat's cost there; so does every read with arguments (another
+// statement with arguments (all of them but the schema's) runs prepared, parsed once on the writer's connection
+// (up to maxPrepared statements), which halves a heartbeat's cost there; so does every read with arguments (another
 // maxPrepared at most), outside the writer.
 //
 // Storage. Times are unix milliseconds (INTEGER) and come back as UTC times with millisecond precision; a zero
@@ -135,7 +135,9 @@ type Store struct {
 	wdone   chan struct{}
 	hooks   testHooks
 	opts    Options
-	// prepared holds the write statements prepared once (batch.go); only the writer uses it.
+	// wconn is the writer's connection and prepared the write statements prepared on it once (batch.go); only
+	// the writer uses them.
+	wconn    *sql.Conn
 	prepared map[string]*sql.Stmt
 	// reads holds the read statements prepared once (readStmt), for any goroutine, under rmu; rclosed is set by
 	// Close.
@@ -230,6 +232,9 @@ func (s *Store) Close() error {
 	}
 	for _, st := range s.prepared {
 		_ = st.Close()
+	}
+	if s.wconn != nil {
+		_ = s.wconn.Close()
 	}
 	s.rmu.Lock()
 	s.rclosed = true
