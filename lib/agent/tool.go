@@ -39,6 +39,10 @@ type ToolInvocation struct {
 	// runs and crashes: a tool with side effects applies them at most once per key, and may record its outcome
 	// under it so that Recorded can report it after a crash (DESIGN principle 9).
 	IdempotencyKey string
+	// UserToken is the end user's bearer token from the request that runs the call, for tools that act as the
+	// user at another service (HTTP tools send it as X-User-JWT). Empty when the turn has no request of the user
+	// (a server-side turn) and, today, always: the engine does not carry it yet (issue 19 item 3).
+	UserToken string
 }
 
 // IdempotencyKey is the key of one tool call of a thread: the assistant message that holds it is part of it, so

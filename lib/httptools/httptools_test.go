@@ -1,0 +1,230 @@
+package httptools_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/httptools"
+	"github.com/agentloop/agentloop/lib/toolsfile"
+)
+
+// backend is a local service that checks both identities and the idempotency key, and records every request.
+type backend struct {
+	mu   sync.Mutex
+	reqs []seen
+	// answer scripts the reply to the n-th request (from 1).
+	answer func(n int, w http.ResponseWriter, r *http.Request)
+}
+
+type seen struct {
+	method, uri, body, auth, user, key, apiKey string
+}
+
+func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	b.mu.Lock()
+	b.reqs = append(b.reqs, seen{method: r.Method, uri: r.URL.RequestURI(), body: string(body), auth: r.Header.Get("Authorization"),
+		user: r.Header.Get("X-User-JWT"), key: r.Header.Get("Idempotency-Key"), apiKey: r.Header.Get("X-Api-Key")})
+	n := len(b.reqs)
+	b.mu.Unlock()
+	if b.answer != nil {
+		b.answer(n, w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"ok":true}`)
+}
+
+func (b *backend) requests() []seen {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]seen(nil), b.reqs...)
+}
+
+// source builds the tools of a file whose URLs point at srv.
+func source(t *testing.T, srv *httptest.Server, file string) map[string]agent.Tool {
+	t.Helper()
+	f, err := toolsfile.Parse("tools.yaml", []byte(strings.ReplaceAll(file, "BACKEND", srv.URL)), toolsfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := f.Resolve(context.Background(), toolsfile.Resolvers{
+		toolsfile.RefEnv: toolsfile.EnvResolver(func(n string) string { return map[string]string{"API_KEY": "k-123"}[n] }),
+		toolsfile.RefSSM: resolver(func(refs []toolsfile.Ref) map[toolsfile.Ref]string {
+			out := map[toolsfile.Ref]string{}
+			for _, r := range refs {
+				out[r] = "service-token"
+			}
+			return out
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, _ := httptools.New(f, secrets, httptools.Options{Client: srv.Client(), Backoff: 1}).Tools(context.Background())
+	byName := map[string]agent.Tool{}
+	for _, tl := range tools {
+		byName[tl.Name] = tl
+	}
+	return byName
+}
+
+type resolver func([]toolsfile.Ref) map[toolsfile.Ref]string
+
+func (r resolver) Resolve(_ context.Context, refs []toolsfile.Ref) (map[toolsfile.Ref]string, error) {
+	return r(refs), nil
+}
+
+const file = `httpTools:
+  - name: create_ticket
+    description: Open a ticket.
+    inputSchema: {type: object, properties: {team: {type: string}, title: {type: string}, n: {type: integer}}}
+    method: POST
+    url: BACKEND/teams/{team}/tickets?notify={team}
+    headers: {Authorization: "Bearer ${ssm:/agentloop/backend-token}", X-Api-Key: "${env:API_KEY}"}
+  - name: get_ticket
+    description: Read a ticket.
+    inputSchema: {type: object, properties: {id: {type: string}, fields: {type: array}}}
+    url: BACKEND/tickets/{id}
+    headers: {Authorization: "Bearer ${ssm:/agentloop/backend-token}"}
+  - name: small
+    description: A small answer.
+    url: BACKEND/big
+    maxOutputBytes: 16
+  - name: slow
+    description: Too slow.
+    url: BACKEND/slow
+    timeout: 100ms
+`
+
+func call(t *testing.T, tool agent.Tool, input string) (json.RawMessage, error) {
+	t.Helper()
+	return tool.Execute(context.Background(), agent.ToolInvocation{ThreadID: "th", ToolCallID: "c1", Input: json.RawMessage(input),
+		IdempotencyKey: "th/m1/c1", UserToken: "user.jwt.value"})
+}
+
+// Dual identity, the idempotency key, the URL template (escaped) and the body for the rest of the input.
+func TestRequestShape(t *testing.T) {
+	t.Parallel()
+	b := &backend{}
+	srv := httptest.NewServer(b)
+	t.Cleanup(srv.Close)
+	tools := source(t, srv, file)
+	out, err := call(t, tools["create_ticket"], `{"team":"ops/east","title":"Printer on fire","n":2}`)
+	if err != nil || string(out) != `{"ok":true}` {
+		t.Fatalf("out %s err %v", out, err)
+	}
+	if _, err := call(t, tools["get_ticket"], `{"id":"T 1","fields":["a","b"]}`); err != nil {
+		t.Fatal(err)
+	}
+	reqs := b.requests()
+	want := []seen{
+		{method: "POST", uri: "/teams/ops%2Feast/tickets?notify=ops%2Feast", body: `{"n":2,"title":"Printer on fire"}`,
+			auth: "Bearer service-token", user: "user.jwt.value", key: "th/m1/c1", apiKey: "k-123"},
+		{method: "GET", uri: "/tickets/T%201?fields=%5B%22a%22%2C%22b%22%5D", auth: "Bearer service-token", user: "user.jwt.value", key: "th/m1/c1"},
+	}
+	for i, w := range want {
+		if reqs[i] != w {
+			t.Errorf("request %d:\n%+v\nwant\n%+v", i, reqs[i], w)
+		}
+	}
+	if tools["create_ticket"].Approval != agent.ApprovalMutating || tools["get_ticket"].Approval != agent.ApprovalNever {
+		t.Errorf("approvals %q %q", tools["create_ticket"].Approval, tools["get_ticket"].Approval)
+	}
+}
+
+// Retries: an idempotent method is tried again after a 503; a POST never is; a 4xx is the model's to read.
+func TestRetriesAndErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, tool, input string
+		status            []int // the backend's answers, in order (200 after the list)
+		calls             int
+		errText           string // in the error ("" : no error)
+	}{
+		{"GET retried after 503", "get_ticket", `{"id":"1"}`, []int{503, 503}, 3, ""},
+		{"GET gives up", "get_ticket", `{"id":"1"}`, []int{503, 503, 503, 503}, 3, "503"},
+		{"POST never retried", "create_ticket", `{"team":"a"}`, []int{503}, 1, "503"},
+		{"4xx read by the model", "get_ticket", `{"id":"1"}`, []int{404}, 1, `404 Not Found: {"error":"no ticket"}`},
+		{"redirect not followed", "get_ticket", `{"id":"1"}`, []int{302}, 1, "302"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := &backend{answer: func(n int, w http.ResponseWriter, r *http.Request) {
+				if n <= len(tc.status) {
+					if tc.status[n-1] == 302 {
+						w.Header().Set("Location", "https://elsewhere.example.com/")
+					}
+					w.WriteHeader(tc.status[n-1])
+					_, _ = io.WriteString(w, `{"error":"no ticket"}`)
+					return
+				}
+				_, _ = io.WriteString(w, `{"ok":true}`)
+			}}
+			srv := httptest.NewServer(b)
+			t.Cleanup(srv.Close)
+			_, err := call(t, source(t, srv, file)[tc.tool], tc.input)
+			if got := len(b.requests()); got != tc.calls {
+				t.Errorf("%d calls, want %d", got, tc.calls)
+			}
+			switch {
+			case tc.errText == "" && err != nil:
+				t.Errorf("err %v", err)
+			case tc.errText != "" && (err == nil || !strings.Contains(err.Error(), tc.errText) || agent.CodeOf(err) != agent.CodeToolFailed):
+				t.Errorf("err %v, want tool_failed with %q", err, tc.errText)
+			}
+		})
+	}
+}
+
+// An oversized answer is cut, and the output says so; a text answer is a JSON string.
+func TestOutput(t *testing.T) {
+	t.Parallel()
+	b := &backend{answer: func(n int, w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, strings.Repeat("x", 100))
+	}}
+	srv := httptest.NewServer(b)
+	t.Cleanup(srv.Close)
+	out, err := call(t, source(t, srv, file)["small"], `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Truncated bool
+		Note      string
+		Body      string
+	}
+	if err := json.Unmarshal(out, &got); err != nil || !got.Truncated || got.Body != strings.Repeat("x", 16) || !strings.Contains(got.Note, "16 bytes") {
+		t.Fatalf("out %s", out)
+	}
+	out, err = call(t, source(t, srv, file)["get_ticket"], `{"id":"1"}`)
+	if err != nil || string(out) != `"`+strings.Repeat("x", 100)+`"` {
+		t.Fatalf("text answer %s %v", out, err)
+	}
+}
+
+// The tool's own timeout ends a call to a backend that does not answer: tool_timeout, whatever the backend does.
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	b := &backend{answer: func(n int, w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}}
+	srv := httptest.NewServer(b)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	_, err := call(t, source(t, srv, file)["slow"], `{}`)
+	if agent.CodeOf(err) != agent.CodeToolTimeout {
+		t.Fatalf("err %v, want tool_timeout", err)
+	}
+}
