@@ -168,6 +168,9 @@ func (l *ledger) RequestCancel(ctx context.Context, threadID, runID string, now 
 func (l *ledger) MarkReader(ctx context.Context, threadID, runID string, until time.Time) error {
 	return l.use("MarkReader").MarkReader(ctx, threadID, runID, until)
 }
+func (l *ledger) ReadersOf(ctx context.Context, threadIDs []string) ([]agent.ReaderMark, error) {
+	return l.use("ReadersOf").ReadersOf(ctx, threadIDs)
+}
 func (l *ledger) FinishRun(ctx context.Context, run agent.Run) error {
 	err := l.use("FinishRun").FinishRun(ctx, run)
 	l.saw("FinishRun", run, err)

@@ -147,6 +147,13 @@ type RunStore interface {
 	// index. No claim, or another run's: KindConflict/CodeNoActiveRun (the reader's run is over; nothing
 	// changes). Unknown thread: KindNotFound.
 	MarkReader(ctx context.Context, threadID, runID string, until time.Time) error
+	// ReadersOf reads the reader marks of the threads' claims at once: one ReaderMark per thread id, in order,
+	// with the run the claim names (empty: no claim, or no such thread) and its ReadersUntil (zero: none). It is
+	// the keeper's reader-presence probe (lib/engine), sent every few tens of milliseconds for all of a process's
+	// runs, so it is one read of O(1) requests per call (per 100 threads on DynamoDB), may be eventually
+	// consistent (a mark a moment late only hurries a run a moment late), and writes nothing. A failed read
+	// answers its error and no marks.
+	ReadersOf(ctx context.Context, threadIDs []string) ([]ReaderMark, error)
 	// FinishRun is the run's own finish (fence C). It first releases the thread's claim, on condition that the
 	// claim still names run.ID at run.Epoch, adding run.Usage to the thread's totals in that same write (so usage is
 	// added exactly once, by whichever write releases a claim) and setting the thread's UpdatedAt to run.FinishedAt
@@ -210,6 +217,14 @@ type KeptClaim struct {
 	Fence    Fence
 	// Gate is the claim's write gate (agent.WithWriteGate's form): nil lets the write go, an error refuses it.
 	Gate func() error
+}
+
+// ReaderMark is ReadersOf's answer for one thread: the run its claim names (empty when none) and how long
+// resumed-stream readers said they stay attached to it (Claim.ReadersUntil; zero when none).
+type ReaderMark struct {
+	ThreadID string
+	RunID    string
+	Until    time.Time
 }
 
 // KeepResult is KeepClaims' answer for one claim: Heartbeat's error for it, and the claim as stored after the

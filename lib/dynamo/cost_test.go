@@ -118,6 +118,41 @@ func TestHeartbeatCost(t *testing.T) {
 	}
 }
 
+// The keeper's reader probe (ReadersOf) of a chat Lambda's one run is one eventually consistent BatchGetItem of
+// one thread item: 0.5 RCU, no write. A probe every 100 ms (engine.DefaultReaderProbe) is 5 RCU per streaming
+// second, whether or not a reader is attached (infra/DYNAMODB.md "Resumed-stream readers").
+func TestReaderProbeCost(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	s := f.store
+	th := realisticThread(t, s)
+	req := claimReq(th.ID, "run_01jd8x5q3w9m2k7v4c6b1n0zt", t0)
+	req.Owner = th.Owner
+	if _, err := s.ClaimRun(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkReader(ctx, th.ID, req.RunID, t0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	f.counter.Reset()
+	const probes = 10
+	for range probes {
+		marks, err := s.ReadersOf(ctx, []string{th.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (agent.ReaderMark{ThreadID: th.ID, RunID: req.RunID, Until: t0.Add(5 * time.Second)}); len(marks) != 1 || marks[0] != want {
+			t.Fatalf("ReadersOf = %+v, want [%+v]", marks, want)
+		}
+	}
+	c := f.counter.Counts()
+	if c.Reads != probes || c.ReadUnits != probes*0.5 || c.Writes != 0 || c.WriteUnits() != 0 {
+		t.Fatalf("%d probes: %d reads (%.1f RCU), %d writes (%.1f WCU); want %d reads of 0.5 RCU and no write",
+			probes, c.Reads, c.ReadUnits, c.Writes, c.WriteUnits(), probes)
+	}
+}
+
 // The counter's index accounting follows DynamoDB's rules on the table's indexes: a thread entering the
 // running index (claim) is one put, leaving it (the orphan sweep, once its released runs are recorded) one delete, a title change touches no index (byOwner is
 // keys only and the title is no key), a rename of the sort key of byOwner (UpdateThread moves recency) is a delete

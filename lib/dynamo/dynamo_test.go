@@ -245,6 +245,10 @@ func TestRequestCounts(t *testing.T) {
 		{"ListSegments (past the end)", func() error { _, err := s.ListSegments(ctx, "r1", 5, t0); return err }, 1, 0},
 		{"MarkReader", func() error { return s.MarkReader(ctx, th.ID, "r1", t0.Add(5*time.Second)) }, 0, 1},
 		{"MarkReader (marked as far already)", func() error { return s.MarkReader(ctx, th.ID, "r1", t0.Add(time.Second)) }, failReads(), 1},
+		{"ReadersOf (the keeper's probe: one BatchGetItem, no write)", func() error {
+			_, err := s.ReadersOf(ctx, []string{th.ID, "th-count2", "th-none"})
+			return err
+		}, 1, 0},
 		{"RequestCancel", func() error { _, err := s.RequestCancel(ctx, th.ID, "r1", t0); return err }, 0, 1},
 		{"FinishRun", func() error {
 			run.Status = agent.RunCanceled

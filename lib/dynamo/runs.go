@@ -569,6 +569,98 @@ func (s *Store) MarkReader(ctx context.Context, threadID, runID string, until ti
 	return nil
 }
 
+// readersParallel bounds the BatchGetItem requests one ReadersOf call has in flight at once; readersAttempts
+// bounds how often it asks again for the keys DynamoDB left unprocessed before it gives up (the keeper's next
+// probe asks anew).
+const (
+	readersParallel = 4
+	readersAttempts = 3
+)
+
+// ReadersOf is one BatchGetItem per 100 threads (up to readersParallel in flight), eventually consistent and
+// projected onto the key and the claim's run and reader mark: 0.5 RCU per thread item up to 4 KB (the projection
+// saves bytes on the wire, not units: DynamoDB bills the whole item). A chat Lambda holds one run, so its keeper's
+// probe is one item, 0.5 RCU, per probe (infra/DYNAMODB.md "Resumed-stream readers"). An eventually consistent
+// read may miss a mark written a moment before; the next probe sees it. Keys left unprocessed are asked again up
+// to readersAttempts times; after that, or on any failed request, the call fails as a whole.
+func (s *Store) ReadersOf(ctx context.Context, threadIDs []string) ([]agent.ReaderMark, error) {
+	out := make([]agent.ReaderMark, len(threadIDs))
+	at := make(map[string][]int, len(threadIDs)) // thread item pk -> positions in threadIDs
+	var keys []item
+	for i, id := range threadIDs {
+		out[i].ThreadID = id
+		pk := threadPK(id)
+		if _, ok := at[pk]; !ok {
+			keys = append(keys, key(pk, threadSK))
+		}
+		at[pk] = append(at[pk], i)
+	}
+	e := newExpr()
+	proj := aws.String(e.n(AttrPK) + ", " + e.n(attrClaimRun) + ", " + e.n(attrClaimReaders))
+	names := e.attrNames()
+	var (
+		mu      sync.Mutex
+		firstEr error
+		wg      sync.WaitGroup
+	)
+	sem := make(chan struct{}, readersParallel)
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), 100)]
+		keys = keys[len(batch):]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			got, err := s.readersBatch(ctx, batch, proj, names)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				firstEr = cmp.Or(firstEr, err)
+				return
+			}
+			for _, it := range got {
+				run := getS(it, attrClaimRun)
+				if run == "" {
+					continue
+				}
+				for _, i := range at[getS(it, AttrPK)] {
+					out[i].RunID, out[i].Until = run, getT(it, attrClaimReaders)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstEr != nil {
+		return nil, firstEr
+	}
+	return out, nil
+}
+
+// readersBatch is one ReadersOf request of up to 100 keys, with its unprocessed keys asked again.
+func (s *Store) readersBatch(ctx context.Context, batch []item, proj *string, names map[string]string) ([]item, error) {
+	var got []item
+	for attempt := 0; len(batch) > 0; attempt++ {
+		if attempt > 0 {
+			if attempt >= readersAttempts {
+				return nil, agent.E(agent.KindUnavailable, agent.CodeStoreUnavailable, "dynamo readers of: %d keys left unprocessed", len(batch))
+			}
+			if err := (agent.SystemClock{}).Sleep(ctx, backoff(attempt)); err != nil {
+				return nil, storeErr(err, "readers of")
+			}
+		}
+		res, err := s.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
+			RequestItems: map[string]types.KeysAndAttributes{s.table: {Keys: batch, ConsistentRead: aws.Bool(false),
+				ProjectionExpression: proj, ExpressionAttributeNames: names}},
+		})
+		if err != nil {
+			return nil, storeErr(err, "readers of")
+		}
+		got = append(got, res.Responses[s.table]...)
+		batch = res.UnprocessedKeys[s.table].Keys
+	}
+	return got, nil
+}
+
 // FinishRun is fence C: the release write first (see release; condition: the claim still names the run at its
 // epoch), which is the decision and adds the usage, then the outcome's compare-and-set on the run item
 // (recordOutcome). A refused release is run_fenced and writes nothing more: the reaper (which takes a stale claim

@@ -390,6 +390,54 @@ func (s *Store) MarkReader(ctx context.Context, threadID, runID string, until ti
 	})
 }
 
+// readersOfSQL is the whole ReadersOf: one SELECT over the ids, passed as one JSON array (the statement and its
+// parameter count stay the same whatever their number), by the primary key.
+const readersOfSQL = `SELECT id, claim_run_id, claim_readers_until FROM threads
+	WHERE id IN (SELECT value FROM json_each(?)) AND claim_run_id IS NOT NULL`
+
+// ReadersOf reads the reader marks of the threads' claims in one statement (readersOfSQL) outside any
+// transaction: it takes no write lock and waits for none (WAL readers see the last commit).
+func (s *Store) ReadersOf(ctx context.Context, threadIDs []string) ([]agent.ReaderMark, error) {
+	s.op()
+	out := make([]agent.ReaderMark, len(threadIDs))
+	for i, id := range threadIDs {
+		out[i].ThreadID = id
+	}
+	if len(threadIDs) == 0 {
+		return out, nil
+	}
+	ids, err := json.Marshal(threadIDs)
+	if err != nil {
+		return nil, s.fail("readers of", err)
+	}
+	rows, err := s.read().query(ctx, readersOfSQL, string(ids))
+	if err != nil {
+		return nil, s.fail("readers of", err)
+	}
+	defer rows.Close()
+	marks := make(map[string]agent.ReaderMark, len(threadIDs))
+	for rows.Next() {
+		var (
+			m     agent.ReaderMark
+			until sql.NullInt64
+		)
+		if err := rows.Scan(&m.ThreadID, &m.RunID, &until); err != nil {
+			return nil, s.fail("readers of", err)
+		}
+		m.Until = fromNullMillis(until)
+		marks[m.ThreadID] = m
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("readers of", err)
+	}
+	for i, id := range threadIDs {
+		if m, ok := marks[id]; ok {
+			out[i] = m
+		}
+	}
+	return out, nil
+}
+
 // releaseSQL releases a claim and adds usage in one UPDATE; the caller appends its condition.
 const releaseSQL = `UPDATE threads SET usage_input = usage_input + ?, usage_output = usage_output + ?,
 	usage_total = usage_total + ?, usage_cached = usage_cached + ?,

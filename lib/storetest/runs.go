@@ -45,6 +45,7 @@ func runTests() []test {
 		c{"ClaimConcurrentRetriesConverge", testClaimConcurrentRetries},
 		c{"RequestCancelNamedRun", testRequestCancelNamedRun},
 		c{"MarkReader", testMarkReader},
+		c{"ReadersOfReadsEveryClaimsMark", testReadersOf},
 		c{"FinishRunRefusesNonTerminal", testFinishRunNonTerminal},
 		c{"ReleaseClaim", testReleaseClaim},
 		c{"ReleaseClaimWithoutRunRow", testReleaseClaimWithoutRun},
@@ -1124,6 +1125,70 @@ func testMarkReader(e *claims) {
 	f, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, Fence: b.Fence(), StaleBefore: at(time.Minute), RunID: b.ID, Now: at(time.Minute)})
 	must(t, err, "TakeOver")
 	same(t, "reaper's claim", getThread(e, th.ID).ActiveRun, &agent.Claim{RunID: f.RunID, Epoch: f.Epoch, HeartbeatAt: at(time.Minute)})
+}
+
+// ReadersOf answers one mark per thread asked, in order (a thread asked twice twice): the run its claim names
+// and the claim's reader mark, none for an idle or unknown thread; it follows MarkReader and the next claim, and
+// writes nothing (the claim reads the same after it). The store may read eventually consistently: the marks are
+// asked until they show, a bounded number of times.
+func testReadersOf(e *claims) {
+	t := e.t
+	marks, err := e.s.ReadersOf(e.ctx, nil)
+	must(t, err, "ReadersOf(none)")
+	if len(marks) != 0 {
+		t.Fatalf("ReadersOf(none) = %+v, want none", marks)
+	}
+	read, marked, idle := newThread(e), newThread(e), newThread(e)
+	unknown := e.id("th")
+	a := claim(e, read, e.id("run"), at(0)).Run
+	b := claim(e, marked, e.id("run"), at(0)).Run
+	must(t, e.s.MarkReader(e.ctx, marked.ID, b.ID, at(5*time.Second)), "MarkReader")
+	ids := []string{read.ID, marked.ID, idle.ID, unknown, marked.ID}
+	want := []agent.ReaderMark{{ThreadID: read.ID, RunID: a.ID}, {ThreadID: marked.ID, RunID: b.ID, Until: at(5 * time.Second)},
+		{ThreadID: idle.ID}, {ThreadID: unknown}, {ThreadID: marked.ID, RunID: b.ID, Until: at(5 * time.Second)}}
+	readersUntil(e, "ReadersOf", ids, want)
+	before := getThread(e, marked.ID)
+	readersUntil(e, "ReadersOf again", ids, want)
+	same(t, "thread after ReadersOf", getThread(e, marked.ID), before)
+
+	// The mark moves on; the run's end takes it with the claim, and the next claim starts without it.
+	must(t, e.s.MarkReader(e.ctx, marked.ID, b.ID, at(9*time.Second)), "MarkReader(+9s)")
+	want[1].Until, want[4].Until = at(9*time.Second), at(9*time.Second)
+	readersUntil(e, "ReadersOf after a later mark", ids, want)
+	finish(e, b, agent.RunCompleted, agent.Usage{}, at(time.Second))
+	want[1], want[4] = agent.ReaderMark{ThreadID: marked.ID}, agent.ReaderMark{ThreadID: marked.ID}
+	readersUntil(e, "ReadersOf after the run finished", ids, want)
+	c := claim(e, marked, e.id("run"), at(2*time.Second)).Run
+	want[1], want[4] = agent.ReaderMark{ThreadID: marked.ID, RunID: c.ID}, agent.ReaderMark{ThreadID: marked.ID, RunID: c.ID}
+	readersUntil(e, "ReadersOf after the next claim", ids, want)
+
+	// Many threads at once (DynamoDB: more than one BatchGetItem of 100 keys).
+	var many []string
+	var wantMany []agent.ReaderMark
+	for i := range 150 {
+		id := e.id(fmt.Sprintf("th%d", i))
+		many = append(many, id)
+		wantMany = append(wantMany, agent.ReaderMark{ThreadID: id})
+	}
+	many = append(many, marked.ID)
+	wantMany = append(wantMany, want[1])
+	readersUntil(e, "ReadersOf(151 threads)", many, wantMany)
+}
+
+// readersUntil asks ReadersOf(ids) until it answers want (an eventually consistent read may lag a write a
+// moment), failing after a bounded number of asks.
+func readersUntil(e *claims, what string, ids []string, want []agent.ReaderMark) {
+	e.t.Helper()
+	var got []agent.ReaderMark
+	for range 50 {
+		var err error
+		got, err = e.s.ReadersOf(e.ctx, ids)
+		must(e.t, err, what)
+		if reflect.DeepEqual(got, want) {
+			return
+		}
+	}
+	e.t.Fatalf("%s = %+v, want %+v", what, got, want)
 }
 
 // FinishRun records only terminal outcomes; anything else is refused with the catalog's code and changes nothing.
