@@ -23,13 +23,16 @@ import (
 // (procClock keeps them off the virtual clock), fast, but its batches pass only when the scheduler arms one
 // (procStore.KeepClaims), so they are schedule steps like any other. CancelPoll is unused (no run polls). SegmentFlush is switched off
 // (hours): segments are then written only at step ends and at the end of the stream, while the run waits; the
-// keeper's answers carry no readers mark, so nothing hurries them (procStore.KeepClaims).
+// keeper's answers carry no readers mark, so nothing hurries them (procStore.KeepClaims), and the keeper's reader
+// probe is off (ReaderProbe -1): it only reads (engine's TestReaderProbeCostsOneReadPerProbe: no write
+// transaction) and moves no horizon, and what it does (hurry a run's segments) the schedules leave out as they
+// leave out the batches' marks.
 // Every other wait of the engine is on the virtual clock (procClock): InterruptWait, FinishRetry, RunTimeout and
 // ToolTimeout are hours (ToolTimeout is simToolTimeout in time mode); LateWait is off.
 func simConfig() engine.Config {
 	return engine.Config{Model: "sim-model", MaxSteps: 4, RunTimeout: 10 * time.Hour, ToolTimeout: 10 * time.Hour,
 		Heartbeat: time.Millisecond, StaleAfter: 30 * time.Second,
-		InterruptWait: 10 * time.Hour, FinishRetry: 10 * time.Hour, SegmentFlush: 10 * time.Hour,
+		InterruptWait: 10 * time.Hour, FinishRetry: 10 * time.Hour, SegmentFlush: 10 * time.Hour, ReaderProbe: -1,
 		// A fenced run's background wait for the reaper (late usage) runs beside the schedule: its
 		// write could land between the check's read of a thread and of its runs (seed 1000001 on dynalite broke
 		// "usage" once that way in make test). Without it the run records its late usage only when the reaper

@@ -60,6 +60,7 @@ type Config struct {
 	SegmentHurry         time.Duration // AGENT_SEGMENT_HURRY
 	ResumePollAttached   time.Duration // AGENT_RESUME_POLL_ATTACHED
 	ReaderPresence       time.Duration // AGENT_READER_PRESENCE
+	ReaderProbe          time.Duration // AGENT_READER_PROBE: 0 means no probe (stored here as -1, the engine's "none")
 	InterruptTTL         time.Duration // AGENT_INTERRUPT_TTL: how long an approval or client tool waits
 	ReaperInterval       time.Duration // AGENT_REAPER_INTERVAL
 	ReaperBatch          int           // AGENT_REAPER_BATCH
@@ -231,6 +232,11 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_SEGMENT_HURRY", &c.SegmentHurry)
 	durVar("AGENT_RESUME_POLL_ATTACHED", &c.ResumePollAttached)
 	durVar("AGENT_READER_PRESENCE", &c.ReaderPresence)
+	if v := strings.TrimSpace(getenv("AGENT_READER_PROBE")); v == "0" || v == "0s" {
+		c.ReaderProbe = -1 // the engine's "none": runs learn of readers from their heartbeats only
+	} else {
+		durVar("AGENT_READER_PROBE", &c.ReaderProbe)
+	}
 	durVar("AGENT_REAPER_INTERVAL", &c.ReaperInterval)
 	intVar("AGENT_REAPER_BATCH", &c.ReaperBatch, 1)
 	intVar("AGENT_MAX_QUEUED", &c.MaxQueued, 1)
@@ -333,7 +339,7 @@ func Load(getenv func(string) string) (Config, error) {
 func (c Config) Engine(model string) engine.Config {
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
-		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, SegmentHurry: c.SegmentHurry, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
+		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, SegmentHurry: c.SegmentHurry, ReaderProbe: c.ReaderProbe, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
 		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
 		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain,
 		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}

@@ -142,6 +142,26 @@ func TestLoad(t *testing.T) {
 				}
 			}},
 		{name: "sqlite batch of no writes", env: map[string]string{"AGENT_SQLITE_BATCH_WRITES": "0"}, wantErr: true},
+		// The keeper's reader probe: a period, or 0 for none (the engine's negative).
+		{name: "reader probe", env: map[string]string{"AGENT_READER_PROBE": "50ms"},
+			check: func(t *testing.T, c Config) {
+				if p := c.Engine("m").ReaderProbe; p != 50*time.Millisecond {
+					t.Fatalf("reader probe %s, want 50ms", p)
+				}
+			}},
+		{name: "reader probe off", env: map[string]string{"AGENT_READER_PROBE": "0"},
+			check: func(t *testing.T, c Config) {
+				if p := c.Engine("m").ReaderProbe; p >= 0 {
+					t.Fatalf("reader probe %s, want negative (none)", p)
+				}
+			}},
+		{name: "reader probe unset", env: map[string]string{},
+			check: func(t *testing.T, c Config) {
+				if p := c.Engine("m").ReaderProbe; p != 0 {
+					t.Fatalf("reader probe %s, want 0 (the engine's default)", p)
+				}
+			}},
+		{name: "reader probe negative", env: map[string]string{"AGENT_READER_PROBE": "-1s"}, wantErr: true},
 		{name: "heartbeat lag past the horizon", env: map[string]string{"AGENT_MAX_HEARTBEAT_LAG": "15s"}, wantErr: true},
 		{name: "heartbeat and its lag at the horizon", env: map[string]string{"AGENT_MAX_HEARTBEAT_LAG": "14s"}, wantErr: true},
 		{name: "lease TTL too short to renew", env: map[string]string{"AGENT_STREAM_LEASE_TTL": "10ms"}, wantErr: true},

@@ -24,6 +24,15 @@
 // Heartbeat. keepClaim, the heartbeat of a long close-out (an edit far back) before the run streams, still sends
 // its own Heartbeat: it runs before the run could join the keeper, on the writer's goroutine between its writes,
 // and only when a close-out outlasts a Heartbeat.
+//
+// Resumed-stream readers (keeper.go, issue 18 item 4). A reader in another process marks its presence on the
+// run's claim (agent.RunStore.MarkReader, the reader's write); the run then flushes its stream segments every
+// SegmentHurry instead of SegmentFlush. The keeper learns of the mark two ways: from its heartbeat batch's answer
+// (within a Heartbeat), and sooner from its reader probe: every ReaderProbe it sends one agent.RunStore.ReadersOf
+// read for all its runs' threads (one SQLite SELECT; one eventually consistent BatchGetItem per 100 runs on
+// DynamoDB) and, for each run whose claim carries a live mark, hurries its Segmenter and cuts what is pending at
+// once. The probe writes nothing and moves no horizon (a read is not a heartbeat: principle 8 stays the
+// batches'); one that fails or outlasts a Heartbeat is dropped, and the next goes a ReaderProbe after it ends.
 package engine
 
 import (
@@ -53,6 +62,10 @@ const (
 	DefaultCancelPoll = 100 * time.Millisecond
 	// DefaultInterruptWait bounds how long `multitask: interrupt` waits for the active run to let go.
 	DefaultInterruptWait = 5 * time.Second
+	// DefaultReaderProbe is how often the keeper reads, in one store call for all of its runs, whether a
+	// resumed-stream reader in another process has attached to one of them (keeper.go): a run learns of a new
+	// reader within it instead of within a Heartbeat. Config.ReaderProbe negative: no probe.
+	DefaultReaderProbe = 100 * time.Millisecond
 	// DefaultFinishRetry bounds the retries of the final writes (message, outcome) on transient store errors.
 	DefaultFinishRetry = 10 * time.Second
 )
@@ -74,6 +87,7 @@ type Config struct {
 	MaxMessageParts int           // DefaultMaxMessageParts: parts of a user message
 	SegmentFlush    time.Duration // segments.DefaultSegmentInterval
 	SegmentHurry    time.Duration // segments.DefaultHurryInterval: the flush period while a reader elsewhere is attached
+	ReaderProbe     time.Duration // DefaultReaderProbe: the keeper's reader-presence probe period; negative: none
 	CloseTimeout    time.Duration // segments.DefaultCloseTimeout: how long the final segment may take
 	InterruptTTL    time.Duration // agent.DefaultInterruptTTL: how long an approval or client tool waits
 	MaxQueued       int           // agent.DefaultMaxQueued: a thread's queue bound (multitask enqueue)
@@ -113,6 +127,7 @@ func (c Config) withDefaults() Config {
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
 	c.MaxMessageParts = cmp.Or(c.MaxMessageParts, DefaultMaxMessageParts)
 	c.SegmentFlush = cmp.Or(c.SegmentFlush, segments.DefaultSegmentInterval)
+	c.ReaderProbe = cmp.Or(c.ReaderProbe, DefaultReaderProbe)
 	c.CloseTimeout = cmp.Or(c.CloseTimeout, segments.DefaultCloseTimeout)
 	c.InterruptTTL = cmp.Or(c.InterruptTTL, agent.DefaultInterruptTTL)
 	c.MaxQueued = cmp.Or(c.MaxQueued, agent.DefaultMaxQueued)

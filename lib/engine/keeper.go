@@ -23,6 +23,19 @@ import (
 // that run as fenced; a transient error changes nothing, and a run whose horizon passes stops itself as in doubt
 // (guard.check) and is left out of later batches. No member's answer touches another member.
 //
+// Readers. A resumed-stream reader in another process marks its presence on the run's claim (MarkReader); the
+// batch's answer carries the claim back (readers hurries the run's segments), but only once a Heartbeat, so a
+// reader that attaches would see the run's regular (slow) flushes for up to a Heartbeat. So every ReaderProbe
+// (Config.ReaderProbe; negative: never) the keeper also sends one read, agent.RunStore.ReadersOf, of every
+// member's thread at once: O(1) store calls per process per probe, whatever its number of runs. For each member
+// whose claim names its run with a mark still ahead, the probe hurries its Segmenter until the mark, and, the
+// first time it sees the mark, cuts what the run appended since its last flush at once, so the reader gets it
+// within a probe and its own poll. The probe only reads: it writes nothing (no write unit while nobody reads),
+// moves no horizon and answers nothing about a claim (a read is not a heartbeat: principle 8 stays the
+// batches'), and runs on its own loop beside the batches', neither waiting for the other. A probe that fails is
+// dropped; one slower than a Heartbeat is cut (what it would learn, the next batch says); the next probe goes
+// a ReaderProbe after the last one ended, so probes never queue behind one another.
+//
 // Stops. There is no poll for a stop request: a stop that reaches this process (the stop endpoint, multitask
 // interrupt) is delivered in memory through StopLocal once the store holds it; a stop stored by another process
 // comes back as run_canceled in the next batch, within one Heartbeat.
@@ -31,12 +44,17 @@ type keeper struct {
 
 	mu      sync.Mutex
 	members map[runKey]*guard
-	quit    chan struct{} // closed when the last member leaves: the loop then ends (nil: no loop)
+	quit    chan struct{} // closed when the last member leaves: the loops then end (nil: no loop)
+	// hurried is how far the probe has hurried each member (the latest reader mark it saw): a mark it already
+	// acted on cuts nothing more.
+	hurried map[runKey]time.Time
 }
 
 type runKey struct{ thread, run string }
 
-func newKeeper(e *Engine) *keeper { return &keeper{e: e, members: map[runKey]*guard{}} }
+func newKeeper(e *Engine) *keeper {
+	return &keeper{e: e, members: map[runKey]*guard{}, hurried: map[runKey]time.Time{}}
+}
 
 func keyOf(g *guard) runKey { return runKey{g.t.thread.ID, g.t.run.ID} }
 
@@ -48,6 +66,9 @@ func (k *keeper) join(g *guard) {
 	if k.quit == nil {
 		k.quit = make(chan struct{})
 		go k.loop(k.quit)
+		if k.e.cfg.ReaderProbe > 0 {
+			go k.probeLoop(k.quit)
+		}
 	}
 }
 
@@ -57,6 +78,7 @@ func (k *keeper) leave(g *guard) {
 	k.mu.Lock()
 	if k.members[keyOf(g)] == g {
 		delete(k.members, keyOf(g))
+		delete(k.hurried, keyOf(g))
 	}
 	if len(k.members) == 0 && k.quit != nil {
 		close(k.quit)
@@ -137,6 +159,87 @@ func (k *keeper) beat() {
 		}
 		g.answer(now, r)
 		g.inflight.Done()
+	}
+}
+
+// probeLoop sends a reader probe a ReaderProbe after the last one ended, until quit is closed.
+func (k *keeper) probeLoop(quit chan struct{}) {
+	for {
+		select {
+		case <-quit:
+			return
+		case <-k.e.timers.After(k.e.cfg.ReaderProbe):
+		}
+		k.probe()
+	}
+}
+
+// probe reads the reader marks of every member's claim in one store call and hurries each member a live mark
+// names (the Readers part of the keeper's doc).
+func (k *keeper) probe() {
+	e := k.e
+	k.mu.Lock()
+	gs := make([]*guard, 0, len(k.members))
+	for _, g := range k.members {
+		gs = append(gs, g)
+	}
+	k.mu.Unlock()
+	var threads []string
+	for _, g := range gs {
+		if g.writable() {
+			threads = append(threads, g.t.thread.ID)
+		}
+	}
+	if len(threads) == 0 {
+		return
+	}
+	slices.Sort(threads)
+	threads = slices.Compact(threads)
+	ctx, cancel := e.timers.WithTimeoutCause(context.Background(), e.cfg.Heartbeat, errProbeSlow)
+	marks, err := e.store.ReadersOf(ctx, threads)
+	cancel()
+	if err != nil {
+		e.log.Debug("reader probe failed", "runs", len(gs), "err", err)
+		return
+	}
+	now := e.clock.Now()
+	live := make(map[runKey]time.Time, len(marks))
+	for _, m := range marks {
+		if m.RunID != "" && m.Until.After(now) {
+			live[runKey{m.ThreadID, m.RunID}] = m.Until
+		}
+	}
+	for _, g := range gs {
+		until, ok := live[keyOf(g)]
+		if !ok {
+			continue
+		}
+		k.mu.Lock()
+		member := k.members[keyOf(g)] == g
+		first := member && !k.hurried[keyOf(g)].After(now)
+		if member && until.After(k.hurried[keyOf(g)]) {
+			k.hurried[keyOf(g)] = until
+		}
+		k.mu.Unlock()
+		if member {
+			g.t.attached(until, first)
+		}
+	}
+}
+
+// errProbeSlow cuts a reader probe that outlasts a Heartbeat.
+var errProbeSlow = errors.New("engine: reader probe slower than a heartbeat")
+
+// attached hurries the run's segments until until (a resumed-stream reader in another process is attached, as
+// the keeper's probe read it) and, when cut, sends what is pending to the store at once.
+func (t *Turn) attached(until time.Time, cut bool) {
+	o := t.outp.Load()
+	if o == nil || o.seg == nil {
+		return
+	}
+	o.seg.Hurry(until)
+	if cut {
+		o.seg.Cut()
 	}
 }
 

@@ -109,7 +109,8 @@ const keeperBeat, keeperStale = time.Second, 10 * time.Second
 
 func newKeeperRig(t *testing.T, threads ...string) *keeperRig {
 	r := &keeperRig{t: t, clock: newKeeperClock(), store: &keeperStore{batches: make(chan keeperCall)}, runs: map[string]*keeperRun{}}
-	r.e = New(Deps{Store: r.store, Clock: r.clock}, Config{Heartbeat: keeperBeat, StaleAfter: keeperStale})
+	// No reader probe: its loop would wait on the same timers (probe_internal_test.go has its own rig).
+	r.e = New(Deps{Store: r.store, Clock: r.clock}, Config{Heartbeat: keeperBeat, StaleAfter: keeperStale, ReaderProbe: -1})
 	for _, th := range threads {
 		r.start(th)
 	}

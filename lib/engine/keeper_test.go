@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,6 +55,7 @@ func TestKeepingRunsAliveCostsOneStatementPerHeartbeat(t *testing.T) {
 				withConfig(func(c *config.Config) {
 					c.Heartbeat, c.StaleAfter, c.ToolTimeout, c.CancelPoll = time.Second, time.Minute, time.Hour, time.Millisecond
 					c.MaxActiveRunsPerUser, c.ThreadsPerMinute = -1, -1
+					c.ReaderProbe = -1 // its reads are counted on their own (TestReaderProbeCostsOneReadPerProbe)
 				}))
 			var ran []<-chan agent.Run
 			for i := range n {
@@ -91,6 +93,95 @@ func TestKeepingRunsAliveCostsOneStatementPerHeartbeat(t *testing.T) {
 			}
 			if got := f.stack.SQLite.Statements() - before; got != beats {
 				t.Fatalf("%d runs: %d statements over %d heartbeats, want %d (one per batch)", n, got, beats, beats)
+			}
+			close(release)
+			for _, r := range ran {
+				select {
+				case run := <-r:
+					if run.Status != agent.RunCompleted {
+						t.Fatalf("run %s: %s %+v, want completed", run.ID, run.Status, run.Error)
+					}
+				case <-time.After(hangBound):
+					t.Fatal("a run never ended")
+				}
+			}
+		})
+	}
+}
+
+// probedStore hands each reader probe's size to the test once it is done (dropped when done is full).
+type probedStore struct {
+	agent.Store
+	done  chan int
+	calls atomic.Int64
+}
+
+func (p *probedStore) ReadersOf(ctx context.Context, threadIDs []string) ([]agent.ReaderMark, error) {
+	marks, err := p.Store.ReadersOf(ctx, threadIDs)
+	p.calls.Add(1)
+	select {
+	case p.done <- len(threadIDs):
+	default:
+	}
+	return marks, err
+}
+
+// The keeper's reader probe (issue 18 item 4) is one read per probe period for all of a process's runs, and
+// writes nothing: with N runs streaming on SQLite (parked in a tool; the batches an hour apart), each probe
+// carries all N threads and runs one SQL statement and no transaction, for 1 run as for 8.
+func TestReaderProbeCostsOneReadPerProbe(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 8} {
+		t.Run(fmt.Sprintf("%d runs", n), func(t *testing.T) {
+			t.Parallel()
+			clock := newTimerClock()
+			probed := &probedStore{done: make(chan int, 16)}
+			started, release := make(chan string, n), make(chan struct{})
+			f := setup(t, withClock(clock), withTools(parkTool(started, release)),
+				withStore(func(s agent.Store) agent.Store { probed.Store = s; return probed }),
+				withConfig(func(c *config.Config) {
+					c.Heartbeat, c.StaleAfter, c.ToolTimeout, c.ReaderProbe = time.Hour, 10*time.Hour, 10*time.Hour, 100*time.Millisecond
+					c.MaxActiveRunsPerUser, c.ThreadsPerMinute = -1, -1
+				}))
+			var ran []<-chan agent.Run
+			for i := range n {
+				ran = append(ran, f.streaming(t, submit(fmt.Sprintf("th%d", i), "u1", "/tool park {}")))
+			}
+			for range n {
+				select {
+				case <-started:
+				case <-time.After(hangBound):
+					t.Fatal("the runs never reached their tool")
+				}
+			}
+			// As the batches' test does: the clock moves on again until the probe comes.
+			probe := func() int {
+				t.Helper()
+				for range 100 {
+					clock.add(100 * time.Millisecond)
+					select {
+					case size := <-probed.done:
+						return size
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+				t.Fatal("no reader probe")
+				return 0
+			}
+			probe() // the first may overlap the runs' own last writes before their tools
+			const probes = 5
+			before, txs, calls := f.stack.SQLite.Statements(), f.stack.SQLite.Transactions(), probed.calls.Load()
+			for range probes {
+				if size := probe(); size != n {
+					t.Fatalf("a probe read %d threads, want all %d runs'", size, n)
+				}
+			}
+			sent := probed.calls.Load() - calls
+			if got := f.stack.SQLite.Statements() - before; sent < probes || got != sent {
+				t.Fatalf("%d runs: %d statements over %d probes, want one per probe", n, got, sent)
+			}
+			if got := f.stack.SQLite.Transactions() - txs; got != 0 {
+				t.Fatalf("%d runs: %d write transactions over %d probes, want none", n, got, sent)
 			}
 			close(release)
 			for _, r := range ran {

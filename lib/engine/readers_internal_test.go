@@ -28,7 +28,7 @@ func TestKeeperAnswerWithReadersHurriesTheSegments(t *testing.T) {
 	ks := &keeperStore{batches: make(chan keeperCall)}
 	hs := &hurryStore{keeperStore: ks, segs: make(chan agent.Segment, 10)}
 	r := &keeperRig{t: t, clock: newKeeperClock(), store: ks, runs: map[string]*keeperRun{}}
-	r.e = New(Deps{Store: hs, Clock: r.clock}, Config{Heartbeat: keeperBeat, StaleAfter: keeperStale, SegmentFlush: time.Hour})
+	r.e = New(Deps{Store: hs, Clock: r.clock}, Config{Heartbeat: keeperBeat, StaleAfter: keeperStale, SegmentFlush: time.Hour, ReaderProbe: -1})
 	run := r.start("th")
 	out := newOutput(context.Background(), r.e, run.turn.run, io.Discard)
 	out.turn = run.turn

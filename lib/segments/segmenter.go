@@ -262,6 +262,21 @@ func (s *Segmenter) Hurry(until time.Time) {
 	}
 }
 
+// Cut cuts the frames appended so far into a segment and wakes the writer, without waiting for the write (Flush
+// waits): a reader in another process has just attached (lib/engine's reader probe), and what the run appended
+// since its last flush should reach the store now, not at the next tick. After Close it does nothing.
+func (s *Segmenter) Cut() {
+	s.mu.Lock()
+	cut := !s.closed && s.pending.n > 0
+	if cut {
+		s.cutLocked(false)
+	}
+	s.mu.Unlock()
+	if cut {
+		s.signal()
+	}
+}
+
 // Unpublish stops feeding same-process readers (the run lost its claim, so what it appends from now on is not
 // the run's story): they go on from the store. Close unpublishes too.
 func (s *Segmenter) Unpublish() {
