@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
@@ -24,18 +25,23 @@ import (
 
 // Resumed streams (issue 18 item 4): the lag of a resumed reader, from the model emitting a word (the offline
 // model's write of it, timestamped by a wrapper of the model endpoint) to the reader reading it, p50 and p99 over
-// the words emitted after the reader attached, beside the lag of the reply's own (live) client over the same words.
-// Each reply is /slow resumeWords (a word every 100 ms); the reader attaches once resumeAttachAfter words were read
-// live. "settled" leaves out the words emitted in the first resumeSettle after the attach: a reader in another
-// process hurries the writer only once the writer's keeper batch has read its mark (one heartbeat period).
+// ALL the words emitted after the reader attached ("resumed"), beside the lag of the reply's own (live) client over
+// the same words. Each reply is /slow resumeWords (a word every 100 ms); the reader attaches once resumeAttachAfter
+// words were read live. "attach" is the words emitted in the first resumeSettle after the attach, "settled" the
+// rest: a reader in another process hurries the writer only once the writer's keeper has read its mark, from its
+// reader probe (every AGENT_READER_PROBE, 100 ms) or else from its next heartbeat batch (AGENT_HEARTBEAT, 1 s).
 //
 //   - same-process-sqlite: `agentloop dev`'s composition; the reader is fed by the writer's Segmenter (segments.Hub).
-//   - across-processes-sqlite: two stacks over one SQLite file (each its own store, engine, thread service).
-//   - across-processes-sqlite-no-presence: the same, with the reader's presence mark dropped, so the writer never
-//     hurries: what a reader elsewhere saw before (a segment every 500 ms).
-//   - across-processes-dynamo: two stacks over one dynalite table, each its own client; also the write units per
-//     streaming second with and without the reader: the writer's (its segments and keeper) and the reader's (its
-//     presence marks), and the reader's read units.
+//   - across-processes-sqlite: two stacks over one SQLite file (each its own store, engine, thread service); the
+//     writer's keeper probes for readers every 100 ms (the default).
+//   - across-processes-sqlite-probe-50ms: the same, probing every 50 ms.
+//   - across-processes-sqlite-no-probe: AGENT_READER_PROBE=0: the writer learns of the reader from its heartbeat
+//     batch only (before the probe).
+//   - across-processes-sqlite-no-presence: the reader's presence mark dropped, so the writer never hurries: what
+//     a reader elsewhere saw before presence (a segment every 500 ms).
+//   - across-processes-dynamo, -probe-50ms, -no-probe: two stacks over one dynalite table, each its own client;
+//     also the capacity units per streaming second with and without the reader: the writer's (its segments,
+//     keeper batches and reader probes) and the reader's (its presence marks and polls).
 //
 // Numbers only; nothing here asserts a time.
 const (
@@ -137,7 +143,7 @@ func readWords(resp *http.Response, attachAfter int, attach chan struct{}) (map[
 
 // resumeLag runs b.N replies on run, each resumed from read, and reports the lags.
 func resumeLag(b *testing.B, run, read *stack, e *emitted) {
-	var live, resumed, settled []time.Duration
+	var live, resumed, early, settled []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		e.reset()
@@ -175,6 +181,8 @@ func resumeLag(b *testing.B, run, read *stack, e *emitted) {
 			resumed = append(resumed, rgot[k].Sub(em))
 			if em.Sub(attachedAt) >= resumeSettle {
 				settled = append(settled, rgot[k].Sub(em))
+			} else {
+				early = append(early, rgot[k].Sub(em))
 			}
 		}
 	}
@@ -183,6 +191,10 @@ func resumeLag(b *testing.B, run, read *stack, e *emitted) {
 	b.ReportMetric(pct(live, 0.99)/1000, "live-p99-ms")
 	b.ReportMetric(pct(resumed, 0.50)/1000, "resumed-p50-ms")
 	b.ReportMetric(pct(resumed, 0.99)/1000, "resumed-p99-ms")
+	if len(early) > 0 {
+		b.ReportMetric(pct(early, 0.50)/1000, "attach-p50-ms")
+		b.ReportMetric(pct(early, 0.99)/1000, "attach-p99-ms")
+	}
 	if len(settled) > 0 {
 		b.ReportMetric(pct(settled, 0.50)/1000, "settled-p50-ms")
 		b.ReportMetric(pct(settled, 0.99)/1000, "settled-p99-ms")
@@ -208,7 +220,7 @@ func sharedSQLite(b *testing.B, path string, wrap func(agent.Store) agent.Store)
 }
 
 // resumeCost streams one /slow reply on run for its whole length, with a reader on read attached from its start or
-// none, and reports the DynamoDB write units per streaming second of the writer's and the reader's clients.
+// none, and reports the DynamoDB capacity units per streaming second of the writer's and the reader's clients.
 func resumeCost(b *testing.B, run, read *stack, wc, rc *dynamo.Counter, reader bool, name string) {
 	thread := "cost-" + name
 	w0, r0 := wc.Counts(), rc.Counts()
@@ -232,6 +244,7 @@ func resumeCost(b *testing.B, run, read *stack, wc, rc *dynamo.Counter, reader b
 	w1, r1 := wc.Counts(), rc.Counts()
 	b.ReportMetric((w1.TableWriteUnits+w1.IndexWriteUnits-w0.TableWriteUnits-w0.IndexWriteUnits)/secs, name+"-writer-WCU/s")
 	b.ReportMetric((r1.TableWriteUnits+r1.IndexWriteUnits-r0.TableWriteUnits-r0.IndexWriteUnits)/secs, name+"-reader-WCU/s")
+	b.ReportMetric((w1.ReadUnits-w0.ReadUnits)/secs, name+"-writer-RCU/s")
 	b.ReportMetric((r1.ReadUnits-r0.ReadUnits)/secs, name+"-reader-RCU/s")
 	b.ReportMetric(float64(w1.ByOperation["PutItem"]-w0.ByOperation["PutItem"])/secs, name+"-writer-segment-puts/s")
 }
@@ -244,19 +257,27 @@ func BenchmarkResume(b *testing.B) {
 		s := setup(b, nil, nil, stopConfig(), emitting(e))
 		resumeLag(b, s, s, e)
 	})
-	across := func(b *testing.B, wrap func(agent.Store) agent.Store) {
+	// probing is the writer's config with AGENT_READER_PROBE at probe (0: the default; -1: none).
+	probing := func(probe time.Duration) config.Config {
+		c := stopConfig()
+		c.ReaderProbe = probe
+		return c
+	}
+	across := func(b *testing.B, probe time.Duration, wrap func(agent.Store) agent.Store) {
 		path := filepath.Join(b.TempDir(), "shared.db")
 		e := &emitted{}
-		runner := setup(b, sharedSQLite(b, path, nil), nil, stopConfig(), emitting(e))
+		runner := setup(b, sharedSQLite(b, path, nil), nil, probing(probe), emitting(e))
 		reader := setup(b, sharedSQLite(b, path, wrap), nil, stopConfig())
 		reader.token = runner.token
 		resumeLag(b, runner, reader, e)
 	}
-	b.Run("across-processes-sqlite", func(b *testing.B) { across(b, nil) })
+	b.Run("across-processes-sqlite", func(b *testing.B) { across(b, 0, nil) })
+	b.Run("across-processes-sqlite-probe-50ms", func(b *testing.B) { across(b, 50*time.Millisecond, nil) })
+	b.Run("across-processes-sqlite-no-probe", func(b *testing.B) { across(b, -1, nil) })
 	b.Run("across-processes-sqlite-no-presence", func(b *testing.B) {
-		across(b, func(s agent.Store) agent.Store { return noPresence{s} })
+		across(b, 0, func(s agent.Store) agent.Store { return noPresence{s} })
 	})
-	b.Run("across-processes-dynamo", func(b *testing.B) {
+	dynamoAcross := func(b *testing.B, probe time.Duration, withReader bool) {
 		endpoint := dynamotest.Start(b)
 		table := fmt.Sprintf("resume_%d", time.Now().UnixNano())
 		if err := dynamotest.CreateTable(context.Background(), dynamotest.Client(endpoint), table); err != nil {
@@ -269,11 +290,16 @@ func BenchmarkResume(b *testing.B) {
 		wclient, wc := counted()
 		rclient, rc := counted()
 		e := &emitted{}
-		runner := setup(b, dynamo.New(wclient, table), nil, stopConfig(), emitting(e))
+		runner := setup(b, dynamo.New(wclient, table), nil, probing(probe), emitting(e))
 		reader := setup(b, dynamo.New(rclient, table), nil, stopConfig())
 		reader.token = runner.token
 		resumeLag(b, runner, reader, e)
 		resumeCost(b, runner, reader, wc, rc, false, "alone")
-		resumeCost(b, runner, reader, wc, rc, true, "read")
-	})
+		if withReader {
+			resumeCost(b, runner, reader, wc, rc, true, "read")
+		}
+	}
+	b.Run("across-processes-dynamo", func(b *testing.B) { dynamoAcross(b, 0, true) })
+	b.Run("across-processes-dynamo-probe-50ms", func(b *testing.B) { dynamoAcross(b, 50*time.Millisecond, false) })
+	b.Run("across-processes-dynamo-no-probe", func(b *testing.B) { dynamoAcross(b, -1, true) })
 }
