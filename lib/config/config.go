@@ -134,7 +134,9 @@ func ResourceEnv() []string { return []string{"JOBS_STATE_MACHINE_ARN", "AGENT_C
 
 // LocalEnv names the variables that only `agentloop dev` acts on (Load reads them everywhere): a deployment
 // template sets none of them.
-func LocalEnv() []string { return []string{"AGENT_PPROF_ADDR"} }
+func LocalEnv() []string {
+	return []string{"AGENT_PPROF_ADDR", "AGENT_SQLITE_BATCH_WRITES", "AGENT_SQLITE_BATCH_BYTES"}
+}
 
 // FromEnv reads the process environment.
 func FromEnv() (Config, error) { return Load(os.Getenv) }
