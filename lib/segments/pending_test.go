@@ -179,3 +179,42 @@ func TestSegmentsHoldNoSpareRoom(t *testing.T) {
 		}
 	}
 }
+
+// A segment cut while the store still writes the one before it waits in the queue as compactly as it was pending,
+// and its bytes are what was appended once its turn comes (issue 18 item 2: at 1,000 streams a run's step-end
+// Flush cuts the rest of its reply behind a first segment that waits 1.7 s for the store).
+func TestQueuedSegmentStaysCompact(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	s, _, store := setupSegmenter(t, func(_ *SegmenterConfig, st *segStore) { st.gate = gate })
+	ctx := hangGuard(t)
+
+	start := frame(t, uistream.Start{MessageID: "msg_1"})
+	s.Append(start)
+	first := make(chan error, 1)
+	go func() { first <- s.Flush(ctx) }()
+	<-store.attempts // the writer is held in Write(seq 0)
+
+	want := append([]byte(nil), start...)
+	for i := range 200 {
+		f := frame(t, uistream.TextDelta{ID: "txt_01jb2c3d4e5f6g7h8j9k", Delta: fmt.Sprintf("w%06x ", i*7919)})
+		s.Append(f)
+		want = append(want, f...)
+	}
+	s.mu.Lock()
+	s.cutLocked(false) // as a Flush or a tick would
+	q := s.queue[len(s.queue)-1]
+	s.mu.Unlock()
+	if q.seg.Data != nil || held(&q.frames)*3 > q.frames.n {
+		t.Fatalf("the queued segment holds %d bytes of data and %d of records for %d bytes of frames",
+			len(q.seg.Data), held(&q.frames), q.frames.n)
+	}
+	close(gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store.checkStream(t, 0, DefaultMaxSegmentBytes, want)
+}

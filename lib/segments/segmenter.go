@@ -97,9 +97,9 @@ type Segmenter struct {
 
 	mu       sync.Mutex
 	pending  pending
-	queue    []agent.Segment // cut, not yet written, in Seq order
-	nextSeq  int64           // Seq of the next segment to cut
-	written  int64           // every Seq below this is written
+	queue    []queued // cut, not yet written, in Seq order
+	nextSeq  int64    // Seq of the next segment to cut
+	written  int64    // every Seq below this is written
 	closed   bool
 	stopped  bool  // the writer goroutine ended
 	errGen   int64 // bumps on every failed write
@@ -300,9 +300,9 @@ func (s *Segmenter) subscribe() *subscription {
 	}
 	sub := newSubscription(s, s.written)
 	for _, q := range s.queue {
-		if len(q.Data) > 0 {
-			sub.items = append(sub.items, chunk{seq: q.Seq, data: bytes.Clone(q.Data)})
-			sub.size += len(q.Data)
+		if data := q.data(); len(data) > 0 {
+			sub.items = append(sub.items, chunk{seq: q.seg.Seq, data: data})
+			sub.size += len(data)
 		}
 	}
 	if s.pending.n > 0 {
@@ -327,21 +327,44 @@ func (s *Segmenter) Stats() SegmenterStats {
 	return s.stats
 }
 
+// queued is a segment cut and not yet written. Its frames stay compact (pending) until its write begins: under
+// load a segment can wait in the queue behind a slow write (a Flush cuts it at once), and the bytes are
+// materialized once, so a retry writes the same.
+type queued struct {
+	seg    agent.Segment // Data set once its write begins
+	frames pending
+}
+
+// materialize sets seg.Data from the frames (once).
+func (q *queued) materialize() {
+	if q.frames.n > 0 {
+		q.seg.Data = q.frames.take()
+	}
+}
+
+// data is a copy of the segment's bytes.
+func (q *queued) data() []byte {
+	if q.seg.Data != nil {
+		return bytes.Clone(q.seg.Data)
+	}
+	return q.frames.bytes()
+}
+
 // cutLocked moves the pending bytes into a queued segment. An empty segment is cut only when final.
 func (s *Segmenter) cutLocked(final bool) {
 	if s.pending.n == 0 && !final {
 		return
 	}
 	now := s.cfg.Clock.Now()
-	s.queue = append(s.queue, agent.Segment{
+	s.queue = append(s.queue, queued{seg: agent.Segment{
 		ThreadID:  s.cfg.ThreadID,
 		RunID:     s.cfg.RunID,
 		Seq:       s.nextSeq,
-		Data:      s.pending.take(),
 		Final:     final,
 		CreatedAt: now,
 		ExpiresAt: now.Add(agent.SegmentTTL),
-	})
+	}, frames: s.pending})
+	s.pending = pending{}
 	s.nextSeq++
 }
 
@@ -440,7 +463,8 @@ func (s *Segmenter) drain() {
 			s.mu.Unlock()
 			return
 		}
-		seg := s.queue[0]
+		s.queue[0].materialize()
+		seg := s.queue[0].seg
 		s.mu.Unlock()
 
 		err := s.cfg.Write(s.ctx, seg)
@@ -456,7 +480,7 @@ func (s *Segmenter) drain() {
 				slog.String("runId", seg.RunID), slog.Int64("seq", seg.Seq), slog.Any("error", err))
 			return
 		}
-		s.queue[0] = agent.Segment{}
+		s.queue[0] = queued{}
 		s.queue = s.queue[1:]
 		s.written = seg.Seq + 1
 		if seg.Final {
