@@ -35,7 +35,7 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 	if err != nil {
 		return nil, err
 	}
-	a, err := boot.NewAgent(b, jobs)
+	a, err := boot.NewAgent(ctx, b, jobs)
 	if err != nil {
 		return nil, err
 	}

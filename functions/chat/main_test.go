@@ -52,7 +52,7 @@ type fixture struct {
 const toolsFile = `mcpServers:
   - name: docs
     url: https://mcp.example.com/mcp
-    headers: {Authorization: "Bearer ${ssm:/agentloop/docs-token}"}
+    headers: {Authorization: "Bearer ${env:DOCS_TOKEN}"}
 httpTools:
   - name: create_ticket
     description: Open a ticket.
@@ -78,7 +78,7 @@ func setup(t *testing.T, endpoint string, jobs ...*sfntest.Jobs) *fixture {
 	// model.Close, which waits for the model's open replies.
 	t.Cleanup(release)
 
-	// The function starts with a tools file in its package, as a deployment bundles it (checked, not yet offered).
+	// The function starts with a tools file in its package, as a deployment bundles it (its HTTP tool offered).
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "bundle"), 0o700); err != nil {
 		t.Fatal(err)
@@ -90,6 +90,7 @@ func setup(t *testing.T, endpoint string, jobs ...*sfntest.Jobs) *fixture {
 		"LAMBDA_TASK_ROOT":       root,
 		"AGENT_TOOLS_FILE":       "bundle/tools.yaml",
 		"BACKEND_API_KEY":        "k1",
+		"DOCS_TOKEN":             "d1",
 		"TABLE_NAME":             table,
 		"AGENT_SECRET":           secret,
 		"OPENAI_BASE_URL":        model.URL + "/v1/",

@@ -36,7 +36,7 @@ func newTask(ctx context.Context, getenv func(string) string, awsCfg aws.Config,
 	if err != nil {
 		return nil, err
 	}
-	a, err := boot.NewAgent(b, jobs)
+	a, err := boot.NewAgent(ctx, b, jobs)
 	if err != nil {
 		return nil, err
 	}

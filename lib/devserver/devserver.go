@@ -28,6 +28,7 @@ import (
 	"github.com/agentloop/agentloop/lib/emf"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httpapi"
+	"github.com/agentloop/agentloop/lib/httptools"
 	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/localjobs"
@@ -81,11 +82,26 @@ type Options struct {
 	// returns (reaper.ReapAllClaims: the ticker's takeover, without waiting AGENT_STALE_AFTER). `agentloop dev`
 	// sets it; it applies only to the SQLite file the stack opens itself (not to Options.Store).
 	Exclusive bool
+	// ToolsClient, when set, sends the tools file's HTTP requests (nil: a client of the tools' own).
+	ToolsClient *http.Client
 	// Logger for every component; nil discards.
 	Logger *slog.Logger
 	// Metrics receives run outcomes and reaped runs. Nil: CloudWatch EMF documents on stdout when
 	// Config.Metrics is "emf", else none (the dev server's default is off).
 	Metrics agent.Metrics
+}
+
+// toolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) with secrets, the
+// values of its references. functions/internal/boot builds the same (it may not import this package: SQLite).
+func toolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client) []agent.ToolSource {
+	if f == nil {
+		return nil
+	}
+	var sources []agent.ToolSource
+	if len(f.HTTPTools) > 0 {
+		sources = append(sources, httptools.New(f, secrets, httptools.Options{Client: client}))
+	}
+	return sources
 }
 
 // Stack is a running local backend.
@@ -98,6 +114,8 @@ type Stack struct {
 	Threads *threads.Service
 	Model   agent.Model
 	Tools   []agent.Tool
+	// Sources are the tools file's tool sources (AGENT_TOOLS_FILE): its HTTP tools.
+	Sources []agent.ToolSource
 	// Jobs starts job executions and delivery passes: the in-process runner (the Step Functions contract) unless
 	// Options.Jobs was given; JobTasks are the task handlers.
 	Jobs agent.Jobs
@@ -222,22 +240,25 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	// One process serves both POST /chat and its resumes: a reader of a run this process writes is fed from the
 	// run's Segmenter through the hub, with no flush tick between (segments.Hub).
 	hub := segments.NewHub()
-	// The tools file (AGENT_TOOLS_FILE) is checked now, so a bad one fails the start; nothing of it is offered to
-	// the model yet (MCP and HTTP execution come later).
+	// The tools file (AGENT_TOOLS_FILE) is read and checked now, so a bad one fails the start, and its tools are
+	// offered beside the Go ones (engine.Deps.Sources). Only ${env:…} references resolve here: the local stack
+	// reads no SSM, so a file with ${ssm:…} references fails the start and says so.
 	var names []string
 	for _, t := range toolset {
 		names = append(names, t.Name)
 	}
-	if _, err := toolsfile.Startup(cfg.ToolsFile, names, os.Getenv, log); err != nil {
+	file, secrets, err := toolsfile.Startup(ctx, cfg.ToolsFile, names, toolsfile.Resolvers{toolsfile.RefEnv: toolsfile.EnvResolver(os.Getenv)}, log)
+	if err != nil {
 		return s, err
 	}
+	s.Sources = toolSources(file, secrets, o.ToolsClient)
 	// Every tool call's input is repaired once if it is not JSON and checked against its tool's schema before
 	// anything acts on it; a tool whose schema is not a JSON Schema fails the start.
 	inputs, err := toolschema.New(toolset...)
 	if err != nil {
 		return s, err
 	}
-	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
+	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
 		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,

@@ -1,10 +1,8 @@
 // Package httptools turns the HTTP tools of the tools file (lib/toolsfile) into agent tools: an agent.ToolSource
 // whose tools call the deployer's backend.
 //
-// NOT WIRED YET (issue 19 item 3): no function or `agentloop dev` offers these tools. What is missing before they
-// are: the end user's token carried from the request to the invocation (engine.Request → agent.ToolInvocation.
-// UserToken; today it is always empty, so X-User-JWT is never sent), the ${ssm:…} references resolved at cold
-// start (lib/ssmsecrets, with the functions' IAM grant for them), and the end-to-end tests through the engine.
+// The wiring (lib/devserver, functions/internal/boot) builds the source from the file read at cold start and
+// gives it to the engine (engine.Deps.Sources).
 //
 // One call, from the tool's definition and the checked input (lib/toolschema ran before Execute):
 //

@@ -5,31 +5,30 @@ import (
 	"log/slog"
 )
 
-// Startup is the cold start's check of the tools file at path ("" : there is none, nil is returned): it is read
-// and checked whole (Load, with reserved the Go tools' names), its ${env:…} references are resolved through
-// getenv (an unset variable fails the start), its ${ssm:…} references are checked for form only (they are
-// read with the tools that send them), and one tools.file log line says what it holds.
-//
-// Nothing of the file is offered to the model yet: MCP and HTTP execution come later (issue 19).
-func Startup(path string, reserved []string, getenv func(string) string, log *slog.Logger) (*File, error) {
+// Startup is the cold start's reading of the tools file at path ("": there is none, and nil is returned): it is
+// read and checked whole (Load, with reserved the Go tools' names), every reference of its headers is resolved
+// through r (one that cannot be resolved fails the start: an unset variable, a missing SSM parameter, or a scheme
+// r does not resolve), and one tools.file log line says what it holds. The wiring builds the tool sources
+// (lib/httptools, lib/mcptools) from the file and the secrets returned.
+func Startup(ctx context.Context, path string, reserved []string, r Resolver, log *slog.Logger) (*File, Secrets, error) {
 	if path == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	f, err := Load(path, Options{Reserved: reserved})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var env []Ref
-	ssm := 0
-	for _, r := range f.Refs() {
-		if r.Scheme == RefEnv {
-			env = append(env, r)
+	secrets, err := f.Resolve(ctx, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	env, ssm := 0, 0
+	for _, ref := range f.Refs() {
+		if ref.Scheme == RefEnv {
+			env++
 		} else {
 			ssm++
 		}
-	}
-	if _, err := EnvResolver(getenv).Resolve(context.Background(), env); err != nil {
-		return nil, err
 	}
 	var servers, tools []string
 	for _, s := range f.MCPServers {
@@ -38,7 +37,6 @@ func Startup(path string, reserved []string, getenv func(string) string, log *sl
 	for _, t := range f.HTTPTools {
 		tools = append(tools, t.Name)
 	}
-	log.Info("tools.file", "file", path, "mcp_servers", servers, "http_tools", tools, "env_refs", len(env), "ssm_refs", ssm,
-		"offered", false, "note", "checked only: MCP and HTTP tools are not offered to the model yet")
-	return f, nil
+	log.Info("tools.file", "file", path, "mcp_servers", servers, "http_tools", tools, "env_refs", env, "ssm_refs", ssm)
+	return f, secrets, nil
 }

@@ -41,11 +41,11 @@
 // references taken out, may be empty or, for the Authorization headers, one scheme word ("Bearer"). Any header
 // whose value starts "Bearer <literal>" is refused too. Other headers are not guessed at (no false positives on
 // ordinary values). References are resolved through a Resolver the wiring fills (EnvResolver for ${env:…}; the
-// SSM one over lib/ssmsecrets comes with the tools that send the headers).
+// functions' SSM one over lib/ssmsecrets for ${ssm:…}).
 //
-// Nothing of the file is offered to the model yet: MCP and HTTP execution come later (issue 19 items 2 and 3).
-// Until then the wiring checks the file at cold start (a bad file fails it), resolves its ${env:…} references,
-// and logs what it holds.
+// The wiring reads the file at cold start (Startup: a bad file fails it, and so does a reference that cannot be
+// resolved) and builds the tool sources from it: lib/httptools for httpTools. This package is configuration, not
+// an adapter: the tool sources import its types.
 package toolsfile
 
 import (

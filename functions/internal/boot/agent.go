@@ -4,18 +4,21 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/http"
 
 	awssfn "github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/httptools"
 	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/sfn"
+	"github.com/agentloop/agentloop/lib/ssmsecrets"
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/tools"
 	"github.com/agentloop/agentloop/lib/toolschema"
@@ -87,8 +90,10 @@ func (b Base) threads(rp *reaper.Reaper, hub *segments.Hub) *threads.Service {
 // Agent is the composition of the functions that run turns (chat, wake): the model, the demo and job tools,
 // the reaper, the engine, the thread service and the job tasks, wired as lib/devserver wires them.
 type Agent struct {
-	Model   agent.Model
-	Tools   []agent.Tool
+	Model agent.Model
+	Tools []agent.Tool
+	// Sources are the tools file's tool sources (AGENT_TOOLS_FILE).
+	Sources []agent.ToolSource
 	Reaper  *reaper.Reaper
 	Engine  *engine.Engine
 	Threads *threads.Service
@@ -97,7 +102,7 @@ type Agent struct {
 
 // NewAgent builds the Agent over b, which must hold the application secret (approval signatures) and the model
 // key, and js, the Jobs adapter that job tools and delivery passes start executions with.
-func NewAgent(b Base, js agent.Jobs) (*Agent, error) {
+func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	if b.AppSecret == nil {
 		return nil, fmt.Errorf("boot: the agent needs the application secret")
 	}
@@ -109,15 +114,19 @@ func NewAgent(b Base, js agent.Jobs) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{Model: b.Model(), Tools: b.Tools(js)}
-	// The tools file (AGENT_TOOLS_FILE) is checked now, so a bad one fails the cold start; nothing of it is
-	// offered to the model yet (MCP and HTTP execution come later).
+	// The tools file (AGENT_TOOLS_FILE) is read and checked now, so a bad one fails the cold start; its references
+	// are resolved once (${env:…} from the environment, ${ssm:…} SecureString parameters in one SSM request per
+	// ten names) and its tools offered beside the Go ones.
 	var names []string
 	for _, t := range a.Tools {
 		names = append(names, t.Name)
 	}
-	if _, err := toolsfile.Startup(b.Config.ToolsFile, names, b.getenv, b.Log); err != nil {
+	resolve := toolsfile.Resolvers{toolsfile.RefEnv: toolsfile.EnvResolver(b.getenv), toolsfile.RefSSM: ssmRefs{api: b.ssm()}}
+	file, secrets, err := toolsfile.Startup(ctx, b.Config.ToolsFile, names, resolve, b.Log)
+	if err != nil {
 		return nil, err
 	}
+	a.Sources = ToolSources(file, secrets, nil)
 	a.Reaper = b.Reaper(a.Tools, js)
 	// The engine and the resume reader share a hub: a reader of a run this invocation's process writes is fed from
 	// it (an instance serves one invocation at a time, so in AWS that is rare; the store is the way across).
@@ -128,12 +137,45 @@ func NewAgent(b Base, js agent.Jobs) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
+	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
 		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub}, b.Config.Engine(b.ModelName()))
 	a.Threads = b.threads(a.Reaper, hub)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
 		Logger: b.Log, Limits: b.Store}, jobs.Config{Contract: Contract(), ModelName: b.ModelName()})
 	return a, nil
+}
+
+// ToolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) with secrets, the
+// values of its references; client sends their requests (nil: their own). lib/devserver builds the same.
+func ToolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client) []agent.ToolSource {
+	if f == nil {
+		return nil
+	}
+	var sources []agent.ToolSource
+	if len(f.HTTPTools) > 0 {
+		sources = append(sources, httptools.New(f, secrets, httptools.Options{Client: client}))
+	}
+	return sources
+}
+
+// ssmRefs resolves the tools file's ${ssm:…} references: SecureString parameters, read at cold start through
+// lib/ssmsecrets (a missing, empty or plain parameter fails the start).
+type ssmRefs struct{ api ssmsecrets.API }
+
+func (r ssmRefs) Resolve(ctx context.Context, refs []toolsfile.Ref) (map[toolsfile.Ref]string, error) {
+	list := make([]ssmsecrets.Secret, len(refs))
+	for i, ref := range refs {
+		list[i] = ssmsecrets.Secret{Label: "tools file " + ref.String(), Param: ref.Name}
+	}
+	values, err := ssmsecrets.Load(ctx, r.api, list...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[toolsfile.Ref]string, len(refs))
+	for i, ref := range refs {
+		out[ref] = values[i]
+	}
+	return out, nil
 }
 
 // noJobs is the Jobs of a function that starts no executions.

@@ -1,0 +1,116 @@
+package devserver_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/devserver"
+)
+
+// ticketBackend is the deployer's service behind an HTTP tool: it refuses a request without the service's token
+// or an idempotency key, and records what it received.
+type ticketBackend struct {
+	mu   sync.Mutex
+	reqs []http.Header
+	uris []string
+}
+
+func (b *ticketBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	b.mu.Lock()
+	b.reqs, b.uris = append(b.reqs, r.Header.Clone()), append(b.uris, r.Method+" "+r.URL.RequestURI()+" "+string(body))
+	b.mu.Unlock()
+	if r.Header.Get("Authorization") != "Bearer svc-secret" || r.Header.Get("Idempotency-Key") == "" {
+		http.Error(w, "who are you?", http.StatusUnauthorized)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"ticket":"T-42"}`)
+}
+
+func (b *ticketBackend) seen() ([]http.Header, []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]http.Header(nil), b.reqs...), append([]string(nil), b.uris...)
+}
+
+// toolsStack is agentloop dev with a tools file whose HTTP tool calls backend.
+func toolsStack(t *testing.T, backend *httptest.Server, logs io.Writer) *devserver.Stack {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	body := `httpTools:
+  - name: create_ticket
+    description: Open a ticket.
+    inputSchema: {type: object, properties: {team: {type: string}, title: {type: string}}, required: [team, title]}
+    method: POST
+    url: ` + backend.URL + `/teams/{team}/tickets
+    headers: {Authorization: "Bearer ${env:AGENTLOOP_TEST_BACKEND_TOKEN}"}
+`
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), Config: config.Config{ToolsFile: file},
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// postChat posts one user message as tok and returns the whole stream.
+func postChat(t *testing.T, s *devserver.Stack, tok, thread, text string) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"id":%q,"trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":%q}]}]}`, thread, text)
+	req := httptest.NewRequest("POST", "/chat", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	s.Handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || !strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+		t.Fatalf("POST /chat: %d\n%s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
+}
+
+// Issue 19: the tools file's HTTP tools are offered to the model and executed. The offline model calls
+// create_ticket; the backend receives the service's token (from an ${env:…} reference), the call's idempotency key
+// (thread/message/call), the URL filled from the input and the rest as the body; the model reads its answer.
+func TestToolsFileHTTPToolRuns(t *testing.T) {
+	t.Setenv("AGENTLOOP_TEST_BACKEND_TOKEN", "svc-secret")
+	b := &ticketBackend{}
+	backend := httptest.NewServer(b)
+	t.Cleanup(backend.Close)
+	var logs bytes.Buffer
+	s := toolsStack(t, backend, &logs)
+	tok, _ := s.Token("alice", time.Hour)
+	stream := postChat(t, s, tok, "th-tools", `/tool create_ticket {"team":"ops","title":"Printer on fire"}`)
+	if !strings.Contains(stream, `"type":"tool-output-available"`) || !strings.Contains(stream, `T-42`) {
+		t.Fatalf("no output of create_ticket in the stream:\n%s", stream)
+	}
+	headers, uris := b.seen()
+	if len(headers) != 1 {
+		t.Fatalf("backend saw %d requests, want 1: %v", len(headers), uris)
+	}
+	if want := `POST /teams/ops/tickets {"title":"Printer on fire"}`; uris[0] != want {
+		t.Errorf("backend saw %q, want %q", uris[0], want)
+	}
+	if key := headers[0].Get("Idempotency-Key"); !strings.HasPrefix(key, "th-tools/") || strings.Count(key, "/") != 2 {
+		t.Errorf("Idempotency-Key %q, want th-tools/<message>/<call>", key)
+	}
+	if !bytes.Contains(logs.Bytes(), []byte(`"http_tools":["create_ticket"]`)) {
+		t.Errorf("no tools.file line naming create_ticket:\n%s", logs.Bytes())
+	}
+}
