@@ -40,8 +40,9 @@ type ToolInvocation struct {
 	// under it so that Recorded can report it after a crash (DESIGN principle 9).
 	IdempotencyKey string
 	// UserToken is the end user's bearer token from the request that runs the call, for tools that act as the
-	// user at another service (HTTP tools send it as X-User-JWT). Empty when the turn has no request of the user
-	// (a server-side turn) and, today, always: the engine does not carry it yet (issue 19 item 3).
+	// user at another service (HTTP tools send it as X-User-JWT). Empty when the turn has no request of the user:
+	// a delivery pass (a job's report, a message queued by multitask enqueue) and recovery. Held in memory for
+	// the call only: never stored, logged, or put in an output.
 	UserToken string
 }
 

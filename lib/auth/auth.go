@@ -48,6 +48,9 @@ const CodeWeakSecret = agent.CodeWeakSecret
 // Principal is the authenticated caller.
 type Principal struct {
 	Subject string
+	// Token is the bearer token the subject was verified from: the end user's JWT, which tools that act as the
+	// user at another service receive (agent.ToolInvocation.UserToken). Never stored or logged.
+	Token string
 }
 
 // KeySource supplies the verification keys of one signing scheme. HS256 is HMACKey; an RS256 JWKS source
@@ -199,7 +202,7 @@ func (v *Verifier) VerifyToken(ctx context.Context, token string) (Principal, er
 	case v.maxAge > 0 && v.clock.Now().Sub(claims.IssuedAt.Time) > v.maxAge+v.leeway:
 		return Principal{}, agent.E(agent.KindUnauthenticated, CodeTokenExpired, "token is older than %s", v.maxAge)
 	}
-	return Principal{Subject: claims.Subject}, nil
+	return Principal{Subject: claims.Subject, Token: token}, nil
 }
 
 // tokenClaims are the registered claims and, for Config.SubjectClaim, every claim as it came.

@@ -114,3 +114,59 @@ func TestToolsFileHTTPToolRuns(t *testing.T) {
 		t.Errorf("no tools.file line naming create_ticket:\n%s", logs.Bytes())
 	}
 }
+
+// Issue 19: the caller's bearer JWT reaches the HTTP tool's backend as X-User-JWT (the service's token stays in
+// Authorization), and nothing the stack keeps holds it: not the SQLite file (transcript, run record, segments,
+// tool state) nor the logs.
+func TestUserTokenReachesHTTPToolOnly(t *testing.T) {
+	t.Setenv("AGENTLOOP_TEST_BACKEND_TOKEN", "svc-secret")
+	b := &ticketBackend{}
+	backend := httptest.NewServer(b)
+	t.Cleanup(backend.Close)
+	var logs bytes.Buffer
+	data := t.TempDir()
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	body := `httpTools:
+  - name: create_ticket
+    description: Open a ticket.
+    inputSchema: {type: object, properties: {team: {type: string}, title: {type: string}}, required: [team, title]}
+    method: POST
+    url: ` + backend.URL + `/teams/{team}/tickets
+    headers: {Authorization: "Bearer ${env:AGENTLOOP_TEST_BACKEND_TOKEN}"}
+`
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := devserver.New(context.Background(), devserver.Options{Data: data, Config: config.Config{ToolsFile: file},
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := s.Token("alice", time.Hour)
+	stream := postChat(t, s, tok, "th-user", `/tool create_ticket {"team":"ops","title":"Printer on fire"}`)
+	if !strings.Contains(stream, `T-42`) {
+		t.Fatalf("no output of create_ticket in the stream:\n%s", stream)
+	}
+	headers, _ := b.seen()
+	if len(headers) != 1 || headers[0].Get("X-User-JWT") != tok || headers[0].Get("Authorization") != "Bearer svc-secret" {
+		t.Fatalf("backend saw %v, want X-User-JWT the caller's token and Authorization the service's", headers)
+	}
+	s.Close()
+	signature := tok[strings.LastIndex(tok, ".")+1:]
+	if strings.Contains(stream, signature) {
+		t.Errorf("the stream holds the user's token")
+	}
+	if bytes.Contains(logs.Bytes(), []byte(signature)) {
+		t.Errorf("the logs hold the user's token:\n%s", logs.Bytes())
+	}
+	entries, _ := os.ReadDir(data)
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join(data, e.Name()))
+		if err != nil || e.IsDir() {
+			continue
+		}
+		if bytes.Contains(raw, []byte(signature)) {
+			t.Errorf("%s holds the user's token", e.Name())
+		}
+	}
+}

@@ -22,7 +22,9 @@ type Turn struct {
 	run    agent.Run
 	thread agent.Thread
 	owner  string
-	plan   turnPlan
+	// userToken is the request's UserToken ("" for a turn no request of the user runs).
+	userToken string
+	plan      turnPlan
 	// claimedAt is the clock time of the claim: the claim is ours for staleAfter from its last heartbeat, and
 	// this is the first one.
 	claimedAt time.Time
@@ -119,7 +121,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (*Turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, claimedAt: claimedAt, pumped: req.Kind == TurnQueued,
+	t := &Turn{e: e, run: claim.Run, thread: claim.Thread, owner: req.Owner, userToken: req.UserToken, claimedAt: claimedAt, pumped: req.Kind == TurnQueued,
 		meter: meter, began: began, slot: slot, ticket: ticket}
 	ticket.keep(t)
 	plan, err := t.readAndPlan(ctx, req)

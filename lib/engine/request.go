@@ -43,6 +43,12 @@ type Request struct {
 	// (tool outputs, approval answers): that message's id, which the message itself carries too.
 	MessageID string
 	Multitask Multitask
+	// UserToken is the caller's bearer token (the end user's JWT), handed to the tools this request's own turn
+	// runs (agent.ToolInvocation.UserToken) and nowhere else: it is held in memory for the turn, never stored,
+	// logged or put in a run record. A message this request queues (multitask enqueue) is answered later by a
+	// turn without it, as are delivery passes (a job's report, a queued message): no request of the user runs
+	// them.
+	UserToken string
 	// trigger is a delivery pass's trigger (steer, or queued when it answers a queued user message).
 	trigger agent.Trigger
 }

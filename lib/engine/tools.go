@@ -112,7 +112,7 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 		tool := s.tools.byName[c.call.Name]
 		msgID := t.run.AssistantMessageID
 		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, Epoch: t.run.Epoch, ToolCallID: c.call.ID, MessageID: msgID,
-			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msgID, c.call.ID)}
+			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msgID, c.call.ID), UserToken: t.userToken}
 		go s.executeOne(k, tool, inv, s.toolDeadline(ctx), results)
 	}
 	for range calls {

@@ -86,7 +86,7 @@ func (s *server) postChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	req.Owner = subjectOf(r.Context())
+	req.Owner, req.UserToken = subjectOf(r.Context()), userTokenOf(r.Context())
 	turn, err := s.Engine.Begin(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)

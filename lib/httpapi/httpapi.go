@@ -122,7 +122,16 @@ func (s *server) fallback(mux *http.ServeMux) {
 
 type ctxKey struct{}
 
-func subjectOf(ctx context.Context) string { s, _ := ctx.Value(ctxKey{}).(string); return s }
+func subjectOf(ctx context.Context) string {
+	p, _ := ctx.Value(ctxKey{}).(auth.Principal)
+	return p.Subject
+}
+
+// userTokenOf is the caller's bearer token (auth.Principal.Token): only a turn the request runs gets it.
+func userTokenOf(ctx context.Context) string {
+	p, _ := ctx.Value(ctxKey{}).(auth.Principal)
+	return p.Token
+}
 
 func (s *server) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -135,7 +144,7 @@ func (s *server) authed(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		noteOwner(w, p.Subject)
-		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, p.Subject)))
+		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, p)))
 	}
 }
 
