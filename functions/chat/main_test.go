@@ -48,10 +48,11 @@ type fixture struct {
 // offline model behind a gate: the model streams its first words, then holds the rest until release is called.
 // The gate makes "the handler is still running" a fact rather than a race. Step Functions requests go to
 // jobs when it is set (an sfntest server), else to an endpoint that refuses them.
-// toolsFile is a valid tools file: one MCP server and one HTTP tool.
+// toolsFile is a valid tools file: one MCP server (down: nothing listens, so turns go on without it) and one HTTP
+// tool.
 const toolsFile = `mcpServers:
   - name: docs
-    url: https://mcp.example.com/mcp
+    url: http://127.0.0.1:1/mcp
     headers: {Authorization: "Bearer ${env:DOCS_TOKEN}"}
 httpTools:
   - name: create_ticket

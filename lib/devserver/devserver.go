@@ -32,6 +32,7 @@ import (
 	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/localjobs"
+	"github.com/agentloop/agentloop/lib/mcptools"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
@@ -91,17 +92,25 @@ type Options struct {
 	Metrics agent.Metrics
 }
 
-// toolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) with secrets, the
-// values of its references. functions/internal/boot builds the same (it may not import this package: SQLite).
-func toolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client) []agent.ToolSource {
+// toolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) and one source per
+// MCP server (lib/mcptools), with secrets, the values of its references; close ends the MCP sessions.
+// functions/internal/boot builds the same (it may not import this package: SQLite).
+func toolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client, clock agent.Clock, log *slog.Logger) (sources []agent.ToolSource, close func()) {
 	if f == nil {
-		return nil
+		return nil, func() {}
 	}
-	var sources []agent.ToolSource
 	if len(f.HTTPTools) > 0 {
 		sources = append(sources, httptools.New(f, secrets, httptools.Options{Client: client}))
 	}
-	return sources
+	servers := mcptools.New(f, secrets, mcptools.Options{Client: client, Clock: clock, Logger: log})
+	for _, s := range servers {
+		sources = append(sources, s)
+	}
+	return sources, func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}
 }
 
 // Stack is a running local backend.
@@ -114,7 +123,7 @@ type Stack struct {
 	Threads *threads.Service
 	Model   agent.Model
 	Tools   []agent.Tool
-	// Sources are the tools file's tool sources (AGENT_TOOLS_FILE): its HTTP tools.
+	// Sources are the tools file's tool sources (AGENT_TOOLS_FILE): its HTTP tools and MCP servers.
 	Sources []agent.ToolSource
 	// Jobs starts job executions and delivery passes: the in-process runner (the Step Functions contract) unless
 	// Options.Jobs was given; JobTasks are the task handlers.
@@ -251,7 +260,9 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	s.Sources = toolSources(file, secrets, o.ToolsClient)
+	sources, closeSources := toolSources(file, secrets, o.ToolsClient, clock, log)
+	s.Sources = sources
+	s.closers = append(s.closers, closeSources)
 	// Every tool call's input is repaired once if it is not JSON and checked against its tool's schema before
 	// anything acts on it; a tool whose schema is not a JSON Schema fails the start.
 	inputs, err := toolschema.New(toolset...)

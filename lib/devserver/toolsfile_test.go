@@ -3,6 +3,7 @@ package devserver_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
+	"github.com/agentloop/agentloop/lib/mcptools"
 )
 
 // ticketBackend is the deployer's service behind an HTTP tool: it refuses a request without the service's token
@@ -93,7 +97,7 @@ func TestToolsFileHTTPToolRuns(t *testing.T) {
 	b := &ticketBackend{}
 	backend := httptest.NewServer(b)
 	t.Cleanup(backend.Close)
-	var logs bytes.Buffer
+	var logs syncBuffer
 	s := toolsStack(t, backend, &logs)
 	tok, _ := s.Token("alice", time.Hour)
 	stream := postChat(t, s, tok, "th-tools", `/tool create_ticket {"team":"ops","title":"Printer on fire"}`)
@@ -110,8 +114,8 @@ func TestToolsFileHTTPToolRuns(t *testing.T) {
 	if key := headers[0].Get("Idempotency-Key"); !strings.HasPrefix(key, "th-tools/") || strings.Count(key, "/") != 2 {
 		t.Errorf("Idempotency-Key %q, want th-tools/<message>/<call>", key)
 	}
-	if !bytes.Contains(logs.Bytes(), []byte(`"http_tools":["create_ticket"]`)) {
-		t.Errorf("no tools.file line naming create_ticket:\n%s", logs.Bytes())
+	if !strings.Contains(logs.String(), `"http_tools":["create_ticket"]`) {
+		t.Errorf("no tools.file line naming create_ticket:\n%s", logs.String())
 	}
 }
 
@@ -170,3 +174,65 @@ func TestUserTokenReachesHTTPToolOnly(t *testing.T) {
 		}
 	}
 }
+
+// Issue 19: the tools file's MCP servers are offered through agentloop dev. The offline model calls docs__lookup
+// on the Go SDK's own server (Streamable HTTP, in-process): the server receives the caller's JWT (forwardUserToken)
+// and the call's idempotency key in _meta, and the model reads the answer. A second server is down: the turn goes
+// on without its tools and the log says so.
+func TestToolsFileMCPServer(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var auths, keys []string
+	m := mcp.NewServer(&mcp.Implementation{Name: "docs", Version: "1"}, nil)
+	m.AddTool(&mcp.Tool{Name: "lookup", Description: "Look a thing up.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ Q string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			key, _ := req.Params.Meta[mcptools.MetaIdempotencyKey].(string)
+			mu.Lock()
+			auths, keys = append(auths, req.Extra.Header.Get("Authorization")), append(keys, key)
+			mu.Unlock()
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "found " + in.Q}}}, nil
+		})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, &mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(hs.Close)
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	body := "mcpServers:\n  - name: docs\n    url: " + hs.URL + "\n    forwardUserToken: true\n  - name: gone\n    url: http://127.0.0.1:1/mcp\n"
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	s, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), Config: config.Config{ToolsFile: file},
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	tok, _ := s.Token("alice", time.Hour)
+	stream := postChat(t, s, tok, "th-mcp", `/tool docs__lookup {"q":"printer"}`)
+	if !strings.Contains(stream, `"type":"tool-output-available"`) || !strings.Contains(stream, "found printer") {
+		t.Fatalf("no output of docs__lookup in the stream:\n%s", stream)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(auths) != 1 || auths[0] != "Bearer "+tok || !strings.HasPrefix(keys[0], "th-mcp/") {
+		t.Errorf("the MCP server saw Authorization %q and key %q, want the caller's JWT and th-mcp/<message>/<call>", auths, keys)
+	}
+	if l := logs.String(); !strings.Contains(l, `"source":"mcp:gone"`) || !strings.Contains(l, `"outcome":"unavailable"`) {
+		t.Errorf("no log line for the server that is down:\n%s", l)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the stack's goroutines may log into while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

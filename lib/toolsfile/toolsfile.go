@@ -44,8 +44,8 @@
 // functions' SSM one over lib/ssmsecrets for ${ssm:…}).
 //
 // The wiring reads the file at cold start (Startup: a bad file fails it, and so does a reference that cannot be
-// resolved) and builds the tool sources from it: lib/httptools for httpTools. This package is configuration, not
-// an adapter: the tool sources import its types.
+// resolved) and builds the tool sources from it: lib/httptools for httpTools, lib/mcptools for mcpServers. This
+// package is configuration, not an adapter: the tool sources import its types (and nothing else of each other).
 package toolsfile
 
 import (

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	awssfn "github.com/aws/aws-sdk-go-v2/service/sfn"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentloop/agentloop/lib/httptools"
 	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/jobs"
+	"github.com/agentloop/agentloop/lib/mcptools"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/segments"
@@ -126,7 +128,7 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Sources = ToolSources(file, secrets, nil)
+	a.Sources = ToolSources(file, secrets, nil, b.Clock, b.Log)
 	a.Reaper = b.Reaper(a.Tools, js)
 	// The engine and the resume reader share a hub: a reader of a run this invocation's process writes is fed from
 	// it (an instance serves one invocation at a time, so in AWS that is rare; the store is the way across).
@@ -145,15 +147,20 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	return a, nil
 }
 
-// ToolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) with secrets, the
-// values of its references; client sends their requests (nil: their own). lib/devserver builds the same.
-func ToolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client) []agent.ToolSource {
+// ToolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) and one source per
+// MCP server (lib/mcptools, each listed by the first turn and cached for the life of the execution environment),
+// with secrets, the values of its references; client sends their requests (nil: their own). lib/devserver builds
+// the same.
+func ToolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client, clock agent.Clock, log *slog.Logger) []agent.ToolSource {
 	if f == nil {
 		return nil
 	}
 	var sources []agent.ToolSource
 	if len(f.HTTPTools) > 0 {
 		sources = append(sources, httptools.New(f, secrets, httptools.Options{Client: client}))
+	}
+	for _, s := range mcptools.New(f, secrets, mcptools.Options{Client: client, Clock: clock, Logger: log}) {
+		sources = append(sources, s)
 	}
 	return sources
 }

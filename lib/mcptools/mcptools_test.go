@@ -1,0 +1,352 @@
+package mcptools_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/mcptools"
+	"github.com/agentloop/agentloop/lib/toolsfile"
+)
+
+// server is the Go SDK's own MCP server, in-process over Streamable HTTP, with tools that cover every mapping;
+// it records what each call carried (headers, _meta, arguments).
+type server struct {
+	mu    sync.Mutex
+	calls []seenCall
+	lists int
+}
+
+type seenCall struct {
+	tool, auth, apiKey, key, args string
+}
+
+func (s *server) record(req *mcp.CallToolRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key, _ := req.Params.Meta[mcptools.MetaIdempotencyKey].(string)
+	c := seenCall{tool: req.Params.Name, key: key, args: string(req.Params.Arguments)}
+	if req.Extra != nil && req.Extra.Header != nil {
+		c.auth, c.apiKey = req.Extra.Header.Get("Authorization"), req.Extra.Header.Get("X-Api-Key")
+	}
+	s.calls = append(s.calls, c)
+}
+
+func (s *server) seen() []seenCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]seenCall(nil), s.calls...)
+}
+
+func yes() *bool { b := true; return &b }
+
+var object = json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)
+
+func (s *server) mcpServer() *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	text := func(parts ...mcp.Content) *mcp.CallToolResult { return &mcp.CallToolResult{Content: parts} }
+	add := func(t *mcp.Tool, h func(req *mcp.CallToolRequest) *mcp.CallToolResult) {
+		t.InputSchema = object
+		srv.AddTool(t, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			s.record(req)
+			return h(req), nil
+		})
+	}
+	add(&mcp.Tool{Name: "echo", Description: "Echo the text.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(req *mcp.CallToolRequest) *mcp.CallToolResult {
+			var in struct{ Text string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			return text(&mcp.TextContent{Text: "echo:"}, &mcp.TextContent{Text: in.Text})
+		})
+	add(&mcp.Tool{Name: "wipe", Description: "Delete everything.", Annotations: &mcp.ToolAnnotations{DestructiveHint: yes()}},
+		func(*mcp.CallToolRequest) *mcp.CallToolResult { return text(&mcp.TextContent{Text: "wiped"}) })
+	add(&mcp.Tool{Name: "touch", Description: "Change something."},
+		func(*mcp.CallToolRequest) *mcp.CallToolResult { return text(&mcp.TextContent{Text: "touched"}) })
+	add(&mcp.Tool{Name: "fail", Description: "Always fails."}, func(*mcp.CallToolRequest) *mcp.CallToolResult {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "no such ticket"}}}
+	})
+	add(&mcp.Tool{Name: "picture", Description: "A picture."}, func(*mcp.CallToolRequest) *mcp.CallToolResult {
+		return text(&mcp.TextContent{Text: "a dot"}, &mcp.ImageContent{MIMEType: "image/png", Data: []byte{1, 2, 3}})
+	})
+	add(&mcp.Tool{Name: "big", Description: "A long answer."}, func(*mcp.CallToolRequest) *mcp.CallToolResult {
+		return text(&mcp.TextContent{Text: strings.Repeat("word ", 100)})
+	})
+	add(&mcp.Tool{Name: "odd.name", Description: "A name providers refuse."},
+		func(*mcp.CallToolRequest) *mcp.CallToolResult { return text(&mcp.TextContent{Text: "ok"}) })
+	return srv
+}
+
+// start serves the server over Streamable HTTP: stateless (the 2026-07-28 revision's way, a request at a time)
+// or session-based.
+func (s *server) start(t *testing.T, stateless bool) *httptest.Server {
+	t.Helper()
+	m := s.mcpServer()
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, &mcp.StreamableHTTPOptions{Stateless: stateless})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			s.mu.Lock()
+			s.lists++
+			s.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+// sources builds the sources of a tools file whose URLs (MCP) point at url.
+func sources(t *testing.T, url, file string, o mcptools.Options) []*mcptools.Source {
+	t.Helper()
+	f, err := toolsfile.Parse("tools.yaml", []byte(strings.ReplaceAll(file, "MCP", url)), toolsfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := f.Resolve(context.Background(), toolsfile.Resolvers{
+		toolsfile.RefEnv: toolsfile.EnvResolver(func(n string) string { return map[string]string{"DOCS_KEY": "k-123"}[n] })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs := mcptools.New(f, secrets, o)
+	for _, s := range srcs {
+		t.Cleanup(s.Close)
+	}
+	return srcs
+}
+
+func byName(t *testing.T, src *mcptools.Source) map[string]agent.Tool {
+	t.Helper()
+	tools, err := src.Tools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]agent.Tool{}
+	for _, tl := range tools {
+		m[tl.Name] = tl
+	}
+	return m
+}
+
+func invoke(tool agent.Tool, input, userToken string) (json.RawMessage, error) {
+	return tool.Execute(context.Background(), agent.ToolInvocation{ThreadID: "th", MessageID: "m1", ToolCallID: "c1",
+		Input: json.RawMessage(input), IdempotencyKey: "th/m1/c1", UserToken: userToken})
+}
+
+const docsFile = `mcpServers:
+  - name: docs
+    url: MCP
+    headers: {X-Api-Key: "${env:DOCS_KEY}"}
+    maxOutputBytes: 200
+`
+
+// Listing, names, approvals from annotations, calling (headers, _meta, text joined, other parts kept), isError,
+// and the output cap: against a stateless and a session-based server alike.
+func TestServer(t *testing.T) {
+	t.Parallel()
+	for _, stateless := range []bool{true, false} {
+		name := map[bool]string{true: "stateless", false: "sessions"}[stateless]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := &server{}
+			hs := srv.start(t, stateless)
+			tools := byName(t, sources(t, hs.URL, docsFile, mcptools.Options{})[0])
+			want := map[string]agent.ApprovalPolicy{"docs__echo": agent.ApprovalNever, "docs__wipe": agent.ApprovalAlways,
+				"docs__touch": agent.ApprovalMutating, "docs__fail": agent.ApprovalMutating, "docs__picture": agent.ApprovalMutating,
+				"docs__big": agent.ApprovalMutating, "docs__odd_name": agent.ApprovalMutating}
+			for n, a := range want {
+				tl, ok := tools[n]
+				if !ok {
+					t.Fatalf("no %s among %v", n, tools)
+				}
+				if tl.Approval != a || tl.Kind != agent.ToolServer || len(tl.InputSchema) == 0 || tl.Description == "" {
+					t.Errorf("%s: approval %q kind %q schema %s, want approval %q", n, tl.Approval, tl.Kind, tl.InputSchema, a)
+				}
+			}
+			if len(tools) != len(want) {
+				t.Errorf("%d tools, want %d", len(tools), len(want))
+			}
+
+			out, err := invoke(tools["docs__echo"], `{"text":"hi"}`, "")
+			if err != nil || string(out) != `"echo:\nhi"` {
+				t.Fatalf("echo: %s %v", out, err)
+			}
+			calls := srv.seen()
+			if got := calls[len(calls)-1]; got.key != "th/m1/c1" || got.apiKey != "k-123" || got.tool != "echo" || got.auth != "" {
+				t.Errorf("the server saw %+v, want the idempotency key in _meta and X-Api-Key", got)
+			}
+			if out, err := invoke(tools["docs__odd_name"], `{}`, ""); err != nil || string(out) != `"ok"` {
+				t.Errorf("odd.name: %s %v", out, err)
+			}
+
+			_, err = invoke(tools["docs__fail"], `{}`, "")
+			var ae *agent.Error
+			if !errors.As(err, &ae) || ae.Code != agent.CodeToolFailed || !strings.Contains(ae.Message, "no such ticket") {
+				t.Errorf("fail: %v, want a tool error with the server's text", err)
+			}
+
+			out, err = invoke(tools["docs__picture"], `{}`, "")
+			var pic struct {
+				Text  string
+				Parts []map[string]any
+			}
+			if err != nil || json.Unmarshal(out, &pic) != nil || pic.Text != "a dot" || len(pic.Parts) != 1 || pic.Parts[0]["type"] != "image" {
+				t.Errorf("picture: %s %v, want the text and the image part", out, err)
+			}
+
+			out, err = invoke(tools["docs__big"], `{}`, "")
+			var cut struct {
+				Truncated bool
+				Note      string
+				Text      string
+			}
+			if err != nil || json.Unmarshal(out, &cut) != nil || !cut.Truncated || len(cut.Text) != 200 || !strings.Contains(cut.Note, "200 bytes") {
+				t.Errorf("big: %s %v, want the text cut at 200 bytes with a note", out, err)
+			}
+		})
+	}
+}
+
+// Definitions are listed once and cached: a second turn's listing asks the server nothing.
+func TestListedOnce(t *testing.T) {
+	t.Parallel()
+	srv := &server{}
+	hs := srv.start(t, true)
+	src := sources(t, hs.URL, docsFile, mcptools.Options{})[0]
+	byName(t, src)
+	srv.mu.Lock()
+	first := srv.lists
+	srv.mu.Unlock()
+	byName(t, src)
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.lists != first || first == 0 {
+		t.Errorf("requests: %d after the first listing, %d after the second, want no more", first, srv.lists)
+	}
+}
+
+// include and exclude choose among the server's names; approval never/always override the annotations.
+func TestIncludeExcludeApproval(t *testing.T) {
+	t.Parallel()
+	srv := &server{}
+	hs := srv.start(t, false)
+	srcs := sources(t, hs.URL, `mcpServers:
+  - name: a
+    url: MCP
+    include: [echo, wipe]
+    approval: never
+  - name: b
+    url: MCP
+    exclude: [echo, wipe, fail, picture, big, odd.name]
+    approval: always
+`, mcptools.Options{})
+	a, b := byName(t, srcs[0]), byName(t, srcs[1])
+	if len(a) != 2 || a["a__echo"].Approval != agent.ApprovalNever || a["a__wipe"].Approval != agent.ApprovalNever {
+		t.Errorf("include [echo wipe], never: %v", a)
+	}
+	if len(b) != 1 || b["b__touch"].Approval != agent.ApprovalAlways {
+		t.Errorf("exclude all but touch, always: %v", b)
+	}
+}
+
+// forwardUserToken: the user's JWT is the call's Authorization; a call without one is a tool error the model
+// reads, and the server sees nothing.
+func TestForwardUserToken(t *testing.T) {
+	t.Parallel()
+	for _, stateless := range []bool{true, false} {
+		t.Run(map[bool]string{true: "stateless", false: "sessions"}[stateless], func(t *testing.T) {
+			t.Parallel()
+			srv := &server{}
+			hs := srv.start(t, stateless)
+			tools := byName(t, sources(t, hs.URL, `mcpServers:
+  - name: me
+    url: MCP
+    forwardUserToken: true
+    include: [echo]
+`, mcptools.Options{})[0])
+			if out, err := invoke(tools["me__echo"], `{"text":"x"}`, "user.jwt"); err != nil || string(out) != `"echo:\nx"` {
+				t.Fatalf("echo: %s %v", out, err)
+			}
+			calls := srv.seen()
+			if len(calls) != 1 || calls[0].auth != "Bearer user.jwt" {
+				t.Fatalf("the server saw %+v, want Authorization: Bearer user.jwt", calls)
+			}
+			_, err := invoke(tools["me__echo"], `{"text":"x"}`, "")
+			if agent.CodeOf(err) != agent.CodeToolFailed || !strings.Contains(err.Error(), "acts as the user") {
+				t.Errorf("without a user token: %v", err)
+			}
+			if n := len(srv.seen()); n != 1 {
+				t.Errorf("the server saw %d calls, want 1", n)
+			}
+		})
+	}
+}
+
+// A server that is down: its listing fails (the engine leaves its tools out of the turn and logs it) and is not
+// tried again until RelistAfter has passed; once the server is up, the next listing finds its tools.
+func TestServerDown(t *testing.T) {
+	t.Parallel()
+	srv := &server{}
+	m := srv.mcpServer()
+	var up sync.Mutex
+	down := true
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, nil)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up.Lock()
+		d := down
+		up.Unlock()
+		if d {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	src := sources(t, hs.URL, docsFile, mcptools.Options{Clock: clock, RelistAfter: time.Minute})[0]
+	if _, err := src.Tools(context.Background()); err == nil {
+		t.Fatal("a server that is down listed its tools")
+	}
+	up.Lock()
+	down = false
+	up.Unlock()
+	if _, err := src.Tools(context.Background()); err == nil {
+		t.Fatal("listed again before RelistAfter")
+	}
+	clock.advance(time.Minute)
+	if tools, err := src.Tools(context.Background()); err != nil || len(tools) == 0 {
+		t.Fatalf("after RelistAfter: %v %v", tools, err)
+	}
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func TestToolName(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ server, tool, want string }{
+		{"docs", "search", "docs__search"},
+		{"docs", "a.b/c d", "docs__a_b_c_d"},
+		{"docs", strings.Repeat("x", 80), "docs__" + strings.Repeat("x", 58)},
+	} {
+		if got := mcptools.ToolName(c.server, c.tool); got != c.want {
+			t.Errorf("ToolName(%q, %q) = %q, want %q", c.server, c.tool, got, c.want)
+		}
+	}
+}
