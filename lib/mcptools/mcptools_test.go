@@ -350,3 +350,43 @@ func TestToolName(t *testing.T) {
 		}
 	}
 }
+
+// A session-based server that forgot the shared session (it answers 404 for it): the call opens a new session and
+// goes once more (it never reached the server), and the server runs it once.
+func TestSessionForgotten(t *testing.T) {
+	t.Parallel()
+	srv := &server{}
+	m := srv.mcpServer()
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, nil)
+	var mu sync.Mutex
+	var last, stale string
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Mcp-Session-Id")
+		mu.Lock()
+		if id != "" {
+			last = id
+		}
+		forgotten := id != "" && id == stale
+		mu.Unlock()
+		if forgotten {
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	tools := byName(t, sources(t, hs.URL, docsFile, mcptools.Options{})[0])
+	mu.Lock()
+	stale = last
+	mu.Unlock()
+	if stale == "" {
+		t.Fatal("the server gave no session")
+	}
+	out, err := invoke(tools["docs__echo"], `{"text":"again"}`, "")
+	if err != nil || string(out) != `"echo:\nagain"` {
+		t.Fatalf("echo after the session was forgotten: %s %v", out, err)
+	}
+	if n := len(srv.seen()); n != 1 {
+		t.Errorf("the server ran %d calls, want 1", n)
+	}
+}
