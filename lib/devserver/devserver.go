@@ -93,16 +93,17 @@ type Options struct {
 }
 
 // toolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) and one source per
-// MCP server (lib/mcptools), with secrets, the values of its references; close ends the MCP sessions.
+// MCP server (lib/mcptools, their definitions pinned in pins), with secrets, the values of its references; close
+// ends the MCP sessions.
 // functions/internal/boot builds the same (it may not import this package: SQLite).
-func toolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client, clock agent.Clock, log *slog.Logger) (sources []agent.ToolSource, close func()) {
+func toolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client, pins agent.ValueStore, clock agent.Clock, log *slog.Logger) (sources []agent.ToolSource, close func()) {
 	if f == nil {
 		return nil, func() {}
 	}
 	if len(f.HTTPTools) > 0 {
 		sources = append(sources, httptools.New(f, secrets, httptools.Options{Client: client}))
 	}
-	servers := mcptools.New(f, secrets, mcptools.Options{Client: client, Clock: clock, Logger: log})
+	servers := mcptools.New(f, secrets, mcptools.Options{Client: client, Pins: pins, Clock: clock, Logger: log})
 	for _, s := range servers {
 		sources = append(sources, s)
 	}
@@ -260,7 +261,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	sources, closeSources := toolSources(file, secrets, o.ToolsClient, clock, log)
+	sources, closeSources := toolSources(file, secrets, o.ToolsClient, s.Store, clock, log)
 	s.Sources = sources
 	s.closers = append(s.closers, closeSources)
 	// Every tool call's input is repaired once if it is not JSON and checked against its tool's schema before

@@ -10,6 +10,14 @@
 // offered as <server>__<tool>, every character outside [a-zA-Z0-9_-] made '_' and the whole cut at 64 (two that
 // end up the same: the first is kept, the log names the other).
 //
+// Pinning (Options.Pins set): the first definition seen of each tool (its name, description, input schema and
+// annotations, hashed: 16 hex digits) is recorded in the store's value area (namespace "mcp-pins/<server>", one
+// read of the namespace per listing). A tool whose definition differs from its pin is held back, not offered,
+// and the log says which (mcp.definition_changed, with the pinned hash and the new one), until the deployer
+// accepts it: accept: {<tool>: <new hash>} on the server in the tools file, after which the new definition is
+// pinned (mcp.definition_accepted) and offered. A pin store that cannot be read fails the listing (nothing
+// unchecked is offered). Two processes that first see different definitions at once: the later write wins.
+//
 // Approval (the file's approval): never; always; annotations (the default): readOnlyHint never asks, else
 // destructiveHint true always asks, else the thread's reviewTools setting decides (agent.ApprovalMutating).
 //
@@ -34,6 +42,8 @@ package mcptools
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,7 +87,9 @@ type Options struct {
 	Timers agent.Timers
 	// RelistAfter: a failed listing is tried again this long after (0: DefaultRelistAfter).
 	RelistAfter time.Duration
-	Logger      *slog.Logger
+	// Pins, when set, holds each tool's first definition seen (see Pinning).
+	Pins   agent.ValueStore
+	Logger *slog.Logger
 }
 
 // Source is the agent.ToolSource of one MCP server.
@@ -159,6 +171,11 @@ func (s *Source) list(ctx context.Context) ([]agent.Tool, error) {
 	} else {
 		s.session = sess
 	}
+	pins, err := s.pins(ctx)
+	if err != nil {
+		s.dropLocked(sess)
+		return nil, err
+	}
 	var tools []agent.Tool
 	seen := map[string]string{}
 	for t, err := range sess.Tools(ctx, nil) {
@@ -167,6 +184,12 @@ func (s *Source) list(ctx context.Context) ([]agent.Tool, error) {
 			return nil, fmt.Errorf("mcp server %q: list tools: %w", s.def.Name, err)
 		}
 		if !s.wanted(t.Name) {
+			continue
+		}
+		if ok, err := s.pinned(ctx, pins, t); err != nil {
+			s.dropLocked(sess)
+			return nil, err
+		} else if !ok {
 			continue
 		}
 		name := ToolName(s.def.Name, t.Name)
@@ -189,6 +212,62 @@ func (s *Source) list(ctx context.Context) ([]agent.Tool, error) {
 	}
 	s.o.Logger.Info("mcp.listed", "server", s.def.Name, "tools", names)
 	return tools, nil
+}
+
+// pinNamespace is where the server's pins are kept in the value area.
+func (s *Source) pinNamespace() string { return "mcp-pins/" + s.def.Name }
+
+// pins are the server's pinned definition hashes by tool (nil when pinning is off).
+func (s *Source) pins(ctx context.Context) (map[string]string, error) {
+	if s.o.Pins == nil {
+		return nil, nil
+	}
+	kvs, err := s.o.Pins.ListValues(ctx, s.pinNamespace())
+	if err != nil {
+		return nil, fmt.Errorf("mcp server %q: read the pinned definitions: %w", s.def.Name, err)
+	}
+	out := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		out[kv.Key] = string(kv.Value)
+	}
+	return out, nil
+}
+
+// pinned reports whether t may be offered: its definition is the pinned one (pinned now when it is new), or the
+// file accepts the change (pinned again now); else it is held back and the log says so.
+func (s *Source) pinned(ctx context.Context, pins map[string]string, t *mcp.Tool) (bool, error) {
+	if s.o.Pins == nil {
+		return true, nil
+	}
+	h := DefinitionHash(t)
+	old, known := pins[t.Name]
+	switch {
+	case known && old == h:
+		return true, nil
+	case known && s.def.Accept[t.Name] != h:
+		s.o.Logger.Warn("mcp.definition_changed", "server", s.def.Name, "tool", t.Name, "pinned", old, "seen", h,
+			"note", fmt.Sprintf("not offered until accepted: add accept: {%s: %s} to server %s in the tools file", t.Name, h, s.def.Name))
+		return false, nil
+	}
+	if err := s.o.Pins.PutValue(ctx, s.pinNamespace(), t.Name, []byte(h)); err != nil {
+		return false, fmt.Errorf("mcp server %q: pin %s: %w", s.def.Name, t.Name, err)
+	}
+	if known {
+		s.o.Logger.Info("mcp.definition_accepted", "server", s.def.Name, "tool", t.Name, "pinned", h, "was", old)
+	}
+	return true, nil
+}
+
+// DefinitionHash identifies what the model is told of a tool (name, description, input schema, annotations):
+// 16 hex digits of a SHA-256 over their JSON (object keys sorted).
+func DefinitionHash(t *mcp.Tool) string {
+	var schema any
+	if b, err := json.Marshal(t.InputSchema); err == nil {
+		_ = json.Unmarshal(b, &schema) // through any: keys sorted whatever type the SDK gave
+	}
+	b, _ := json.Marshal(map[string]any{"name": t.Name, "description": t.Description, "inputSchema": schema, "annotations": t.Annotations})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 func (s *Source) wanted(tool string) bool {

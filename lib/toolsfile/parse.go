@@ -205,6 +205,36 @@ var (
 	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 )
 
+var definitionHashRE = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+// accepts checks an MCP server's accept: a mapping of the server's tool names to definition hashes.
+func (p *parser) accepts(n *yaml.Node, path string) map[string]string {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "want a mapping of tool names to definition hashes, got %s", kindOf(n))
+		return nil
+	}
+	out := map[string]string{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		field := join(path, k.Value)
+		if _, dup := out[k.Value]; dup {
+			p.errorf(k, field, "given twice")
+			continue
+		}
+		h, ok := p.str(v, field)
+		if !ok {
+			continue
+		}
+		if !definitionHashRE.MatchString(h) {
+			p.errorf(v, field, "%q is not a definition hash (16 hex digits, as the mcp.definition_changed log line gives it)", h)
+			continue
+		}
+		out[k.Value] = h
+	}
+	return out
+}
+
 func (p *parser) headers(n *yaml.Node, path string) map[string]string {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
@@ -281,6 +311,7 @@ func (p *parser) mcpServer(n *yaml.Node, path string) MCPServer {
 		},
 		"timeout":        func(v *yaml.Node, f string) { s.Timeout = p.timeout(v, f) },
 		"maxOutputBytes": func(v *yaml.Node, f string) { s.MaxOutputBytes = p.maxOutput(v, f) },
+		"accept":         func(v *yaml.Node, f string) { s.Accept = p.accepts(v, f) },
 	})
 	if resolve(n).Kind != yaml.MappingNode {
 		return s

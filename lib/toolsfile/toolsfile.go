@@ -16,6 +16,7 @@
 //	    approval: annotations         # never | always | annotations (default)
 //	    timeout: 30s                  # a Go duration, MinTimeout to MaxTimeout (default: the engine's tool timeout)
 //	    maxOutputBytes: 65536         # 1 to MaxOutputBytes (default: the transcript's tool output cap)
+//	    accept: {search_issues: 0123456789abcdef}   # a changed definition accepted (lib/mcptools, "Pinning")
 //	httpTools:
 //	  - name: create_ticket           # ^[a-zA-Z0-9_-]{1,64}$, no "__" (kept for MCP names)
 //	    description: Open a support ticket.
@@ -101,6 +102,9 @@ type MCPServer struct {
 	// Timeout and MaxOutputBytes: zero means the engine's default.
 	Timeout        time.Duration
 	MaxOutputBytes int
+	// Accept lets changed definitions be offered again: the server's tool name → the hash of the definition
+	// accepted (the one the mcp.definition_changed log line printed). See lib/mcptools, "Pinning".
+	Accept map[string]string
 	// Line is where the entry starts in the file.
 	Line int
 }

@@ -128,7 +128,7 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Sources = ToolSources(file, secrets, nil, b.Clock, b.Log)
+	a.Sources = ToolSources(file, secrets, nil, b.Store, b.Clock, b.Log)
 	a.Reaper = b.Reaper(a.Tools, js)
 	// The engine and the resume reader share a hub: a reader of a run this invocation's process writes is fed from
 	// it (an instance serves one invocation at a time, so in AWS that is rare; the store is the way across).
@@ -148,10 +148,10 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 }
 
 // ToolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) and one source per
-// MCP server (lib/mcptools, each listed by the first turn and cached for the life of the execution environment),
-// with secrets, the values of its references; client sends their requests (nil: their own). lib/devserver builds
+// MCP server (lib/mcptools, each listed by the first turn and cached for the life of the execution environment,
+// its definitions pinned in pins), with secrets, the values of its references; client sends their requests (nil: their own). lib/devserver builds
 // the same.
-func ToolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client, clock agent.Clock, log *slog.Logger) []agent.ToolSource {
+func ToolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Client, pins agent.ValueStore, clock agent.Clock, log *slog.Logger) []agent.ToolSource {
 	if f == nil {
 		return nil
 	}
@@ -159,7 +159,7 @@ func ToolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Clie
 	if len(f.HTTPTools) > 0 {
 		sources = append(sources, httptools.New(f, secrets, httptools.Options{Client: client}))
 	}
-	for _, s := range mcptools.New(f, secrets, mcptools.Options{Client: client, Clock: clock, Logger: log}) {
+	for _, s := range mcptools.New(f, secrets, mcptools.Options{Client: client, Pins: pins, Clock: clock, Logger: log}) {
 		sources = append(sources, s)
 	}
 	return sources
