@@ -114,6 +114,14 @@ func TestToolsFileHTTPToolRuns(t *testing.T) {
 	if key := headers[0].Get("Idempotency-Key"); !strings.HasPrefix(key, "th-tools/") || strings.Count(key, "/") != 2 {
 		t.Errorf("Idempotency-Key %q, want th-tools/<message>/<call>", key)
 	}
+	// An input the tool's schema refuses never reaches the backend: the model reads the violation.
+	stream = postChat(t, s, tok, "th-tools-bad", `/tool create_ticket {"team":"ops"}`)
+	if !strings.Contains(stream, `"type":"tool-output-error"`) || !strings.Contains(stream, "invalid_tool_input") {
+		t.Errorf("an invalid input was not refused:\n%s", stream)
+	}
+	if headers, _ := b.seen(); len(headers) != 1 {
+		t.Errorf("backend saw %d requests, want 1 (the invalid input never executes)", len(headers))
+	}
 	if !strings.Contains(logs.String(), `"http_tools":["create_ticket"]`) {
 		t.Errorf("no tools.file line naming create_ticket:\n%s", logs.String())
 	}
@@ -221,6 +229,16 @@ func TestToolsFileMCPServer(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, `"source":"mcp:gone"`) || !strings.Contains(l, `"outcome":"unavailable"`) {
 		t.Errorf("no log line for the server that is down:\n%s", l)
+	}
+	mu.Unlock()
+	// An input the tool's schema refuses never reaches the server: the model reads the violation.
+	stream = postChat(t, s, tok, "th-mcp-bad", `/tool docs__lookup {"q":5}`)
+	if !strings.Contains(stream, `"type":"tool-output-error"`) || !strings.Contains(stream, "invalid_tool_input") {
+		t.Errorf("an invalid input was not refused:\n%s", stream)
+	}
+	mu.Lock()
+	if len(auths) != 1 {
+		t.Errorf("the MCP server ran %d calls, want 1 (the invalid input never executes)", len(auths))
 	}
 }
 
