@@ -77,6 +77,8 @@
 //	                      "image_url image/png 68 bytes" (a data URL: its media type and decoded size),
 //	                      "image_url https://…" (a URL, as sent), "file application/pdf report.pdf 1234 bytes"
 //	                      (file_data; "-" for no filename) or "file <file_id>". A string content is "text".
+//	/tools                Replies with the names of the tools the request offered, one per line, in the request's
+//	                      order ("No tools were offered." when none): what a router chose is visible from outside.
 //	anything else         Streams "You said: <text>" word by word.
 //
 // A request with no user message is answered with a fixed sentence. When max_completion_tokens (or max_tokens)

@@ -40,6 +40,7 @@ type turn struct {
 	after   []wireMessage   // the messages after it
 	key     string          // identifies the turn: a hash of the messages up to and including the newest user message
 	reqHash string          // a hash of all the request's messages, for ids
+	offered []string        // the names of the tools the request offers, in order (for /tools)
 }
 
 func textReply(s string) reply {
@@ -77,6 +78,11 @@ func (s *Server) answer(t turn, text string) reply {
 		return s.flakyCommand(t, text, rest)
 	case "/received":
 		return textReply(received(t.content))
+	case "/tools":
+		if len(t.offered) == 0 {
+			return textReply("No tools were offered.")
+		}
+		return textReply(strings.Join(t.offered, "\n"))
 	case "/think":
 		inner := strings.TrimSpace(rest)
 		r := s.answer(t, inner)

@@ -168,7 +168,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	rep, reqHash := s.plan(msgs)
+	offered := make([]string, len(req.Tools))
+	for i, t := range req.Tools {
+		offered[i] = t.Function.Name
+	}
+	rep, reqHash := s.plan(msgs, offered)
 	rep.limit(max(req.MaxCompletionTokens, req.MaxTokens))
 	if rep.delay == 0 {
 		rep.delay = s.replyDelay
@@ -192,7 +196,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 }
 
 // plan finds the turn in msgs and scripts the reply.
-func (s *Server) plan(msgs []wireMessage) (reply, string) {
+func (s *Server) plan(msgs []wireMessage, offered []string) (reply, string) {
 	all := hashMessages(msgs)
 	last := -1
 	for i, m := range msgs {
@@ -209,6 +213,7 @@ func (s *Server) plan(msgs []wireMessage) (reply, string) {
 		after:   msgs[last+1:],
 		key:     hashMessages(msgs[:last+1]),
 		reqHash: all,
+		offered: offered,
 	}
 	return s.answer(t, t.text), all
 }

@@ -772,3 +772,21 @@ func TestContextLength(t *testing.T) {
 		t.Fatalf("status %d, error %+v (param %s, code %s)", res.StatusCode, e, deref(e.Param), deref(e.Code))
 	}
 }
+
+// /tools answers the names of the tools the request offered, one per line, in order (issue 19 item 7: a router's
+// subset seen from outside).
+func TestToolsOffered(t *testing.T) {
+	t.Parallel()
+	_, _, url := setup(t)
+	tool := func(name string) object {
+		return object{"type": "function", "function": object{"name": name, "parameters": object{"type": "object"}}}
+	}
+	with := request(true, user("/tools"))
+	with["tools"] = []object{tool("b_tool"), tool("a_tool"), tool("docs__search")}
+	if got := stream(t, url, with); got.text != "b_tool\na_tool\ndocs__search" {
+		t.Errorf("reply %q, want the three names in order", got.text)
+	}
+	if got := stream(t, url, request(true, user("/tools"))); got.text != "No tools were offered." {
+		t.Errorf("no tools: reply %q", got.text)
+	}
+}

@@ -15,6 +15,14 @@ type wireRequest struct {
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	MaxTokens           int             `json:"max_tokens"`
 	MaxCompletionTokens int             `json:"max_completion_tokens"`
+	Tools               []wireTool      `json:"tools"`
+}
+
+// wireTool is a tool the request offers (only its name is read: /tools).
+type wireTool struct {
+	Function struct {
+		Name string `json:"name"`
+	} `json:"function"`
 }
 
 type streamOptions struct {
