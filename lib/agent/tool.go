@@ -44,6 +44,11 @@ type ToolInvocation struct {
 	// a delivery pass (a job's report, a message queued by multitask enqueue) and recovery. Held in memory for
 	// the call only: never stored, logged, or put in an output.
 	UserToken string
+	// Progress, when set, reports how the call's work goes (stage: a short word such as "searching" or "3/10";
+	// message: a line for a person): the client and the run's resumed readers see a transient data-tool-progress
+	// part {toolCallId, stage, message}; the model and the stored transcript never do. It never blocks (a report
+	// the stream cannot take at once is dropped), and reports made after Execute returned may be dropped.
+	Progress func(stage, message string)
 }
 
 // IdempotencyKey is the key of one tool call of a thread: the assistant message that holds it is part of it, so

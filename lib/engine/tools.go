@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/uistream"
@@ -108,17 +110,73 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 	}
 	s.out.flush()
 	results := make(chan toolResult, len(calls))
+	progress := make(chan uistream.Data, progressBuffer)
 	for k, c := range calls {
 		tool := s.tools.byName[c.call.Name]
 		msgID := t.run.AssistantMessageID
 		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, Epoch: t.run.Epoch, ToolCallID: c.call.ID, MessageID: msgID,
-			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msgID, c.call.ID), UserToken: t.userToken}
+			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msgID, c.call.ID), UserToken: t.userToken,
+			Progress: progressTo(progress, c.call.ID)}
 		go s.executeOne(k, tool, inv, s.toolDeadline(ctx), results)
 	}
-	for range calls {
-		r := <-results
-		s.result(calls[r.idx].part, r)
+	// The stepper alone writes the stream: the tools' progress reports come to it while it waits for their results.
+	// Before a result, every report already made goes out (a tool's reports precede its result in the stream).
+	drain := func() {
+		for {
+			select {
+			case d := <-progress:
+				s.out.send(d)
+			default:
+				return
+			}
+		}
 	}
+	for pending := len(calls); pending > 0; {
+		select {
+		case r := <-results:
+			drain()
+			s.result(calls[r.idx].part, r)
+			pending--
+		case d := <-progress:
+			s.out.send(d)
+		}
+	}
+}
+
+// Bounds of the tools' progress reports (agent.ToolInvocation.Progress).
+const (
+	progressBuffer       = 64 // reports waiting for the stream; more are dropped
+	progressStageBytes   = 64
+	progressMessageBytes = 1 << 10
+)
+
+// progressTo is a tool call's Progress: a transient data-tool-progress chunk for the stream (never the draft,
+// so never the transcript nor the model), dropped when the stream is behind.
+func progressTo(ch chan<- uistream.Data, toolCallID string) func(stage, message string) {
+	return func(stage, message string) {
+		data, err := json.Marshal(map[string]string{"toolCallId": toolCallID, "stage": clipText(stage, progressStageBytes),
+			"message": clipText(message, progressMessageBytes)})
+		if err != nil {
+			return
+		}
+		select {
+		case ch <- uistream.Data{Type: "data-tool-progress", ID: toolCallID, Data: data, Transient: true}:
+		default:
+		}
+	}
+}
+
+// clipText is s, valid UTF-8, cut to at most n bytes on a rune boundary.
+func clipText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // toolWait is what one tool call waits on: its context, canceled at the tool timeout, the timeout itself, and
