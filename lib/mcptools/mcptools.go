@@ -23,6 +23,10 @@
 //
 // A call:
 //
+//   - Progress: the call carries a progress token when the engine takes progress reports (agent.ToolInvocation.
+//     Progress); the server's notifications/progress for it become reports, stage "<progress>/<total>" (or
+//     "<progress>") and the notification's message (the client sees transient data-tool-progress parts). The SDK
+//     hands notifications over asynchronously: one sent just before the result may come after it, and is dropped.
 //   - Headers: the file's, their references expanded (toolsfile.Secrets). forwardUserToken: the end user's JWT
 //     (agent.ToolInvocation.UserToken) goes as Authorization: Bearer on the call's requests, and the call opens
 //     a session of its own (a session is never shared between users); a call without one (a turn no request of
@@ -53,6 +57,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -106,6 +111,28 @@ type Source struct {
 	failedAt time.Time // the newest failed listing
 	failed   error
 	session  *mcp.ClientSession // shared by the calls of a server without forwardUserToken
+
+	// progress maps the progress tokens of the calls in flight to their invocations' Progress.
+	progress sync.Map
+	calls    atomic.Int64 // numbers the progress tokens
+}
+
+// onProgress hands a server's progress notification to the call it is about: stage "<progress>/<total>" (or
+// "<progress>" without a total) and the notification's message.
+func (s *Source) onProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	p := req.Params
+	if p == nil {
+		return
+	}
+	f, ok := s.progress.Load(p.ProgressToken)
+	if !ok {
+		return
+	}
+	stage := fmt.Sprintf("%g", p.Progress)
+	if p.Total > 0 {
+		stage = fmt.Sprintf("%g/%g", p.Progress, p.Total)
+	}
+	f.(func(stage, message string))(stage, p.Message)
 }
 
 // New builds one source per server of f; secrets holds the values of their headers' references.
@@ -124,8 +151,9 @@ func New(f *toolsfile.File, secrets toolsfile.Secrets, o Options) []*Source {
 	base.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	var out []*Source
 	for _, def := range f.MCPServers {
-		s := &Source{def: def, secrets: secrets, o: o,
-			client: mcp.NewClient(&mcp.Implementation{Name: "agentloop", Version: "1"}, nil)}
+		s := &Source{def: def, secrets: secrets, o: o}
+		s.client = mcp.NewClient(&mcp.Implementation{Name: "agentloop", Version: "1"},
+			&mcp.ClientOptions{ProgressNotificationHandler: s.onProgress})
 		hc := base
 		hc.Transport = headers{s: s, next: cmp.Or[http.RoundTripper](base.Transport, http.DefaultTransport)}
 		s.http = &hc
@@ -389,6 +417,12 @@ func (c *caller) execute(ctx context.Context, inv agent.ToolInvocation) (json.Ra
 	params := &mcp.CallToolParams{Name: c.tool, Arguments: inv.Input}
 	if inv.IdempotencyKey != "" {
 		params.Meta = mcp.Meta{MetaIdempotencyKey: inv.IdempotencyKey}
+	}
+	if inv.Progress != nil {
+		token := fmt.Sprintf("agentloop-%d", s.calls.Add(1))
+		params.SetProgressToken(token)
+		s.progress.Store(token, inv.Progress)
+		defer s.progress.Delete(token)
 	}
 	var res *mcp.CallToolResult
 	var err error

@@ -28,6 +28,9 @@ type server struct {
 	mu    sync.Mutex
 	calls []seenCall
 	lists int
+	// reported is closed by the test once the client reported the work tool's progress: the tool answers only
+	// then (the SDK hands notifications to the client asynchronously, so one racing the result may come late).
+	reported chan struct{}
 }
 
 type seenCall struct {
@@ -84,6 +87,20 @@ func (s *server) mcpServer() *mcp.Server {
 	add(&mcp.Tool{Name: "big", Description: "A long answer."}, func(*mcp.CallToolRequest) *mcp.CallToolResult {
 		return text(&mcp.TextContent{Text: strings.Repeat("word ", 100)})
 	})
+	srv.AddTool(&mcp.Tool{Name: "work", Description: "Works in stages.", InputSchema: object},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if token := req.Params.GetProgressToken(); token != nil {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: 1, Total: 2, Message: "reading"})
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: 2, Message: "writing"})
+				if s.reported != nil {
+					select {
+					case <-s.reported:
+					case <-ctx.Done():
+					}
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "worked"}}}, nil
+		})
 	add(&mcp.Tool{Name: "odd.name", Description: "A name providers refuse."},
 		func(*mcp.CallToolRequest) *mcp.CallToolResult { return text(&mcp.TextContent{Text: "ok"}) })
 	return srv
@@ -159,12 +176,12 @@ func TestServer(t *testing.T) {
 		name := map[bool]string{true: "stateless", false: "sessions"}[stateless]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv := &server{}
+			srv := &server{reported: make(chan struct{})}
 			hs := srv.start(t, stateless)
 			tools := byName(t, sources(t, hs.URL, docsFile, mcptools.Options{})[0])
 			want := map[string]agent.ApprovalPolicy{"docs__echo": agent.ApprovalNever, "docs__wipe": agent.ApprovalAlways,
 				"docs__touch": agent.ApprovalMutating, "docs__fail": agent.ApprovalMutating, "docs__picture": agent.ApprovalMutating,
-				"docs__big": agent.ApprovalMutating, "docs__odd_name": agent.ApprovalMutating}
+				"docs__big": agent.ApprovalMutating, "docs__odd_name": agent.ApprovalMutating, "docs__work": agent.ApprovalMutating}
 			for n, a := range want {
 				tl, ok := tools[n]
 				if !ok {
@@ -189,6 +206,24 @@ func TestServer(t *testing.T) {
 			if out, err := invoke(tools["docs__odd_name"], `{}`, ""); err != nil || string(out) != `"ok"` {
 				t.Errorf("odd.name: %s %v", out, err)
 			}
+
+			// The server's progress notifications become the call's progress reports.
+			var mu sync.Mutex
+			var reports []string
+			out, err = tools["docs__work"].Execute(context.Background(), agent.ToolInvocation{ThreadID: "th", ToolCallID: "c2",
+				Input: json.RawMessage(`{}`), IdempotencyKey: "th/m1/c2", Progress: func(stage, message string) {
+					mu.Lock()
+					defer mu.Unlock()
+					reports = append(reports, stage+" "+message)
+					if len(reports) == 2 {
+						close(srv.reported)
+					}
+				}})
+			mu.Lock()
+			if err != nil || string(out) != `"worked"` || strings.Join(reports, "|") != "1/2 reading|2 writing" {
+				t.Errorf("work: %s %v, progress %q", out, err, reports)
+			}
+			mu.Unlock()
 
 			_, err = invoke(tools["docs__fail"], `{}`, "")
 			var ae *agent.Error
@@ -248,7 +283,7 @@ func TestIncludeExcludeApproval(t *testing.T) {
     approval: never
   - name: b
     url: MCP
-    exclude: [echo, wipe, fail, picture, big, odd.name]
+    exclude: [echo, wipe, fail, picture, big, odd.name, work]
     approval: always
 `, mcptools.Options{})
 	a, b := byName(t, srcs[0]), byName(t, srcs[1])
