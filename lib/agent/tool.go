@@ -49,6 +49,11 @@ type ToolInvocation struct {
 	// part {toolCallId, stage, message}; the model and the stored transcript never do. It never blocks (a report
 	// the stream cannot take at once is dropped), and reports made after Execute returned may be dropped.
 	Progress func(stage, message string)
+	// Preliminary, when set, shows the client a partial output (any JSON value) while the call works: a
+	// tool-output-available with preliminary: true, replaced by the next one of the call (the final output,
+	// Execute's). Like Progress, it streams to the client and resumed readers only, never blocks, and is never
+	// stored nor given to the model.
+	Preliminary func(output json.RawMessage)
 }
 
 // IdempotencyKey is the key of one tool call of a thread: the assistant message that holds it is part of it, so

@@ -10,12 +10,14 @@ import (
 )
 
 // Issue 19 item 6: a server tool's progress reports stream as transient data-tool-progress parts {toolCallId,
-// stage, message} before its output, and reach neither the stored transcript nor the model.
+// stage, message} and its preliminary outputs as tool-output-available with preliminary: true, all before its
+// final output and in the order made; none reaches the stored transcript or the model.
 func TestToolProgressStreamsOnly(t *testing.T) {
 	t.Parallel()
 	stages := agent.Tool{Name: "stages", Description: "Works in stages.", InputSchema: json.RawMessage(`{"type":"object"}`),
 		Kind: agent.ToolServer, Execute: func(_ context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
 			inv.Progress("searching", "Looking at 3 sources")
+			inv.Preliminary(json.RawMessage(`{"partial":true}`))
 			inv.Progress("2/3", "Reading the second")
 			return json.RawMessage(`"done"`), nil
 		}}
@@ -38,15 +40,25 @@ func TestToolProgressStreamsOnly(t *testing.T) {
 			}
 			got = append(got, d["stage"].(string)+": "+d["message"].(string))
 		case "tool-output-available":
+			if c["preliminary"] == true {
+				if out, _ := c["output"].(map[string]any); out["partial"] != true || output >= 0 {
+					t.Errorf("preliminary chunk %v: want the partial output, before the final one", c)
+				}
+				got = append(got, "preliminary")
+				continue
+			}
 			output = i
+			if c["output"] != "done" {
+				t.Errorf("final output %v, want done", c)
+			}
 		}
 	}
-	if strings.Join(got, "|") != "searching: Looking at 3 sources|2/3: Reading the second" {
+	if strings.Join(got, "|") != "searching: Looking at 3 sources|preliminary|2/3: Reading the second" {
 		t.Errorf("progress %q", got)
 	}
 	for _, m := range f.messages(t, "th") {
 		for _, p := range m.Parts {
-			if strings.Contains(string(p), "tool-progress") || strings.Contains(string(p), "Looking at") {
+			if strings.Contains(string(p), "tool-progress") || strings.Contains(string(p), "Looking at") || strings.Contains(string(p), "partial") {
 				t.Errorf("message %s holds the progress: %s", m.ID, p)
 			}
 		}

@@ -110,13 +110,13 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 	}
 	s.out.flush()
 	results := make(chan toolResult, len(calls))
-	progress := make(chan uistream.Data, progressBuffer)
+	progress := make(chan uistream.Chunk, progressBuffer)
 	for k, c := range calls {
 		tool := s.tools.byName[c.call.Name]
 		msgID := t.run.AssistantMessageID
 		inv := agent.ToolInvocation{ThreadID: t.thread.ID, Owner: t.owner, RunID: t.run.ID, Epoch: t.run.Epoch, ToolCallID: c.call.ID, MessageID: msgID,
 			Input: json.RawMessage(c.call.Arguments), IdempotencyKey: agent.IdempotencyKey(t.thread.ID, msgID, c.call.ID), UserToken: t.userToken,
-			Progress: progressTo(progress, c.call.ID)}
+			Progress: progressTo(progress, c.call.ID), Preliminary: preliminaryTo(progress, c.call.ID)}
 		go s.executeOne(k, tool, inv, s.toolDeadline(ctx), results)
 	}
 	// The stepper alone writes the stream: the tools' progress reports come to it while it waits for their results.
@@ -143,16 +143,17 @@ func (s *stepper) execute(ctx context.Context, calls []toolCallAt) {
 	}
 }
 
-// Bounds of the tools' progress reports (agent.ToolInvocation.Progress).
+// Bounds of the tools' progress reports (agent.ToolInvocation.Progress, Preliminary).
 const (
 	progressBuffer       = 64 // reports waiting for the stream; more are dropped
 	progressStageBytes   = 64
 	progressMessageBytes = 1 << 10
+	preliminaryBytes     = 64 << 10 // a bigger preliminary output is dropped
 )
 
 // progressTo is a tool call's Progress: a transient data-tool-progress chunk for the stream (never the draft,
 // so never the transcript nor the model), dropped when the stream is behind.
-func progressTo(ch chan<- uistream.Data, toolCallID string) func(stage, message string) {
+func progressTo(ch chan<- uistream.Chunk, toolCallID string) func(stage, message string) {
 	return func(stage, message string) {
 		data, err := json.Marshal(map[string]string{"toolCallId": toolCallID, "stage": clipText(stage, progressStageBytes),
 			"message": clipText(message, progressMessageBytes)})
@@ -161,6 +162,20 @@ func progressTo(ch chan<- uistream.Data, toolCallID string) func(stage, message 
 		}
 		select {
 		case ch <- uistream.Data{Type: "data-tool-progress", ID: toolCallID, Data: data, Transient: true}:
+		default:
+		}
+	}
+}
+
+// preliminaryTo is a tool call's Preliminary: a preliminary tool-output-available for the stream (never the
+// draft), dropped when the stream is behind or the output is not JSON or over the preliminary bound.
+func preliminaryTo(ch chan<- uistream.Chunk, toolCallID string) func(output json.RawMessage) {
+	return func(output json.RawMessage) {
+		if len(output) > preliminaryBytes || !json.Valid(output) {
+			return
+		}
+		select {
+		case ch <- uistream.ToolOutputAvailable{ToolCallID: toolCallID, Output: append(json.RawMessage(nil), output...), Preliminary: true}:
 		default:
 		}
 	}

@@ -80,6 +80,9 @@ type ToolInputError struct {
 type ToolOutputAvailable struct {
 	ToolCallID string
 	Output     json.RawMessage
+	// Preliminary marks an output the tool will replace (a partial result while it works): the client shows it
+	// until the next output of the same call; the engine never stores it nor gives it to the model.
+	Preliminary bool
 }
 
 // ToolOutputError reports a failed tool execution (state output-error).
@@ -215,7 +218,11 @@ func (c ToolOutputAvailable) appendFields(b []byte) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	return appendRawField(b, c, "output", c.Output)
+	b, err = appendRawField(b, c, "output", c.Output)
+	if c.Preliminary {
+		b = append(b, `,"preliminary":true`...)
+	}
+	return b, err
 }
 
 func (c ToolOutputError) appendFields(b []byte) ([]byte, error) {

@@ -104,6 +104,16 @@ func samples() []sample {
 			FinishStep{},
 			Finish{FinishReason: agent.FinishToolCalls},
 		}},
+		{"tool_preliminary", []Chunk{
+			Start{MessageID: "msg_prelim"},
+			StartStep{},
+			ToolInputAvailable{ToolCallID: "call_p", ToolName: "research_notes", Input: json.RawMessage(`{"q":"milk"}`)},
+			Data{Type: "data-tool-progress", ID: "call_p", Data: json.RawMessage(`{"toolCallId":"call_p","stage":"1/2","message":"reading"}`), Transient: true},
+			ToolOutputAvailable{ToolCallID: "call_p", Output: json.RawMessage(`{"found":1}`), Preliminary: true},
+			ToolOutputAvailable{ToolCallID: "call_p", Output: json.RawMessage(`{"found":2,"done":true}`)},
+			FinishStep{},
+			Finish{FinishReason: agent.FinishToolCalls},
+		}},
 		{"metadata_and_escapes", []Chunk{
 			Start{MessageID: "msg_esc"},
 			MessageMetadata{Metadata: json.RawMessage(`{"title":"Grüße"}`)},

@@ -117,6 +117,24 @@ func samples(t *testing.T) []stream {
 				t.Errorf("tool part = %+v", tool)
 			}
 		}},
+		{"tool preliminary output and progress", encode(t,
+			uistream.Start{MessageID: "msg_p"},
+			uistream.StartStep{},
+			uistream.ToolInputAvailable{ToolCallID: "call_p", ToolName: "lookup", Input: json.RawMessage(`{"q":"milk"}`)},
+			uistream.Data{Type: "data-tool-progress", ID: "call_p", Data: json.RawMessage(`{"toolCallId":"call_p","stage":"1/2","message":"reading"}`), Transient: true},
+			uistream.ToolOutputAvailable{ToolCallID: "call_p", Output: json.RawMessage(`{"found":1}`), Preliminary: true},
+			uistream.ToolOutputAvailable{ToolCallID: "call_p", Output: json.RawMessage(`{"found":2}`)},
+			uistream.FinishStep{},
+			uistream.Finish{FinishReason: agent.FinishStop, Metadata: final},
+		), func(t *testing.T, p aisdktest.ParsedMessage, parts []agent.Part) {
+			// The transient progress is no part; the final output replaces the preliminary one.
+			if partTypes(parts) != "step-start,tool-lookup" {
+				t.Fatalf("parts = %s", partTypes(parts))
+			}
+			if tool := parts[1]; tool.State != agent.StateOutputAvailable || string(tool.Output) != `{"found":2}` {
+				t.Errorf("tool part = %+v", tool)
+			}
+		}},
 		{"reasoning", encode(t,
 			uistream.Start{MessageID: "msg_3"},
 			uistream.StartStep{},
