@@ -108,7 +108,7 @@ func (s *server) mcpServer() *mcp.Server {
 
 // start serves the server over Streamable HTTP: stateless (the 2026-07-28 revision's way, a request at a time)
 // or session-based.
-func (s *server) start(t *testing.T, stateless bool) *httptest.Server {
+func (s *server) start(t testing.TB, stateless bool) *httptest.Server {
 	t.Helper()
 	m := s.mcpServer()
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, &mcp.StreamableHTTPOptions{Stateless: stateless})
@@ -125,7 +125,7 @@ func (s *server) start(t *testing.T, stateless bool) *httptest.Server {
 }
 
 // sources builds the sources of a tools file whose URLs (MCP) point at url.
-func sources(t *testing.T, url, file string, o mcptools.Options) []*mcptools.Source {
+func sources(t testing.TB, url, file string, o mcptools.Options) []*mcptools.Source {
 	t.Helper()
 	f, err := toolsfile.Parse("tools.yaml", []byte(strings.ReplaceAll(file, "MCP", url)), toolsfile.Options{})
 	if err != nil {
@@ -143,7 +143,7 @@ func sources(t *testing.T, url, file string, o mcptools.Options) []*mcptools.Sou
 	return srcs
 }
 
-func byName(t *testing.T, src *mcptools.Source) map[string]agent.Tool {
+func byName(t testing.TB, src *mcptools.Source) map[string]agent.Tool {
 	t.Helper()
 	tools, err := src.Tools(context.Background())
 	if err != nil {
