@@ -105,12 +105,14 @@ type Source struct {
 	http    *http.Client
 	client  *mcp.Client
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards the listing (held while listing: one listing at a time)
 	listed   []agent.Tool
 	ok       bool      // listed holds the listing
 	failedAt time.Time // the newest failed listing
 	failed   error
-	session  *mcp.ClientSession // shared by the calls of a server without forwardUserToken
+
+	sessMu  sync.Mutex         // guards session (never held while listing: a call's reconnect holds no turn up)
+	session *mcp.ClientSession // shared by the calls of a server without forwardUserToken
 
 	// progress maps the progress tokens of the calls in flight to their invocations' Progress.
 	progress sync.Map
@@ -178,7 +180,9 @@ func (s *Source) Tools(ctx context.Context) ([]agent.Tool, error) {
 	}
 	tools, err := s.list(ctx)
 	if err != nil {
-		s.failed, s.failedAt = err, s.o.Clock.Now()
+		if ctx.Err() == nil { // a turn that went away says nothing of the server
+			s.failed, s.failedAt = err, s.o.Clock.Now()
+		}
 		return nil, err
 	}
 	s.listed, s.ok, s.failed = tools, true, nil
@@ -194,28 +198,26 @@ func (s *Source) list(ctx context.Context) ([]agent.Tool, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.def.ForwardUserToken {
-		defer sess.Close()
-	} else {
-		s.session = sess
-	}
+	kept := false // the listing's session becomes the calls' shared one (a server without forwardUserToken)
+	defer func() {
+		if !kept {
+			_ = sess.Close()
+		}
+	}()
 	pins, err := s.pins(ctx)
 	if err != nil {
-		s.dropLocked(sess)
 		return nil, err
 	}
 	var tools []agent.Tool
 	seen := map[string]string{}
 	for t, err := range sess.Tools(ctx, nil) {
 		if err != nil {
-			s.dropLocked(sess)
 			return nil, fmt.Errorf("mcp server %q: list tools: %w", s.def.Name, err)
 		}
 		if !s.wanted(t.Name) {
 			continue
 		}
 		if ok, err := s.pinned(ctx, pins, t); err != nil {
-			s.dropLocked(sess)
 			return nil, err
 		} else if !ok {
 			continue
@@ -239,6 +241,9 @@ func (s *Source) list(ctx context.Context) ([]agent.Tool, error) {
 		names[i] = t.Name
 	}
 	s.o.Logger.Info("mcp.listed", "server", s.def.Name, "tools", names)
+	if !s.def.ForwardUserToken {
+		kept = s.adopt(sess)
+	}
 	return tools, nil
 }
 
@@ -316,8 +321,8 @@ func (s *Source) connect(ctx context.Context) (*mcp.ClientSession, error) {
 
 // shared is the session of the calls of a server without forwardUserToken, opened when there is none.
 func (s *Source) shared(ctx context.Context) (*mcp.ClientSession, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
 	if s.session != nil {
 		return s.session, nil
 	}
@@ -329,14 +334,21 @@ func (s *Source) shared(ctx context.Context) (*mcp.ClientSession, error) {
 	return sess, nil
 }
 
-// drop forgets sess (the server no longer knows it).
-func (s *Source) drop(sess *mcp.ClientSession) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dropLocked(sess)
+// adopt makes sess the shared session when there is none (false: sess is not kept).
+func (s *Source) adopt(sess *mcp.ClientSession) bool {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	if s.session != nil {
+		return false
+	}
+	s.session = sess
+	return true
 }
 
-func (s *Source) dropLocked(sess *mcp.ClientSession) {
+// drop forgets sess (the server no longer knows it) and closes it.
+func (s *Source) drop(sess *mcp.ClientSession) {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
 	if s.session == sess {
 		s.session = nil
 	}
@@ -345,8 +357,8 @@ func (s *Source) dropLocked(sess *mcp.ClientSession) {
 
 // Close ends the shared session, if any.
 func (s *Source) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
 	if s.session != nil {
 		_ = s.session.Close()
 		s.session = nil

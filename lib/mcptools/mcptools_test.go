@@ -519,3 +519,20 @@ func TestChangedDefinitionHeldBack(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A listing cut short by its turn going away says nothing of the server: the next turn lists at once.
+func TestCanceledListingNotHeldAgainstServer(t *testing.T) {
+	t.Parallel()
+	srv := &server{}
+	hs := srv.start(t, true)
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	src := sources(t, hs.URL, docsFile, mcptools.Options{Clock: clock, RelistAfter: time.Hour})[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := src.Tools(ctx); err == nil {
+		t.Fatal("a canceled listing succeeded")
+	}
+	if tools, err := src.Tools(context.Background()); err != nil || len(tools) == 0 {
+		t.Fatalf("the next listing: %v %v, want the tools at once", tools, err)
+	}
+}
