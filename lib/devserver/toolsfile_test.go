@@ -231,6 +231,12 @@ func TestToolsFileMCPServer(t *testing.T) {
 		t.Errorf("no log line for the server that is down:\n%s", l)
 	}
 	mu.Unlock()
+	// What the model is offered (the offline model's /tools): the Go tools, then the file's; not the server
+	// that is down.
+	offered := postChat(t, s, tok, "th-mcp-tools", "/tools")
+	if !strings.Contains(offered, `"delta":"add_note"`) || !strings.Contains(offered, "docs__lookup") || strings.Contains(offered, "gone__") {
+		t.Errorf("/tools: want the Go tools and docs__lookup, nothing of gone:\n%s", offered)
+	}
 	// An input the tool's schema refuses never reaches the server: the model reads the violation.
 	stream = postChat(t, s, tok, "th-mcp-bad", `/tool docs__lookup {"q":5}`)
 	if !strings.Contains(stream, `"type":"tool-output-error"`) || !strings.Contains(stream, "invalid_tool_input") {
