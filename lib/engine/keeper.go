@@ -103,26 +103,35 @@ func (k *keeper) stop(threadID, runID string) bool {
 }
 
 // loop sends a batch every Heartbeat until quit is closed.
-func (k *keeper) loop(quit chan struct{}) {
+func (k *keeper) loop(quit chan struct{}) { k.every(quit, k.e.cfg.Heartbeat, k.beat) }
+
+// every runs f a period d after its last run ended, until quit is closed.
+func (k *keeper) every(quit chan struct{}, d time.Duration, f func()) {
 	for {
 		select {
 		case <-quit:
 			return
-		case <-k.e.timers.After(k.e.cfg.Heartbeat):
+		case <-k.e.timers.After(d):
 		}
-		k.beat()
+		f()
 	}
+}
+
+// snapshot is the members at this moment, in no order.
+func (k *keeper) snapshot() []*guard {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	gs := make([]*guard, 0, len(k.members))
+	for _, g := range k.members {
+		gs = append(gs, g)
+	}
+	return gs
 }
 
 // beat sends one batch: every member whose claim is still surely its own, in a stable order.
 func (k *keeper) beat() {
 	e := k.e
-	k.mu.Lock()
-	gs := make([]*guard, 0, len(k.members))
-	for _, g := range k.members {
-		gs = append(gs, g)
-	}
-	k.mu.Unlock()
+	gs := k.snapshot()
 	slices.SortFunc(gs, func(a, b *guard) int {
 		return cmp.Or(cmp.Compare(a.t.thread.ID, b.t.thread.ID), cmp.Compare(a.t.run.ID, b.t.run.ID))
 	})
@@ -163,27 +172,13 @@ func (k *keeper) beat() {
 }
 
 // probeLoop sends a reader probe a ReaderProbe after the last one ended, until quit is closed.
-func (k *keeper) probeLoop(quit chan struct{}) {
-	for {
-		select {
-		case <-quit:
-			return
-		case <-k.e.timers.After(k.e.cfg.ReaderProbe):
-		}
-		k.probe()
-	}
-}
+func (k *keeper) probeLoop(quit chan struct{}) { k.every(quit, k.e.cfg.ReaderProbe, k.probe) }
 
 // probe reads the reader marks of every member's claim in one store call and hurries each member a live mark
 // names (the Readers part of the keeper's doc).
 func (k *keeper) probe() {
 	e := k.e
-	k.mu.Lock()
-	gs := make([]*guard, 0, len(k.members))
-	for _, g := range k.members {
-		gs = append(gs, g)
-	}
-	k.mu.Unlock()
+	gs := k.snapshot()
 	var threads []string
 	for _, g := range gs {
 		if g.writable() {
