@@ -102,18 +102,16 @@ func (k *keeper) stop(threadID, runID string) bool {
 	return found
 }
 
-// loop sends a batch every Heartbeat until quit is closed.
-func (k *keeper) loop(quit chan struct{}) { k.every(quit, k.e.cfg.Heartbeat, k.beat) }
-
-// every runs f a period d after its last run ended, until quit is closed.
-func (k *keeper) every(quit chan struct{}, d time.Duration, f func()) {
+// loop sends a batch every Heartbeat until quit is closed. It waits on the timers itself, not through a helper
+// shared with probeLoop: internal/sim tells the keeper's heartbeat timer from every other by its caller.
+func (k *keeper) loop(quit chan struct{}) {
 	for {
 		select {
 		case <-quit:
 			return
-		case <-k.e.timers.After(d):
+		case <-k.e.timers.After(k.e.cfg.Heartbeat):
 		}
-		f()
+		k.beat()
 	}
 }
 
@@ -172,7 +170,16 @@ func (k *keeper) beat() {
 }
 
 // probeLoop sends a reader probe a ReaderProbe after the last one ended, until quit is closed.
-func (k *keeper) probeLoop(quit chan struct{}) { k.every(quit, k.e.cfg.ReaderProbe, k.probe) }
+func (k *keeper) probeLoop(quit chan struct{}) {
+	for {
+		select {
+		case <-quit:
+			return
+		case <-k.e.timers.After(k.e.cfg.ReaderProbe):
+		}
+		k.probe()
+	}
+}
 
 // probe reads the reader marks of every member's claim in one store call and hurries each member a live mark
 // names (the Readers part of the keeper's doc).
