@@ -470,6 +470,12 @@ func TestSetupRejectsBadConfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "env.yaml"), []byte(toolsFile), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Issue 19: the role may read only the parameters under AGENT_TOOLS_SECRETS_PATH (the template's grant), so a
+	// reference outside it fails the start at its line, before anything asks SSM (it used to be an AccessDenied).
+	ssmFile := "httpTools:\n  - name: t\n    description: d\n    url: https://api.example.com/x\n    headers:\n      Authorization: \"Bearer ${ssm:/agentloop/agent-secret}\"\n"
+	if err := os.WriteFile(filepath.Join(root, "ssm.yaml"), []byte(ssmFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		drop string
@@ -480,6 +486,12 @@ func TestSetupRejectsBadConfig(t *testing.T) {
 			want: `tools.yaml:4: httpTools[0].method: "FETCH" is not an HTTP method`},
 		{name: "missing tools file", set: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_TOOLS_FILE": "gone.yaml"}, want: "gone.yaml"},
 		{name: "tools file reference unset", set: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_TOOLS_FILE": "env.yaml"}, want: "BACKEND_API_KEY"},
+		{name: "tools file reference outside the SSM path", set: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_TOOLS_FILE": "ssm.yaml",
+			"AGENT_TOOLS_SECRETS_PATH": "/agentloop/tools/"},
+			want: "ssm.yaml:6: httpTools[0].headers.Authorization: ${ssm:/agentloop/agent-secret} is outside the SSM path the functions may read, /agentloop/tools/"},
+		{name: "tools file reference without an SSM path", set: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_TOOLS_FILE": "ssm.yaml"},
+			want: "ssm.yaml:6: httpTools[0].headers.Authorization: ${ssm:/agentloop/agent-secret}: no SSM path is granted"},
+		{name: "bad tools secrets path", set: map[string]string{"AGENT_TOOLS_SECRETS_PATH": "/"}, want: "AGENT_TOOLS_SECRETS_PATH"},
 		{name: "no table", drop: "TABLE_NAME"},
 		{name: "no secret", drop: "AGENT_SECRET"},
 		{name: "no state machine", drop: "JOBS_STATE_MACHINE_ARN"},

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -108,6 +109,11 @@ type Config struct {
 	// as a path; a relative one is read from the deployment package's root (LAMBDA_TASK_ROOT) when set. The
 	// wiring reads and checks it at cold start.
 	ToolsFile string
+	// ToolsSecretsPath is AGENT_TOOLS_SECRETS_PATH: the SSM path (a prefix such as /agentloop/tools/, starting and
+	// ending with "/") under which the tools file's ${ssm:…} references must lie, the parameters the functions'
+	// roles may read (the template's ToolsSecretsPath grants ssm:GetParameters on <path>*). Empty: none; in
+	// Lambda a tools file with an ${ssm:…} reference then fails the cold start, naming its line.
+	ToolsSecretsPath string
 	// Prices is the price table (agent.ParsePrices) from AGENT_PRICES (the JSON itself) or AGENT_PRICES_FILE (a
 	// path to it); not both. Empty: usage carries no cost.
 	Prices agent.Prices
@@ -131,6 +137,14 @@ func SecretEnv() []string { return []string{"AGENT_SECRET", "OPENAI_API_KEY"} }
 // ResourceEnv names the variables that carry one of the stack's resources (an ARN, a function URL): a template
 // sets each only on the functions whose code uses it.
 func ResourceEnv() []string { return []string{"JOBS_STATE_MACHINE_ARN", "AGENT_CHAT_URL"} }
+
+// AgentEnv names the variables only the functions that run turns act on (they read the tools file: chat and
+// wake, the mains that compose boot.NewAgent): a template sets each only on them, so that only their roles hold
+// the tools file's SSM grant.
+func AgentEnv() []string { return []string{"AGENT_TOOLS_FILE", "AGENT_TOOLS_SECRETS_PATH"} }
+
+// ssmPathRE is an SSM path prefix: "/", segments, and a closing "/" (so <path>* is a path, never every parameter).
+var ssmPathRE = regexp.MustCompile(`^/([A-Za-z0-9_.\-]+/)+$`)
 
 // LocalEnv names the variables that only `agentloop dev` acts on (Load reads them everywhere): a deployment
 // template sets none of them.
@@ -271,6 +285,12 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if file := strings.TrimSpace(getenv("AGENT_TOOLS_FILE")); file != "" {
 		c.ToolsFile = inPackage(file)
+	}
+	if path := strings.TrimSpace(getenv("AGENT_TOOLS_SECRETS_PATH")); path != "" {
+		if !ssmPathRE.MatchString(path) {
+			errs = append(errs, fmt.Sprintf("AGENT_TOOLS_SECRETS_PATH=%q: want an SSM path that starts and ends with /, e.g. /agentloop/tools/", path))
+		}
+		c.ToolsSecretsPath = path
 	}
 	switch inline, file := strings.TrimSpace(getenv("AGENT_PRICES")), strings.TrimSpace(getenv("AGENT_PRICES_FILE")); {
 	case inline != "" && file != "":

@@ -300,3 +300,30 @@ func TestToolsFilePath(t *testing.T) {
 		}
 	}
 }
+
+// Issue 19: AGENT_TOOLS_SECRETS_PATH is an SSM path prefix that starts and ends with "/" (the template grants
+// <path>*, so "/" alone, which would be every parameter, and a prefix that ends mid-name are refused).
+func TestToolsSecretsPath(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{
+		{"", true},
+		{"/agentloop/tools/", true},
+		{"/a/", true},
+		{"/", false},
+		{"/agentloop/tools", false},
+		{"agentloop/tools/", false},
+		{"/agentloop//tools/", false},
+		{"/agentloop/*/", false},
+	} {
+		c, err := Load(func(k string) string { return map[string]string{"AGENT_TOOLS_SECRETS_PATH": tc.value}[k] })
+		switch {
+		case tc.ok && (err != nil || c.ToolsSecretsPath != tc.value):
+			t.Errorf("%q: %q %v, want it taken", tc.value, c.ToolsSecretsPath, err)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "AGENT_TOOLS_SECRETS_PATH")):
+			t.Errorf("%q: %v, want an error naming AGENT_TOOLS_SECRETS_PATH", tc.value, err)
+		}
+	}
+}

@@ -257,7 +257,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	for _, t := range toolset {
 		names = append(names, t.Name)
 	}
-	file, secrets, err := toolsfile.Startup(ctx, cfg.ToolsFile, names, toolsfile.Resolvers{toolsfile.RefEnv: toolsfile.EnvResolver(os.Getenv)}, log)
+	file, secrets, err := toolsfile.Startup(ctx, cfg.ToolsFile, toolsfile.Options{Reserved: names}, toolsfile.Resolvers{toolsfile.RefEnv: toolsfile.EnvResolver(os.Getenv)}, log)
 	if err != nil {
 		return s, err
 	}

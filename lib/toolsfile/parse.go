@@ -268,6 +268,17 @@ func (p *parser) headers(n *yaml.Node, path string) map[string]string {
 			p.errorf(v, field, "%s", msg)
 			continue
 		}
+		refs, _ := parseRefs(val) // checked above
+		scoped := true
+		for _, ref := range refs {
+			if msg := p.o.ssmScopeError(ref); msg != "" {
+				p.errorf(v, field, "%s", msg)
+				scoped = false
+			}
+		}
+		if !scoped {
+			continue
+		}
 		out[k.Value] = val
 	}
 	return out

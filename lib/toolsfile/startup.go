@@ -6,15 +6,15 @@ import (
 )
 
 // Startup is the cold start's reading of the tools file at path ("": there is none, and nil is returned): it is
-// read and checked whole (Load, with reserved the Go tools' names), every reference of its headers is resolved
+// read and checked whole (Load with o: the Go tools' names reserved, the ${ssm:…} references' scope), every reference of its headers is resolved
 // through r (one that cannot be resolved fails the start: an unset variable, a missing SSM parameter, or a scheme
 // r does not resolve), and one tools.file log line says what it holds. The wiring builds the tool sources
 // (lib/httptools, lib/mcptools) from the file and the secrets returned.
-func Startup(ctx context.Context, path string, reserved []string, r Resolver, log *slog.Logger) (*File, Secrets, error) {
+func Startup(ctx context.Context, path string, o Options, r Resolver, log *slog.Logger) (*File, Secrets, error) {
 	if path == "" {
 		return nil, nil, nil
 	}
-	f, err := Load(path, Options{Reserved: reserved})
+	f, err := Load(path, o)
 	if err != nil {
 		return nil, nil, err
 	}

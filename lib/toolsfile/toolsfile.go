@@ -42,7 +42,9 @@
 // references taken out, may be empty or, for the Authorization headers, one scheme word ("Bearer"). Any header
 // whose value starts "Bearer <literal>" is refused too. Other headers are not guessed at (no false positives on
 // ordinary values). References are resolved through a Resolver the wiring fills (EnvResolver for ${env:…}; the
-// functions' SSM one over lib/ssmsecrets for ${ssm:…}).
+// functions' SSM one over lib/ssmsecrets for ${ssm:…}). In Lambda an ${ssm:…} reference must name a parameter
+// under the path the functions' roles may read (Options.SSMScoped, AGENT_TOOLS_SECRETS_PATH); one outside it is
+// an error at its line.
 //
 // The wiring reads the file at cold start (Startup: a bad file fails it, and so does a reference that cannot be
 // resolved) and builds the tool sources from it: lib/httptools for httpTools, lib/mcptools for mcpServers. This
@@ -131,6 +133,23 @@ type HTTPTool struct {
 type Options struct {
 	// Reserved are the names already taken (the Go tools'): no tool of the file may use one.
 	Reserved []string
+	// SSMScoped bounds the ${ssm:…} references to the parameters under SSMPrefix (a path ending in "/"; empty:
+	// none), each one outside it an error at its line. The Lambda wiring sets it: a function's role may read only
+	// the parameters under AGENT_TOOLS_SECRETS_PATH (the template's ToolsSecretsPath), so a reference outside it
+	// fails the cold start here, by line, rather than as AccessDenied from SSM.
+	SSMScoped bool
+	SSMPrefix string
+}
+
+// ssmScopeError is why ref, an ${ssm:…} reference, may not be read under o ("" when it may).
+func (o Options) ssmScopeError(ref Ref) string {
+	switch {
+	case ref.Scheme != RefSSM || !o.SSMScoped || (o.SSMPrefix != "" && strings.HasPrefix(ref.Name, o.SSMPrefix)):
+		return ""
+	case o.SSMPrefix == "":
+		return fmt.Sprintf("%s: no SSM path is granted to read it from (set AGENT_TOOLS_SECRETS_PATH, the template's ToolsSecretsPath, to a prefix that holds it, e.g. /agentloop/tools/)", ref)
+	}
+	return fmt.Sprintf("%s is outside the SSM path the functions may read, %s (AGENT_TOOLS_SECRETS_PATH, the template's ToolsSecretsPath): move the parameter under it", ref, o.SSMPrefix)
 }
 
 // Load reads and checks the file at path (errors name it by its base name).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -199,6 +200,45 @@ func TestSecretReferences(t *testing.T) {
 		}
 	}
 	checkGolden(t, "secrets.golden", golden.String())
+}
+
+// Issue 19: in Lambda (Options.SSMScoped) an ${ssm:…} reference must lie under the SSM path the functions'
+// roles may read; one outside it, or any when no path is set, is an error naming the file, the line, the field
+// and the path, before anything asks SSM. ${env:…} references and unscoped parsing (agentloop dev) are not
+// bounded.
+func TestSSMScope(t *testing.T) {
+	t.Parallel()
+	file := `httpTools:
+  - name: t
+    description: d
+    url: https://api.example.com/x
+    headers:
+      X-Tenant: "${env:TENANT}"
+      Authorization: "Bearer ${ssm:%s}"
+`
+	for _, tc := range []struct {
+		name, param string
+		o           toolsfile.Options
+		want        string // "" when accepted
+	}{
+		{"unscoped", "/elsewhere/token", toolsfile.Options{}, ""},
+		{"under the path", "/agentloop/tools/token", toolsfile.Options{SSMScoped: true, SSMPrefix: "/agentloop/tools/"}, ""},
+		{"deeper under the path", "/agentloop/tools/a/b", toolsfile.Options{SSMScoped: true, SSMPrefix: "/agentloop/tools/"}, ""},
+		{"outside the path", "/agentloop/agent-secret", toolsfile.Options{SSMScoped: true, SSMPrefix: "/agentloop/tools/"},
+			"tools.yaml:7: httpTools[0].headers.Authorization: ${ssm:/agentloop/agent-secret} is outside the SSM path the functions may read, /agentloop/tools/ (AGENT_TOOLS_SECRETS_PATH"},
+		{"a sibling of the path", "/agentloop/toolsx/token", toolsfile.Options{SSMScoped: true, SSMPrefix: "/agentloop/tools/"},
+			"tools.yaml:7: httpTools[0].headers.Authorization: ${ssm:/agentloop/toolsx/token} is outside the SSM path the functions may read, /agentloop/tools/"},
+		{"no path", "/agentloop/tools/token", toolsfile.Options{SSMScoped: true},
+			"tools.yaml:7: httpTools[0].headers.Authorization: ${ssm:/agentloop/tools/token}: no SSM path is granted to read it from (set AGENT_TOOLS_SECRETS_PATH"},
+	} {
+		_, err := toolsfile.Parse("tools.yaml", []byte(fmt.Sprintf(file, tc.param)), tc.o)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want it accepted", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error saying %s", tc.name, err, tc.want)
+		}
+	}
 }
 
 // TestResolve: references resolve through the wiring's resolvers, by scheme; a scheme with none, or an unset

@@ -118,13 +118,16 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	a := &Agent{Model: b.Model(), Tools: b.Tools(js)}
 	// The tools file (AGENT_TOOLS_FILE) is read and checked now, so a bad one fails the cold start; its references
 	// are resolved once (${env:…} from the environment, ${ssm:…} SecureString parameters in one SSM request per
-	// ten names) and its tools offered beside the Go ones.
+	// ten names) and its tools offered beside the Go ones. An ${ssm:…} reference must lie under
+	// AGENT_TOOLS_SECRETS_PATH, the only parameters the role may read (the template's ToolsSecretsPath): one
+	// outside it fails the start at its line, not as an AccessDenied from SSM.
 	var names []string
 	for _, t := range a.Tools {
 		names = append(names, t.Name)
 	}
 	resolve := toolsfile.Resolvers{toolsfile.RefEnv: toolsfile.EnvResolver(b.getenv), toolsfile.RefSSM: ssmRefs{api: b.ssm()}}
-	file, secrets, err := toolsfile.Startup(ctx, b.Config.ToolsFile, names, resolve, b.Log)
+	file, secrets, err := toolsfile.Startup(ctx, b.Config.ToolsFile,
+		toolsfile.Options{Reserved: names, SSMScoped: true, SSMPrefix: b.Config.ToolsSecretsPath}, resolve, b.Log)
 	if err != nil {
 		return nil, err
 	}
