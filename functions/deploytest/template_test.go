@@ -534,6 +534,20 @@ func TestTemplateEnv(t *testing.T) {
 				}
 				delete(read, secret)
 			}
+			// The tools file's variables are set on the functions that read it (they compose the agent), and no
+			// other: their roles alone hold the ToolsSecretsPath grant (TestTemplatePolicies).
+			agentFn := composesAgent(t, f.root, fn.Pkg)
+			for _, name := range config.AgentEnv() {
+				if _, set := fn.Env[name]; set != agentFn {
+					t.Errorf("template sets %s: %v, want %v (only on the functions that read the tools file)", name, set, agentFn)
+				}
+				if !agentFn {
+					delete(read, name)
+				}
+			}
+			if v, set := fn.Env["AGENT_TOOLS_SECRETS_PATH"]; set && !reflect.DeepEqual(v, ref("ToolsSecretsPath")) {
+				t.Errorf("AGENT_TOOLS_SECRETS_PATH = %#v, want the ToolsSecretsPath parameter (the path its role may read)", v)
+			}
 			for _, local := range config.LocalEnv() {
 				if _, set := fn.Env[local]; set {
 					t.Errorf("template sets %s, which only agentloop dev acts on", local)
@@ -556,6 +570,13 @@ func TestTemplateEnv(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the template's environment is not a valid configuration: %v", err)
 			}
+			if agentFn {
+				// And with ToolsSecretsPath set, the path reaches the configuration as given.
+				env["AGENT_TOOLS_SECRETS_PATH"] = toolsSecretsPath
+				if c, err := config.Load(func(k string) string { return env[k] }); err != nil || c.ToolsSecretsPath != toolsSecretsPath {
+					t.Errorf("with ToolsSecretsPath set: %q %v, want %q", c.ToolsSecretsPath, err, toolsSecretsPath)
+				}
+			}
 			if cfg.MaxBodyBytes > 6_000_000 {
 				t.Errorf("AGENT_MAX_BODY_BYTES = %d, above the 6 MB function URL request limit", cfg.MaxBodyBytes)
 			}
@@ -576,8 +597,10 @@ var ssmParamArn = regexp.MustCompile(`^arn:\$\{AWS::Partition\}:ssm:\$\{AWS::Reg
 // the item operations lib/dynamo reaches from the store ports the function uses, only the SSM parameters (by
 // name, from template parameters) whose names the function's main reads, and, for a main that reads the job
 // state machine's ARN (it starts executions), exactly the Step Functions actions lib/sfn calls on that one
-// state machine; a main that does not read it (api, subagent) may start none. No wildcard resource, no managed
-// policy, no Deny tricks.
+// state machine; a main that does not read it (api, subagent) may start none. No wildcard resource but one, no
+// managed policy, no Deny tricks. The one: a function that reads the tools file (chat, wake) may read the SSM
+// parameters under ToolsSecretsPath (<path>*), only when that parameter is set (issue 19: its ${ssm:…}
+// references used to fail the cold start with AccessDenied); checked with it unset and set.
 func TestTemplatePolicies(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -593,112 +616,266 @@ func TestTemplatePolicies(t *testing.T) {
 			t.Errorf("%s reads the job state machine's ARN: %v, want %v", pkg, got, starts)
 		}
 	}
-	for _, fn := range f.funcs {
-		t.Run(fn.ID, func(t *testing.T) {
-			t.Parallel()
-			ops := dynamoOps(t, f.root, storeMethods(fn.Pkg))
-			var wantStates []string
-			if configFields(t, f.root, fn.Pkg)["JobsStateMachineARN"] {
-				wantStates = statesOps()
-			}
-			// The SSM parameters this function needs: those behind the *_PARAM variables its main reads.
-			var wantParams []string
-			for field := range configFields(t, f.root, fn.Pkg) {
-				name := envOf[field]
-				if !strings.HasSuffix(name, "_PARAM") {
-					continue
-				}
-				r, _ := fn.Env[name].(map[string]any)
-				p, _ := r["Ref"].(string)
-				if _, ok := f.tmpl.Parameters[p]; !ok {
-					t.Fatalf("%s must be a Ref to a template parameter, got %#v", name, fn.Env[name])
-				}
-				wantParams = append(wantParams, p)
-			}
-			slices.Sort(wantParams)
+	for _, tc := range []struct {
+		name   string
+		params map[string]string
+	}{
+		{"ToolsSecretsPath unset", nil},
+		{"ToolsSecretsPath set", map[string]string{"ToolsSecretsPath": toolsSecretsPath}},
+	} {
+		for _, fn := range f.funcs {
+			t.Run(tc.name+"/"+fn.ID, func(t *testing.T) {
+				t.Parallel()
+				f.checkPolicies(t, fn, tc.params, tableResources, envOf)
+			})
+		}
+	}
+}
 
-			var gotOps, gotParams, gotStates []string
-			policies := list(fn.Props["Policies"])
-			if len(policies) == 0 {
-				t.Fatal("no Policies")
+// toolsSecretsPath is a sample ToolsSecretsPath; toolsSecretsArn the one resource a function's grant on it may name.
+const (
+	toolsSecretsPath = "/agentloop/tools/"
+	toolsSecretsArn  = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ToolsSecretsPath}*"
+)
+
+// composesAgent reports whether pkg's main builds the agent (boot.NewAgent): it runs turns, reads the tools file
+// and resolves its ${ssm:…} references (so it alone holds the ToolsSecretsPath grant and AGENT_TOOLS_*).
+func composesAgent(t *testing.T, root, pkg string) bool {
+	t.Helper()
+	found := false
+	ast.Inspect(parseMain(t, root, pkg), func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == "boot" && sel.Sel.Name == "NewAgent" {
+				found = true
 			}
-			for _, p := range policies {
-				doc, ok := p.(map[string]any)
-				if !ok || doc["Statement"] == nil || len(doc) > 2 {
-					t.Fatalf("policy %#v is not an inline policy document (managed policies and SAM policy templates are too broad to check)", p)
+		}
+		return !found
+	})
+	return found
+}
+
+// param is a template parameter's value: params' when given, else its default.
+func (f *fixture) param(t *testing.T, name string, params map[string]string) string {
+	t.Helper()
+	if v, ok := params[name]; ok {
+		return v
+	}
+	p, ok := f.tmpl.Parameters[name]
+	if !ok {
+		t.Fatalf("no template parameter %s", name)
+	}
+	return fmt.Sprint(p["Default"])
+}
+
+// value evaluates a condition's operand: a string, or a Ref to a parameter.
+func (f *fixture) value(t *testing.T, v any, params map[string]string) string {
+	t.Helper()
+	switch v := v.(type) {
+	case map[string]any:
+		if name, ok := v["Ref"].(string); ok && len(v) == 1 {
+			return f.param(t, name, params)
+		}
+	case string:
+		return v
+	case int:
+		return strconv.Itoa(v)
+	}
+	t.Fatalf("cannot evaluate %#v in a condition", v)
+	return ""
+}
+
+// holds evaluates a condition expression (Fn::Not, Fn::And, Fn::Or, Fn::Equals, Condition) with params.
+func (f *fixture) holds(t *testing.T, expr any, params map[string]string) bool {
+	t.Helper()
+	m, _ := expr.(map[string]any)
+	if len(m) != 1 {
+		t.Fatalf("cannot evaluate condition %#v", expr)
+	}
+	for op, arg := range m {
+		args := list(arg)
+		switch op {
+		case "Condition":
+			return f.condition(t, fmt.Sprint(arg), params)
+		case "Fn::Not":
+			return !f.holds(t, args[0], params)
+		case "Fn::And", "Fn::Or":
+			all, some := true, false
+			for _, a := range args {
+				h := f.holds(t, a, params)
+				all, some = all && h, some || h
+			}
+			return all && op == "Fn::And" || some && op == "Fn::Or"
+		case "Fn::Equals":
+			return f.value(t, args[0], params) == f.value(t, args[1], params)
+		}
+	}
+	t.Fatalf("cannot evaluate condition %#v", expr)
+	return false
+}
+
+// condition evaluates the template's condition name with params (the other parameters at their defaults).
+func (f *fixture) condition(t *testing.T, name string, params map[string]string) bool {
+	t.Helper()
+	expr, ok := f.tmpl.Conditions[name]
+	if !ok {
+		t.Fatalf("no condition %s", name)
+	}
+	return f.holds(t, expr, params)
+}
+
+// statements are a policy document's statements as CloudFormation would pass them with params: an
+// {Fn::If: [cond, a, b]} item is a or b, and AWS::NoValue drops it. cond is the condition each came under ("").
+func (f *fixture) statements(t *testing.T, doc map[string]any, params map[string]string) (sts []map[string]any, conds []string) {
+	t.Helper()
+	for _, s := range list(doc["Statement"]) {
+		cond := ""
+		if m, ok := s.(map[string]any); ok && m["Fn::If"] != nil {
+			args := list(m["Fn::If"])
+			if len(args) != 3 {
+				t.Fatalf("Fn::If %#v: want [condition, then, else]", m)
+			}
+			cond = fmt.Sprint(args[0])
+			if f.condition(t, cond, params) {
+				s = args[1]
+			} else {
+				s = args[2]
+			}
+			if reflect.DeepEqual(s, ref("AWS::NoValue")) {
+				continue
+			}
+		}
+		st, _ := s.(map[string]any)
+		sts, conds = append(sts, st), append(conds, cond)
+	}
+	return sts, conds
+}
+
+// checkPolicies is TestTemplatePolicies for one function, the template's parameters at params (else defaults).
+func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]string, tableResources []any, envOf map[string]string) {
+	t.Helper()
+	ops := dynamoOps(t, f.root, storeMethods(fn.Pkg))
+	var wantStates []string
+	if configFields(t, f.root, fn.Pkg)["JobsStateMachineARN"] {
+		wantStates = statesOps()
+	}
+	// The SSM parameters this function needs: those behind the *_PARAM variables its main reads.
+	var wantParams []string
+	for field := range configFields(t, f.root, fn.Pkg) {
+		name := envOf[field]
+		if !strings.HasSuffix(name, "_PARAM") {
+			continue
+		}
+		r, _ := fn.Env[name].(map[string]any)
+		p, _ := r["Ref"].(string)
+		if _, ok := f.tmpl.Parameters[p]; !ok {
+			t.Fatalf("%s must be a Ref to a template parameter, got %#v", name, fn.Env[name])
+		}
+		wantParams = append(wantParams, p)
+	}
+	slices.Sort(wantParams)
+
+	// The tools file's secrets: the parameters under ToolsSecretsPath, for a function that reads the file,
+	// only when the parameter is set.
+	wantToolsGrant := composesAgent(t, f.root, fn.Pkg) && f.param(t, "ToolsSecretsPath", params) != ""
+	toolsGrant := false
+
+	var gotOps, gotParams, gotStates []string
+	policies := list(fn.Props["Policies"])
+	if len(policies) == 0 {
+		t.Fatal("no Policies")
+	}
+	for _, p := range policies {
+		doc, ok := p.(map[string]any)
+		if !ok || doc["Statement"] == nil || len(doc) > 2 {
+			t.Fatalf("policy %#v is not an inline policy document (managed policies and SAM policy templates are too broad to check)", p)
+		}
+		sts, conds := f.statements(t, doc, params)
+		for i, st := range sts {
+			if st["Effect"] != "Allow" || st["NotAction"] != nil || st["NotResource"] != nil || st["Condition"] != nil {
+				t.Errorf("statement %#v: want a plain Allow with Action and Resource", st)
+				continue
+			}
+			actions := list(st["Action"])
+			resources := list(st["Resource"])
+			var service string
+			for _, a := range actions {
+				s, _ := a.(string)
+				svc, op, _ := strings.Cut(s, ":")
+				if strings.Contains(op, "*") || (service != "" && svc != service) {
+					t.Errorf("statement %v: action %q (one service per statement, no wildcards)", st["Sid"], s)
 				}
-				for _, s := range list(doc["Statement"]) {
-					st, _ := s.(map[string]any)
-					if st["Effect"] != "Allow" || st["NotAction"] != nil || st["NotResource"] != nil || st["Condition"] != nil {
-						t.Errorf("statement %#v: want a plain Allow with Action and Resource", st)
+				service = svc
+				switch svc {
+				case "dynamodb":
+					gotOps = append(gotOps, s)
+				case "states":
+					gotStates = append(gotStates, s)
+				}
+			}
+			switch service {
+			case "dynamodb":
+				if !reflect.DeepEqual(resources, tableResources) {
+					t.Errorf("DynamoDB resources %#v, want only the table and its indexes %#v", resources, tableResources)
+				}
+			case "ssm":
+				if !reflect.DeepEqual(actions, []any{"ssm:GetParameters"}) {
+					t.Errorf("SSM actions %v, want only ssm:GetParameters (what ssmsecrets calls)", actions)
+				}
+				for _, r := range resources {
+					sub, _ := r.(map[string]any)
+					s, _ := sub["Fn::Sub"].(string)
+					// The one wildcard: the ToolsSecretsPath prefix (a path ending in "/": TestTemplateParameters),
+					// alone in its statement, granted only under a condition that holds exactly when it is set.
+					if s == toolsSecretsArn {
+						switch {
+						case len(resources) != 1:
+							t.Errorf("statement %v: the ToolsSecretsPath grant shares its statement with %v", st["Sid"], resources)
+						case conds[i] == "" || f.condition(t, conds[i], map[string]string{"ToolsSecretsPath": ""}) ||
+							!f.condition(t, conds[i], map[string]string{"ToolsSecretsPath": toolsSecretsPath}):
+							t.Errorf("statement %v: the ToolsSecretsPath grant must be under a condition that holds exactly when it is set (it is under %q)", st["Sid"], conds[i])
+						}
+						toolsGrant = true
 						continue
 					}
-					actions := list(st["Action"])
-					resources := list(st["Resource"])
-					var service string
-					for _, a := range actions {
-						s, _ := a.(string)
-						svc, op, _ := strings.Cut(s, ":")
-						if strings.Contains(op, "*") || (service != "" && svc != service) {
-							t.Errorf("statement %v: action %q (one service per statement, no wildcards)", st["Sid"], s)
-						}
-						service = svc
-						switch svc {
-						case "dynamodb":
-							gotOps = append(gotOps, s)
-						case "states":
-							gotStates = append(gotStates, s)
-						}
+					m := ssmParamArn.FindStringSubmatch(s)
+					if m == nil {
+						t.Errorf("SSM resource %#v is not one named parameter of this template", r)
+						continue
 					}
-					switch service {
-					case "dynamodb":
-						if !reflect.DeepEqual(resources, tableResources) {
-							t.Errorf("DynamoDB resources %#v, want only the table and its indexes %#v", resources, tableResources)
-						}
-					case "ssm":
-						if !reflect.DeepEqual(actions, []any{"ssm:GetParameters"}) {
-							t.Errorf("SSM actions %v, want only ssm:GetParameters (what ssmsecrets calls)", actions)
-						}
-						for _, r := range resources {
-							sub, _ := r.(map[string]any)
-							s, _ := sub["Fn::Sub"].(string)
-							m := ssmParamArn.FindStringSubmatch(s)
-							if m == nil {
-								t.Errorf("SSM resource %#v is not one named parameter of this template", r)
-								continue
-							}
-							gotParams = append(gotParams, m[1])
-						}
-					case "states":
-						if want := []any{map[string]any{"Fn::Sub": stateMachineArn}}; !reflect.DeepEqual(resources, want) {
-							t.Errorf("Step Functions resources %#v, want only the job state machine %#v", resources, want)
-						}
-					default:
-						t.Errorf("statement %v grants %v: only DynamoDB, SSM and Step Functions are expected", st["Sid"], actions)
-					}
+					gotParams = append(gotParams, m[1])
 				}
+			case "states":
+				if want := []any{map[string]any{"Fn::Sub": stateMachineArn}}; !reflect.DeepEqual(resources, want) {
+					t.Errorf("Step Functions resources %#v, want only the job state machine %#v", resources, want)
+				}
+			default:
+				t.Errorf("statement %v grants %v: only DynamoDB, SSM and Step Functions are expected", st["Sid"], actions)
 			}
-			slices.Sort(gotOps)
-			slices.Sort(gotParams)
-			if !slices.Equal(gotOps, ops) {
-				t.Errorf("DynamoDB actions %v, want exactly the operations lib/dynamo reaches from the function's store ports %v", gotOps, ops)
-			}
-			if !slices.Equal(gotParams, wantParams) {
-				t.Errorf("SSM parameters %v, want exactly the ones main reads %v", gotParams, wantParams)
-			}
-			slices.Sort(gotStates)
-			switch {
-			case wantStates == nil && gotStates != nil:
-				t.Errorf("Step Functions actions %v: %s starts no executions (its main does not read JOBS_STATE_MACHINE_ARN)", gotStates, fn.Pkg)
-			case !slices.Equal(gotStates, wantStates):
-				t.Errorf("Step Functions actions %v, want exactly the ones lib/sfn calls %v", gotStates, wantStates)
-			}
-		})
+		}
+	}
+	slices.Sort(gotOps)
+	slices.Sort(gotParams)
+	if !slices.Equal(gotOps, ops) {
+		t.Errorf("DynamoDB actions %v, want exactly the operations lib/dynamo reaches from the function's store ports %v", gotOps, ops)
+	}
+	if !slices.Equal(gotParams, wantParams) {
+		t.Errorf("SSM parameters %v, want exactly the ones main reads %v", gotParams, wantParams)
+	}
+	if toolsGrant != wantToolsGrant {
+		t.Errorf("ssm:GetParameters on the ToolsSecretsPath prefix: %v, want %v (a function that reads the tools file, when the parameter is set)", toolsGrant, wantToolsGrant)
+	}
+	slices.Sort(gotStates)
+	switch {
+	case wantStates == nil && gotStates != nil:
+		t.Errorf("Step Functions actions %v: %s starts no executions (its main does not read JOBS_STATE_MACHINE_ARN)", gotStates, fn.Pkg)
+	case !slices.Equal(gotStates, wantStates):
+		t.Errorf("Step Functions actions %v, want exactly the ones lib/sfn calls %v", gotStates, wantStates)
 	}
 }
 
 // The SSM parameter names are template parameters that hold names, never values: they start with "/" (the
-// policy ARNs are built as ...:parameter${Name}), and no template parameter carries a secret value.
+// policy ARNs are built as ...:parameter${Name}), an SSM path (…Path) is "/" + segments + "/" (the policies grant
+// ...:parameter${Path}*), and no template parameter carries a secret value.
 func TestTemplateParameters(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -710,8 +887,25 @@ func TestTemplateParameters(t *testing.T) {
 		if !secretish.MatchString(name) {
 			continue
 		}
+		if strings.HasSuffix(name, "Path") {
+			// An SSM path whose parameters the functions may read (policies grant <path>*): empty, or "/" +
+			// segments + "/", so the grant never reaches beyond the path (not "/", not a name prefix).
+			pattern, _ := p["AllowedPattern"].(string)
+			re, err := regexp.Compile(pattern)
+			if err != nil || pattern == "" {
+				t.Errorf("parameter %s: AllowedPattern %q", name, pattern)
+				continue
+			}
+			for v, ok := range map[string]bool{fmt.Sprint(p["Default"]): true, "": true, "/agentloop/tools/": true, "/a/b/": true,
+				"/": false, "/agentloop/tools": false, "agentloop/tools/": false, "//": false, "/a//b/": false, "/a/*/": false, "*": false, "sk-live-123": false} {
+				if re.MatchString(v) != ok {
+					t.Errorf("parameter %s: AllowedPattern %q matches %q: %v, want %v", name, pattern, v, !ok, ok)
+				}
+			}
+			continue
+		}
 		if !strings.HasSuffix(name, "ParameterName") {
-			t.Errorf("parameter %s looks like a secret value; pass an SSM parameter name (…ParameterName) instead", name)
+			t.Errorf("parameter %s looks like a secret value; pass an SSM parameter name (…ParameterName) or path (…Path) instead", name)
 			continue
 		}
 		pattern, _ := p["AllowedPattern"].(string)
