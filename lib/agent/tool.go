@@ -86,6 +86,9 @@ type Tool struct {
 	// supersedes every earlier output of the same tool: the model is shown only the newest one (the others
 	// become a one-line note), so a stale copy never misleads it and N calls do not cost N copies.
 	Snapshot bool
+	// AlwaysOn keeps the tool in every step's offer when a router narrows a large catalog (ToolRouter): the
+	// deployer's core tools (the Go demo tools are), which the model must see whatever the user wrote.
+	AlwaysOn bool
 }
 
 // Spec is the model-facing description of t.
@@ -103,6 +106,30 @@ type ToolSource interface {
 	Name() string
 	// Tools lists the source's tools as the model may be offered them now.
 	Tools(ctx context.Context) ([]Tool, error)
+}
+
+// ToolRouter chooses which of a turn's tools each step offers the model, so that a large catalog (hundreds of
+// MCP and HTTP tools) does not paralyse a small model. The engine asks it and holds no routing rule of its own.
+type ToolRouter interface {
+	// Catalog prepares the tools one turn offers (in the order offered) for its steps' choices; called once per
+	// turn (or once for tools that never change).
+	Catalog(tools []Tool) ToolCatalog
+}
+
+// ToolCatalog is one turn's tools, prepared by a ToolRouter.
+type ToolCatalog interface {
+	// Offer returns the tools one step offers, a subset of the catalog in its order, and routed true when it
+	// chose (false: the whole catalog, as when it is under the router's minimum). It never fails: whatever it
+	// cannot rank it leaves out, and what it must keep (always-on tools, tools the thread used) it keeps.
+	Offer(ctx context.Context, q ToolQuery) (offered []ToolSpec, routed bool)
+}
+
+// ToolQuery is what one step's choice reads.
+type ToolQuery struct {
+	// Text is the newest user text of the thread.
+	Text string
+	// Used names the tools the thread called already (their calls are in the transcript the step sends).
+	Used []string
 }
 
 // ToolInputs checks one tool call's arguments before anything acts on them (approval, client, execution): it

@@ -1,0 +1,344 @@
+// Package toolrouter chooses which tools of a large catalog each step offers the model (issue 19 item 5; the
+// engine asks it through agent.ToolRouter and holds no routing rule). A catalog of at most Config.Min tools is
+// offered whole. Above it, a step offers, in the catalog's order:
+//
+//   - the always-on tools (agent.Tool.AlwaysOn: the deployer's core tools; the Go demo tools are);
+//   - the tools the thread used already (their calls are in the transcript the step sends, and a model that
+//     called a tool once may well call it again);
+//   - the keyword matches of the newest user text: the TopK tools whose BM25 score reaches Threshold.
+//
+// Keywords. A tool's document is its name (split at _ - . and case changes, counted twice: a name says more
+// than a sentence) and its description. Text is cut into words at word boundaries (letters and digits; "file"
+// never matches "profile"), lowered, stripped of a plural s and of common English words. Scores are BM25 (k1
+// 1.2, b 0.75, idf ln(1+(N-df+0.5)/(df+0.5))); a word the whole catalog shares scores little, a word one tool
+// holds scores most. Negation: the first content word after a negator (not, no, never, without, avoid, and any
+// word ending in n't: "don't delete", "do not delete", "never delete") is left out of the query, and a tool
+// whose name holds it is not matched by keywords, so "don't delete the file" never picks delete_file (it stays
+// offered only when always-on or used).
+//
+// Not yet here (issue 19 item 5): the embedding fallback when keywords find fewer than 3 tools.
+package toolrouter
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"unicode"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Defaults, written once here (lib/config maps AGENT_TOOL_ROUTER_* onto Config).
+const (
+	// DefaultMin is the largest catalog offered whole: above it each step offers a subset.
+	DefaultMin = 20
+	// DefaultTopK is how many keyword matches a step offers at most (beside always-on and used tools).
+	DefaultTopK = 8
+	// DefaultThreshold is the BM25 score a keyword match needs. A word held by one tool of twenty scores about
+	// 2.8 on its own; a word held by half the catalog about 0.7, so it counts only beside another.
+	DefaultThreshold = 1.0
+)
+
+// BM25 parameters.
+const (
+	k1 = 1.2
+	b  = 0.75
+	// nameWeight is how many times a name's words count in its tool's document.
+	nameWeight = 2
+)
+
+// Config tunes the router. Zero values take the defaults; a negative Threshold means none (every match counts).
+type Config struct {
+	Min       int
+	TopK      int
+	Threshold float64
+}
+
+func (c Config) withDefaults() Config {
+	c.Min = cmp.Or(c.Min, DefaultMin)
+	c.TopK = cmp.Or(c.TopK, DefaultTopK)
+	c.Threshold = cmp.Or(c.Threshold, DefaultThreshold)
+	return c
+}
+
+// Router is an agent.ToolRouter. It keeps the index of the newest catalog it saw above the minimum: a turn
+// whose tools read the same (names, descriptions, always-on; the sources cache their listings, so this is the
+// rule) reuses it instead of indexing again (BenchmarkRoute: 2,000 tools take some 20 ms to index).
+type Router struct {
+	cfg  Config
+	mu   sync.Mutex
+	last *index
+}
+
+// New returns a router with cfg (zero fields take the defaults).
+func New(cfg Config) *Router { return &Router{cfg: cfg.withDefaults()} }
+
+var _ agent.ToolRouter = (*Router)(nil)
+
+// Catalog prepares tools for the steps of one turn: a catalog at most Min long is not indexed at all.
+func (r *Router) Catalog(tools []agent.Tool) agent.ToolCatalog {
+	c := &catalog{cfg: r.cfg, specs: make([]agent.ToolSpec, len(tools))}
+	for i, t := range tools {
+		c.specs[i] = t.Spec()
+	}
+	if len(tools) <= r.cfg.Min {
+		return c
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil || !r.last.of(tools) {
+		r.last = newIndex(tools)
+	}
+	c.index = r.last
+	return c
+}
+
+// index is the keyword index of one catalog; read-only once built (turns share it).
+type index struct {
+	tools     []agent.Tool         // what it indexed (Name, Description, AlwaysOn are read)
+	position  map[string]int       // tool name -> position
+	names     [][]string           // each tool's name words
+	postings  map[string][]posting // word -> the tools that hold it
+	length    []int                // each document's words (names counted nameWeight times)
+	avgLength float64
+}
+
+// posting is one word's count in one tool's document.
+type posting struct{ tool, tf int }
+
+func newIndex(tools []agent.Tool) *index {
+	x := &index{tools: slices.Clone(tools), position: make(map[string]int, len(tools)), postings: map[string][]posting{},
+		names: make([][]string, len(tools)), length: make([]int, len(tools))}
+	total := 0
+	tf := map[string]int{}
+	for i, t := range tools {
+		x.position[t.Name] = i
+		clear(tf)
+		x.names[i] = words(t.Name, nil)
+		for _, w := range x.names[i] {
+			tf[w] += nameWeight
+		}
+		for _, w := range words(t.Description, nil) {
+			tf[w]++
+		}
+		for w, k := range tf {
+			x.postings[w] = append(x.postings[w], posting{tool: i, tf: k})
+			x.length[i] += k
+		}
+		total += x.length[i]
+	}
+	x.avgLength = float64(total) / float64(len(tools))
+	return x
+}
+
+// of reports whether x indexed tools as they read now.
+func (x *index) of(tools []agent.Tool) bool {
+	if len(x.tools) != len(tools) {
+		return false
+	}
+	for i, t := range tools {
+		if o := x.tools[i]; o.Name != t.Name || o.Description != t.Description || o.AlwaysOn != t.AlwaysOn {
+			return false
+		}
+	}
+	return true
+}
+
+// catalog is one turn's tools and, above the minimum, their keyword index.
+type catalog struct {
+	cfg   Config
+	specs []agent.ToolSpec
+	index *index // nil: under the minimum, offered whole
+}
+
+// Offer implements agent.ToolCatalog.
+func (c *catalog) Offer(_ context.Context, q agent.ToolQuery) ([]agent.ToolSpec, bool) {
+	if c.index == nil {
+		return c.specs, false
+	}
+	keep := make([]bool, len(c.specs))
+	for i, t := range c.index.tools {
+		keep[i] = t.AlwaysOn
+	}
+	for _, name := range q.Used {
+		if i, ok := c.index.position[name]; ok {
+			keep[i] = true
+		}
+	}
+	for _, i := range c.matches(q.Text) {
+		keep[i] = true
+	}
+	offered := make([]agent.ToolSpec, 0, c.cfg.TopK+8)
+	for i, k := range keep {
+		if k {
+			offered = append(offered, c.specs[i])
+		}
+	}
+	return offered, true
+}
+
+// matches returns the positions of the TopK tools whose BM25 score for text reaches the threshold, best first
+// (ties in catalog order); tools named by a negated word are never among them.
+func (c *catalog) matches(text string) []int {
+	query, negated := queryWords(text)
+	if len(query) == 0 {
+		return nil
+	}
+	n := float64(len(c.specs))
+	scores := map[int]float64{}
+	for _, w := range query {
+		ps := c.index.postings[w]
+		if len(ps) == 0 {
+			continue
+		}
+		idf := math.Log(1 + (n-float64(len(ps))+0.5)/(float64(len(ps))+0.5))
+		for _, p := range ps {
+			tf := float64(p.tf)
+			scores[p.tool] += idf * tf * (k1 + 1) / (tf + k1*(1-b+b*float64(c.index.length[p.tool])/c.index.avgLength))
+		}
+	}
+	type hit struct {
+		tool  int
+		score float64
+	}
+	var hits []hit
+	for i, s := range scores {
+		if s < c.cfg.Threshold || c.namesAny(i, negated) {
+			continue
+		}
+		hits = append(hits, hit{i, s})
+	}
+	slices.SortFunc(hits, func(a, b hit) int {
+		if a.score != b.score {
+			return cmp.Compare(b.score, a.score)
+		}
+		return cmp.Compare(a.tool, b.tool)
+	})
+	out := make([]int, 0, min(len(hits), c.cfg.TopK))
+	for _, h := range hits[:min(len(hits), c.cfg.TopK)] {
+		out = append(out, h.tool)
+	}
+	return out
+}
+
+// namesAny reports whether tool i's name holds one of ws.
+func (c *catalog) namesAny(i int, ws []string) bool {
+	for _, w := range ws {
+		if slices.Contains(c.index.names[i], w) {
+			return true
+		}
+	}
+	return false
+}
+
+// queryWords returns the content words of a user's text, and apart the words a negation applies to (the first
+// content word after each negator), which the query leaves out.
+func queryWords(text string) (query, negated []string) {
+	negate := false
+	for _, raw := range rawWords(text) {
+		if isNegator(raw) {
+			negate = true
+			continue
+		}
+		w, ok := normalize(raw)
+		if !ok {
+			continue
+		}
+		if negate {
+			negated = append(negated, w)
+			negate = false
+			continue
+		}
+		query = append(query, w)
+	}
+	return query, negated
+}
+
+func isNegator(raw string) bool {
+	switch raw {
+	case "not", "no", "never", "without", "avoid", "dont", "cannot", "nor":
+		return true
+	}
+	return strings.HasSuffix(raw, "n't")
+}
+
+// words appends the content words of s (a name or a description) to dst.
+func words(s string, dst []string) []string {
+	for _, raw := range rawWords(splitCase(s)) {
+		if w, ok := normalize(raw); ok {
+			dst = append(dst, w)
+		}
+	}
+	return dst
+}
+
+// rawWords cuts s into lowered words at word boundaries: runs of letters and digits, with an apostrophe inside
+// a word kept ("don't"; a typographic one is read as ').
+func rawWords(s string) []string {
+	var out []string
+	var cur strings.Builder
+	rs := []rune(s)
+	for i, r := range rs {
+		switch {
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			cur.WriteRune(unicode.ToLower(r))
+			continue
+		case (r == '\'' || r == '’') && cur.Len() > 0 && i+1 < len(rs) && unicode.IsLetter(rs[i+1]):
+			cur.WriteRune('\'')
+			continue
+		}
+		if cur.Len() > 0 {
+			out = append(out, cur.String())
+			cur.Reset()
+		}
+	}
+	if cur.Len() > 0 {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// splitCase puts a space at each lower-to-upper case change ("getWeather" -> "get Weather").
+func splitCase(s string) string {
+	var out strings.Builder
+	prev := rune(0)
+	for _, r := range s {
+		if unicode.IsUpper(r) && unicode.IsLower(prev) {
+			out.WriteByte(' ')
+		}
+		out.WriteRune(r)
+		prev = r
+	}
+	return out.String()
+}
+
+// normalize turns a lowered word into its index form: a possessive 's and a plural s dropped ("files" ->
+// "file", "notes" -> "note"; not "class"); false for common words that say nothing of a tool.
+func normalize(w string) (string, bool) {
+	w = strings.TrimSuffix(w, "'s")
+	if strings.ContainsRune(w, '\'') || isStop(w) {
+		return "", false
+	}
+	if len(w) > 3 && strings.HasSuffix(w, "ies") {
+		w = w[:len(w)-3] + "y"
+	} else if len(w) > 3 && strings.HasSuffix(w, "s") && !strings.HasSuffix(w, "ss") && !strings.HasSuffix(w, "us") {
+		w = w[:len(w)-1]
+	}
+	return w, true
+}
+
+// isStop reports the common English words left out of documents and queries.
+func isStop(w string) bool {
+	switch w {
+	case "a", "an", "and", "are", "as", "at", "be", "by", "can", "could", "do", "does", "for", "from", "has",
+		"have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "please",
+		"so", "some", "than", "that", "the", "their", "them", "then", "there", "these", "this", "those", "to",
+		"us", "was", "we", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your",
+		"any", "all", "also", "just", "get", "want", "need", "use", "tool", "ever", "anything", "ok", "now":
+		return true
+	}
+	return false
+}
