@@ -1,7 +1,7 @@
 // Package config maps environment variables onto the components' configurations, so the Lambda functions and
 // `agentloop dev` share one set of overrides. It has no numbers of its own: an unset variable leaves the field
 // zero, and zero means "the owning component's default" everywhere (the defaults are written once, beside their
-// owners: engine, transcript, segments, reaper, threads, httpapi, openai). It only reads values; wiring stays
+// owners: engine, transcript, segments, reaper, threads, httpapi, openai, toolrouter). It only reads values; wiring stays
 // in the mains and lib/devserver.
 package config
 
@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,7 @@ import (
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/toolrouter"
 	"github.com/agentloop/agentloop/lib/transcript"
 )
 
@@ -114,6 +116,10 @@ type Config struct {
 	// roles may read (the template's ToolsSecretsPath grants ssm:GetParameters on <path>*). Empty: none; in
 	// Lambda a tools file with an ${ssm:…} reference then fails the cold start, naming its line.
 	ToolsSecretsPath string
+	// The tool router (lib/toolrouter): a catalog above ToolRouterMin tools offers each step a subset.
+	ToolRouterMin       int     // AGENT_TOOL_ROUTER_MIN: the largest catalog offered whole (0: route every catalog; stored -1)
+	ToolRouterTopK      int     // AGENT_TOOL_ROUTER_TOP_K: the keyword matches a step offers at most
+	ToolRouterThreshold float64 // AGENT_TOOL_ROUTER_THRESHOLD: the BM25 score a keyword match needs (0: none; stored -1)
 	// Prices is the price table (agent.ParsePrices) from AGENT_PRICES (the JSON itself) or AGENT_PRICES_FILE (a
 	// path to it); not both. Empty: usage carries no cost.
 	Prices agent.Prices
@@ -332,6 +338,19 @@ func Load(getenv func(string) string) (Config, error) {
 	limitVar("AGENT_MAX_JOB_CHAIN", &c.MaxJobChain)
 	limitVar("AGENT_MAX_ACTIVE_JOBS_PER_USER", &c.MaxActiveJobsPerUser)
 	limitVar("AGENT_MAX_RUNS_PER_PROCESS", &c.MaxRunsPerProcess)
+	limitVar("AGENT_TOOL_ROUTER_MIN", &c.ToolRouterMin)
+	intVar("AGENT_TOOL_ROUTER_TOP_K", &c.ToolRouterTopK, 1)
+	if v := strings.TrimSpace(getenv("AGENT_TOOL_ROUTER_THRESHOLD")); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		switch {
+		case err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f):
+			errs = append(errs, fmt.Sprintf("AGENT_TOOL_ROUTER_THRESHOLD=%q: want a number of at least 0 (a BM25 score)", v))
+		case f == 0:
+			c.ToolRouterThreshold = -1 // the router's "none"
+		default:
+			c.ToolRouterThreshold = f
+		}
+	}
 	if v := strings.TrimSpace(getenv("AGENT_MAX_HEARTBEAT_LAG")); v == "0" || v == "0s" {
 		c.MaxHeartbeatLag = -1 // the engine's "none"
 	} else {
@@ -365,6 +384,11 @@ func (c Config) Engine(model string) engine.Config {
 		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
 		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain,
 		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
+}
+
+// ToolRouter is the tool router's share.
+func (c Config) ToolRouter() toolrouter.Config {
+	return toolrouter.Config{Min: c.ToolRouterMin, TopK: c.ToolRouterTopK, Threshold: c.ToolRouterThreshold}
 }
 
 // Auth is the verifier's share for the application secret (HS256); the dev server also takes dev tokens.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/toolrouter"
 )
 
 func TestLoad(t *testing.T) {
@@ -324,6 +325,32 @@ func TestToolsSecretsPath(t *testing.T) {
 			t.Errorf("%q: %q %v, want it taken", tc.value, c.ToolsSecretsPath, err)
 		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "AGENT_TOOLS_SECRETS_PATH")):
 			t.Errorf("%q: %v, want an error naming AGENT_TOOLS_SECRETS_PATH", tc.value, err)
+		}
+	}
+}
+
+// Issue 19 item 5: AGENT_TOOL_ROUTER_* map onto toolrouter.Config; 0 means "every catalog" for the minimum and
+// "none" for the threshold (the router's negative values), unset means the router's default (zero).
+func TestToolRouter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		want    toolrouter.Config
+		wantErr bool
+	}{
+		{name: "unset", env: map[string]string{}, want: toolrouter.Config{}},
+		{name: "set", env: map[string]string{"AGENT_TOOL_ROUTER_MIN": "50", "AGENT_TOOL_ROUTER_TOP_K": "5", "AGENT_TOOL_ROUTER_THRESHOLD": "2.5"},
+			want: toolrouter.Config{Min: 50, TopK: 5, Threshold: 2.5}},
+		{name: "zeros", env: map[string]string{"AGENT_TOOL_ROUTER_MIN": "0", "AGENT_TOOL_ROUTER_THRESHOLD": "0"},
+			want: toolrouter.Config{Min: -1, Threshold: -1}},
+		{name: "top-K 0", env: map[string]string{"AGENT_TOOL_ROUTER_TOP_K": "0"}, wantErr: true},
+		{name: "negative threshold", env: map[string]string{"AGENT_TOOL_ROUTER_THRESHOLD": "-1"}, wantErr: true},
+		{name: "threshold not a number", env: map[string]string{"AGENT_TOOL_ROUTER_THRESHOLD": "high"}, wantErr: true},
+	} {
+		c, err := Load(func(k string) string { return tc.env[k] })
+		if (err != nil) != tc.wantErr || (!tc.wantErr && c.ToolRouter() != tc.want) {
+			t.Errorf("%s: %+v %v, want %+v (error %v)", tc.name, c.ToolRouter(), err, tc.want, tc.wantErr)
 		}
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/toolrouter"
 	"github.com/agentloop/agentloop/lib/tools"
 	"github.com/agentloop/agentloop/lib/toolschema"
 	"github.com/agentloop/agentloop/lib/toolsfile"
@@ -270,7 +271,8 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
+	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter).
+	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
 		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,

@@ -171,6 +171,7 @@ type Engine struct {
 	// static are the Go tools; sources add tools per turn (toolset.go); inputs checks every call's arguments.
 	static  *toolset
 	sources []agent.ToolSource
+	router  agent.ToolRouter
 	inputs  agent.ToolInputs
 	reaper  Reaper
 	clock   agent.Clock
@@ -199,6 +200,9 @@ type Deps struct {
 	Tools []agent.Tool
 	// Sources offer tools that are not Go code (MCP servers, HTTP tools), asked when a turn begins.
 	Sources []agent.ToolSource
+	// Router chooses which of a turn's tools each step offers (lib/toolrouter: a subset of a large catalog).
+	// Nil: every step offers them all.
+	Router agent.ToolRouter
 	// Inputs checks (and repairs) every tool call's arguments before anything acts on them (lib/toolschema).
 	// Nil: arguments need only be JSON.
 	Inputs agent.ToolInputs
@@ -222,7 +226,7 @@ type Deps struct {
 // New builds an engine.
 func New(d Deps, cfg Config) *Engine {
 	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, signer: d.Signer, jobs: d.Jobs, log: d.Logger,
-		cfg: cfg.withDefaults(), static: newToolset(d.Tools), sources: d.Sources, inputs: d.Inputs, prices: d.Prices, metrics: d.Metrics, hub: d.Hub}
+		cfg: cfg.withDefaults(), static: newToolset(d.Tools, d.Router), sources: d.Sources, router: d.Router, inputs: d.Inputs, prices: d.Prices, metrics: d.Metrics, hub: d.Hub}
 	if e.metrics == nil {
 		e.metrics = agent.NopMetrics{}
 	}

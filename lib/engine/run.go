@@ -96,6 +96,8 @@ type stepper struct {
 	guard *guard
 	// tools are what this turn offers (toolset.go): the Go tools and the sources' tools listed at its start.
 	tools *toolset
+	// query is what the router reads of the turn's history (toolset.go offer), once it asked.
+	query *agent.ToolQuery
 	log   *slog.Logger
 	// logCtx is the request's context (never canceled), for the agent.* lines: a handler such as Lambda's
 	// (lambdacontext) adds the request id from it (REVIEW S23).
@@ -190,7 +192,7 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 		Model:           e.cfg.Model,
 		System:          e.cfg.System,
 		Messages:        s.history.Build(s.parts),
-		Tools:           s.tools.specs,
+		Tools:           s.offer(ctx, step),
 		MaxOutputTokens: e.cfg.MaxOutputTokens,
 	}
 	if r := s.history.Last(); r.ReasoningDropped+r.PairsStubbed+r.FilesStubbed+r.MessagesDropped > 0 || r.Over {

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/transcript"
@@ -12,15 +14,20 @@ import (
 type toolset struct {
 	byName map[string]agent.Tool
 	specs  []agent.ToolSpec
+	// catalog, when the engine has a router (Deps.Router), chooses which of specs each step offers.
+	catalog agent.ToolCatalog
 	// extra is what the sources' specs add to every request's fixed cost (transcript.Fixed), in tokens.
 	extra int
 }
 
-func newToolset(tools []agent.Tool) *toolset {
+func newToolset(tools []agent.Tool, router agent.ToolRouter) *toolset {
 	ts := &toolset{byName: make(map[string]agent.Tool, len(tools))}
 	for _, t := range tools {
 		ts.byName[t.Name] = t
 		ts.specs = append(ts.specs, t.Spec())
+	}
+	if router != nil {
+		ts.catalog = router.Catalog(tools)
 	}
 	return ts
 }
@@ -37,6 +44,13 @@ func (e *Engine) turnTools(ctx context.Context, s *stepper) *toolset {
 		ts.byName[name] = t
 	}
 	var added []agent.ToolSpec
+	var list []agent.Tool // the catalog in specs' order, for the router
+	if e.router != nil {
+		list = make([]agent.Tool, 0, len(ts.specs))
+		for _, spec := range ts.specs {
+			list = append(list, ts.byName[spec.Name])
+		}
+	}
 	for _, src := range e.sources {
 		tools, err := src.Tools(ctx)
 		if err != nil {
@@ -50,11 +64,71 @@ func (e *Engine) turnTools(ctx context.Context, s *stepper) *toolset {
 			}
 			ts.byName[t.Name] = t
 			added = append(added, t.Spec())
+			if e.router != nil {
+				list = append(list, t)
+			}
 		}
 	}
 	ts.specs = append(ts.specs, added...)
 	ts.extra = transcript.Fixed("", added)
+	if e.router != nil {
+		ts.catalog = e.router.Catalog(list)
+	}
 	return ts
+}
+
+// offer is what one step offers the model: every tool of the turn, or what the router chose for the step
+// (Deps.Router), which the log says (agent.tools_offered: the step, the catalog's size and the names offered).
+// The transcript's fixed cost (toolset.extra) still counts the whole catalog: an estimate that errs high.
+func (s *stepper) offer(ctx context.Context, step int) []agent.ToolSpec {
+	if s.tools.catalog == nil {
+		return s.tools.specs
+	}
+	if s.query == nil {
+		s.query = routeQuery(s.turn.plan.history)
+	}
+	q := *s.query
+	for _, p := range s.parts { // this run's own calls so far
+		if name := p.ToolNameOf(); name != "" && !slices.Contains(q.Used, name) {
+			q.Used = append(slices.Clip(q.Used), name)
+		}
+	}
+	specs, routed := s.tools.catalog.Offer(ctx, q)
+	if routed {
+		names := make([]string, len(specs))
+		for i, spec := range specs {
+			names[i] = spec.Name
+		}
+		s.log.InfoContext(s.logCtx, "agent.tools_offered", "step", step, "catalog", len(s.tools.specs), "offered", names)
+	}
+	return specs
+}
+
+// routeQuery is what a router reads of a turn's history: the newest user text, and the tools called in it.
+func routeQuery(history []agent.Message) *agent.ToolQuery {
+	q := &agent.ToolQuery{}
+	for i := len(history) - 1; i >= 0; i-- {
+		if history[i].Role == agent.RoleUser {
+			q.Text = history[i].Text()
+			break
+		}
+	}
+	for _, m := range history {
+		if m.Role != agent.RoleAssistant {
+			continue
+		}
+		for _, raw := range m.Parts {
+			if !bytes.Contains(raw, []byte(`"tool-`)) && !bytes.Contains(raw, []byte(`"dynamic-tool"`)) {
+				continue // most parts are no tool call: skip their decoding
+			}
+			if p, err := agent.DecodePart(raw); err == nil {
+				if name := p.ToolNameOf(); name != "" && !slices.Contains(q.Used, name) {
+					q.Used = append(q.Used, name)
+				}
+			}
+		}
+	}
+	return q
 }
 
 // checkInput is the one check every tool call's arguments pass before anything acts on them (Deps.Inputs):

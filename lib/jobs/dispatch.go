@@ -36,12 +36,14 @@ type Ack struct {
 	Message string `json:"message"`
 }
 
-// Tools returns one job tool per kind.
+// Tools returns one job tool per kind, always-on (a router that narrows a large catalog offers them in every
+// step: the deployment's own sub-agents).
 func (d Dispatcher) Tools(reg Registry) []agent.Tool {
 	tools := make([]agent.Tool, 0, len(reg))
 	for _, name := range reg.names() {
 		k := reg[name]
 		tools = append(tools, agent.Tool{Name: k.Name, Description: k.Description, InputSchema: k.InputSchema, Kind: agent.ToolJob,
+			AlwaysOn: true,
 			Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
 				return d.dispatch(ctx, k, inv)
 			},

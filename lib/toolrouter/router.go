@@ -50,7 +50,8 @@ const (
 	nameWeight = 2
 )
 
-// Config tunes the router. Zero values take the defaults; a negative Threshold means none (every match counts).
+// Config tunes the router. Zero values take the defaults; a negative Min routes every catalog, a negative
+// Threshold means none (every match counts).
 type Config struct {
 	Min       int
 	TopK      int
@@ -188,7 +189,7 @@ func (c *catalog) matches(text string) []int {
 		return nil
 	}
 	n := float64(len(c.specs))
-	scores := map[int]float64{}
+	scores := make([]float64, len(c.specs))
 	for _, w := range query {
 		ps := c.index.postings[w]
 		if len(ps) == 0 {
@@ -206,7 +207,7 @@ func (c *catalog) matches(text string) []int {
 	}
 	var hits []hit
 	for i, s := range scores {
-		if s < c.cfg.Threshold || c.namesAny(i, negated) {
+		if s == 0 || s < c.cfg.Threshold || c.namesAny(i, negated) {
 			continue
 		}
 		hits = append(hits, hit{i, s})

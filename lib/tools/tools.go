@@ -43,9 +43,14 @@ type Note struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
-// Demo returns the demo tool set over values, using clock for note timestamps.
+// Demo returns the demo tool set over values, using clock for note timestamps. They are always-on: a router
+// that narrows a large catalog (lib/toolrouter) offers them in every step.
 func Demo(values agent.ValueStore, clock agent.Clock) []agent.Tool {
-	return []agent.Tool{AddNote(values, clock), ListNotes(values), DeleteNote(values), AskUserQuestion()}
+	tools := []agent.Tool{AddNote(values, clock), ListNotes(values), DeleteNote(values), AskUserQuestion()}
+	for i := range tools {
+		tools[i].AlwaysOn = true
+	}
+	return tools
 }
 
 func notesNS(owner string) string   { return "notes/" + owner }

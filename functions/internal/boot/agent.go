@@ -22,6 +22,7 @@ import (
 	"github.com/agentloop/agentloop/lib/sfn"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
 	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/toolrouter"
 	"github.com/agentloop/agentloop/lib/tools"
 	"github.com/agentloop/agentloop/lib/toolschema"
 	"github.com/agentloop/agentloop/lib/toolsfile"
@@ -142,7 +143,8 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
+	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter).
+	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Router: toolrouter.New(b.Config.ToolRouter()), Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
 		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub}, b.Config.Engine(b.ModelName()))
 	a.Threads = b.threads(a.Reaper, hub)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
