@@ -132,6 +132,14 @@ type ToolQuery struct {
 	Used []string
 }
 
+// Embedder turns texts into vectors (a provider's embeddings endpoint), for a router's nearest-tool fallback.
+type Embedder interface {
+	// EmbeddingModel names the vectors' model: vectors of different models are never compared.
+	EmbeddingModel() string
+	// Embed returns one vector per text, in order.
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+}
+
 // ToolInputs checks one tool call's arguments before anything acts on them (approval, client, execution): it
 // repairs arguments that are not JSON at most once, and validates the result against the tool's input schema.
 // It returns the input to use (the repaired one when it repaired). A refusal is an *Error of KindInvalid with

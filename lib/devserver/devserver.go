@@ -271,8 +271,9 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter).
-	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
+	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
+	// model's embeddings (the offline model's deterministic ones here), the tools' vectors cached in the store.
+	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(model, s.Store, log), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
 		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,
@@ -403,4 +404,10 @@ func Secret(dir, fromEnv string) ([]byte, error) {
 		return nil, err
 	}
 	return []byte(s), nil
+}
+
+// routerDeps are the tool router's: the model's embeddings when it has them, the store for their cache.
+func routerDeps(model agent.Model, values agent.ValueStore, log *slog.Logger) toolrouter.Deps {
+	emb, _ := model.(agent.Embedder)
+	return toolrouter.Deps{Embedder: emb, Values: values, Logger: log}
 }

@@ -54,7 +54,9 @@ func routedCatalog() []agent.Tool {
 // Issue 19 item 5: above the router's minimum each step offers a subset, seen through the offline model's /tools
 // (the names the request offered, in order): the always-on tools (add_note, and the job tool research), the
 // keyword matches of the newest user text, the tools the thread used; "don't delete" picks no delete_* tool.
-// Each routed step logs agent.tools_offered with the run and thread. Under the minimum, every tool is offered.
+// A synonym no keyword matches is found by the embedding fallback (the offline model's embeddings through the
+// openai adapter). Each routed step logs agent.tools_offered with the run and thread. Under the minimum, every
+// tool is offered.
 func TestRouterOffersSubset(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
@@ -81,6 +83,10 @@ func TestRouterOffersSubset(t *testing.T) {
 		if tc.want != nil && !slices.Equal(got, tc.want) {
 			t.Errorf("%q offered %q, want %q", tc.text, got, tc.want)
 		}
+	}
+	// A synonym no keyword matches: the embedding fallback (the offline model's embeddings) finds delete_file.
+	if got := offered("synonym", "s1", "/tools remove that document"); !slices.Contains(got, "delete_file") || got[0] != "add_note" {
+		t.Errorf("a synonym offered %q, want delete_file by the embedding fallback", got)
 	}
 	recs := logs.records(t, "agent.tools_offered")
 	if len(recs) == 0 {

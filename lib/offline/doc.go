@@ -6,6 +6,10 @@
 // # Routes
 //
 //	POST /v1/chat/completions   stream=true (SSE chunks, then "data: [DONE]") or stream=false (one JSON body)
+//	POST /v1/embeddings         {model, input: a string or an array of strings}: deterministic vectors of
+//	                            EmbeddingDims (Embedding: each word's concept hashed into a signed bucket, the
+//	                            sum normalised; a small synonym table gives "remove" and "erase" the concept of
+//	                            "delete", "forecast" that of "weather", and so on, for the tool router's tests)
 //	GET  /v1/models             one model, "offline"
 //
 // The "/v1" prefix is optional. The API key is ignored. Errors use OpenAI's body shape

@@ -40,6 +40,9 @@ type Server struct {
 	fileTimeout   time.Duration
 
 	requests atomic.Int64
+	// embeddingRequests and embeddedInputs count POST /v1/embeddings requests and the inputs they embedded.
+	embeddingRequests atomic.Int64
+	embeddedInputs    atomic.Int64
 
 	mu    sync.Mutex
 	flaky map[string]int // requests seen per /flaky turn
@@ -74,6 +77,11 @@ func New(opts ...Option) *Server {
 		o(s)
 	}
 	return s
+}
+
+// Embedded reports how many embedding requests the server has answered, and how many inputs they held.
+func (s *Server) Embedded() (requests, inputs int64) {
+	return s.embeddingRequests.Load(), s.embeddedInputs.Load()
 }
 
 // Requests reports how many chat completion requests the server has received.
@@ -119,6 +127,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.requests.Add(1)
 		s.chat(w, r)
+	case "/embeddings":
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		s.embeddings(w, r)
 	case "/models":
 		if r.Method != http.MethodGet {
 			writeError(w, http.StatusMethodNotAllowed, "use GET")

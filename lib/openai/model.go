@@ -119,6 +119,8 @@ type Config struct {
 	APIKey  string
 	// Model is used when a request names none (AGENT_MODEL).
 	Model string
+	// EmbeddingModel is the model of Embed's vectors (DefaultEmbeddingModel).
+	EmbeddingModel string
 	// MaxOutputTokens is used when a request sets none.
 	MaxOutputTokens int
 	// FirstTokenTimeout bounds the wait from sending a request to its first chunk.

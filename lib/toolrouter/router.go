@@ -16,12 +16,18 @@
 // whose name holds it is not matched by keywords, so "don't delete the file" never picks delete_file (it stays
 // offered only when always-on or used).
 //
-// Not yet here (issue 19 item 5): the embedding fallback when keywords find fewer than 3 tools.
+// Embeddings (embed.go). When keywords find fewer than MinMatches (3) tools and the router has an Embedder, the
+// nearest tools by cosine similarity of their vectors to the user's content words (at least Similarity) fill
+// up to MinMatches, a tool named by a negated word and a tool near a negated word (at least Similarity) left out.
+// A tool's vector is of its name and description; it is computed once per definition (a hash of the embedding
+// model, name and description) and cached in the store's value area (namespace tool-vectors/<model>, read in
+// one ListValues per catalog), so a cold start embeds only the tools it has never seen.
 package toolrouter
 
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -40,6 +46,11 @@ const (
 	// DefaultThreshold is the BM25 score a keyword match needs. A word held by one tool of twenty scores about
 	// 2.8 on its own; a word held by half the catalog about 0.7, so it counts only beside another.
 	DefaultThreshold = 1.0
+	// DefaultMinMatches is how many tools the keywords must find before the embedding fallback stays out: below
+	// it, the nearest tools by embedding fill up to it.
+	DefaultMinMatches = 3
+	// DefaultSimilarity is the cosine similarity to the user's text a tool needs to be offered by the fallback.
+	DefaultSimilarity = 0.3
 )
 
 // BM25 parameters.
@@ -53,12 +64,16 @@ const (
 // Config tunes the router. Zero values take the defaults; a negative Min routes every catalog, a negative
 // Threshold means none (every match counts).
 type Config struct {
-	Min       int
-	TopK      int
-	Threshold float64
+	Min        int
+	TopK       int
+	Threshold  float64
+	MinMatches int
+	Similarity float64
 }
 
 func (c Config) withDefaults() Config {
+	c.MinMatches = cmp.Or(c.MinMatches, DefaultMinMatches)
+	c.Similarity = cmp.Or(c.Similarity, DefaultSimilarity)
 	c.Min = cmp.Or(c.Min, DefaultMin)
 	c.TopK = cmp.Or(c.TopK, DefaultTopK)
 	c.Threshold = cmp.Or(c.Threshold, DefaultThreshold)
@@ -70,12 +85,27 @@ func (c Config) withDefaults() Config {
 // rule) reuses it instead of indexing again (BenchmarkRoute: 2,000 tools take some 20 ms to index).
 type Router struct {
 	cfg  Config
+	deps Deps
 	mu   sync.Mutex
 	last *index
 }
 
+// Deps are what the embedding fallback uses; all optional.
+type Deps struct {
+	// Embedder embeds tools and user text (nil: keywords only).
+	Embedder agent.Embedder
+	// Values caches the tools' vectors across processes (nil: in memory, per index).
+	Values agent.ValueStore
+	Logger *slog.Logger
+}
+
 // New returns a router with cfg (zero fields take the defaults).
-func New(cfg Config) *Router { return &Router{cfg: cfg.withDefaults()} }
+func New(d Deps, cfg Config) *Router {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return &Router{cfg: cfg.withDefaults(), deps: d}
+}
 
 var _ agent.ToolRouter = (*Router)(nil)
 
@@ -94,6 +124,9 @@ func (r *Router) Catalog(tools []agent.Tool) agent.ToolCatalog {
 		r.last = newIndex(tools)
 	}
 	c.index = r.last
+	if r.deps.Embedder != nil {
+		c.embed = &r.deps
+	}
 	return c
 }
 
@@ -105,6 +138,9 @@ type index struct {
 	postings  map[string][]posting // word -> the tools that hold it
 	length    []int                // each document's words (names counted nameWeight times)
 	avgLength float64
+	// The tools' vectors for the embedding fallback (embed.go), loaded or computed at its first use.
+	vecOnce sync.Once
+	vecs    [][]float32 // nil: none (the embedder failed)
 }
 
 // posting is one word's count in one tool's document.
@@ -153,10 +189,15 @@ type catalog struct {
 	cfg   Config
 	specs []agent.ToolSpec
 	index *index // nil: under the minimum, offered whole
+	embed *Deps  // nil: keywords only
+	// The turn's newest query vectors (embed.go), kept while the text is the same.
+	qKey string
+	qVec []float32
+	nVec [][]float32
 }
 
 // Offer implements agent.ToolCatalog.
-func (c *catalog) Offer(_ context.Context, q agent.ToolQuery) ([]agent.ToolSpec, bool) {
+func (c *catalog) Offer(ctx context.Context, q agent.ToolQuery) ([]agent.ToolSpec, bool) {
 	if c.index == nil {
 		return c.specs, false
 	}
@@ -169,8 +210,15 @@ func (c *catalog) Offer(_ context.Context, q agent.ToolQuery) ([]agent.ToolSpec,
 			keep[i] = true
 		}
 	}
-	for _, i := range c.matches(q.Text) {
+	query, negated := queryWords(q.Text)
+	found := c.matches(query, negated)
+	for _, i := range found {
 		keep[i] = true
+	}
+	if len(found) < c.cfg.MinMatches && c.embed != nil {
+		for _, i := range c.nearest(ctx, query, negated, found, c.cfg.MinMatches-len(found)) {
+			keep[i] = true
+		}
 	}
 	offered := make([]agent.ToolSpec, 0, c.cfg.TopK+8)
 	for i, k := range keep {
@@ -183,8 +231,7 @@ func (c *catalog) Offer(_ context.Context, q agent.ToolQuery) ([]agent.ToolSpec,
 
 // matches returns the positions of the TopK tools whose BM25 score for text reaches the threshold, best first
 // (ties in catalog order); tools named by a negated word are never among them.
-func (c *catalog) matches(text string) []int {
-	query, negated := queryWords(text)
+func (c *catalog) matches(query, negated []string) []int {
 	if len(query) == 0 {
 		return nil
 	}

@@ -110,7 +110,7 @@ func TestOffer(t *testing.T) {
 			if tools == nil {
 				tools = catalog()
 			}
-			got, routed := toolrouter.New(tc.cfg).Catalog(tools).Offer(context.Background(), agent.ToolQuery{Text: tc.text, Used: tc.used})
+			got, routed := toolrouter.New(toolrouter.Deps{}, tc.cfg).Catalog(tools).Offer(context.Background(), agent.ToolQuery{Text: tc.text, Used: tc.used})
 			if !slices.Equal(names(got), tc.want) || routed != tc.routed {
 				t.Errorf("offer %q = %v (routed %v), want %v (routed %v)", tc.text, names(got), routed, tc.want, tc.routed)
 			}
@@ -121,7 +121,7 @@ func TestOffer(t *testing.T) {
 // A router reuses its index only for the catalog it indexed: a turn whose tools read differently is indexed anew.
 func TestIndexFollowsCatalog(t *testing.T) {
 	t.Parallel()
-	r := toolrouter.New(toolrouter.Config{})
+	r := toolrouter.New(toolrouter.Deps{}, toolrouter.Config{})
 	q := agent.ToolQuery{Text: "what does the weather say"}
 	before, _ := r.Catalog(catalog()).Offer(context.Background(), q)
 	changed := catalog()
@@ -154,12 +154,12 @@ func BenchmarkRoute(b *testing.B) {
 				Description: fmt.Sprintf("%s a %s in the %s service; returns the %s as JSON with its id, owner and timestamps.",
 					verbs[i%len(verbs)], nouns[(i/len(verbs))%len(nouns)], nouns[(i/7)%len(nouns)], nouns[(i/3)%len(nouns)])}
 		}
-		r := toolrouter.New(toolrouter.Config{})
+		r := toolrouter.New(toolrouter.Deps{}, toolrouter.Config{})
 		q := agent.ToolQuery{Text: "Please don't delete anything: find the invoice for customer 42 and email it to finance.",
 			Used: []string{tools[n/2].Name}}
 		b.Run(fmt.Sprintf("tools=%d/index", n), func(b *testing.B) { // a cold start's first turn, or a changed catalog
 			for b.Loop() {
-				toolrouter.New(toolrouter.Config{}).Catalog(tools)
+				toolrouter.New(toolrouter.Deps{}, toolrouter.Config{}).Catalog(tools)
 			}
 		})
 		b.Run(fmt.Sprintf("tools=%d/catalog", n), func(b *testing.B) { // every later turn: the index reused
