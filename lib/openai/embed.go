@@ -28,12 +28,25 @@ var _ agent.Embedder = (*Model)(nil)
 // EmbeddingModel implements agent.Embedder.
 func (m *Model) EmbeddingModel() string { return cmpOr(m.cfg.EmbeddingModel, DefaultEmbeddingModel) }
 
-// Embed implements agent.Embedder over the provider's POST embeddings (one request for all texts; no retry:
-// a router that cannot embed does without).
+// embedBatch is the most texts one embeddings request carries (OpenAI takes 2,048).
+const embedBatch = 512
+
+// Embed implements agent.Embedder over the provider's POST embeddings, embedBatch texts a request (no retry: a
+// router that cannot embed does without).
 func (m *Model) Embed(ctx context.Context, texts []string) ([][]float32, error) {
-	if len(texts) == 0 {
-		return nil, nil
+	vecs := make([][]float32, 0, len(texts))
+	for start := 0; start < len(texts); start += embedBatch {
+		got, err := m.embed(ctx, texts[start:min(start+embedBatch, len(texts))])
+		if err != nil {
+			return nil, err
+		}
+		vecs = append(vecs, got...)
 	}
+	return vecs, nil
+}
+
+// embed sends one embeddings request.
+func (m *Model) embed(ctx context.Context, texts []string) ([][]float32, error) {
 	u, err := url.Parse(m.cfg.BaseURL)
 	if err != nil {
 		return nil, err

@@ -19,9 +19,10 @@
 // Embeddings (embed.go). When keywords find fewer than MinMatches (3) tools and the router has an Embedder, the
 // nearest tools by cosine similarity of their vectors to the user's content words (at least Similarity) fill
 // up to MinMatches, a tool named by a negated word and a tool near a negated word (at least Similarity) left out.
-// A tool's vector is of its name and description; it is computed once per definition (a hash of the embedding
-// model, name and description) and cached in the store's value area (namespace tool-vectors/<model>, read in
-// one ListValues per catalog), so a cold start embeds only the tools it has never seen.
+// A tool's vector is of its name's and description's content words; it is computed once per definition and
+// cached in the store's value area (namespace tool-vectors/<model>, keyed by a hash of the text embedded, read in
+// one ListValues per catalog), so a cold start embeds only the tools it has never seen. The vectors of a catalog
+// are had once per process: when the embedder fails then, that catalog is routed by keywords alone (logged).
 package toolrouter
 
 import (
