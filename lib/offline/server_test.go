@@ -603,7 +603,8 @@ func TestBadRequests(t *testing.T) {
 		{"invalid messages", "POST", "/v1/chat/completions", `{"messages":{}}`, 400},
 		{"no messages", "POST", "/v1/chat/completions", `{"model":"m"}`, 400},
 		{"wrong method", "GET", "/v1/chat/completions", "", 405},
-		{"unknown route", "GET", "/v1/embeddings", "", 404},
+		{"unknown route", "GET", "/v1/completions", "", 404},
+		{"embeddings by GET", "GET", "/v1/embeddings", "", 405},
 		{"models by POST", "POST", "/v1/models", "", 405},
 	}
 	for _, tt := range tests {
