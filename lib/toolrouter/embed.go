@@ -76,7 +76,10 @@ func (x *index) vectors(ctx context.Context, d *Deps) [][]float32 {
 			}
 		}
 		d.Logger.InfoContext(ctx, "toolrouter.vectors", "outcome", "ready", "tools", len(x.tools), "embedded", len(missing), "model", model)
-		x.vecs = vecs
+		x.vecs, x.norms = vecs, make([]float64, len(vecs))
+		for i, v := range vecs {
+			x.norms[i] = math.Sqrt(dot(v, v))
+		}
 	})
 	return x.vecs
 }
@@ -105,12 +108,32 @@ func (c *catalog) nearest(ctx context.Context, query, negated []string, found []
 		sim  float64
 	}
 	var hits []hit
-	for i, v := range vecs {
+	qNorm := math.Sqrt(dot(c.qVec, c.qVec))
+	nNorms := make([]float64, len(c.nVec))
+	for j, nv := range c.nVec {
+		nNorms[j] = math.Sqrt(dot(nv, nv))
+	}
+	similarity := func(q []float32, qn float64, i int) float64 {
+		n := qn * c.index.norms[i]
+		if n == 0 || len(q) != len(vecs[i]) {
+			return 0
+		}
+		return dot(q, vecs[i]) / n
+	}
+	near := func(i int) bool { // to a negated word
+		for j, nv := range c.nVec {
+			if similarity(nv, nNorms[j], i) >= c.cfg.Similarity {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range vecs {
 		if slices.Contains(found, i) || c.namesAny(i, negated) {
 			continue
 		}
-		sim := cosine(c.qVec, v)
-		if sim < c.cfg.Similarity || slices.ContainsFunc(c.nVec, func(nv []float32) bool { return cosine(nv, v) >= c.cfg.Similarity }) {
+		sim := similarity(c.qVec, qNorm, i)
+		if sim < c.cfg.Similarity || near(i) {
 			continue
 		}
 		hits = append(hits, hit{i, sim})
@@ -131,20 +154,13 @@ func (c *catalog) nearest(ctx context.Context, query, negated []string, found []
 	return out
 }
 
-func cosine(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return 0
+// dot is a . b over their common length.
+func dot(a, b []float32) float64 {
+	var s float64
+	for i := range min(len(a), len(b)) {
+		s += float64(a[i]) * float64(b[i])
 	}
-	var dot, na, nb float64
-	for i := range a {
-		dot += float64(a[i]) * float64(b[i])
-		na += float64(a[i]) * float64(a[i])
-		nb += float64(b[i]) * float64(b[i])
-	}
-	if na == 0 || nb == 0 {
-		return 0
-	}
-	return dot / math.Sqrt(na*nb)
+	return s
 }
 
 // encodeVector is a vector as the store keeps it: little-endian float32s.

@@ -142,6 +142,7 @@ type index struct {
 	// The tools' vectors for the embedding fallback (embed.go), loaded or computed at its first use.
 	vecOnce sync.Once
 	vecs    [][]float32 // nil: none (the embedder failed)
+	norms   []float64   // each vector's length
 }
 
 // posting is one word's count in one tool's document.

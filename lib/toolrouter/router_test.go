@@ -3,10 +3,12 @@ package toolrouter_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"testing"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/toolrouter"
 )
 
@@ -173,7 +175,30 @@ func BenchmarkRoute(b *testing.B) {
 				c.Offer(context.Background(), q)
 			}
 		})
+		// The embedding fallback's share of a step, vectors in hand (offline.Embedding's 512 dimensions, no HTTP):
+		// a text keywords find nothing for, a new catalog per turn (so the text's vector is asked once per turn).
+		er := toolrouter.New(toolrouter.Deps{Embedder: localEmbedder{}, Logger: slog.New(slog.DiscardHandler)}, toolrouter.Config{})
+		fq := agent.ToolQuery{Text: "please erase that old paperwork, it is obsolete"}
+		er.Catalog(tools).Offer(context.Background(), fq) // the tools' vectors, once
+		b.Run(fmt.Sprintf("tools=%d/offer-embeddings", n), func(b *testing.B) {
+			for b.Loop() {
+				er.Catalog(tools).Offer(context.Background(), fq)
+			}
+		})
 	}
+}
+
+// localEmbedder is the offline model's embeddings without HTTP, for the benchmark.
+type localEmbedder struct{}
+
+func (localEmbedder) EmbeddingModel() string { return "offline" }
+
+func (localEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	out := make([][]float32, len(texts))
+	for i, t := range texts {
+		out[i] = offline.Embedding(t)
+	}
+	return out, nil
 }
 
 var (
