@@ -117,9 +117,11 @@ type Config struct {
 	// Lambda a tools file with an ${ssm:…} reference then fails the cold start, naming its line.
 	ToolsSecretsPath string
 	// The tool router (lib/toolrouter): a catalog above ToolRouterMin tools offers each step a subset.
-	ToolRouterMin       int     // AGENT_TOOL_ROUTER_MIN: the largest catalog offered whole (0: route every catalog; stored -1)
-	ToolRouterTopK      int     // AGENT_TOOL_ROUTER_TOP_K: the keyword matches a step offers at most
-	ToolRouterThreshold float64 // AGENT_TOOL_ROUTER_THRESHOLD: the BM25 score a keyword match needs (0: none; stored -1)
+	ToolRouterMin        int     // AGENT_TOOL_ROUTER_MIN: the largest catalog offered whole (0: route every catalog; stored -1)
+	ToolRouterTopK       int     // AGENT_TOOL_ROUTER_TOP_K: the keyword matches a step offers at most
+	ToolRouterThreshold  float64 // AGENT_TOOL_ROUTER_THRESHOLD: the BM25 score a keyword match needs (0: none; stored -1)
+	ToolRouterSimilarity float64 // AGENT_TOOL_ROUTER_SIMILARITY: the cosine similarity the embedding fallback needs (0: none; stored -1)
+	EmbeddingModel       string  // AGENT_EMBEDDING_MODEL: the provider's embeddings model (openai.DefaultEmbeddingModel)
 	// Prices is the price table (agent.ParsePrices) from AGENT_PRICES (the JSON itself) or AGENT_PRICES_FILE (a
 	// path to it); not both. Empty: usage carries no cost.
 	Prices agent.Prices
@@ -340,17 +342,24 @@ func Load(getenv func(string) string) (Config, error) {
 	limitVar("AGENT_MAX_RUNS_PER_PROCESS", &c.MaxRunsPerProcess)
 	limitVar("AGENT_TOOL_ROUTER_MIN", &c.ToolRouterMin)
 	intVar("AGENT_TOOL_ROUTER_TOP_K", &c.ToolRouterTopK, 1)
-	if v := strings.TrimSpace(getenv("AGENT_TOOL_ROUTER_THRESHOLD")); v != "" {
+	floatVar := func(name string, dst *float64, maxValue float64, what string) {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return
+		}
 		f, err := strconv.ParseFloat(v, 64)
 		switch {
-		case err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f):
-			errs = append(errs, fmt.Sprintf("AGENT_TOOL_ROUTER_THRESHOLD=%q: want a number of at least 0 (a BM25 score)", v))
+		case err != nil || f < 0 || f > maxValue || math.IsNaN(f):
+			errs = append(errs, fmt.Sprintf("%s=%q: want %s", name, v, what))
 		case f == 0:
-			c.ToolRouterThreshold = -1 // the router's "none"
+			*dst = -1 // the router's "none"
 		default:
-			c.ToolRouterThreshold = f
+			*dst = f
 		}
 	}
+	floatVar("AGENT_TOOL_ROUTER_THRESHOLD", &c.ToolRouterThreshold, math.MaxFloat64, "a number of at least 0 (a BM25 score)")
+	floatVar("AGENT_TOOL_ROUTER_SIMILARITY", &c.ToolRouterSimilarity, 1, "a number from 0 to 1 (a cosine similarity)")
+	c.EmbeddingModel = strings.TrimSpace(getenv("AGENT_EMBEDDING_MODEL"))
 	if v := strings.TrimSpace(getenv("AGENT_MAX_HEARTBEAT_LAG")); v == "0" || v == "0s" {
 		c.MaxHeartbeatLag = -1 // the engine's "none"
 	} else {
@@ -388,7 +397,8 @@ func (c Config) Engine(model string) engine.Config {
 
 // ToolRouter is the tool router's share.
 func (c Config) ToolRouter() toolrouter.Config {
-	return toolrouter.Config{Min: c.ToolRouterMin, TopK: c.ToolRouterTopK, Threshold: c.ToolRouterThreshold}
+	return toolrouter.Config{Min: c.ToolRouterMin, TopK: c.ToolRouterTopK, Threshold: c.ToolRouterThreshold,
+		Similarity: c.ToolRouterSimilarity}
 }
 
 // Auth is the verifier's share for the application secret (HS256); the dev server also takes dev tokens.
@@ -433,7 +443,7 @@ func (c Config) OpenAI(baseURL, apiKey, model string, log *slog.Logger) openai.C
 			retries = -1 // the adapter's "none"
 		}
 	}
-	return openai.Config{BaseURL: baseURL, APIKey: apiKey, Model: model, MaxOutputTokens: c.MaxOutputTokens,
+	return openai.Config{BaseURL: baseURL, APIKey: apiKey, Model: model, EmbeddingModel: c.EmbeddingModel, MaxOutputTokens: c.MaxOutputTokens,
 		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: retries, Logger: log,
 		MaxTokensParam: c.ModelMaxTokensField, OmitStreamOptions: c.ModelOmitStreamUsage,
 		MaxFileBytes: int64(c.ModelFileMaxBytes), FileTimeout: c.ModelFileTimeout, MaxRequestFileBytes: int64(c.ModelFilesMaxBytes)}

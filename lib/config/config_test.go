@@ -340,10 +340,12 @@ func TestToolRouter(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "unset", env: map[string]string{}, want: toolrouter.Config{}},
-		{name: "set", env: map[string]string{"AGENT_TOOL_ROUTER_MIN": "50", "AGENT_TOOL_ROUTER_TOP_K": "5", "AGENT_TOOL_ROUTER_THRESHOLD": "2.5"},
-			want: toolrouter.Config{Min: 50, TopK: 5, Threshold: 2.5}},
-		{name: "zeros", env: map[string]string{"AGENT_TOOL_ROUTER_MIN": "0", "AGENT_TOOL_ROUTER_THRESHOLD": "0"},
-			want: toolrouter.Config{Min: -1, Threshold: -1}},
+		{name: "set", env: map[string]string{"AGENT_TOOL_ROUTER_MIN": "50", "AGENT_TOOL_ROUTER_TOP_K": "5", "AGENT_TOOL_ROUTER_THRESHOLD": "2.5",
+			"AGENT_TOOL_ROUTER_SIMILARITY": "0.4"},
+			want: toolrouter.Config{Min: 50, TopK: 5, Threshold: 2.5, Similarity: 0.4}},
+		{name: "zeros", env: map[string]string{"AGENT_TOOL_ROUTER_MIN": "0", "AGENT_TOOL_ROUTER_THRESHOLD": "0", "AGENT_TOOL_ROUTER_SIMILARITY": "0"},
+			want: toolrouter.Config{Min: -1, Threshold: -1, Similarity: -1}},
+		{name: "similarity above 1", env: map[string]string{"AGENT_TOOL_ROUTER_SIMILARITY": "1.5"}, wantErr: true},
 		{name: "top-K 0", env: map[string]string{"AGENT_TOOL_ROUTER_TOP_K": "0"}, wantErr: true},
 		{name: "negative threshold", env: map[string]string{"AGENT_TOOL_ROUTER_THRESHOLD": "-1"}, wantErr: true},
 		{name: "threshold not a number", env: map[string]string{"AGENT_TOOL_ROUTER_THRESHOLD": "high"}, wantErr: true},
@@ -352,5 +354,9 @@ func TestToolRouter(t *testing.T) {
 		if (err != nil) != tc.wantErr || (!tc.wantErr && c.ToolRouter() != tc.want) {
 			t.Errorf("%s: %+v %v, want %+v (error %v)", tc.name, c.ToolRouter(), err, tc.want, tc.wantErr)
 		}
+	}
+	c, err := Load(func(k string) string { return map[string]string{"AGENT_EMBEDDING_MODEL": "nomic-embed-text"}[k] })
+	if err != nil || c.OpenAI("", "", "m", nil).EmbeddingModel != "nomic-embed-text" {
+		t.Errorf("AGENT_EMBEDDING_MODEL: %q %v, want nomic-embed-text in the adapter's config", c.EmbeddingModel, err)
 	}
 }
