@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/toolrouter"
 )
 
 // routedCatalog is 24 server tools, add_note always-on: over the router's default minimum (20).
@@ -105,5 +108,47 @@ func TestRouterOffersSubset(t *testing.T) {
 	got := strings.Split(textOf(chunks), "\n")
 	if run.Status != agent.RunCompleted || len(got) != 25 || got[0] != "add_note" || got[24] != "research" {
 		t.Errorf("under the minimum: offered %q (%s), want all 25 tools", got, run.Status)
+	}
+}
+
+// A catalog whose specs alone exceed the context budget still runs when routed: the fixed cost counts the
+// sources' tools the turn offers, not every tool of the catalog (counted whole, the turn fails
+// context_exhausted before any model request, as it does without a router).
+func TestRoutedCatalogFitsTheBudget(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var tools []agent.Tool
+	for i := range 200 {
+		tools = append(tools, agent.Tool{Name: fmt.Sprintf("svc__tool_%d", i), Kind: agent.ToolServer,
+			Description: fmt.Sprintf("Tool number %d. ", i) + strings.Repeat("lorem ipsum dolor sit amet ", 40),
+			InputSchema: json.RawMessage(`{"type":"object"}`),
+			Execute: func(context.Context, agent.ToolInvocation) (json.RawMessage, error) {
+				return json.RawMessage(`"ok"`), nil
+			}})
+	}
+	cfg := f.eng.Config()
+	cfg.Transcript.BudgetTokens = 20_000 // the 200 specs are some 55,000
+	for _, tc := range []struct {
+		name   string
+		router agent.ToolRouter
+		want   agent.RunStatus
+	}{
+		{"no router", nil, agent.RunFailed},
+		{"routed", toolrouter.New(toolrouter.Deps{}, toolrouter.Config{}), agent.RunCompleted},
+	} {
+		model := &scriptedModel{}
+		eng := engine.New(engine.Deps{Store: f.store, Model: model, Sources: []agent.ToolSource{staticSource{name: "svc", tools: tools}},
+			Router: tc.router, Reaper: f.stack.Reaper, Signer: f.stack.Signer, Clock: f.clock}, cfg)
+		tr, err := eng.Begin(context.Background(), submit("budget-"+strings.ReplaceAll(tc.name, " ", "-"), "u1", "use tool 7"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := tr.Stream(context.Background(), io.Discard)
+		if run.Status != tc.want {
+			t.Errorf("%s: run %s %+v, want %s", tc.name, run.Status, run.Error, tc.want)
+		}
+		if tc.router != nil && (len(model.requests()) != 1 || len(model.requests()[0].Tools) > toolrouter.DefaultTopK) {
+			t.Errorf("%s: requests %d, want 1 offering at most %d tools", tc.name, len(model.requests()), toolrouter.DefaultTopK)
+		}
 	}
 }

@@ -43,7 +43,7 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 		parts: slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
 	s.tools = e.turnTools(runCtx, s)
 	tcfg := t.plan.transcriptConfig(e.cfg.Transcript)
-	tcfg.FixedTokens += s.tools.extra
+	tcfg.FixedTokens += s.routedExtra(runCtx)
 	s.history = transcript.NewHistory(t.plan.history, tcfg)
 	s.guard = startGuard(t, cancelRun) // the keeper's heartbeats go on after a stop (REVIEW D2)
 	s.usage = s.deliveredUsage()       // the sub-agents' whose results this turn delivers (jobusage.go)

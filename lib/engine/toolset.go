@@ -104,6 +104,29 @@ func (s *stepper) offer(ctx context.Context, step int) []agent.ToolSpec {
 	return specs
 }
 
+// routedExtra is what the sources' tools add to the turn's requests' fixed cost: all of them (toolset.extra),
+// or, with a router, those its first step offers; a later step differs only by the tools the run calls, a few
+// specs the estimate leaves out. Counting every tool of a catalog of hundreds would leave its history no room.
+func (s *stepper) routedExtra(ctx context.Context) int {
+	if s.tools.catalog == nil || s.tools.extra == 0 {
+		return s.tools.extra
+	}
+	if s.query == nil {
+		s.query = routeQuery(s.turn.plan.history)
+	}
+	offered, routed := s.tools.catalog.Offer(ctx, *s.query)
+	if !routed {
+		return s.tools.extra
+	}
+	var added []agent.ToolSpec
+	for _, spec := range offered {
+		if _, static := s.turn.e.static.byName[spec.Name]; !static {
+			added = append(added, spec)
+		}
+	}
+	return transcript.Fixed("", added)
+}
+
 // routeQuery is what a router reads of a turn's history: the newest user text, and the tools called in it.
 func routeQuery(history []agent.Message) *agent.ToolQuery {
 	q := &agent.ToolQuery{}
