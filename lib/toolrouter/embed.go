@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
@@ -68,11 +69,9 @@ func (x *index) vectors(ctx context.Context, d *Deps) [][]float32 {
 			}
 			for j, i := range missing {
 				vecs[i] = got[j]
-				if d.Values != nil {
-					if err := d.Values.PutValue(ctx, vectorsNS(model), keys[i], encodeVector(got[j])); err != nil {
-						d.Logger.WarnContext(ctx, "toolrouter.vectors", "outcome", "cache_unwritable", "err", err.Error())
-					}
-				}
+			}
+			if d.Values != nil {
+				storeVectors(ctx, d, model, missing, keys, vecs)
 			}
 		}
 		d.Logger.InfoContext(ctx, "toolrouter.vectors", "outcome", "ready", "tools", len(x.tools), "embedded", len(missing), "model", model)
@@ -82,6 +81,30 @@ func (x *index) vectors(ctx context.Context, d *Deps) [][]float32 {
 		}
 	})
 	return x.vecs
+}
+
+// vectorWriters is how many vectors are stored at once: a cold start that meets 2,000 new tools writes 2,000
+// items, which one at a time on DynamoDB would hold up its first step for seconds.
+const vectorWriters = 16
+
+// storeVectors writes the vectors of the tools at positions, vectorWriters at a time; a failure is logged once.
+func storeVectors(ctx context.Context, d *Deps, model string, positions []int, keys []string, vecs [][]float32) {
+	var wg sync.WaitGroup
+	var failed sync.Once
+	slots := make(chan struct{}, vectorWriters)
+	for _, i := range positions {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if err := d.Values.PutValue(ctx, vectorsNS(model), keys[i], encodeVector(vecs[i])); err != nil {
+				failed.Do(func() {
+					d.Logger.WarnContext(ctx, "toolrouter.vectors", "outcome", "cache_unwritable", "err", err.Error())
+				})
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // nearest returns up to n tools not in found, nearest to the query words by embedding (at least Similarity),

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -108,5 +109,27 @@ func TestVectorsCachedAcrossColdStarts(t *testing.T) {
 	changed[5].Description = "List what a directory of the workspace holds."
 	if req, in := offer(changed); req != 2 || in != 2 {
 		t.Errorf("a changed description: %d embedding requests of %d inputs, want 2 of 2 (that tool, the text)", req, in)
+	}
+}
+
+// Turns at once share the router's index and its vectors: the tools are embedded once (run with -race).
+func TestConcurrentTurns(t *testing.T) {
+	t.Parallel()
+	model, srv := embedder(t)
+	r := toolrouter.New(toolrouter.Deps{Embedder: model}, toolrouter.Config{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, _ := r.Catalog(catalog()).Offer(context.Background(), agent.ToolQuery{Text: "remove that document"})
+			if !slices.Contains(names(got), "delete_file") {
+				t.Errorf("offer %v: want delete_file", names(got))
+			}
+		}()
+	}
+	wg.Wait()
+	if _, inputs := srv.Embedded(); inputs != int64(len(catalog()))+8 {
+		t.Errorf("%d inputs embedded, want the %d tools once and 8 texts", inputs, len(catalog()))
 	}
 }
