@@ -80,7 +80,7 @@ func New(f *toolsfile.File, secrets toolsfile.Secrets, o Options) *Source {
 	for _, t := range f.HTTPTools {
 		c := &caller{def: t, secrets: secrets, client: &client, o: o}
 		s.tools = append(s.tools, agent.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema,
-			InputExamples: t.InputExamples, Kind: agent.ToolServer, Approval: approval(t), Execute: c.execute})
+			InputExamples: t.InputExamples, Kind: agent.ToolServer, Approval: approval(t), Execute: c.execute, AlwaysOn: t.AlwaysOn})
 	}
 	return s
 }

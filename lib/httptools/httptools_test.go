@@ -228,3 +228,17 @@ func TestTimeout(t *testing.T) {
 		t.Fatalf("err %v, want tool_timeout", err)
 	}
 }
+
+// The file's alwaysOn reaches the tool (agent.Tool.AlwaysOn: a router offers it in every step).
+func TestAlwaysOn(t *testing.T) {
+	t.Parallel()
+	f, err := toolsfile.Parse("t.yaml", []byte("httpTools:\n  - name: ping\n    description: Ping.\n    url: https://api.example.com/ping\n    alwaysOn: true\n"+
+		"  - name: pong\n    description: Pong.\n    url: https://api.example.com/pong\n"), toolsfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, _ := httptools.New(f, toolsfile.Secrets{}, httptools.Options{}).Tools(context.Background())
+	if len(tools) != 2 || !tools[0].AlwaysOn || tools[1].AlwaysOn {
+		t.Errorf("tools %+v, want ping always-on and pong not", tools)
+	}
+}

@@ -234,7 +234,7 @@ func (s *Source) list(ctx context.Context) ([]agent.Tool, error) {
 		}
 		c := &caller{s: s, tool: t.Name, name: name}
 		tools = append(tools, agent.Tool{Name: name, Description: t.Description, InputSchema: schema, Kind: agent.ToolServer,
-			Approval: Approval(s.def.Approval, t.Annotations), Execute: c.execute})
+			Approval: Approval(s.def.Approval, t.Annotations), Execute: c.execute, AlwaysOn: s.def.AlwaysOn})
 	}
 	names := make([]string, len(tools))
 	for i, t := range tools {

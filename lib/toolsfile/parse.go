@@ -323,6 +323,7 @@ func (p *parser) mcpServer(n *yaml.Node, path string) MCPServer {
 		"timeout":        func(v *yaml.Node, f string) { s.Timeout = p.timeout(v, f) },
 		"maxOutputBytes": func(v *yaml.Node, f string) { s.MaxOutputBytes = p.maxOutput(v, f) },
 		"accept":         func(v *yaml.Node, f string) { s.Accept = p.accepts(v, f) },
+		"alwaysOn":       func(v *yaml.Node, f string) { s.AlwaysOn = p.boolean(v, f) },
 	})
 	if resolve(n).Kind != yaml.MappingNode {
 		return s
@@ -406,6 +407,7 @@ func (p *parser) httpTool(n *yaml.Node, path string) HTTPTool {
 		"approval":       func(v *yaml.Node, f string) { t.Approval = p.approval(v, f, ApprovalNever, ApprovalAlways) },
 		"timeout":        func(v *yaml.Node, f string) { t.Timeout = p.timeout(v, f) },
 		"maxOutputBytes": func(v *yaml.Node, f string) { t.MaxOutputBytes = p.maxOutput(v, f) },
+		"alwaysOn":       func(v *yaml.Node, f string) { t.AlwaysOn = p.boolean(v, f) },
 	})
 	if resolve(n).Kind != yaml.MappingNode {
 		return t

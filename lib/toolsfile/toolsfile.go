@@ -17,6 +17,7 @@
 //	    timeout: 30s                  # a Go duration, MinTimeout to MaxTimeout (default: the engine's tool timeout)
 //	    maxOutputBytes: 65536         # 1 to MaxOutputBytes (default: the transcript's tool output cap)
 //	    accept: {search_issues: 0123456789abcdef}   # a changed definition accepted (lib/mcptools, "Pinning")
+//	    alwaysOn: false               # true: a router narrowing a large catalog offers every tool of it in every step
 //	httpTools:
 //	  - name: create_ticket           # ^[a-zA-Z0-9_-]{1,64}$, no "__" (kept for MCP names)
 //	    description: Open a support ticket.
@@ -29,6 +30,7 @@
 //	                                  # thread's reviewTools setting is on
 //	    timeout: 10s
 //	    maxOutputBytes: 32768
+//	    alwaysOn: false               # true: offered in every step when a router narrows a large catalog
 //
 // Unknown fields are errors, and so are duplicate keys and names used twice (an HTTP tool's name, a server's
 // name, and any composed <server>__<tool> of an include list, also against the Go tools' names: Options.Reserved).
@@ -107,6 +109,8 @@ type MCPServer struct {
 	// Accept lets changed definitions be offered again: the server's tool name → the hash of the definition
 	// accepted (the one the mcp.definition_changed log line printed). See lib/mcptools, "Pinning".
 	Accept map[string]string
+	// AlwaysOn: every tool of the server is offered in every step, whatever a router chooses (agent.Tool.AlwaysOn).
+	AlwaysOn bool
 	// Line is where the entry starts in the file.
 	Line int
 }
@@ -126,7 +130,9 @@ type HTTPTool struct {
 	Approval       string
 	Timeout        time.Duration
 	MaxOutputBytes int
-	Line           int
+	// AlwaysOn: offered in every step, whatever a router chooses (agent.Tool.AlwaysOn).
+	AlwaysOn bool
+	Line     int
 }
 
 // Options adjust the check.

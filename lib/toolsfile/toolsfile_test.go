@@ -304,3 +304,24 @@ func checkGolden(t *testing.T, name, got string) {
 		t.Errorf("%s differs (run with -update to rewrite it):\n--- got\n%s--- want\n%s", name, got, want)
 	}
 }
+
+// Issue 19 item 5: alwaysOn (an added field) marks an HTTP tool, or every tool of an MCP server, to be offered
+// in every step when a router narrows a large catalog; it defaults to false and must be a boolean.
+func TestAlwaysOn(t *testing.T) {
+	t.Parallel()
+	f, err := toolsfile.Parse("t.yaml", []byte("mcpServers:\n  - name: s\n    url: https://example.com/mcp\n    alwaysOn: true\n"+
+		"  - name: r\n    url: https://example.com/r\n"+
+		"httpTools:\n  - name: ping\n    description: Ping.\n    url: https://api.example.com/ping\n    alwaysOn: true\n"+
+		"  - name: pong\n    description: Pong.\n    url: https://api.example.com/pong\n"), toolsfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.MCPServers[0].AlwaysOn || f.MCPServers[1].AlwaysOn || !f.HTTPTools[0].AlwaysOn || f.HTTPTools[1].AlwaysOn {
+		t.Errorf("alwaysOn read as %v %v %v %v, want true false true false", f.MCPServers[0].AlwaysOn, f.MCPServers[1].AlwaysOn,
+			f.HTTPTools[0].AlwaysOn, f.HTTPTools[1].AlwaysOn)
+	}
+	_, err = toolsfile.Parse("t.yaml", []byte("httpTools:\n  - name: ping\n    description: Ping.\n    url: https://api.example.com/ping\n    alwaysOn: often\n"), toolsfile.Options{})
+	if err == nil || !strings.Contains(err.Error(), "t.yaml:5: httpTools[0].alwaysOn") {
+		t.Errorf("alwaysOn: often: %v, want an error at t.yaml:5 naming httpTools[0].alwaysOn", err)
+	}
+}
