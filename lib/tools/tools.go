@@ -199,10 +199,18 @@ func ListNotes(values agent.ValueStore) agent.Tool {
 		// Each output lists every note: an older list is only wrong now (transcript tier 0).
 		Snapshot: true,
 		Execute: func(ctx context.Context, inv agent.ToolInvocation) (json.RawMessage, error) {
+			// The demo of a server tool's progress (issue 19 item 6): the client sees the stage while the read
+			// runs and how many notes there are before the list itself; the model sees only the output.
+			report(inv, "reading", "Reading your notes")
 			kvs, err := values.ListValues(ctx, notesNS(inv.Owner))
 			if err != nil {
 				return nil, err
 			}
+			found := fmt.Sprintf("Found %d notes", len(kvs))
+			if len(kvs) == 1 {
+				found = "Found 1 note"
+			}
+			report(inv, "found", found)
 			notes := make([]Note, 0, len(kvs))
 			for _, e := range kvs {
 				var n Note
@@ -213,6 +221,13 @@ func ListNotes(values agent.ValueStore) agent.Tool {
 			sortNotes(notes)
 			return json.Marshal(map[string]any{"notes": notes})
 		},
+	}
+}
+
+// report sends a progress report when the engine asked for them (inv.Progress is nil otherwise, e.g. in recovery).
+func report(inv agent.ToolInvocation, stage, message string) {
+	if inv.Progress != nil {
+		inv.Progress(stage, message)
 	}
 }
 

@@ -191,6 +191,24 @@ func TestNotes(t *testing.T) {
 	}
 }
 
+// list_notes is the demo of a server tool's progress (issue 19 item 6): its stages reach inv.Progress, in order,
+// and a call without Progress (recovery, a test) still works.
+func TestListNotesReportsProgress(t *testing.T) {
+	t.Parallel()
+	ts := demo(newValues())
+	mustExec(t, ts["add_note"], inv("alice", "t1", "c1", `{"text":"milk"}`))
+	var got []string
+	call := inv("alice", "t1", "c2", `{}`)
+	call.Progress = func(stage, message string) { got = append(got, stage+": "+message) }
+	mustExec(t, ts["list_notes"], call)
+	if want := []string{"reading: Reading your notes", "found: Found 1 note"}; !slices.Equal(got, want) {
+		t.Fatalf("progress = %q, want %q", got, want)
+	}
+	if got := listNotes(t, ts, "alice"); len(got) != 1 {
+		t.Fatalf("without Progress: %+v", got)
+	}
+}
+
 // TestReexecution: executing one tool call again (a retry, a resumed run, recovery) changes nothing more and
 // answers as the first execution did.
 func TestReexecution(t *testing.T) {
