@@ -119,6 +119,7 @@ type Config struct {
 	// The tool router (lib/toolrouter): a catalog above ToolRouterMin tools offers each step a subset.
 	ToolRouterMin        int     // AGENT_TOOL_ROUTER_MIN: the largest catalog offered whole (0: route every catalog; stored -1)
 	ToolRouterTopK       int     // AGENT_TOOL_ROUTER_TOP_K: the keyword matches a step offers at most
+	ToolRouterMinMatches int     // AGENT_TOOL_ROUTER_MIN_MATCHES: below this many keyword matches the embedding fallback fills up
 	ToolRouterThreshold  float64 // AGENT_TOOL_ROUTER_THRESHOLD: the BM25 score a keyword match needs (0: none; stored -1)
 	ToolRouterSimilarity float64 // AGENT_TOOL_ROUTER_SIMILARITY: the cosine similarity the embedding fallback needs (0: none; stored -1)
 	EmbeddingModel       string  // AGENT_EMBEDDING_MODEL: the provider's embeddings model (openai.DefaultEmbeddingModel)
@@ -342,6 +343,7 @@ func Load(getenv func(string) string) (Config, error) {
 	limitVar("AGENT_MAX_RUNS_PER_PROCESS", &c.MaxRunsPerProcess)
 	limitVar("AGENT_TOOL_ROUTER_MIN", &c.ToolRouterMin)
 	intVar("AGENT_TOOL_ROUTER_TOP_K", &c.ToolRouterTopK, 1)
+	intVar("AGENT_TOOL_ROUTER_MIN_MATCHES", &c.ToolRouterMinMatches, 1)
 	floatVar := func(name string, dst *float64, maxValue float64, what string) {
 		v := strings.TrimSpace(getenv(name))
 		if v == "" {
@@ -398,7 +400,7 @@ func (c Config) Engine(model string) engine.Config {
 // ToolRouter is the tool router's share.
 func (c Config) ToolRouter() toolrouter.Config {
 	return toolrouter.Config{Min: c.ToolRouterMin, TopK: c.ToolRouterTopK, Threshold: c.ToolRouterThreshold,
-		Similarity: c.ToolRouterSimilarity}
+		Similarity: c.ToolRouterSimilarity, MinMatches: c.ToolRouterMinMatches}
 }
 
 // Auth is the verifier's share for the application secret (HS256); the dev server also takes dev tokens.
