@@ -50,8 +50,9 @@ func (b *ticketBackend) seen() ([]http.Header, []string) {
 	return append([]http.Header(nil), b.reqs...), append([]string(nil), b.uris...)
 }
 
-// toolsStack is agentloop dev with a tools file whose HTTP tool calls backend.
-func toolsStack(t *testing.T, backend *httptest.Server, logs io.Writer) *devserver.Stack {
+// toolsStack is agentloop dev on the data directory data, logging to log, with a tools file whose HTTP tool calls
+// backend.
+func toolsStack(t *testing.T, backend *httptest.Server, data string, log *slog.Logger) *devserver.Stack {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "tools.yaml")
 	body := `httpTools:
@@ -65,8 +66,7 @@ func toolsStack(t *testing.T, backend *httptest.Server, logs io.Writer) *devserv
 	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), Config: config.Config{ToolsFile: file},
-		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	s, err := devserver.New(context.Background(), devserver.Options{Data: data, Config: config.Config{ToolsFile: file}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestToolsFileHTTPToolRuns(t *testing.T) {
 	backend := httptest.NewServer(b)
 	t.Cleanup(backend.Close)
 	var logs syncBuffer
-	s := toolsStack(t, backend, &logs)
+	s := toolsStack(t, backend, t.TempDir(), slog.New(slog.NewJSONHandler(&logs, nil)))
 	tok, _ := s.Token("alice", time.Hour)
 	stream := postChat(t, s, tok, "th-tools", `/tool create_ticket {"team":"ops","title":"Printer on fire"}`)
 	if !strings.Contains(stream, `"type":"tool-output-available"`) || !strings.Contains(stream, `T-42`) {
@@ -137,23 +137,7 @@ func TestUserTokenReachesHTTPToolOnly(t *testing.T) {
 	t.Cleanup(backend.Close)
 	var logs bytes.Buffer
 	data := t.TempDir()
-	file := filepath.Join(t.TempDir(), "tools.yaml")
-	body := `httpTools:
-  - name: create_ticket
-    description: Open a ticket.
-    inputSchema: {type: object, properties: {team: {type: string}, title: {type: string}}, required: [team, title]}
-    method: POST
-    url: ` + backend.URL + `/teams/{team}/tickets
-    headers: {Authorization: "Bearer ${env:AGENTLOOP_TEST_BACKEND_TOKEN}"}
-`
-	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := devserver.New(context.Background(), devserver.Options{Data: data, Config: config.Config{ToolsFile: file},
-		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := toolsStack(t, backend, data, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	tok, _ := s.Token("alice", time.Hour)
 	stream := postChat(t, s, tok, "th-user", `/tool create_ticket {"team":"ops","title":"Printer on fire"}`)
 	if !strings.Contains(stream, `T-42`) {

@@ -57,32 +57,8 @@ func TestKeepingRunsAliveCostsOneStatementPerHeartbeat(t *testing.T) {
 					c.MaxActiveRunsPerUser, c.ThreadsPerMinute = -1, -1
 					c.ReaderProbe = -1 // its reads are counted on their own (TestReaderProbeCostsOneReadPerProbe)
 				}))
-			var ran []<-chan agent.Run
-			for i := range n {
-				ran = append(ran, f.streaming(t, submit(fmt.Sprintf("th%d", i), "u1", "/tool park {}")))
-			}
-			for range n {
-				select {
-				case <-started:
-				case <-time.After(hangBound):
-					t.Fatal("the runs never reached their tool")
-				}
-			}
-			// The keeper's next tick may be armed a moment after a batch ends: the clock moves on again until
-			// the batch comes (its statements are what is counted, not how many ticks it took).
-			beat := func() int {
-				t.Helper()
-				for range 100 {
-					clock.add(time.Second)
-					select {
-					case size := <-kept.done:
-						return size
-					case <-time.After(20 * time.Millisecond):
-					}
-				}
-				t.Fatal("no KeepClaims batch")
-				return 0
-			}
+			ran := parkRuns(t, f, started, n)
+			beat := func() int { return tickUntil(t, clock, time.Second, kept.done, "KeepClaims batch") }
 			beat() // the first batch may overlap the runs' own last writes before their tools
 			const beats = 5
 			before := f.stack.SQLite.Statements()
@@ -95,18 +71,58 @@ func TestKeepingRunsAliveCostsOneStatementPerHeartbeat(t *testing.T) {
 				t.Fatalf("%d runs: %d statements over %d heartbeats, want %d (one per batch)", n, got, beats, beats)
 			}
 			close(release)
-			for _, r := range ran {
-				select {
-				case run := <-r:
-					if run.Status != agent.RunCompleted {
-						t.Fatalf("run %s: %s %+v, want completed", run.ID, run.Status, run.Error)
-					}
-				case <-time.After(hangBound):
-					t.Fatal("a run never ended")
-				}
-			}
+			awaitCompleted(t, ran)
 		})
 	}
+}
+
+// parkRuns starts n runs on threads th0…th(n-1), each calling the park tool, and waits until all are parked.
+func parkRuns(t *testing.T, f *fixture, started <-chan string, n int) []<-chan agent.Run {
+	t.Helper()
+	var ran []<-chan agent.Run
+	for i := range n {
+		ran = append(ran, f.streaming(t, submit(fmt.Sprintf("th%d", i), "u1", "/tool park {}")))
+	}
+	for range n {
+		select {
+		case <-started:
+		case <-time.After(hangBound):
+			t.Fatal("the runs never reached their tool")
+		}
+	}
+	return ran
+}
+
+// awaitCompleted waits for every run of ran to end completed.
+func awaitCompleted(t *testing.T, ran []<-chan agent.Run) {
+	t.Helper()
+	for _, r := range ran {
+		select {
+		case run := <-r:
+			if run.Status != agent.RunCompleted {
+				t.Fatalf("run %s: %s %+v, want completed", run.ID, run.Status, run.Error)
+			}
+		case <-time.After(hangBound):
+			t.Fatal("a run never ended")
+		}
+	}
+}
+
+// tickUntil moves clock on by step until done reports (a keeper batch or probe, with its size): the keeper's next
+// tick may be armed a moment after the last one ends, so the clock moves on again until it comes (what is counted
+// is its statements, not how many ticks it took).
+func tickUntil(t *testing.T, clock *timerClock, step time.Duration, done <-chan int, what string) int {
+	t.Helper()
+	for range 100 {
+		clock.add(step)
+		select {
+		case size := <-done:
+			return size
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatal("no " + what)
+	return 0
 }
 
 // probedStore hands each reader probe's size to the test once it is done (dropped when done is full).
@@ -143,31 +159,8 @@ func TestReaderProbeCostsOneReadPerProbe(t *testing.T) {
 					c.Heartbeat, c.StaleAfter, c.ToolTimeout, c.ReaderProbe = time.Hour, 10*time.Hour, 10*time.Hour, 100*time.Millisecond
 					c.MaxActiveRunsPerUser, c.ThreadsPerMinute = -1, -1
 				}))
-			var ran []<-chan agent.Run
-			for i := range n {
-				ran = append(ran, f.streaming(t, submit(fmt.Sprintf("th%d", i), "u1", "/tool park {}")))
-			}
-			for range n {
-				select {
-				case <-started:
-				case <-time.After(hangBound):
-					t.Fatal("the runs never reached their tool")
-				}
-			}
-			// As the batches' test does: the clock moves on again until the probe comes.
-			probe := func() int {
-				t.Helper()
-				for range 100 {
-					clock.add(100 * time.Millisecond)
-					select {
-					case size := <-probed.done:
-						return size
-					case <-time.After(20 * time.Millisecond):
-					}
-				}
-				t.Fatal("no reader probe")
-				return 0
-			}
+			ran := parkRuns(t, f, started, n)
+			probe := func() int { return tickUntil(t, clock, 100*time.Millisecond, probed.done, "reader probe") }
 			probe() // the first may overlap the runs' own last writes before their tools
 			const probes = 5
 			before, txs, calls := f.stack.SQLite.Statements(), f.stack.SQLite.Transactions(), probed.calls.Load()
@@ -184,16 +177,7 @@ func TestReaderProbeCostsOneReadPerProbe(t *testing.T) {
 				t.Fatalf("%d runs: %d write transactions over %d probes, want none", n, got, sent)
 			}
 			close(release)
-			for _, r := range ran {
-				select {
-				case run := <-r:
-					if run.Status != agent.RunCompleted {
-						t.Fatalf("run %s: %s %+v, want completed", run.ID, run.Status, run.Error)
-					}
-				case <-time.After(hangBound):
-					t.Fatal("a run never ended")
-				}
-			}
+			awaitCompleted(t, ran)
 		})
 	}
 }
