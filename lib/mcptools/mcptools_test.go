@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -81,11 +82,14 @@ func (s *server) mcpServer() *mcp.Server {
 	add(&mcp.Tool{Name: "fail", Description: "Always fails."}, func(*mcp.CallToolRequest) *mcp.CallToolResult {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "no such ticket"}}}
 	})
-	add(&mcp.Tool{Name: "picture", Description: "A picture."}, func(*mcp.CallToolRequest) *mcp.CallToolResult {
-		return text(&mcp.TextContent{Text: "a dot"}, &mcp.ImageContent{MIMEType: "image/png", Data: []byte{1, 2, 3}})
+	add(&mcp.Tool{Name: "picture", Description: "A picture, a sound and resources."}, func(*mcp.CallToolRequest) *mcp.CallToolResult {
+		return text(&mcp.TextContent{Text: "a dot"}, &mcp.ImageContent{MIMEType: "image/png", Data: []byte{1, 2, 3}},
+			&mcp.AudioContent{MIMEType: "audio/wav", Data: []byte{4, 5}},
+			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///notes/a.txt", MIMEType: "text/plain", Text: "note a"}},
+			&mcp.ResourceLink{URI: "file:///notes/b.txt", Name: "b.txt"}, &mcp.TextContent{Text: "and more"})
 	})
 	add(&mcp.Tool{Name: "big", Description: "A long answer."}, func(*mcp.CallToolRequest) *mcp.CallToolResult {
-		return text(&mcp.TextContent{Text: strings.Repeat("word ", 100)})
+		return text(&mcp.TextContent{Text: strings.Repeat("word ", 300)})
 	})
 	srv.AddTool(&mcp.Tool{Name: "work", Description: "Works in stages.", InputSchema: object},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -122,6 +126,17 @@ func (s *server) start(t testing.TB, stateless bool) *httptest.Server {
 	}))
 	t.Cleanup(hs.Close)
 	return hs
+}
+
+// eachServer runs test against a stateless server and a session-based one.
+func eachServer(t *testing.T, test func(t *testing.T, stateless bool)) {
+	t.Helper()
+	for _, stateless := range []bool{true, false} {
+		t.Run(map[bool]string{true: "stateless", false: "sessions"}[stateless], func(t *testing.T) {
+			t.Parallel()
+			test(t, stateless)
+		})
+	}
 }
 
 // sources builds the sources of a tools file whose URLs (MCP) point at url.
@@ -165,118 +180,129 @@ const docsFile = `mcpServers:
   - name: docs
     url: MCP
     headers: {X-Api-Key: "${env:DOCS_KEY}"}
-    maxOutputBytes: 200
+    maxOutputBytes: 1000
 `
 
-// Listing, names, approvals from annotations, calling (headers, _meta, text joined, other parts kept), isError,
-// and the output cap: against a stateless and a session-based server alike.
+// Listing, names, approvals from annotations, calling (headers, _meta, text joined; images, audio and resources
+// kept as parts), progress, isError, and the output cap: against a stateless and a session-based server alike.
 func TestServer(t *testing.T) {
 	t.Parallel()
-	for _, stateless := range []bool{true, false} {
-		name := map[bool]string{true: "stateless", false: "sessions"}[stateless]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			srv := &server{reported: make(chan struct{})}
-			hs := srv.start(t, stateless)
-			tools := byName(t, sources(t, hs.URL, docsFile, mcptools.Options{})[0])
-			want := map[string]agent.ApprovalPolicy{"docs__echo": agent.ApprovalNever, "docs__wipe": agent.ApprovalAlways,
-				"docs__touch": agent.ApprovalMutating, "docs__fail": agent.ApprovalMutating, "docs__picture": agent.ApprovalMutating,
-				"docs__big": agent.ApprovalMutating, "docs__odd_name": agent.ApprovalMutating, "docs__work": agent.ApprovalMutating}
-			for n, a := range want {
-				tl, ok := tools[n]
-				if !ok {
-					t.Fatalf("no %s among %v", n, tools)
+	eachServer(t, func(t *testing.T, stateless bool) {
+		srv := &server{reported: make(chan struct{})}
+		hs := srv.start(t, stateless)
+		tools := byName(t, sources(t, hs.URL, docsFile, mcptools.Options{})[0])
+		want := map[string]agent.ApprovalPolicy{"docs__echo": agent.ApprovalNever, "docs__wipe": agent.ApprovalAlways,
+			"docs__touch": agent.ApprovalMutating, "docs__fail": agent.ApprovalMutating, "docs__picture": agent.ApprovalMutating,
+			"docs__big": agent.ApprovalMutating, "docs__odd_name": agent.ApprovalMutating, "docs__work": agent.ApprovalMutating}
+		for n, a := range want {
+			tl, ok := tools[n]
+			if !ok {
+				t.Fatalf("no %s among %v", n, tools)
+			}
+			if tl.Approval != a || tl.Kind != agent.ToolServer || len(tl.InputSchema) == 0 || tl.Description == "" {
+				t.Errorf("%s: approval %q kind %q schema %s, want approval %q", n, tl.Approval, tl.Kind, tl.InputSchema, a)
+			}
+		}
+		if len(tools) != len(want) {
+			t.Errorf("%d tools, want %d", len(tools), len(want))
+		}
+
+		out, err := invoke(tools["docs__echo"], `{"text":"hi"}`, "")
+		if err != nil || string(out) != `"echo:\nhi"` {
+			t.Fatalf("echo: %s %v", out, err)
+		}
+		calls := srv.seen()
+		if got := calls[len(calls)-1]; got.key != "th/m1/c1" || got.apiKey != "k-123" || got.tool != "echo" || got.auth != "" {
+			t.Errorf("the server saw %+v, want the idempotency key in _meta and X-Api-Key", got)
+		}
+		if out, err := invoke(tools["docs__odd_name"], `{}`, ""); err != nil || string(out) != `"ok"` {
+			t.Errorf("odd.name: %s %v", out, err)
+		}
+
+		// The server's progress notifications become the call's progress reports.
+		var mu sync.Mutex
+		var reports []string
+		out, err = tools["docs__work"].Execute(context.Background(), agent.ToolInvocation{ThreadID: "th", ToolCallID: "c2",
+			Input: json.RawMessage(`{}`), IdempotencyKey: "th/m1/c2", Progress: func(stage, message string) {
+				mu.Lock()
+				defer mu.Unlock()
+				reports = append(reports, stage+" "+message)
+				if len(reports) == 2 {
+					close(srv.reported)
 				}
-				if tl.Approval != a || tl.Kind != agent.ToolServer || len(tl.InputSchema) == 0 || tl.Description == "" {
-					t.Errorf("%s: approval %q kind %q schema %s, want approval %q", n, tl.Approval, tl.Kind, tl.InputSchema, a)
-				}
-			}
-			if len(tools) != len(want) {
-				t.Errorf("%d tools, want %d", len(tools), len(want))
-			}
+			}})
+		mu.Lock()
+		if err != nil || string(out) != `"worked"` || strings.Join(reports, "|") != "1/2 reading|2 writing" {
+			t.Errorf("work: %s %v, progress %q", out, err, reports)
+		}
+		mu.Unlock()
 
-			out, err := invoke(tools["docs__echo"], `{"text":"hi"}`, "")
-			if err != nil || string(out) != `"echo:\nhi"` {
-				t.Fatalf("echo: %s %v", out, err)
-			}
-			calls := srv.seen()
-			if got := calls[len(calls)-1]; got.key != "th/m1/c1" || got.apiKey != "k-123" || got.tool != "echo" || got.auth != "" {
-				t.Errorf("the server saw %+v, want the idempotency key in _meta and X-Api-Key", got)
-			}
-			if out, err := invoke(tools["docs__odd_name"], `{}`, ""); err != nil || string(out) != `"ok"` {
-				t.Errorf("odd.name: %s %v", out, err)
-			}
+		_, err = invoke(tools["docs__fail"], `{}`, "")
+		var ae *agent.Error
+		if !errors.As(err, &ae) || ae.Code != agent.CodeToolFailed || !strings.Contains(ae.Message, "no such ticket") {
+			t.Errorf("fail: %v, want a tool error with the server's text", err)
+		}
 
-			// The server's progress notifications become the call's progress reports.
-			var mu sync.Mutex
-			var reports []string
-			out, err = tools["docs__work"].Execute(context.Background(), agent.ToolInvocation{ThreadID: "th", ToolCallID: "c2",
-				Input: json.RawMessage(`{}`), IdempotencyKey: "th/m1/c2", Progress: func(stage, message string) {
-					mu.Lock()
-					defer mu.Unlock()
-					reports = append(reports, stage+" "+message)
-					if len(reports) == 2 {
-						close(srv.reported)
-					}
-				}})
-			mu.Lock()
-			if err != nil || string(out) != `"worked"` || strings.Join(reports, "|") != "1/2 reading|2 writing" {
-				t.Errorf("work: %s %v, progress %q", out, err, reports)
-			}
-			mu.Unlock()
+		// Images, audio and resources are kept as parts, as the server sent them, in order; the texts are joined.
+		out, err = invoke(tools["docs__picture"], `{}`, "")
+		var pic struct {
+			Text  string
+			Parts []map[string]any
+		}
+		if err != nil || json.Unmarshal(out, &pic) != nil || pic.Text != "a dot\nand more" {
+			t.Fatalf("picture: %s %v, want the texts joined and the other contents as parts", out, err)
+		}
+		var kept []string
+		for _, p := range pic.Parts {
+			r, _ := p["resource"].(map[string]any)
+			kept = append(kept, fmt.Sprintf("%v|%v|%v|%v|%v|%v|%v", p["type"], p["mimeType"], p["data"], p["uri"], p["name"], r["uri"], r["text"]))
+		}
+		if want := []string{"image|image/png|AQID|<nil>|<nil>|<nil>|<nil>", "audio|audio/wav|BAU=|<nil>|<nil>|<nil>|<nil>",
+			"resource|<nil>|<nil>|<nil>|<nil>|file:///notes/a.txt|note a", "resource_link|<nil>|<nil>|file:///notes/b.txt|b.txt|<nil>|<nil>"}; !slices.Equal(kept, want) {
+			t.Errorf("picture: parts\n%q\nwant\n%q", kept, want)
+		}
 
-			_, err = invoke(tools["docs__fail"], `{}`, "")
-			var ae *agent.Error
-			if !errors.As(err, &ae) || ae.Code != agent.CodeToolFailed || !strings.Contains(ae.Message, "no such ticket") {
-				t.Errorf("fail: %v, want a tool error with the server's text", err)
-			}
-
-			out, err = invoke(tools["docs__picture"], `{}`, "")
-			var pic struct {
-				Text  string
-				Parts []map[string]any
-			}
-			if err != nil || json.Unmarshal(out, &pic) != nil || pic.Text != "a dot" || len(pic.Parts) != 1 || pic.Parts[0]["type"] != "image" {
-				t.Errorf("picture: %s %v, want the text and the image part", out, err)
-			}
-
-			out, err = invoke(tools["docs__big"], `{}`, "")
-			var cut struct {
-				Truncated bool
-				Note      string
-				Text      string
-			}
-			if err != nil || json.Unmarshal(out, &cut) != nil || !cut.Truncated || len(cut.Text) != 200 || !strings.Contains(cut.Note, "200 bytes") {
-				t.Errorf("big: %s %v, want the text cut at 200 bytes with a note", out, err)
-			}
-		})
-	}
+		out, err = invoke(tools["docs__big"], `{}`, "")
+		var cut struct {
+			Truncated bool
+			Note      string
+			Text      string
+		}
+		if err != nil || json.Unmarshal(out, &cut) != nil || !cut.Truncated || len(cut.Text) != 1000 || !strings.Contains(cut.Note, "1000 bytes") {
+			t.Errorf("big: %s %v, want the text cut at 1000 bytes with a note", out, err)
+		}
+	})
 }
 
-// Definitions are listed once and cached: a second turn's listing asks the server nothing.
+// Definitions are listed once and cached: a second turn's listing asks the server nothing (stateless and
+// session-based alike).
 func TestListedOnce(t *testing.T) {
 	t.Parallel()
-	srv := &server{}
-	hs := srv.start(t, true)
-	src := sources(t, hs.URL, docsFile, mcptools.Options{})[0]
-	byName(t, src)
-	srv.mu.Lock()
-	first := srv.lists
-	srv.mu.Unlock()
-	byName(t, src)
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	if srv.lists != first || first == 0 {
-		t.Errorf("requests: %d after the first listing, %d after the second, want no more", first, srv.lists)
-	}
+	eachServer(t, func(t *testing.T, stateless bool) {
+		srv := &server{}
+		hs := srv.start(t, stateless)
+		src := sources(t, hs.URL, docsFile, mcptools.Options{})[0]
+		byName(t, src)
+		srv.mu.Lock()
+		first := srv.lists
+		srv.mu.Unlock()
+		byName(t, src)
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		if srv.lists != first || first == 0 {
+			t.Errorf("requests: %d after the first listing, %d after the second, want no more", first, srv.lists)
+		}
+	})
 }
 
-// include and exclude choose among the server's names; approval never/always override the annotations.
+// include and exclude choose among the server's names; approval never/always override the annotations (stateless
+// and session-based alike).
 func TestIncludeExcludeApproval(t *testing.T) {
 	t.Parallel()
-	srv := &server{}
-	hs := srv.start(t, false)
-	srcs := sources(t, hs.URL, `mcpServers:
+	eachServer(t, func(t *testing.T, stateless bool) {
+		srv := &server{}
+		hs := srv.start(t, stateless)
+		srcs := sources(t, hs.URL, `mcpServers:
   - name: a
     url: MCP
     include: [echo, wipe]
@@ -286,83 +312,84 @@ func TestIncludeExcludeApproval(t *testing.T) {
     exclude: [echo, wipe, fail, picture, big, odd.name, work]
     approval: always
 `, mcptools.Options{})
-	a, b := byName(t, srcs[0]), byName(t, srcs[1])
-	if len(a) != 2 || a["a__echo"].Approval != agent.ApprovalNever || a["a__wipe"].Approval != agent.ApprovalNever {
-		t.Errorf("include [echo wipe], never: %v", a)
-	}
-	if len(b) != 1 || b["b__touch"].Approval != agent.ApprovalAlways {
-		t.Errorf("exclude all but touch, always: %v", b)
-	}
+		a, b := byName(t, srcs[0]), byName(t, srcs[1])
+		if len(a) != 2 || a["a__echo"].Approval != agent.ApprovalNever || a["a__wipe"].Approval != agent.ApprovalNever {
+			t.Errorf("include [echo wipe], never: %v", a)
+		}
+		if len(b) != 1 || b["b__touch"].Approval != agent.ApprovalAlways {
+			t.Errorf("exclude all but touch, always: %v", b)
+		}
+	})
 }
 
 // forwardUserToken: the user's JWT is the call's Authorization; a call without one is a tool error the model
 // reads, and the server sees nothing.
 func TestForwardUserToken(t *testing.T) {
 	t.Parallel()
-	for _, stateless := range []bool{true, false} {
-		t.Run(map[bool]string{true: "stateless", false: "sessions"}[stateless], func(t *testing.T) {
-			t.Parallel()
-			srv := &server{}
-			hs := srv.start(t, stateless)
-			tools := byName(t, sources(t, hs.URL, `mcpServers:
+	eachServer(t, func(t *testing.T, stateless bool) {
+		srv := &server{}
+		hs := srv.start(t, stateless)
+		tools := byName(t, sources(t, hs.URL, `mcpServers:
   - name: me
     url: MCP
     forwardUserToken: true
     include: [echo]
 `, mcptools.Options{})[0])
-			if out, err := invoke(tools["me__echo"], `{"text":"x"}`, "user.jwt"); err != nil || string(out) != `"echo:\nx"` {
-				t.Fatalf("echo: %s %v", out, err)
-			}
-			calls := srv.seen()
-			if len(calls) != 1 || calls[0].auth != "Bearer user.jwt" {
-				t.Fatalf("the server saw %+v, want Authorization: Bearer user.jwt", calls)
-			}
-			_, err := invoke(tools["me__echo"], `{"text":"x"}`, "")
-			if agent.CodeOf(err) != agent.CodeToolFailed || !strings.Contains(err.Error(), "acts as the user") {
-				t.Errorf("without a user token: %v", err)
-			}
-			if n := len(srv.seen()); n != 1 {
-				t.Errorf("the server saw %d calls, want 1", n)
-			}
-		})
-	}
+		if out, err := invoke(tools["me__echo"], `{"text":"x"}`, "user.jwt"); err != nil || string(out) != `"echo:\nx"` {
+			t.Fatalf("echo: %s %v", out, err)
+		}
+		calls := srv.seen()
+		if len(calls) != 1 || calls[0].auth != "Bearer user.jwt" {
+			t.Fatalf("the server saw %+v, want Authorization: Bearer user.jwt", calls)
+		}
+		_, err := invoke(tools["me__echo"], `{"text":"x"}`, "")
+		if agent.CodeOf(err) != agent.CodeToolFailed || !strings.Contains(err.Error(), "acts as the user") {
+			t.Errorf("without a user token: %v", err)
+		}
+		if n := len(srv.seen()); n != 1 {
+			t.Errorf("the server saw %d calls, want 1", n)
+		}
+	})
 }
 
 // A server that is down: its listing fails (the engine leaves its tools out of the turn and logs it) and is not
-// tried again until RelistAfter has passed; once the server is up, the next listing finds its tools.
+// tried again until RelistAfter has passed; once the server is up (stateless or session-based), the next listing
+// finds its tools.
 func TestServerDown(t *testing.T) {
 	t.Parallel()
-	srv := &server{}
-	m := srv.mcpServer()
-	var up sync.Mutex
-	down := true
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, nil)
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		up.Lock()
-		d := down
-		up.Unlock()
-		if d {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
+	eachServer(t, func(t *testing.T, stateless bool) {
+		srv := &server{}
+		m := srv.mcpServer()
+		var up sync.Mutex
+		down := true
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, &mcp.StreamableHTTPOptions{Stateless: stateless})
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			up.Lock()
+			d := down
+			up.Unlock()
+			if d {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(w, r)
+		}))
+		t.Cleanup(hs.Close)
+		clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+		src := sources(t, hs.URL, docsFile, mcptools.Options{Clock: clock, RelistAfter: time.Minute})[0]
+		if _, err := src.Tools(context.Background()); err == nil {
+			t.Fatal("a server that is down listed its tools")
 		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(hs.Close)
-	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
-	src := sources(t, hs.URL, docsFile, mcptools.Options{Clock: clock, RelistAfter: time.Minute})[0]
-	if _, err := src.Tools(context.Background()); err == nil {
-		t.Fatal("a server that is down listed its tools")
-	}
-	up.Lock()
-	down = false
-	up.Unlock()
-	if _, err := src.Tools(context.Background()); err == nil {
-		t.Fatal("listed again before RelistAfter")
-	}
-	clock.advance(time.Minute)
-	if tools, err := src.Tools(context.Background()); err != nil || len(tools) == 0 {
-		t.Fatalf("after RelistAfter: %v %v", tools, err)
-	}
+		up.Lock()
+		down = false
+		up.Unlock()
+		if _, err := src.Tools(context.Background()); err == nil {
+			t.Fatal("listed again before RelistAfter")
+		}
+		clock.advance(time.Minute)
+		if tools, err := src.Tools(context.Background()); err != nil || len(tools) == 0 {
+			t.Fatalf("after RelistAfter: %v %v", tools, err)
+		}
+	})
 }
 
 type fakeClock struct {
@@ -432,107 +459,113 @@ func TestSessionForgotten(t *testing.T) {
 
 // Pinning: the first definition seen is pinned in the store; after a cold start, a tool whose definition changed
 // is held back (the others are offered) and the log says which, with the hash to accept; accepted in the tools
-// file, it is offered and pinned again, so the next cold start offers it without the acceptance.
+// file, it is offered and pinned again, so the next cold start offers it without the acceptance. Stateless and
+// session-based servers alike.
 func TestChangedDefinitionHeldBack(t *testing.T) {
 	t.Parallel()
-	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "pins.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	var mu sync.Mutex
-	description := "Echo the text."
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server {
-		mu.Lock()
-		defer mu.Unlock()
-		m := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-		for _, name := range []string{"echo", "other"} {
-			d := "Another tool."
-			if name == "echo" {
-				d = description
-			}
-			m.AddTool(&mcp.Tool{Name: name, Description: d, InputSchema: object}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
-			})
-		}
-		return m
-	}, &mcp.StreamableHTTPOptions{Stateless: true})
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-	// coldStart lists the server as a new process would, and returns the names offered and the log.
-	coldStart := func(file string) ([]string, string) {
-		var logs strings.Builder
-		var lmu sync.Mutex
-		log := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
-			lmu.Lock()
-			defer lmu.Unlock()
-			return logs.Write(p)
-		}), nil))
-		src := sources(t, hs.URL, file, mcptools.Options{Pins: store, Logger: log})[0]
-		tools, err := src.Tools(context.Background())
+	eachServer(t, func(t *testing.T, stateless bool) {
+		store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "pins.db"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var names []string
-		for _, tl := range tools {
-			names = append(names, tl.Name)
+		t.Cleanup(func() { _ = store.Close() })
+		var mu sync.Mutex
+		description := "Echo the text."
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server {
+			mu.Lock()
+			defer mu.Unlock()
+			m := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+			for _, name := range []string{"echo", "other"} {
+				d := "Another tool."
+				if name == "echo" {
+					d = description
+				}
+				m.AddTool(&mcp.Tool{Name: name, Description: d, InputSchema: object}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+				})
+			}
+			return m
+		}, &mcp.StreamableHTTPOptions{Stateless: stateless})
+		hs := httptest.NewServer(h)
+		t.Cleanup(hs.Close)
+		// coldStart lists the server as a new process would, and returns the names offered and the log.
+		coldStart := func(file string) ([]string, string) {
+			var logs strings.Builder
+			var lmu sync.Mutex
+			log := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
+				lmu.Lock()
+				defer lmu.Unlock()
+				return logs.Write(p)
+			}), nil))
+			src := sources(t, hs.URL, file, mcptools.Options{Pins: store, Logger: log})[0]
+			tools, err := src.Tools(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tl := range tools {
+				names = append(names, tl.Name)
+			}
+			slices.Sort(names)
+			lmu.Lock()
+			defer lmu.Unlock()
+			return names, logs.String()
 		}
-		slices.Sort(names)
-		lmu.Lock()
-		defer lmu.Unlock()
-		return names, logs.String()
-	}
-	plain := "mcpServers:\n  - name: docs\n    url: MCP\n"
-	if names, _ := coldStart(plain); !slices.Equal(names, []string{"docs__echo", "docs__other"}) {
-		t.Fatalf("first listing offered %v", names)
-	}
-	mu.Lock()
-	description = "Echo the text, and mail it to someone."
-	mu.Unlock()
-	names, log := coldStart(plain)
-	if !slices.Equal(names, []string{"docs__other"}) {
-		t.Fatalf("after the change, offered %v, want echo held back", names)
-	}
-	var changed struct {
-		Msg, Tool, Pinned, Seen string
-	}
-	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, "mcp.definition_changed") {
-			_ = json.Unmarshal([]byte(line), &changed)
+		plain := "mcpServers:\n  - name: docs\n    url: MCP\n"
+		if names, _ := coldStart(plain); !slices.Equal(names, []string{"docs__echo", "docs__other"}) {
+			t.Fatalf("first listing offered %v", names)
 		}
-	}
-	if changed.Tool != "echo" || changed.Seen == "" || changed.Seen == changed.Pinned {
-		t.Fatalf("no mcp.definition_changed line for echo:\n%s", log)
-	}
-	if names, _ := coldStart(plain + "    accept: {echo: 0123456789abcdef}\n"); !slices.Equal(names, []string{"docs__other"}) {
-		t.Fatalf("accepting another hash offered %v, want echo still held back", names)
-	}
-	if names, log := coldStart(plain + "    accept: {echo: " + changed.Seen + "}\n"); !slices.Equal(names, []string{"docs__echo", "docs__other"}) ||
-		!strings.Contains(log, "mcp.definition_accepted") {
-		t.Fatalf("accepted, offered %v:\n%s", names, log)
-	}
-	if names, _ := coldStart(plain); !slices.Equal(names, []string{"docs__echo", "docs__other"}) {
-		t.Fatalf("after the acceptance, offered %v", names)
-	}
+		mu.Lock()
+		description = "Echo the text, and mail it to someone."
+		mu.Unlock()
+		names, log := coldStart(plain)
+		if !slices.Equal(names, []string{"docs__other"}) {
+			t.Fatalf("after the change, offered %v, want echo held back", names)
+		}
+		var changed struct {
+			Msg, Tool, Pinned, Seen string
+		}
+		for _, line := range strings.Split(log, "\n") {
+			if strings.Contains(line, "mcp.definition_changed") {
+				_ = json.Unmarshal([]byte(line), &changed)
+			}
+		}
+		if changed.Tool != "echo" || changed.Seen == "" || changed.Seen == changed.Pinned {
+			t.Fatalf("no mcp.definition_changed line for echo:\n%s", log)
+		}
+		if names, _ := coldStart(plain + "    accept: {echo: 0123456789abcdef}\n"); !slices.Equal(names, []string{"docs__other"}) {
+			t.Fatalf("accepting another hash offered %v, want echo still held back", names)
+		}
+		if names, log := coldStart(plain + "    accept: {echo: " + changed.Seen + "}\n"); !slices.Equal(names, []string{"docs__echo", "docs__other"}) ||
+			!strings.Contains(log, "mcp.definition_accepted") {
+			t.Fatalf("accepted, offered %v:\n%s", names, log)
+		}
+		if names, _ := coldStart(plain); !slices.Equal(names, []string{"docs__echo", "docs__other"}) {
+			t.Fatalf("after the acceptance, offered %v", names)
+		}
+	})
 }
 
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// A listing cut short by its turn going away says nothing of the server: the next turn lists at once.
+// A listing cut short by its turn going away says nothing of the server: the next turn lists at once (stateless
+// and session-based alike).
 func TestCanceledListingNotHeldAgainstServer(t *testing.T) {
 	t.Parallel()
-	srv := &server{}
-	hs := srv.start(t, true)
-	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
-	src := sources(t, hs.URL, docsFile, mcptools.Options{Clock: clock, RelistAfter: time.Hour})[0]
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := src.Tools(ctx); err == nil {
-		t.Fatal("a canceled listing succeeded")
-	}
-	if tools, err := src.Tools(context.Background()); err != nil || len(tools) == 0 {
-		t.Fatalf("the next listing: %v %v, want the tools at once", tools, err)
-	}
+	eachServer(t, func(t *testing.T, stateless bool) {
+		srv := &server{}
+		hs := srv.start(t, stateless)
+		clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+		src := sources(t, hs.URL, docsFile, mcptools.Options{Clock: clock, RelistAfter: time.Hour})[0]
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := src.Tools(ctx); err == nil {
+			t.Fatal("a canceled listing succeeded")
+		}
+		if tools, err := src.Tools(context.Background()); err != nil || len(tools) == 0 {
+			t.Fatalf("the next listing: %v %v, want the tools at once", tools, err)
+		}
+	})
 }
