@@ -93,6 +93,24 @@ const file = `httpTools:
     inputSchema: {type: object, properties: {id: {type: string}, fields: {type: array}}}
     url: BACKEND/tickets/{id}
     headers: {Authorization: "Bearer ${ssm:/agentloop/backend-token}"}
+  - name: put_ticket
+    description: Replace a ticket.
+    inputSchema: {type: object, properties: {id: {type: string}}}
+    method: PUT
+    url: BACKEND/tickets/{id}
+    headers: {Authorization: "Bearer ${ssm:/agentloop/backend-token}"}
+  - name: delete_ticket
+    description: Delete a ticket.
+    inputSchema: {type: object, properties: {id: {type: string}}}
+    method: DELETE
+    url: BACKEND/tickets/{id}
+    headers: {Authorization: "Bearer ${ssm:/agentloop/backend-token}"}
+  - name: patch_ticket
+    description: Change a ticket.
+    inputSchema: {type: object, properties: {id: {type: string}}}
+    method: PATCH
+    url: BACKEND/tickets/{id}
+    headers: {Authorization: "Bearer ${ssm:/agentloop/backend-token}"}
   - name: small
     description: A small answer.
     url: BACKEND/big
@@ -139,9 +157,12 @@ func TestRequestShape(t *testing.T) {
 	}
 }
 
-// Retries: an idempotent method is tried again after a 503; a POST never is; a 4xx is the model's to read.
+// Retries: an idempotent method (GET, PUT, DELETE) is tried again after a 502, 503, 504 or a dropped connection,
+// every attempt with the same idempotency key and both identities; a non-idempotent one (POST, PATCH) never is; a
+// 500 or a 4xx is the model's to read at once.
 func TestRetriesAndErrors(t *testing.T) {
 	t.Parallel()
+	const drop = -1 // the backend drops the connection without an answer
 	cases := []struct {
 		name, tool, input string
 		status            []int // the backend's answers, in order (200 after the list)
@@ -149,8 +170,16 @@ func TestRetriesAndErrors(t *testing.T) {
 		errText           string // in the error ("" : no error)
 	}{
 		{"GET retried after 503", "get_ticket", `{"id":"1"}`, []int{503, 503}, 3, ""},
+		{"GET retried after 502 and 504", "get_ticket", `{"id":"1"}`, []int{502, 504}, 3, ""},
+		{"GET retried after a dropped connection", "get_ticket", `{"id":"1"}`, []int{drop}, 2, ""},
 		{"GET gives up", "get_ticket", `{"id":"1"}`, []int{503, 503, 503, 503}, 3, "503"},
+		{"GET not retried after 500", "get_ticket", `{"id":"1"}`, []int{500}, 1, "500 Internal Server Error"},
+		{"PUT retried", "put_ticket", `{"id":"1"}`, []int{503}, 2, ""},
+		{"DELETE retried", "delete_ticket", `{"id":"1"}`, []int{504}, 2, ""},
 		{"POST never retried", "create_ticket", `{"team":"a"}`, []int{503}, 1, "503"},
+		{"POST never retried after a dropped connection", "create_ticket", `{"team":"a"}`, []int{drop}, 1, "could not be reached"},
+		{"PATCH never retried", "patch_ticket", `{"id":"1"}`, []int{503}, 1, "503"},
+		{"PATCH never retried after a dropped connection", "patch_ticket", `{"id":"1"}`, []int{drop}, 1, "could not be reached"},
 		{"4xx read by the model", "get_ticket", `{"id":"1"}`, []int{404}, 1, `404 Not Found: {"error":"no ticket"}`},
 		{"redirect not followed", "get_ticket", `{"id":"1"}`, []int{302}, 1, "302"},
 	}
@@ -159,7 +188,10 @@ func TestRetriesAndErrors(t *testing.T) {
 			t.Parallel()
 			b := &backend{answer: func(n int, w http.ResponseWriter, r *http.Request) {
 				if n <= len(tc.status) {
-					if tc.status[n-1] == 302 {
+					switch tc.status[n-1] {
+					case drop:
+						panic(http.ErrAbortHandler)
+					case 302:
 						w.Header().Set("Location", "https://elsewhere.example.com/")
 					}
 					w.WriteHeader(tc.status[n-1])
@@ -171,8 +203,14 @@ func TestRetriesAndErrors(t *testing.T) {
 			srv := httptest.NewServer(b)
 			t.Cleanup(srv.Close)
 			_, err := call(t, source(t, srv, file)[tc.tool], tc.input)
-			if got := len(b.requests()); got != tc.calls {
-				t.Errorf("%d calls, want %d", got, tc.calls)
+			reqs := b.requests()
+			if len(reqs) != tc.calls {
+				t.Errorf("%d calls, want %d", len(reqs), tc.calls)
+			}
+			for i, r := range reqs {
+				if r.key != "th/m1/c1" || r.auth != "Bearer service-token" || r.user != "user.jwt.value" {
+					t.Errorf("attempt %d carried key %q, Authorization %q, X-User-JWT %q: want the call's key and both identities", i+1, r.key, r.auth, r.user)
+				}
 			}
 			switch {
 			case tc.errText == "" && err != nil:
@@ -210,7 +248,8 @@ func TestOutput(t *testing.T) {
 	}
 }
 
-// The tool's own timeout ends a call to a backend that does not answer: tool_timeout, whatever the backend does.
+// The tool's own timeout ends a call to a backend that does not answer: tool_timeout, whatever the backend does,
+// and the call is not tried again.
 func TestTimeout(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -226,6 +265,9 @@ func TestTimeout(t *testing.T) {
 	_, err := call(t, source(t, srv, file)["slow"], `{}`)
 	if agent.CodeOf(err) != agent.CodeToolTimeout {
 		t.Fatalf("err %v, want tool_timeout", err)
+	}
+	if n := len(b.requests()); n != 1 {
+		t.Errorf("%d requests, want 1 (a timed-out GET is not tried again)", n)
 	}
 }
 
