@@ -56,7 +56,8 @@ func routedCatalog() []agent.Tool {
 
 // Issue 19 item 5: above the router's minimum each step offers a subset, seen through the offline model's /tools
 // (the names the request offered, in order): the always-on tools (add_note, and the job tool research), the
-// keyword matches of the newest user text, the tools the thread used; "don't delete" picks no delete_* tool.
+// keyword matches of the newest user text, the tools the thread used; "don't delete" picks no delete_* tool, and
+// "never delete or archive" neither delete_* nor archive_*.
 // A synonym no keyword matches is found by the embedding fallback (the offline model's embeddings through the
 // openai adapter). Each routed step logs agent.tools_offered with the run and thread. Under the minimum, every
 // tool is offered.
@@ -80,6 +81,7 @@ func TestRouterOffersSubset(t *testing.T) {
 		{"/tool run_sql {}", nil}, // the model calls run_sql (a keyword match), which the thread then has used
 		{"/tools thanks", []string{"add_note", "run_sql", "research"}},
 		{"/tools don't delete the file, archive it", []string{"add_note", "read_file", "write_file", "run_sql", "archive_file", "research"}},
+		{"/tools never delete or archive the files", []string{"add_note", "read_file", "write_file", "run_sql", "research"}},
 		{"/tools delete the file", []string{"add_note", "delete_file", "read_file", "write_file", "run_sql", "delete_user", "archive_file", "research"}},
 	} {
 		got := offered("routed", fmt.Sprintf("u%d", i), tc.text)

@@ -11,10 +11,22 @@
 // than a sentence) and its description. Text is cut into words at word boundaries (letters and digits; "file"
 // never matches "profile"), lowered, stripped of a plural s and of common English words. Scores are BM25 (k1
 // 1.2, b 0.75, idf ln(1+(N-df+0.5)/(df+0.5))); a word the whole catalog shares scores little, a word one tool
-// holds scores most. Negation: the first content word after a negator (not, no, never, without, avoid, and any
-// word ending in n't: "don't delete", "do not delete", "never delete") is left out of the query, and a tool
-// whose name holds it is not matched by keywords, so "don't delete the file" never picks delete_file (it stays
-// offered only when always-on or used).
+// holds scores most.
+//
+// Negation (query.go). A negated word is left out of the query, and a tool whose name holds it is not matched by
+// keywords, so "don't delete the file" never picks delete_file (it stays offered only when always-on or used).
+// A negator (not, no, never, neither, nor, without, avoid, cannot, any word ending in n't) negates the first content
+// word after it and the list coordinated with that word: a word right after "or", "and" or "nor" ("don't delete
+// or archive the files"), and a word after a comma when a comma or a conjunction follows it, that is a comma
+// list a conjunction closes ("never erase, remove or drop anything", the serial comma too). The list ends at:
+//
+//   - the first word not joined to it, the verb's object ("the files", "it"): "don't delete it or archive it"
+//     negates delete only. A wrongly negated word hides a tool the user asked for, while a tool wrongly kept is
+//     still read by a model that reads the user's "don't", so the scope stays the list and no wider;
+//   - a comma that does not continue it: "don't delete it, just archive it" and "don't delete, archive the
+//     file" pick archive_file; so does "never erase, remove the member" (a comma list needs its conjunction);
+//   - a clause break: . ; : ! ? (not between two letters or digits: "1,000", "notes.txt"), "but", "instead",
+//     "then"; and a new negator opens a new scope ("don't archive, never delete the files").
 //
 // Embeddings (embed.go). When keywords find fewer than MinMatches (3) tools and the router has an Embedder, the
 // nearest tools by cosine similarity of their vectors to the user's content words (at least Similarity) fill
@@ -284,37 +296,6 @@ func (c *catalog) namesAny(i int, ws []string) bool {
 	return false
 }
 
-// queryWords returns the content words of a user's text, and apart the words a negation applies to (the first
-// content word after each negator), which the query leaves out.
-func queryWords(text string) (query, negated []string) {
-	negate := false
-	for _, raw := range rawWords(text) {
-		if isNegator(raw) {
-			negate = true
-			continue
-		}
-		w, ok := normalize(raw)
-		if !ok {
-			continue
-		}
-		if negate {
-			negated = append(negated, w)
-			negate = false
-			continue
-		}
-		query = append(query, w)
-	}
-	return query, negated
-}
-
-func isNegator(raw string) bool {
-	switch raw {
-	case "not", "no", "never", "without", "avoid", "dont", "cannot", "nor":
-		return true
-	}
-	return strings.HasSuffix(raw, "n't")
-}
-
 // words appends the content words of s (a name or a description) to dst.
 func words(s string, dst []string) []string {
 	for _, raw := range rawWords(splitCase(s)) {
@@ -323,32 +304,6 @@ func words(s string, dst []string) []string {
 		}
 	}
 	return dst
-}
-
-// rawWords cuts s into lowered words at word boundaries: runs of letters and digits, with an apostrophe inside
-// a word kept ("don't"; a typographic one is read as ').
-func rawWords(s string) []string {
-	var out []string
-	var cur strings.Builder
-	rs := []rune(s)
-	for i, r := range rs {
-		switch {
-		case unicode.IsLetter(r) || unicode.IsDigit(r):
-			cur.WriteRune(unicode.ToLower(r))
-			continue
-		case (r == '\'' || r == '’') && cur.Len() > 0 && i+1 < len(rs) && unicode.IsLetter(rs[i+1]):
-			cur.WriteRune('\'')
-			continue
-		}
-		if cur.Len() > 0 {
-			out = append(out, cur.String())
-			cur.Reset()
-		}
-	}
-	if cur.Len() > 0 {
-		out = append(out, cur.String())
-	}
-	return out
 }
 
 // splitCase puts a space at each lower-to-upper case change ("getWeather" -> "get Weather").

@@ -120,6 +120,58 @@ func TestOffer(t *testing.T) {
 	}
 }
 
+// Negation covers a coordinated list (issue 19 item 5's guard, beyond one word): the words right after a
+// negator joined by or, and, nor, or by commas in a list a conjunction closes, up to the list's object, a comma
+// that opens a new clause, a clause break, or a new negator. Cases marked "edge" are the rule's chosen limits.
+func TestNegationScope(t *testing.T) {
+	t.Parallel()
+	tools := append(catalog(),
+		agent.Tool{Name: "remove_member", Description: "Remove a member from a team."},
+		agent.Tool{Name: "drop_table", Description: "Drop a table from the analytics database."},
+		agent.Tool{Name: "erase_disk", Description: "Erase a disk volume."})
+	tests := []struct {
+		text string
+		want []string // offered
+		none []string // not offered
+	}{
+		{text: "don't delete or archive the files", want: []string{"read_file", "write_file"},
+			none: []string{"delete_file", "delete_user", "archive_file"}},
+		{text: "never erase, remove or drop anything", none: []string{"erase_disk", "remove_member", "drop_table"}},
+		{text: "never erase, remove, or drop the table", none: []string{"erase_disk", "remove_member", "drop_table"}},
+		{text: "don't delete and archive the files", want: []string{"read_file"}, none: []string{"delete_file", "archive_file"}},
+		{text: "neither delete nor archive the files", want: []string{"read_file"}, none: []string{"delete_file", "archive_file"}},
+		{text: "don't delete it or archive it", want: []string{"archive_file"}, none: []string{"delete_file"}}, // edge: an object ends the list
+		{text: "don't delete the file or archive it", want: []string{"archive_file"}, none: []string{"delete_file"}},
+		{text: "don't delete it, just archive it", want: []string{"archive_file"}, none: []string{"delete_file", "delete_user"}},
+		{text: "don't delete, archive the file", want: []string{"archive_file"}, none: []string{"delete_file"}},
+		{text: "never erase, remove the member", want: []string{"remove_member"}, none: []string{"erase_disk"}}, // edge: no conjunction closes it
+		{text: "don't delete but archive the file", want: []string{"archive_file"}, none: []string{"delete_file"}},
+		{text: "don't delete or, instead, archive the file", want: []string{"archive_file"}, none: []string{"delete_file"}},
+		{text: "never delete; archive the file", want: []string{"archive_file"}, none: []string{"delete_file"}},
+		{text: "No. Archive the files", want: []string{"archive_file"}},
+		{text: "don't archive, never delete the files", want: []string{"read_file"}, none: []string{"archive_file", "delete_file"}},
+		{text: "don't delete 1,000 files or archive.zip", want: []string{"archive_file"}, none: []string{"delete_file"}},
+		{text: "don't worry, delete the file", want: []string{"delete_file", "archive_file"}},
+	}
+	r := toolrouter.New(toolrouter.Deps{}, toolrouter.Config{})
+	for _, tc := range tests {
+		t.Run(tc.text, func(t *testing.T) {
+			t.Parallel()
+			got, _ := r.Catalog(tools).Offer(context.Background(), agent.ToolQuery{Text: tc.text})
+			for _, w := range tc.want {
+				if !slices.Contains(names(got), w) {
+					t.Errorf("offer %q = %v: want %s in it", tc.text, names(got), w)
+				}
+			}
+			for _, n := range tc.none {
+				if slices.Contains(names(got), n) {
+					t.Errorf("offer %q = %v: want no %s", tc.text, names(got), n)
+				}
+			}
+		})
+	}
+}
+
 // A router reuses its index only for the catalog it indexed: a turn whose tools read differently is indexed anew.
 func TestIndexFollowsCatalog(t *testing.T) {
 	t.Parallel()
