@@ -2,109 +2,93 @@ package toolrouter
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
 
-// vectorsNS is the value namespace of the tools' vectors of one embedding model.
-func vectorsNS(model string) string { return "tool-vectors/" + model }
-
-// definitionKey is the cache key of a tool's vector: what is embedded, hashed.
-func definitionKey(text string) string {
-	sum := sha256.Sum256([]byte(text))
-	return hex.EncodeToString(sum[:16])
+// embedding is the router's fallback: what it uses, its config, and the backoff after failed embeddings calls
+// (one per router: an outage is the provider's, whatever the catalog).
+type embedding struct {
+	Deps
+	cfg  Config
+	gate gate
 }
 
-// toolText is what a tool's vector embeds: its name's and description's content words.
-func toolText(t agent.Tool) string {
-	return strings.Join(words(t.Description, words(t.Name, nil)), " ")
+// gate is the backoff after failed embeddings calls.
+type gate struct {
+	mu       sync.Mutex
+	failures int       // consecutive failures; 0: every call goes through
+	until    time.Time // while failing: no call before this
+	probing  bool      // while failing: a call after the cool-down is in flight
 }
 
-// vectors returns the index's tool vectors, computing them at the first call: those the store holds are read
-// (one ListValues), the others embedded in one request and stored. Nil when they cannot be had (logged).
-func (x *index) vectors(ctx context.Context, d *Deps) [][]float32 {
-	x.vecOnce.Do(func() {
-		model := d.Embedder.EmbeddingModel()
-		texts := make([]string, len(x.tools))
-		keys := make([]string, len(x.tools))
-		for i, t := range x.tools {
-			texts[i] = toolText(t)
-			keys[i] = definitionKey(texts[i])
-		}
-		cached := map[string][]float32{}
-		if d.Values != nil {
-			kvs, err := d.Values.ListValues(ctx, vectorsNS(model))
-			if err != nil {
-				d.Logger.WarnContext(ctx, "toolrouter.vectors", "outcome", "cache_unreadable", "err", err.Error())
-			}
-			for _, kv := range kvs {
-				cached[kv.Key] = decodeVector(kv.Value)
-			}
-		}
-		vecs := make([][]float32, len(x.tools))
-		var missing []int
-		for i, k := range keys {
-			if v, ok := cached[k]; ok && v != nil {
-				vecs[i] = v
-			} else {
-				missing = append(missing, i)
-			}
-		}
-		if len(missing) > 0 {
-			in := make([]string, len(missing))
-			for j, i := range missing {
-				in[j] = texts[i]
-			}
-			got, err := d.Embedder.Embed(ctx, in)
-			if err != nil {
-				d.Logger.WarnContext(ctx, "toolrouter.vectors", "outcome", "embed_failed", "tools", len(missing), "err", err.Error())
-				return
-			}
-			for j, i := range missing {
-				vecs[i] = got[j]
-			}
-			if d.Values != nil {
-				storeVectors(ctx, d, model, missing, keys, vecs)
-			}
-		}
-		d.Logger.InfoContext(ctx, "toolrouter.vectors", "outcome", "ready", "tools", len(x.tools), "embedded", len(missing), "model", model)
-		x.vecs, x.norms = vecs, make([]float64, len(vecs))
-		for i, v := range vecs {
-			x.norms[i] = math.Sqrt(dot(v, v))
-		}
-	})
-	return x.vecs
-}
-
-// vectorWriters is how many vectors are stored at once: a cold start that meets 2,000 new tools writes 2,000
-// items, which one at a time on DynamoDB would hold up its first step for seconds.
-const vectorWriters = 16
-
-// storeVectors writes the vectors of the tools at positions, vectorWriters at a time; a failure is logged once.
-func storeVectors(ctx context.Context, d *Deps, model string, positions []int, keys []string, vecs [][]float32) {
-	var wg sync.WaitGroup
-	var failed sync.Once
-	slots := make(chan struct{}, vectorWriters)
-	for _, i := range positions {
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			if err := d.Values.PutValue(ctx, vectorsNS(model), keys[i], encodeVector(vecs[i])); err != nil {
-				failed.Do(func() {
-					d.Logger.WarnContext(ctx, "toolrouter.vectors", "outcome", "cache_unwritable", "err", err.Error())
-				})
-			}
-		}()
+// admit reports whether a call to the embedder may go now: always while none failed; after a failure, one at
+// a time once the cool-down has passed.
+func (e *embedding) admit() bool {
+	g := &e.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failures == 0 {
+		return true
 	}
-	wg.Wait()
+	if g.probing || e.Clock.Now().Before(g.until) {
+		return false
+	}
+	g.probing = true
+	return true
+}
+
+// done records an admitted call's outcome: a success ends the backoff; a failure (unless ctx ended: the step's
+// own end is no failure of the provider) starts or doubles the cool-down, and is logged once, as msg with the
+// error's code.
+func (e *embedding) done(ctx context.Context, msg string, err error, attrs ...any) {
+	g := &e.gate
+	g.mu.Lock()
+	g.probing = false
+	if err == nil || ctx.Err() != nil {
+		if err == nil {
+			g.failures = 0
+		}
+		g.mu.Unlock()
+		return
+	}
+	now := e.Clock.Now()
+	if !now.Before(g.until) { // calls in flight when the cool-down began count as one failure
+		g.failures++
+	}
+	wait := e.cfg.CoolDown << min(g.failures-1, 30)
+	if wait <= 0 || wait > e.cfg.MaxCoolDown {
+		wait = e.cfg.MaxCoolDown
+	}
+	g.until = now.Add(wait)
+	failures := g.failures
+	g.mu.Unlock()
+	e.Logger.WarnContext(ctx, msg, append([]any{"outcome", "embed_failed", "code", errCode(err), "failures", failures,
+		"retry_in", wait.String(), "err", err.Error()}, attrs...)...)
+}
+
+// errCode is an embeddings failure's code for the log: its *agent.Error's, or model_error (an Embedder is the
+// model provider's endpoint, and the openai adapter returns its HTTP errors without a code).
+func errCode(err error) string {
+	if code := agent.CodeOf(err); code != agent.CodeInternal {
+		return code
+	}
+	return agent.CodeModelError
+}
+
+// embed is e.Embedder.Embed, checked to answer one vector per text.
+func (e *embedding) embed(ctx context.Context, texts []string) ([][]float32, error) {
+	got, err := e.Embedder.Embed(ctx, texts)
+	if err == nil && len(got) != len(texts) {
+		err = fmt.Errorf("toolrouter: the embedder answered %d vectors for %d texts", len(got), len(texts))
+	}
+	return got, err
 }
 
 // nearest returns up to n tools not in found, nearest to the query words by embedding (at least Similarity),
@@ -119,9 +103,12 @@ func (c *catalog) nearest(ctx context.Context, query, negated []string, found []
 	}
 	key := strings.Join(query, " ") + "\x00" + strings.Join(negated, " ")
 	if c.qKey != key || c.qVec == nil {
-		got, err := c.embed.Embedder.Embed(ctx, append([]string{strings.Join(query, " ")}, negated...))
+		if !c.embed.admit() {
+			return nil
+		}
+		got, err := c.embed.embed(ctx, append([]string{strings.Join(query, " ")}, negated...))
+		c.embed.done(ctx, "toolrouter.nearest", err)
 		if err != nil {
-			c.embed.Logger.WarnContext(ctx, "toolrouter.nearest", "outcome", "embed_failed", "err", err.Error())
 			return nil
 		}
 		c.qKey, c.qVec, c.nVec = key, got[0], got[1:]
@@ -184,25 +171,4 @@ func dot(a, b []float32) float64 {
 		s += float64(a[i]) * float64(b[i])
 	}
 	return s
-}
-
-// encodeVector is a vector as the store keeps it: little-endian float32s.
-func encodeVector(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
-
-// decodeVector reads encodeVector's bytes (nil when they are not a whole number of float32s).
-func decodeVector(b []byte) []float32 {
-	if len(b) == 0 || len(b)%4 != 0 {
-		return nil
-	}
-	v := make([]float32, len(b)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return v
 }

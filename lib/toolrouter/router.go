@@ -28,13 +28,31 @@
 //   - a clause break: . ; : ! ? (not between two letters or digits: "1,000", "notes.txt"), "but", "instead",
 //     "then"; and a new negator opens a new scope ("don't archive, never delete the files").
 //
-// Embeddings (embed.go). When keywords find fewer than MinMatches (3) tools and the router has an Embedder, the
-// nearest tools by cosine similarity of their vectors to the user's content words (at least Similarity) fill
-// up to MinMatches, a tool named by a negated word and a tool near a negated word (at least Similarity) left out.
+// Embeddings (embed.go, cache.go). When keywords find fewer than MinMatches (3) tools and the router has an
+// Embedder, the nearest tools by cosine similarity of their vectors to the user's content words (at least
+// Similarity) fill up to MinMatches, a tool named by a negated word and a tool near a negated word (at least
+// Similarity) left out.
 // A tool's vector is of its name's and description's content words; it is computed once per definition and
 // cached in the store's value area (namespace tool-vectors/<model>, keyed by a hash of the text embedded, read in
-// one ListValues per catalog), so a cold start embeds only the tools it has never seen. The vectors of a catalog
-// are had once per process: when the embedder fails then, that catalog is routed by keywords alone (logged).
+// one ListValues per catalog), so a cold start embeds only the tools it has never seen.
+//
+// A failed embeddings call fails only the fallback of the step that made it: that step is routed by keywords
+// alone, and the failure is logged once (toolrouter.vectors or toolrouter.nearest, outcome embed_failed, with
+// the error's code; nothing reaches the client, whose step goes on). Then the router leaves the embedder alone
+// for a cool-down on its clock (Deps.Clock): CoolDown after the first failure, doubled after each further one up
+// to MaxCoolDown, so a provider outage costs one failed request per cool-down, not one per step; after it, one
+// step at a time tries again, and a success ends the backoff. A step whose own context ends counts no failure.
+//
+// Stale vectors. A row is keyed by its definition's hash, so a changed definition leaves its old row behind, and
+// so does a tool that left the catalog. Each row carries the time a catalog last used it; loading a catalog's
+// vectors (the one ListValues it reads anyway) rewrites its own rows once they are older than half of VectorTTL
+// (30 days: a row written every 15 days or more per tool, no embedding), and deletes the rows no catalog has
+// used for VectorTTL. A TTL rather than deleting, at each load, the rows the catalog lacks: processes with
+// different catalogs share the namespace (a deploy rolling out a changed definition, a source that is down for a
+// turn, a process whose tools file differs), and each would delete the others' rows and embed them again at its
+// next cold start; a TTL bounds the rows to the definitions used in the last VectorTTL, whoever uses them. The
+// store needs no TTL of its own (the value area has none). An embedding model no longer configured keeps its
+// namespace (nothing lists it again); its rows are one per tool.
 package toolrouter
 
 import (
@@ -45,6 +63,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -64,6 +83,12 @@ const (
 	DefaultMinMatches = 3
 	// DefaultSimilarity is the cosine similarity to the user's text a tool needs to be offered by the fallback.
 	DefaultSimilarity = 0.3
+	// DefaultCoolDown is how long the fallback leaves the embedder alone after a failed call; each further
+	// failure doubles it, up to DefaultMaxCoolDown.
+	DefaultCoolDown    = 30 * time.Second
+	DefaultMaxCoolDown = 10 * time.Minute
+	// DefaultVectorTTL is how long a cached tool vector no catalog uses is kept.
+	DefaultVectorTTL = 30 * 24 * time.Hour
 )
 
 // BM25 parameters.
@@ -82,6 +107,11 @@ type Config struct {
 	Threshold  float64
 	MinMatches int
 	Similarity float64
+	// CoolDown and MaxCoolDown bound the backoff after a failed embeddings call.
+	CoolDown    time.Duration
+	MaxCoolDown time.Duration
+	// VectorTTL is how long a cached tool vector no catalog uses is kept.
+	VectorTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -90,6 +120,9 @@ func (c Config) withDefaults() Config {
 	c.Min = cmp.Or(c.Min, DefaultMin)
 	c.TopK = cmp.Or(c.TopK, DefaultTopK)
 	c.Threshold = cmp.Or(c.Threshold, DefaultThreshold)
+	c.CoolDown = cmp.Or(c.CoolDown, DefaultCoolDown)
+	c.MaxCoolDown = max(cmp.Or(c.MaxCoolDown, DefaultMaxCoolDown), c.CoolDown)
+	c.VectorTTL = cmp.Or(c.VectorTTL, DefaultVectorTTL)
 	return c
 }
 
@@ -97,10 +130,10 @@ func (c Config) withDefaults() Config {
 // whose tools read the same (names, descriptions, always-on; the sources cache their listings, so this is the
 // rule) reuses it instead of indexing again (BenchmarkRoute: 2,000 tools take some 20 ms to index).
 type Router struct {
-	cfg  Config
-	deps Deps
-	mu   sync.Mutex
-	last *index
+	cfg   Config
+	embed *embedding // nil: keywords only
+	mu    sync.Mutex
+	last  *index
 }
 
 // Deps are what the embedding fallback uses; all optional.
@@ -110,6 +143,9 @@ type Deps struct {
 	// Values caches the tools' vectors across processes (nil: in memory, per index).
 	Values agent.ValueStore
 	Logger *slog.Logger
+	// Clock times the cool-down after a failed embeddings call and the cached vectors' age (nil: the system
+	// clock).
+	Clock agent.Clock
 }
 
 // New returns a router with cfg (zero fields take the defaults).
@@ -117,7 +153,14 @@ func New(d Deps, cfg Config) *Router {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	return &Router{cfg: cfg.withDefaults(), deps: d}
+	if d.Clock == nil {
+		d.Clock = agent.SystemClock{}
+	}
+	r := &Router{cfg: cfg.withDefaults()}
+	if d.Embedder != nil {
+		r.embed = &embedding{Deps: d, cfg: r.cfg}
+	}
+	return r
 }
 
 var _ agent.ToolRouter = (*Router)(nil)
@@ -137,9 +180,7 @@ func (r *Router) Catalog(tools []agent.Tool) agent.ToolCatalog {
 		r.last = newIndex(tools)
 	}
 	c.index = r.last
-	if r.deps.Embedder != nil {
-		c.embed = &r.deps
-	}
+	c.embed = r.embed
 	return c
 }
 
@@ -151,10 +192,11 @@ type index struct {
 	postings  map[string][]posting // word -> the tools that hold it
 	length    []int                // each document's words (names counted nameWeight times)
 	avgLength float64
-	// The tools' vectors for the embedding fallback (embed.go), loaded or computed at its first use.
-	vecOnce sync.Once
-	vecs    [][]float32 // nil: none (the embedder failed)
-	norms   []float64   // each vector's length
+	// The tools' vectors for the embedding fallback (cache.go), loaded or computed at its first use that
+	// succeeds.
+	vecMu sync.Mutex
+	vecs  [][]float32 // nil: not had yet
+	norms []float64   // each vector's length
 }
 
 // posting is one word's count in one tool's document.
@@ -202,8 +244,8 @@ func (x *index) of(tools []agent.Tool) bool {
 type catalog struct {
 	cfg   Config
 	specs []agent.ToolSpec
-	index *index // nil: under the minimum, offered whole
-	embed *Deps  // nil: keywords only
+	index *index     // nil: under the minimum, offered whole
+	embed *embedding // nil: keywords only
 	// The turn's newest query vectors (embed.go), kept while the text is the same.
 	qKey string
 	qVec []float32
