@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -55,6 +56,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
+	config.SetMemoryLimit(os.Getenv, devserver.MemorySize, log)
 	stack, err := devserver.New(ctx, devserver.Options{Data: *data, Config: cfg, Logger: log, Exclusive: true})
 	if err != nil {
 		return err

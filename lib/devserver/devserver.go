@@ -49,6 +49,14 @@ import (
 // OfflineReplyDelay makes the offline model's replies arrive word by word, as a real model's do.
 const OfflineReplyDelay = 30 * time.Millisecond
 
+// MemorySize is the memory, in MB, that `agentloop dev` holds its Go runtime to (config.MemoryLimit: 80% of it
+// as the soft memory limit, unless GOMEMLIMIT is set), the size of the smallest chat function the template
+// allows. Dev runs the functions' handlers in one process and should fit where they fit: with Go's default pacing
+// alone the heap may grow to twice what is live plus every goroutine's stack, which at 1,000 streams was 140–166
+// MB of which about 60 MB was live (issue 18); under the limit the collector runs sooner instead. The limit is
+// soft: a process that needs more still gets it, at more collector CPU (bounded by the runtime at half of it).
+const MemorySize = 128
+
 // DefaultJobsCloseWait bounds how long Close waits for job executions in flight.
 const DefaultJobsCloseWait = 10 * time.Second
 

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -55,7 +54,7 @@ func StartTask[In, Out any](build TaskBuilder[In, Out]) { lambda.StartHandlerFun
 
 func coldStart[H any](build func(context.Context, func(string) string, aws.Config, *slog.Logger) (H, error)) H {
 	log := slog.New(lambdacontext.NewLogHandler())
-	setMemoryLimit(os.Getenv, log)
+	config.SetMemoryLimit(os.Getenv, 0, log)
 	ctx, cancel := context.WithTimeout(context.Background(), coldStartTimeout)
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	var h H
@@ -68,19 +67,6 @@ func coldStart[H any](build func(context.Context, func(string) string, aws.Confi
 		os.Exit(1)
 	}
 	return h
-}
-
-// setMemoryLimit sets the Go runtime's soft memory limit from the function's memory size (memoryLimit), before
-// anything else is built, and says so in the log.
-func setMemoryLimit(getenv func(string) string, log *slog.Logger) {
-	limit, why, err := memoryLimit(getenv)
-	switch {
-	case err != nil:
-		log.Warn("memory limit left as it is", "err", err)
-	case limit > 0:
-		debug.SetMemoryLimit(limit)
-		log.Info("memory limit", "bytes", limit, "from", why)
-	}
 }
 
 // Secrets names where the secrets a function reads come from; nil means the function does not read it. Each main

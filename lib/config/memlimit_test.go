@@ -1,4 +1,4 @@
-package boot
+package config
 
 import "testing"
 
@@ -9,6 +9,7 @@ func TestMemoryLimit(t *testing.T) {
 	tests := []struct {
 		name    string
 		env     map[string]string
+		local   int64
 		want    int64
 		wantErr bool
 	}{
@@ -17,6 +18,10 @@ func TestMemoryLimit(t *testing.T) {
 		{name: "1024 MB function", env: map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024"}, want: 1024 << 20 * 80 / 100},
 		{name: "GOMEMLIMIT wins", env: map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128", "GOMEMLIMIT": "60MiB"}},
 		{name: "GOMEMLIMIT off wins", env: map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128", "GOMEMLIMIT": "off"}},
+		{name: "dev, as the smallest function", local: 128, env: map[string]string{}, want: 128 << 20 * 80 / 100},
+		{name: "dev, GOMEMLIMIT wins", local: 128, env: map[string]string{"GOMEMLIMIT": "1GiB"}},
+		{name: "dev, GOMEMLIMIT off wins", local: 128, env: map[string]string{"GOMEMLIMIT": "off"}},
+		{name: "the function's size wins over a local one", local: 128, env: map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024"}, want: 1024 << 20 * 80 / 100},
 		{name: "garbage", env: map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "lots"}, wantErr: true},
 		{name: "with a unit", env: map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "128MB"}, wantErr: true},
 		{name: "zero", env: map[string]string{"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "0"}, wantErr: true},
@@ -26,9 +31,9 @@ func TestMemoryLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, from, err := memoryLimit(func(k string) string { return tt.env[k] })
+			got, from, err := MemoryLimit(func(k string) string { return tt.env[k] }, tt.local)
 			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Fatalf("memoryLimit = %d (%q), %v; want %d, error %v", got, from, err, tt.want, tt.wantErr)
+				t.Fatalf("MemoryLimit = %d (%q), %v; want %d, error %v", got, from, err, tt.want, tt.wantErr)
 			}
 			if got > 0 && from == "" {
 				t.Errorf("a limit of %d without what it came from", got)

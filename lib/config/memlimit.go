@@ -1,7 +1,9 @@
-package boot
+package config
 
 import (
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"strconv"
 )
 
@@ -15,21 +17,38 @@ import (
 // ends it at the function's size).
 const MemoryLimitPercent = 80
 
-// memoryLimit is the soft memory limit to set at start from the environment, in bytes, with what it was derived
+// MemoryLimit is the soft memory limit to set at start from the environment, in bytes, with what it was derived
 // from; 0 leaves the runtime's own: GOMEMLIMIT is set (the runtime applied it already: an operator's value
-// wins), or the process is not in Lambda. A memory size that is not a positive number of MB is an error (and
-// the runtime's limit is left as it is).
-func memoryLimit(getenv func(string) string) (limit int64, from string, err error) {
+// wins, "off" included), or the process is not in Lambda and localMB is 0. Outside Lambda a process that stands
+// in for a function (agentloop dev) passes the memory size it holds itself to as localMB. A memory size that is
+// not a positive number of MB is an error (and the runtime's limit is left as it is).
+func MemoryLimit(getenv func(string) string, localMB int64) (limit int64, from string, err error) {
 	if getenv("GOMEMLIMIT") != "" {
 		return 0, "", nil
 	}
 	v := getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
 	if v == "" {
-		return 0, "", nil
+		if localMB <= 0 {
+			return 0, "", nil
+		}
+		return localMB << 20 * MemoryLimitPercent / 100, fmt.Sprintf("%d%% of %d MB (GOMEMLIMIT overrides)", MemoryLimitPercent, localMB), nil
 	}
 	mb, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || mb <= 0 || mb > 1<<20 {
 		return 0, "", fmt.Errorf("AWS_LAMBDA_FUNCTION_MEMORY_SIZE=%q is not a size in MB", v)
 	}
 	return mb << 20 * MemoryLimitPercent / 100, fmt.Sprintf("%d%% of AWS_LAMBDA_FUNCTION_MEMORY_SIZE=%d", MemoryLimitPercent, mb), nil
+}
+
+// SetMemoryLimit sets the Go runtime's soft memory limit (MemoryLimit), before anything else is built, and says
+// so in the log.
+func SetMemoryLimit(getenv func(string) string, localMB int64, log *slog.Logger) {
+	limit, from, err := MemoryLimit(getenv, localMB)
+	switch {
+	case err != nil:
+		log.Warn("memory limit left as it is", "err", err)
+	case limit > 0:
+		debug.SetMemoryLimit(limit)
+		log.Info("memory limit", "bytes", limit, "from", from)
+	}
 }
