@@ -262,3 +262,46 @@ func TestKillMidRunAndRecover(t *testing.T) {
 		t.Fatalf("post after recovery: %d %s", status, stream)
 	}
 }
+
+// agentloop dev holds its Go runtime to the smallest chat function's limit (issue 18: 1,000 streams under 150 MB)
+// unless GOMEMLIMIT says otherwise, and logs which.
+func TestDevMemoryLimit(t *testing.T) {
+	t.Parallel()
+	bin, _ := setup(t)
+	tests := []struct {
+		name string
+		env  []string
+		want string // in the log, "" for no memory limit line
+	}{
+		{"default", nil, `msg="memory limit" bytes=107374182 from="80% of 128 MB (GOMEMLIMIT overrides)"`},
+		{"GOMEMLIMIT wins", []string{"GOMEMLIMIT=1GiB"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(bin, "dev", "--addr", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "data"))
+			cmd.Env = append(append(os.Environ(), "OPENAI_API_KEY=", "AGENT_SECRET=", "GOMEMLIMIT="), tt.env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() && !strings.HasPrefix(sc.Text(), "agentloop dev serving on ") {
+			}
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			log := stderr.String()
+			switch {
+			case tt.want != "" && !strings.Contains(log, tt.want):
+				t.Errorf("log lacks %s:\n%s", tt.want, log)
+			case tt.want == "" && strings.Contains(log, `msg="memory limit"`):
+				t.Errorf("a memory limit set with %v:\n%s", tt.env, log)
+			}
+		})
+	}
+}
