@@ -123,6 +123,10 @@ type Config struct {
 	ToolRouterThreshold  float64 // AGENT_TOOL_ROUTER_THRESHOLD: the BM25 score a keyword match needs (0: none; stored -1)
 	ToolRouterSimilarity float64 // AGENT_TOOL_ROUTER_SIMILARITY: the cosine similarity the embedding fallback needs (0: none; stored -1)
 	EmbeddingModel       string  // AGENT_EMBEDDING_MODEL: the provider's embeddings model (openai.DefaultEmbeddingModel)
+	// The router's backoff after a failed embeddings call, and how long a cached tool vector no catalog uses is kept.
+	ToolRouterCoolDown    time.Duration // AGENT_TOOL_ROUTER_COOL_DOWN: the first wait
+	ToolRouterMaxCoolDown time.Duration // AGENT_TOOL_ROUTER_MAX_COOL_DOWN: the longest wait
+	ToolRouterVectorTTL   time.Duration // AGENT_TOOL_ROUTER_VECTOR_TTL
 	// Prices is the price table (agent.ParsePrices) from AGENT_PRICES (the JSON itself) or AGENT_PRICES_FILE (a
 	// path to it); not both. Empty: usage carries no cost.
 	Prices agent.Prices
@@ -344,6 +348,9 @@ func Load(getenv func(string) string) (Config, error) {
 	limitVar("AGENT_TOOL_ROUTER_MIN", &c.ToolRouterMin)
 	intVar("AGENT_TOOL_ROUTER_TOP_K", &c.ToolRouterTopK, 1)
 	intVar("AGENT_TOOL_ROUTER_MIN_MATCHES", &c.ToolRouterMinMatches, 1)
+	durVar("AGENT_TOOL_ROUTER_COOL_DOWN", &c.ToolRouterCoolDown)
+	durVar("AGENT_TOOL_ROUTER_MAX_COOL_DOWN", &c.ToolRouterMaxCoolDown)
+	durVar("AGENT_TOOL_ROUTER_VECTOR_TTL", &c.ToolRouterVectorTTL)
 	floatVar := func(name string, dst *float64, maxValue float64, what string) {
 		v := strings.TrimSpace(getenv(name))
 		if v == "" {
@@ -400,7 +407,8 @@ func (c Config) Engine(model string) engine.Config {
 // ToolRouter is the tool router's share.
 func (c Config) ToolRouter() toolrouter.Config {
 	return toolrouter.Config{Min: c.ToolRouterMin, TopK: c.ToolRouterTopK, Threshold: c.ToolRouterThreshold,
-		Similarity: c.ToolRouterSimilarity, MinMatches: c.ToolRouterMinMatches}
+		Similarity: c.ToolRouterSimilarity, MinMatches: c.ToolRouterMinMatches, CoolDown: c.ToolRouterCoolDown,
+		MaxCoolDown: c.ToolRouterMaxCoolDown, VectorTTL: c.ToolRouterVectorTTL}
 }
 
 // Auth is the verifier's share for the application secret (HS256); the dev server also takes dev tokens.

@@ -341,14 +341,18 @@ func TestToolRouter(t *testing.T) {
 	}{
 		{name: "unset", env: map[string]string{}, want: toolrouter.Config{}},
 		{name: "set", env: map[string]string{"AGENT_TOOL_ROUTER_MIN": "50", "AGENT_TOOL_ROUTER_TOP_K": "5", "AGENT_TOOL_ROUTER_THRESHOLD": "2.5",
-			"AGENT_TOOL_ROUTER_SIMILARITY": "0.4", "AGENT_TOOL_ROUTER_MIN_MATCHES": "5"},
-			want: toolrouter.Config{Min: 50, TopK: 5, Threshold: 2.5, Similarity: 0.4, MinMatches: 5}},
+			"AGENT_TOOL_ROUTER_SIMILARITY": "0.4", "AGENT_TOOL_ROUTER_MIN_MATCHES": "5", "AGENT_TOOL_ROUTER_COOL_DOWN": "5s",
+			"AGENT_TOOL_ROUTER_MAX_COOL_DOWN": "2m", "AGENT_TOOL_ROUTER_VECTOR_TTL": "168h"},
+			want: toolrouter.Config{Min: 50, TopK: 5, Threshold: 2.5, Similarity: 0.4, MinMatches: 5, CoolDown: 5 * time.Second,
+				MaxCoolDown: 2 * time.Minute, VectorTTL: 7 * 24 * time.Hour}},
 		{name: "zeros", env: map[string]string{"AGENT_TOOL_ROUTER_MIN": "0", "AGENT_TOOL_ROUTER_THRESHOLD": "0", "AGENT_TOOL_ROUTER_SIMILARITY": "0"},
 			want: toolrouter.Config{Min: -1, Threshold: -1, Similarity: -1}},
 		{name: "similarity above 1", env: map[string]string{"AGENT_TOOL_ROUTER_SIMILARITY": "1.5"}, wantErr: true},
 		{name: "top-K 0", env: map[string]string{"AGENT_TOOL_ROUTER_TOP_K": "0"}, wantErr: true},
 		{name: "min matches 0", env: map[string]string{"AGENT_TOOL_ROUTER_MIN_MATCHES": "0"}, wantErr: true},
 		{name: "negative threshold", env: map[string]string{"AGENT_TOOL_ROUTER_THRESHOLD": "-1"}, wantErr: true},
+		{name: "cool-down 0", env: map[string]string{"AGENT_TOOL_ROUTER_COOL_DOWN": "0s"}, wantErr: true},
+		{name: "vector TTL not a duration", env: map[string]string{"AGENT_TOOL_ROUTER_VECTOR_TTL": "30d"}, wantErr: true},
 		{name: "threshold not a number", env: map[string]string{"AGENT_TOOL_ROUTER_THRESHOLD": "high"}, wantErr: true},
 	} {
 		c, err := Load(func(k string) string { return tc.env[k] })

@@ -281,7 +281,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// model's embeddings (the offline model's deterministic ones here), the tools' vectors cached in the store.
-	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(model, s.Store, log), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
+	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(model, s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
 		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,
@@ -414,8 +414,9 @@ func Secret(dir, fromEnv string) ([]byte, error) {
 	return []byte(s), nil
 }
 
-// routerDeps are the tool router's: the model's embeddings when it has them, the store for their cache.
-func routerDeps(model agent.Model, values agent.ValueStore, log *slog.Logger) toolrouter.Deps {
+// routerDeps are the tool router's: the model's embeddings when it has them, the store for their cache, the
+// clock of their cool-down and expiry.
+func routerDeps(model agent.Model, values agent.ValueStore, log *slog.Logger, clock agent.Clock) toolrouter.Deps {
 	emb, _ := model.(agent.Embedder)
-	return toolrouter.Deps{Embedder: emb, Values: values, Logger: log}
+	return toolrouter.Deps{Embedder: emb, Values: values, Logger: log, Clock: clock}
 }

@@ -145,7 +145,7 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	}
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// provider's embeddings, the tools' vectors cached in the table.
-	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Router: toolrouter.New(routerDeps(a.Model, b.Store, b.Log), b.Config.ToolRouter()), Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
+	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Router: toolrouter.New(routerDeps(a.Model, b.Store, b.Log, b.Clock), b.Config.ToolRouter()), Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
 		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub}, b.Config.Engine(b.ModelName()))
 	a.Threads = b.threads(a.Reaper, hub)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
@@ -202,8 +202,9 @@ func (noJobs) Wake(context.Context, agent.JobTask) error {
 	return agent.E(agent.KindInternal, agent.CodeInternal, "this function starts no delivery passes")
 }
 
-// routerDeps are the tool router's: the model's embeddings when it has them, the store for their cache.
-func routerDeps(model agent.Model, values agent.ValueStore, log *slog.Logger) toolrouter.Deps {
+// routerDeps are the tool router's: the model's embeddings when it has them, the store for their cache, the
+// clock of their cool-down and expiry.
+func routerDeps(model agent.Model, values agent.ValueStore, log *slog.Logger, clock agent.Clock) toolrouter.Deps {
 	emb, _ := model.(agent.Embedder)
-	return toolrouter.Deps{Embedder: emb, Values: values, Logger: log}
+	return toolrouter.Deps{Embedder: emb, Values: values, Logger: log, Clock: clock}
 }
