@@ -31,10 +31,9 @@
 // Embeddings (embed.go, cache.go). When keywords find fewer than MinMatches (3) tools and the router has an
 // Embedder, the nearest tools by cosine similarity of their vectors to the user's content words (at least
 // Similarity) fill up to MinMatches, a tool named by a negated word and a tool near a negated word (at least
-// Similarity) left out.
-// A tool's vector is of its name's and description's content words; it is computed once per definition and
-// cached in the store's value area (namespace tool-vectors/<model>, keyed by a hash of the text embedded, read in
-// one ListValues per catalog), so a cold start embeds only the tools it has never seen.
+// Similarity) left out. A tool's vector is of its name's and description's content words; it is computed once
+// per definition and cached in the store's value area (namespace tool-vectors/<model>, keyed by a hash of the
+// text embedded, read in one ListValues per catalog), so a cold start embeds only the tools it has never seen.
 //
 // A failed embeddings call fails only the fallback of the step that made it: that step is routed by keywords
 // alone, and the failure is logged once (toolrouter.vectors or toolrouter.nearest, outcome embed_failed, with
@@ -46,8 +45,8 @@
 // Stale vectors. A row is keyed by its definition's hash, so a changed definition leaves its old row behind, and
 // so does a tool that left the catalog. Each row carries the time a catalog last used it; loading a catalog's
 // vectors (the one ListValues it reads anyway) rewrites its own rows once they are older than half of VectorTTL
-// (30 days: a row written every 15 days or more per tool, no embedding), and deletes the rows no catalog has
-// used for VectorTTL. A TTL rather than deleting, at each load, the rows the catalog lacks: processes with
+// (30 days; so a used row is written again at most every 15 days, with no embedding), and deletes the rows no
+// catalog has used for VectorTTL. A TTL rather than deleting, at each load, the rows the catalog lacks: processes with
 // different catalogs share the namespace (a deploy rolling out a changed definition, a source that is down for a
 // turn, a process whose tools file differs), and each would delete the others' rows and embed them again at its
 // next cold start; a TTL bounds the rows to the definitions used in the last VectorTTL, whoever uses them. The
