@@ -7,10 +7,14 @@
 // environment variables), for local runs and tests where there is no SSM. A secret whose parameter name is set
 // never falls back: a missing, empty or non-SecureString parameter is an error, so a misconfigured deployment
 // fails at cold start instead of running with a value nobody meant.
+//
+// ReadParameter reads one parameter whole, String or SecureString: a configuration too large for an environment
+// variable that a deployment keeps in SSM rather than in its package (the tools file, AGENT_TOOLS_FILE=ssm:<name>).
 package ssmsecrets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -113,4 +117,32 @@ func Load(ctx context.Context, api API, secrets ...Secret) ([]string, error) {
 		}
 	}
 	return values, nil
+}
+
+// ParameterAPI is the part of the SSM client ReadParameter uses; *ssm.Client implements it.
+type ParameterAPI interface {
+	GetParameter(ctx context.Context, in *ssm.GetParameterInput, optFns ...func(*ssm.Options)) (*ssm.GetParameterOutput, error)
+}
+
+// ReadParameter returns the value of the parameter name, read with decryption (one GetParameter request, which
+// the caller's role must be granted on exactly that parameter). Any type is accepted, String or SecureString: the
+// value is a configuration, its secrets references inside it. A parameter that does not exist (or is empty) is a
+// CodeMissing error whose cause is MissingParams{name}, so the caller can say what to create; any other failure
+// (AccessDenied: the role may not read it; a KMS key it may not use) is CodeUnavailable.
+func ReadParameter(ctx context.Context, api ParameterAPI, name string) (string, error) {
+	if api == nil {
+		return "", agent.E(agent.KindInternal, CodeUnavailable, "ssmsecrets: parameter %s named but no SSM client given", name)
+	}
+	out, err := api.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
+	var notFound *types.ParameterNotFound
+	switch {
+	case errors.As(err, &notFound):
+		return "", agent.Wrap(MissingParams{name}, agent.KindInternal, CodeMissing,
+			fmt.Sprintf("SSM parameter %s does not exist in this account and region", name))
+	case err != nil:
+		return "", agent.Wrap(err, agent.KindUnavailable, CodeUnavailable, "read SSM parameter "+name)
+	case out.Parameter == nil || aws.ToString(out.Parameter.Value) == "":
+		return "", agent.Wrap(MissingParams{name}, agent.KindInternal, CodeMissing, fmt.Sprintf("SSM parameter %s is empty", name))
+	}
+	return aws.ToString(out.Parameter.Value), nil
 }

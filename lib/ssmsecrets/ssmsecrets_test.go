@@ -3,10 +3,13 @@ package ssmsecrets_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -18,8 +21,9 @@ import (
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
 )
 
-// fakeSSM speaks the SSM JSON protocol for GetParameters, so the tests exercise the real SDK client and see the
-// request exactly as AWS would.
+// fakeSSM speaks the SSM JSON protocol for GetParameters and GetParameter, so the tests exercise the real SDK
+// client and see the request exactly as AWS would. (Real SSM cannot run here: no AWS account or credentials in
+// the test environment, and no local SSM emulator; the protocol's request and error shapes are what this fakes.)
 type fakeSSM struct {
 	params map[string]param // by name
 	status int              // non-zero: answer every request with this status
@@ -33,6 +37,7 @@ type param struct{ Value, Type string }
 type getParametersRequest struct {
 	Target         string   `json:"-"`
 	Names          []string `json:"Names"`
+	Name           string   `json:"Name"` // GetParameter's
 	WithDecryption bool     `json:"WithDecryption"`
 }
 
@@ -51,6 +56,20 @@ func (f *fakeSSM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	type outParam struct{ Name, Value, Type string }
+	if req.Target == "AmazonSSM.GetParameter" {
+		p, ok := f.params[req.Name]
+		if !ok {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"__type":"ParameterNotFound","message":""}`)
+			return
+		}
+		value := p.Value
+		if p.Type == "SecureString" && !req.WithDecryption {
+			value = "ciphertext"
+		}
+		_ = json.NewEncoder(w).Encode(struct{ Parameter outParam }{outParam{Name: req.Name, Value: value, Type: p.Type}})
+		return
+	}
 	out := struct {
 		Parameters        []outParam
 		InvalidParameters []string
@@ -192,5 +211,56 @@ func TestLoadBatches(t *testing.T) {
 	calls := f.calls()
 	if len(calls) != 2 || len(calls[0].Names) != 10 || len(calls[1].Names) != 2 {
 		t.Fatalf("calls = %+v, want batches of 10 and 2", calls)
+	}
+}
+
+// Issue 19: the tools file may live in one SSM parameter (AGENT_TOOLS_FILE=ssm:<name>): ReadParameter reads it
+// whole with decryption, a String or a SecureString alike, in one GetParameter request; a missing parameter is
+// CodeMissing naming it (the cold start says what to create), a refused read CodeUnavailable.
+func TestReadParameter(t *testing.T) {
+	t.Parallel()
+	params := map[string]param{
+		"/agentloop/tools":        {Value: "httpTools: []\n", Type: "String"},
+		"/agentloop/tools-secure": {Value: `{"httpTools": []}`, Type: "SecureString"},
+	}
+	tests := []struct {
+		name     string
+		fake     *fakeSSM
+		param    string
+		want     string
+		wantKind agent.Kind
+		wantCode string // "" when it reads
+	}{
+		{name: "String", fake: &fakeSSM{params: params}, param: "/agentloop/tools", want: "httpTools: []\n"},
+		{name: "SecureString decrypted", fake: &fakeSSM{params: params}, param: "/agentloop/tools-secure", want: `{"httpTools": []}`},
+		{name: "missing", fake: &fakeSSM{params: params}, param: "/agentloop/gone", wantKind: agent.KindInternal, wantCode: ssmsecrets.CodeMissing},
+		{name: "access denied", fake: &fakeSSM{status: http.StatusBadRequest}, param: "/agentloop/tools",
+			wantKind: agent.KindUnavailable, wantCode: ssmsecrets.CodeUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := ssmsecrets.ReadParameter(context.Background(), setup(t, tt.fake), tt.param)
+			if tt.wantCode == "" {
+				if err != nil || got != tt.want {
+					t.Fatalf("ReadParameter = %q, %v; want %q", got, err, tt.want)
+				}
+				calls := tt.fake.calls()
+				if len(calls) != 1 || calls[0].Target != "AmazonSSM.GetParameter" || calls[0].Name != tt.param || !calls[0].WithDecryption {
+					t.Fatalf("requests %+v, want one GetParameter of %s WithDecryption", calls, tt.param)
+				}
+				return
+			}
+			if agent.KindOf(err) != tt.wantKind || agent.CodeOf(err) != tt.wantCode || !strings.Contains(fmt.Sprint(err), tt.param) {
+				t.Fatalf("err = %v (kind %v, code %s), want kind %v code %s naming %s", err, agent.KindOf(err), agent.CodeOf(err), tt.wantKind, tt.wantCode, tt.param)
+			}
+			var missing ssmsecrets.MissingParams
+			if errors.As(err, &missing) != (tt.wantCode == ssmsecrets.CodeMissing) || (missing != nil && !slices.Equal(missing, ssmsecrets.MissingParams{tt.param})) {
+				t.Fatalf("err = %v: MissingParams %v, want [%s] exactly when the parameter is missing", err, missing, tt.param)
+			}
+		})
+	}
+	if _, err := ssmsecrets.ReadParameter(context.Background(), nil, "/p"); err == nil {
+		t.Fatal("a parameter without a client must fail")
 	}
 }
