@@ -476,12 +476,32 @@ func TestSetupRejectsBadConfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "ssm.yaml"), []byte(ssmFile), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Issue 19: the tools file kept in SSM (AGENT_TOOLS_FILE=ssm:<name>) is read at cold start through the SDK; a
+	// parameter that does not exist fails the start saying what to create. SSM is a fake endpoint that knows no
+	// parameter (real SSM cannot run here); every case talks to it, never to AWS.
+	noParams := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		if r.Header.Get("X-Amz-Target") != "AmazonSSM.GetParameter" {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"__type":"AccessDeniedException","message":"not this test's"}`)
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"__type":"ParameterNotFound","message":""}`)
+	}))
+	t.Cleanup(noParams.Close)
+	awsCfg := aws.Config{Region: "us-east-1", BaseEndpoint: aws.String(noParams.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), RetryMaxAttempts: 1}
 	tests := []struct {
 		name string
 		drop string
 		set  map[string]string
 		want string // in the error, when set
 	}{
+		{name: "tools file parameter missing", set: map[string]string{"AGENT_TOOLS_FILE": "ssm:/agentloop/tools"},
+			want: "aws ssm put-parameter --region us-east-1 --type String --name /agentloop/tools --value file://tools.yaml"},
+		{name: "tools file parameter not a name", set: map[string]string{"AGENT_TOOLS_FILE": "ssm:agentloop-tools"}, want: "AGENT_TOOLS_FILE"},
 		{name: "bad tools file", set: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_TOOLS_FILE": "tools.yaml"},
 			want: `tools.yaml:4: httpTools[0].method: "FETCH" is not an HTTP method`},
 		{name: "missing tools file", set: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_TOOLS_FILE": "gone.yaml"}, want: "gone.yaml"},
@@ -510,8 +530,7 @@ func TestSetupRejectsBadConfig(t *testing.T) {
 			for k, v := range tt.set {
 				env[k] = v
 			}
-			_, err := newHandler(context.Background(), func(k string) string { return env[k] }, aws.Config{Region: "us-east-1"},
-				slog.New(slog.DiscardHandler))
+			_, err := newHandler(context.Background(), func(k string) string { return env[k] }, awsCfg, slog.New(slog.DiscardHandler))
 			if err == nil {
 				t.Fatal("newHandler succeeded, want an error")
 			}

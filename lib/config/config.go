@@ -25,6 +25,7 @@ import (
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/toolrouter"
+	"github.com/agentloop/agentloop/lib/toolsfile"
 	"github.com/agentloop/agentloop/lib/transcript"
 )
 
@@ -108,8 +109,10 @@ type Config struct {
 	OpenAIAPIKeyParam   string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
 	JobsStateMachineARN string        // JOBS_STATE_MACHINE_ARN: the job state machine (set on the functions that start executions)
 	// ToolsFile is AGENT_TOOLS_FILE: the tools file (lib/toolsfile: MCP servers and HTTP tools, YAML or JSON),
-	// as a path; a relative one is read from the deployment package's root (LAMBDA_TASK_ROOT) when set. The
-	// wiring reads and checks it at cold start.
+	// as a path, a relative one read from the deployment package's root (LAMBDA_TASK_ROOT) when set, or as
+	// ssm:<parameter name> (toolsfile.SSMSource; a name that starts with "/", e.g. ssm:/agentloop/tools), the
+	// file kept whole in that SSM parameter (the template's ToolsFileParameterName grants ssm:GetParameter on it).
+	// The wiring reads and checks it at cold start.
 	ToolsFile string
 	// ToolsSecretsPath is AGENT_TOOLS_SECRETS_PATH: the SSM path (a prefix such as /agentloop/tools/, starting and
 	// ending with "/") under which the tools file's ${ssm:…} references must lie, the parameters the functions'
@@ -158,6 +161,9 @@ func AgentEnv() []string { return []string{"AGENT_TOOLS_FILE", "AGENT_TOOLS_SECR
 
 // ssmPathRE is an SSM path prefix: "/", segments, and a closing "/" (so <path>* is a path, never every parameter).
 var ssmPathRE = regexp.MustCompile(`^/([A-Za-z0-9_.\-]+/)+$`)
+
+// ssmNameRE is an SSM parameter name in a hierarchy: "/" and segments (the template's grant is ...:parameter<name>).
+var ssmNameRE = regexp.MustCompile(`^(/[A-Za-z0-9_.\-]+)+$`)
 
 // LocalEnv names the variables that only `agentloop dev` acts on (Load reads them everywhere): a deployment
 // template sets none of them.
@@ -297,7 +303,14 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 	}
 	if file := strings.TrimSpace(getenv("AGENT_TOOLS_FILE")); file != "" {
-		c.ToolsFile = inPackage(file)
+		if name, ok := toolsfile.SSMParameter(file); ok {
+			if !ssmNameRE.MatchString(name) {
+				errs = append(errs, fmt.Sprintf("AGENT_TOOLS_FILE=%q: want ssm: and an SSM parameter name that starts with /, e.g. ssm:/agentloop/tools", file))
+			}
+			c.ToolsFile = file
+		} else {
+			c.ToolsFile = inPackage(file)
+		}
 	}
 	if path := strings.TrimSpace(getenv("AGENT_TOOLS_SECRETS_PATH")); path != "" {
 		if !ssmPathRE.MatchString(path) {

@@ -282,21 +282,32 @@ func TestLargeSettingsFromFiles(t *testing.T) {
 }
 
 // Issue 19: AGENT_TOOLS_FILE is mapped to a path, a relative one inside the deployment package (LAMBDA_TASK_ROOT)
-// as the other files are; the wiring reads and checks it (lib/toolsfile).
+// as the other files are, or is ssm:<parameter name>, kept as given (never a path in the package) when the name
+// is one the template can grant (a hierarchy: "/" and segments); the wiring reads and checks it (lib/toolsfile).
 func TestToolsFilePath(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want string
+		name    string
+		env     map[string]string
+		want    string
+		wantErr bool // an error naming AGENT_TOOLS_FILE
 	}{
-		{"unset", map[string]string{}, ""},
-		{"as given", map[string]string{"AGENT_TOOLS_FILE": "tools.yaml"}, "tools.yaml"},
-		{"relative to the task root", map[string]string{"LAMBDA_TASK_ROOT": "/var/task", "AGENT_TOOLS_FILE": "bundle/tools.yaml"}, "/var/task/bundle/tools.yaml"},
-		{"absolute in Lambda", map[string]string{"LAMBDA_TASK_ROOT": "/var/task", "AGENT_TOOLS_FILE": "/opt/tools.json"}, "/opt/tools.json"},
+		{"unset", map[string]string{}, "", false},
+		{"as given", map[string]string{"AGENT_TOOLS_FILE": "tools.yaml"}, "tools.yaml", false},
+		{"relative to the task root", map[string]string{"LAMBDA_TASK_ROOT": "/var/task", "AGENT_TOOLS_FILE": "bundle/tools.yaml"}, "/var/task/bundle/tools.yaml", false},
+		{"absolute in Lambda", map[string]string{"LAMBDA_TASK_ROOT": "/var/task", "AGENT_TOOLS_FILE": "/opt/tools.json"}, "/opt/tools.json", false},
+		{"an SSM parameter", map[string]string{"AGENT_TOOLS_FILE": "ssm:/agentloop/tools"}, "ssm:/agentloop/tools", false},
+		{"an SSM parameter in Lambda", map[string]string{"LAMBDA_TASK_ROOT": "/var/task", "AGENT_TOOLS_FILE": " ssm:/agentloop/tools.v2 "}, "ssm:/agentloop/tools.v2", false},
+		{"an SSM name without /", map[string]string{"AGENT_TOOLS_FILE": "ssm:agentloop-tools"}, "", true},
+		{"an SSM path, not a name", map[string]string{"AGENT_TOOLS_FILE": "ssm:/agentloop/"}, "", true},
+		{"an SSM wildcard", map[string]string{"AGENT_TOOLS_FILE": "ssm:/agentloop/*"}, "", true},
+		{"no SSM name", map[string]string{"AGENT_TOOLS_FILE": "ssm:"}, "", true},
 	} {
 		c, err := Load(func(k string) string { return tc.env[k] })
-		if err != nil || c.ToolsFile != tc.want {
+		switch {
+		case tc.wantErr && (err == nil || !strings.Contains(err.Error(), "AGENT_TOOLS_FILE")):
+			t.Errorf("%s: %v, want an error naming AGENT_TOOLS_FILE", tc.name, err)
+		case !tc.wantErr && (err != nil || c.ToolsFile != tc.want):
 			t.Errorf("%s: %q %v, want %q", tc.name, c.ToolsFile, err, tc.want)
 		}
 	}

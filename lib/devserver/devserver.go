@@ -261,12 +261,19 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	hub := segments.NewHub()
 	// The tools file (AGENT_TOOLS_FILE) is read and checked now, so a bad one fails the start, and its tools are
 	// offered beside the Go ones (engine.Deps.Sources). Only ${env:…} references resolve here: the local stack
-	// reads no SSM, so a file with ${ssm:…} references fails the start and says so.
+	// reads no SSM, so a file with ${ssm:…} references fails the start and says so, and so does the file's own SSM
+	// form (ssm:<name>, the functions'), at once and saying how to run with a copy.
+	if name, ok := toolsfile.SSMParameter(cfg.ToolsFile); ok {
+		return s, fmt.Errorf("AGENT_TOOLS_FILE=%s: agentloop dev reads no SSM parameters (it has no AWS); save the file and set "+
+			"AGENT_TOOLS_FILE to its path: aws ssm get-parameter --name %s --with-decryption --query Parameter.Value --output text > tools.yaml",
+			cfg.ToolsFile, name)
+	}
 	var names []string
 	for _, t := range toolset {
 		names = append(names, t.Name)
 	}
-	file, secrets, err := toolsfile.Startup(ctx, cfg.ToolsFile, toolsfile.Options{Reserved: names}, toolsfile.Resolvers{toolsfile.RefEnv: toolsfile.EnvResolver(os.Getenv)}, log)
+	file, secrets, err := toolsfile.Startup(ctx, cfg.ToolsFile, toolsfile.Options{Reserved: names},
+		toolsfile.Resolvers{toolsfile.RefEnv: toolsfile.EnvResolver(os.Getenv)}, nil, log)
 	if err != nil {
 		return s, err
 	}

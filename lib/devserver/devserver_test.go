@@ -134,7 +134,9 @@ func TestSQLiteBatchBounds(t *testing.T) {
 }
 
 // Issue 19: `agentloop dev` checks the tools file at start: a good one is logged (checked, not offered yet), a
-// bad one stops the start with its line and field, and a file whose tool takes a Go tool's name too.
+// bad one stops the start with its line and field, and a file whose tool takes a Go tool's name too. The file's
+// SSM form (AGENT_TOOLS_FILE=ssm:<name>, the functions') is refused at once, naming the variable and the command
+// that saves a copy: the local stack has no AWS to read it from (it must not wait on one).
 func TestToolsFileCheckedAtStart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -152,10 +154,16 @@ func TestToolsFileCheckedAtStart(t *testing.T) {
 		{"good.yaml", ""},
 		{"bad.yaml", `bad.yaml:5: httpTools[0].timeout: "soon" is not a duration`},
 		{"taken.yaml", `taken.yaml:2: httpTools[0].name: "add_note" is taken by a Go tool`},
+		{"ssm:/agentloop/tools", "AGENT_TOOLS_FILE=ssm:/agentloop/tools: agentloop dev reads no SSM parameters (it has no AWS); " +
+			"save the file and set AGENT_TOOLS_FILE to its path: aws ssm get-parameter --name /agentloop/tools --with-decryption"},
 	} {
 		var logs bytes.Buffer
+		source := tc.file
+		if !strings.HasPrefix(source, "ssm:") {
+			source = filepath.Join(dir, tc.file)
+		}
 		s, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-			Config: config.Config{ToolsFile: filepath.Join(dir, tc.file)}})
+			Config: config.Config{ToolsFile: source}})
 		if tc.want == "" {
 			if err != nil {
 				t.Fatalf("%s: %v", tc.file, err)

@@ -5,16 +5,17 @@ import (
 	"log/slog"
 )
 
-// Startup is the cold start's reading of the tools file at path ("": there is none, and nil is returned): it is
-// read and checked whole (Load with o: the Go tools' names reserved, the ${ssm:…} references' scope), every reference of its headers is resolved
-// through r (one that cannot be resolved fails the start: an unset variable, a missing SSM parameter, or a scheme
-// r does not resolve), and one tools.file log line says what it holds. The wiring builds the tool sources
-// (lib/httptools, lib/mcptools) from the file and the secrets returned.
-func Startup(ctx context.Context, path string, o Options, r Resolver, log *slog.Logger) (*File, Secrets, error) {
-	if path == "" {
+// Startup is the cold start's reading of the tools file source, a path or ssm:<parameter name> read through
+// params ("": there is none, and nil is returned): it is read and checked whole (Read with o: the Go tools' names
+// reserved, the ${ssm:…} references' scope), every reference of its headers is resolved through r (one that
+// cannot be resolved fails the start: an unset variable, a missing SSM parameter, or a scheme r does not
+// resolve), and one tools.file log line says what it holds. The wiring builds the tool sources (lib/httptools,
+// lib/mcptools) from the file and the secrets returned.
+func Startup(ctx context.Context, source string, o Options, r Resolver, params ParamReader, log *slog.Logger) (*File, Secrets, error) {
+	if source == "" {
 		return nil, nil, nil
 	}
-	f, err := Load(path, o)
+	f, err := Read(ctx, source, o, params)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -37,6 +38,6 @@ func Startup(ctx context.Context, path string, o Options, r Resolver, log *slog.
 	for _, t := range f.HTTPTools {
 		tools = append(tools, t.Name)
 	}
-	log.Info("tools.file", "file", path, "mcp_servers", servers, "http_tools", tools, "env_refs", env, "ssm_refs", ssm)
+	log.Info("tools.file", "file", source, "mcp_servers", servers, "http_tools", tools, "env_refs", env, "ssm_refs", ssm)
 	return f, secrets, nil
 }

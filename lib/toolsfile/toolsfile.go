@@ -48,12 +48,23 @@
 // under the path the functions' roles may read (Options.SSMScoped, AGENT_TOOLS_SECRETS_PATH); one outside it is
 // an error at its line.
 //
+// # Where the file is
+//
+// AGENT_TOOLS_FILE is a path (in AWS a file bundled with the functions) or ssm:<parameter name>, e.g.
+// ssm:/agentloop/tools: the whole file is the value of that SSM parameter (String or SecureString, read with
+// decryption through a ParamReader the wiring fills; standard parameters hold 4 KB, advanced ones 8 KB). It has no
+// extension, and needs none: YAML or JSON is told by the content, as for a file, and errors name the parameter
+// where they name a file:
+//
+//	/agentloop/tools:12: httpTools[0].method: "FETCH" is not an HTTP method (want GET, POST, PUT, PATCH or DELETE)
+//
 // The wiring reads the file at cold start (Startup: a bad file fails it, and so does a reference that cannot be
 // resolved) and builds the tool sources from it: lib/httptools for httpTools, lib/mcptools for mcpServers. This
 // package is configuration, not an adapter: the tool sources import its types (and nothing else of each other).
 package toolsfile
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -165,6 +176,35 @@ func Load(path string, o Options) (*File, error) {
 		return nil, fmt.Errorf("tools file: %w", err)
 	}
 	return Parse(filepath.Base(path), data, o)
+}
+
+// SSMSource starts AGENT_TOOLS_FILE's SSM form: ssm:/agentloop/tools is the file kept in that SSM parameter.
+const SSMSource = "ssm:"
+
+// SSMParameter returns the parameter name of source when it is the SSM form (ssm:<name>).
+func SSMParameter(source string) (name string, ok bool) { return strings.CutPrefix(source, SSMSource) }
+
+// ParamReader reads one SSM parameter's value, String or SecureString, decrypted. The functions' reads through
+// lib/ssmsecrets (ReadParameter); `agentloop dev` has none.
+type ParamReader interface {
+	ReadParameter(ctx context.Context, name string) (string, error)
+}
+
+// Read reads and checks the tools file source: a path (Load), or ssm:<name>, read through params (nil: the SSM
+// form is refused) and checked as Parse checks a file called name.
+func Read(ctx context.Context, source string, o Options, params ParamReader) (*File, error) {
+	name, ok := SSMParameter(source)
+	if !ok {
+		return Load(source, o)
+	}
+	if params == nil {
+		return nil, fmt.Errorf("tools file %s: this process reads no SSM parameters", source)
+	}
+	data, err := params.ReadParameter(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("tools file %s: %w", source, err)
+	}
+	return Parse(name, []byte(data), o)
 }
 
 // Parse checks data, the contents of the file called name. The error, when there is one, is an Errors.

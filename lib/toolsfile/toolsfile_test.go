@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -323,5 +324,111 @@ func TestAlwaysOn(t *testing.T) {
 	_, err = toolsfile.Parse("t.yaml", []byte("httpTools:\n  - name: ping\n    description: Ping.\n    url: https://api.example.com/ping\n    alwaysOn: often\n"), toolsfile.Options{})
 	if err == nil || !strings.Contains(err.Error(), "t.yaml:5: httpTools[0].alwaysOn") {
 		t.Errorf("alwaysOn: often: %v, want an error at t.yaml:5 naming httpTools[0].alwaysOn", err)
+	}
+}
+
+// params is the tools file's SSM parameter store, a ParamReader over a map: in the functions the reader is
+// lib/ssmsecrets.ReadParameter over the SDK's client (tested there and in functions/internal/boot against a fake
+// SSM endpoint; real SSM cannot run here), so this package sees only values and errors.
+type params map[string]string
+
+func (p params) ReadParameter(_ context.Context, name string) (string, error) {
+	v, ok := p[name]
+	if !ok {
+		return "", fmt.Errorf("SSM parameter %s does not exist", name)
+	}
+	return v, nil
+}
+
+// Issue 19 item 1: AGENT_TOOLS_FILE=ssm:<name> reads the whole file from that SSM parameter, YAML or JSON told by
+// the content (there is no extension), checked as a file is with the parameter's name where a file's would be;
+// its ${ssm:…} references still resolve through the scoped resolver. A missing parameter, or a process that reads
+// no SSM (params nil: agentloop dev), fails the start naming the parameter.
+func TestReadFromSSM(t *testing.T) {
+	t.Parallel()
+	yamlFile, err := os.ReadFile(filepath.Join("testdata", "valid.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonFile, err := os.ReadFile(filepath.Join("testdata", "valid.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := params{
+		"/agentloop/tools":      string(yamlFile),
+		"/agentloop/tools-json": string(jsonFile),
+		"/agentloop/tools-bad":  "httpTools:\n  - name: t\n    description: d\n    url: https://api.example.com/x\n    method: FETCH\n",
+		"/agentloop/tools-scope": "httpTools:\n  - name: t\n    description: d\n    url: https://api.example.com/x\n" +
+			"    headers: {Authorization: \"Bearer ${ssm:/elsewhere/token}\"}\n",
+	}
+	scoped := toolsfile.Options{Reserved: []string{"add_note"}, SSMScoped: true, SSMPrefix: "/agentloop/"}
+	tests := []struct {
+		name    string
+		source  string
+		params  toolsfile.ParamReader
+		tools   []string // the HTTP tools read, when it reads
+		wantErr string   // in the error, when it fails
+	}{
+		{name: "YAML", source: "ssm:/agentloop/tools", params: store, tools: []string{"create_ticket"}},
+		{name: "JSON", source: "ssm:/agentloop/tools-json", params: store, tools: []string{"create_ticket"}},
+		{name: "a path is still a file", source: filepath.Join("testdata", "valid.yaml"), tools: []string{"create_ticket"}},
+		{name: "missing parameter", source: "ssm:/agentloop/gone", params: store, wantErr: "tools file ssm:/agentloop/gone: SSM parameter /agentloop/gone does not exist"},
+		{name: "error names the parameter and line", source: "ssm:/agentloop/tools-bad", params: store,
+			wantErr: `/agentloop/tools-bad:5: httpTools[0].method: "FETCH" is not an HTTP method`},
+		{name: "references stay scoped", source: "ssm:/agentloop/tools-scope", params: store,
+			wantErr: "/agentloop/tools-scope:5: httpTools[0].headers.Authorization: ${ssm:/elsewhere/token} is outside the SSM path"},
+		{name: "no SSM here", source: "ssm:/agentloop/tools", wantErr: "tools file ssm:/agentloop/tools: this process reads no SSM parameters"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := toolsfile.Read(context.Background(), tt.source, scoped, tt.params)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to say %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, h := range f.HTTPTools {
+				got = append(got, h.Name)
+			}
+			if !reflect.DeepEqual(got, tt.tools) || len(f.MCPServers) != 2 {
+				t.Errorf("read %v and %d servers, want %v and 2", got, len(f.MCPServers), tt.tools)
+			}
+			if name, ok := toolsfile.SSMParameter(tt.source); ok && f.Name != name {
+				t.Errorf("Name = %q, want the parameter %q (errors name it)", f.Name, name)
+			}
+		})
+	}
+}
+
+// Startup reads the SSM form too, resolving the file's references as for a file.
+func TestStartupFromSSM(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("testdata", "valid.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolve := toolsfile.Resolvers{
+		toolsfile.RefEnv: toolsfile.EnvResolver(func(string) string { return "k1" }),
+		toolsfile.RefSSM: resolverFunc(func(_ context.Context, refs []toolsfile.Ref) (map[toolsfile.Ref]string, error) {
+			out := map[toolsfile.Ref]string{}
+			for _, r := range refs {
+				out[r] = "v" + r.Name
+			}
+			return out, nil
+		}),
+	}
+	f, secrets, err := toolsfile.Startup(context.Background(), "ssm:/agentloop/tools", toolsfile.Options{}, resolve,
+		params{"/agentloop/tools": string(data)}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := secrets.Expand(f.HTTPTools[0].Headers["Authorization"]); got != "Bearer v/agentloop/backend-token" {
+		t.Errorf("Authorization %q", got)
 	}
 }

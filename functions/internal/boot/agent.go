@@ -3,6 +3,7 @@ package boot
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -117,18 +118,11 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{Model: b.Model(), Tools: b.Tools(js)}
-	// The tools file (AGENT_TOOLS_FILE) is read and checked now, so a bad one fails the cold start; its references
-	// are resolved once (${env:…} from the environment, ${ssm:…} SecureString parameters in one SSM request per
-	// ten names) and its tools offered beside the Go ones. An ${ssm:…} reference must lie under
-	// AGENT_TOOLS_SECRETS_PATH, the only parameters the role may read (the template's ToolsSecretsPath): one
-	// outside it fails the start at its line, not as an AccessDenied from SSM.
 	var names []string
 	for _, t := range a.Tools {
 		names = append(names, t.Name)
 	}
-	resolve := toolsfile.Resolvers{toolsfile.RefEnv: toolsfile.EnvResolver(b.getenv), toolsfile.RefSSM: ssmRefs{api: b.ssm()}}
-	file, secrets, err := toolsfile.Startup(ctx, b.Config.ToolsFile,
-		toolsfile.Options{Reserved: names, SSMScoped: true, SSMPrefix: b.Config.ToolsSecretsPath}, resolve, b.Log)
+	file, secrets, err := b.toolsFile(ctx, b.ssm(), names)
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +163,47 @@ func ToolSources(f *toolsfile.File, secrets toolsfile.Secrets, client *http.Clie
 		sources = append(sources, s)
 	}
 	return sources
+}
+
+// ssmAPI is the part of the SSM client the tools file reads through: its ${ssm:…} references (GetParameters) and,
+// in its SSM form, the file itself (GetParameter).
+type ssmAPI interface {
+	ssmsecrets.API
+	ssmsecrets.ParameterAPI
+}
+
+// toolsFile reads the tools file (AGENT_TOOLS_FILE) and checks it now, so a bad one fails the cold start, names
+// being the Go tools' (reserved). The file is bundled in the package, or kept whole in one SSM parameter
+// (ssm:<name>; the template's ToolsFileParameterName, which grants ssm:GetParameter on it alone). Its references
+// are resolved once (${env:…} from the environment, ${ssm:…} SecureString parameters in one SSM request per ten
+// names). An ${ssm:…} reference must lie under AGENT_TOOLS_SECRETS_PATH, the only parameters the role may read
+// (the template's ToolsSecretsPath): one outside it fails the start at its line, not as an AccessDenied from SSM.
+func (b Base) toolsFile(ctx context.Context, api ssmAPI, names []string) (*toolsfile.File, toolsfile.Secrets, error) {
+	resolve := toolsfile.Resolvers{toolsfile.RefEnv: toolsfile.EnvResolver(b.getenv), toolsfile.RefSSM: ssmRefs{api: api}}
+	o := toolsfile.Options{Reserved: names, SSMScoped: true, SSMPrefix: b.Config.ToolsSecretsPath}
+	return toolsfile.Startup(ctx, b.Config.ToolsFile, o, resolve, ssmFile{api: api, region: b.AWS.Region}, b.Log)
+}
+
+// ssmFile reads the tools file kept in an SSM parameter (AGENT_TOOLS_FILE=ssm:<name>) through lib/ssmsecrets. A
+// parameter that does not exist fails the cold start saying what to create, where and how (as firstDeployHint
+// does for the secrets); one the role may not read says which template parameter grants it.
+type ssmFile struct {
+	api    ssmsecrets.ParameterAPI
+	region string
+}
+
+func (r ssmFile) ReadParameter(ctx context.Context, name string) (string, error) {
+	v, err := ssmsecrets.ReadParameter(ctx, r.api, name)
+	var missing ssmsecrets.MissingParams
+	switch {
+	case errors.As(err, &missing):
+		return "", fmt.Errorf("%w\nThe stack runs in region %s; create the parameter there from your tools file (String or SecureString; "+
+			"a standard parameter holds 4 KB, an advanced one 8 KB: add --tier Advanced above 4 KB):\n"+
+			"  aws ssm put-parameter --region %s --type String --name %s --value file://tools.yaml", err, r.region, r.region, name)
+	case agent.CodeOf(err) == ssmsecrets.CodeUnavailable:
+		return "", fmt.Errorf("%w (the chat and wake roles may read it only when the template's ToolsFileParameterName names it)", err)
+	}
+	return v, err
 }
 
 // ssmRefs resolves the tools file's ${ssm:…} references: SecureString parameters, read at cold start through

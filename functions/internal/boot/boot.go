@@ -185,5 +185,5 @@ func firstDeployHint(err error, region string) error {
 	return fmt.Errorf("%w%s", err, b.String())
 }
 
-// ssm is the SSM client of the function's AWS configuration (the tools file's ${ssm:…} references).
-func (b Base) ssm() ssmsecrets.API { return ssm.NewFromConfig(b.AWS) }
+// ssm is the SSM client of the function's AWS configuration (the tools file and its ${ssm:…} references).
+func (b Base) ssm() ssmAPI { return ssm.NewFromConfig(b.AWS) }
