@@ -32,7 +32,13 @@ const module = "github.com/agentloop/agentloop"
 type template struct {
 	Parameters map[string]map[string]any `yaml:"Parameters"`
 	Conditions map[string]any            `yaml:"Conditions"`
-	Globals    struct {
+	Rules      map[string]struct {
+		RuleCondition any `yaml:"RuleCondition"`
+		Assertions    []struct {
+			Assert any `yaml:"Assert"`
+		} `yaml:"Assertions"`
+	} `yaml:"Rules"`
+	Globals struct {
 		Function map[string]any `yaml:"Function"`
 	} `yaml:"Globals"`
 	Resources map[string]struct {
@@ -481,14 +487,35 @@ var pseudo = []string{"${AWS::Partition}", "aws", "${AWS::Region}", "us-east-1",
 // resolve turns a template env value into what Lambda would pass, with parameters at their defaults.
 func (f *fixture) resolve(t *testing.T, v any) string {
 	t.Helper()
+	return f.resolveWith(t, v, nil)
+}
+
+// resolveWith is resolve with the template's parameters at params (else their defaults): an Fn::If takes the
+// branch its condition chooses, and an Fn::Sub may name parameters.
+func (f *fixture) resolveWith(t *testing.T, v any, params map[string]string) string {
+	t.Helper()
 	switch v := v.(type) {
 	case string:
 		return v
 	case int:
 		return strconv.Itoa(v)
 	case map[string]any:
-		if sub, ok := v["Fn::Sub"].(string); ok && !strings.Contains(strings.NewReplacer(pseudo...).Replace(sub), "${") {
-			return strings.NewReplacer(pseudo...).Replace(sub)
+		if args := list(v["Fn::If"]); len(args) == 3 {
+			if f.condition(t, fmt.Sprint(args[0]), params) {
+				return f.resolveWith(t, args[1], params)
+			}
+			return f.resolveWith(t, args[2], params)
+		}
+		if sub, ok := v["Fn::Sub"].(string); ok {
+			sub = strings.NewReplacer(pseudo...).Replace(sub)
+			for name := range f.tmpl.Parameters {
+				if strings.Contains(sub, "${"+name+"}") {
+					sub = strings.ReplaceAll(sub, "${"+name+"}", f.param(t, name, params))
+				}
+			}
+			if !strings.Contains(sub, "${") {
+				return sub
+			}
 		}
 		if att, ok := v["Fn::GetAtt"].([]any); ok && len(att) == 2 && att[1] == "FunctionUrl" {
 			return "https://" + strings.ToLower(fmt.Sprint(att[0])) + ".lambda-url.us-east-1.on.aws/"
@@ -497,8 +524,8 @@ func (f *fixture) resolve(t *testing.T, v any) string {
 			if name == "Table" {
 				return "agentloop-Table-0123"
 			}
-			if p, ok := f.tmpl.Parameters[name]; ok {
-				return fmt.Sprint(p["Default"])
+			if _, ok := f.tmpl.Parameters[name]; ok {
+				return f.param(t, name, params)
 			}
 		}
 	}
@@ -548,6 +575,13 @@ func TestTemplateEnv(t *testing.T) {
 			if v, set := fn.Env["AGENT_TOOLS_SECRETS_PATH"]; set && !reflect.DeepEqual(v, ref("ToolsSecretsPath")) {
 				t.Errorf("AGENT_TOOLS_SECRETS_PATH = %#v, want the ToolsSecretsPath parameter (the path its role may read)", v)
 			}
+			// The tools file: ssm:<ToolsFileParameterName> (the one parameter its role may read) when that is set,
+			// else the ToolsFile parameter (a path in the package).
+			toolsFileEnv := map[string]any{"Fn::If": []any{"HasToolsFileParameter",
+				map[string]any{"Fn::Sub": "ssm:${ToolsFileParameterName}"}, ref("ToolsFile")}}
+			if v, set := fn.Env["AGENT_TOOLS_FILE"]; set && !reflect.DeepEqual(v, toolsFileEnv) {
+				t.Errorf("AGENT_TOOLS_FILE = %#v, want %#v", v, toolsFileEnv)
+			}
 			for _, local := range config.LocalEnv() {
 				if _, set := fn.Env[local]; set {
 					t.Errorf("template sets %s, which only agentloop dev acts on", local)
@@ -576,6 +610,19 @@ func TestTemplateEnv(t *testing.T) {
 				if c, err := config.Load(func(k string) string { return env[k] }); err != nil || c.ToolsSecretsPath != toolsSecretsPath {
 					t.Errorf("with ToolsSecretsPath set: %q %v, want %q", c.ToolsSecretsPath, err, toolsSecretsPath)
 				}
+				// And the tools file reaches it as the parameter's SSM form, or as the path in the package.
+				for _, tc := range []struct {
+					params map[string]string
+					want   string
+				}{
+					{map[string]string{"ToolsFileParameterName": toolsFileParam}, "ssm:" + toolsFileParam},
+					{map[string]string{"ToolsFile": "bundle/tools.yaml"}, "/var/task/bundle/tools.yaml"},
+				} {
+					env["AGENT_TOOLS_FILE"], env["LAMBDA_TASK_ROOT"] = f.resolveWith(t, fn.Env["AGENT_TOOLS_FILE"], tc.params), "/var/task"
+					if c, err := config.Load(func(k string) string { return env[k] }); err != nil || c.ToolsFile != tc.want {
+						t.Errorf("with %v: AGENT_TOOLS_FILE %q, ToolsFile %q %v, want %q", tc.params, env["AGENT_TOOLS_FILE"], c.ToolsFile, err, tc.want)
+					}
+				}
 			}
 			if cfg.MaxBodyBytes > 6_000_000 {
 				t.Errorf("AGENT_MAX_BODY_BYTES = %d, above the 6 MB function URL request limit", cfg.MaxBodyBytes)
@@ -600,7 +647,9 @@ var ssmParamArn = regexp.MustCompile(`^arn:\$\{AWS::Partition\}:ssm:\$\{AWS::Reg
 // state machine; a main that does not read it (api, subagent) may start none. No wildcard resource but one, no
 // managed policy, no Deny tricks. The one: a function that reads the tools file (chat, wake) may read the SSM
 // parameters under ToolsSecretsPath (<path>*), only when that parameter is set (issue 19: its ${ssm:…}
-// references used to fail the cold start with AccessDenied); checked with it unset and set.
+// references used to fail the cold start with AccessDenied); checked with it unset and set. Such a function may
+// also read the tools file itself from SSM: ssm:GetParameter on exactly the parameter ToolsFileParameterName
+// names, only when it is set.
 func TestTemplatePolicies(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -622,6 +671,8 @@ func TestTemplatePolicies(t *testing.T) {
 	}{
 		{"ToolsSecretsPath unset", nil},
 		{"ToolsSecretsPath set", map[string]string{"ToolsSecretsPath": toolsSecretsPath}},
+		{"ToolsFileParameterName set", map[string]string{"ToolsFileParameterName": toolsFileParam}},
+		{"both set", map[string]string{"ToolsSecretsPath": toolsSecretsPath, "ToolsFileParameterName": toolsFileParam}},
 	} {
 		for _, fn := range f.funcs {
 			t.Run(tc.name+"/"+fn.ID, func(t *testing.T) {
@@ -633,9 +684,12 @@ func TestTemplatePolicies(t *testing.T) {
 }
 
 // toolsSecretsPath is a sample ToolsSecretsPath; toolsSecretsArn the one resource a function's grant on it may name.
+// toolsFileParam is a sample ToolsFileParameterName; toolsFileArn the one resource its grant names.
 const (
 	toolsSecretsPath = "/agentloop/tools/"
 	toolsSecretsArn  = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ToolsSecretsPath}*"
+	toolsFileParam   = "/agentloop/tools"
+	toolsFileArn     = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ToolsFileParameterName}"
 )
 
 // composesAgent reports whether pkg's main builds the agent (boot.NewAgent): it runs turns, reads the tools file
@@ -778,6 +832,9 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	// only when the parameter is set.
 	wantToolsGrant := composesAgent(t, f.root, fn.Pkg) && f.param(t, "ToolsSecretsPath", params) != ""
 	toolsGrant := false
+	// The tools file kept in SSM: its one parameter, for a function that reads the file, only when it is named.
+	wantFileGrant := composesAgent(t, f.root, fn.Pkg) && f.param(t, "ToolsFileParameterName", params) != ""
+	fileGrant := false
 
 	var gotOps, gotParams, gotStates []string
 	policies := list(fn.Props["Policies"])
@@ -818,6 +875,19 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 					t.Errorf("DynamoDB resources %#v, want only the table and its indexes %#v", resources, tableResources)
 				}
 			case "ssm":
+				if reflect.DeepEqual(actions, []any{"ssm:GetParameter"}) {
+					// The tools file's parameter (what ssmsecrets.ReadParameter calls): exactly its ARN, alone in its
+					// statement, under a condition that holds exactly when ToolsFileParameterName is set.
+					switch {
+					case !reflect.DeepEqual(resources, []any{map[string]any{"Fn::Sub": toolsFileArn}}):
+						t.Errorf("statement %v: ssm:GetParameter on %v, want only the ToolsFileParameterName parameter %s", st["Sid"], resources, toolsFileArn)
+					case conds[i] == "" || f.condition(t, conds[i], map[string]string{"ToolsFileParameterName": ""}) ||
+						!f.condition(t, conds[i], map[string]string{"ToolsFileParameterName": toolsFileParam}):
+						t.Errorf("statement %v: the ToolsFileParameterName grant must be under a condition that holds exactly when it is set (it is under %q)", st["Sid"], conds[i])
+					}
+					fileGrant = true
+					continue
+				}
 				if !reflect.DeepEqual(actions, []any{"ssm:GetParameters"}) {
 					t.Errorf("SSM actions %v, want only ssm:GetParameters (what ssmsecrets calls)", actions)
 				}
@@ -863,6 +933,9 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	}
 	if toolsGrant != wantToolsGrant {
 		t.Errorf("ssm:GetParameters on the ToolsSecretsPath prefix: %v, want %v (a function that reads the tools file, when the parameter is set)", toolsGrant, wantToolsGrant)
+	}
+	if fileGrant != wantFileGrant {
+		t.Errorf("ssm:GetParameter on the ToolsFileParameterName parameter: %v, want %v (a function that reads the tools file, when the parameter is set)", fileGrant, wantFileGrant)
 	}
 	slices.Sort(gotStates)
 	switch {
@@ -952,5 +1025,60 @@ func TestSamconfig(t *testing.T) {
 	}
 	if settings["default.deploy.parameters.region"] == "" {
 		t.Error("no default region")
+	}
+}
+
+// Issue 19 item 1: the tools file may be kept in SSM. ToolsFileParameterName is empty (no grant) or one name in a
+// hierarchy, so the grant ...:parameter${ToolsFileParameterName} names exactly one parameter (no path, no
+// wildcard, no "/" alone); and a rule refuses it beside ToolsFile (the functions would read only one of the two).
+func TestTemplateToolsFileParameter(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	p, ok := f.tmpl.Parameters["ToolsFileParameterName"]
+	if !ok {
+		t.Fatal("no ToolsFileParameterName parameter")
+	}
+	pattern, _ := p["AllowedPattern"].(string)
+	re, err := regexp.Compile(pattern)
+	if err != nil || pattern == "" || p["Default"] != "" {
+		t.Fatalf("ToolsFileParameterName: AllowedPattern %q (%v), Default %#v, want a pattern and an empty default", pattern, err, p["Default"])
+	}
+	for v, ok := range map[string]bool{"": true, toolsFileParam: true, "/a": true, "/agentloop/tools.v2": true, "/a-b/c_d": true,
+		"/": false, "/agentloop/": false, "agentloop/tools": false, "//a": false, "/a//b": false, "/a/*": false, "*": false, "/a b": false} {
+		if re.MatchString(v) != ok {
+			t.Errorf("ToolsFileParameterName: AllowedPattern %q matches %q: %v, want %v", pattern, v, !ok, ok)
+		}
+		// What the template accepts, the functions' configuration accepts too (and the reverse).
+		if v != "" {
+			_, err := config.Load(func(k string) string { return map[string]string{"AGENT_TOOLS_FILE": "ssm:" + v}[k] })
+			if (err == nil) != ok {
+				t.Errorf("AGENT_TOOLS_FILE=ssm:%s: config error %v, want one exactly when the template refuses it (%v)", v, err, !ok)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		params map[string]string
+		ok     bool
+	}{
+		{nil, true},
+		{map[string]string{"ToolsFile": "bundle/tools.yaml"}, true},
+		{map[string]string{"ToolsFileParameterName": toolsFileParam}, true},
+		{map[string]string{"ToolsFile": "bundle/tools.yaml", "ToolsFileParameterName": toolsFileParam}, false},
+	} {
+		ok := true
+		for name, rule := range f.tmpl.Rules {
+			if rule.RuleCondition != nil && !f.holds(t, rule.RuleCondition, tc.params) {
+				continue
+			}
+			for _, a := range rule.Assertions {
+				if !f.holds(t, a.Assert, tc.params) {
+					ok = false
+					t.Logf("rule %s refuses %v", name, tc.params)
+				}
+			}
+		}
+		if ok != tc.ok {
+			t.Errorf("the template's rules accept %v: %v, want %v", tc.params, ok, tc.ok)
+		}
 	}
 }
