@@ -118,6 +118,8 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{Model: b.Model(), Tools: b.Tools(js)}
+	// The tools file (AGENT_TOOLS_FILE, bundled or in SSM) is read and checked now, so a bad one fails the cold
+	// start, and its tools are offered beside the Go ones.
 	var names []string
 	for _, t := range a.Tools {
 		names = append(names, t.Name)
