@@ -569,3 +569,71 @@ func TestCanceledListingNotHeldAgainstServer(t *testing.T) {
 		}
 	})
 }
+
+// firedTimers are timers that fire when the test says (fire), whatever time it is: a timeout the test means to
+// end ends then, never by racing real time.
+type firedTimers struct {
+	agent.SystemClock
+	mu      sync.Mutex
+	pending []func()
+}
+
+func (f *firedTimers) WithTimeoutCause(ctx context.Context, _ time.Duration, cause error) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	f.mu.Lock()
+	f.pending = append(f.pending, func() { cancel(cause) })
+	f.mu.Unlock()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// fire ends every timeout set so far (those already canceled stay as they were).
+func (f *firedTimers) fire() {
+	f.mu.Lock()
+	pending := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	for _, c := range pending {
+		c()
+	}
+}
+
+// The server's timeout (the file's timeout) ends a call the server does not answer: tool_timeout, the model reads
+// it, and the source keeps working (stateless and session-based alike).
+func TestCallTimeout(t *testing.T) {
+	t.Parallel()
+	eachServer(t, func(t *testing.T, stateless bool) {
+		started, release := make(chan struct{}, 1), make(chan struct{})
+		m := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+		for _, name := range []string{"stall", "quick"} {
+			m.AddTool(&mcp.Tool{Name: name, InputSchema: object}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				if name == "stall" {
+					started <- struct{}{}
+					select {
+					case <-ctx.Done():
+					case <-release:
+					}
+				}
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name}}}, nil
+			})
+		}
+		hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m },
+			&mcp.StreamableHTTPOptions{Stateless: stateless}))
+		t.Cleanup(hs.Close)
+		t.Cleanup(func() { close(release) }) // before hs.Close, which waits for the handler
+		timers := &firedTimers{}
+		tools := byName(t, sources(t, hs.URL, "mcpServers:\n  - name: docs\n    url: MCP\n    timeout: 5s\n", mcptools.Options{Timers: timers})[0])
+		done := make(chan error, 1)
+		go func() {
+			_, err := invoke(tools["docs__stall"], `{}`, "")
+			done <- err
+		}()
+		<-started
+		timers.fire()
+		if err := <-done; agent.CodeOf(err) != agent.CodeToolTimeout || !strings.Contains(err.Error(), "timed out after 5s") {
+			t.Fatalf("stall: %v, want tool_timeout", err)
+		}
+		if out, err := invoke(tools["docs__quick"], `{}`, ""); err != nil || string(out) != `"quick"` {
+			t.Errorf("the next call: %s %v", out, err)
+		}
+	})
+}
