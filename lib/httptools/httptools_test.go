@@ -3,6 +3,7 @@ package httptools_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -282,5 +283,42 @@ func TestAlwaysOn(t *testing.T) {
 	tools, _ := httptools.New(f, toolsfile.Secrets{}, httptools.Options{}).Tools(context.Background())
 	if len(tools) != 2 || !tools[0].AlwaysOn || tools[1].AlwaysOn {
 		t.Errorf("tools %+v, want ping always-on and pong not", tools)
+	}
+}
+
+// The file's approval: never and always whatever the method; by default GET never asks and the other methods ask
+// when the thread's reviewTools is on (agent.ApprovalMutating).
+func TestApproval(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		method, approval string
+		want             agent.ApprovalPolicy
+	}{
+		{"GET", "", agent.ApprovalNever},
+		{"POST", "", agent.ApprovalMutating},
+		{"PUT", "", agent.ApprovalMutating},
+		{"PATCH", "", agent.ApprovalMutating},
+		{"DELETE", "", agent.ApprovalMutating},
+		{"GET", "always", agent.ApprovalAlways},
+		{"DELETE", "never", agent.ApprovalNever},
+		{"POST", "always", agent.ApprovalAlways},
+	}
+	var file strings.Builder
+	file.WriteString("httpTools:\n")
+	for i, tc := range cases {
+		fmt.Fprintf(&file, "  - name: t%d\n    description: A tool.\n    method: %s\n    url: https://api.example.com/x\n", i, tc.method)
+		if tc.approval != "" {
+			fmt.Fprintf(&file, "    approval: %s\n", tc.approval)
+		}
+	}
+	f, err := toolsfile.Parse("t.yaml", []byte(file.String()), toolsfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, _ := httptools.New(f, toolsfile.Secrets{}, httptools.Options{}).Tools(context.Background())
+	for i, tc := range cases {
+		if got := tools[i].Approval; got != tc.want {
+			t.Errorf("%s with approval %q: %q, want %q", tc.method, tc.approval, got, tc.want)
+		}
 	}
 }
