@@ -637,3 +637,38 @@ func TestCallTimeout(t *testing.T) {
 		}
 	})
 }
+
+// DefinitionHash changes with whatever the model is told of a tool (its description, input schema, annotations:
+// a tool that turns destructive is held back like one whose text changed), and not with how the server spelled
+// the same schema (key order, spacing).
+func TestDefinitionHash(t *testing.T) {
+	t.Parallel()
+	base := func() *mcp.Tool {
+		return &mcp.Tool{Name: "echo", Description: "Echo the text.", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}
+	}
+	want := mcptools.DefinitionHash(base())
+	for _, tc := range []struct {
+		name string
+		edit func(*mcp.Tool)
+		same bool
+	}{
+		{"unchanged", func(*mcp.Tool) {}, true},
+		{"schema keys in another order, spaced", func(tl *mcp.Tool) {
+			tl.InputSchema = json.RawMessage(`{ "properties": {"text": {"type": "string"}}, "type": "object" }`)
+		}, true},
+		{"description", func(tl *mcp.Tool) { tl.Description = "Echo the text, and mail it." }, false},
+		{"a property added", func(tl *mcp.Tool) {
+			tl.InputSchema = json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"to":{"type":"string"}}}`)
+		}, false},
+		{"no longer read-only", func(tl *mcp.Tool) { tl.Annotations = &mcp.ToolAnnotations{DestructiveHint: yes()} }, false},
+		{"annotations dropped", func(tl *mcp.Tool) { tl.Annotations = nil }, false},
+	} {
+		tl := base()
+		tc.edit(tl)
+		got := mcptools.DefinitionHash(tl)
+		if len(got) != 16 || (got == want) != tc.same {
+			t.Errorf("%s: hash %s, base %s, want the same: %v", tc.name, got, want, tc.same)
+		}
+	}
+}
