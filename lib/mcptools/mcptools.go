@@ -39,8 +39,9 @@
 //     (images, audio, resources) the output is {"text": …, "parts": [<each as the server sent it>]}. An output
 //     past maxOutputBytes (default DefaultMaxOutputBytes) is cut, with a note the model reads. isError: the text is
 //     a tool error the model reads (tool_failed). A JSON-RPC error of the server (an unknown tool, bad params) is
-//     a tool error with its message; a transport failure is a tool error that says the server could not be
-//     reached (the details go to the log, never to the model).
+//     a tool error with its message; a transport failure (an HTTP error status, a dropped connection: the SDK's
+//     own "rejected by transport" included) is a tool error that says the server could not be reached
+//     (unavailable; the details go to the log, never to the model).
 package mcptools
 
 import (
@@ -412,6 +413,17 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.next.RoundTrip(r)
 }
 
+// localCode reports whether code is one the SDK gives a call that got no answer of the server's: rejected by the
+// transport (the request failed or was not sent: an HTTP error status, a dropped connection; -32005) or a
+// connection closing (-32003, -32004). Those are transport failures, not the server's refusals.
+func localCode(code int64) bool {
+	switch code {
+	case -32005, -32003, -32004:
+		return true
+	}
+	return false
+}
+
 type caller struct {
 	s    *Source
 	tool string // the server's name for it
@@ -467,7 +479,7 @@ func (c *caller) execute(ctx context.Context, inv agent.ToolInvocation) (json.Ra
 			return nil, context.Cause(ctx)
 		}
 		var rpc *jsonrpc.Error
-		if errors.As(err, &rpc) {
+		if errors.As(err, &rpc) && !localCode(rpc.Code) {
 			return nil, agent.E(agent.KindInvalid, agent.CodeToolFailed, "the MCP server refused the call: %s", clip(rpc.Message, errorTextBytes))
 		}
 		return nil, agent.Wrap(err, agent.KindUnavailable, agent.CodeToolFailed, fmt.Sprintf("tool %q: the MCP server could not be reached", c.name))

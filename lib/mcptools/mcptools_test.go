@@ -672,3 +672,61 @@ func TestDefinitionHash(t *testing.T) {
 		}
 	}
 }
+
+// A call that fails: a transport failure (the server answers 503, or drops the connection) says only that the
+// server could not be reached (unavailable; the SDK's "rejected by transport" is no refusal of the server's);
+// a JSON-RPC error of the server (a tool it no longer has) is a refusal the model reads, with the server's message.
+// Either way the next call, the server well again, runs. Stateless and session-based alike.
+func TestCallFailures(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		fail func(w http.ResponseWriter) // answers the call's request instead of the server (nil: the server answers)
+		kind agent.Kind
+		text string // in the message the model reads
+	}{
+		{"503", func(w http.ResponseWriter) { http.Error(w, "down", http.StatusServiceUnavailable) }, agent.KindUnavailable,
+			`tool "docs__echo": the MCP server could not be reached`},
+		{"connection dropped", func(http.ResponseWriter) { panic(http.ErrAbortHandler) }, agent.KindUnavailable,
+			`tool "docs__echo": the MCP server could not be reached`},
+		{"unknown tool", nil, agent.KindInvalid, `the MCP server refused the call: unknown tool "echo"`},
+	}
+	eachServer(t, func(t *testing.T, stateless bool) {
+		for _, tc := range cases {
+			srv := &server{}
+			m := srv.mcpServer()
+			h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, &mcp.StreamableHTTPOptions{Stateless: stateless})
+			var mu sync.Mutex
+			failing := false
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				f := failing
+				mu.Unlock()
+				if f && tc.fail != nil {
+					tc.fail(w)
+					return
+				}
+				h.ServeHTTP(w, r)
+			}))
+			t.Cleanup(hs.Close)
+			tools := byName(t, sources(t, hs.URL, docsFile, mcptools.Options{})[0])
+			mu.Lock()
+			failing = true
+			mu.Unlock()
+			if tc.fail == nil {
+				m.RemoveTools("echo")
+			}
+			_, err := invoke(tools["docs__echo"], `{"text":"x"}`, "")
+			code, msg := agent.Public(err)
+			if agent.KindOf(err) != tc.kind || code != agent.CodeToolFailed || !strings.Contains(msg, tc.text) {
+				t.Errorf("%s: %v (kind %s, public %s: %s), want %s with %q", tc.name, err, agent.KindOf(err), code, msg, tc.kind, tc.text)
+			}
+			mu.Lock()
+			failing = false
+			mu.Unlock()
+			if out, err := invoke(tools["docs__touch"], `{}`, ""); err != nil || string(out) != `"touched"` {
+				t.Errorf("%s: the next call: %s %v", tc.name, out, err)
+			}
+		}
+	})
+}
