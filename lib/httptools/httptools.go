@@ -276,12 +276,23 @@ func output(data []byte, limit int) json.RawMessage {
 		b, _ := json.Marshal(strings.ToValidUTF8(string(data), "\uFFFD"))
 		return b
 	}
-	cut := data[:limit]
-	for !utf8.Valid(cut) && len(cut) > 0 && len(data)-len(cut) < 4+limit {
-		cut = cut[:len(cut)-1]
-	}
+	cut := cutRune(data[:limit])
 	b, _ := json.Marshal(map[string]any{"truncated": true,
 		"note": fmt.Sprintf("the answer was longer than %d bytes and was cut there; ask for less (a narrower query) if you need the rest", limit),
 		"body": strings.ToValidUTF8(string(cut), "\uFFFD")})
 	return b
+}
+
+// cutRune is cut without the rune its end splits, if any (at most utf8.UTFMax-1 bytes left out); bytes that are
+// not UTF-8 stay (the output makes them U+FFFD).
+func cutRune(cut []byte) []byte {
+	for i := len(cut) - 1; i >= 0 && i >= len(cut)-(utf8.UTFMax-1); i-- {
+		if utf8.RuneStart(cut[i]) {
+			if !utf8.FullRune(cut[i:]) {
+				return cut[:i]
+			}
+			break
+		}
+	}
+	return cut
 }

@@ -223,29 +223,49 @@ func TestRetriesAndErrors(t *testing.T) {
 	}
 }
 
-// An oversized answer is cut, and the output says so; a text answer is a JSON string.
+// An oversized answer is cut (small: 16 bytes), and the output says so; a rune the cut splits is left out, and
+// bytes that are not UTF-8 become U+FFFD without losing the rest; a JSON answer is the output as it is, a text
+// answer a JSON string.
 func TestOutput(t *testing.T) {
 	t.Parallel()
-	b := &backend{answer: func(n int, w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, strings.Repeat("x", 100))
-	}}
-	srv := httptest.NewServer(b)
-	t.Cleanup(srv.Close)
-	out, err := call(t, source(t, srv, file)["small"], `{}`)
-	if err != nil {
-		t.Fatal(err)
+	x := strings.Repeat("x", 100)
+	cases := []struct {
+		name, tool, body string
+		want             string // the output, or the body kept when cut
+		cut              bool
+	}{
+		{"text cut", "small", x, strings.Repeat("x", 16), true},
+		{"a split rune left out", "small", strings.Repeat("x", 15) + "é" + x, strings.Repeat("x", 15), true},
+		{"not UTF-8, cut", "small", "caf\xe9 au lait, " + x, "caf\uFFFD au lait, xx", true},
+		{"text", "get_ticket", x, `"` + x + `"`, false},
+		{"not UTF-8", "get_ticket", "caf\xe9", "\"caf\uFFFD\"", false},
+		{"JSON as it is", "get_ticket", `{"a": [1, 2]}`, `{"a": [1, 2]}`, false},
 	}
-	var got struct {
-		Truncated bool
-		Note      string
-		Body      string
-	}
-	if err := json.Unmarshal(out, &got); err != nil || !got.Truncated || got.Body != strings.Repeat("x", 16) || !strings.Contains(got.Note, "16 bytes") {
-		t.Fatalf("out %s", out)
-	}
-	out, err = call(t, source(t, srv, file)["get_ticket"], `{"id":"1"}`)
-	if err != nil || string(out) != `"`+strings.Repeat("x", 100)+`"` {
-		t.Fatalf("text answer %s %v", out, err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := &backend{answer: func(n int, w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, tc.body) }}
+			srv := httptest.NewServer(b)
+			t.Cleanup(srv.Close)
+			out, err := call(t, source(t, srv, file)[tc.tool], `{"id":"1"}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.cut {
+				if string(out) != tc.want {
+					t.Errorf("out %s, want %s", out, tc.want)
+				}
+				return
+			}
+			var got struct {
+				Truncated bool
+				Note      string
+				Body      string
+			}
+			if err := json.Unmarshal(out, &got); err != nil || !got.Truncated || got.Body != tc.want || !strings.Contains(got.Note, "16 bytes") {
+				t.Errorf("out %s, want the body %q and a note", out, tc.want)
+			}
+		})
 	}
 }
 
