@@ -258,11 +258,12 @@ func (c *caller) send(ctx context.Context, inv agent.ToolInvocation, target stri
 	case code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout:
 		return nil, true, agent.E(agent.KindUnavailable, agent.CodeToolFailed, "the backend answered %s", resp.Status)
 	default:
-		snippet := data[:min(len(data), errorBodyBytes)]
-		for !utf8.Valid(snippet) && len(snippet) > 0 {
-			snippet = snippet[:len(snippet)-1]
+		snippet := data
+		if len(snippet) > errorBodyBytes {
+			snippet = cutRune(snippet[:errorBodyBytes])
 		}
-		return nil, false, agent.E(agent.KindInvalid, agent.CodeToolFailed, "the backend answered %s: %s", resp.Status, snippet)
+		return nil, false, agent.E(agent.KindInvalid, agent.CodeToolFailed, "the backend answered %s: %s", resp.Status,
+			strings.ToValidUTF8(string(snippet), "\uFFFD"))
 	}
 }
 

@@ -1,6 +1,7 @@
 package httptools_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -169,20 +170,23 @@ func TestRetriesAndErrors(t *testing.T) {
 		status            []int // the backend's answers, in order (200 after the list)
 		calls             int
 		errText           string // in the error ("" : no error)
+		body              string // of the failed answers ("": {"error":"no ticket"})
 	}{
-		{"GET retried after 503", "get_ticket", `{"id":"1"}`, []int{503, 503}, 3, ""},
-		{"GET retried after 502 and 504", "get_ticket", `{"id":"1"}`, []int{502, 504}, 3, ""},
-		{"GET retried after a dropped connection", "get_ticket", `{"id":"1"}`, []int{drop}, 2, ""},
-		{"GET gives up", "get_ticket", `{"id":"1"}`, []int{503, 503, 503, 503}, 3, "503"},
-		{"GET not retried after 500", "get_ticket", `{"id":"1"}`, []int{500}, 1, "500 Internal Server Error"},
-		{"PUT retried", "put_ticket", `{"id":"1"}`, []int{503}, 2, ""},
-		{"DELETE retried", "delete_ticket", `{"id":"1"}`, []int{504}, 2, ""},
-		{"POST never retried", "create_ticket", `{"team":"a"}`, []int{503}, 1, "503"},
-		{"POST never retried after a dropped connection", "create_ticket", `{"team":"a"}`, []int{drop}, 1, "could not be reached"},
-		{"PATCH never retried", "patch_ticket", `{"id":"1"}`, []int{503}, 1, "503"},
-		{"PATCH never retried after a dropped connection", "patch_ticket", `{"id":"1"}`, []int{drop}, 1, "could not be reached"},
-		{"4xx read by the model", "get_ticket", `{"id":"1"}`, []int{404}, 1, `404 Not Found: {"error":"no ticket"}`},
-		{"redirect not followed", "get_ticket", `{"id":"1"}`, []int{302}, 1, "302"},
+		{"GET retried after 503", "get_ticket", `{"id":"1"}`, []int{503, 503}, 3, "", ""},
+		{"GET retried after 502 and 504", "get_ticket", `{"id":"1"}`, []int{502, 504}, 3, "", ""},
+		{"GET retried after a dropped connection", "get_ticket", `{"id":"1"}`, []int{drop}, 2, "", ""},
+		{"GET gives up", "get_ticket", `{"id":"1"}`, []int{503, 503, 503, 503}, 3, "503", ""},
+		{"GET not retried after 500", "get_ticket", `{"id":"1"}`, []int{500}, 1, "500 Internal Server Error", ""},
+		{"PUT retried", "put_ticket", `{"id":"1"}`, []int{503}, 2, "", ""},
+		{"DELETE retried", "delete_ticket", `{"id":"1"}`, []int{504}, 2, "", ""},
+		{"POST never retried", "create_ticket", `{"team":"a"}`, []int{503}, 1, "503", ""},
+		{"POST never retried after a dropped connection", "create_ticket", `{"team":"a"}`, []int{drop}, 1, "could not be reached", ""},
+		{"PATCH never retried", "patch_ticket", `{"id":"1"}`, []int{503}, 1, "503", ""},
+		{"PATCH never retried after a dropped connection", "patch_ticket", `{"id":"1"}`, []int{drop}, 1, "could not be reached", ""},
+		{"4xx read by the model", "get_ticket", `{"id":"1"}`, []int{404}, 1, `404 Not Found: {"error":"no ticket"}`, ""},
+		{"4xx body not UTF-8", "get_ticket", `{"id":"1"}`, []int{400}, 1, "400 Bad Request: caf\uFFFD is closed", "caf\xe9 is closed"},
+		{"4xx body cut at 512 bytes", "get_ticket", `{"id":"1"}`, []int{400}, 1, "400 Bad Request: " + strings.Repeat("y", 512), strings.Repeat("y", 600)},
+		{"redirect not followed", "get_ticket", `{"id":"1"}`, []int{302}, 1, "302", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -196,7 +200,7 @@ func TestRetriesAndErrors(t *testing.T) {
 						w.Header().Set("Location", "https://elsewhere.example.com/")
 					}
 					w.WriteHeader(tc.status[n-1])
-					_, _ = io.WriteString(w, `{"error":"no ticket"}`)
+					_, _ = io.WriteString(w, cmp.Or(tc.body, `{"error":"no ticket"}`))
 					return
 				}
 				_, _ = io.WriteString(w, `{"ok":true}`)
