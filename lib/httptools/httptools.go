@@ -8,7 +8,9 @@
 //
 //   - URL: each {name} of the template is the input property's value (a string as it is, anything else as
 //     compact JSON), path-escaped before the '?' and query-escaped after it. The template's host is fixed
-//     (lib/toolsfile refuses a placeholder there).
+//     (lib/toolsfile refuses a placeholder there). A path placeholder whose value is absent, null, empty, "." or
+//     ".." refuses the call before anything is sent (invalid_tool_input: the request would act on another
+//     resource, e.g. DELETE /tickets/ for /tickets/{id}); a query placeholder may be empty.
 //   - The rest of the input: a JSON object body for POST, PUT and PATCH; query parameters for GET and DELETE
 //     (sorted by name).
 //   - Headers: the file's, with their references expanded (toolsfile.Secrets); Idempotency-Key: the call's
@@ -122,17 +124,27 @@ func (c *caller) request(input json.RawMessage) (target string, body []byte, err
 		return "", nil, agent.E(agent.KindInvalid, agent.CodeInvalidToolInput, "the input must be a JSON object")
 	}
 	used := map[string]bool{}
+	var unset string // a path placeholder the input leaves without a usable value
 	path, query, hasQuery := strings.Cut(c.def.URL, "?")
-	fill := func(s string, escape func(string) string) string {
+	fill := func(s string, escape func(string) string, inPath bool) string {
 		return placeholderRE.ReplaceAllStringFunc(s, func(m string) string {
 			name := m[1 : len(m)-1]
 			used[name] = true
-			return escape(text(in[name]))
+			v := text(in[name])
+			if inPath && (v == "" || v == "." || v == "..") && unset == "" {
+				unset = name
+			}
+			return escape(v)
 		})
 	}
-	target = fill(path, url.PathEscape)
+	target = fill(path, url.PathEscape, true)
 	if hasQuery {
-		target += "?" + fill(query, url.QueryEscape)
+		target += "?" + fill(query, url.QueryEscape, false)
+	}
+	if unset != "" {
+		// Absent, empty, "." or "..": the request would act on another resource than the one the tool names.
+		return "", nil, agent.E(agent.KindInvalid, agent.CodeInvalidToolInput,
+			"the input must give %q a value (not empty, not \".\" or \"..\"): the URL's path needs it", unset)
 	}
 	rest := map[string]json.RawMessage{}
 	for k, v := range in {

@@ -346,3 +346,49 @@ func TestApproval(t *testing.T) {
 		}
 	}
 }
+
+// A path placeholder picks which resource a call acts on, so the input must give it: a value that is absent, null
+// or empty, or that is "." or ".." (a path that climbs out of the template), is refused before anything is sent
+// (invalid_tool_input, which the model reads and may call again); a query placeholder may be empty.
+func TestURLPlaceholders(t *testing.T) {
+	t.Parallel()
+	const tools = `httpTools:
+  - name: delete_ticket
+    description: Delete a ticket.
+    inputSchema: {type: object, properties: {id: {type: string}, reason: {type: string}}}
+    method: DELETE
+    url: BACKEND/tickets/{id}?reason={reason}
+`
+	cases := []struct {
+		name, input string
+		uri         string // what the backend received ("": nothing sent)
+	}{
+		{"given", `{"id":"T 1","reason":"dup"}`, "/tickets/T%201?reason=dup"},
+		{"a slash escaped", `{"id":"a/b"}`, "/tickets/a%2Fb?reason="},
+		{"a number", `{"id":42}`, "/tickets/42?reason="},
+		{"absent", `{"reason":"dup"}`, ""},
+		{"null", `{"id":null}`, ""},
+		{"empty", `{"id":""}`, ""},
+		{"dot", `{"id":"."}`, ""},
+		{"dot dot", `{"id":".."}`, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := &backend{}
+			srv := httptest.NewServer(b)
+			t.Cleanup(srv.Close)
+			_, err := call(t, source(t, srv, tools)["delete_ticket"], tc.input)
+			reqs := b.requests()
+			if tc.uri == "" {
+				if len(reqs) != 0 || agent.CodeOf(err) != agent.CodeInvalidToolInput || !strings.Contains(err.Error(), `"id"`) {
+					t.Errorf("sent %v, err %v: want nothing sent and invalid_tool_input naming id", reqs, err)
+				}
+				return
+			}
+			if err != nil || len(reqs) != 1 || reqs[0].uri != tc.uri {
+				t.Errorf("sent %v, err %v: want %s", reqs, err, tc.uri)
+			}
+		})
+	}
+}
