@@ -322,6 +322,12 @@ func TestToolSources(t *testing.T) {
 	if strings.Join(offered, ",") != "local,remote__echo" {
 		t.Errorf("offered %v", offered)
 	}
+	// The model is told which tools it lacks (so the reply can say so), by name only: never the source's error.
+	for i, req := range model.requests() {
+		if !strings.Contains(req.System, "The tools of down are unavailable") || strings.Contains(req.System, "connection refused") {
+			t.Errorf("request %d's system prompt %q: want the note on the source that is down, without its error", i, req.System)
+		}
+	}
 	if got := remote.ran(); len(got) != 1 || got[0] != `{"text":"1"}` {
 		t.Errorf("the source's tool ran with %q", got)
 	}

@@ -190,7 +190,7 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 	t, e := s.turn, s.turn.e
 	req := agent.ModelRequest{
 		Model:           e.cfg.Model,
-		System:          e.cfg.System,
+		System:          s.tools.system(e.cfg.System),
 		Messages:        s.history.Build(s.parts),
 		Tools:           s.offer(ctx, step),
 		MaxOutputTokens: e.cfg.MaxOutputTokens,

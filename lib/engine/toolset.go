@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/transcript"
@@ -16,8 +17,30 @@ type toolset struct {
 	specs  []agent.ToolSpec
 	// catalog, when the engine has a router (Deps.Router), chooses which of specs each step offers.
 	catalog agent.ToolCatalog
-	// extra is what the sources' specs add to every request's fixed cost (transcript.Fixed), in tokens.
+	// extra is what the sources' specs (and the note on unavailable ones) add to every request's fixed cost
+	// (transcript.Fixed), in tokens.
 	extra int
+	// unavailable names the sources that failed to list their tools when the turn began.
+	unavailable []string
+}
+
+// system is the turn's system prompt: base, and, when a source failed, a line that tells the model which tools
+// it lacks this turn, so a reply that needs them says so instead of pretending they do not exist. Only the
+// source's name: its error stays in the log (a client or model never sees internal text).
+func (ts *toolset) system(base string) string {
+	if len(ts.unavailable) == 0 {
+		return base
+	}
+	note := unavailableNote(ts.unavailable)
+	if base == "" {
+		return note
+	}
+	return base + "\n\n" + note
+}
+
+func unavailableNote(sources []string) string {
+	return "The tools of " + strings.Join(sources, ", ") + " are unavailable for this reply: their server could not be reached. " +
+		"If the user asks for something that needs them, say that those tools are unavailable right now."
 }
 
 func newToolset(tools []agent.Tool, router agent.ToolRouter) *toolset {
@@ -34,7 +57,7 @@ func newToolset(tools []agent.Tool, router agent.ToolRouter) *toolset {
 
 // turnTools is the toolset of a turn that begins now: the Go tools, and each source's tools (agent.ToolSource).
 // A source that fails, or offers a tool whose name is taken, loses those tools for the turn, and the log says so;
-// the turn goes on.
+// the turn goes on (a failed source also told to the model: toolset.system).
 func (e *Engine) turnTools(ctx context.Context, s *stepper) *toolset {
 	if len(e.sources) == 0 {
 		return e.static
@@ -55,6 +78,7 @@ func (e *Engine) turnTools(ctx context.Context, s *stepper) *toolset {
 		tools, err := src.Tools(ctx)
 		if err != nil {
 			s.log.WarnContext(s.logCtx, "agent.tool_source", "source", src.Name(), "outcome", "unavailable", "err", err.Error())
+			ts.unavailable = append(ts.unavailable, src.Name())
 			continue
 		}
 		for _, t := range tools {
@@ -70,7 +94,11 @@ func (e *Engine) turnTools(ctx context.Context, s *stepper) *toolset {
 		}
 	}
 	ts.specs = append(ts.specs, added...)
-	ts.extra = transcript.Fixed("", added)
+	note := ""
+	if len(ts.unavailable) > 0 {
+		note = unavailableNote(ts.unavailable)
+	}
+	ts.extra = transcript.Fixed(note, added)
 	if e.router != nil {
 		ts.catalog = e.router.Catalog(list)
 	}
