@@ -330,3 +330,52 @@ func TestStaleVectorsExpire(t *testing.T) {
 		}
 	}
 }
+
+// MinMatches and Similarity bound the fallback (AGENT_TOOL_ROUTER_MIN_MATCHES, AGENT_TOOL_ROUTER_SIMILARITY): the
+// nearest tools fill the offer up to MinMatches, and only those at least Similarity near the text.
+func TestFallbackBounds(t *testing.T) {
+	t.Parallel()
+	model, _ := embedder(t)
+	always := []string{"add_note", "ask_user_question"}
+	keywords := []string{"delete_file", "read_file", "write_file", "delete_user", "archive_file"} // "delete the file"
+	tests := []struct {
+		name  string
+		cfg   toolrouter.Config
+		text  string
+		check func(t *testing.T, offered []string)
+	}{
+		{"one match is enough", toolrouter.Config{MinMatches: 1}, "remove that document", func(t *testing.T, got []string) {
+			if want := append(slices.Clone(always), "delete_file"); !slices.Equal(got, want) {
+				t.Errorf("offer %v, want exactly %v (the one nearest)", got, want)
+			}
+		}},
+		{"the default fills up to three", toolrouter.Config{}, "remove that document", func(t *testing.T, got []string) {
+			if n := len(got) - len(always); n < 2 || n > 3 || !slices.Contains(got, "delete_file") {
+				t.Errorf("offer %v: want delete_file among at most 3 nearest", got)
+			}
+		}},
+		{"five keyword hits under a bound of eight", toolrouter.Config{MinMatches: 8, Similarity: -1}, "delete the file", func(t *testing.T, got []string) {
+			for _, k := range keywords {
+				if !slices.Contains(got, k) {
+					t.Errorf("offer %v: want the keyword hit %s", got, k)
+				}
+			}
+			// The keyword hits (the always-on tools among them when they match) and the nearest make 8.
+			if len(got) <= len(always)+len(keywords) || len(got) > len(always)+8 {
+				t.Errorf("offer %v: want the fallback to add the nearest tools, up to 8 found in all", got)
+			}
+		}},
+		{"nothing near enough", toolrouter.Config{Similarity: 0.999}, "remove that document", func(t *testing.T, got []string) {
+			if !slices.Equal(got, always) {
+				t.Errorf("offer %v, want only the always-on tools %v", got, always)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, _ := toolrouter.New(toolrouter.Deps{Embedder: model}, tc.cfg).Catalog(catalog()).Offer(t.Context(), agent.ToolQuery{Text: tc.text})
+			tc.check(t, names(got))
+		})
+	}
+}
