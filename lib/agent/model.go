@@ -26,6 +26,10 @@ type ModelMessage struct {
 	Role       string // "user", "assistant" or "tool"
 	Text       string
 	Reasoning  string      // assistant only: the step's reasoning, for adapters whose provider takes it back
+	// ReasoningData is assistant only: the provider's own state of the step's reasoning (Anthropic's thinking
+	// blocks with their signatures, the Responses API's encrypted reasoning items), opaque to everything but the
+	// adapter that produced it (ModelResult.ReasoningData), which replays it as given; another adapter ignores it.
+	ReasoningData json.RawMessage
 	Files      []ModelFile // user only: attachments the model reads (images, PDFs), after Text
 	ToolCalls  []ToolCall  // assistant only
 	ToolCallID string      // tool only: the call this result answers
@@ -116,4 +120,7 @@ type ModelResult struct {
 	// FileBytes is the size of each file the adapter downloaded for the request, by URL (PDFs named by https
 	// URL), so that later steps budget them by their size.
 	FileBytes map[string]int64
+	// ReasoningData is the provider's own state of this step's reasoning, for the next request of the same
+	// provider (ModelMessage.ReasoningData); nil when the provider needs none back.
+	ReasoningData json.RawMessage
 }
