@@ -23,16 +23,16 @@ type ModelRequest struct {
 
 // ModelMessage is the provider-neutral transcript entry.
 type ModelMessage struct {
-	Role       string // "user", "assistant" or "tool"
-	Text       string
-	Reasoning  string      // assistant only: the step's reasoning, for adapters whose provider takes it back
+	Role      string // "user", "assistant" or "tool"
+	Text      string
+	Reasoning string // assistant only: the step's reasoning, for adapters whose provider takes it back
 	// ReasoningData is assistant only: the provider's own state of the step's reasoning (Anthropic's thinking
 	// blocks with their signatures, the Responses API's encrypted reasoning items), opaque to everything but the
 	// adapter that produced it (ModelResult.ReasoningData), which replays it as given; another adapter ignores it.
 	ReasoningData json.RawMessage
-	Files      []ModelFile // user only: attachments the model reads (images, PDFs), after Text
-	ToolCalls  []ToolCall  // assistant only
-	ToolCallID string      // tool only: the call this result answers
+	Files         []ModelFile // user only: attachments the model reads (images, PDFs), after Text
+	ToolCalls     []ToolCall  // assistant only
+	ToolCallID    string      // tool only: the call this result answers
 }
 
 // ModelFile is one attachment of a user message as the model receives it: an image or a PDF, by a data URL
