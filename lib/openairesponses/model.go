@@ -1,0 +1,575 @@
+// Package openairesponses adapts agent.Model to OpenAI's Responses API (POST /v1/responses, stream: true): OpenAI
+// itself, the offline model's /v1/responses (package offline), or a server that speaks the same wire. Like
+// package openai (Chat Completions) it speaks the wire itself with the standard library (wire.go), not through
+// github.com/openai/openai-go/v3: one streaming call through its responses package made the chat Lambda's
+// bootstrap 33.9 MB instead of 16.4 MB (issue 20, built as the Makefile builds it; the bound is 25 MB), for a
+// stream of a dozen event types of which the adapter reads a few fields. This package adds 64 KB.
+//
+// # Requests
+//
+// Every request has store: false (the thread is ours; the provider keeps nothing) and stream: true. The system
+// prompt is the instructions; the transcript becomes input items: a user message's text and files as
+// input_text, input_image (a data URL, or an https URL as it is) and input_file (a PDF's data URL as file_data,
+// or its https URL as file_url); the assistant's text as a message of output_text; its tool calls as
+// function_call items and their results as function_call_output items. An assistant message's ReasoningData
+// (this adapter's own ModelResult.ReasoningData of that step: the reasoning items as the provider sent them,
+// encrypted_content included) is replayed as is before the step's text and calls, so a reasoning model keeps
+// its reasoning across the steps of a run; it is left out of an assistant message with neither text nor calls
+// (the provider refuses a reasoning item without the item that followed it). Data of another adapter (not a
+// JSON array of reasoning items) is ignored. The request includes "reasoning.encrypted_content" and asks for
+// reasoning summaries (Config.ReasoningSummary, Config.ReasoningEffort; ReasoningNone leaves both out, for
+// models that do not reason). Tools are function tools with strict: false (the API defaults to strict, which
+// refuses ordinary JSON schemas), their input examples folded into the description as package openai does.
+//
+// # Events
+//
+// Deltas are emitted as they arrive: response.output_text.delta (and refusal deltas) as text,
+// response.reasoning_summary_text.delta (and reasoning_text deltas, from servers that stream raw reasoning) as
+// reasoning, a later summary part set apart by a blank line; a function_call output item as EventToolCallStart
+// (its call_id and name) and its response.function_call_arguments.delta as EventToolCallDelta. Once the
+// response has completed, one EventToolCall per call goes out, in the order the model made them, with the
+// arguments of the call's .done event ("{}" when empty). The result maps the end: completed → stop or
+// tool-calls; incomplete for max_output_tokens → length, for content_filter → content-filter. Usage includes
+// input_tokens_details.cached_tokens and output_tokens_details.reasoning_tokens. The model is the one the
+// response names.
+//
+// # Timeouts, retries and errors
+//
+// As package openai: a first-token and an idle timeout (not a whole-stream cap); retries with backoff and
+// jitter (honouring Retry-After up to 30 s) on HTTP 429 and 5xx, connection failures, truncated streams,
+// timeouts, and a response.failed or error event whose code is server_error or rate_limit_exceeded, only
+// while nothing has been emitted. Errors are *agent.Error with a message safe for a user (no provider text, URL
+// or key; the provider's message stays in the cause, for the logs): KindUnavailable with CodeModelError or
+// CodeModelTimeout; KindInvalid with CodeFileUnavailable when the provider cannot read an image of the message;
+// KindCanceled when ctx ends; KindInternal for a request that cannot be built. An error returned by emit is
+// returned unchanged.
+//
+// # Not done (issue 20)
+//
+// Files by https URL are sent as they are, older messages' included (package openai downloads an older
+// message's file so that an expired pre-signed URL does not fail every later turn). prompt_cache_key is sent
+// only as Config.PromptCacheKey: agent.ModelRequest carries no thread key yet.
+package openairesponses
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultBaseURL           = "https://api.openai.com/v1/"
+	DefaultMaxOutputTokens   = 8192
+	DefaultFirstTokenTimeout = 120 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxRetries        = 2
+	DefaultBackoffBase       = 500 * time.Millisecond
+	DefaultBackoffMax        = 8 * time.Second
+	// DefaultReasoningSummary asks for the model's own choice of summary ("auto": the most detailed it offers).
+	DefaultReasoningSummary = "auto"
+
+	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
+	maxRetryAfter = 30 * time.Second
+)
+
+// ReasoningNone as Config.ReasoningSummary sends no reasoning settings and asks for no encrypted reasoning: for
+// models that do not reason (the API refuses reasoning settings for them).
+const ReasoningNone = "none"
+
+// Config configures a Model. Zero values take the defaults above.
+type Config struct {
+	// BaseURL is the API root, e.g. "https://api.openai.com/v1/" or the offline model's "http://127.0.0.1:PORT/v1/".
+	BaseURL string
+	APIKey  string
+	// Model is used when a request names none.
+	Model string
+	// MaxOutputTokens is used when a request sets none.
+	MaxOutputTokens int
+	// ReasoningSummary is reasoning.summary ("auto", "concise", "detailed"; default DefaultReasoningSummary), or
+	// ReasoningNone. ReasoningEffort is reasoning.effort ("minimal" … "high"; empty: the model's default).
+	ReasoningSummary string
+	ReasoningEffort  string
+	// PromptCacheKey is sent as prompt_cache_key when set (see "Not done").
+	PromptCacheKey string
+	// FirstTokenTimeout bounds the wait from sending a request to its first event.
+	FirstTokenTimeout time.Duration
+	// IdleTimeout bounds the gap between two events after the first.
+	IdleTimeout time.Duration
+	// MaxRetries is the number of retries after the first attempt; 0 means DefaultMaxRetries, negative none.
+	MaxRetries int
+	// BackoffBase is the wait before the first retry; it doubles per retry up to BackoffMax, with jitter.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// HTTPClient sends the requests (default: a client with http.DefaultTransport's settings but for
+	// DefaultMaxIdleConnsPerHost idle connections).
+	HTTPClient *http.Client
+	// Logger receives one warning per retry (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// DefaultMaxIdleConnsPerHost is how many idle connections the default client keeps to the provider: about one
+// per reply streaming at once (as package openai).
+const DefaultMaxIdleConnsPerHost = 256
+
+// Model is the agent.Model adapter. It is safe for concurrent use.
+type Model struct {
+	cfg         Config
+	endpoint    string
+	endpointErr error
+}
+
+var _ agent.Model = (*Model)(nil)
+
+// New returns a Model for cfg. It does not read the environment.
+func New(cfg Config) *Model {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	if cfg.ReasoningSummary == "" {
+		cfg.ReasoningSummary = DefaultReasoningSummary
+	}
+	if cfg.MaxOutputTokens <= 0 {
+		cfg.MaxOutputTokens = DefaultMaxOutputTokens
+	}
+	if cfg.FirstTokenTimeout <= 0 {
+		cfg.FirstTokenTimeout = DefaultFirstTokenTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = DefaultMaxRetries
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffBase)
+	}
+	if cfg.HTTPClient == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = DefaultMaxIdleConnsPerHost
+		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+		cfg.HTTPClient = &http.Client{Transport: t}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Model{cfg: cfg}
+	m.endpoint, m.endpointErr = endpoint(cfg.BaseURL)
+	return m
+}
+
+// The causes an attempt's context is cancelled with when the stream goes quiet.
+var (
+	errFirstTokenTimeout = errors.New("no first event within the first-token timeout")
+	errIdleTimeout       = errors.New("no event within the idle timeout")
+)
+
+// Stream implements agent.Model.
+func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
+	body, err := m.request(req)
+	if err != nil {
+		return agent.ModelResult{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		res, fail := m.attempt(ctx, body, emit)
+		if fail == nil {
+			return res, nil
+		}
+		if !fail.retry || attempt >= m.cfg.MaxRetries {
+			return res, fail.err
+		}
+		wait := m.backoff(attempt, fail.retryAfter)
+		m.cfg.Logger.WarnContext(ctx, "model request failed, retrying",
+			"attempt", attempt+1, "retry_in", wait, "err", fail.err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return agent.ModelResult{}, canceled(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// failure is a failed attempt.
+type failure struct {
+	err        error
+	retry      bool
+	retryAfter time.Duration
+}
+
+// watchdog cancels an attempt whose stream goes quiet (as package openai's).
+type watchdog struct {
+	timer   *time.Timer
+	idle    time.Duration
+	started atomic.Bool
+}
+
+func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration) *watchdog {
+	w := &watchdog{idle: idle}
+	w.timer = time.AfterFunc(first, func() {
+		if w.started.Load() {
+			cancel(errIdleTimeout)
+		} else {
+			cancel(errFirstTokenTimeout)
+		}
+	})
+	return w
+}
+
+func (w *watchdog) arrived() bool {
+	if !w.timer.Stop() {
+		return false
+	}
+	w.started.Store(true)
+	return true
+}
+
+func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
+func (w *watchdog) stop()    { w.timer.Stop() }
+
+func (m *Model) attempt(ctx context.Context, body []byte, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
+	defer dog.stop()
+	toCaller := func(ev agent.ModelEvent) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return emit(ev)
+	}
+	acc := accumulator{emit: toCaller}
+	stream, err := m.open(actx, body)
+	if err != nil {
+		return acc.partial(), m.classify(ctx, actx, err, false)
+	}
+	defer stream.Close()
+
+	timedOut := false
+	var ev event
+	for {
+		data, ok := stream.Next()
+		if !ok {
+			break
+		}
+		if actx.Err() != nil {
+			break
+		}
+		if !dog.arrived() {
+			timedOut = true
+			break
+		}
+		ev = event{}
+		if err := json.Unmarshal(data, &ev); err != nil {
+			dog.stop()
+			return acc.partial(), &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
+				"the model provider sent a malformed event"), retry: !acc.emitted}
+		}
+		if err := acc.add(&ev); err != nil {
+			return acc.partial(), &failure{err: err}
+		}
+		if acc.failed != nil || acc.ended != nil {
+			break // the response is over: whatever follows is not read
+		}
+		if !stream.Ready() {
+			if err := acc.release(); err != nil {
+				return acc.partial(), &failure{err: err}
+			}
+		}
+		dog.waiting()
+	}
+	dog.stop()
+	if ctx.Err() != nil {
+		acc.drop()
+	} else if err := acc.release(); err != nil {
+		return acc.partial(), &failure{err: err}
+	}
+	err = stream.Err()
+	if err == nil && actx.Err() != nil {
+		err = context.Cause(actx)
+	}
+	if timedOut {
+		<-actx.Done()
+		err = context.Cause(actx)
+	}
+	if err == nil && acc.failed != nil {
+		err = acc.failed
+	}
+	if err != nil {
+		return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
+	}
+	if acc.ended == nil {
+		err := agent.E(agent.KindUnavailable, agent.CodeModelError, "the model stream ended before the model finished")
+		return acc.partial(), &failure{err: err, retry: !acc.emitted}
+	}
+	if err := acc.finishCalls(); err != nil {
+		return acc.partial(), &failure{err: err}
+	}
+	if err := acc.release(); err != nil {
+		return acc.partial(), &failure{err: err}
+	}
+	return acc.result(), nil
+}
+
+// imageCodes are the provider's codes for an image of the message it could not download or read: the
+// person's own error, not the provider's.
+var imageCodes = map[string]bool{
+	"invalid_image_url": true, "invalid_image_format": true, "invalid_image": true, "invalid_base64_image": true,
+	"failed_to_download_image": true, "image_file_not_found": true, "unsupported_image_media_type": true,
+	"empty_image_file": true, "image_parse_error": true,
+}
+
+// classify turns an attempt's error into an *agent.Error with a message safe for a user, and says whether it
+// may be retried. What the provider said goes into the cause, for the logs only.
+func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *failure {
+	if ctx.Err() != nil {
+		return &failure{err: canceled(ctx)}
+	}
+	switch cause := context.Cause(actx); {
+	case errors.Is(cause, errFirstTokenTimeout):
+		msg := fmt.Sprintf("the model sent nothing within %s", m.cfg.FirstTokenTimeout)
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+	case errors.Is(cause, errIdleTimeout):
+		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+	}
+	var apiErr *apiError
+	if errors.As(err, &apiErr) {
+		if apiErr.StatusCode == http.StatusBadRequest && imageCodes[apiErr.Code] {
+			return &failure{err: agent.Wrap(providerSaid(err, apiErr.Message), agent.KindInvalid, agent.CodeFileUnavailable,
+				"the model provider could not read an image of the message (HTTP 400)")}
+		}
+		msg := fmt.Sprintf("the model provider returned HTTP %d", apiErr.StatusCode)
+		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500
+		return &failure{
+			err:        agent.Wrap(providerSaid(err, apiErr.Message), agent.KindUnavailable, agent.CodeModelError, msg),
+			retry:      transient && !emitted,
+			retryAfter: retryAfter(apiErr.Response),
+		}
+	}
+	var sf *streamFailure
+	if errors.As(err, &sf) {
+		if imageCodes[sf.Code] {
+			return &failure{err: agent.Wrap(providerSaid(err, sf.Message), agent.KindInvalid, agent.CodeFileUnavailable,
+				"the model provider could not read an image of the message")}
+		}
+		transient := sf.Code == "server_error" || sf.Code == "rate_limit_exceeded"
+		return &failure{err: agent.Wrap(providerSaid(err, sf.Message), agent.KindUnavailable, agent.CodeModelError,
+			"the model provider failed mid-stream"), retry: transient && !emitted}
+	}
+	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
+}
+
+// providerSaid keeps the provider's own message beside err for the logs, without the query of any URL it
+// quotes (a pre-signed URL's is a credential).
+func providerSaid(err error, said string) error {
+	if said == "" {
+		return err
+	}
+	return fmt.Errorf("%w (provider said: %s)", err, urlQuery.ReplaceAllString(said, "$1?…"))
+}
+
+var urlQuery = regexp.MustCompile(`(https?://[^\s?#]+)[?#]\S*`)
+
+// canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
+func canceled(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	code := agent.CodeRunCanceled
+	var ae *agent.Error
+	if errors.As(cause, &ae) && ae.Code != "" {
+		code = ae.Code
+	}
+	return &agent.Error{Kind: agent.KindCanceled, Code: code, Message: "model call canceled", Err: cause}
+}
+
+// retryAfter reads the provider's requested wait from retry-after-ms or retry-after (seconds).
+func retryAfter(res *http.Response) time.Duration {
+	if res == nil {
+		return 0
+	}
+	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After-Ms"), 64); err == nil && v > 0 {
+		return min(time.Duration(v*float64(time.Millisecond)), maxRetryAfter)
+	}
+	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After"), 64); err == nil && v > 0 {
+		return min(time.Duration(v*float64(time.Second)), maxRetryAfter)
+	}
+	return 0
+}
+
+// backoff is the wait before retry number attempt+1: BackoffBase·2^attempt capped at BackoffMax, a random half
+// kept ("equal jitter"); never less than what the provider asked for.
+func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
+	d := m.cfg.BackoffBase << min(attempt, 20)
+	if d <= 0 || d > m.cfg.BackoffMax {
+		d = m.cfg.BackoffMax
+	}
+	d = d/2 + rand.N(d/2+1)
+	return max(d, providerWait)
+}
+
+// request builds the request body.
+func (m *Model) request(req agent.ModelRequest) ([]byte, error) {
+	model := req.Model
+	if model == "" {
+		model = m.cfg.Model
+	}
+	if model == "" {
+		return nil, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
+	}
+	maxTokens := req.MaxOutputTokens
+	if maxTokens <= 0 {
+		maxTokens = m.cfg.MaxOutputTokens
+	}
+	input, err := inputItems(req.Messages)
+	if err != nil {
+		return nil, err
+	}
+	p := responsesRequest{Model: model, Instructions: req.System, Input: input, MaxOutputTokens: maxTokens,
+		Stream: true, Store: false, PromptCacheKey: m.cfg.PromptCacheKey}
+	if m.cfg.ReasoningSummary != ReasoningNone {
+		p.Reasoning = &reasoning{Effort: m.cfg.ReasoningEffort, Summary: m.cfg.ReasoningSummary}
+		p.Include = []string{includeEncryptedReasoning}
+	}
+	for _, t := range req.Tools {
+		params := t.Parameters
+		if len(params) > 0 && string(params) != "null" {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(params, &obj); err != nil || obj == nil {
+				if err == nil {
+					err = errors.New("not a JSON object")
+				}
+				return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "tool "+t.Name+": parameters are not a JSON object")
+			}
+		} else {
+			params = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		p.Tools = append(p.Tools, tool{Type: "function", Name: t.Name, Description: describe(t), Parameters: params})
+	}
+	body, err := encodeRequest(p)
+	if err != nil {
+		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
+	}
+	return body, nil
+}
+
+// inputItems converts the provider-neutral transcript into input items.
+func inputItems(msgs []agent.ModelMessage) ([]any, error) {
+	out := make([]any, 0, len(msgs))
+	for i, msg := range msgs {
+		switch msg.Role {
+		case "user":
+			parts := make([]any, 0, 1+len(msg.Files))
+			if msg.Text != "" || len(msg.Files) == 0 {
+				parts = append(parts, textPart{Type: "input_text", Text: msg.Text})
+			}
+			for _, f := range msg.Files {
+				parts = append(parts, filePartOf(f))
+			}
+			out = append(out, messageItem{Type: "message", Role: "user", Content: parts})
+		case "assistant":
+			if msg.Text != "" || len(msg.ToolCalls) > 0 {
+				for _, r := range reasoningItems(msg.ReasoningData) {
+					out = append(out, r)
+				}
+			}
+			if msg.Text != "" || len(msg.ToolCalls) == 0 {
+				out = append(out, messageItem{Type: "message", Role: "assistant",
+					Content: []any{textPart{Type: "output_text", Text: msg.Text}}})
+			}
+			for _, c := range msg.ToolCalls {
+				args := c.Arguments
+				if strings.TrimSpace(args) == "" {
+					args = "{}"
+				}
+				out = append(out, functionCallItem{Type: "function_call", CallID: c.ID, Name: c.Name, Arguments: args})
+			}
+		case "tool":
+			out = append(out, functionCallOutputItem{Type: "function_call_output", CallID: msg.ToolCallID, Output: msg.Text})
+		default:
+			return nil, agent.E(agent.KindInternal, agent.CodeInternal, "message %d: unknown role %q", i, msg.Role)
+		}
+	}
+	return out, nil
+}
+
+// reasoningItems reads ReasoningData as this adapter wrote it: a JSON array of reasoning items. Anything else
+// (another adapter's data) yields none.
+func reasoningItems(data json.RawMessage) []json.RawMessage {
+	if len(data) == 0 {
+		return nil
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(data, &items) != nil {
+		return nil
+	}
+	out := items[:0]
+	for _, it := range items {
+		var probe struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(it, &probe) == nil && probe.Type == "reasoning" {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// filePartOf is a user file as a content part: an image as input_image, a PDF as input_file.
+func filePartOf(f agent.ModelFile) any {
+	if strings.HasPrefix(f.MediaType, "image/") {
+		return imagePart{Type: "input_image", ImageURL: f.URL, Detail: "auto"}
+	}
+	name := f.Filename
+	if name == "" {
+		name = "document.pdf"
+	}
+	p := filePart{Type: "input_file", Filename: name}
+	if strings.HasPrefix(f.URL, "data:") {
+		p.FileData = f.URL
+	} else {
+		p.FileURL = f.URL
+	}
+	return p
+}
+
+// describe is the tool's description with its input examples folded in, as package openai writes it: one
+// compact JSON value per line under "Input examples:" (the same text in every request).
+func describe(t agent.ToolSpec) string {
+	if len(t.InputExamples) == 0 {
+		return t.Description
+	}
+	var b strings.Builder
+	b.WriteString(t.Description)
+	if b.Len() > 0 {
+		b.WriteString("\n\n")
+	}
+	b.WriteString("Input examples:")
+	for _, ex := range t.InputExamples {
+		var c bytes.Buffer
+		if json.Compact(&c, ex) != nil {
+			continue
+		}
+		b.WriteString("\n")
+		b.Write(c.Bytes())
+	}
+	return b.String()
+}

@@ -1,0 +1,369 @@
+package openairesponses
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// The Responses wire, with the standard library only: the request body, the streamed events and the error
+// bodies, as OpenAI documents them (platform.openai.com/docs/api-reference/responses-streaming, and the types
+// of github.com/openai/openai-go/v3/responses) and as package offline checks them. Only what the adapter sends
+// and reads is declared; a field or event a provider adds is ignored.
+
+// responsesRequest is the body of POST responses.
+type responsesRequest struct {
+	Model           string     `json:"model"`
+	Instructions    string     `json:"instructions,omitempty"`
+	Input           []any      `json:"input"`
+	Tools           []tool     `json:"tools,omitempty"`
+	MaxOutputTokens int        `json:"max_output_tokens,omitempty"`
+	Stream          bool       `json:"stream"`
+	Store           bool       `json:"store"` // always false: the thread is ours, nothing is kept at the provider
+	Include         []string   `json:"include,omitempty"`
+	Reasoning       *reasoning `json:"reasoning,omitempty"`
+	PromptCacheKey  string     `json:"prompt_cache_key,omitempty"`
+}
+
+type reasoning struct {
+	Effort  string `json:"effort,omitempty"`
+	Summary string `json:"summary,omitempty"`
+}
+
+// includeEncryptedReasoning asks for the reasoning items' encrypted_content, which a stateless (store: false)
+// conversation must send back for the model to keep its reasoning across steps.
+const includeEncryptedReasoning = "reasoning.encrypted_content"
+
+// messageItem is a message input item: a user's (input_text, input_image, input_file parts) or the assistant's
+// earlier text (output_text), as the AI SDK sends it.
+type messageItem struct {
+	Type    string `json:"type"` // "message"
+	Role    string `json:"role"`
+	Content []any  `json:"content"`
+}
+
+type textPart struct {
+	Type string `json:"type"` // input_text | output_text
+	Text string `json:"text"`
+}
+
+type imagePart struct {
+	Type     string `json:"type"` // input_image
+	ImageURL string `json:"image_url"`
+	Detail   string `json:"detail"`
+}
+
+type filePart struct {
+	Type     string `json:"type"` // input_file
+	Filename string `json:"filename,omitempty"`
+	FileData string `json:"file_data,omitempty"`
+	FileURL  string `json:"file_url,omitempty"`
+}
+
+type functionCallItem struct {
+	Type      string `json:"type"` // function_call
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type functionCallOutputItem struct {
+	Type   string `json:"type"` // function_call_output
+	CallID string `json:"call_id"`
+	Output string `json:"output"`
+}
+
+// tool is a function tool. Strict is sent false: the Responses API defaults it to true, which refuses any
+// schema that is not in its strict subset (every property required, additionalProperties false).
+type tool struct {
+	Type        string          `json:"type"` // function
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+	Strict      bool            `json:"strict"`
+}
+
+// encodeRequest is the request's JSON, HTML characters as they are (the prompt prefix is sent byte for byte
+// alike on every step, so a provider's prompt cache holds).
+func encodeRequest(r responsesRequest) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// event is one streamed event, the union of the fields of the event types the adapter reads.
+type event struct {
+	Type         string          `json:"type"`
+	Delta        string          `json:"delta"`
+	ItemID       string          `json:"item_id"`
+	SummaryIndex int             `json:"summary_index"`
+	Item         json.RawMessage `json:"item"`
+	Arguments    string          `json:"arguments"`
+	Response     *response       `json:"response"`
+	// The "error" event's fields.
+	Code    json.RawMessage `json:"code"`
+	Message string          `json:"message"`
+}
+
+// response is the response object of response.created, .completed, .incomplete and .failed.
+type response struct {
+	ID                string             `json:"id"`
+	Status            string             `json:"status"`
+	Model             string             `json:"model"`
+	Error             *responseError     `json:"error"`
+	IncompleteDetails *incompleteDetails `json:"incomplete_details"`
+	Usage             *usage             `json:"usage"`
+}
+
+type responseError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type incompleteDetails struct {
+	Reason string `json:"reason"` // max_output_tokens | content_filter
+}
+
+type usage struct {
+	InputTokens        int64 `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int64 `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int64 `json:"total_tokens"`
+}
+
+// outputItem is what the adapter reads of an output item (output_item.added and .done).
+type outputItem struct {
+	Type             string `json:"type"` // message | reasoning | function_call | …
+	ID               string `json:"id"`
+	CallID           string `json:"call_id"`
+	Name             string `json:"name"`
+	Arguments        string `json:"arguments"`
+	EncryptedContent string `json:"encrypted_content"`
+}
+
+// apiError is a provider's answer with an HTTP error status, with what its {"error": {...}} body says.
+type apiError struct {
+	StatusCode int
+	Code       string
+	Message    string // the provider's message, or the start of a body that is not OpenAI's error shape
+	Response   *http.Response
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("the model provider answered HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+}
+
+// maxErrorBody bounds the error body read from a provider.
+const maxErrorBody = 64 << 10
+
+func readAPIError(res *http.Response) *apiError {
+	e := &apiError{StatusCode: res.StatusCode, Response: res}
+	b, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+	var body struct {
+		Error struct {
+			Message string          `json:"message"`
+			Code    json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &body) != nil || (body.Error.Message == "" && len(body.Error.Code) == 0) {
+		e.Message = strings.TrimSpace(string(b[:min(len(b), 300)]))
+		return e
+	}
+	e.Message = body.Error.Message
+	e.Code = codeString(body.Error.Code)
+	return e
+}
+
+// codeString reads an error code that is a string, a number (its digits) or null ("").
+func codeString(raw json.RawMessage) string {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	return string(raw)
+}
+
+// streamFailure is the provider giving up inside a 200 stream: a response.failed event (its response.error),
+// or an "error" event.
+type streamFailure struct {
+	Event   string // response.failed | error
+	Code    string
+	Message string
+}
+
+func (e *streamFailure) Error() string {
+	return fmt.Sprintf("the model provider sent %s (code %q)", e.Event, e.Code)
+}
+
+// eventStream reads a text/event-stream body one event's data at a time: lines split at \n (one \r before it
+// dropped), data lines joined with newlines, an event ending at an empty line, comments, event names (the data
+// repeats the type), ids and retry hints ignored, a last event without its empty line dropped. The Responses
+// stream has no [DONE] sentinel: it ends with the body (one is ignored if a proxy adds it).
+type eventStream struct {
+	body io.ReadCloser
+	r    *bufio.Reader
+	line []byte // a line longer than the read buffer, gathered
+	data []byte // the event's data lines
+	done bool
+	err  error
+}
+
+// maxEventLine bounds one line of the stream (32 MB: an output_item.done repeats a call's whole arguments, and
+// a reasoning item's encrypted content is long).
+const maxEventLine = 32 << 20
+
+// readBuffer is a stream's read buffer: most events are far shorter (a longer line is gathered), and a server
+// holds one per streaming reply.
+const readBuffer = 1 << 10
+
+func newEventStream(body io.ReadCloser) *eventStream {
+	return &eventStream{body: body, r: bufio.NewReaderSize(body, readBuffer)}
+}
+
+// Next returns the next event's data, valid until the next call; ok is false at the end of the body or on an
+// error (Err).
+func (s *eventStream) Next() (data []byte, ok bool) {
+	for !s.done {
+		data, err := s.event()
+		if err != nil {
+			s.done = true
+			if err != io.EOF {
+				s.err = err
+			}
+			return nil, false
+		}
+		if bytes.HasPrefix(data, []byte("[DONE]")) {
+			continue
+		}
+		return data, true
+	}
+	return nil, false
+}
+
+func (s *eventStream) event() ([]byte, error) {
+	s.data = s.data[:0]
+	for {
+		line, err := s.readLine()
+		if err != nil {
+			return nil, err
+		}
+		if len(line) == 0 {
+			if len(s.data) > 0 {
+				return s.data, nil
+			}
+			continue
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		if string(name) != "data" {
+			continue
+		}
+		value = bytes.TrimPrefix(value, []byte(" "))
+		s.data = append(append(s.data, value...), '\n')
+	}
+}
+
+func (s *eventStream) readLine() ([]byte, error) {
+	line, err := s.r.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		s.line = append(s.line[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = s.r.ReadSlice('\n')
+			if len(s.line)+len(line) > maxEventLine {
+				return nil, bufio.ErrTooLong
+			}
+			s.line = append(s.line, line...)
+		}
+		line = s.line
+	}
+	if err != nil && (err != io.EOF || len(line) == 0) {
+		return nil, err
+	}
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	return bytes.TrimSuffix(line, []byte("\r")), nil
+}
+
+// Ready reports whether the next event with data is wholly in the read buffer (or the stream is over), so that
+// Next will not wait for the provider.
+func (s *eventStream) Ready() bool {
+	if s.done {
+		return true
+	}
+	b, _ := s.r.Peek(s.r.Buffered())
+	data := false
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return false
+		}
+		line := bytes.TrimSuffix(b[:i], []byte("\r"))
+		b = b[i+1:]
+		if len(line) == 0 {
+			if data {
+				return true
+			}
+			continue
+		}
+		if name, _, _ := bytes.Cut(line, []byte(":")); string(name) == "data" {
+			data = true
+		}
+	}
+}
+
+func (s *eventStream) Err() error   { return s.err }
+func (s *eventStream) Close() error { return s.body.Close() }
+
+// endpoint is base's responses URL: base is a path prefix whether or not it ends with a slash.
+func endpoint(base string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	return u.JoinPath("responses").String(), nil
+}
+
+// open sends the request and returns its stream, or the provider's error answer (*apiError), or the transport's
+// error.
+func (m *Model) open(ctx context.Context, body []byte) (*eventStream, error) {
+	if m.endpointErr != nil {
+		return nil, m.endpointErr
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	if m.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+m.cfg.APIKey)
+	}
+	res, err := m.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode >= 400 {
+		defer res.Body.Close()
+		return nil, readAPIError(res)
+	}
+	return newEventStream(res.Body), nil
+}
