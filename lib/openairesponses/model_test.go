@@ -1,0 +1,530 @@
+package openairesponses
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/offline"
+)
+
+// fixture is the real adapter talking HTTP to the offline model's /v1/responses, with the requests it sent
+// recorded.
+type fixture struct {
+	srv *offline.Server
+	url string
+
+	mu     sync.Mutex
+	bodies []map[string]any
+}
+
+func setup(t *testing.T, opts ...offline.Option) *fixture {
+	t.Helper()
+	f := &fixture{srv: offline.New(append([]offline.Option{offline.WithWordDelay(time.Millisecond)}, opts...)...)}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var body map[string]any
+		_ = json.Unmarshal(b, &body)
+		f.mu.Lock()
+		f.bodies = append(f.bodies, body)
+		f.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		f.srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	f.url = ts.URL + "/v1/"
+	return f
+}
+
+func (f *fixture) model(change func(*Config)) *Model {
+	cfg := Config{BaseURL: f.url, Model: "test-model", BackoffBase: time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	if change != nil {
+		change(&cfg)
+	}
+	return New(cfg)
+}
+
+func (f *fixture) lastBody(t *testing.T) map[string]any {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.bodies) == 0 {
+		t.Fatal("no request was sent")
+	}
+	return f.bodies[len(f.bodies)-1]
+}
+
+func userReq(text string) agent.ModelRequest {
+	return agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: text}}}
+}
+
+func run(ctx context.Context, m *Model, req agent.ModelRequest) (agent.ModelResult, []agent.ModelEvent, error) {
+	var events []agent.ModelEvent
+	res, err := m.Stream(ctx, req, func(ev agent.ModelEvent) error {
+		events = append(events, ev)
+		return nil
+	})
+	return res, events, err
+}
+
+func textOf(events []agent.ModelEvent, typ agent.ModelEventType) string {
+	var b strings.Builder
+	for _, ev := range events {
+		if ev.Type == typ {
+			b.WriteString(ev.Delta)
+		}
+	}
+	return b.String()
+}
+
+func callsOf(events []agent.ModelEvent) []agent.ToolCall {
+	var out []agent.ToolCall
+	for _, ev := range events {
+		if ev.Type == agent.EventToolCall {
+			out = append(out, agent.ToolCall{ID: ev.ToolCallID, Name: ev.ToolName, Arguments: ev.Arguments})
+		}
+	}
+	return out
+}
+
+func requireError(t *testing.T, err error, kind agent.Kind, code string, contains string) {
+	t.Helper()
+	var ae *agent.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("error %v (%T) is not an *agent.Error", err, err)
+	}
+	if agent.KindOf(err) != kind || agent.CodeOf(err) != code || !strings.Contains(err.Error(), contains) {
+		t.Fatalf("error %q: kind %v code %q, want %v %q containing %q", err, agent.KindOf(err), agent.CodeOf(err), kind, code, contains)
+	}
+}
+
+func TestPlainReply(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	res, events, err := run(context.Background(), f.model(nil), agent.ModelRequest{System: "Be brief.", Model: "gpt-5-mini",
+		Messages: []agent.ModelMessage{{Role: "user", Text: "hello there"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(events, agent.EventTextDelta); got != "You said: hello there" {
+		t.Fatalf("text %q", got)
+	}
+	if res.FinishReason != agent.FinishStop || res.Model != "gpt-5-mini" || res.ReasoningData != nil {
+		t.Fatalf("result %+v", res)
+	}
+	// Words that arrived together are flagged More but the last of each read.
+	if last := events[len(events)-1]; last.More {
+		t.Fatalf("last event has More: %+v", last)
+	}
+	body := f.lastBody(t)
+	for k, want := range map[string]any{"store": false, "stream": true, "instructions": "Be brief.", "model": "gpt-5-mini",
+		"max_output_tokens": float64(DefaultMaxOutputTokens)} {
+		if !reflect.DeepEqual(body[k], want) {
+			t.Errorf("%s = %v, want %v", k, body[k], want)
+		}
+	}
+	if !reflect.DeepEqual(body["include"], []any{"reasoning.encrypted_content"}) ||
+		!reflect.DeepEqual(body["reasoning"], map[string]any{"summary": "auto"}) {
+		t.Fatalf("include %v reasoning %v", body["include"], body["reasoning"])
+	}
+	if _, ok := body["prompt_cache_key"]; ok {
+		t.Fatal("prompt_cache_key sent without one configured")
+	}
+
+	// ReasoningNone leaves the reasoning settings out; PromptCacheKey is sent.
+	if _, _, err := run(context.Background(), f.model(func(c *Config) { c.ReasoningSummary = ReasoningNone; c.PromptCacheKey = "thread-1" }), userReq("hi")); err != nil {
+		t.Fatal(err)
+	}
+	body = f.lastBody(t)
+	if _, ok := body["reasoning"]; ok || body["include"] != nil || body["prompt_cache_key"] != "thread-1" {
+		t.Fatalf("body %v", body)
+	}
+}
+
+func TestToolCallRoundTrip(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := f.model(nil)
+	tools := []agent.ToolSpec{{Name: "get_weather", Description: "Weather for a city.",
+		Parameters:    json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}}}`),
+		InputExamples: []json.RawMessage{json.RawMessage(`{ "city": "Paris" }`)}}}
+	req := agent.ModelRequest{Tools: tools, Messages: []agent.ModelMessage{{Role: "user", Text: `/tool get_weather {"city":"Paris"}`}}}
+	res, events, err := run(context.Background(), m, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := callsOf(events)
+	if res.FinishReason != agent.FinishToolCalls || len(calls) != 1 || calls[0].Name != "get_weather" || calls[0].Arguments != `{"city":"Paris"}` {
+		t.Fatalf("result %+v calls %+v", res, calls)
+	}
+	// Start, then argument fragments carrying the call id, then the call.
+	if events[0].Type != agent.EventToolCallStart || events[0].ToolCallID != calls[0].ID {
+		t.Fatalf("first event %+v", events[0])
+	}
+	var frags strings.Builder
+	for _, ev := range events {
+		if ev.Type == agent.EventToolCallDelta {
+			if ev.ToolCallID != calls[0].ID {
+				t.Fatalf("delta without the call id: %+v", ev)
+			}
+			frags.WriteString(ev.Delta)
+		}
+	}
+	if frags.String() != calls[0].Arguments {
+		t.Fatalf("fragments %q", frags.String())
+	}
+	tool := f.lastBody(t)["tools"].([]any)[0].(map[string]any)
+	if tool["strict"] != false || tool["type"] != "function" || tool["description"] != "Weather for a city.\n\nInput examples:\n{\"city\":\"Paris\"}" {
+		t.Fatalf("tool %v", tool)
+	}
+
+	req.Messages = append(req.Messages,
+		agent.ModelMessage{Role: "assistant", ToolCalls: calls},
+		agent.ModelMessage{Role: "tool", ToolCallID: calls[0].ID, Text: "sunny"})
+	res, events, err = run(context.Background(), m, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(events, agent.EventTextDelta); got != "Tool get_weather returned: sunny" || res.FinishReason != agent.FinishStop {
+		t.Fatalf("text %q result %+v", got, res)
+	}
+	input := f.lastBody(t)["input"].([]any)
+	if got := input[1].(map[string]any); got["type"] != "function_call" || got["call_id"] != calls[0].ID {
+		t.Fatalf("function_call item %v", got)
+	}
+	if got := input[2].(map[string]any); got["type"] != "function_call_output" || got["output"] != "sunny" {
+		t.Fatalf("function_call_output item %v", got)
+	}
+}
+
+func TestParallelToolCalls(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	res, events, err := run(context.Background(), f.model(nil), userReq(`/tool a {"x":1} /tool b {"y":"2"} /tool a`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := callsOf(events)
+	if res.FinishReason != agent.FinishToolCalls || len(calls) != 3 {
+		t.Fatalf("result %+v calls %+v", res, calls)
+	}
+	want := []struct{ name, args string }{{"a", `{"x":1}`}, {"b", `{"y":"2"}`}, {"a", "{}"}}
+	ids := map[string]bool{}
+	for i, c := range calls {
+		if c.Name != want[i].name || c.Arguments != want[i].args {
+			t.Fatalf("call %d %+v", i, c)
+		}
+		ids[c.ID] = true
+	}
+	if len(ids) != 3 {
+		t.Fatalf("ids not distinct: %+v", calls)
+	}
+	// All three answered in one round: the model reads every result.
+	msgs := []agent.ModelMessage{{Role: "user", Text: `/tool a {"x":1} /tool b {"y":"2"} /tool a`}, {Role: "assistant", ToolCalls: calls}}
+	for i, c := range calls {
+		msgs = append(msgs, agent.ModelMessage{Role: "tool", ToolCallID: c.ID, Text: string(rune('1' + i))})
+	}
+	_, events, err = run(context.Background(), f.model(nil), agent.ModelRequest{Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(events, agent.EventTextDelta); got != "Tool a returned: 1\nTool b returned: 2\nTool a returned: 3" {
+		t.Fatalf("text %q", got)
+	}
+}
+
+// TestReasoningReplayed: a /think step streams its summary and returns its encrypted reasoning items; the next
+// step sends them back before the step's calls, and the offline model (as OpenAI) verifies them.
+func TestReasoningReplayed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := f.model(nil)
+	msgs := []agent.ModelMessage{{Role: "user", Text: "/think /tool lookup {\"q\":\"go\"}"}}
+	res, events, err := run(context.Background(), m, agent.ModelRequest{Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(events, agent.EventReasoningDelta); got != `Thinking about: /tool lookup {"q":"go"}` {
+		t.Fatalf("reasoning %q", got)
+	}
+	var items []map[string]any
+	if err := json.Unmarshal(res.ReasoningData, &items); err != nil || len(items) != 1 {
+		t.Fatalf("reasoning data %s: %v", res.ReasoningData, err)
+	}
+	if items[0]["type"] != "reasoning" || items[0]["encrypted_content"] == "" || items[0]["encrypted_content"] == nil {
+		t.Fatalf("reasoning item %v", items[0])
+	}
+	if res.Usage.ReasoningTokens == 0 {
+		t.Fatalf("usage %+v", res.Usage)
+	}
+	calls := callsOf(events)
+	step := agent.ModelMessage{Role: "assistant", ToolCalls: calls, Reasoning: textOf(events, agent.EventReasoningDelta), ReasoningData: res.ReasoningData}
+	msgs = append(msgs, step, agent.ModelMessage{Role: "tool", ToolCallID: calls[0].ID, Text: "found"})
+	_, events, err = run(context.Background(), m, agent.ModelRequest{Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(events, agent.EventTextDelta); got != "Tool lookup returned: found" {
+		t.Fatalf("text %q", got)
+	}
+	input := f.lastBody(t)["input"].([]any)
+	if got := input[1].(map[string]any); got["type"] != "reasoning" || got["encrypted_content"] != items[0]["encrypted_content"] {
+		t.Fatalf("replayed item %v", got)
+	}
+	if got := input[2].(map[string]any); got["type"] != "function_call" {
+		t.Fatalf("item after the reasoning %v", got)
+	}
+
+	// Another adapter's data (Anthropic thinking blocks) is not replayed here.
+	other := msgs[1]
+	other.ReasoningData = json.RawMessage(`[{"type":"thinking","thinking":"x","signature":"s"}]`)
+	if _, _, err := run(context.Background(), m, agent.ModelRequest{Messages: []agent.ModelMessage{msgs[0], other, msgs[2]}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.lastBody(t)["input"].([]any)[1].(map[string]any); got["type"] != "function_call" {
+		t.Fatalf("foreign reasoning data sent: %v", got)
+	}
+
+	// Tampered reasoning is refused by the provider: the offline model checks what it issued.
+	items[0]["encrypted_content"] = "offline1.eA.0000"
+	tampered, _ := json.Marshal(items)
+	bad := msgs[1]
+	bad.ReasoningData = tampered
+	_, _, err = run(context.Background(), m, agent.ModelRequest{Messages: []agent.ModelMessage{msgs[0], bad, msgs[2]}})
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "could not be verified")
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	// Items: user "a b" (3), assistant "c" (2), user "/think hi" (3): 8 input tokens, 5 of them cached (every
+	// item but the last). Reply: reasoning "Thinking about: hi" (3) and "You said: hi" (3).
+	res, _, err := run(context.Background(), f.model(nil), agent.ModelRequest{Messages: []agent.ModelMessage{
+		{Role: "user", Text: "a b"}, {Role: "assistant", Text: "c"}, {Role: "user", Text: "/think hi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := agent.Usage{InputTokens: 8, CachedInputTokens: 5, OutputTokens: 6, ReasoningTokens: 3, TotalTokens: 14}
+	if res.Usage != want {
+		t.Fatalf("usage %+v, want %+v", res.Usage, want)
+	}
+}
+
+func TestOutputTokenLimit(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	res, events, err := run(context.Background(), f.model(func(c *Config) { c.MaxOutputTokens = 16 }), userReq("/slow 20"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FinishReason != agent.FinishLength || len(strings.Fields(textOf(events, agent.EventTextDelta))) != 16 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestRetries(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		text       string
+		maxRetries int
+		requests   int64
+		wantErr    string
+	}{
+		{"retry then success", "/flaky 2 503", 0, 3, ""},
+		{"rate limit then success", "/flaky 1 429", 0, 2, ""},
+		{"retries exhausted", "/error 503", 0, 3, "HTTP 503"},
+		{"retries off", "/flaky 1 500", -1, 1, "HTTP 500"},
+		{"client error is not retried", "/error 400", 0, 1, "HTTP 400"},
+		{"auth error is not retried", "/error 401", 0, 1, "HTTP 401"},
+		{"connection cut before the first event is retried", "/drop 0", 0, 3, "connection to the model provider failed"},
+		{"response.failed before the first event is retried", "/error 500 after 0", 0, 3, "failed mid-stream"},
+		{"a refused prompt is not retried", "/error 400 after 0", 0, 1, "failed mid-stream"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			res, events, err := run(context.Background(), f.model(func(c *Config) { c.MaxRetries = tt.maxRetries }), userReq(tt.text))
+			if got := f.srv.Requests(); got != tt.requests {
+				t.Fatalf("requests = %d, want %d", got, tt.requests)
+			}
+			if tt.wantErr == "" {
+				if err != nil || res.FinishReason != agent.FinishStop || textOf(events, agent.EventTextDelta) != "You said: "+tt.text {
+					t.Fatalf("result %+v err %v", res, err)
+				}
+				return
+			}
+			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.wantErr)
+			if len(events) != 0 {
+				t.Fatalf("events %+v", events)
+			}
+		})
+	}
+}
+
+func TestErrorMidStream(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, text, contains string }{
+		{"response.failed", "/error 500 after 3", "offline model: injected error 500"}, // the provider's words, in the cause
+		{"rate limited mid-stream", "/error 429 after 3", "rate_limit_exceeded"},
+		{"connection cut", "/drop 3", "connection to the model provider failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			res, events, err := run(context.Background(), f.model(nil), userReq(tt.text))
+			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.contains)
+			if f.srv.Requests() != 1 {
+				t.Fatalf("requests = %d, want 1 (deltas went out: no retry)", f.srv.Requests())
+			}
+			if textOf(events, agent.EventTextDelta) != "word1 word2 word3" || res.FinishReason != agent.FinishError || res.Model != "test-model" {
+				t.Fatalf("events %+v result %+v", events, res)
+			}
+			if code, msg := agent.Public(err); code != agent.CodeModelError || strings.Contains(msg, "offline") {
+				t.Fatalf("public (%q, %q)", code, msg)
+			}
+		})
+	}
+}
+
+func TestImageUnavailable(t *testing.T) {
+	t.Parallel()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(gone.Close)
+	f := setup(t)
+	_, _, err := run(context.Background(), f.model(nil), agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "look",
+		Files: []agent.ModelFile{{MediaType: "image/png", URL: gone.URL + "/cat.png?X-Amz-Signature=secret"}}}}})
+	requireError(t, err, agent.KindInvalid, agent.CodeFileUnavailable, "Error while downloading")
+	if strings.Contains(err.Error(), "secret") {
+		t.Fatalf("the cause quotes a URL's query: %v", err)
+	}
+}
+
+func TestFiles(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const png = "data:image/png;base64,iVBORw0KGgo="
+	const pdf = "data:application/pdf;base64,JVBERi0xLjQK"
+	_, events, err := run(context.Background(), f.model(nil), agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
+		Files: []agent.ModelFile{{MediaType: "image/png", URL: png}, {MediaType: "application/pdf", URL: pdf, Filename: "r.pdf"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(events, agent.EventTextDelta); got != "text\nimage_url image/png 8 bytes\nfile application/pdf r.pdf 9 bytes" {
+		t.Fatalf("received %q", got)
+	}
+	content := f.lastBody(t)["input"].([]any)[0].(map[string]any)["content"].([]any)
+	want := []any{
+		map[string]any{"type": "input_text", "text": "/received"},
+		map[string]any{"type": "input_image", "image_url": png, "detail": "auto"},
+		map[string]any{"type": "input_file", "file_data": pdf, "filename": "r.pdf"},
+	}
+	if !reflect.DeepEqual(content, want) {
+		t.Fatalf("content %v", content)
+	}
+}
+
+// TestCancel: the caller cancels after the first event; nothing more is emitted and the error says canceled.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	f := setup(t, offline.WithWordDelay(5*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var events []agent.ModelEvent
+	_, err := f.model(nil).Stream(ctx, userReq("/slow 1000"), func(ev agent.ModelEvent) error {
+		events = append(events, ev)
+		cancel()
+		return nil
+	})
+	requireError(t, err, agent.KindCanceled, agent.CodeRunCanceled, "model call canceled")
+	if f.srv.Requests() != 1 || len(events) != 1 {
+		t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+	}
+}
+
+func TestEmitErrorAborts(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	stop := errors.New("client gone")
+	_, err := f.model(nil).Stream(context.Background(), userReq("/slow 50"), func(agent.ModelEvent) error { return stop })
+	if !errors.Is(err, stop) || f.srv.Requests() != 1 {
+		t.Fatalf("err %v requests %d", err, f.srv.Requests())
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	t.Parallel()
+	f := setup(t, offline.WithWordDelay(time.Hour)) // the first word never comes; the request ends with the test
+	_, _, err := run(context.Background(), f.model(func(c *Config) { c.IdleTimeout = 20 * time.Millisecond; c.MaxRetries = -1 }), userReq("/slow 3"))
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelTimeout, "stalled")
+}
+
+// TestInvalidTranscript: what OpenAI refuses, the offline endpoint refuses the same way, and the adapter
+// reports it as the provider's 400 without retrying.
+func TestInvalidTranscript(t *testing.T) {
+	t.Parallel()
+	call := agent.ToolCall{ID: "call_1", Name: "a", Arguments: "{}"}
+	tests := []struct {
+		name string
+		msgs []agent.ModelMessage
+		why  string
+	}{
+		{"lone tool result", []agent.ModelMessage{{Role: "user", Text: "hi"}, {Role: "tool", ToolCallID: "call_1", Text: "out"}},
+			"No tool call found for function call output with call_id call_1."},
+		{"unanswered call", []agent.ModelMessage{{Role: "user", Text: "hi"}, {Role: "assistant", ToolCalls: []agent.ToolCall{call}},
+			{Role: "user", Text: "again"}}, "No tool output found for function call call_1."},
+		{"reasoning never issued", []agent.ModelMessage{{Role: "user", Text: "hi"},
+			{Role: "assistant", Text: "ok", ReasoningData: json.RawMessage(`[{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAA"}]`)},
+			{Role: "user", Text: "again"}}, "The encrypted content for item rs_1 could not be verified."},
+		{"no model", nil, "no model configured"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			m := f.model(nil)
+			if tt.msgs == nil {
+				m = f.model(func(c *Config) { c.Model = "" })
+				_, _, err := run(context.Background(), m, userReq("hi"))
+				requireError(t, err, agent.KindInternal, agent.CodeModelError, tt.why)
+				return
+			}
+			_, events, err := run(context.Background(), m, agent.ModelRequest{Messages: tt.msgs})
+			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.why)
+			if code, msg := agent.Public(err); code != agent.CodeModelError || msg != "the model provider returned HTTP 400" {
+				t.Fatalf("public (%q, %q)", code, msg)
+			}
+			if f.srv.Requests() != 1 || len(events) != 0 {
+				t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+			}
+		})
+	}
+}
+
+// TestEmptyAssistantStepDropsReasoning: reasoning of a step that said and called nothing is not replayed (the
+// provider refuses a reasoning item without the item it preceded).
+func TestEmptyAssistantStepDropsReasoning(t *testing.T) {
+	t.Parallel()
+	items, err := inputItems([]agent.ModelMessage{{Role: "user", Text: "hi"},
+		{Role: "assistant", ReasoningData: json.RawMessage(`[{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"x"}]`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(items)
+	if strings.Contains(string(b), "rs_1") {
+		t.Fatalf("input %s", b)
+	}
+}
