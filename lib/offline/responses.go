@@ -31,7 +31,8 @@ import (
 // max_output_tokens cut the text (as finish_reason "length" there). Every event is "event: TYPE" and "data:
 // {…, "type": TYPE, "sequence_number": N}". "/error STATUS after N" ends the stream with response.failed, whose
 // error code is rate_limit_exceeded (429), server_error (5xx) or invalid_prompt. stream: false answers the final
-// response object. The response's model is the request's; usage is the Chat Completions estimate as
+// response object. The response's model is the request's; usage is the Chat Completions estimate (the
+// instructions counted as its system message, so the same transcript reports the same numbers) as
 // input_tokens (input_tokens_details.cached_tokens: every item but the last), output_tokens
 // (output_tokens_details.reasoning_tokens) and total_tokens.
 //
@@ -92,6 +93,7 @@ func verifyEncrypted(id, text, enc string) bool {
 // responsesRequest is what the server reads of a validated request.
 type responsesRequest struct {
 	Model           string          `json:"model"`
+	Instructions    string          `json:"instructions"`
 	Input           json.RawMessage `json:"input"`
 	Stream          bool            `json:"stream"`
 	Store           *bool           `json:"store"`
@@ -146,6 +148,12 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msgs := transcriptOf(items)
+	if req.Instructions != "" {
+		// The instructions are the system prompt: counted in the context window and usage as Chat Completions
+		// counts its system message, so both protocols report the same numbers for the same transcript.
+		sys, _ := json.Marshal(req.Instructions)
+		msgs = append([]wireMessage{{Role: "system", Content: sys}}, msgs...)
+	}
 	if bad := s.checkImages(r.Context(), msgs); bad != nil {
 		writeJSON(w, http.StatusBadRequest, bad.body())
 		return

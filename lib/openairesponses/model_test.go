@@ -308,14 +308,15 @@ func TestReasoningReplayed(t *testing.T) {
 func TestUsage(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	// Items: user "a b" (3), assistant "c" (2), user "/think hi" (3): 8 input tokens, 5 of them cached (every
-	// item but the last). Reply: reasoning "Thinking about: hi" (3) and "You said: hi" (3).
-	res, _, err := run(context.Background(), f.model(nil), agent.ModelRequest{Messages: []agent.ModelMessage{
+	// The offline estimate, the same as for Chat Completions: instructions "Be brief." (3), user "a b" (3),
+	// assistant "c" (2), user "/think hi" (3): 11 input tokens, 8 of them cached (all but the last). Reply:
+	// reasoning "Thinking about: hi" (3) and "You said: hi" (3).
+	res, _, err := run(context.Background(), f.model(nil), agent.ModelRequest{System: "Be brief.", Messages: []agent.ModelMessage{
 		{Role: "user", Text: "a b"}, {Role: "assistant", Text: "c"}, {Role: "user", Text: "/think hi"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := agent.Usage{InputTokens: 8, CachedInputTokens: 5, OutputTokens: 6, ReasoningTokens: 3, TotalTokens: 14}
+	want := agent.Usage{InputTokens: 11, CachedInputTokens: 8, OutputTokens: 6, ReasoningTokens: 3, TotalTokens: 17}
 	if res.Usage != want {
 		t.Fatalf("usage %+v, want %+v", res.Usage, want)
 	}
@@ -463,6 +464,20 @@ func TestEmitErrorAborts(t *testing.T) {
 	if !errors.Is(err, stop) || f.srv.Requests() != 1 {
 		t.Fatalf("err %v requests %d", err, f.srv.Requests())
 	}
+}
+
+func TestFirstTokenTimeout(t *testing.T) {
+	t.Parallel()
+	// A provider that accepted the request and never answers (until the client goes away).
+	stalled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		<-r.Context().Done()
+	}))
+	t.Cleanup(stalled.Close)
+	m := New(Config{BaseURL: stalled.URL, Model: "m", FirstTokenTimeout: 20 * time.Millisecond, MaxRetries: 1,
+		BackoffBase: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	_, _, err := run(context.Background(), m, userReq("hi"))
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelTimeout, "sent nothing within")
 }
 
 func TestIdleTimeout(t *testing.T) {
