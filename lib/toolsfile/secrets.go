@@ -3,52 +3,26 @@ package toolsfile
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/agentloop/agentloop/lib/secretref"
 )
 
-// Ref is a secret reference in a header value: ${env:NAME} or ${ssm:/parameter/name}.
-type Ref struct {
-	Scheme string // RefEnv or RefSSM
-	Name   string
-}
+// Ref is a secret reference in a header value: ${env:NAME} or ${ssm:/parameter/name} (lib/secretref, which
+// the models file shares).
+type Ref = secretref.Ref
 
 // Reference schemes.
 const (
-	RefEnv = "env"
-	RefSSM = "ssm"
-)
-
-func (r Ref) String() string { return "${" + r.Scheme + ":" + r.Name + "}" }
-
-var (
-	refRE     = regexp.MustCompile(`\$\{([^{}]*)\}`)
-	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	// SSM parameter names: letters, digits and _.-/; hierarchies start with /.
-	ssmNameRE = regexp.MustCompile(`^/[a-zA-Z0-9_.\-/]{1,1000}$`)
+	RefEnv = secretref.Env
+	RefSSM = secretref.SSM
 )
 
 // parseRefs returns the references in value, or why it is not acceptable.
-func parseRefs(value string) ([]Ref, error) {
-	var refs []Ref
-	for _, m := range refRE.FindAllStringSubmatch(value, -1) {
-		scheme, name, _ := strings.Cut(m[1], ":")
-		switch {
-		case scheme == RefEnv && envNameRE.MatchString(name):
-		case scheme == RefSSM && ssmNameRE.MatchString(name):
-		default:
-			return nil, fmt.Errorf("%s is not a reference (want ${env:NAME} or ${ssm:/parameter/name})", m[0])
-		}
-		refs = append(refs, Ref{Scheme: scheme, Name: name})
-	}
-	if rest := refRE.ReplaceAllString(value, ""); strings.Contains(rest, "${") {
-		return nil, errors.New("an unterminated ${ reference")
-	}
-	return refs, nil
-}
+func parseRefs(value string) ([]Ref, error) { return secretref.Parse(value) }
 
 // credentialHeader reports whether a header carries credentials by its name, and whether a scheme word
 // ("Bearer") may precede them.
@@ -81,7 +55,7 @@ func checkHeaderValue(name, value string) string {
 	if err != nil {
 		return err.Error()
 	}
-	rest := refRE.ReplaceAllString(value, "")
+	rest := secretref.Strip(value)
 	credential, scheme := credentialHeader(name)
 	inline := "looks like a secret written in the file: write a reference instead, e.g. \"Bearer ${ssm:/agentloop/token}\" or \"${env:TOKEN}\""
 	switch {
@@ -118,9 +92,7 @@ func (f *File) Refs() []Ref {
 
 // Resolver gives the values of references. The wiring fills it: EnvResolver for ${env:…}; SSM through
 // lib/ssmsecrets (one GetParameters request per ten names, SecureString only).
-type Resolver interface {
-	Resolve(ctx context.Context, refs []Ref) (map[Ref]string, error)
-}
+type Resolver = secretref.Resolver
 
 // EnvResolver resolves ${env:NAME} through getenv; an unset or empty variable is an error.
 type EnvResolver func(string) string
@@ -192,9 +164,4 @@ func (f *File) Resolve(ctx context.Context, r Resolver) (Secrets, error) {
 }
 
 // Expand returns value with its references replaced by their values (a header to send).
-func (s Secrets) Expand(value string) string {
-	return refRE.ReplaceAllStringFunc(value, func(m string) string {
-		scheme, name, _ := strings.Cut(m[2:len(m)-1], ":")
-		return s[Ref{Scheme: scheme, Name: name}]
-	})
-}
+func (s Secrets) Expand(value string) string { return secretref.Values(s).Expand(value) }
