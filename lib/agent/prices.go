@@ -41,25 +41,60 @@ func ParsePrices(data []byte) (Prices, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return Prices{}, E(KindInvalid, CodeInvalidConfig, "price table: %v", err)
 	}
-	p := Prices{rates: make(map[string]rate, len(raw))}
-	for model, pr := range raw {
-		in, err := microPerM(pr.Input)
+	return PricesOf(raw)
+}
+
+// PricesOf builds a price table from its entries (model name → price), checked as ParsePrices checks them.
+func PricesOf(table map[string]Price) (Prices, error) {
+	p := Prices{rates: make(map[string]rate, len(table))}
+	for model, pr := range table {
+		r, err := pr.rate()
 		if err != nil {
-			return Prices{}, E(KindInvalid, CodeInvalidConfig, "price table: %s input: %v", model, err)
+			return Prices{}, E(KindInvalid, CodeInvalidConfig, "price table: %s %v", model, err)
 		}
-		out, err := microPerM(pr.Output)
-		if err != nil {
-			return Prices{}, E(KindInvalid, CodeInvalidConfig, "price table: %s output: %v", model, err)
-		}
-		cached := in
-		if pr.CachedInput != nil {
-			if cached, err = microPerM(*pr.CachedInput); err != nil {
-				return Prices{}, E(KindInvalid, CodeInvalidConfig, "price table: %s cachedInput: %v", model, err)
-			}
-		}
-		p.rates[model] = rate{input: in, cached: cached, output: out}
+		p.rates[model] = r
 	}
 	return p, nil
+}
+
+// Check reports why pr is not a price ParsePrices accepts (nil when it is), naming the field: "input: …".
+func (pr Price) Check() error {
+	_, err := pr.rate()
+	return err
+}
+
+func (pr Price) rate() (rate, error) {
+	in, err := microPerM(pr.Input)
+	if err != nil {
+		return rate{}, fmt.Errorf("input: %v", err)
+	}
+	out, err := microPerM(pr.Output)
+	if err != nil {
+		return rate{}, fmt.Errorf("output: %v", err)
+	}
+	cached := in
+	if pr.CachedInput != nil {
+		if cached, err = microPerM(*pr.CachedInput); err != nil {
+			return rate{}, fmt.Errorf("cachedInput: %v", err)
+		}
+	}
+	return rate{input: in, cached: cached, output: out}, nil
+}
+
+// With is p with more's models added, more's price winning for a model both name (the models file's entries
+// over AGENT_PRICES).
+func (p Prices) With(more Prices) Prices {
+	if more.Len() == 0 {
+		return p
+	}
+	out := Prices{rates: make(map[string]rate, len(p.rates)+len(more.rates))}
+	for m, r := range p.rates {
+		out.rates[m] = r
+	}
+	for m, r := range more.rates {
+		out.rates[m] = r
+	}
+	return out
 }
 
 // microPerM turns a decimal USD amount into integer micro-USD, exactly (no float rounding).
