@@ -91,6 +91,7 @@ const (
 	CodeJobsUnavailable    = "jobs_unavailable"  // the job runner (Step Functions) failed in a way that may pass on retry (503)
 	CodeModelError         = "model_error"       // the model provider refused or failed
 	CodeModelTimeout       = "model_timeout"     // no first token, or too long a gap between tokens
+	CodeUnknownModel       = "unknown_model"     // internal: a request names no entry of the models file (lib/modelset)
 	CodeStepLimit          = "step_limit"        // the run hit its step cap
 	CodeRunTimeout         = "run_timeout"       // the run hit its wall clock
 	CodeStale              = "stale"             // the run stopped sending heartbeats and was reaped
