@@ -20,6 +20,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/segments"
@@ -37,7 +38,21 @@ const (
 
 // Config is everything the handlers and the engine read from the environment. Zero means the owner's default.
 type Config struct {
-	Model            string        // AGENT_MODEL
+	// Model is AGENT_MODEL: the provider's model id, or, with a models file, the name of its default entry (the
+	// first entry when unset).
+	Model string
+	// ModelsFile is AGENT_MODELS_FILE: the models file (lib/modelsfile, YAML or JSON), a path, a relative one read
+	// from the deployment package's root (LAMBDA_TASK_ROOT) when set; Models is that file, read and checked by
+	// Load (its keys' references are resolved by the wiring at cold start). Unset: one OpenAI-compatible model,
+	// AGENT_MODEL at OPENAI_BASE_URL, as before models files.
+	ModelsFile string
+	Models     *modelsfile.File
+	// SubagentModel is AGENT_SUBAGENT_MODEL: the research sub-agent's model ("": the main model's). With a models
+	// file, an entry's name (Load fills the default's when unset).
+	SubagentModel string
+	// TitleModel is AGENT_TITLE_MODEL: the model that titles threads ("": the main model's), checked now, used by
+	// titles when they come. With a models file, an entry's name (Load fills the default's when unset).
+	TitleModel       string
 	OpenAIBaseURL    string        // OPENAI_BASE_URL
 	OpenAIAPIKey     string        // OPENAI_API_KEY
 	SystemPrompt     string        // AGENT_SYSTEM_PROMPT, or the file AGENT_SYSTEM_PROMPT_FILE (any size)
@@ -178,6 +193,8 @@ func FromEnv() (Config, error) { return Load(os.Getenv) }
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
 		Model:               strings.TrimSpace(getenv("AGENT_MODEL")),
+		SubagentModel:       strings.TrimSpace(getenv("AGENT_SUBAGENT_MODEL")),
+		TitleModel:          strings.TrimSpace(getenv("AGENT_TITLE_MODEL")),
 		OpenAIBaseURL:       getenv("OPENAI_BASE_URL"),
 		OpenAIAPIKey:        getenv("OPENAI_API_KEY"),
 		SystemPrompt:        getenv("AGENT_SYSTEM_PROMPT"),
@@ -336,6 +353,9 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.Prices = p
 	}
+	if file := strings.TrimSpace(getenv("AGENT_MODELS_FILE")); file != "" {
+		c.loadModels(inPackage(file), &errs)
+	}
 	switch v := strings.TrimSpace(getenv("AGENT_METRICS")); v {
 	case "", MetricsEMF, MetricsOff:
 		c.Metrics = v
@@ -406,15 +426,49 @@ func Load(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
+// loadModels reads and checks the models file at path (errors by line and field), and the entries AGENT_MODEL,
+// AGENT_SUBAGENT_MODEL and AGENT_TITLE_MODEL name; its entries' prices join the price table (over AGENT_PRICES).
+func (c *Config) loadModels(path string, errs *[]string) {
+	c.ModelsFile = path
+	if c.OpenAIBaseURL != "" {
+		*errs = append(*errs, "OPENAI_BASE_URL and AGENT_MODELS_FILE are both set: give each entry of the models file its baseURL")
+		return
+	}
+	f, err := modelsfile.Load(path)
+	if err != nil {
+		*errs = append(*errs, fmt.Sprintf("AGENT_MODELS_FILE=%q:\n%v", path, err))
+		return
+	}
+	roles, err := f.Roles(c.Model, c.SubagentModel, c.TitleModel)
+	if err != nil {
+		*errs = append(*errs, err.Error()+" (with a models file, AGENT_MODEL, the template's ModelName, names an entry)")
+		return
+	}
+	prices, err := f.Prices()
+	if err != nil {
+		*errs = append(*errs, fmt.Sprintf("AGENT_MODELS_FILE=%q: %v", path, err))
+		return
+	}
+	c.Models, c.Model, c.SubagentModel, c.TitleModel = f, roles.Default, roles.Subagent, roles.Title
+	c.Prices = c.Prices.With(prices)
+}
+
 // Engine is the engine's share; model is the model name actually used (the offline model overrides AGENT_MODEL
-// in `agentloop dev`).
+// in `agentloop dev`; with a models file, an entry's name, whose contextTokens bounds the context budget beside
+// AGENT_CONTEXT_TOKENS: the smaller wins).
 func (c Config) Engine(model string) engine.Config {
+	budget := c.ContextTokens
+	if c.Models != nil {
+		if e, ok := c.Models.Entry(model); ok && e.ContextTokens > 0 {
+			budget = min(cmp.Or(budget, e.ContextTokens), e.ContextTokens)
+		}
+	}
 	return engine.Config{Model: model, System: c.SystemPrompt, MaxSteps: c.MaxSteps, MaxOutputTokens: c.MaxOutputTokens,
 		RunTimeout: c.RunTimeout, ToolTimeout: c.ToolTimeout, Heartbeat: c.Heartbeat, StaleAfter: c.StaleAfter,
 		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, SegmentHurry: c.SegmentHurry, ReaderProbe: c.ReaderProbe, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
 		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
 		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain,
-		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: c.ContextTokens, ToolOutputBytes: c.ToolOutputBytes}}
+		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: budget, ToolOutputBytes: c.ToolOutputBytes}}
 }
 
 // ToolRouter is the tool router's share.

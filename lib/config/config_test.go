@@ -376,3 +376,87 @@ func TestToolRouter(t *testing.T) {
 		t.Errorf("AGENT_EMBEDDING_MODEL: %q %v, want nomic-embed-text in the adapter's config", c.EmbeddingModel, err)
 	}
 }
+
+// Issue 20 item 1: AGENT_MODELS_FILE is read and checked by Load (a relative path inside LAMBDA_TASK_ROOT, as
+// the tools file's); with it AGENT_MODEL, AGENT_SUBAGENT_MODEL and AGENT_TITLE_MODEL name entries (the default is
+// the first entry, the others the default), its prices join the table and an entry's contextTokens bounds the
+// engine's budget. Without it AGENT_MODEL keeps its meaning, the provider's model id.
+func TestModelsFile(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "bundle"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(root, "bundle", "models.yaml")
+	models := "models:\n" +
+		"  - {name: main, provider: openai-chat, model: gpt-4o, contextTokens: 64000, prices: {input: 2.5, output: 10}}\n" +
+		"  - {name: small, provider: openai-chat, model: gpt-4o-mini}\n"
+	if err := os.WriteFile(file, []byte(models), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(root, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("models:\n  - {name: a, provider: gemini, model: m}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name                   string
+		env                    map[string]string
+		model, subagent, title string
+		budget                 int
+		err                    string
+	}{
+		{name: "no models file", env: map[string]string{"AGENT_MODEL": "gpt-4o", "AGENT_SUBAGENT_MODEL": "gpt-4o-mini"},
+			model: "gpt-4o", subagent: "gpt-4o-mini"},
+		{name: "defaults", env: map[string]string{"AGENT_MODELS_FILE": file},
+			model: "main", subagent: "main", title: "main", budget: 64000},
+		{name: "relative to the task root", env: map[string]string{"LAMBDA_TASK_ROOT": root, "AGENT_MODELS_FILE": "bundle/models.yaml",
+			"AGENT_MODEL": "small", "AGENT_SUBAGENT_MODEL": "small", "AGENT_TITLE_MODEL": "main"},
+			model: "small", subagent: "small", title: "main"},
+		{name: "the smaller budget wins", env: map[string]string{"AGENT_MODELS_FILE": file, "AGENT_CONTEXT_TOKENS": "32000"},
+			model: "main", subagent: "main", title: "main", budget: 32000},
+		{name: "the entry's budget below the deployment's", env: map[string]string{"AGENT_MODELS_FILE": file, "AGENT_CONTEXT_TOKENS": "100000"},
+			model: "main", subagent: "main", title: "main", budget: 64000},
+		{name: "a model id, not an entry", env: map[string]string{"AGENT_MODELS_FILE": file, "AGENT_MODEL": "gpt-4o-mini"},
+			err: `AGENT_MODEL="gpt-4o-mini" names no entry of the models file models.yaml (its entries: main, small)`},
+		{name: "an unknown sub-agent", env: map[string]string{"AGENT_MODELS_FILE": file, "AGENT_SUBAGENT_MODEL": "tiny"},
+			err: `AGENT_SUBAGENT_MODEL="tiny" names no entry`},
+		{name: "an unknown title model", env: map[string]string{"AGENT_MODELS_FILE": file, "AGENT_TITLE_MODEL": "tiny"},
+			err: `AGENT_TITLE_MODEL="tiny" names no entry`},
+		{name: "a bad file", env: map[string]string{"AGENT_MODELS_FILE": bad},
+			err: `bad.yaml:2: models[0].provider: "gemini" is not a provider`},
+		{name: "a missing file", env: map[string]string{"AGENT_MODELS_FILE": file + ".gone"}, err: "AGENT_MODELS_FILE="},
+		{name: "with OPENAI_BASE_URL", env: map[string]string{"AGENT_MODELS_FILE": file, "OPENAI_BASE_URL": "http://x/v1"},
+			err: "OPENAI_BASE_URL and AGENT_MODELS_FILE are both set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(func(k string) string { return tc.env[k] })
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Model != tc.model || c.SubagentModel != tc.subagent || c.TitleModel != tc.title {
+				t.Errorf("models = %q %q %q, want %q %q %q", c.Model, c.SubagentModel, c.TitleModel, tc.model, tc.subagent, tc.title)
+			}
+			if got := c.Engine(c.Model).Transcript.BudgetTokens; got != tc.budget {
+				t.Errorf("budget = %d, want %d", got, tc.budget)
+			}
+			if tc.env["AGENT_MODELS_FILE"] == "" {
+				if c.Models != nil {
+					t.Error("a models file without AGENT_MODELS_FILE")
+				}
+				return
+			}
+			for model, want := range map[string]int64{"main": 2_500_000, "gpt-4o-2024-08-06": 2_500_000, "small": 0} {
+				if cost, _ := c.Prices.Cost(model, agent.Usage{InputTokens: 1_000_000}); cost != want {
+					t.Errorf("cost of %s = %d, want %d", model, cost, want)
+				}
+			}
+		})
+	}
+}
