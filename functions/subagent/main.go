@@ -30,7 +30,11 @@ func newTask(ctx context.Context, getenv func(string) string, awsCfg aws.Config,
 	if err != nil {
 		return nil, err
 	}
-	tasks := jobs.NewTasks(jobs.Deps{Store: b.Store, Model: b.Model(), Kinds: boot.JobKinds(), Clock: b.Clock, Logger: log},
-		jobs.Config{Contract: boot.Contract(), ModelName: b.ModelName()})
+	model, err := b.Model(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tasks := jobs.NewTasks(jobs.Deps{Store: b.Store, Model: model, Kinds: boot.JobKinds(), Clock: b.Clock, Logger: log},
+		jobs.Config{Contract: boot.Contract(), ModelName: b.SubagentModelName()})
 	return tasks.Subagent, nil
 }

@@ -33,9 +33,12 @@ import (
 	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/localjobs"
 	"github.com/agentloop/agentloop/lib/mcptools"
+	"github.com/agentloop/agentloop/lib/modelset"
+	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/secretref"
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/threads"
@@ -139,13 +142,16 @@ type Stack struct {
 	// Options.Jobs was given; JobTasks are the task handlers.
 	Jobs agent.Jobs
 	// Runner is the local job runner (Wait: every execution in flight has ended).
-	Runner    *localjobs.Runner
-	JobTasks  *jobs.Tasks
-	JobKinds  jobs.Registry
-	ModelName string
-	ModelURL  string // the OpenAI-compatible base URL in use
-	Offline   bool   // whether ModelURL is the in-process offline endpoint
-	Secret    []byte
+	Runner   *localjobs.Runner
+	JobTasks *jobs.Tasks
+	JobKinds jobs.Registry
+	// ModelName is what the engine asks (with a models file, the default entry's name); SubagentModelName what
+	// the research sub-agent asks.
+	ModelName         string
+	SubagentModelName string
+	ModelURL          string // the OpenAI-compatible base URL in use (with a models file: the offline endpoint's, if an entry uses it)
+	Offline           bool   // whether ModelURL is the in-process offline endpoint (with a models file: some entry talks to it)
+	Secret            []byte
 	// Signer signs approval requests with a key derived from Secret.
 	Signer      *interrupts.Signer
 	tokenClaims []auth.MintOption
@@ -195,23 +201,10 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		s.Store = o.Wrap(s.Store)
 	}
 
-	s.ModelURL, s.ModelName = cfg.OpenAIBaseURL, cmp.Or(cfg.Model, config.DefaultModel)
-	switch {
-	case o.ModelURL != "":
-		s.ModelURL, s.ModelName, s.Offline = o.ModelURL, offline.DefaultModel, cfg.OpenAIAPIKey == ""
-	case cfg.OpenAIAPIKey == "":
-		url, stop, err := offline.Start("127.0.0.1:0", append([]offline.Option{offline.WithReplyDelay(OfflineReplyDelay)}, o.Offline...)...)
-		if err != nil {
-			return s, err
-		}
-		s.closers = append(s.closers, stop)
-		s.ModelURL, s.ModelName, s.Offline = url, offline.DefaultModel, true
+	model, err := s.model(ctx, o, log)
+	if err != nil {
+		return s, err
 	}
-	mcfg := cfg.OpenAI(s.ModelURL, cfg.OpenAIAPIKey, s.ModelName, log)
-	if o.OpenAI != nil {
-		o.OpenAI(&mcfg)
-	}
-	model := openai.New(mcfg)
 	s.Model = model
 
 	newTools := o.Tools
@@ -288,12 +281,12 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// model's embeddings (the offline model's deterministic ones here), the tools' vectors cached in the store.
-	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(model, s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
+	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(embedder(model, s.ModelName), s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
 		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,
 		Limits: s.Store},
-		jobs.Config{Contract: contract, ModelName: s.ModelName})
+		jobs.Config{Contract: contract, ModelName: s.SubagentModelName})
 	s.JobTasks, s.JobKinds = tasks, kinds
 	// One process runs every route: a stop reaches its run in memory (the engine's StopLocal), not at the run's
 	// next heartbeat.
@@ -324,6 +317,91 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// model is the stack's model port. Without a models file: one OpenAI-compatible adapter, at Options.ModelURL,
+// else OPENAI_BASE_URL with OPENAI_API_KEY, else (no key) the in-process offline model. With one
+// (AGENT_MODELS_FILE): lib/modelset over its entries, their keys' ${env:…} references resolved (the local stack
+// reads no SSM: an ${ssm:…} key fails the start), and an entry with neither baseURL nor apiKey talks to the offline
+// endpoint in its provider's protocol (offlineBaseURL), started only when an entry does.
+func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger) (agent.Model, error) {
+	cfg := o.Config
+	openaiConfig := func(baseURL, key, model string) openai.Config {
+		mcfg := cfg.OpenAI(baseURL, key, model, log)
+		if o.OpenAI != nil {
+			o.OpenAI(&mcfg)
+		}
+		return mcfg
+	}
+	startOffline := func() (string, error) {
+		if o.ModelURL != "" {
+			return o.ModelURL, nil
+		}
+		url, stop, err := offline.Start("127.0.0.1:0", append([]offline.Option{offline.WithReplyDelay(OfflineReplyDelay)}, o.Offline...)...)
+		if err != nil {
+			return "", err
+		}
+		s.closers = append(s.closers, stop)
+		return url, nil
+	}
+	if cfg.Models == nil {
+		s.ModelURL, s.ModelName = cfg.OpenAIBaseURL, cmp.Or(cfg.Model, config.DefaultModel)
+		s.SubagentModelName = cmp.Or(cfg.SubagentModel, s.ModelName)
+		switch {
+		case o.ModelURL != "":
+			s.ModelURL, s.ModelName, s.Offline = o.ModelURL, offline.DefaultModel, cfg.OpenAIAPIKey == ""
+			s.SubagentModelName = s.ModelName
+		case cfg.OpenAIAPIKey == "":
+			url, err := startOffline()
+			if err != nil {
+				return nil, err
+			}
+			s.ModelURL, s.ModelName, s.Offline = url, offline.DefaultModel, true
+			s.SubagentModelName = s.ModelName
+		}
+		return openai.New(openaiConfig(s.ModelURL, cfg.OpenAIAPIKey, s.ModelName)), nil
+	}
+	s.ModelName, s.SubagentModelName = cfg.Model, cfg.SubagentModel
+	keys, err := modelsfile.Startup(ctx, cfg.Models, modelsfile.Options{}, secretref.Resolvers{secretref.Env: secretref.EnvResolver(os.Getenv)}, log)
+	if err != nil {
+		return nil, fmt.Errorf("%w (agentloop dev reads no SSM parameters: give a key as ${env:NAME}, or leave out baseURL and apiKey to talk to the offline model)", err)
+	}
+	build := modelset.Constructors{
+		modelsfile.OpenAIChat: func(e modelsfile.Model, key string) (agent.Model, error) {
+			return openai.New(openaiConfig(e.BaseURL, key, e.Model)), nil
+		},
+	}
+	for provider, c := range build {
+		build[provider] = func(e modelsfile.Model, key string) (agent.Model, error) {
+			if e.BaseURL != "" || e.APIKey != "" {
+				return c(e, key)
+			}
+			if s.ModelURL == "" {
+				url, err := startOffline()
+				if err != nil {
+					return nil, err
+				}
+				s.ModelURL, s.Offline = url, true
+			}
+			if e.BaseURL = offlineBaseURL(e.Provider, s.ModelURL); e.BaseURL == "" {
+				return nil, fmt.Errorf("the offline model does not speak %s yet: give the entry a baseURL and an apiKey", e.Provider)
+			}
+			return c(e, key)
+		}
+	}
+	return modelset.New(cfg.Models, keys, build)
+}
+
+// offlineBaseURL is the base URL, in provider's protocol, of the offline endpoint served at root (its Chat
+// Completions base, ".../v1/"), for an entry with neither baseURL nor apiKey; "" when the offline model does not
+// speak that protocol yet. Each adapter that comes adds its line here (the Responses API, Anthropic Messages and
+// Bedrock ConverseStream at their offline paths, issue 20 item 2) beside its constructor above.
+func offlineBaseURL(provider, root string) string {
+	switch provider {
+	case modelsfile.OpenAIChat:
+		return root
+	}
+	return ""
 }
 
 // LockFile is the name of the data directory's lock (Options.Exclusive), beside the SQLite file; it holds the
@@ -421,9 +499,17 @@ func Secret(dir, fromEnv string) ([]byte, error) {
 	return []byte(s), nil
 }
 
-// routerDeps are the tool router's: the model's embeddings when it has them, the store for their cache, the
-// clock of their cool-down and expiry.
-func routerDeps(model agent.Model, values agent.ValueStore, log *slog.Logger, clock agent.Clock) toolrouter.Deps {
-	emb, _ := model.(agent.Embedder)
+// routerDeps are the tool router's: the model's embeddings when it has them (nil: none), the store for their
+// cache, the clock of their cool-down and expiry.
+func routerDeps(emb agent.Embedder, values agent.ValueStore, log *slog.Logger, clock agent.Clock) toolrouter.Deps {
 	return toolrouter.Deps{Embedder: emb, Values: values, Logger: log, Clock: clock}
+}
+
+// embedder is the model's embeddings when it has them: with a models file, the entry name's adapter's.
+func embedder(model agent.Model, name string) agent.Embedder {
+	if set, ok := model.(*modelset.Set); ok {
+		return set.Embedder(name)
+	}
+	emb, _ := model.(agent.Embedder)
+	return emb
 }

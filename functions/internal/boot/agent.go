@@ -17,8 +17,11 @@ import (
 	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/mcptools"
+	"github.com/agentloop/agentloop/lib/modelset"
+	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/secretref"
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/sfn"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
@@ -38,13 +41,45 @@ func Contract() agent.JobContract { return agent.DefaultJobContract() }
 // JobKinds are the sub-agent job kinds every function knows (the job tools, the sub-agent task, delivery).
 func JobKinds() jobs.Registry { return jobs.NewRegistry(jobs.Research()) }
 
-// ModelName is the model the function asks.
+// ModelName is the model the function's turns ask: the provider's model id, or with a models file
+// (AGENT_MODELS_FILE) the name of its default entry.
 func (b Base) ModelName() string { return cmp.Or(b.Config.Model, config.DefaultModel) }
 
-// Model is the OpenAI-compatible model adapter, with the key the function read.
-func (b Base) Model() agent.Model {
+// SubagentModelName is the model the research sub-agent asks (AGENT_SUBAGENT_MODEL; unset: ModelName).
+func (b Base) SubagentModelName() string { return cmp.Or(b.Config.SubagentModel, b.ModelName()) }
+
+// Model is the model port the function asks. Without a models file: the OpenAI-compatible adapter, with the key
+// the function read. With one: lib/modelset over the file's entries, one adapter each, their keys' references
+// resolved now (${env:…} from the environment, ${ssm:…} from SSM; in Lambda an ${ssm:…} key must be the
+// parameter the roles may read, OPENAI_API_KEY_PARAM), so a bad key or an entry whose provider is not built
+// fails the cold start.
+func (b Base) Model(ctx context.Context) (agent.Model, error) {
 	cfg := b.Config
-	return openai.New(cfg.OpenAI(cfg.OpenAIBaseURL, b.ModelKey, b.ModelName(), b.Log))
+	if cfg.Models == nil {
+		return openai.New(cfg.OpenAI(cfg.OpenAIBaseURL, b.ModelKey, b.ModelName(), b.Log)), nil
+	}
+	var granted []string
+	if cfg.OpenAIAPIKeyParam != "" {
+		granted = append(granted, cfg.OpenAIAPIKeyParam)
+	}
+	o := modelsfile.Options{SSMScoped: true, SSMParams: granted,
+		SSMHint: "keep a model key in the parameter OPENAI_API_KEY_PARAM names (the template's OpenAIKeyParameterName), which the functions that ask a model may read"}
+	r := secretref.Resolvers{secretref.Env: secretref.EnvResolver(b.getenv), secretref.SSM: ssmRefs{api: b.ssm(), what: "models file"}}
+	keys, err := modelsfile.Startup(ctx, cfg.Models, o, r, b.Log)
+	if err != nil {
+		return nil, err
+	}
+	return modelset.New(cfg.Models, keys, b.Constructors())
+}
+
+// Constructors are the model adapters the functions build, by provider: one line each.
+func (b Base) Constructors() modelset.Constructors {
+	cfg := b.Config
+	return modelset.Constructors{
+		modelsfile.OpenAIChat: func(e modelsfile.Model, key string) (agent.Model, error) {
+			return openai.New(cfg.OpenAI(e.BaseURL, key, e.Model, b.Log)), nil
+		},
+	}
 }
 
 // StepFunctions is the Jobs adapter for the job state machine arn (JOBS_STATE_MACHINE_ARN, which a function
@@ -117,7 +152,11 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{Model: b.Model(), Tools: b.Tools(js)}
+	model, err := b.Model(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{Model: model, Tools: b.Tools(js)}
 	// The tools file (AGENT_TOOLS_FILE, bundled or in SSM) is read and checked now, so a bad one fails the cold
 	// start, and its tools are offered beside the Go ones.
 	var names []string
@@ -141,11 +180,11 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	}
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// provider's embeddings, the tools' vectors cached in the table.
-	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Router: toolrouter.New(routerDeps(a.Model, b.Store, b.Log, b.Clock), b.Config.ToolRouter()), Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
+	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Router: toolrouter.New(routerDeps(embedder(a.Model, b.ModelName()), b.Store, b.Log, b.Clock), b.Config.ToolRouter()), Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
 		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub}, b.Config.Engine(b.ModelName()))
 	a.Threads = b.threads(a.Reaper, hub)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
-		Logger: b.Log, Limits: b.Store}, jobs.Config{Contract: Contract(), ModelName: b.ModelName()})
+		Logger: b.Log, Limits: b.Store}, jobs.Config{Contract: Contract(), ModelName: b.SubagentModelName()})
 	return a, nil
 }
 
@@ -210,12 +249,15 @@ func (r ssmFile) ReadParameter(ctx context.Context, name string) (string, error)
 
 // ssmRefs resolves the tools file's ${ssm:…} references: SecureString parameters, read at cold start through
 // lib/ssmsecrets (a missing, empty or plain parameter fails the start).
-type ssmRefs struct{ api ssmsecrets.API }
+type ssmRefs struct {
+	api  ssmsecrets.API
+	what string // whose references, for errors ("" is the tools file)
+}
 
 func (r ssmRefs) Resolve(ctx context.Context, refs []toolsfile.Ref) (map[toolsfile.Ref]string, error) {
 	list := make([]ssmsecrets.Secret, len(refs))
 	for i, ref := range refs {
-		list[i] = ssmsecrets.Secret{Label: "tools file " + ref.String(), Param: ref.Name}
+		list[i] = ssmsecrets.Secret{Label: cmp.Or(r.what, "tools file") + " " + ref.String(), Param: ref.Name}
 	}
 	values, err := ssmsecrets.Load(ctx, r.api, list...)
 	if err != nil {
@@ -239,9 +281,17 @@ func (noJobs) Wake(context.Context, agent.JobTask) error {
 	return agent.E(agent.KindInternal, agent.CodeInternal, "this function starts no delivery passes")
 }
 
-// routerDeps are the tool router's: the model's embeddings when it has them, the store for their cache, the
-// clock of their cool-down and expiry.
-func routerDeps(model agent.Model, values agent.ValueStore, log *slog.Logger, clock agent.Clock) toolrouter.Deps {
-	emb, _ := model.(agent.Embedder)
+// routerDeps are the tool router's: the model's embeddings when it has them (nil: none), the store for their
+// cache, the clock of their cool-down and expiry.
+func routerDeps(emb agent.Embedder, values agent.ValueStore, log *slog.Logger, clock agent.Clock) toolrouter.Deps {
 	return toolrouter.Deps{Embedder: emb, Values: values, Logger: log, Clock: clock}
+}
+
+// embedder is the model's embeddings when it has them: with a models file, the entry name's adapter's.
+func embedder(model agent.Model, name string) agent.Embedder {
+	if set, ok := model.(*modelset.Set); ok {
+		return set.Embedder(name)
+	}
+	emb, _ := model.(agent.Embedder)
+	return emb
 }

@@ -1,0 +1,103 @@
+package devserver_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/devserver"
+	"github.com/agentloop/agentloop/lib/offline"
+)
+
+// modelsStack is agentloop dev with the models file body and the environment env (read by config.Load, as the
+// command reads it).
+func modelsStack(t *testing.T, body string, env map[string]string) (*devserver.Stack, error) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "models.yaml")
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env["AGENT_MODELS_FILE"] = file
+	cfg, err := config.Load(func(k string) string { return env[k] })
+	if err != nil {
+		return nil, err
+	}
+	s, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), Config: cfg,
+		Offline: []offline.Option{offline.WithReplyDelay(0), offline.WithWordDelay(0)}})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(s.Close)
+	return s, nil
+}
+
+// Issue 20 item 1: agentloop dev with a models file. An entry with neither baseURL nor apiKey talks to the
+// offline endpoint, another to its own baseURL; a turn asks AGENT_MODEL's entry, the provider receives the entry's
+// model id, and the reply's metadata.model shows it (as the provider reported it).
+func TestModelsFileTurns(t *testing.T) {
+	t.Parallel()
+	var other atomic.Int64
+	second := offline.New(offline.WithWordDelay(0))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			other.Add(1)
+		}
+		second.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	body := "models:\n" +
+		"  - name: main\n    provider: openai-chat\n    model: house-model-1\n    maxOutputTokens: 2048\n" +
+		"  - name: second\n    provider: openai-chat\n    model: other-model-2\n    baseURL: " + srv.URL + "/v1/\n"
+	for _, tc := range []struct {
+		name, model, want string
+		otherCalls        int64
+	}{
+		{name: "the default entry, offline", model: "", want: "house-model-1"},
+		{name: "an entry at its base URL", model: "second", want: "other-model-2", otherCalls: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := other.Load()
+			s, err := modelsStack(t, body, map[string]string{"AGENT_MODEL": tc.model})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, _ := s.Token("alice", time.Hour)
+			stream := postChat(t, s, tok, "th-models", "hello")
+			if !strings.Contains(stream, `"model":"`+tc.want+`"`) || !strings.Contains(stream, `"delta":" hello"`) {
+				t.Errorf("the reply's metadata does not name %s:\n%s", tc.want, stream)
+			}
+			if got := other.Load() - before; got != tc.otherCalls {
+				t.Errorf("the second endpoint got %d requests, want %d", got, tc.otherCalls)
+			}
+		})
+	}
+}
+
+// Issue 20 item 1: a models file the local stack cannot serve fails the start and says why: a provider whose
+// adapter is not built yet, an ${ssm:…} key (agentloop dev reads no SSM), an unset ${env:…} key.
+func TestModelsFileRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, body, want string }{
+		{"a provider not built yet", "models:\n  - {name: main, provider: openai-chat, model: m}\n  - {name: claude, provider: anthropic, model: claude-sonnet-4}\n",
+			"models.yaml:3: models[1].provider: anthropic is not built yet in this agentloop (built: openai-chat)"},
+		{"an ssm key", "models:\n  - {name: main, provider: openai-chat, model: m, apiKey: '${ssm:/agentloop/openai-api-key}'}\n",
+			"ssm references cannot be resolved here"},
+		{"an unset env key", "models:\n  - {name: main, provider: openai-chat, model: m, apiKey: '${env:AGENTLOOP_TEST_UNSET_KEY}'}\n",
+			"environment variables that are not set: AGENTLOOP_TEST_UNSET_KEY"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := modelsStack(t, tc.body, map[string]string{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+}
