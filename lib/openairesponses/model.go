@@ -9,8 +9,9 @@
 //
 // Every request has store: false (the thread is ours; the provider keeps nothing) and stream: true. The system
 // prompt is the instructions; the transcript becomes input items: a user message's text and files as
-// input_text, input_image (a data URL, or an https URL as it is) and input_file (a PDF's data URL as file_data,
-// or its https URL as file_url); the assistant's text as a message of output_text; its tool calls as
+// input_text, input_image (a data URL, or the newest message's https URL as it is) and input_file (a PDF's
+// data URL as file_data; files.go downloads PDFs and older images named by URL, as package openai does);
+// the assistant's text as a message of output_text; its tool calls as
 // function_call items and their results as function_call_output items. An assistant message's ReasoningData
 // (this adapter's own ModelResult.ReasoningData of that step: the reasoning items as the provider sent them,
 // encrypted_content included) is replayed as is before the step's text and calls, so a reasoning model keeps
@@ -46,9 +47,7 @@
 //
 // # Not done (issue 20)
 //
-// Files by https URL are sent as they are, older messages' included (package openai downloads an older
-// message's file so that an expired pre-signed URL does not fail every later turn). prompt_cache_key is sent
-// only as Config.PromptCacheKey: agent.ModelRequest carries no thread key yet.
+// prompt_cache_key is sent only as Config.PromptCacheKey: agent.ModelRequest carries no thread key yet.
 package openairesponses
 
 import (
@@ -80,6 +79,12 @@ const (
 	DefaultBackoffMax        = 8 * time.Second
 	// DefaultReasoningSummary asks for the model's own choice of summary ("auto": the most detailed it offers).
 	DefaultReasoningSummary = "auto"
+
+	// DefaultMaxFileBytes, DefaultFileTimeout and DefaultMaxRequestFileBytes bound file downloads as package
+	// openai's do (the same numbers: both adapters read the same transcripts).
+	DefaultMaxFileBytes        = 20 << 20
+	DefaultFileTimeout         = 30 * time.Second
+	DefaultMaxRequestFileBytes = 32 << 20
 
 	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
 	maxRetryAfter = 30 * time.Second
@@ -116,6 +121,13 @@ type Config struct {
 	// HTTPClient sends the requests (default: a client with http.DefaultTransport's settings but for
 	// DefaultMaxIdleConnsPerHost idle connections).
 	HTTPClient *http.Client
+	// FileClient downloads the PDFs a user message names by https URL, and older messages' images (default: a
+	// client that connects to public addresses only); MaxFileBytes and FileTimeout bound each download, and
+	// MaxRequestFileBytes the files of one request (files.go; package openai's defaults and rules).
+	FileClient          *http.Client
+	MaxFileBytes        int64
+	FileTimeout         time.Duration
+	MaxRequestFileBytes int64
 	// Logger receives one warning per retry (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -129,6 +141,7 @@ type Model struct {
 	cfg         Config
 	endpoint    string
 	endpointErr error
+	files       fileCache // files downloaded for recent requests: a run's steps send the same history again
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -168,10 +181,23 @@ func New(cfg Config) *Model {
 		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 		cfg.HTTPClient = &http.Client{Transport: t}
 	}
+	if cfg.FileClient == nil {
+		cfg.FileClient = publicClient
+	}
+	cfg.FileClient = httpsRedirects(cfg.FileClient)
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.FileTimeout <= 0 {
+		cfg.FileTimeout = DefaultFileTimeout
+	}
+	if cfg.MaxRequestFileBytes <= 0 {
+		cfg.MaxRequestFileBytes = DefaultMaxRequestFileBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Model{cfg: cfg}
+	m := &Model{cfg: cfg, files: fileCache{max: 2 * cfg.MaxFileBytes}}
 	m.endpoint, m.endpointErr = endpoint(cfg.BaseURL)
 	return m
 }
@@ -184,13 +210,14 @@ var (
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
-	body, err := m.request(req)
+	body, downloaded, err := m.request(ctx, req)
 	if err != nil {
 		return agent.ModelResult{}, err
 	}
 	for attempt := 0; ; attempt++ {
 		res, fail := m.attempt(ctx, body, emit)
 		if fail == nil {
+			res.FileBytes = downloaded
 			return res, nil
 		}
 		if !fail.retry || attempt >= m.cfg.MaxRetries {
@@ -426,22 +453,26 @@ func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
 	return max(d, providerWait)
 }
 
-// request builds the request body.
-func (m *Model) request(req agent.ModelRequest) ([]byte, error) {
+// request builds the request body; downloaded has the sizes of the files it downloaded, by URL.
+func (m *Model) request(ctx context.Context, req agent.ModelRequest) ([]byte, map[string]int64, error) {
 	model := req.Model
 	if model == "" {
 		model = m.cfg.Model
 	}
 	if model == "" {
-		return nil, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
+		return nil, nil, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
 	}
 	maxTokens := req.MaxOutputTokens
 	if maxTokens <= 0 {
 		maxTokens = m.cfg.MaxOutputTokens
 	}
-	input, err := inputItems(req.Messages)
+	files, downloaded, err := m.resolveFiles(ctx, req.Messages)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	input, err := inputItems(req.Messages, files)
+	if err != nil {
+		return nil, nil, err
 	}
 	p := responsesRequest{Model: model, Instructions: req.System, Input: input, MaxOutputTokens: maxTokens,
 		Stream: true, Store: false, PromptCacheKey: m.cfg.PromptCacheKey}
@@ -457,7 +488,7 @@ func (m *Model) request(req agent.ModelRequest) ([]byte, error) {
 				if err == nil {
 					err = errors.New("not a JSON object")
 				}
-				return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "tool "+t.Name+": parameters are not a JSON object")
+				return nil, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "tool "+t.Name+": parameters are not a JSON object")
 			}
 		} else {
 			params = json.RawMessage(`{"type":"object","properties":{}}`)
@@ -466,25 +497,19 @@ func (m *Model) request(req agent.ModelRequest) ([]byte, error) {
 	}
 	body, err := encodeRequest(p)
 	if err != nil {
-		return nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
+		return nil, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
 	}
-	return body, nil
+	return body, downloaded, nil
 }
 
-// inputItems converts the provider-neutral transcript into input items.
-func inputItems(msgs []agent.ModelMessage) ([]any, error) {
+// inputItems converts the provider-neutral transcript into input items; files has what each user message's
+// files become (resolveFiles).
+func inputItems(msgs []agent.ModelMessage, files map[int][]sentFile) ([]any, error) {
 	out := make([]any, 0, len(msgs))
 	for i, msg := range msgs {
 		switch msg.Role {
 		case "user":
-			parts := make([]any, 0, 1+len(msg.Files))
-			if msg.Text != "" || len(msg.Files) == 0 {
-				parts = append(parts, textPart{Type: "input_text", Text: msg.Text})
-			}
-			for _, f := range msg.Files {
-				parts = append(parts, filePartOf(f))
-			}
-			out = append(out, messageItem{Type: "message", Role: "user", Content: parts})
+			out = append(out, messageItem{Type: "message", Role: "user", Content: userParts(msg, files[i])})
 		case "assistant":
 			if msg.Text != "" || len(msg.ToolCalls) > 0 {
 				for _, r := range reasoningItems(msg.ReasoningData) {
@@ -531,24 +556,6 @@ func reasoningItems(data json.RawMessage) []json.RawMessage {
 		}
 	}
 	return out
-}
-
-// filePartOf is a user file as a content part: an image as input_image, a PDF as input_file.
-func filePartOf(f agent.ModelFile) any {
-	if strings.HasPrefix(f.MediaType, "image/") {
-		return imagePart{Type: "input_image", ImageURL: f.URL, Detail: "auto"}
-	}
-	name := f.Filename
-	if name == "" {
-		name = "document.pdf"
-	}
-	p := filePart{Type: "input_file", Filename: name}
-	if strings.HasPrefix(f.URL, "data:") {
-		p.FileData = f.URL
-	} else {
-		p.FileURL = f.URL
-	}
-	return p
 }
 
 // describe is the tool's description with its input examples folded in, as package openai writes it: one

@@ -534,7 +534,7 @@ func TestInvalidTranscript(t *testing.T) {
 func TestEmptyAssistantStepDropsReasoning(t *testing.T) {
 	t.Parallel()
 	items, err := inputItems([]agent.ModelMessage{{Role: "user", Text: "hi"},
-		{Role: "assistant", ReasoningData: json.RawMessage(`[{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"x"}]`)}})
+		{Role: "assistant", ReasoningData: json.RawMessage(`[{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"x"}]`)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
