@@ -53,7 +53,10 @@ func (b Base) SubagentModelName() string { return cmp.Or(b.Config.SubagentModel,
 // resolved now (${env:…} from the environment, ${ssm:…} from SSM; in Lambda an ${ssm:…} key must be the
 // parameter the roles may read, OPENAI_API_KEY_PARAM), so a bad key or an entry whose provider is not built
 // fails the cold start.
-func (b Base) Model(ctx context.Context) (agent.Model, error) {
+func (b Base) Model(ctx context.Context) (agent.Model, error) { return b.model(ctx, b.ssm()) }
+
+// model is Model with the SSM client the keys' ${ssm:…} references are read through.
+func (b Base) model(ctx context.Context, api ssmsecrets.API) (agent.Model, error) {
 	cfg := b.Config
 	if cfg.Models == nil {
 		return openai.New(cfg.OpenAI(cfg.OpenAIBaseURL, b.ModelKey, b.ModelName(), b.Log)), nil
@@ -64,7 +67,7 @@ func (b Base) Model(ctx context.Context) (agent.Model, error) {
 	}
 	o := modelsfile.Options{SSMScoped: true, SSMParams: granted,
 		SSMHint: "keep a model key in the parameter OPENAI_API_KEY_PARAM names (the template's OpenAIKeyParameterName), which the functions that ask a model may read"}
-	r := secretref.Resolvers{secretref.Env: secretref.EnvResolver(b.getenv), secretref.SSM: ssmRefs{api: b.ssm(), what: "models file"}}
+	r := secretref.Resolvers{secretref.Env: secretref.EnvResolver(b.getenv), secretref.SSM: ssmRefs{api: api, what: "models file"}}
 	keys, err := modelsfile.Startup(ctx, cfg.Models, o, r, b.Log)
 	if err != nil {
 		return nil, err
