@@ -1,12 +1,16 @@
 package devserver_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,5 +103,57 @@ func TestModelsFileRefusedAtStart(t *testing.T) {
 				t.Errorf("err = %v, want one with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Issue 20 item 1: the research sub-agent asks AGENT_SUBAGENT_MODEL's entry: its job's model requests reach that
+// entry's endpoint with its model id, while the turn's go to the default entry's.
+func TestModelsFileSubagent(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var asked []string
+	second := offline.New(offline.WithWordDelay(0))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req struct {
+			Model string `json:"model"`
+		}
+		_ = json.Unmarshal(body, &req)
+		mu.Lock()
+		asked = append(asked, req.Model)
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		second.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	body := "models:\n" +
+		"  - {name: main, provider: openai-chat, model: house-model-1}\n" +
+		"  - {name: researcher, provider: openai-chat, model: cheap-model-3, baseURL: '" + srv.URL + "/v1/'}\n"
+	s, err := modelsStack(t, body, map[string]string{"AGENT_SUBAGENT_MODEL": "researcher"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ModelName != "main" || s.SubagentModelName != "researcher" {
+		t.Fatalf("models %q, %q", s.ModelName, s.SubagentModelName)
+	}
+	tok, _ := s.Token("alice", time.Hour)
+	stream := postChat(t, s, tok, "th-research", `/tool research {"question":"why is the sky blue"}`)
+	if !strings.Contains(stream, `"model":"house-model-1"`) {
+		t.Errorf("the turn's metadata does not name the default entry's model:\n%s", stream)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Runner.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) == 0 {
+		t.Fatal("the sub-agent's endpoint got no request")
+	}
+	for _, m := range asked {
+		if m != "cheap-model-3" {
+			t.Errorf("the sub-agent's endpoint was asked for %q, want cheap-model-3", m)
+		}
 	}
 }
