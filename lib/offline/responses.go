@@ -55,8 +55,12 @@ import (
 // whose call_id no earlier function_call has ("No tool call found for function call output with call_id …."),
 // a function_call with no function_call_output after it ("No tool output found for function call …."), a
 // reasoning item not followed by the assistant message or function call it preceded ("Item 'rs_…' of type
-// 'reasoning' was provided without its required following item."); images by URL that cannot be downloaded and
-// requests over the context window, as for Chat Completions.
+// 'reasoning' was provided without its required following item."); images by URL that cannot be downloaded, as
+// for Chat Completions; input over the context window (WithContextTokens, counted as for Chat Completions): "Your
+// input exceeds the context window of this model. …", param "input", code context_length_exceeded.
+
+// msgInputTooLong is the Responses API's answer to input over the model's context window.
+const msgInputTooLong = "Your input exceeds the context window of this model. Please adjust your input and try again."
 
 // minOutputTokens is the least max_output_tokens OpenAI takes.
 const minOutputTokens = 16
@@ -159,7 +163,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n := contextTokens(msgs); n > s.contextTokens {
-		writeJSON(w, http.StatusBadRequest, contextExceeded(s.contextTokens, n).body())
+		writeJSON(w, http.StatusBadRequest, (&invalidRequest{msgInputTooLong, "input", "context_length_exceeded"}).body())
 		return
 	}
 	offered := make([]string, len(req.Tools))

@@ -277,6 +277,18 @@ func TestResponsesRefused(t *testing.T) {
 	}
 }
 
+func TestResponsesContextWindow(t *testing.T) {
+	t.Parallel()
+	_, _, url := setup(t, WithContextTokens(10))
+	res := postResponses(t, url, responsesRequestBody(strings.Repeat("word ", 20)))
+	defer res.Body.Close()
+	var got errorBody
+	if err := json.NewDecoder(res.Body).Decode(&got); err != nil || res.StatusCode != http.StatusBadRequest ||
+		got.Error.Message != msgInputTooLong || deref(got.Error.Code) != "context_length_exceeded" || deref(got.Error.Param) != "input" {
+		t.Fatalf("status %d error %+v (%v)", res.StatusCode, got.Error, err)
+	}
+}
+
 func cmpNull(s string) string {
 	if s == "" {
 		return "<null>"
