@@ -68,6 +68,15 @@ func (b Base) model(ctx context.Context, api ssmsecrets.API) (agent.Model, error
 	o := modelsfile.Options{SSMScoped: true, SSMParams: granted,
 		SSMHint: "keep a model key in the parameter OPENAI_API_KEY_PARAM names (the template's OpenAIKeyParameterName), which the functions that ask a model may read"}
 	r := secretref.Resolvers{secretref.Env: secretref.EnvResolver(b.getenv), secretref.SSM: ssmRefs{api: api, what: "models file"}}
+	// An entry with neither baseURL nor apiKey is the offline model's in `agentloop dev`; here it would call its
+	// provider with no key: refused now, at its line, rather than as a 401 on the first turn.
+	for i, e := range cfg.Models.Models {
+		if e.BaseURL == "" && e.APIKey == "" && !modelsfile.Bedrock(e.Provider) {
+			return nil, fmt.Errorf("%s:%d: models[%d] (%s) has neither baseURL nor apiKey: agentloop dev talks to the offline model then, "+
+				"but here it would call %s with no key (give it an apiKey reference, or the baseURL of a server that needs none)",
+				cfg.Models.Name, e.Line, i, e.Name, e.Provider)
+		}
+	}
 	keys, err := modelsfile.Startup(ctx, cfg.Models, o, r, b.Log)
 	if err != nil {
 		return nil, err

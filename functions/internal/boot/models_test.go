@@ -51,6 +51,14 @@ func TestModelsFileKeys(t *testing.T) {
 		t.Fatalf("SSM was asked %v before the scope was checked", params.asked)
 	}
 
+	bare, err := modelsfile.Parse("models.yaml", []byte("models:\n  - {name: main, provider: openai-chat, model: gpt-4o}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := base(bare).model(context.Background(), params); err == nil || !strings.Contains(err.Error(), "models.yaml:2: models[0] (main) has neither baseURL nor apiKey") {
+		t.Errorf("an entry with neither baseURL nor apiKey: err = %v", err)
+	}
+
 	m, err := base(file("${ssm:/agentloop/openai-api-key}")).model(context.Background(), params)
 	if err != nil {
 		t.Fatal(err)
