@@ -755,11 +755,8 @@ func (o *responsesOutput) stream(ctx context.Context, w http.ResponseWriter, rep
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	send := func(typ string, fields map[string]any) bool {
-		fields["type"] = typ
-		fields["sequence_number"] = o.seq
-		o.seq++
-		b, err := json.Marshal(fields)
+	write := func(typ string, v any) bool {
+		b, err := json.Marshal(v)
 		if err != nil {
 			return false
 		}
@@ -768,6 +765,20 @@ func (o *responsesOutput) stream(ctx context.Context, w http.ResponseWriter, rep
 		}
 		return rc.Flush() == nil
 	}
+	send := func(typ string, fields map[string]any) bool {
+		fields["type"] = typ
+		fields["sequence_number"] = o.seq
+		o.seq++
+		return write(typ, fields)
+	}
+	// sendDelta writes the events sent once per word (typed: a map per word was most of a reply's cost).
+	sendDelta := func(typ string, ev deltaEvent) bool {
+		ev.Type, ev.SequenceNumber = typ, o.seq
+		o.seq++
+		return write(typ, ev)
+	}
+	zero := 0
+	noLogprobs := json.RawMessage(`[]`)
 	if !send("response.created", map[string]any{"response": o.object("in_progress", nil)}) ||
 		!send("response.in_progress", map[string]any{"response": o.object("in_progress", nil)}) {
 		return
@@ -782,7 +793,7 @@ func (o *responsesOutput) stream(ctx context.Context, w http.ResponseWriter, rep
 			return
 		}
 		for _, p := range splitWords(rep.reasoning) {
-			if !send("response.reasoning_summary_text.delta", with(at, "delta", p)) {
+			if !sendDelta("response.reasoning_summary_text.delta", deltaEvent{ItemID: reasoning.ID, OutputIndex: index, SummaryIndex: &zero, Delta: p}) {
 				return
 			}
 		}
@@ -804,7 +815,7 @@ func (o *responsesOutput) stream(ctx context.Context, w http.ResponseWriter, rep
 			if sleep(ctx, rep.delay) != nil {
 				return
 			}
-			if !send("response.output_text.delta", with(with(at, "delta", p), "logprobs", []any{})) {
+			if !sendDelta("response.output_text.delta", deltaEvent{ItemID: msg.ID, OutputIndex: index, ContentIndex: &zero, Delta: p, Logprobs: noLogprobs}) {
 				return
 			}
 		}
@@ -835,7 +846,7 @@ func (o *responsesOutput) stream(ctx context.Context, w http.ResponseWriter, rep
 			return
 		}
 		for _, frag := range fragments(c.Arguments, 3) {
-			if !send("response.function_call_arguments.delta", with(at, "delta", frag)) {
+			if !sendDelta("response.function_call_arguments.delta", deltaEvent{ItemID: c.ID, OutputIndex: index, Delta: frag}) {
 				return
 			}
 		}
@@ -851,6 +862,18 @@ func (o *responsesOutput) stream(ctx context.Context, w http.ResponseWriter, rep
 		typ = "response.incomplete"
 	}
 	send(typ, map[string]any{"response": res})
+}
+
+// deltaEvent is an output_text, reasoning_summary_text or function_call_arguments delta event.
+type deltaEvent struct {
+	Type           string          `json:"type"`
+	SequenceNumber int             `json:"sequence_number"`
+	ItemID         string          `json:"item_id"`
+	OutputIndex    int             `json:"output_index"`
+	ContentIndex   *int            `json:"content_index,omitempty"`
+	SummaryIndex   *int            `json:"summary_index,omitempty"`
+	Delta          string          `json:"delta"`
+	Logprobs       json.RawMessage `json:"logprobs,omitempty"`
 }
 
 // with returns a copy of m with key set to v.

@@ -543,3 +543,20 @@ func TestEmptyAssistantStepDropsReasoning(t *testing.T) {
 		t.Fatalf("input %s", b)
 	}
 }
+
+// BenchmarkStream is package openai's BenchmarkStream on this adapter: a 100-word reply from the offline model,
+// over HTTP, per op (the offline server's cost included).
+func BenchmarkStream(b *testing.B) {
+	srv := httptest.NewServer(offline.New())
+	defer srv.Close()
+	m := New(Config{BaseURL: srv.URL + "/v1/", Model: "bench", Logger: slog.New(slog.DiscardHandler)})
+	req := userReq(strings.TrimSpace(strings.Repeat("lorem ipsum dolor sit amet ", 20)))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := m.Stream(ctx, req, func(agent.ModelEvent) error { return nil })
+		if err != nil || res.FinishReason != agent.FinishStop {
+			b.Fatalf("result %+v err %v", res, err)
+		}
+	}
+}
