@@ -101,6 +101,8 @@ type Config struct {
 	APIKey  string
 	// Model is used when a request names none.
 	Model string
+	// EmbeddingModel is the model of Embed's vectors (DefaultEmbeddingModel).
+	EmbeddingModel string
 	// MaxOutputTokens is used when a request sets none.
 	MaxOutputTokens int
 	// ReasoningSummary is reasoning.summary ("auto", "concise", "detailed"; default DefaultReasoningSummary), or

@@ -560,3 +560,18 @@ func BenchmarkStream(b *testing.B) {
 		}
 	}
 }
+
+// Embed asks the same endpoint's embeddings, one vector per text in order (the offline model's deterministic ones).
+func TestEmbed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := f.model(nil)
+	vecs, err := m.Embed(context.Background(), []string{"delete a file", "weather forecast"})
+	if err != nil || len(vecs) != 2 || len(vecs[0]) != offline.EmbeddingDims || reflect.DeepEqual(vecs[0], vecs[1]) {
+		t.Fatalf("vectors %d (%v)", len(vecs), err)
+	}
+	if body := f.lastBody(t); body["model"] != DefaultEmbeddingModel || m.EmbeddingModel() != DefaultEmbeddingModel {
+		t.Fatalf("body %v", body)
+	}
+	var _ agent.Embedder = m
+}
