@@ -74,8 +74,11 @@ type Usage struct {
 	InputTokens       int64 `json:"inputTokens"`
 	OutputTokens      int64 `json:"outputTokens"`
 	TotalTokens       int64 `json:"totalTokens"`
-	CachedInputTokens int64 `json:"cachedInputTokens"`
+	CachedInputTokens int64 `json:"cachedInputTokens"` // of InputTokens: read from the provider's prompt cache
 	ReasoningTokens   int64 `json:"reasoningTokens,omitempty"`
+	// CacheWriteTokens is the part of InputTokens the provider wrote to its prompt cache (Anthropic's
+	// cache_creation_input_tokens), priced apart from plain input by providers that charge for writes.
+	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
 	// CostMicroUSD is the price of these tokens in millionths of a US dollar (0 without a price table), kept as an
 	// integer so that sums stay exact however many runs add to a thread.
 	CostMicroUSD int64 `json:"costMicroUsd,omitempty"`
@@ -84,7 +87,8 @@ type Usage struct {
 // Sub returns u-o.
 func (u Usage) Sub(o Usage) Usage {
 	return u.Add(Usage{InputTokens: -o.InputTokens, OutputTokens: -o.OutputTokens, TotalTokens: -o.TotalTokens,
-		CachedInputTokens: -o.CachedInputTokens, ReasoningTokens: -o.ReasoningTokens, CostMicroUSD: -o.CostMicroUSD})
+		CachedInputTokens: -o.CachedInputTokens, ReasoningTokens: -o.ReasoningTokens, CacheWriteTokens: -o.CacheWriteTokens,
+		CostMicroUSD: -o.CostMicroUSD})
 }
 
 // Add returns u+o.
@@ -95,6 +99,7 @@ func (u Usage) Add(o Usage) Usage {
 		TotalTokens:       u.TotalTokens + o.TotalTokens,
 		CachedInputTokens: u.CachedInputTokens + o.CachedInputTokens,
 		ReasoningTokens:   u.ReasoningTokens + o.ReasoningTokens,
+		CacheWriteTokens:  u.CacheWriteTokens + o.CacheWriteTokens,
 		CostMicroUSD:      u.CostMicroUSD + o.CostMicroUSD,
 	}
 }

@@ -139,5 +139,6 @@ func (s *stepper) writeLate(ctx context.Context, log *slog.Logger, late agent.Us
 func subUsage(a, b agent.Usage) agent.Usage {
 	return agent.Usage{InputTokens: a.InputTokens - b.InputTokens, OutputTokens: a.OutputTokens - b.OutputTokens,
 		TotalTokens: a.TotalTokens - b.TotalTokens, CachedInputTokens: a.CachedInputTokens - b.CachedInputTokens,
-		ReasoningTokens: a.ReasoningTokens - b.ReasoningTokens, CostMicroUSD: a.CostMicroUSD - b.CostMicroUSD}
+		ReasoningTokens: a.ReasoningTokens - b.ReasoningTokens, CacheWriteTokens: a.CacheWriteTokens - b.CacheWriteTokens,
+		CostMicroUSD: a.CostMicroUSD - b.CostMicroUSD}
 }

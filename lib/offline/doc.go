@@ -8,6 +8,8 @@
 //	POST /v1/chat/completions   stream=true (SSE chunks, then "data: [DONE]") or stream=false (one JSON body)
 //	POST /v1/responses          the Responses API (stream=true: its SSE events; stream=false: the response
 //	                            object), the same script, OpenAI's refusals: see responses.go
+//	POST /v1/messages           Anthropic's Messages API, stream=true (SSE events) or not: the same script,
+//	                            validated and answered as Anthropic does (messages.go)
 //	POST /v1/embeddings         {model, input: a string or an array of strings}: deterministic vectors of
 //	                            EmbeddingDims (Embedding: each word's concept hashed into a signed bucket, the
 //	                            sum normalised; a small synonym table gives "remove" and "erase" the concept of

@@ -84,7 +84,7 @@ func (s *Server) Embedded() (requests, inputs int64) {
 	return s.embeddingRequests.Load(), s.embeddedInputs.Load()
 }
 
-// Requests reports how many chat completion and responses requests the server has received.
+// Requests reports how many chat completion, responses and Messages requests the server has received.
 func (s *Server) Requests() int64 { return s.requests.Load() }
 
 // Start serves s on addr (e.g. "127.0.0.1:0" for a free loopback port) until stop is called. baseURL has the
@@ -134,6 +134,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.requests.Add(1)
 		s.responses(w, r)
+	case "/messages":
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		s.requests.Add(1)
+		s.messages(w, r)
 	case "/embeddings":
 		if r.Method != http.MethodPost {
 			writeError(w, http.StatusMethodNotAllowed, "use POST")

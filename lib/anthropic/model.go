@@ -1,0 +1,388 @@
+// Package anthropic adapts agent.Model to Anthropic's Messages API with streaming, through
+// github.com/anthropics/anthropic-sdk-go/v2: directly with an API key (Config.APIKey; Config.BaseURL points tests
+// at the offline model's /v1/messages), or on Amazon Bedrock (Config.Bedrock: the SDK's bedrock package, SigV4
+// with the default AWS credentials, e.g. the function's own IAM role).
+//
+// # Events
+//
+// One Stream call is one streamed message. Deltas are emitted as they arrive: text_delta as EventTextDelta,
+// thinking_delta as EventReasoningDelta, and each tool_use block as EventToolCallStart (its id and name) then its
+// input_json_delta fragments as EventToolCallDelta. Once the stream has ended with a stop reason, one EventToolCall
+// per tool_use block goes out, in the order the model made them, with the whole input ("{}" when the model sent
+// none); several tool_use blocks are parallel calls. ModelEvent.More is never set: the SDK's stream does not say
+// whether the next event is already at hand.
+//
+// # Thinking and its replay
+//
+// Config.ThinkingBudget > 0 enables extended thinking with that budget (max_tokens is raised above it when it is
+// not). The thinking and redacted_thinking blocks of a message are kept as Anthropic sent them, signatures
+// included, as a JSON array in ModelResult.ReasoningData; an assistant ModelMessage whose ReasoningData holds such
+// an array gets those blocks back first in its content, before its text and tool_use blocks, as the API requires
+// of the assistant turn of a tool round when thinking is on. An array of anything else (another adapter's state)
+// is ignored, as is ModelMessage.Reasoning (Anthropic takes thinking back only with its signature).
+//
+// # Transcript
+//
+// The system prompt is the system parameter. Tool results become tool_result blocks of a user message right after
+// the assistant message with their tool_use blocks; consecutive tool messages (and a user message that follows
+// them) are merged into that one user message, so roles alternate as the API requires. A user message's files
+// follow its text: an image as an image block, a PDF as a document block (title: the file's name), each with a
+// base64 source for a data URL and a url source for an https URL (Anthropic fetches those itself).
+// ToolSpec.InputExamples are sent as the tool's input_examples.
+//
+// # Usage and finish
+//
+// Usage: InputTokens is the whole prompt (input_tokens + cache_read_input_tokens + cache_creation_input_tokens),
+// CachedInputTokens the cache reads, CacheWriteTokens the cache writes, OutputTokens the output (thinking
+// included). Stop reasons: end_turn, stop_sequence and pause_turn → stop; max_tokens and
+// model_context_window_exceeded → length; tool_use → tool-calls; refusal → content-filter. ModelResult.Model is
+// the model Anthropic reports in message_start.
+//
+// # Timeouts, retries, errors
+//
+// As in lib/openai: Config.FirstTokenTimeout and Config.IdleTimeout bound the waits on the provider (code
+// model_timeout); the SDK's own retries are off and this package retries, with backoff and jitter (honouring
+// retry-after up to 30 s), on HTTP 429, 5xx and 529, on overloaded_error, rate_limit_error, api_error and
+// timeout_error events, on connection failures, truncated streams and timeouts, and only while nothing has been
+// emitted. Errors are *agent.Error with a message safe to show a user (the provider's own text stays in the
+// cause, for the logs): KindUnavailable with CodeModelError (e.g. "the model provider returned HTTP 400" for a
+// refused request) or CodeModelTimeout; KindTooLarge with CodeMessageTooLarge when the prompt is over the model's
+// context window ("prompt is too long"); KindInvalid with CodeFileUnavailable when Anthropic cannot download or
+// read an image or document of the message; KindCanceled when ctx ends; KindInternal for a request that cannot be
+// built. A refusal (stop_reason "refusal") is no error: the result's FinishReason is content-filter.
+package anthropic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	sdk "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/bedrock"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultMaxOutputTokens   = 8192
+	DefaultFirstTokenTimeout = 120 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxRetries        = 2
+	DefaultBackoffBase       = 500 * time.Millisecond
+	DefaultBackoffMax        = 8 * time.Second
+
+	// maxRetryAfter bounds how long a provider's retry-after header can make us wait.
+	maxRetryAfter = 30 * time.Second
+)
+
+// Config configures a Model. Zero values take the defaults above.
+type Config struct {
+	// APIKey is sent as x-api-key (direct API only).
+	APIKey string
+	// BaseURL is the API root (default Anthropic's, or Bedrock's regional endpoint); tests point it at the
+	// offline model, e.g. "http://127.0.0.1:PORT/" (the SDK adds "v1/messages").
+	BaseURL string
+	// Model is used when a request names none.
+	Model string
+	// MaxOutputTokens is used when a request sets none.
+	MaxOutputTokens int
+	// ThinkingBudget > 0 enables extended thinking with this many budget tokens.
+	ThinkingBudget int
+	// FirstTokenTimeout bounds the wait from sending a request to its first event; IdleTimeout the gap between
+	// two events after it.
+	FirstTokenTimeout time.Duration
+	IdleTimeout       time.Duration
+	// MaxRetries is the number of retries after the first attempt; 0 means DefaultMaxRetries, negative none.
+	MaxRetries int
+	// BackoffBase is the wait before the first retry; it doubles per retry up to BackoffMax, with jitter.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// HTTPClient sends the requests (default: the SDK's).
+	HTTPClient *http.Client
+	// Bedrock sends the requests to Amazon Bedrock (InvokeModelWithResponseStream) signed with SigV4 from the
+	// default AWS configuration (environment, the function's role), in Region (default: the configuration's).
+	// Model is then a Bedrock model id, e.g. "anthropic.claude-sonnet-4-5-20250929-v1:0".
+	Bedrock bool
+	Region  string
+	// Logger receives one warning per retry (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Model is the agent.Model adapter. It is safe for concurrent use.
+type Model struct {
+	cfg    Config
+	client sdk.Client
+}
+
+var _ agent.Model = (*Model)(nil)
+
+// New returns a Model for cfg. It reads no ANTHROPIC_* environment variable: every setting comes from cfg (on
+// Bedrock, the AWS SDK's default configuration supplies credentials and region).
+func New(cfg Config) *Model {
+	if cfg.MaxOutputTokens <= 0 {
+		cfg.MaxOutputTokens = DefaultMaxOutputTokens
+	}
+	if cfg.FirstTokenTimeout <= 0 {
+		cfg.FirstTokenTimeout = DefaultFirstTokenTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = DefaultMaxRetries
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffBase)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	opts := []option.RequestOption{option.WithoutEnvironmentDefaults(), option.WithMaxRetries(0)}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	if cfg.Bedrock {
+		var load []func(*awsconfig.LoadOptions) error
+		if cfg.Region != "" {
+			load = append(load, awsconfig.WithRegion(cfg.Region))
+		}
+		opts = append(opts, bedrock.WithLoadDefaultConfig(context.Background(), load...))
+	} else {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	return &Model{cfg: cfg, client: sdk.NewClient(opts...)}
+}
+
+// The causes an attempt's context is cancelled with when the stream goes quiet.
+var (
+	errFirstTokenTimeout = errors.New("no first event within the first-token timeout")
+	errIdleTimeout       = errors.New("no event within the idle timeout")
+	errTruncated         = errors.New("the stream ended before message_stop")
+)
+
+// Stream implements agent.Model.
+func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
+	params, err := m.params(req)
+	if err != nil {
+		return agent.ModelResult{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		res, fail := m.attempt(ctx, params, emit)
+		if fail == nil {
+			return res, nil
+		}
+		if !fail.retry || attempt >= m.cfg.MaxRetries {
+			return res, fail.err
+		}
+		wait := m.backoff(attempt, fail.retryAfter)
+		m.cfg.Logger.WarnContext(ctx, "model request failed, retrying", "attempt", attempt+1, "retry_in", wait, "err", fail.err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return agent.ModelResult{}, canceled(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// failure is a failed attempt.
+type failure struct {
+	err        error
+	retry      bool
+	retryAfter time.Duration
+}
+
+// watchdog cancels an attempt whose stream goes quiet (as in lib/openai).
+type watchdog struct {
+	timer   *time.Timer
+	idle    time.Duration
+	started atomic.Bool
+}
+
+func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration) *watchdog {
+	w := &watchdog{idle: idle}
+	w.timer = time.AfterFunc(first, func() {
+		if w.started.Load() {
+			cancel(errIdleTimeout)
+		} else {
+			cancel(errFirstTokenTimeout)
+		}
+	})
+	return w
+}
+
+func (w *watchdog) arrived() bool {
+	if !w.timer.Stop() {
+		return false
+	}
+	w.started.Store(true)
+	return true
+}
+
+func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
+func (w *watchdog) stop()    { w.timer.Stop() }
+
+func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
+	defer dog.stop()
+	var res *http.Response
+	stream := m.client.Messages.NewStreaming(actx, params, option.WithResponseInto(&res))
+	defer stream.Close()
+	acc := newAccumulator(emit, string(params.Model))
+	timedOut := false
+	for stream.Next() {
+		if actx.Err() != nil {
+			break
+		}
+		if !dog.arrived() {
+			timedOut = true
+			break
+		}
+		if err := acc.add(stream.Current()); err != nil {
+			return acc.partial(), &failure{err: err}
+		}
+		dog.waiting()
+	}
+	dog.stop()
+	err := stream.Err()
+	if err == nil && actx.Err() != nil {
+		err = context.Cause(actx)
+	}
+	if timedOut {
+		<-actx.Done()
+		err = context.Cause(actx)
+	}
+	if err == nil && !acc.stopped {
+		err = errTruncated
+	}
+	if err != nil {
+		return acc.partial(), m.classify(ctx, actx, err, acc.emitted, res)
+	}
+	if err := acc.finishCalls(); err != nil {
+		return acc.partial(), &failure{err: err}
+	}
+	return acc.result(), nil
+}
+
+// classify turns an attempt's error into an *agent.Error with a message safe for a user, and says whether it
+// may be retried. What the provider said goes into the cause, for the logs only.
+func (m *Model) classify(ctx, actx context.Context, err error, emitted bool, res *http.Response) *failure {
+	if ctx.Err() != nil {
+		return &failure{err: canceled(ctx)}
+	}
+	switch cause := context.Cause(actx); {
+	case errors.Is(cause, errFirstTokenTimeout):
+		msg := fmt.Sprintf("the model sent nothing within %s", m.cfg.FirstTokenTimeout)
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+	case errors.Is(cause, errIdleTimeout):
+		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+	}
+	var apiErr *sdk.Error
+	if errors.As(err, &apiErr) {
+		cause := providerSaid(err, apiErr.Message)
+		typ := string(apiErr.Type())
+		inStream := apiErr.StatusCode == http.StatusOK || apiErr.StatusCode == 0
+		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500 ||
+			typ == "overloaded_error" || typ == "rate_limit_error" || typ == "api_error" || typ == "timeout_error"
+		switch {
+		case inStream:
+			return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, "the model provider failed mid-stream"),
+				retry: transient && !emitted}
+		case apiErr.StatusCode == http.StatusBadRequest && strings.Contains(apiErr.Message, "prompt is too long"):
+			return &failure{err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge,
+				"the conversation is too long for the model")}
+		case apiErr.StatusCode == http.StatusBadRequest && fileRefused.MatchString(apiErr.Message):
+			return &failure{err: agent.Wrap(cause, agent.KindInvalid, agent.CodeFileUnavailable,
+				"the model provider could not read a file of the message (HTTP 400)")}
+		}
+		return &failure{
+			err:        agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, fmt.Sprintf("the model provider returned HTTP %d", apiErr.StatusCode)),
+			retry:      transient && !emitted,
+			retryAfter: retryAfter(apiErr.Response),
+		}
+	}
+	if errors.Is(err, errTruncated) {
+		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the model stream ended before the model finished"),
+			retry: !emitted}
+	}
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		return &failure{err: err}
+	}
+	// Below HTTP (refused or reset connections, a body cut mid-stream) or a malformed event.
+	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
+}
+
+// fileRefused matches Anthropic's refusals of an image or document it could not fetch or decode.
+var fileRefused = regexp.MustCompile(`(?i)unable to download|could not process image|invalid image|could not process pdf|image exceeds`)
+
+// providerSaid keeps the provider's own message beside err for the logs, without any URL query (a pre-signed
+// URL's is a credential).
+func providerSaid(err error, said string) error {
+	if said == "" {
+		return err
+	}
+	return fmt.Errorf("%w (provider said: %s)", err, urlQuery.ReplaceAllString(said, "$1?…"))
+}
+
+var urlQuery = regexp.MustCompile(`(https?://[^\s?#]+)[?#]\S*`)
+
+// canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
+func canceled(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	code := agent.CodeRunCanceled
+	var ae *agent.Error
+	if errors.As(cause, &ae) && ae.Code != "" {
+		code = ae.Code
+	}
+	return &agent.Error{Kind: agent.KindCanceled, Code: code, Message: "model call canceled", Err: cause}
+}
+
+// retryAfter reads the provider's requested wait from retry-after-ms or retry-after (seconds).
+func retryAfter(res *http.Response) time.Duration {
+	if res == nil {
+		return 0
+	}
+	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After-Ms"), 64); err == nil && v > 0 {
+		return min(time.Duration(v*float64(time.Millisecond)), maxRetryAfter)
+	}
+	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After"), 64); err == nil && v > 0 {
+		return min(time.Duration(v*float64(time.Second)), maxRetryAfter)
+	}
+	return 0
+}
+
+// backoff is the wait before retry number attempt+1: BackoffBase·2^attempt capped at BackoffMax, of which a
+// random half is kept, never less than what the provider asked for.
+func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
+	d := m.cfg.BackoffBase << min(attempt, 20)
+	if d <= 0 || d > m.cfg.BackoffMax {
+		d = m.cfg.BackoffMax
+	}
+	d = d/2 + rand.N(d/2+1)
+	return max(d, providerWait)
+}

@@ -1,0 +1,713 @@
+package offline
+
+// POST /v1/messages: the scripted model in Anthropic's Messages format, so that lib/anthropic runs end to end
+// against it. The request is validated as Anthropic validates it and answered with Anthropic's error JSON
+// ({"type":"error","error":{"type","message"}}); a valid one is translated into the Chat Completions messages the
+// script reads (script.go), so every command behaves as it does on /v1/chat/completions.
+//
+// Checked, in order (each refusal is 400 invalid_request_error unless said otherwise):
+//
+//	headers        a key in x-api-key or Authorization (the SDK since v2 sends "Authorization: Bearer KEY"; 401
+//	               authentication_error "x-api-key header is required" without either), anthropic-version present
+//	               ("anthropic-version: header is required")
+//	the body       a JSON object; model a non-empty string; max_tokens an integer of at least 1 ("max_tokens:
+//	               Field required"); messages a non-empty array
+//	each message   role "user" or "assistant", the first one "user", roles alternating (no two of one role in a
+//	               row); content a non-empty string or a non-empty array of blocks of the types the role takes
+//	               (user: text, image, document, tool_result; assistant: text, tool_use, thinking,
+//	               redacted_thinking); text blocks non-empty; image sources base64 of image/png, jpeg, gif or
+//	               webp with data, or a url; document sources base64 application/pdf with data, or a url;
+//	               tool_use with id, name and an object input
+//	thinking       a replayed thinking block carries its signature ("….thinking.signature: Field required"), and
+//	               the signature is the one this server issued for that thinking text ("Invalid `signature` in
+//	               `thinking` block"); a redacted_thinking block carries data
+//	tool results   every tool_use id of an assistant message is answered by a tool_result in the very next
+//	               message, which is a user message; a tool_result answers a tool_use of the message right
+//	               before it (Anthropic's own wording for both)
+//	with thinking  when the request enables thinking, an assistant message with tool_use that the request ends
+//	               on (it and its tool results are the newest) starts with a thinking or redacted_thinking block
+//	tools          each {name, input_schema: {type: "object", …}}, name matching ^[a-zA-Z0-9_-]{1,128}$
+//	the context    as on Chat Completions (WithContextTokens): "prompt is too long: N tokens > M maximum"
+//
+// The reply streams (stream: true) message_start, a ping, one content block per piece (thinking with
+// thinking_delta and signature_delta; text with text_delta; tool_use with input_json_delta fragments),
+// message_delta with the stop reason (end_turn, max_tokens, tool_use) and the output tokens, and message_stop.
+// When the request enables thinking every reply starts with a thinking block ("Thinking about: <text>", as
+// /think does). Thinking signatures are derived from the thinking text (thinkingSignature), so a replay is
+// checked without state. Usage: input_tokens counts the newest message, cache_read_input_tokens every message
+// but the two newest, cache_creation_input_tokens the second newest (as if each request cached the previous
+// one's prefix); output_tokens is counted as on Chat Completions. /error STATUS after N sends an "error" event
+// of Anthropic's type for STATUS (529 overloaded_error, 429 rate_limit_error, 5xx api_error, …).
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The Anthropic request shapes, reduced to the fields this server reads.
+type msgRequest struct {
+	Model     string          `json:"model"`
+	MaxTokens int             `json:"max_tokens"`
+	Messages  []msgMessage    `json:"messages"`
+	Tools     []msgTool       `json:"tools"`
+	Stream    bool            `json:"stream"`
+	Thinking  *msgThinking    `json:"thinking"`
+	System    json.RawMessage `json:"system"`
+}
+
+type msgThinking struct {
+	Type         string `json:"type"`
+	BudgetTokens int    `json:"budget_tokens"`
+}
+
+type msgTool struct {
+	Name        string          `json:"name"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type msgMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type msgBlock struct {
+	Type      string          `json:"type"`
+	Text      *string         `json:"text"`
+	Source    *msgSource      `json:"source"`
+	Title     string          `json:"title"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+	Thinking  *string         `json:"thinking"`
+	Signature *string         `json:"signature"`
+	Data      *string         `json:"data"`
+}
+
+type msgSource struct {
+	Type      string `json:"type"`
+	MediaType string `json:"media_type"`
+	Data      string `json:"data"`
+	URL       string `json:"url"`
+}
+
+// blocks returns the message's content as blocks (a string content is one text block).
+func (m msgMessage) blocks() ([]msgBlock, error) {
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return []msgBlock{{Type: "text", Text: &s}}, nil
+	}
+	var bs []msgBlock
+	err := json.Unmarshal(m.Content, &bs)
+	return bs, err
+}
+
+// msgError is an error answer in Anthropic's shape.
+type msgError struct {
+	status  int
+	typ     string
+	message string
+}
+
+func badRequest(format string, args ...any) *msgError {
+	return &msgError{http.StatusBadRequest, "invalid_request_error", fmt.Sprintf(format, args...)}
+}
+
+type msgErrorBody struct {
+	Type  string         `json:"type"`
+	Error msgErrorDetail `json:"error"`
+}
+
+type msgErrorDetail struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+func (e *msgError) write(w http.ResponseWriter) {
+	writeJSON(w, e.status, msgErrorBody{Type: "error", Error: msgErrorDetail{Type: e.typ, Message: e.message}})
+}
+
+// anthropicErrorType is Anthropic's error type for an HTTP status.
+func anthropicErrorType(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "invalid_request_error"
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case 529:
+		return "overloaded_error"
+	case http.StatusGatewayTimeout:
+		return "timeout_error"
+	}
+	if status >= 500 {
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+// thinkingSignature is the signature this server issues for a thinking text (and checks on replay).
+func thinkingSignature(thinking string) string {
+	sum := sha256.Sum256([]byte("offline-thinking\x00" + thinking))
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
+var anthropicToolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,128}$`)
+
+var anthropicImageTypes = []string{"image/jpeg", "image/png", "image/gif", "image/webp"}
+
+// validateMessages checks a Messages request as Anthropic does.
+func validateMessages(h http.Header, body []byte) (*msgRequest, *msgError) {
+	if h.Get("X-Api-Key") == "" && h.Get("Authorization") == "" {
+		return nil, &msgError{http.StatusUnauthorized, "authentication_error", "x-api-key header is required"}
+	}
+	if h.Get("Anthropic-Version") == "" {
+		return nil, badRequest("anthropic-version: header is required")
+	}
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(body, &raw) != nil || raw == nil {
+		return nil, badRequest("There was an error parsing the body of your request: not a JSON object")
+	}
+	for _, f := range []string{"model", "max_tokens", "messages"} {
+		if v, ok := raw[f]; !ok || isNull(v) {
+			return nil, badRequest("%s: Field required", f)
+		}
+	}
+	var req msgRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, badRequest("There was an error parsing the body of your request: %v", err)
+	}
+	if req.Model == "" {
+		return nil, badRequest("model: String should have at least 1 character")
+	}
+	if req.MaxTokens < 1 {
+		return nil, badRequest("max_tokens: Input should be greater than or equal to 1")
+	}
+	if len(req.Messages) == 0 {
+		return nil, badRequest("messages: List should have at least 1 item after validation, not 0")
+	}
+	for i, t := range req.Tools {
+		if !anthropicToolName.MatchString(t.Name) {
+			return nil, badRequest("tools.%d.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'", i)
+		}
+		var schema struct {
+			Type string `json:"type"`
+		}
+		if len(t.InputSchema) == 0 || isNull(t.InputSchema) {
+			return nil, badRequest("tools.%d.custom.input_schema: Field required", i)
+		}
+		if json.Unmarshal(t.InputSchema, &schema) != nil || schema.Type != "object" {
+			return nil, badRequest("tools.%d.custom.input_schema.type: Input should be 'object'", i)
+		}
+	}
+	blocks := make([][]msgBlock, len(req.Messages))
+	for i, m := range req.Messages {
+		if m.Role != "user" && m.Role != "assistant" {
+			return nil, badRequest("messages.%d.role: Input should be 'user' or 'assistant'", i)
+		}
+		if i == 0 && m.Role != "user" {
+			return nil, badRequest("messages: first message must use the \"user\" role")
+		}
+		if i > 0 && req.Messages[i-1].Role == m.Role {
+			return nil, badRequest("messages: roles must alternate between \"user\" and \"assistant\", but found multiple %q roles in a row", m.Role)
+		}
+		bs, err := m.blocks()
+		if err != nil {
+			return nil, badRequest("messages.%d.content: Input should be a valid list", i)
+		}
+		if len(bs) == 0 {
+			return nil, badRequest("messages.%d: all messages must have non-empty content except for the optional final assistant message", i)
+		}
+		for j, b := range bs {
+			if bad := checkBlock(m.Role, fmt.Sprintf("messages.%d.content.%d", i, j), b); bad != nil {
+				return nil, bad
+			}
+		}
+		blocks[i] = bs
+	}
+	if bad := checkToolPairs(req.Messages, blocks); bad != nil {
+		return nil, bad
+	}
+	if req.Thinking != nil && req.Thinking.Type == "enabled" {
+		if bad := checkThinkingFirst(req.Messages, blocks); bad != nil {
+			return nil, bad
+		}
+	}
+	return &req, nil
+}
+
+var roleBlocks = map[string][]string{
+	"user":      {"text", "image", "document", "tool_result"},
+	"assistant": {"text", "tool_use", "thinking", "redacted_thinking"},
+}
+
+func checkBlock(role, at string, b msgBlock) *msgError {
+	if !slices.Contains(roleBlocks[role], b.Type) {
+		return badRequest("%s.type: Input tag '%s' found using 'type' does not match any of the expected tags: %s",
+			at, b.Type, "'"+strings.Join(roleBlocks[role], "', '")+"'")
+	}
+	switch b.Type {
+	case "text":
+		if b.Text == nil {
+			return badRequest("%s.text.text: Field required", at)
+		}
+		if *b.Text == "" {
+			return badRequest("messages: text content blocks must be non-empty")
+		}
+	case "image", "document":
+		if b.Source == nil {
+			return badRequest("%s.%s.source: Field required", at, b.Type)
+		}
+		switch s := b.Source; s.Type {
+		case "url":
+			if !strings.HasPrefix(s.URL, "https://") && !strings.HasPrefix(s.URL, "http://") {
+				return badRequest("%s.%s.source.url.url: Input should be a valid URL", at, b.Type)
+			}
+		case "base64":
+			ok := s.MediaType == "application/pdf"
+			if b.Type == "image" {
+				ok = slices.Contains(anthropicImageTypes, s.MediaType)
+			}
+			if !ok {
+				return badRequest("%s.%s.source.base64.media_type: Input should be %s", at, b.Type,
+					map[bool]string{true: "'image/jpeg', 'image/png', 'image/gif' or 'image/webp'", false: "'application/pdf'"}[b.Type == "image"])
+			}
+			if _, err := base64.StdEncoding.DecodeString(s.Data); err != nil || s.Data == "" {
+				return badRequest("%s.%s.source.base64.data: The %s data is not valid base64", at, b.Type, b.Type)
+			}
+		default:
+			return badRequest("%s.%s.source.type: Input tag '%s' found using 'type' does not match any of the expected tags: 'base64', 'url'", at, b.Type, s.Type)
+		}
+	case "tool_use":
+		if b.ID == "" || b.Name == "" {
+			return badRequest("%s.tool_use.id: Field required", at)
+		}
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(b.Input, &obj) != nil || obj == nil {
+			return badRequest("%s.tool_use.input: Input should be a valid dictionary", at)
+		}
+	case "tool_result":
+		if b.ToolUseID == "" {
+			return badRequest("%s.tool_result.tool_use_id: Field required", at)
+		}
+	case "thinking":
+		if b.Thinking == nil {
+			return badRequest("%s.thinking.thinking: Field required", at)
+		}
+		if b.Signature == nil {
+			return badRequest("%s.thinking.signature: Field required", at)
+		}
+		if *b.Signature != thinkingSignature(*b.Thinking) {
+			return badRequest("%s: Invalid `signature` in `thinking` block", at)
+		}
+	case "redacted_thinking":
+		if b.Data == nil || *b.Data == "" {
+			return badRequest("%s.redacted_thinking.data: Field required", at)
+		}
+	}
+	return nil
+}
+
+// checkToolPairs: every tool_use is answered in the very next message, and every tool_result answers a tool_use
+// of the message right before it.
+func checkToolPairs(msgs []msgMessage, blocks [][]msgBlock) *msgError {
+	for i := range msgs {
+		var uses []string
+		if msgs[i].Role == "assistant" {
+			for _, b := range blocks[i] {
+				if b.Type == "tool_use" {
+					uses = append(uses, b.ID)
+				}
+			}
+		}
+		var prev []string
+		if i > 0 && msgs[i-1].Role == "assistant" {
+			for _, b := range blocks[i-1] {
+				if b.Type == "tool_use" {
+					prev = append(prev, b.ID)
+				}
+			}
+		}
+		for j, b := range blocks[i] {
+			if b.Type == "tool_result" && !slices.Contains(prev, b.ToolUseID) {
+				return badRequest("messages.%d.content.%d: unexpected `tool_use_id` found in `tool_result` blocks: %s. "+
+					"Each `tool_result` block must have a corresponding `tool_use` block in the previous message.", i, j, b.ToolUseID)
+			}
+		}
+		if len(uses) == 0 {
+			continue
+		}
+		var answered []string
+		if i+1 < len(msgs) {
+			for _, b := range blocks[i+1] {
+				if b.Type == "tool_result" {
+					answered = append(answered, b.ToolUseID)
+				}
+			}
+		}
+		var missing []string
+		for _, id := range uses {
+			if !slices.Contains(answered, id) {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			return badRequest("messages.%d: `tool_use` ids were found without `tool_result` blocks immediately after: %s. "+
+				"Each `tool_use` block must have a corresponding `tool_result` block in the next message.", i, strings.Join(missing, ", "))
+		}
+	}
+	return nil
+}
+
+// checkThinkingFirst: with thinking enabled, the assistant message of the tool round the request ends on starts
+// with a thinking block.
+func checkThinkingFirst(msgs []msgMessage, blocks [][]msgBlock) *msgError {
+	n := len(msgs)
+	if n < 2 || msgs[n-1].Role != "user" || msgs[n-2].Role != "assistant" {
+		return nil
+	}
+	for _, b := range blocks[n-1] {
+		if b.Type != "tool_result" {
+			return nil // a new user turn: earlier thinking may be left out
+		}
+	}
+	first := blocks[n-2][0]
+	if first.Type == "thinking" || first.Type == "redacted_thinking" {
+		return nil
+	}
+	return badRequest("messages.%d.content.0.type: Expected `thinking` or `redacted_thinking`, but found `%s`. When `thinking` is "+
+		"enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and "+
+		"`tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, "+
+		"disable `thinking`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
+		n-2, first.Type)
+}
+
+// chatMessages translates a validated Messages transcript into the Chat Completions messages the script reads:
+// tool_result blocks become tool messages, tool_use blocks tool calls, image and document blocks the content
+// parts /received describes.
+func chatMessages(msgs []msgMessage) []wireMessage {
+	var out []wireMessage
+	for _, m := range msgs {
+		bs, _ := m.blocks()
+		if m.Role == "assistant" {
+			wm := wireMessage{Role: "assistant"}
+			var text strings.Builder
+			for _, b := range bs {
+				switch b.Type {
+				case "text":
+					text.WriteString(*b.Text)
+				case "tool_use":
+					var c strings.Builder
+					_ = compactJSON(&c, b.Input)
+					wm.ToolCalls = append(wm.ToolCalls, wireToolCall{ID: b.ID, Type: "function",
+						Function: wireFunction{Name: b.Name, Arguments: c.String()}})
+				}
+			}
+			wm.Content, _ = json.Marshal(text.String())
+			out = append(out, wm)
+			continue
+		}
+		var parts []map[string]any
+		for _, b := range bs {
+			switch b.Type {
+			case "tool_result":
+				out = append(out, wireMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: toolResultText(b.Content)})
+			case "text":
+				parts = append(parts, map[string]any{"type": "text", "text": *b.Text})
+			case "image":
+				parts = append(parts, map[string]any{"type": "image_url", "image_url": map[string]string{"url": sourceURL(b.Source)}})
+			case "document":
+				if b.Source.Type == "url" {
+					parts = append(parts, map[string]any{"type": "file", "file": map[string]string{"file_id": b.Source.URL}})
+					continue
+				}
+				parts = append(parts, map[string]any{"type": "file", "file": map[string]string{"file_data": sourceURL(b.Source), "filename": b.Title}})
+			}
+		}
+		if len(parts) > 0 {
+			content, _ := json.Marshal(parts)
+			out = append(out, wireMessage{Role: "user", Content: content})
+		}
+	}
+	return out
+}
+
+func sourceURL(s *msgSource) string {
+	if s.Type == "url" {
+		return s.URL
+	}
+	return "data:" + s.MediaType + ";base64," + s.Data
+}
+
+// toolResultText is a tool_result's content (a string, or text blocks) as a JSON string.
+func toolResultText(content json.RawMessage) json.RawMessage {
+	m := wireMessage{Content: content}
+	b, _ := json.Marshal(m.text())
+	return b
+}
+
+func compactJSON(b *strings.Builder, raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err
+	}
+	out, err := json.Marshal(v)
+	b.Write(out)
+	return err
+}
+
+// messages answers POST /v1/messages.
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			(&msgError{http.StatusRequestEntityTooLarge, "request_too_large", "Request exceeds the maximum allowed number of bytes."}).write(w)
+			return
+		}
+		badRequest("read request body: %v", err).write(w)
+		return
+	}
+	req, bad := validateMessages(r.Header, body)
+	if bad != nil {
+		bad.write(w)
+		return
+	}
+	msgs := chatMessages(req.Messages)
+	if n := contextTokens(msgs); n > s.contextTokens {
+		badRequest("prompt is too long: %d tokens > %d maximum", n, s.contextTokens).write(w)
+		return
+	}
+	offered := make([]string, len(req.Tools))
+	for i, t := range req.Tools {
+		offered[i] = t.Name
+	}
+	rep, reqHash := s.plan(msgs, offered)
+	if req.Thinking != nil && req.Thinking.Type == "enabled" && rep.reasoning == "" && rep.status == 0 {
+		rep.reasoning = "Thinking about: " + lastUserText(msgs)
+	}
+	rep.limit(req.MaxTokens)
+	if rep.delay == 0 {
+		rep.delay = s.replyDelay
+	}
+	if rep.status > 0 {
+		(&msgError{rep.status, anthropicErrorType(rep.status), rep.message}).write(w)
+		return
+	}
+	for i := range rep.calls {
+		rep.calls[i].ID = "toolu_" + strings.TrimPrefix(rep.calls[i].ID, "call_")
+	}
+	out := msgOutput{id: "msg_" + reqHash[:24], model: req.Model, usage: messagesUsage(msgs, rep)}
+	if !req.Stream {
+		out.complete(r.Context(), w, rep)
+		return
+	}
+	out.stream(r.Context(), w, rep)
+}
+
+func lastUserText(msgs []wireMessage) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "user" {
+			return strings.TrimSpace(msgs[i].text())
+		}
+	}
+	return ""
+}
+
+// msgUsage is Anthropic's usage object.
+type msgUsage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+}
+
+func messagesUsage(msgs []wireMessage, rep reply) msgUsage {
+	u := usage(msgs, rep)
+	var perMsg []int64
+	for _, m := range msgs {
+		n := 1 + countWords(m.text())
+		for _, c := range m.ToolCalls {
+			n += 1 + countWords(c.Function.Name+" "+c.Function.Arguments)
+		}
+		perMsg = append(perMsg, n)
+	}
+	var out msgUsage
+	for i, n := range perMsg {
+		switch {
+		case i == len(perMsg)-1:
+			out.InputTokens += n
+		case i == len(perMsg)-2:
+			out.CacheCreationInputTokens += n
+		default:
+			out.CacheReadInputTokens += n
+		}
+	}
+	out.OutputTokens = u.CompletionTokens
+	return out
+}
+
+// stopReason is Anthropic's name for the script's finish reason.
+func stopReason(finish string) string {
+	switch finish {
+	case "length":
+		return "max_tokens"
+	case "tool_calls":
+		return "tool_use"
+	}
+	return "end_turn"
+}
+
+type msgOutput struct {
+	id, model string
+	usage     msgUsage
+}
+
+// content is the reply's content blocks, as a non-streamed message holds them.
+func (o msgOutput) content(rep reply) []map[string]any {
+	var out []map[string]any
+	if rep.reasoning != "" {
+		out = append(out, map[string]any{"type": "thinking", "thinking": rep.reasoning, "signature": thinkingSignature(rep.reasoning)})
+	}
+	if t := rep.text(); t != "" {
+		out = append(out, map[string]any{"type": "text", "text": t})
+	}
+	for _, c := range rep.calls {
+		out = append(out, map[string]any{"type": "tool_use", "id": c.ID, "name": c.Function.Name, "input": json.RawMessage(c.Function.Arguments)})
+	}
+	return out
+}
+
+func (o msgOutput) complete(ctx context.Context, w http.ResponseWriter, rep reply) {
+	if rep.drop {
+		panic(http.ErrAbortHandler)
+	}
+	if rep.failAfter > 0 {
+		(&msgError{rep.failAfter, anthropicErrorType(rep.failAfter), rep.message}).write(w)
+		return
+	}
+	if err := sleep(ctx, rep.delay*time.Duration(len(rep.pieces))); err != nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": o.id, "type": "message", "role": "assistant", "model": o.model, "content": o.content(rep),
+		"stop_reason": stopReason(rep.finish), "stop_sequence": nil, "usage": o.usage,
+	})
+}
+
+func (o msgOutput) stream(ctx context.Context, w http.ResponseWriter, rep reply) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send := func(event string, v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	start := o.usage
+	start.OutputTokens = 1 // Anthropic reports a provisional count here and the real one in message_delta
+	if !send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+		"id": o.id, "type": "message", "role": "assistant", "model": o.model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil, "usage": start,
+	}}) {
+		return
+	}
+	if !send("ping", map[string]string{"type": "ping"}) {
+		return
+	}
+	index := 0
+	block := func(start map[string]any, deltas []map[string]any) bool {
+		if !send("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": start}) {
+			return false
+		}
+		for _, d := range deltas {
+			if !send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": d}) {
+				return false
+			}
+		}
+		ok := send("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+		index++
+		return ok
+	}
+	if rep.reasoning != "" {
+		var ds []map[string]any
+		for _, p := range splitWords(rep.reasoning) {
+			ds = append(ds, map[string]any{"type": "thinking_delta", "thinking": p})
+		}
+		ds = append(ds, map[string]any{"type": "signature_delta", "signature": thinkingSignature(rep.reasoning)})
+		if !block(map[string]any{"type": "thinking", "thinking": "", "signature": ""}, ds) {
+			return
+		}
+	}
+	if len(rep.pieces) > 0 {
+		if !send("content_block_start", map[string]any{"type": "content_block_start", "index": index,
+			"content_block": map[string]any{"type": "text", "text": ""}}) {
+			return
+		}
+		for _, p := range rep.pieces {
+			if sleep(ctx, rep.delay) != nil {
+				return
+			}
+			if !send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index,
+				"delta": map[string]any{"type": "text_delta", "text": p}}) {
+				return
+			}
+		}
+		if rep.drop {
+			panic(http.ErrAbortHandler)
+		}
+		if rep.failAfter > 0 {
+			send("error", msgErrorBody{Type: "error", Error: msgErrorDetail{Type: anthropicErrorType(rep.failAfter), Message: rep.message}})
+			return
+		}
+		if !send("content_block_stop", map[string]any{"type": "content_block_stop", "index": index}) {
+			return
+		}
+		index++
+	} else if rep.drop {
+		panic(http.ErrAbortHandler)
+	} else if rep.failAfter > 0 {
+		send("error", msgErrorBody{Type: "error", Error: msgErrorDetail{Type: anthropicErrorType(rep.failAfter), Message: rep.message}})
+		return
+	}
+	for _, c := range rep.calls {
+		var ds []map[string]any
+		for _, frag := range fragments(c.Function.Arguments, 3) {
+			ds = append(ds, map[string]any{"type": "input_json_delta", "partial_json": frag})
+		}
+		if !block(map[string]any{"type": "tool_use", "id": c.ID, "name": c.Function.Name, "input": map[string]any{}}, ds) {
+			return
+		}
+	}
+	if !send("message_delta", map[string]any{"type": "message_delta",
+		"delta": map[string]any{"stop_reason": stopReason(rep.finish), "stop_sequence": nil},
+		"usage": map[string]any{"output_tokens": o.usage.OutputTokens}}) {
+		return
+	}
+	send("message_stop", map[string]string{"type": "message_stop"})
+}
