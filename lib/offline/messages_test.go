@@ -1,0 +1,121 @@
+package offline
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func postMessages(t *testing.T, srv http.Handler, headers map[string]string, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body))
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, req)
+	b, _ := io.ReadAll(rec.Result().Body)
+	return rec.Code, string(b)
+}
+
+var anthropicHeaders = map[string]string{"x-api-key": "k", "anthropic-version": "2023-06-01"}
+
+// TestMessagesRefusals: invalid requests get Anthropic's status, error type and message.
+func TestMessagesRefusals(t *testing.T) {
+	t.Parallel()
+	sig := thinkingSignature("hmm")
+	toolUse := `{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"x","input":{}}]}`
+	result := `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok"}]}`
+	cases := []struct {
+		name    string
+		headers map[string]string
+		body    string
+		status  int
+		typ     string
+		message string
+	}{
+		{"no key", map[string]string{"anthropic-version": "2023-06-01"}, `{}`, 401, "authentication_error", "x-api-key header is required"},
+		{"no version", map[string]string{"x-api-key": "k"}, `{}`, 400, "invalid_request_error", "anthropic-version: header is required"},
+		{"no max_tokens", nil, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error", "max_tokens: Field required"},
+		{"no messages", nil, `{"model":"m","max_tokens":5,"messages":[]}`, 400, "invalid_request_error", "messages: List should have at least 1 item"},
+		{"assistant first", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":"hi"},{"role":"user","content":"x"}]}`,
+			400, "invalid_request_error", `messages: first message must use the "user" role`},
+		{"two users", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`,
+			400, "invalid_request_error", `roles must alternate between "user" and "assistant", but found multiple "user" roles in a row`},
+		{"empty text", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":""}]}]}`,
+			400, "invalid_request_error", "text content blocks must be non-empty"},
+		{"unanswered tool_use", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},` + toolUse + `,{"role":"user","content":"b"}]}`,
+			400, "invalid_request_error", "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_1"},
+		{"orphan tool_result", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},` + result + `]}`,
+			400, "invalid_request_error", "messages.2.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_1"},
+		{"thinking without signature", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"thinking","thinking":"hmm"},{"type":"text","text":"b"}]},{"role":"user","content":"c"}]}`,
+			400, "invalid_request_error", "messages.1.content.0.thinking.signature: Field required"},
+		{"forged signature", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"forged"},{"type":"text","text":"b"}]},{"role":"user","content":"c"}]}`,
+			400, "invalid_request_error", "messages.1.content.0: Invalid `signature` in `thinking` block"},
+		{"thinking on, tool round without it", nil, `{"model":"m","max_tokens":5,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"a"},` + toolUse + `,` + result + `]}`,
+			400, "invalid_request_error", "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`"},
+		{"bad tool", nil, `{"model":"m","max_tokens":5,"tools":[{"name":"a b","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"a"}]}`,
+			400, "invalid_request_error", "tools.0.custom.name: String should match pattern"},
+		{"prompt too long", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 100) + `"}]}`,
+			400, "invalid_request_error", "prompt is too long: 125 tokens > 10 maximum"},
+		{"injected overload", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"/error 529"}]}`,
+			529, "overloaded_error", "injected error 529"},
+	}
+	srv := New(WithContextTokens(10))
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := tc.headers
+			if h == nil {
+				h = anthropicHeaders
+			}
+			status, body := postMessages(t, srv, h, tc.body)
+			var e msgErrorBody
+			if err := json.Unmarshal([]byte(body), &e); err != nil || status != tc.status || e.Type != "error" ||
+				e.Error.Type != tc.typ || !strings.Contains(e.Error.Message, tc.message) {
+				t.Errorf("got %d %s, want %d %s %q", status, body, tc.status, tc.typ, tc.message)
+			}
+		})
+	}
+	// The same transcripts with the signature the server issued, and with thinking first, pass.
+	for _, body := range []string{
+		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"` + sig + `"},{"type":"text","text":"b"}]},{"role":"user","content":"c"}]}`,
+		`{"model":"m","max_tokens":5,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"redacted_thinking","data":"x"},{"type":"tool_use","id":"toolu_1","name":"x","input":{}}]},` + result + `]}`,
+	} {
+		if status, got := postMessages(t, srv, anthropicHeaders, body); status != 200 {
+			t.Errorf("valid request refused: %d %s", status, got)
+		}
+	}
+}
+
+// TestMessagesStream: the SSE events come in Anthropic's order, with the requested model and a thinking block
+// whose signature the server accepts back.
+func TestMessagesStream(t *testing.T) {
+	t.Parallel()
+	srv := New()
+	status, body := postMessages(t, srv, anthropicHeaders,
+		`{"model":"claude-x","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"/think /tool add {\"a\":1}"}]}`)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	var events []string
+	for _, m := range regexp.MustCompile(`(?m)^event: (\S+)$`).FindAllStringSubmatch(body, -1) {
+		if len(events) == 0 || events[len(events)-1] != m[1] {
+			events = append(events, m[1])
+		}
+	}
+	want := "message_start ping content_block_start content_block_delta content_block_stop content_block_start content_block_delta content_block_stop message_delta message_stop"
+	if got := strings.Join(events, " "); got != want {
+		t.Errorf("events = %s\nwant     %s", got, want)
+	}
+	for _, s := range []string{`"model":"claude-x"`, `"signature":"` + thinkingSignature("Thinking about: /tool add {\"a\":1}") + `"`,
+		`"id":"toolu_`, `"stop_reason":"tool_use"`, `"cache_read_input_tokens":0`} {
+		if !strings.Contains(body, s) {
+			t.Errorf("stream lacks %s:\n%s", s, body)
+		}
+	}
+}
