@@ -152,6 +152,40 @@ type Part struct {
 	Approval   *PartApproval   `json:"approval,omitempty"`
 	Data       json.RawMessage `json:"data,omitempty"`
 	ID         string          `json:"id,omitempty"`
+	// ProviderMetadata is the AI SDK's providerMetadata of a part. The engine keeps a reasoning part's
+	// ModelResult.ReasoningData under ProviderMetadataKey (ReasoningDataOf reads it back); the stream never
+	// carries it.
+	ProviderMetadata json.RawMessage `json:"providerMetadata,omitempty"`
+}
+
+// ProviderMetadataKey is the key of agentloop's own entry in a part's providerMetadata (the AI SDK keys
+// providerMetadata by provider name; this one names no provider and is read by the server only).
+const ProviderMetadataKey = "agentloop"
+
+// reasoningMetadata is agentloop's entry in a reasoning part's providerMetadata.
+type reasoningMetadata struct {
+	ReasoningData json.RawMessage `json:"reasoningData,omitempty"`
+}
+
+// WithReasoningData returns providerMetadata holding data (a step's ModelResult.ReasoningData).
+func WithReasoningData(data json.RawMessage) json.RawMessage {
+	b, err := json.Marshal(map[string]reasoningMetadata{ProviderMetadataKey: {ReasoningData: data}})
+	if err != nil {
+		return nil // data is not JSON: nothing the adapter could replay
+	}
+	return b
+}
+
+// ReasoningDataOf returns the ReasoningData a reasoning part keeps in its providerMetadata, nil when none.
+func ReasoningDataOf(p Part) json.RawMessage {
+	if len(p.ProviderMetadata) == 0 {
+		return nil
+	}
+	var md map[string]reasoningMetadata
+	if json.Unmarshal(p.ProviderMetadata, &md) != nil {
+		return nil
+	}
+	return md[ProviderMetadataKey].ReasoningData
 }
 
 // PartApproval is the approval object on a tool part (AI SDK v6 tool approval).

@@ -182,7 +182,7 @@ func (f fields) id(k string, required bool) *Error {
 // The fields this package checks and the engine reads (agent.Part, a file's mediaType, url and filename).
 var (
 	partFields = []string{"type", "text", "state", "toolCallId", "toolName", "input", "output", "errorText",
-		"approval", "data", "id", "mediaType", "url", "filename", "sourceId", "title"}
+		"approval", "data", "id", "mediaType", "url", "filename", "sourceId", "title", "providerMetadata"}
 	approvalFields = []string{"id", "approved", "reason", "signature"}
 )
 

@@ -253,7 +253,16 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 	}
 	if reasonOpen {
 		s.out.send(uistream.ReasoningEnd{ID: reasonID})
-		s.parts = append(s.parts, agent.Part{Type: "reasoning", Text: reasoning.String(), State: "done"})
+	}
+	if reasonOpen || (err == nil && len(res.ReasoningData) > 0) {
+		// The provider's own state of the reasoning (signatures, encrypted items) stays with the part, in
+		// providerMetadata, for the next request (lib/transcript gives it back); the stream never carries it.
+		// A step whose reasoning was all redacted has a part with no text, for its data.
+		p := agent.Part{Type: "reasoning", Text: reasoning.String(), State: "done"}
+		if err == nil && len(res.ReasoningData) > 0 {
+			p.ProviderMetadata = agent.WithReasoningData(res.ReasoningData)
+		}
+		s.parts = append(s.parts, p)
 	}
 	if textOpen {
 		s.out.send(uistream.TextEnd{ID: textID})

@@ -300,7 +300,7 @@ func (p *pruner) emit() []agent.ModelMessage {
 		for si, s := range e.steps {
 			m := agent.ModelMessage{Role: "assistant", Text: s.text}
 			if !p.dropReasoning || (i == p.lastAssistant && si == p.newest && !p.reasonGone) {
-				m.Reasoning = s.reasoning
+				m.Reasoning, m.ReasoningData = s.reasoning, s.reasoningData
 			}
 			at := len(out)
 			out = append(out, m)

@@ -270,6 +270,7 @@ type entry struct {
 // step is one model call of an assistant message: what it said and the calls it made, each with its result.
 type step struct {
 	reasoning, text string
+	reasoningData   json.RawMessage // the provider's state of the reasoning (agent.ReasoningDataOf), replayed with it
 	calls           []call
 }
 
@@ -414,6 +415,9 @@ func assistant(parts []agent.Part, toolOutputBytes int, used map[string]int) ent
 			text.WriteString(p.Text)
 		case p.Type == "reasoning":
 			reason.WriteString(p.Text)
+			if data := agent.ReasoningDataOf(p); data != nil {
+				cur.reasoningData = data
+			}
 		case agent.IsToolPart(p.Type):
 			args := "{}"
 			if len(p.Input) > 0 {
