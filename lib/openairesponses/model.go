@@ -19,7 +19,8 @@
 // (the provider refuses a reasoning item without the item that followed it). Data of another adapter (not a
 // JSON array of reasoning items) is ignored. The request includes "reasoning.encrypted_content" and asks for
 // reasoning summaries (Config.ReasoningSummary, Config.ReasoningEffort; ReasoningNone leaves both out, for
-// models that do not reason). Tools are function tools with strict: false (the API defaults to strict, which
+// models that do not reason; a model that refuses them with OpenAI's 400 unsupported_parameter gets the request
+// again at once without them, and never again, so a models-file entry for gpt-4.1 works unconfigured). Tools are function tools with strict: false (the API defaults to strict, which
 // refuses ordinary JSON schemas), their input examples folded into the description as package openai does.
 //
 // # Events
@@ -45,6 +46,10 @@
 // KindCanceled when ctx ends; KindInternal for a request that cannot be built. An error returned by emit is
 // returned unchanged.
 //
+// # Embeddings
+//
+// Embed (agent.Embedder) asks the same endpoint's POST embeddings, as package openai does, for the tool router.
+//
 // # Not done (issue 20)
 //
 // prompt_cache_key is sent only as Config.PromptCacheKey: agent.ModelRequest carries no thread key yet.
@@ -62,6 +67,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -144,6 +150,7 @@ type Model struct {
 	endpoint    string
 	endpointErr error
 	files       fileCache // files downloaded for recent requests: a run's steps send the same history again
+	plain       sync.Map  // model ids that refused reasoning settings (refusesReasoning) → true
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -212,15 +219,31 @@ var (
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
-	body, downloaded, err := m.request(ctx, req)
+	r, downloaded, err := m.request(ctx, req)
 	if err != nil {
 		return agent.ModelResult{}, err
+	}
+	body, err := encodeRequest(r)
+	if err != nil {
+		return agent.ModelResult{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
 	}
 	for attempt := 0; ; attempt++ {
 		res, fail := m.attempt(ctx, body, emit)
 		if fail == nil {
 			res.FileBytes = downloaded
 			return res, nil
+		}
+		if r.Reasoning != nil && refusesReasoning(fail.err) {
+			// A model that does not reason (gpt-4.1, gpt-4o) refuses reasoning settings: sent again without them
+			// at once (not a retry), and never again to this model.
+			m.plain.Store(r.Model, true)
+			m.cfg.Logger.InfoContext(ctx, "the model takes no reasoning settings; sending without them", "model", r.Model)
+			r.Reasoning, r.Include = nil, nil
+			if body, err = encodeRequest(r); err != nil {
+				return agent.ModelResult{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
+			}
+			attempt--
+			continue
 		}
 		if !fail.retry || attempt >= m.cfg.MaxRetries {
 			return res, fail.err
@@ -236,6 +259,14 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		case <-t.C:
 		}
 	}
+}
+
+// refusesReasoning reports whether err is the provider's 400 for reasoning settings the model does not take
+// ("Unsupported parameter: 'reasoning.effort' is not supported with this model.").
+func refusesReasoning(err error) bool {
+	var apiErr *apiError
+	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest && apiErr.Code == "unsupported_parameter" &&
+		(strings.HasPrefix(apiErr.Param, "reasoning") || apiErr.Param == "include")
 }
 
 // failure is a failed attempt.
@@ -455,14 +486,14 @@ func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
 	return max(d, providerWait)
 }
 
-// request builds the request body; downloaded has the sizes of the files it downloaded, by URL.
-func (m *Model) request(ctx context.Context, req agent.ModelRequest) ([]byte, map[string]int64, error) {
+// request builds the request; downloaded has the sizes of the files it downloaded, by URL.
+func (m *Model) request(ctx context.Context, req agent.ModelRequest) (responsesRequest, map[string]int64, error) {
 	model := req.Model
 	if model == "" {
 		model = m.cfg.Model
 	}
 	if model == "" {
-		return nil, nil, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
+		return responsesRequest{}, nil, agent.E(agent.KindInternal, agent.CodeModelError, "no model configured (AGENT_MODEL)")
 	}
 	maxTokens := req.MaxOutputTokens
 	if maxTokens <= 0 {
@@ -470,15 +501,15 @@ func (m *Model) request(ctx context.Context, req agent.ModelRequest) ([]byte, ma
 	}
 	files, downloaded, err := m.resolveFiles(ctx, req.Messages)
 	if err != nil {
-		return nil, nil, err
+		return responsesRequest{}, nil, err
 	}
 	input, err := inputItems(req.Messages, files)
 	if err != nil {
-		return nil, nil, err
+		return responsesRequest{}, nil, err
 	}
 	p := responsesRequest{Model: model, Instructions: req.System, Input: input, MaxOutputTokens: maxTokens,
 		Stream: true, Store: false, PromptCacheKey: m.cfg.PromptCacheKey}
-	if m.cfg.ReasoningSummary != ReasoningNone {
+	if _, plain := m.plain.Load(model); m.cfg.ReasoningSummary != ReasoningNone && !plain {
 		p.Reasoning = &reasoning{Effort: m.cfg.ReasoningEffort, Summary: m.cfg.ReasoningSummary}
 		p.Include = []string{includeEncryptedReasoning}
 	}
@@ -490,18 +521,14 @@ func (m *Model) request(ctx context.Context, req agent.ModelRequest) ([]byte, ma
 				if err == nil {
 					err = errors.New("not a JSON object")
 				}
-				return nil, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "tool "+t.Name+": parameters are not a JSON object")
+				return responsesRequest{}, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "tool "+t.Name+": parameters are not a JSON object")
 			}
 		} else {
 			params = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
 		p.Tools = append(p.Tools, tool{Type: "function", Name: t.Name, Description: describe(t), Parameters: params})
 	}
-	body, err := encodeRequest(p)
-	if err != nil {
-		return nil, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
-	}
-	return body, downloaded, nil
+	return p, downloaded, nil
 }
 
 // inputItems converts the provider-neutral transcript into input items; files has what each user message's

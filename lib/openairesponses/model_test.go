@@ -575,3 +575,45 @@ func TestEmbed(t *testing.T) {
 	}
 	var _ agent.Embedder = m
 }
+
+// A model that does not reason refuses reasoning settings with OpenAI's 400: the request goes again at once
+// without them (not counted as a retry), and later requests to that model leave them out.
+func TestModelWithoutReasoning(t *testing.T) {
+	t.Parallel()
+	srv := offline.New()
+	var mu sync.Mutex
+	var sent []bool // whether each request carried reasoning settings
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var body map[string]any
+		_ = json.Unmarshal(b, &body)
+		_, reasons := body["reasoning"]
+		mu.Lock()
+		sent = append(sent, reasons)
+		mu.Unlock()
+		if reasons && body["model"] == "gpt-4.1" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error":{"message":"Unsupported parameter: 'reasoning.effort' is not supported with this model.","type":"invalid_request_error","param":"reasoning.effort","code":"unsupported_parameter"}}`)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	m := New(Config{BaseURL: ts.URL, Model: "gpt-4.1", ReasoningEffort: "low", MaxRetries: -1, Logger: slog.New(slog.DiscardHandler)})
+	for range 2 {
+		if _, events, err := run(context.Background(), m, userReq("hi")); err != nil || textOf(events, agent.EventTextDelta) != "You said: hi" {
+			t.Fatalf("err %v events %+v", err, events)
+		}
+	}
+	// Another model of the same adapter still gets them.
+	req := userReq("hi")
+	req.Model = "gpt-5"
+	if _, _, err := run(context.Background(), m, req); err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false, false, true}; !reflect.DeepEqual(sent, want) {
+		t.Fatalf("reasoning settings sent %v, want %v", sent, want)
+	}
+}

@@ -64,11 +64,15 @@ func TestRecordedReasoningAndParallelCalls(t *testing.T) {
 	}
 
 	// The next request replays the item as received, before the step's text and calls.
-	body, _, err := New(Config{Model: "gpt-5"}).request(context.Background(), agent.ModelRequest{Messages: []agent.ModelMessage{
+	r, _, err := New(Config{Model: "gpt-5"}).request(context.Background(), agent.ModelRequest{Messages: []agent.ModelMessage{
 		{Role: "user", Text: "weather in Paris and Rome?"},
 		{Role: "assistant", Text: "Let me check both.", ToolCalls: wantCalls, ReasoningData: res.ReasoningData},
 		{Role: "tool", ToolCallID: "call_Xq1", Text: "sunny"}, {Role: "tool", ToolCallID: "call_Xq2", Text: "rain"},
 	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := encodeRequest(r)
 	if err != nil {
 		t.Fatal(err)
 	}

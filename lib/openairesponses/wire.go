@@ -160,6 +160,7 @@ type outputItem struct {
 type apiError struct {
 	StatusCode int
 	Code       string
+	Param      string // the request field the error names, e.g. "reasoning.summary"
 	Message    string // the provider's message, or the start of a body that is not OpenAI's error shape
 	Response   *http.Response
 }
@@ -178,13 +179,14 @@ func readAPIError(res *http.Response) *apiError {
 		Error struct {
 			Message string          `json:"message"`
 			Code    json.RawMessage `json:"code"`
+			Param   string          `json:"param"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(b, &body) != nil || (body.Error.Message == "" && len(body.Error.Code) == 0) {
 		e.Message = strings.TrimSpace(string(b[:min(len(b), 300)]))
 		return e
 	}
-	e.Message = body.Error.Message
+	e.Message, e.Param = body.Error.Message, body.Error.Param
 	e.Code = codeString(body.Error.Code)
 	return e
 }
