@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,12 +24,27 @@ import (
 
 // TestEngineTurns runs the engine's turns (the local stack's SQLite, tools and engine configuration) on this
 // adapter over the offline /v1/responses, which refuses every transcript OpenAI would: a reasoning turn with
-// parallel tool calls, then a plain turn over that history. It is the Responses column of the adapter matrix
+// parallel tool calls, then a plain turn over that history, each step's encrypted reasoning replayed by the
+// engine (ModelMessage.ReasoningData) and verified by the offline model. It is the Responses column of the adapter matrix
 // until the engine suites run per adapter (issue 20 item 2).
 func TestEngineTurns(t *testing.T) {
 	t.Parallel()
 	srv := offline.New(offline.WithWordDelay(time.Millisecond))
-	hs := httptest.NewServer(srv)
+	var mu sync.Mutex
+	var inputs [][]map[string]any // each /responses request's input items
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var body struct {
+			Input []map[string]any `json:"input"`
+		}
+		if strings.HasSuffix(r.URL.Path, "/responses") && json.Unmarshal(b, &body) == nil {
+			mu.Lock()
+			inputs = append(inputs, body.Input)
+			mu.Unlock()
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		srv.ServeHTTP(w, r)
+	}))
 	t.Cleanup(hs.Close)
 	echo := agent.Tool{Name: "echo", Description: "Echoes its input.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"v":{"type":"integer"}}}`),
@@ -79,5 +98,21 @@ func TestEngineTurns(t *testing.T) {
 	}
 	if n := srv.Requests(); n != 3 {
 		t.Fatalf("%d model requests, want 3 (two steps, then one)", n)
+	}
+	// The engine keeps each step's encrypted reasoning (ModelResult.ReasoningData) and the adapter replays it
+	// before the step's calls and text; the offline model verified every item it was sent.
+	reasoningItems := func(items []map[string]any) (n int) {
+		for _, it := range items {
+			if it["type"] == "reasoning" {
+				if enc, _ := it["encrypted_content"].(string); !strings.HasPrefix(enc, "offline1.") {
+					t.Fatalf("reasoning item without the encrypted content issued: %v", it)
+				}
+				n++
+			}
+		}
+		return n
+	}
+	if got := []int{reasoningItems(inputs[0]), reasoningItems(inputs[1]), reasoningItems(inputs[2])}; !reflect.DeepEqual(got, []int{0, 1, 2}) {
+		t.Fatalf("reasoning items per request %v, want [0 1 2]", got)
 	}
 }
