@@ -262,11 +262,18 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 }
 
 // refusesReasoning reports whether err is the provider's 400 for reasoning settings the model does not take
-// ("Unsupported parameter: 'reasoning.effort' is not supported with this model.").
+// ("Unsupported parameter: 'reasoning.effort' is not supported with this model.", param reasoning.effort, code
+// unsupported_parameter; "Encrypted content is not supported with this model." for the include).
 func refusesReasoning(err error) bool {
 	var apiErr *apiError
-	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest && apiErr.Code == "unsupported_parameter" &&
-		(strings.HasPrefix(apiErr.Param, "reasoning") || apiErr.Param == "include")
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest {
+		return false
+	}
+	if strings.HasPrefix(apiErr.Param, "reasoning") || apiErr.Param == "include" {
+		return apiErr.Code == "unsupported_parameter" || apiErr.Code == "unsupported_value" ||
+			strings.Contains(apiErr.Message, "not supported with this model")
+	}
+	return strings.Contains(apiErr.Message, "Encrypted content is not supported with this model")
 }
 
 // failure is a failed attempt.

@@ -602,6 +602,19 @@ func TestModelWithoutReasoning(t *testing.T) {
 	}))
 	t.Cleanup(ts.Close)
 	m := New(Config{BaseURL: ts.URL, Model: "gpt-4.1", ReasoningEffort: "low", MaxRetries: -1, Logger: slog.New(slog.DiscardHandler)})
+	for _, tt := range []struct {
+		body string
+		want bool
+	}{
+		{`{"error":{"message":"Encrypted content is not supported with this model.","type":"invalid_request_error","param":null,"code":null}}`, true},
+		{`{"error":{"message":"Unsupported value: 'reasoning.summary' does not support 'detailed' with this model.","type":"invalid_request_error","param":"reasoning.summary","code":"unsupported_value"}}`, true},
+		{`{"error":{"message":"Unsupported parameter: 'temperature' is not supported with this model.","type":"invalid_request_error","param":"temperature","code":"unsupported_parameter"}}`, false},
+	} {
+		res := &http.Response{StatusCode: http.StatusBadRequest, Body: io.NopCloser(strings.NewReader(tt.body))}
+		if got := refusesReasoning(readAPIError(res)); got != tt.want {
+			t.Errorf("refusesReasoning(%s) = %v", tt.body, got)
+		}
+	}
 	for range 2 {
 		if _, events, err := run(context.Background(), m, userReq("hi")); err != nil || textOf(events, agent.EventTextDelta) != "You said: hi" {
 			t.Fatalf("err %v events %+v", err, events)
