@@ -43,7 +43,8 @@
 // As in lib/openai: Config.FirstTokenTimeout and Config.IdleTimeout bound the waits on the provider (code
 // model_timeout); the SDK's own retries are off and this package retries, with backoff and jitter (honouring
 // retry-after up to 30 s), on HTTP 429, 5xx and 529, on overloaded_error, rate_limit_error, api_error and
-// timeout_error events, on connection failures, truncated streams and timeouts, and only while nothing has been
+// timeout_error events (and Bedrock's throttling, service-unavailable, internal-server and model-not-ready
+// exceptions), on connection failures, truncated streams and timeouts, and only while nothing has been
 // emitted. Errors are *agent.Error with a message safe to show a user (the provider's own text stays in the
 // cause, for the logs): KindUnavailable with CodeModelError (e.g. "the model provider returned HTTP 400" for a
 // refused request) or CodeModelTimeout; KindTooLarge with CodeMessageTooLarge when the prompt is over the model's
@@ -61,13 +62,13 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/bedrock"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -81,6 +82,9 @@ const (
 	DefaultMaxRetries        = 2
 	DefaultBackoffBase       = 500 * time.Millisecond
 	DefaultBackoffMax        = 8 * time.Second
+
+	// BedrockVersion is the anthropic_version of a request on Bedrock.
+	BedrockVersion = "bedrock-2023-05-31"
 
 	// maxRetryAfter bounds how long a provider's retry-after header can make us wait.
 	maxRetryAfter = 30 * time.Second
@@ -115,14 +119,18 @@ type Config struct {
 	// Model is then a Bedrock model id, e.g. "anthropic.claude-sonnet-4-5-20250929-v1:0".
 	Bedrock bool
 	Region  string
+	// AWS is the AWS configuration Bedrock requests are signed with (default: loaded as the AWS SDK loads it,
+	// from the environment and the function's role, once, in New).
+	AWS *aws.Config
 	// Logger receives one warning per retry (default slog.Default()).
 	Logger *slog.Logger
 }
 
 // Model is the agent.Model adapter. It is safe for concurrent use.
 type Model struct {
-	cfg    Config
-	client sdk.Client
+	cfg     Config
+	client  sdk.Client
+	initErr error // the AWS configuration could not be loaded: every request fails with it
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -158,19 +166,37 @@ func New(cfg Config) *Model {
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
+	var initErr error
 	if cfg.Bedrock {
-		var load []func(*awsconfig.LoadOptions) error
-		if cfg.Region != "" {
-			load = append(load, awsconfig.WithRegion(cfg.Region))
+		awsCfg, err := loadAWS(cfg)
+		if err != nil {
+			initErr = agent.Wrap(err, agent.KindInternal, agent.CodeModelError, "the AWS configuration for Bedrock could not be loaded")
 		}
-		opts = append(opts, bedrock.WithLoadDefaultConfig(context.Background(), load...))
+		// The version Bedrock documents for the Messages body (the SDK would send its own API date).
+		opts = append(opts, bedrock.WithConfig(awsCfg), option.WithJSONSet("anthropic_version", BedrockVersion))
 	} else {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
-	return &Model{cfg: cfg, client: sdk.NewClient(opts...)}
+	return &Model{cfg: cfg, client: sdk.NewClient(opts...), initErr: initErr}
+}
+
+// loadAWS is Config.AWS, or the default AWS configuration (bedrock.WithLoadDefaultConfig would panic on an error).
+func loadAWS(cfg Config) (aws.Config, error) {
+	if cfg.AWS != nil {
+		c := cfg.AWS.Copy()
+		if cfg.Region != "" {
+			c.Region = cfg.Region
+		}
+		return c, nil
+	}
+	var load []func(*awsconfig.LoadOptions) error
+	if cfg.Region != "" {
+		load = append(load, awsconfig.WithRegion(cfg.Region))
+	}
+	return awsconfig.LoadDefaultConfig(context.Background(), load...)
 }
 
 // The causes an attempt's context is cancelled with when the stream goes quiet.
@@ -182,6 +208,9 @@ var (
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
+	if m.initErr != nil {
+		return agent.ModelResult{}, m.initErr
+	}
 	params, err := m.params(req)
 	if err != nil {
 		return agent.ModelResult{}, err
@@ -306,13 +335,12 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool, res
 		cause := providerSaid(err, apiErr.Message)
 		typ := string(apiErr.Type())
 		inStream := apiErr.StatusCode == http.StatusOK || apiErr.StatusCode == 0
-		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500 ||
-			typ == "overloaded_error" || typ == "rate_limit_error" || typ == "api_error" || typ == "timeout_error"
+		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500 || transientTypes[typ]
 		switch {
 		case inStream:
 			return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, "the model provider failed mid-stream"),
 				retry: transient && !emitted}
-		case apiErr.StatusCode == http.StatusBadRequest && strings.Contains(apiErr.Message, "prompt is too long"):
+		case apiErr.StatusCode == http.StatusBadRequest && contextTooLong.MatchString(apiErr.Message):
 			return &failure{err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge,
 				"the conversation is too long for the model")}
 		case apiErr.StatusCode == http.StatusBadRequest && fileRefused.MatchString(apiErr.Message):
@@ -336,6 +364,15 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool, res
 	// Below HTTP (refused or reset connections, a body cut mid-stream) or a malformed event.
 	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
 }
+
+// transientTypes are the error types of a stream's error event that may pass on retry: Anthropic's, and the
+// exceptions of Bedrock's event stream (the SDK names the event's type after the exception).
+var transientTypes = map[string]bool{"overloaded_error": true, "rate_limit_error": true, "api_error": true,
+	"timeout_error": true, "throttlingException": true, "serviceUnavailableException": true,
+	"internalServerException": true, "modelNotReadyException": true}
+
+// contextTooLong matches the refusal of a prompt over the context window: Anthropic's and Bedrock's wording.
+var contextTooLong = regexp.MustCompile(`(?i)prompt is too long|input is too long`)
 
 // fileRefused matches Anthropic's refusals of an image or document it could not fetch or decode.
 var fileRefused = regexp.MustCompile(`(?i)unable to download|could not process image|invalid image|could not process pdf|image exceeds`)

@@ -1,0 +1,96 @@
+package anthropic
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// bedrockStream encodes the events of a hand-written Anthropic SSE file (testdata) as Bedrock's
+// InvokeModelWithResponseStream answers them: one event-stream "chunk" message per event, whose payload's
+// "bytes" is the event's JSON in base64 (the framing AWS documents; not a capture of the live service).
+func bedrockStream(t *testing.T, file string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	enc := eventstream.NewEncoder()
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || strings.Contains(data, `"ping"`) {
+			continue
+		}
+		payload, _ := json.Marshal(map[string]string{"bytes": base64.StdEncoding.EncodeToString([]byte(data))})
+		msg := eventstream.Message{Payload: payload, Headers: eventstream.Headers{
+			{Name: ":message-type", Value: eventstream.StringValue("event")},
+			{Name: ":event-type", Value: eventstream.StringValue("chunk")},
+			{Name: ":content-type", Value: eventstream.StringValue("application/json")},
+		}}
+		if err := enc.Encode(&out, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out.Bytes()
+}
+
+// TestBedrock: with Config.Bedrock the request goes to InvokeModelWithResponseStream for the model id, signed
+// with SigV4, with Bedrock's anthropic_version in the body and no model or stream field; the event stream it
+// answers is read as the direct API's SSE is. Only this recorded-response test covers Bedrock.
+func TestBedrock(t *testing.T) {
+	t.Parallel()
+	const modelID = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+	stream := bedrockStream(t, "thinking_tool_use.sse")
+	var gotPath, gotAuth string
+	var gotBody map[string]any
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotPath, gotAuth = r.URL.EscapedPath(), r.Header.Get("Authorization")
+		b, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(b, &gotBody)
+		w.Header().Set("Content-Type", "application/vnd.amazon.eventstream")
+		_, _ = w.Write(stream)
+	}))
+	t.Cleanup(ts.Close)
+	awsCfg := aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")}
+	m := New(Config{Bedrock: true, AWS: &awsCfg, BaseURL: ts.URL, Model: modelID, BackoffBase: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	res, events, err := run(context.Background(), m, user("weather in Paris?"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "/model/" + strings.ReplaceAll(modelID, ":", "%3A") + "/invoke-with-response-stream"; gotPath != want && gotPath != "/model/"+modelID+"/invoke-with-response-stream" {
+		t.Errorf("path = %s, want %s", gotPath, want)
+	}
+	if !strings.HasPrefix(gotAuth, "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") || !strings.Contains(gotAuth, "/eu-west-1/bedrock/aws4_request") {
+		t.Errorf("authorization = %q", gotAuth)
+	}
+	if gotBody["anthropic_version"] != BedrockVersion || gotBody["model"] != nil || gotBody["stream"] != nil || gotBody["messages"] == nil {
+		t.Errorf("body = %v", gotBody)
+	}
+	if got := textOf(events, agent.EventTextDelta); got != "Let me check the weather." {
+		t.Errorf("text = %q", got)
+	}
+	calls := callsOf(events)
+	if len(calls) != 1 || calls[0].Name != "get_weather" || res.FinishReason != agent.FinishToolCalls || res.Usage.CachedInputTokens != 2048 ||
+		res.ReasoningData == nil {
+		t.Errorf("calls %+v, result %+v", calls, res)
+	}
+}
