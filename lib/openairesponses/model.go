@@ -9,19 +9,23 @@
 //
 // Every request has store: false (the thread is ours; the provider keeps nothing) and stream: true. The system
 // prompt is the instructions; the transcript becomes input items: a user message's text and files as
-// input_text, input_image (a data URL, or the newest message's https URL as it is) and input_file (a PDF's
-// data URL as file_data; files.go downloads PDFs and older images named by URL, as package openai does);
-// the assistant's text as a message of output_text; its tool calls as
-// function_call items and their results as function_call_output items. An assistant message's ReasoningData
-// (this adapter's own ModelResult.ReasoningData of that step: the reasoning items as the provider sent them,
-// encrypted_content included) is replayed as is before the step's text and calls, so a reasoning model keeps
-// its reasoning across the steps of a run; it is left out of an assistant message with neither text nor calls
-// (the provider refuses a reasoning item without the item that followed it). Data of another adapter (not a
-// JSON array of reasoning items) is ignored. The request includes "reasoning.encrypted_content" and asks for
-// reasoning summaries (Config.ReasoningSummary, Config.ReasoningEffort; ReasoningNone leaves both out, for
-// models that do not reason; a model that refuses them with OpenAI's 400 unsupported_parameter gets the request
-// again at once without them, and never again, so a models-file entry for gpt-4.1 works unconfigured). Tools are function tools with strict: false (the API defaults to strict, which
+// input_text, input_image (a data URL, or the newest message's https URL as it is) and input_file (a PDF's data
+// URL as file_data; files.go downloads PDFs and older images named by URL, as package openai does); the
+// assistant's text as a message of output_text; its tool calls as function_call items and their results as
+// function_call_output items. Tools are function tools with strict: false (the API defaults to strict, which
 // refuses ordinary JSON schemas), their input examples folded into the description as package openai does.
+//
+// An assistant message's ReasoningData (this adapter's own ModelResult.ReasoningData of that step: the reasoning
+// items as the provider sent them, encrypted_content included; items without it are not kept, since with store
+// false the provider could not find them) is replayed as is before the step's text and calls, so a reasoning
+// model keeps its reasoning across the steps of a run. It is left out of an assistant message with neither text
+// nor calls (the provider refuses a reasoning item without the item that followed it); data of another adapter
+// (not a JSON array of reasoning items) is ignored.
+//
+// The request includes "reasoning.encrypted_content" and asks for reasoning summaries (Config.ReasoningSummary,
+// Config.ReasoningEffort). ReasoningNone leaves both out, for models that do not reason; a model that refuses
+// them (OpenAI's 400 for reasoning.* or for encrypted content) gets the request again at once without them, and
+// never again, so a models-file entry for gpt-4.1 works without configuration.
 //
 // # Events
 //
