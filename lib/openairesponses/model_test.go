@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -628,5 +630,53 @@ func TestModelWithoutReasoning(t *testing.T) {
 	}
 	if want := []bool{true, false, false, true}; !reflect.DeepEqual(sent, want) {
 		t.Fatalf("reasoning settings sent %v, want %v", sent, want)
+	}
+}
+
+// cannedWords is a 200-word Responses stream shaped as OpenAI sends one (obfuscation padding included).
+func cannedWords() []byte {
+	var b strings.Builder
+	seq := 0
+	ev := func(typ, rest string) {
+		fmt.Fprintf(&b, "event: %s\ndata: {\"type\":%q,%s\"sequence_number\":%d}\n\n", typ, typ, rest, seq)
+		seq++
+	}
+	resp := func(status, usage string) string {
+		return `"response":{"id":"resp_bench","object":"response","created_at":1700000000,"status":"` + status +
+			`","model":"bench","output":[],"usage":` + usage + `},`
+	}
+	ev("response.created", resp("in_progress", "null"))
+	ev("response.output_item.added", `"output_index":0,"item":{"id":"msg_bench","type":"message","status":"in_progress","content":[],"role":"assistant"},`)
+	for i := range 200 {
+		ev("response.output_text.delta", fmt.Sprintf(`"item_id":"msg_bench","output_index":0,"content_index":0,"delta":"w%s ","logprobs":[],"obfuscation":"aB3dE",`,
+			strconv.FormatInt(int64(1e9+i*5000), 36)))
+	}
+	ev("response.completed", resp("completed", `{"input_tokens":20,"input_tokens_details":{"cached_tokens":0},"output_tokens":200,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":220}`))
+	return []byte(b.String())
+}
+
+// BenchmarkStreamWords is package openai's BenchmarkStreamWords on this adapter: a canned 200-word reply from a
+// server that does nothing else, the adapter's own cost per reply (reading, decoding, emitting).
+func BenchmarkStreamWords(b *testing.B) {
+	canned := cannedWords()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(canned)
+	}))
+	defer srv.Close()
+	m := New(Config{BaseURL: srv.URL, Model: "bench", Logger: slog.New(slog.DiscardHandler)})
+	b.ReportAllocs()
+	for b.Loop() {
+		words := 0
+		res, err := m.Stream(context.Background(), userReq("hi"), func(ev agent.ModelEvent) error {
+			if ev.Type == agent.EventTextDelta {
+				words++
+			}
+			return nil
+		})
+		if err != nil || res.FinishReason != agent.FinishStop || words != 200 || res.Usage.TotalTokens != 220 {
+			b.Fatalf("result %+v, %d words, err %v", res, words, err)
+		}
 	}
 }
