@@ -477,3 +477,44 @@ func TestRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestToolsBytesStable: a tool's input schema goes out byte for byte as given (not re-encoded), and the tools
+// and system prompt are the same bytes in every request, so a provider's prompt cache holds across steps.
+func TestToolsBytesStable(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies []string
+	srv := offline.New()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	m := New(Config{BaseURL: ts.URL + "/", APIKey: "k", Model: "claude-test", Logger: slog.New(slog.DiscardHandler)})
+	schema := `{"type":"object","required":["z"],"properties":{"z":{"type":"string"},"a":{"type":"integer"}}}`
+	req := agent.ModelRequest{System: "sys", Tools: []agent.ToolSpec{{Name: "t", Description: "d", Parameters: json.RawMessage(schema)}},
+		Messages: []agent.ModelMessage{user("one")}}
+	for i := 0; i < 2; i++ {
+		if _, err := m.Stream(context.Background(), req, func(agent.ModelEvent) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		req.Messages = append(req.Messages, agent.ModelMessage{Role: "assistant", Text: "You said: one"}, user("two"))
+	}
+	tail := func(body string) string { // system and tools follow messages in the SDK's field order
+		i := strings.Index(body, `"system"`)
+		if i < 0 {
+			t.Fatalf("no system in %s", body)
+		}
+		return body[i:]
+	}
+	if !strings.Contains(bodies[0], `"input_schema":`+schema) {
+		t.Errorf("schema re-encoded: %s", bodies[0])
+	}
+	if tail(bodies[0]) != tail(bodies[1]) {
+		t.Errorf("system and tools differ between requests:\n%s\n%s", tail(bodies[0]), tail(bodies[1]))
+	}
+}
