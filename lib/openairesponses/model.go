@@ -349,8 +349,7 @@ func (m *Model) attempt(ctx context.Context, body []byte, emit func(agent.ModelE
 			timedOut = true
 			break
 		}
-		ev = event{}
-		if err := json.Unmarshal(data, &ev); err != nil {
+		if err := decodeEvent(data, &ev); err != nil {
 			dog.stop()
 			return acc.partial(), &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
 				"the model provider sent a malformed event"), retry: !acc.emitted}
