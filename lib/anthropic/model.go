@@ -34,7 +34,7 @@
 //
 // Usage: InputTokens is the whole prompt (input_tokens + cache_read_input_tokens + cache_creation_input_tokens),
 // CachedInputTokens the cache reads, CacheWriteTokens the cache writes, OutputTokens the output (thinking
-// included). Stop reasons: end_turn, stop_sequence and pause_turn → stop; max_tokens and
+// included), ReasoningTokens the thinking tokens when message_delta reports output_tokens_details. Stop reasons: end_turn, stop_sequence and pause_turn → stop; max_tokens and
 // model_context_window_exceeded → length; tool_use → tool-calls; refusal → content-filter. ModelResult.Model is
 // the model Anthropic reports in message_start.
 //

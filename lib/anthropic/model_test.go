@@ -249,6 +249,9 @@ func TestReasoningReplay(t *testing.T) {
 		blocks[0]["signature"] == "" || blocks[0]["thinking"] != textOf(events, agent.EventReasoningDelta) {
 		t.Fatalf("reasoning data = %s (%v)", res.ReasoningData, err)
 	}
+	if res.Usage.ReasoningTokens != 5 { // Thinking about: /tool lookup {"q":"x"}
+		t.Errorf("reasoning tokens = %d, want 5", res.Usage.ReasoningTokens)
+	}
 	body := f.lastBody(t)
 	if th, _ := json.Marshal(body["thinking"]); string(th) != `{"budget_tokens":1024,"type":"enabled"}` {
 		t.Errorf("thinking = %s", th)
@@ -423,7 +426,7 @@ func TestRecorded(t *testing.T) {
 	}{
 		{file: "thinking_tool_use.sse", text: "Let me check the weather.", reasoning: "The user wants the weather in Paris. I should call get_weather.",
 			finish: agent.FinishToolCalls, calls: 1,
-			usage: agent.Usage{InputTokens: 2572, CachedInputTokens: 2048, CacheWriteTokens: 500, OutputTokens: 89, TotalTokens: 2661},
+			usage: agent.Usage{InputTokens: 2572, CachedInputTokens: 2048, CacheWriteTokens: 500, OutputTokens: 89, TotalTokens: 2661, ReasoningTokens: 31},
 			data:  `[{"signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds","thinking":"The user wants the weather in Paris. I should call get_weather.","type":"thinking"},{"data":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP","type":"redacted_thinking"}]`},
 		{file: "refusal.sse", text: "I can't help with that.", finish: agent.FinishContentFilter,
 			usage: agent.Usage{InputTokens: 12, OutputTokens: 7, TotalTokens: 19}},

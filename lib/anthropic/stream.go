@@ -17,7 +17,7 @@ type accumulator struct {
 	model   string
 	stopped bool // message_stop arrived
 	stop    sdk.StopReason
-	usage   struct{ input, cacheRead, cacheWrite, output int64 }
+	usage   struct{ input, cacheRead, cacheWrite, output, thinking int64 }
 	blocks  map[int64]*block // open and closed blocks by index
 	order   []*block
 }
@@ -104,6 +104,9 @@ func (a *accumulator) add(ev sdk.MessageStreamEventUnion) error {
 		if u.JSON.OutputTokens.Valid() {
 			a.usage.output = u.OutputTokens
 		}
+		if u.JSON.OutputTokensDetails.Valid() {
+			a.usage.thinking = u.OutputTokensDetails.ThinkingTokens
+		}
 		if u.JSON.InputTokens.Valid() && u.InputTokens > 0 {
 			a.usage.input = u.InputTokens
 		}
@@ -159,7 +162,7 @@ func (a *accumulator) usageOf() agent.Usage {
 	u := a.usage
 	in := u.input + u.cacheRead + u.cacheWrite
 	return agent.Usage{InputTokens: in, OutputTokens: u.output, TotalTokens: in + u.output,
-		CachedInputTokens: u.cacheRead, CacheWriteTokens: u.cacheWrite}
+		CachedInputTokens: u.cacheRead, CacheWriteTokens: u.cacheWrite, ReasoningTokens: u.thinking}
 }
 
 // partial is the result of a failed attempt: what is known of model and usage.

@@ -36,7 +36,8 @@ package offline
 // /think does). Thinking signatures are derived from the thinking text (thinkingSignature), so a replay is
 // checked without state. Usage: input_tokens counts the newest message, cache_read_input_tokens every message
 // but the two newest, cache_creation_input_tokens the second newest (as if each request cached the previous
-// one's prefix); output_tokens is counted as on Chat Completions. /error STATUS after N sends an "error" event
+// one's prefix); output_tokens is counted as on Chat Completions, and message_delta's
+// output_tokens_details.thinking_tokens counts the thinking's words when the reply thinks. /error STATUS after N sends an "error" event
 // of Anthropic's type for STATUS (529 overloaded_error, 429 rate_limit_error, 5xx api_error, …).
 
 import (
@@ -704,9 +705,12 @@ func (o msgOutput) stream(ctx context.Context, w http.ResponseWriter, rep reply)
 			return
 		}
 	}
+	final := map[string]any{"output_tokens": o.usage.OutputTokens}
+	if n := countWords(rep.reasoning); n > 0 {
+		final["output_tokens_details"] = map[string]int64{"thinking_tokens": n}
+	}
 	if !send("message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": stopReason(rep.finish), "stop_sequence": nil},
-		"usage": map[string]any{"output_tokens": o.usage.OutputTokens}}) {
+		"delta": map[string]any{"stop_reason": stopReason(rep.finish), "stop_sequence": nil}, "usage": final}) {
 		return
 	}
 	send("message_stop", map[string]string{"type": "message_stop"})
