@@ -441,20 +441,37 @@ func TestFiles(t *testing.T) {
 }
 
 // TestCancel: the caller cancels after the first event; nothing more is emitted and the error says canceled.
+// With no delay the later words are already in the read buffer when the first is emitted: none may follow the
+// cancel. A cause that is an *agent.Error keeps its code (a run timeout).
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	f := setup(t, offline.WithWordDelay(5*time.Millisecond))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var events []agent.ModelEvent
-	_, err := f.model(nil).Stream(ctx, userReq("/slow 1000"), func(ev agent.ModelEvent) error {
-		events = append(events, ev)
-		cancel()
-		return nil
-	})
-	requireError(t, err, agent.KindCanceled, agent.CodeRunCanceled, "model call canceled")
-	if f.srv.Requests() != 1 || len(events) != 1 {
-		t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+	runTimeout := agent.E(agent.KindUnavailable, agent.CodeRunTimeout, "run took too long")
+	for _, tt := range []struct {
+		name  string
+		delay time.Duration
+		cause error
+		code  string
+	}{
+		{"plain cancel", 5 * time.Millisecond, nil, agent.CodeRunCanceled},
+		{"cancel with the rest buffered", 0, nil, agent.CodeRunCanceled},
+		{"cancel with an agent error cause", 5 * time.Millisecond, runTimeout, agent.CodeRunTimeout},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, offline.WithWordDelay(tt.delay))
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			var events []agent.ModelEvent
+			_, err := f.model(nil).Stream(ctx, userReq("/slow 1000"), func(ev agent.ModelEvent) error {
+				events = append(events, ev)
+				cancel(tt.cause)
+				return nil
+			})
+			requireError(t, err, agent.KindCanceled, tt.code, "model call canceled")
+			if f.srv.Requests() != 1 || len(events) != 1 {
+				t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+			}
+		})
 	}
 }
 
