@@ -697,3 +697,68 @@ func BenchmarkStreamWords(b *testing.B) {
 		}
 	}
 }
+
+// TestRequestPrefixStable: a run's next step sends the earlier steps' input items, instructions and tools as the
+// same bytes (the provider's prompt cache holds the prefix; issue 20 item 3), reasoning items included.
+func TestRequestPrefixStable(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var raws [][]byte
+	srv := offline.New()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		raws = append(raws, b)
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	m := New(Config{BaseURL: ts.URL, Model: "m", Logger: slog.New(slog.DiscardHandler)})
+	tools := []agent.ToolSpec{{Name: "b", Description: "<b> & co", Parameters: json.RawMessage(`{"type":"object", "properties":{}}`)},
+		{Name: "a", Parameters: json.RawMessage(`{"type":"object"}`), InputExamples: []json.RawMessage{json.RawMessage(`{ "x" : 1 }`)}}}
+	req := agent.ModelRequest{System: "Be brief & kind.", Tools: tools, Messages: []agent.ModelMessage{{Role: "user", Text: "/think /tool a {\"x\":1}"}}}
+	res, events, err := run(context.Background(), m, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := callsOf(events)
+	req.Messages = append(req.Messages, agent.ModelMessage{Role: "assistant", ToolCalls: calls, ReasoningData: res.ReasoningData},
+		agent.ModelMessage{Role: "tool", ToolCallID: calls[0].ID, Text: "<1>"})
+	res, events, err = run(context.Background(), m, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Messages = append(req.Messages, agent.ModelMessage{Role: "assistant", Text: textOf(events, agent.EventTextDelta), ReasoningData: res.ReasoningData},
+		agent.ModelMessage{Role: "user", Text: "next"})
+	if _, _, err := run(context.Background(), m, req); err != nil {
+		t.Fatal(err)
+	}
+	type body struct {
+		Instructions json.RawMessage   `json:"instructions"`
+		Input        []json.RawMessage `json:"input"`
+		Tools        json.RawMessage   `json:"tools"`
+	}
+	var bodies []body
+	for _, raw := range raws {
+		var b body
+		if err := json.Unmarshal(raw, &b); err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	for i := 1; i < len(bodies); i++ {
+		prev, cur := bodies[i-1], bodies[i]
+		if !bytes.Equal(prev.Instructions, cur.Instructions) || !bytes.Equal(prev.Tools, cur.Tools) {
+			t.Fatalf("request %d: instructions or tools changed", i)
+		}
+		for j, it := range prev.Input {
+			if !bytes.Equal(it, cur.Input[j]) {
+				t.Fatalf("request %d: input item %d changed:\n%s\n%s", i, j, it, cur.Input[j])
+			}
+		}
+	}
+	if !bytes.Contains(raws[0], []byte(`"Be brief & kind."`)) {
+		t.Fatalf("HTML characters escaped: %s", raws[0])
+	}
+}
