@@ -129,7 +129,7 @@ type Config struct {
 // Model is the agent.Model adapter. It is safe for concurrent use.
 type Model struct {
 	cfg     Config
-	client  sdk.Client
+	client  sdk.MessageService
 	initErr error // the AWS configuration could not be loaded: every request fails with it
 }
 
@@ -162,7 +162,9 @@ func New(cfg Config) *Model {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	opts := []option.RequestOption{option.WithoutEnvironmentDefaults(), option.WithMaxRetries(0)}
+	// The Messages service alone, not sdk.NewClient: the client holds every API's service, and linking them
+	// all cost the binary about 10 MB more. Given no environment defaults, it reads no ANTHROPIC_* variable.
+	opts := []option.RequestOption{option.WithEnvironmentProduction(), option.WithMaxRetries(0)}
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
@@ -180,7 +182,7 @@ func New(cfg Config) *Model {
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
-	return &Model{cfg: cfg, client: sdk.NewClient(opts...), initErr: initErr}
+	return &Model{cfg: cfg, client: sdk.NewMessageService(opts...), initErr: initErr}
 }
 
 // loadAWS is Config.AWS, or the default AWS configuration (bedrock.WithLoadDefaultConfig would panic on an error).
@@ -278,7 +280,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, emit f
 	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
 	defer dog.stop()
 	var res *http.Response
-	stream := m.client.Messages.NewStreaming(actx, params, option.WithResponseInto(&res))
+	stream := m.client.NewStreaming(actx, params, option.WithResponseInto(&res))
 	defer stream.Close()
 	acc := newAccumulator(emit, string(params.Model))
 	timedOut := false

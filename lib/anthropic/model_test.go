@@ -521,3 +521,17 @@ func TestToolsBytesStable(t *testing.T) {
 		t.Errorf("system and tools differ between requests:\n%s\n%s", tail(bodies[0]), tail(bodies[1]))
 	}
 }
+
+// TestNoEnvironment: the SDK's ANTHROPIC_* variables change nothing; every setting comes from Config.
+func TestNoEnvironment(t *testing.T) {
+	t.Setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:1/")
+	t.Setenv("ANTHROPIC_API_KEY", "from-env")
+	t.Setenv("ANTHROPIC_CUSTOM_HEADERS", "X-Leak: 1")
+	f := setup(t)
+	if _, _, err := run(context.Background(), f.model(nil), user("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if h := f.headers[0]; h.Get("X-Leak") != "" || h.Get("Authorization") != "Bearer test-key" {
+		t.Errorf("headers = %v", h)
+	}
+}
