@@ -55,7 +55,7 @@ test-go:
 # readers, the reaper, handlers). The fault-schedule simulation runs once, without -race, in test-go (it is
 # clean under -race too, at a tenth of the speed).
 RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reaper ./lib/threads ./lib/sqlite ./lib/interrupts \
-	./lib/storetest ./lib/openai ./lib/offline ./lib/localjobs ./lib/jobs
+	./lib/storetest ./lib/openai ./lib/openairesponses ./lib/offline ./lib/localjobs ./lib/jobs
 test-race:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
 
@@ -66,7 +66,7 @@ test-race:
 # shrinking, at 0 execs/s, which is not a hang). Every target's seeds (f.Add, and testdata/fuzz/<target>/ for
 # inputs that once failed) also run in test-go.
 FUZZ_BRIEF := ./lib/httpapi:FuzzDecodeChat ./lib/agent:FuzzValidateIncoming ./lib/uistream:FuzzEncoder
-FUZZ_TARGETS := $(FUZZ_BRIEF) ./lib/uistream:FuzzAppendString ./lib/interrupts:FuzzCanonical ./lib/toolschema:FuzzCheckInput
+FUZZ_TARGETS := $(FUZZ_BRIEF) ./lib/uistream:FuzzAppendString ./lib/interrupts:FuzzCanonical ./lib/toolschema:FuzzCheckInput ./lib/openairesponses:FuzzDecodeDelta
 # FUZZMINIMIZETIME bounds the shrinking of each new input (go test's default, 60 s, can take a whole brief run,
 # and a run that ends mid-shrink has been seen to fail with "fuzzing process hung or terminated unexpectedly").
 FUZZTIME ?= 60s
