@@ -19,7 +19,9 @@
 // included, as a JSON array in ModelResult.ReasoningData; an assistant ModelMessage whose ReasoningData holds such
 // an array gets those blocks back first in its content, before its text and tool_use blocks, as the API requires
 // of the assistant turn of a tool round when thinking is on. An array of anything else (another adapter's state)
-// is ignored, as is ModelMessage.Reasoning (Anthropic takes thinking back only with its signature).
+// is ignored, as is ModelMessage.Reasoning (Anthropic takes thinking back only with its signature). A request
+// that ends on a tool round whose assistant message has no thinking to replay (its calls came from another
+// model: a switch or a failover mid-turn) is sent without thinking, which Anthropic would otherwise refuse.
 //
 // # Transcript
 //

@@ -28,7 +28,7 @@ func (m *Model) params(req agent.ModelRequest) (sdk.MessageNewParams, error) {
 		return sdk.MessageNewParams{}, err
 	}
 	p := sdk.MessageNewParams{Model: sdk.Model(model), MaxTokens: maxTokens, Messages: msgs}
-	if budget := int64(m.cfg.ThinkingBudget); budget > 0 {
+	if budget := int64(m.cfg.ThinkingBudget); budget > 0 && !unthoughtToolRound(msgs) {
 		p.Thinking = sdk.ThinkingConfigParamOfEnabled(budget)
 		if p.MaxTokens <= budget {
 			p.MaxTokens = budget + maxTokens // the budget counts against max_tokens, which must exceed it
@@ -197,4 +197,21 @@ func fileBlock(f agent.ModelFile) sdk.ContentBlockParamUnion {
 		return sdk.NewImageBlockBase64(mt, payload)
 	}
 	return sdk.NewImageBlock(sdk.URLImageSourceParam{URL: f.URL})
+}
+
+// unthoughtToolRound reports whether the request ends on a tool round whose assistant message has no thinking
+// block to replay (another model made the calls: a model switched mid-turn, or a failover). With thinking on,
+// Anthropic refuses such a request, so it goes without thinking, as Anthropic's own message advises.
+func unthoughtToolRound(msgs []sdk.MessageParam) bool {
+	n := len(msgs)
+	if n < 2 || msgs[n-1].OfUser == nil || msgs[n-2].OfAssistant == nil {
+		return false
+	}
+	for _, b := range msgs[n-1].OfUser.Content {
+		if b.OfToolResult == nil {
+			return false // a new user turn: earlier thinking may be left out
+		}
+	}
+	first := msgs[n-2].OfAssistant.Content
+	return len(first) > 0 && first[0].OfThinking == nil && first[0].OfRedactedThinking == nil
 }
