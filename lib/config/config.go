@@ -22,6 +22,7 @@ import (
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/openairesponses"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/threads"
@@ -513,15 +514,27 @@ func (c Config) Threads() threads.Config {
 
 // OpenAI is the model adapter's share, for the given endpoint, key and model name.
 func (c Config) OpenAI(baseURL, apiKey, model string, log *slog.Logger) openai.Config {
-	retries := 0 // the adapter's default
-	if c.ModelRetries != nil {
-		retries = *c.ModelRetries
-		if retries == 0 {
-			retries = -1 // the adapter's "none"
-		}
-	}
 	return openai.Config{BaseURL: baseURL, APIKey: apiKey, Model: model, EmbeddingModel: c.EmbeddingModel, MaxOutputTokens: c.MaxOutputTokens,
-		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: retries, Logger: log,
+		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: c.modelRetries(), Logger: log,
 		MaxTokensParam: c.ModelMaxTokensField, OmitStreamOptions: c.ModelOmitStreamUsage,
 		MaxFileBytes: int64(c.ModelFileMaxBytes), FileTimeout: c.ModelFileTimeout, MaxRequestFileBytes: int64(c.ModelFilesMaxBytes)}
+}
+
+// OpenAIResponses is the Responses API adapter's configuration for one models-file entry, from the same
+// settings as OpenAI's (timeouts, retries, output and file bounds).
+func (c Config) OpenAIResponses(baseURL, apiKey, model string, log *slog.Logger) openairesponses.Config {
+	return openairesponses.Config{BaseURL: baseURL, APIKey: apiKey, Model: model, EmbeddingModel: c.EmbeddingModel, MaxOutputTokens: c.MaxOutputTokens,
+		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: c.modelRetries(), Logger: log,
+		MaxFileBytes: int64(c.ModelFileMaxBytes), FileTimeout: c.ModelFileTimeout, MaxRequestFileBytes: int64(c.ModelFilesMaxBytes)}
+}
+
+// modelRetries is AGENT_MODEL_RETRIES in the adapters' terms: 0 their default, negative none.
+func (c Config) modelRetries() int {
+	if c.ModelRetries == nil {
+		return 0
+	}
+	if *c.ModelRetries == 0 {
+		return -1
+	}
+	return *c.ModelRetries
 }

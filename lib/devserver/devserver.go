@@ -37,6 +37,7 @@ import (
 	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/openairesponses"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/secretref"
 	"github.com/agentloop/agentloop/lib/segments"
@@ -370,6 +371,9 @@ func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger) (agent.M
 		modelsfile.OpenAIChat: func(e modelsfile.Model, key string) (agent.Model, error) {
 			return openai.New(openaiConfig(e.BaseURL, key, e.Model)), nil
 		},
+		modelsfile.OpenAIResponses: func(e modelsfile.Model, key string) (agent.Model, error) {
+			return openairesponses.New(cfg.OpenAIResponses(e.BaseURL, key, e.Model, log)), nil
+		},
 	}
 	for provider, c := range build {
 		build[provider] = func(e modelsfile.Model, key string) (agent.Model, error) {
@@ -398,7 +402,7 @@ func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger) (agent.M
 // Bedrock ConverseStream at their offline paths, issue 20 item 2) beside its constructor above.
 func offlineBaseURL(provider, root string) string {
 	switch provider {
-	case modelsfile.OpenAIChat:
+	case modelsfile.OpenAIChat, modelsfile.OpenAIResponses: // both under the same /v1/ root
 		return root
 	}
 	return ""

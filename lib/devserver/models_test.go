@@ -47,27 +47,35 @@ func modelsStack(t *testing.T, body string, env map[string]string) (*devserver.S
 // model id, and the reply's metadata.model shows it (as the provider reported it).
 func TestModelsFileTurns(t *testing.T) {
 	t.Parallel()
-	var other atomic.Int64
+	var other, responses atomic.Int64
 	second := offline.New(offline.WithWordDelay(0))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/chat/completions"):
 			other.Add(1)
+		case strings.HasSuffix(r.URL.Path, "/responses"):
+			responses.Add(1)
 		}
 		second.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	body := "models:\n" +
 		"  - name: main\n    provider: openai-chat\n    model: house-model-1\n    maxOutputTokens: 2048\n" +
-		"  - name: second\n    provider: openai-chat\n    model: other-model-2\n    baseURL: " + srv.URL + "/v1/\n"
+		"  - name: second\n    provider: openai-chat\n    model: other-model-2\n    baseURL: " + srv.URL + "/v1/\n" +
+		"  - name: resp\n    provider: openai-responses\n    model: resp-model-3\n    baseURL: " + srv.URL + "/v1/\n" +
+		"  - name: resp-offline\n    provider: openai-responses\n    model: resp-model-4\n"
 	for _, tc := range []struct {
 		name, model, want string
 		otherCalls        int64
+		responsesCalls    int64
 	}{
 		{name: "the default entry, offline", model: "", want: "house-model-1"},
 		{name: "an entry at its base URL", model: "second", want: "other-model-2", otherCalls: 1},
+		{name: "a Responses API entry at its base URL", model: "resp", want: "resp-model-3", responsesCalls: 1},
+		{name: "a Responses API entry, offline", model: "resp-offline", want: "resp-model-4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := other.Load()
+			before, beforeResponses := other.Load(), responses.Load()
 			s, err := modelsStack(t, body, map[string]string{"AGENT_MODEL": tc.model})
 			if err != nil {
 				t.Fatal(err)
@@ -80,6 +88,9 @@ func TestModelsFileTurns(t *testing.T) {
 			if got := other.Load() - before; got != tc.otherCalls {
 				t.Errorf("the second endpoint got %d requests, want %d", got, tc.otherCalls)
 			}
+			if got := responses.Load() - beforeResponses; got != tc.responsesCalls {
+				t.Errorf("the second endpoint got %d Responses API requests, want %d", got, tc.responsesCalls)
+			}
 		})
 	}
 }
@@ -90,7 +101,7 @@ func TestModelsFileRefusedAtStart(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, body, want string }{
 		{"a provider not built yet", "models:\n  - {name: main, provider: openai-chat, model: m}\n  - {name: claude, provider: anthropic, model: claude-sonnet-4}\n",
-			"models.yaml:3: models[1].provider: anthropic is not built yet in this agentloop (built: openai-chat)"},
+			"models.yaml:3: models[1].provider: anthropic is not built yet in this agentloop (built: openai-chat, openai-responses)"},
 		{"an ssm key", "models:\n  - {name: main, provider: openai-chat, model: m, apiKey: '${ssm:/agentloop/openai-api-key}'}\n",
 			"ssm references cannot be resolved here"},
 		{"an unset env key", "models:\n  - {name: main, provider: openai-chat, model: m, apiKey: '${env:AGENTLOOP_TEST_UNSET_KEY}'}\n",

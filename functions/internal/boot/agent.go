@@ -20,6 +20,7 @@ import (
 	"github.com/agentloop/agentloop/lib/modelset"
 	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/openairesponses"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/secretref"
 	"github.com/agentloop/agentloop/lib/segments"
@@ -90,6 +91,9 @@ func (b Base) Constructors() modelset.Constructors {
 	return modelset.Constructors{
 		modelsfile.OpenAIChat: func(e modelsfile.Model, key string) (agent.Model, error) {
 			return openai.New(cfg.OpenAI(e.BaseURL, key, e.Model, b.Log)), nil
+		},
+		modelsfile.OpenAIResponses: func(e modelsfile.Model, key string) (agent.Model, error) {
+			return openairesponses.New(cfg.OpenAIResponses(e.BaseURL, key, e.Model, b.Log)), nil
 		},
 	}
 }
