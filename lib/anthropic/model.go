@@ -32,6 +32,14 @@
 // base64 source for a data URL and a url source for an https URL (Anthropic fetches those itself).
 // ToolSpec.InputExamples are sent as the tool's input_examples.
 //
+// # Prompt cache
+//
+// Anthropic caches a prompt prefix only up to a cache_control breakpoint. Unless Config.NoPromptCache, each
+// request has two (of the four allowed), ephemeral (5 minutes): on the system prompt, so tools and system are
+// read from the cache across threads, and on the last block of the last message, so each step writes the
+// transcript and the next step or turn reads it back (Anthropic finds the longest cached prefix within 20 blocks
+// before a breakpoint). The tools' input schemas go out as given, byte for byte, so the prefix stays stable.
+//
 // # Usage and finish
 //
 // Usage: InputTokens is the whole prompt (input_tokens + cache_read_input_tokens + cache_creation_input_tokens),
@@ -105,6 +113,8 @@ type Config struct {
 	MaxOutputTokens int
 	// ThinkingBudget > 0 enables extended thinking with this many budget tokens.
 	ThinkingBudget int
+	// NoPromptCache leaves out the prompt cache breakpoints (see "Prompt cache").
+	NoPromptCache bool
 	// FirstTokenTimeout bounds the wait from sending a request to its first event; IdleTimeout the gap between
 	// two events after it.
 	FirstTokenTimeout time.Duration

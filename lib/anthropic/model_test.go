@@ -144,9 +144,22 @@ func TestSystemAndModel(t *testing.T) {
 	if res.Model != "claude-other" || res.FinishReason != agent.FinishLength {
 		t.Errorf("result = %+v, want the requested model and length", res)
 	}
-	sys, _ := json.Marshal(f.lastBody(t)["system"])
-	if string(sys) != `[{"text":"Be brief.","type":"text"}]` {
+	body := f.lastBody(t)
+	sys, _ := json.Marshal(body["system"])
+	if string(sys) != `[{"cache_control":{"type":"ephemeral"},"text":"Be brief.","type":"text"}]` {
 		t.Errorf("system = %s", sys)
+	}
+	last, _ := json.Marshal(body["messages"])
+	if string(last) != `[{"content":[{"cache_control":{"type":"ephemeral"},"text":"one two three four","type":"text"}],"role":"user"}]` {
+		t.Errorf("messages = %s", last)
+	}
+	// NoPromptCache: no breakpoints.
+	if _, err := f.model(func(c *Config) { c.NoPromptCache = true }).Stream(context.Background(), agent.ModelRequest{System: "s",
+		Messages: []agent.ModelMessage{user("x")}}, func(agent.ModelEvent) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(f.lastBody(t)); strings.Contains(string(b), "cache_control") {
+		t.Errorf("NoPromptCache body = %s", b)
 	}
 }
 

@@ -37,6 +37,9 @@ func (m *Model) params(req agent.ModelRequest) (sdk.MessageNewParams, error) {
 	if req.System != "" {
 		p.System = []sdk.TextBlockParam{{Text: req.System}}
 	}
+	if !m.cfg.NoPromptCache {
+		markCache(&p)
+	}
 	for _, t := range req.Tools {
 		tool, err := toolParam(t)
 		if err != nil {
@@ -214,4 +217,29 @@ func unthoughtToolRound(msgs []sdk.MessageParam) bool {
 	}
 	first := msgs[n-2].OfAssistant.Content
 	return len(first) > 0 && first[0].OfThinking == nil && first[0].OfRedactedThinking == nil
+}
+
+// markCache puts prompt cache breakpoints on the request: one on the system prompt (tools and system, the same
+// in every request of a deployment, are read from the cache across threads and turns) and one on the last block
+// of the last message (the whole transcript is written to the cache, and the next step or turn, which repeats
+// it, reads it back: Anthropic looks back from a breakpoint for the longest prefix it cached). Anthropic caches
+// nothing without them.
+func markCache(p *sdk.MessageNewParams) {
+	if n := len(p.System); n > 0 {
+		p.System[n-1].CacheControl = sdk.NewCacheControlEphemeralParam()
+	}
+	if n := len(p.Messages); n > 0 {
+		var blocks []sdk.ContentBlockParamUnion
+		if u := p.Messages[n-1].OfUser; u != nil {
+			blocks = u.Content
+		} else if a := p.Messages[n-1].OfAssistant; a != nil {
+			blocks = a.Content
+		}
+		for i := len(blocks) - 1; i >= 0; i-- {
+			if cc := blocks[i].GetCacheControl(); cc != nil {
+				*cc = sdk.NewCacheControlEphemeralParam()
+				return
+			}
+		}
+	}
 }
