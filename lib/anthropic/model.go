@@ -29,7 +29,10 @@
 // the assistant message with their tool_use blocks; consecutive tool messages (and a user message that follows
 // them) are merged into that one user message, so roles alternate as the API requires. A user message's files
 // follow its text: an image as an image block, a PDF as a document block (title: the file's name), each with a
-// base64 source for a data URL and a url source for an https URL (Anthropic fetches those itself).
+// base64 source for a data URL and a url source for an https URL (Anthropic fetches those itself). When
+// Anthropic cannot download the file of an older message (an expired pre-signed URL), that file is sent as the
+// line "[attachment NAME (TYPE) no longer available]" and the request again, so it does not fail every later turn
+// of the thread; the newest message's is the person's own to fix (file_unavailable).
 // ToolSpec.InputExamples are sent as the tool's input_examples.
 //
 // # Prompt cache
@@ -234,6 +237,13 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 		if fail == nil {
 			return res, nil
 		}
+		if fail.fileAt != nil && dropStaleFile(&params, *fail.fileAt) {
+			// An older message's file that can no longer be downloaded (an expired pre-signed URL) fails
+			// every later turn of the thread unless it is left out: it goes as a line, and the request again.
+			m.cfg.Logger.WarnContext(ctx, "an older message's file could not be downloaded, sent as a line", "err", fail.err)
+			attempt--
+			continue
+		}
 		if !fail.retry || attempt >= m.cfg.MaxRetries {
 			return res, fail.err
 		}
@@ -254,6 +264,7 @@ type failure struct {
 	err        error
 	retry      bool
 	retryAfter time.Duration
+	fileAt     *[2]int // the provider could not download this file: message and block index
 }
 
 // watchdog cancels an attempt whose stream goes quiet (as in lib/openai).
@@ -358,8 +369,14 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool, res
 			return &failure{err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge,
 				"the conversation is too long for the model")}
 		case apiErr.StatusCode == http.StatusBadRequest && fileRefused.MatchString(apiErr.Message):
-			return &failure{err: agent.Wrap(cause, agent.KindInvalid, agent.CodeFileUnavailable,
+			f := &failure{err: agent.Wrap(cause, agent.KindInvalid, agent.CodeFileUnavailable,
 				"the model provider could not read a file of the message (HTTP 400)")}
+			if at := blockPath.FindStringSubmatch(apiErr.Message); at != nil {
+				i, _ := strconv.Atoi(at[1])
+				j, _ := strconv.Atoi(at[2])
+				f.fileAt = &[2]int{i, j}
+			}
+			return f
 		}
 		return &failure{
 			err:        agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, fmt.Sprintf("the model provider returned HTTP %d", apiErr.StatusCode)),
@@ -387,6 +404,9 @@ var transientTypes = map[string]bool{"overloaded_error": true, "rate_limit_error
 
 // contextTooLong matches the refusal of a prompt over the context window: Anthropic's and Bedrock's wording.
 var contextTooLong = regexp.MustCompile(`(?i)prompt is too long|input is too long`)
+
+// blockPath reads the message and block index of the block an Anthropic refusal names ("messages.3.content.1.image…").
+var blockPath = regexp.MustCompile(`^messages\.(\d+)\.content\.(\d+)\.`)
 
 // fileRefused matches Anthropic's refusals of an image or document it could not fetch or decode.
 var fileRefused = regexp.MustCompile(`(?i)unable to download|could not process image|invalid image|could not process pdf|image exceeds`)

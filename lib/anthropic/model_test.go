@@ -306,20 +306,65 @@ func TestReasoningReplay(t *testing.T) {
 	}
 }
 
+// fileServer serves /ok.jpg; every other path is 404 (an expired pre-signed URL).
+func fileServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ok.jpg" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte("\xff\xd8\xff\xe0 jpeg"))
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
 func TestFiles(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	files := fileServer(t)
+	f := setup(t, offline.WithFileClient(files.Client()))
 	png := "data:image/png;base64,iVBORw0KGgo="
 	pdf := "data:application/pdf;base64,JVBERi0xLjQK"
 	_, events, err := run(context.Background(), f.model(nil), agent.ModelMessage{Role: "user", Text: "/received",
 		Files: []agent.ModelFile{{MediaType: "image/png", URL: png}, {MediaType: "application/pdf", URL: pdf, Filename: "r.pdf"},
-			{MediaType: "image/jpeg", URL: "https://example.com/a.jpg"}}})
+			{MediaType: "image/jpeg", URL: files.URL + "/ok.jpg"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "text\nimage_url image/png 8 bytes\nfile application/pdf r.pdf 9 bytes\nimage_url https://example.com/a.jpg"
+	want := "text\nimage_url image/png 8 bytes\nfile application/pdf r.pdf 9 bytes\nimage_url " + files.URL + "/ok.jpg"
 	if got := textOf(events, agent.EventTextDelta); got != want {
 		t.Errorf("received = %q, want %q", got, want)
+	}
+}
+
+// TestStaleFiles: Anthropic downloads files by URL itself. One of an older message that it cannot download (an
+// expired pre-signed URL) is sent as a line instead, so the thread goes on; one of the newest message is the
+// person's own to fix: file_unavailable, not retried.
+func TestStaleFiles(t *testing.T) {
+	t.Parallel()
+	files := fileServer(t)
+	f := setup(t, offline.WithFileClient(files.Client()))
+	gone := agent.ModelMessage{Role: "user", Text: "look", Files: []agent.ModelFile{{MediaType: "image/jpeg", URL: files.URL + "/gone.jpg"},
+		{MediaType: "application/pdf", URL: files.URL + "/gone.pdf", Filename: "old.pdf"}}}
+	_, events, err := run(context.Background(), f.model(nil), gone, agent.ModelMessage{Role: "assistant", Text: "seen"}, user("and now?"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := textOf(events, agent.EventTextDelta); got != "You said: and now?" {
+		t.Errorf("text = %q", got)
+	}
+	first, _ := json.Marshal(f.lastBody(t)["messages"].([]any)[0])
+	if !strings.Contains(string(first), "[attachment (image) no longer available]") ||
+		!strings.Contains(string(first), "[attachment old.pdf (application/pdf) no longer available]") || f.srv.Requests() != 3 {
+		t.Errorf("after %d requests the first message is %s", f.srv.Requests(), first)
+	}
+
+	f = setup(t, offline.WithFileClient(files.Client()))
+	_, _, err = run(context.Background(), f.model(nil), gone)
+	requireError(t, err, agent.KindInvalid, agent.CodeFileUnavailable, "could not read a file")
+	if f.srv.Requests() != 1 {
+		t.Errorf("requests = %d", f.srv.Requests())
 	}
 }
 

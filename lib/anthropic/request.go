@@ -243,3 +243,39 @@ func markCache(p *sdk.MessageNewParams) {
 		}
 	}
 }
+
+// dropStaleFile replaces the file block at (message, block) with a line saying it is no longer available, when
+// it is a file by URL of a user message older than the newest one (whose files are the person's own to fix: a
+// refusal of those fails the request). It reports whether it replaced one.
+func dropStaleFile(p *sdk.MessageNewParams, at [2]int) bool {
+	i, j := at[0], at[1]
+	newest := -1
+	for k, m := range p.Messages {
+		if m.OfUser == nil {
+			continue
+		}
+		for _, b := range m.OfUser.Content {
+			if b.OfToolResult == nil {
+				newest = k
+				break
+			}
+		}
+	}
+	if i < 0 || i >= newest || p.Messages[i].OfUser == nil || j < 0 || j >= len(p.Messages[i].OfUser.Content) {
+		return false
+	}
+	b := &p.Messages[i].OfUser.Content[j]
+	switch {
+	case b.OfImage != nil && b.OfImage.Source.OfURL != nil:
+		*b = sdk.NewTextBlock("[attachment (image) no longer available]")
+	case b.OfDocument != nil && b.OfDocument.Source.OfURL != nil:
+		name := "document.pdf"
+		if b.OfDocument.Title.Valid() {
+			name = b.OfDocument.Title.Value
+		}
+		*b = sdk.NewTextBlock("[attachment " + name + " (application/pdf) no longer available]")
+	default:
+		return false
+	}
+	return true
+}

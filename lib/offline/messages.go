@@ -27,6 +27,10 @@ package offline
 //	with thinking  when the request enables thinking, an assistant message with tool_use that the request ends
 //	               on (it and its tool results are the newest) starts with a thinking or redacted_thinking block
 //	tools          each {name, input_schema: {type: "object", …}}, name matching ^[a-zA-Z0-9_-]{1,128}$
+//	files by URL   every image and document with a url source is downloaded (WithFileClient, within the file
+//	               timeout); one that cannot be gets "messages.N.content.M.image.source.url: Unable to download
+//	               the file. Please verify the URL and try again." These are the only requests that reach the
+//	               network.
 //	the context    as on Chat Completions (WithContextTokens): "prompt is too long: N tokens > M maximum"
 //
 // The reply streams (stream: true) message_start, a ping, one content block per piece (thinking with
@@ -401,6 +405,43 @@ func checkThinkingFirst(msgs []msgMessage, blocks [][]msgBlock) *msgError {
 		n-2, first.Type)
 }
 
+// checkURLs downloads every image and document a request names by URL, as Anthropic does before it answers, and
+// refuses the request with Anthropic's message when one cannot be downloaded (an expired pre-signed URL: 404; a
+// host that does not answer within the file timeout).
+func (s *Server) checkURLs(ctx context.Context, msgs []msgMessage) *msgError {
+	for i, m := range msgs {
+		if m.Role != "user" {
+			continue
+		}
+		bs, _ := m.blocks()
+		for j, b := range bs {
+			if (b.Type != "image" && b.Type != "document") || b.Source == nil || b.Source.Type != "url" {
+				continue
+			}
+			if !s.downloads(ctx, b.Source.URL) {
+				return badRequest("messages.%d.content.%d.%s.source.url: Unable to download the file. Please verify the URL and try again.", i, j, b.Type)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Server) downloads(ctx context.Context, u string) bool {
+	ctx, cancel := context.WithTimeout(ctx, s.fileTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false
+	}
+	res, err := s.fileClient.Do(req)
+	if err != nil {
+		return false
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 512))
+	return res.StatusCode >= 200 && res.StatusCode <= 299
+}
+
 // chatMessages translates a validated Messages transcript into the Chat Completions messages the script reads:
 // tool_result blocks become tool messages, tool_use blocks tool calls, image and document blocks the content
 // parts /received describes.
@@ -489,6 +530,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	req, bad := validateMessages(r.Header, body)
 	if bad != nil {
+		bad.write(w)
+		return
+	}
+	if bad := s.checkURLs(r.Context(), req.Messages); bad != nil {
 		bad.write(w)
 		return
 	}
