@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,5 +93,35 @@ func TestBedrock(t *testing.T) {
 	if len(calls) != 1 || calls[0].Name != "get_weather" || res.FinishReason != agent.FinishToolCalls || res.Usage.CachedInputTokens != 2048 ||
 		res.ReasoningData == nil {
 		t.Errorf("calls %+v, result %+v", calls, res)
+	}
+}
+
+// TestBedrockException: an exception message in Bedrock's event stream (throttling before any output) is an
+// error event to the SDK; it is retried, and reported as a mid-stream failure once retries are spent.
+func TestBedrockException(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	payload := []byte(`{"message":"Too many requests, please wait before trying again."}`)
+	if err := eventstream.NewEncoder().Encode(&out, eventstream.Message{Payload: payload, Headers: eventstream.Headers{
+		{Name: ":message-type", Value: eventstream.StringValue("exception")},
+		{Name: ":exception-type", Value: eventstream.StringValue("throttlingException")},
+		{Name: ":content-type", Value: eventstream.StringValue("application/json")},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/vnd.amazon.eventstream")
+		_, _ = w.Write(out.Bytes())
+	}))
+	t.Cleanup(ts.Close)
+	awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")}
+	m := New(Config{Bedrock: true, AWS: &awsCfg, BaseURL: ts.URL, Model: "anthropic.claude-x", BackoffBase: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	_, _, err := run(context.Background(), m, user("hi"))
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "mid-stream")
+	if n := requests.Load(); n != 3 {
+		t.Errorf("requests = %d, want 3", n)
 	}
 }

@@ -75,6 +75,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -108,7 +109,8 @@ type Config struct {
 	// APIKey is sent as x-api-key (direct API only).
 	APIKey string
 	// BaseURL is the API root (default Anthropic's, or Bedrock's regional endpoint); tests point it at the
-	// offline model, e.g. "http://127.0.0.1:PORT/" (the SDK adds "v1/messages").
+	// offline model, e.g. "http://127.0.0.1:PORT/" (the SDK adds "v1/messages"; a final "/v1" is dropped, so
+	// the offline model's ".../v1/" works too).
 	BaseURL string
 	// Model is used when a request names none.
 	Model string
@@ -195,9 +197,15 @@ func New(cfg Config) *Model {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
 	if cfg.BaseURL != "" {
-		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+		opts = append(opts, option.WithBaseURL(apiRoot(cfg.BaseURL)))
 	}
 	return &Model{cfg: cfg, client: sdk.NewMessageService(opts...), initErr: initErr}
+}
+
+// apiRoot is base without a final "/v1": the SDK adds "v1/messages", and a base URL written the way OpenAI's
+// are ("https://api.anthropic.com/v1", the offline model's ".../v1/") would otherwise ask for v1/v1/messages.
+func apiRoot(base string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(base, "/"), "/v1") + "/"
 }
 
 // loadAWS is Config.AWS, or the default AWS configuration (bedrock.WithLoadDefaultConfig would panic on an error).

@@ -132,6 +132,17 @@ func TestText(t *testing.T) {
 	}
 }
 
+// TestBaseURLWithV1: a base URL written as OpenAI's are (ending in /v1) reaches the same endpoint.
+func TestBaseURLWithV1(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, base := range []string{f.url + "v1/", f.url + "v1", strings.TrimSuffix(f.url, "/")} {
+		if _, _, err := run(context.Background(), f.model(func(c *Config) { c.BaseURL = base }), user("hi")); err != nil {
+			t.Errorf("%s: %v", base, err)
+		}
+	}
+}
+
 func TestSystemAndModel(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
