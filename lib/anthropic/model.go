@@ -310,8 +310,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, emit f
 	defer cancel(nil)
 	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
 	defer dog.stop()
-	var res *http.Response
-	stream := m.client.NewStreaming(actx, params, option.WithResponseInto(&res))
+	stream := m.client.NewStreaming(actx, params)
 	defer stream.Close()
 	acc := newAccumulator(emit, string(params.Model))
 	timedOut := false
@@ -341,7 +340,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, emit f
 		err = errTruncated
 	}
 	if err != nil {
-		return acc.partial(), m.classify(ctx, actx, err, acc.emitted, res)
+		return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
 	}
 	if err := acc.finishCalls(); err != nil {
 		return acc.partial(), &failure{err: err}
@@ -351,7 +350,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, emit f
 
 // classify turns an attempt's error into an *agent.Error with a message safe for a user, and says whether it
 // may be retried. What the provider said goes into the cause, for the logs only.
-func (m *Model) classify(ctx, actx context.Context, err error, emitted bool, res *http.Response) *failure {
+func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *failure {
 	if ctx.Err() != nil {
 		return &failure{err: canceled(ctx)}
 	}

@@ -609,3 +609,16 @@ func TestNoEnvironment(t *testing.T) {
 		t.Errorf("headers = %v", h)
 	}
 }
+
+// TestStalled: a stream that goes quiet after its first events fails with model_timeout; nothing was emitted
+// (message_start and an empty text block carry no delta), so it is retried first.
+func TestStalled(t *testing.T) {
+	t.Parallel()
+	f := setup(t, offline.WithWordDelay(10*time.Second)) // a cancelled request stops the offline model at once
+	m := f.model(func(c *Config) { c.IdleTimeout = 10 * time.Millisecond; c.FirstTokenTimeout = time.Minute })
+	_, events, err := run(context.Background(), m, user("/slow 2"))
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelTimeout, "stalled")
+	if len(events) != 0 || f.srv.Requests() != 3 {
+		t.Errorf("events %v after %d requests", events, f.srv.Requests())
+	}
+}
