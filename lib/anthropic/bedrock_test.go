@@ -125,3 +125,43 @@ func TestBedrockException(t *testing.T) {
 		t.Errorf("requests = %d, want 3", n)
 	}
 }
+
+// TestBedrockRefusals: Bedrock's HTTP errors ({"message": …}, the type in x-amzn-ErrorType) are classified by
+// their message as Anthropic's are: a prompt over the context window is too long, a throttled request retried.
+func TestBedrockRefusals(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		status   int
+		typ, msg string
+		kind     agent.Kind
+		code     string
+		contains string
+		requests int32
+	}{
+		{400, "ValidationException", "Input is too long for requested model.", agent.KindTooLarge, agent.CodeMessageTooLarge, "too long", 1},
+		{400, "ValidationException", "messages: roles must alternate", agent.KindUnavailable, agent.CodeModelError, "HTTP 400", 1},
+		{429, "ThrottlingException", "Too many requests, please wait before trying again.", agent.KindUnavailable, agent.CodeModelError, "HTTP 429", 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.msg, func(t *testing.T) {
+			t.Parallel()
+			var requests atomic.Int32
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("X-Amzn-Errortype", tc.typ+":http://internal.amazon.com/coral/com.amazon.bedrock/")
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(`{"message":"` + tc.msg + `"}`))
+			}))
+			t.Cleanup(ts.Close)
+			awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")}
+			m := New(Config{Bedrock: true, AWS: &awsCfg, BaseURL: ts.URL, Model: "anthropic.claude-x", BackoffBase: time.Millisecond,
+				Logger: slog.New(slog.DiscardHandler)})
+			_, _, err := run(context.Background(), m, user("hi"))
+			requireError(t, err, tc.kind, tc.code, tc.contains)
+			if n := requests.Load(); n != tc.requests {
+				t.Errorf("requests = %d, want %d", n, tc.requests)
+			}
+		})
+	}
+}

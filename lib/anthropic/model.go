@@ -68,6 +68,7 @@ package anthropic
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -364,7 +365,8 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 	}
 	var apiErr *sdk.Error
 	if errors.As(err, &apiErr) {
-		cause := providerSaid(err, apiErr.Message)
+		said := providerMessage(apiErr)
+		cause := providerSaid(err, said)
 		typ := string(apiErr.Type())
 		inStream := apiErr.StatusCode == http.StatusOK || apiErr.StatusCode == 0
 		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500 || transientTypes[typ]
@@ -372,13 +374,13 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 		case inStream:
 			return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, "the model provider failed mid-stream"),
 				retry: transient && !emitted}
-		case apiErr.StatusCode == http.StatusBadRequest && contextTooLong.MatchString(apiErr.Message):
+		case apiErr.StatusCode == http.StatusBadRequest && contextTooLong.MatchString(said):
 			return &failure{err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge,
 				"the conversation is too long for the model")}
-		case apiErr.StatusCode == http.StatusBadRequest && fileRefused.MatchString(apiErr.Message):
+		case apiErr.StatusCode == http.StatusBadRequest && fileRefused.MatchString(said):
 			f := &failure{err: agent.Wrap(cause, agent.KindInvalid, agent.CodeFileUnavailable,
 				"the model provider could not read a file of the message (HTTP 400)")}
-			if at := blockPath.FindStringSubmatch(apiErr.Message); at != nil {
+			if at := blockPath.FindStringSubmatch(said); at != nil {
 				i, _ := strconv.Atoi(at[1])
 				j, _ := strconv.Atoi(at[2])
 				f.fileAt = &[2]int{i, j}
@@ -417,6 +419,21 @@ var blockPath = regexp.MustCompile(`^messages\.(\d+)\.content\.(\d+)\.`)
 
 // fileRefused matches Anthropic's refusals of an image or document it could not fetch or decode.
 var fileRefused = regexp.MustCompile(`(?i)unable to download|could not process image|invalid image|could not process pdf|image exceeds`)
+
+// providerMessage is what the provider said: Anthropic's error.message, or the top-level message of Bedrock's
+// error body ({"message": …}, its type in the x-amzn-ErrorType header), which the SDK does not read.
+func providerMessage(e *sdk.Error) string {
+	if e.Message != "" {
+		return e.Message
+	}
+	var body struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal([]byte(e.RawJSON()), &body) == nil {
+		return body.Message
+	}
+	return ""
+}
 
 // providerSaid keeps the provider's own message beside err for the logs, without any URL query (a pre-signed
 // URL's is a credential).
