@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/offline"
 )
 
 // bedrockStream encodes the events of a hand-written Anthropic SSE file (testdata) as Bedrock's
@@ -163,5 +164,61 @@ func TestBedrockRefusals(t *testing.T) {
 				t.Errorf("requests = %d, want %d", n, tc.requests)
 			}
 		})
+	}
+}
+
+// TestBedrockOffline: the Bedrock variant end to end over HTTP against the offline model's InvokeModel route
+// (Bedrock's event-stream framing, its errors): text, a thinking tool round replayed, a throttled request
+// retried, an exception mid-stream before any output retried.
+func TestBedrockOffline(t *testing.T) {
+	t.Parallel()
+	srv := offline.New(offline.WithWordDelay(time.Millisecond))
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")}
+	m := New(Config{Bedrock: true, AWS: &awsCfg, BaseURL: ts.URL, Model: "anthropic.claude-x:0", ThinkingBudget: 1024,
+		BackoffBase: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx := context.Background()
+
+	res, events, err := run(ctx, m, user(`/tool echo {"v":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := callsOf(events)
+	if len(calls) != 1 || res.Model != "anthropic.claude-x:0" || res.ReasoningData == nil || res.Usage.InputTokens == 0 {
+		t.Fatalf("calls %+v result %+v", calls, res)
+	}
+	res, events, err = run(ctx, m, user(`/tool echo {"v":1}`),
+		agent.ModelMessage{Role: "assistant", ReasoningData: res.ReasoningData, ToolCalls: calls},
+		agent.ModelMessage{Role: "tool", ToolCallID: calls[0].ID, Text: "1"})
+	if err != nil || textOf(events, agent.EventTextDelta) != "Tool echo returned: 1" || res.FinishReason != agent.FinishStop {
+		t.Fatalf("err %v text %q result %+v", err, textOf(events, agent.EventTextDelta), res)
+	}
+	// Without thinking (which would be output before the failure), so that failures come before any output.
+	m = New(Config{Bedrock: true, AWS: &awsCfg, BaseURL: ts.URL, Model: "anthropic.claude-x:0", BackoffBase: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	before := srv.Requests()
+	if _, _, err := run(ctx, m, user("/error 429")); err == nil || srv.Requests()-before != 3 {
+		t.Errorf("throttled: %v after %d requests", err, srv.Requests()-before)
+	}
+	requireErrorNoOutput := func(text, contains string) {
+		t.Helper()
+		before := srv.Requests()
+		_, events, err := run(ctx, m, user(text))
+		requireError(t, err, agent.KindUnavailable, agent.CodeModelError, contains)
+		if srv.Requests()-before != 3 || textOf(events, agent.EventTextDelta) != "" {
+			t.Errorf("%s: %d requests, events %v", text, srv.Requests()-before, events)
+		}
+	}
+	requireErrorNoOutput("/error 529 after 0", "mid-stream")
+	// Unsigned, the offline model refuses as Bedrock does.
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/model/x/invoke-with-response-stream", strings.NewReader(`{}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("unsigned: %d", resp.StatusCode)
 	}
 }

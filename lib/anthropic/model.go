@@ -135,6 +135,7 @@ type Config struct {
 	// Bedrock sends the requests to Amazon Bedrock (InvokeModelWithResponseStream) signed with SigV4 from the
 	// default AWS configuration (environment, the function's role), in Region (default: the configuration's).
 	// Model is then a Bedrock model id, e.g. "anthropic.claude-sonnet-4-5-20250929-v1:0".
+	// BaseURL then points at Bedrock's runtime endpoint, or at the offline model (its /model/{id}/invoke routes).
 	Bedrock bool
 	Region  string
 	// AWS is the AWS configuration Bedrock requests are signed with (default: loaded as the AWS SDK loads it,

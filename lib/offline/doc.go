@@ -10,6 +10,9 @@
 //	                            object), the same script, OpenAI's refusals: see responses.go
 //	POST /v1/messages           Anthropic's Messages API, stream=true (SSE events) or not: the same script,
 //	                            validated and answered as Anthropic does (messages.go)
+//	POST /model/{id}/invoke-with-response-stream, /model/{id}/invoke
+//	                            Bedrock's InvokeModel for Anthropic models: the same Messages answers in
+//	                            AWS's event-stream framing, Bedrock's errors (messages.go)
 //	POST /v1/embeddings         {model, input: a string or an array of strings}: deterministic vectors of
 //	                            EmbeddingDims (Embedding: each word's concept hashed into a signed bucket, the
 //	                            sum normalised; a small synonym table gives "remove" and "erase" the concept of

@@ -53,10 +53,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 )
 
 // The Anthropic request shapes, reduced to the fields this server reads.
@@ -518,28 +521,41 @@ func compactJSON(b *strings.Builder, raw json.RawMessage) error {
 
 // messages answers POST /v1/messages.
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	body, ok := readMessagesBody(w, r, anthropicWire{})
+	if !ok {
+		return
+	}
+	s.answerMessages(w, r, anthropicWire{}, r.Header, body)
+}
+
+func readMessagesBody(w http.ResponseWriter, r *http.Request, wire msgWire) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			(&msgError{http.StatusRequestEntityTooLarge, "request_too_large", "Request exceeds the maximum allowed number of bytes."}).write(w)
-			return
+			wire.fail(w, &msgError{http.StatusRequestEntityTooLarge, "request_too_large", "Request exceeds the maximum allowed number of bytes."})
+			return nil, false
 		}
-		badRequest("read request body: %v", err).write(w)
-		return
+		wire.fail(w, badRequest("read request body: %v", err))
+		return nil, false
 	}
-	req, bad := validateMessages(r.Header, body)
+	return body, true
+}
+
+// answerMessages validates a Messages request and answers it in wire's framing.
+func (s *Server) answerMessages(w http.ResponseWriter, r *http.Request, wire msgWire, h http.Header, body []byte) {
+	req, bad := validateMessages(h, body)
 	if bad != nil {
-		bad.write(w)
+		wire.fail(w, bad)
 		return
 	}
 	if bad := s.checkURLs(r.Context(), req.Messages); bad != nil {
-		bad.write(w)
+		wire.fail(w, bad)
 		return
 	}
 	msgs := chatMessages(req.Messages)
 	if n := contextTokens(msgs); n > s.contextTokens {
-		badRequest("prompt is too long: %d tokens > %d maximum", n, s.contextTokens).write(w)
+		wire.fail(w, badRequest(wire.tooLong(), n, s.contextTokens))
 		return
 	}
 	offered := make([]string, len(req.Tools))
@@ -555,18 +571,36 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		rep.delay = s.replyDelay
 	}
 	if rep.status > 0 {
-		(&msgError{rep.status, anthropicErrorType(rep.status), rep.message}).write(w)
+		wire.fail(w, &msgError{rep.status, anthropicErrorType(rep.status), rep.message})
 		return
 	}
 	for i := range rep.calls {
 		rep.calls[i].ID = "toolu_" + strings.TrimPrefix(rep.calls[i].ID, "call_")
 	}
-	out := msgOutput{id: "msg_" + reqHash[:24], model: req.Model, usage: messagesUsage(msgs, rep)}
+	out := msgOutput{id: "msg_" + reqHash[:24], model: req.Model, usage: messagesUsage(msgs, rep), wire: wire}
 	if !req.Stream {
 		out.complete(r.Context(), w, rep)
 		return
 	}
 	out.stream(r.Context(), w, rep)
+}
+
+// msgWire frames a Messages answer: Anthropic's own (SSE, its error JSON) or Bedrock's (bedrockWire).
+type msgWire interface {
+	fail(w http.ResponseWriter, e *msgError) // an error answer before any output
+	contentType() string                     // of a streamed answer
+	event(w io.Writer, event string, data []byte) error
+	tooLong() string // the refusal of a prompt over the context window (format: tokens, limit)
+}
+
+type anthropicWire struct{}
+
+func (anthropicWire) fail(w http.ResponseWriter, e *msgError) { e.write(w) }
+func (anthropicWire) contentType() string                     { return "text/event-stream" }
+func (anthropicWire) tooLong() string                         { return "prompt is too long: %d tokens > %d maximum" }
+func (anthropicWire) event(w io.Writer, event string, data []byte) error {
+	_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
+	return err
 }
 
 func lastUserText(msgs []wireMessage) string {
@@ -625,6 +659,7 @@ func stopReason(finish string) string {
 type msgOutput struct {
 	id, model string
 	usage     msgUsage
+	wire      msgWire
 }
 
 // content is the reply's content blocks, as a non-streamed message holds them.
@@ -647,7 +682,7 @@ func (o msgOutput) complete(ctx context.Context, w http.ResponseWriter, rep repl
 		panic(http.ErrAbortHandler)
 	}
 	if rep.failAfter > 0 {
-		(&msgError{rep.failAfter, anthropicErrorType(rep.failAfter), rep.message}).write(w)
+		o.wire.fail(w, &msgError{rep.failAfter, anthropicErrorType(rep.failAfter), rep.message})
 		return
 	}
 	if err := sleep(ctx, rep.delay*time.Duration(len(rep.pieces))); err != nil {
@@ -661,7 +696,7 @@ func (o msgOutput) complete(ctx context.Context, w http.ResponseWriter, rep repl
 
 func (o msgOutput) stream(ctx context.Context, w http.ResponseWriter, rep reply) {
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
+	h.Set("Content-Type", o.wire.contentType())
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -670,7 +705,7 @@ func (o msgOutput) stream(ctx context.Context, w http.ResponseWriter, rep reply)
 		if err != nil {
 			return false
 		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+		if err := o.wire.event(w, event, b); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
@@ -759,4 +794,113 @@ func (o msgOutput) stream(ctx context.Context, w http.ResponseWriter, rep reply)
 		return
 	}
 	send("message_stop", map[string]string{"type": "message_stop"})
+}
+
+// invoke answers Bedrock's InvokeModelWithResponseStream and InvokeModel for an Anthropic model
+// (POST /model/{modelId}/invoke-with-response-stream, /model/{modelId}/invoke): the same Messages body without
+// model and stream, with anthropic_version "bedrock-2023-05-31", signed (an Authorization header: the signature
+// is not checked); the answer is the Messages events, each the base64 "bytes" of a "chunk" in AWS's event-stream
+// framing; an error is Bedrock's ({"message"} with x-amzn-ErrorType), mid-stream an exception message.
+func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
+	wire := bedrockWire{}
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/model/")
+	id, method, _ := strings.Cut(rest, "/")
+	model, err := url.PathUnescape(id)
+	if r.Method != http.MethodPost || err != nil || model == "" || (method != "invoke" && method != "invoke-with-response-stream") {
+		wire.fail(w, &msgError{http.StatusNotFound, "not_found_error", "unknown operation " + r.Method + " " + r.URL.Path})
+		return
+	}
+	if a := r.Header.Get("Authorization"); !strings.HasPrefix(a, "AWS4-HMAC-SHA256 ") && !strings.HasPrefix(a, "Bearer ") {
+		wire.fail(w, &msgError{http.StatusForbidden, "permission_error", "Missing Authentication Token"})
+		return
+	}
+	body, ok := readMessagesBody(w, r, wire)
+	if !ok {
+		return
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil || fields == nil {
+		wire.fail(w, badRequest("Malformed input request, please reformat your input and try again."))
+		return
+	}
+	if v := fields["anthropic_version"]; string(v) != `"`+bedrockVersion+`"` {
+		wire.fail(w, badRequest("Malformed input request: #: required key [anthropic_version] not found or not %s, please reformat your input and try again.", bedrockVersion))
+		return
+	}
+	for _, k := range []string{"model", "stream"} {
+		if _, ok := fields[k]; ok {
+			wire.fail(w, badRequest("Malformed input request: #: extraneous key [%s] is not permitted, please reformat your input and try again.", k))
+			return
+		}
+	}
+	fields["model"], _ = json.Marshal(model)
+	fields["stream"], _ = json.Marshal(method == "invoke-with-response-stream")
+	body, _ = json.Marshal(fields)
+	s.requests.Add(1)
+	h := http.Header{}
+	h.Set("X-Api-Key", "bedrock")
+	h.Set("Anthropic-Version", bedrockVersion)
+	s.answerMessages(w, r, wire, h, body)
+}
+
+const bedrockVersion = "bedrock-2023-05-31"
+
+type bedrockWire struct{}
+
+// bedrockErrorType is Bedrock's exception name for an HTTP status.
+func bedrockErrorType(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		return "ValidationException"
+	case http.StatusForbidden, http.StatusUnauthorized:
+		return "AccessDeniedException"
+	case http.StatusNotFound:
+		return "ResourceNotFoundException"
+	case http.StatusTooManyRequests:
+		return "ThrottlingException"
+	case http.StatusServiceUnavailable, 529:
+		return "ServiceUnavailableException"
+	}
+	if status >= 500 {
+		return "InternalServerException"
+	}
+	return "ValidationException"
+}
+
+func (bedrockWire) fail(w http.ResponseWriter, e *msgError) {
+	w.Header().Set("X-Amzn-Errortype", bedrockErrorType(e.status)+":http://internal.amazon.com/coral/com.amazon.bedrock/")
+	writeJSON(w, e.status, map[string]string{"message": e.message})
+}
+
+func (bedrockWire) contentType() string { return "application/vnd.amazon.eventstream" }
+func (bedrockWire) tooLong() string {
+	return "Input is too long for requested model. (%d tokens > %d maximum)"
+}
+
+func (bedrockWire) event(w io.Writer, event string, data []byte) error {
+	enc := eventstream.NewEncoder()
+	switch event {
+	case "ping":
+		return nil // Bedrock sends no pings
+	case "error":
+		var e msgErrorBody
+		_ = json.Unmarshal(data, &e)
+		typ := map[string]string{"overloaded_error": "serviceUnavailableException", "rate_limit_error": "throttlingException",
+			"api_error": "internalServerException"}[e.Error.Type]
+		if typ == "" {
+			typ = "modelStreamErrorException"
+		}
+		payload, _ := json.Marshal(map[string]string{"message": e.Error.Message})
+		return enc.Encode(w, eventstream.Message{Payload: payload, Headers: eventstream.Headers{
+			{Name: ":message-type", Value: eventstream.StringValue("exception")},
+			{Name: ":exception-type", Value: eventstream.StringValue(typ)},
+			{Name: ":content-type", Value: eventstream.StringValue("application/json")},
+		}})
+	}
+	payload, _ := json.Marshal(map[string]string{"bytes": base64.StdEncoding.EncodeToString(data)})
+	return enc.Encode(w, eventstream.Message{Payload: payload, Headers: eventstream.Headers{
+		{Name: ":message-type", Value: eventstream.StringValue("event")},
+		{Name: ":event-type", Value: eventstream.StringValue("chunk")},
+		{Name: ":content-type", Value: eventstream.StringValue("application/json")},
+	}})
 }

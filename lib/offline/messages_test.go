@@ -119,3 +119,43 @@ func TestMessagesStream(t *testing.T) {
 		}
 	}
 }
+
+// TestInvokeRefusals: Bedrock's InvokeModel route refuses as Bedrock does, with its error shape.
+func TestInvokeRefusals(t *testing.T) {
+	t.Parallel()
+	srv := New()
+	signed := map[string]string{"Authorization": "AWS4-HMAC-SHA256 Credential=x"}
+	msgs := `"max_tokens":5,"messages":[{"role":"user","content":"hi"}]`
+	cases := []struct {
+		name, path string
+		headers    map[string]string
+		body       string
+		status     int
+		typ, msg   string
+	}{
+		{"unsigned", "/model/m/invoke", nil, `{}`, 403, "AccessDeniedException", "Missing Authentication Token"},
+		{"no version", "/model/m/invoke", signed, `{` + msgs + `}`, 400, "ValidationException", "required key [anthropic_version]"},
+		{"model in body", "/model/m/invoke", signed, `{"anthropic_version":"bedrock-2023-05-31","model":"m",` + msgs + `}`, 400, "ValidationException", "extraneous key [model]"},
+		{"transcript", "/model/m/invoke", signed, `{"anthropic_version":"bedrock-2023-05-31","max_tokens":5,"messages":[{"role":"assistant","content":"x"}]}`, 400, "ValidationException", "first message must use the"},
+		{"unknown operation", "/model/m/converse", signed, `{}`, 404, "ResourceNotFoundException", "unknown operation"},
+	}
+	for _, tc := range cases {
+		req := httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(tc.body))
+		for k, v := range tc.headers {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code != tc.status || !strings.HasPrefix(rec.Header().Get("X-Amzn-Errortype"), tc.typ+":") || !strings.Contains(rec.Body.String(), tc.msg) {
+			t.Errorf("%s: %d %s %s", tc.name, rec.Code, rec.Header().Get("X-Amzn-Errortype"), rec.Body.String())
+		}
+	}
+	// Valid and not streamed: the message as JSON.
+	req := httptest.NewRequest(http.MethodPost, "/model/m/invoke", strings.NewReader(`{"anthropic_version":"bedrock-2023-05-31",`+msgs+`}`))
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=x")
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, req)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"text":"You said: hi"`) || !strings.Contains(rec.Body.String(), `"model":"m"`) {
+		t.Errorf("invoke: %d %s", rec.Code, rec.Body.String())
+	}
+}
