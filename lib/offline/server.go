@@ -119,6 +119,15 @@ func Start(addr string, opts ...Option) (baseURL string, stop func(), err error)
 // ServeHTTP answers the Chat Completions and Models routes, with or without the "/v1" prefix.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1"), "/")
+	if modelID, ok := converseRoute(path); ok {
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		s.requests.Add(1)
+		s.converse(w, r, modelID) // Bedrock's ConverseStream (converse.go)
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/model/") {
 		s.invoke(w, r) // Bedrock's InvokeModel(WithResponseStream) for Anthropic models (messages.go)
 		return

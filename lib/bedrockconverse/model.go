@@ -1,0 +1,416 @@
+// Package bedrockconverse adapts agent.Model to Amazon Bedrock's ConverseStream API, through
+// github.com/aws/aws-sdk-go-v2/service/bedrockruntime: the one API for the Bedrock models that are not Anthropic's
+// (Nova, Llama, Mistral, DeepSeek and the like). Requests are signed with SigV4 from the default AWS configuration
+// (the environment, the function's own IAM role) in Config.Region; Config.BaseURL points tests at the offline
+// model's POST /model/{modelId}/converse-stream.
+//
+// # Events
+//
+// One Stream call is one ConverseStream call. contentBlockDelta text is emitted as EventTextDelta,
+// reasoningContent text as EventReasoningDelta, a toolUse contentBlockStart as EventToolCallStart (its id and
+// name) and its input fragments as EventToolCallDelta. Once the stream has ended with messageStop, one
+// EventToolCall per toolUse block goes out, in the order the model made them, with the whole input ("{}" when the
+// model sent none); several toolUse blocks are parallel calls. ModelEvent.More is never set.
+//
+// # Reasoning and its replay
+//
+// The reasoningContent blocks of a reply (their text with its signature, or redacted content) are kept, as the
+// model sent them, in ModelResult.ReasoningData as {"converse":[{"text","signature"} | {"redacted"}]}; an
+// assistant ModelMessage whose ReasoningData holds that object gets them back as reasoningContent blocks first in
+// its content. Anything else in ReasoningData (another adapter's state) is ignored, as is ModelMessage.Reasoning.
+//
+// # Transcript
+//
+// The system prompt is the system text block. Tool results become toolResult blocks of the user message right
+// after the assistant message with their toolUse blocks; consecutive tool messages (and a user message that
+// follows them) are merged into that one user message, so roles alternate as Bedrock requires. A user message's
+// files follow its text: an image given as a data URL as an image block, a PDF as a document block (named after
+// the file, in the characters Bedrock allows), both as bytes; a file named by an https URL (Converse takes bytes
+// or S3 locations only) as the line "[attachment NAME (TYPE): URL]". Tools are toolSpec entries whose inputSchema
+// json is the tool's parameters.
+//
+// # Usage and finish
+//
+// Usage from the metadata event: InputTokens is the whole prompt (inputTokens + cacheReadInputTokens +
+// cacheWriteInputTokens), CachedInputTokens the cache reads, CacheWriteTokens the cache writes, OutputTokens the
+// output. Stop reasons: end_turn and stop_sequence → stop; tool_use → tool-calls; max_tokens and
+// model_context_window_exceeded → length; content_filtered and guardrail_intervened → content-filter; anything
+// else → other. ConverseStream does not name the model in its answer: ModelResult.Model is the model id the
+// request was sent to.
+//
+// # Timeouts, retries, errors
+//
+// As in lib/openai: Config.FirstTokenTimeout and Config.IdleTimeout bound the waits on the provider (code
+// model_timeout); the SDK's own retries are off and this package retries, with backoff and jitter, on
+// ThrottlingException, ServiceUnavailableException, ModelNotReadyException, InternalServerException and
+// ModelStreamErrorException, HTTP 429 and 5xx, connection failures, truncated streams and timeouts, only while
+// nothing has been emitted. Errors are *agent.Error with a message safe to show a user (what Bedrock said stays in
+// the cause, for the logs): KindUnavailable with CodeModelError ("the model provider refused the request
+// (ValidationException)") or CodeModelTimeout; KindTooLarge with CodeMessageTooLarge when a ValidationException
+// says the input is over the model's context window; KindInvalid with CodeFileUnavailable when it says an image
+// or document could not be read; AccessDeniedException (and a 403 of any kind: missing or bad credentials) is
+// KindUnavailable with CodeModelError and a message that names the configuration ("the deployment may not call
+// this model on Bedrock"), never retried; KindCanceled when ctx ends; KindInternal for a request that cannot be
+// built or an AWS configuration that cannot be loaded.
+package bedrockconverse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/smithy-go"
+
+	"github.com/agentloop/agentloop/lib/agent"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultMaxOutputTokens   = 8192
+	DefaultFirstTokenTimeout = 120 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxRetries        = 2
+	DefaultBackoffBase       = 500 * time.Millisecond
+	DefaultBackoffMax        = 8 * time.Second
+)
+
+// Config configures a Model. Zero values take the defaults above.
+type Config struct {
+	// Region is the Bedrock region (default: the AWS configuration's).
+	Region string
+	// BaseURL overrides Bedrock's regional endpoint; tests point it at the offline model's root,
+	// e.g. "http://127.0.0.1:PORT/" (the SDK adds "model/{modelId}/converse-stream").
+	BaseURL string
+	// Model is the Bedrock model id (or inference profile) used when a request names none,
+	// e.g. "amazon.nova-pro-v1:0".
+	Model string
+	// MaxOutputTokens is used when a request sets none.
+	MaxOutputTokens int
+	// FirstTokenTimeout bounds the wait from sending a request to its first event; IdleTimeout the gap between
+	// two events after it.
+	FirstTokenTimeout time.Duration
+	IdleTimeout       time.Duration
+	// MaxRetries is the number of retries after the first attempt; 0 means DefaultMaxRetries, negative none.
+	MaxRetries int
+	// BackoffBase is the wait before the first retry; it doubles per retry up to BackoffMax, with jitter.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// HTTPClient sends the requests (default: the SDK's).
+	HTTPClient *http.Client
+	// AWS is the AWS configuration requests are signed with (default: loaded as the AWS SDK loads it, from the
+	// environment and the function's role, once, in New). Tests give static credentials.
+	AWS *aws.Config
+	// Logger receives one warning per retry (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Model is the agent.Model adapter. It is safe for concurrent use.
+type Model struct {
+	cfg     Config
+	client  *bedrockruntime.Client
+	initErr error // the AWS configuration could not be loaded: every request fails with it
+}
+
+var _ agent.Model = (*Model)(nil)
+
+// New returns a Model for cfg.
+func New(cfg Config) *Model {
+	if cfg.MaxOutputTokens <= 0 {
+		cfg.MaxOutputTokens = DefaultMaxOutputTokens
+	}
+	if cfg.FirstTokenTimeout <= 0 {
+		cfg.FirstTokenTimeout = DefaultFirstTokenTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = DefaultMaxRetries
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffBase)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	awsCfg, err := loadAWS(cfg)
+	if err != nil {
+		return &Model{cfg: cfg, initErr: agent.Wrap(err, agent.KindInternal, agent.CodeModelError, "the AWS configuration for Bedrock could not be loaded")}
+	}
+	client := bedrockruntime.NewFromConfig(awsCfg, func(o *bedrockruntime.Options) {
+		o.Retryer = aws.NopRetryer{} // retried here, only before the first event
+		if cfg.BaseURL != "" {
+			o.BaseEndpoint = aws.String(cfg.BaseURL)
+		}
+		if cfg.HTTPClient != nil {
+			o.HTTPClient = cfg.HTTPClient
+		}
+	})
+	return &Model{cfg: cfg, client: client}
+}
+
+// loadAWS is Config.AWS with Config.Region, or the default AWS configuration in Config.Region.
+func loadAWS(cfg Config) (aws.Config, error) {
+	if cfg.AWS != nil {
+		c := cfg.AWS.Copy()
+		if cfg.Region != "" {
+			c.Region = cfg.Region
+		}
+		return c, nil
+	}
+	var load []func(*awsconfig.LoadOptions) error
+	if cfg.Region != "" {
+		load = append(load, awsconfig.WithRegion(cfg.Region))
+	}
+	return awsconfig.LoadDefaultConfig(context.Background(), load...)
+}
+
+// The causes an attempt's context is cancelled with when the stream goes quiet.
+var (
+	errFirstTokenTimeout = errors.New("no first event within the first-token timeout")
+	errIdleTimeout       = errors.New("no event within the idle timeout")
+	errTruncated         = errors.New("the stream ended before messageStop")
+)
+
+// Stream implements agent.Model.
+func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
+	if m.initErr != nil {
+		return agent.ModelResult{}, m.initErr
+	}
+	in, err := m.input(req)
+	if err != nil {
+		return agent.ModelResult{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		res, fail := m.attempt(ctx, in, emit)
+		if fail == nil {
+			return res, nil
+		}
+		if !fail.retry || attempt >= m.cfg.MaxRetries {
+			return res, fail.err
+		}
+		wait := m.backoff(attempt)
+		m.cfg.Logger.WarnContext(ctx, "model request failed, retrying", "attempt", attempt+1, "retry_in", wait, "err", fail.err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return agent.ModelResult{}, canceled(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// failure is a failed attempt.
+type failure struct {
+	err   error
+	retry bool
+}
+
+// watchdog cancels an attempt whose stream goes quiet (as in lib/openai).
+type watchdog struct {
+	timer   *time.Timer
+	idle    time.Duration
+	started atomic.Bool
+}
+
+func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration) *watchdog {
+	w := &watchdog{idle: idle}
+	w.timer = time.AfterFunc(first, func() {
+		if w.started.Load() {
+			cancel(errIdleTimeout)
+		} else {
+			cancel(errFirstTokenTimeout)
+		}
+	})
+	return w
+}
+
+func (w *watchdog) arrived() bool {
+	if !w.timer.Stop() {
+		return false
+	}
+	w.started.Store(true)
+	return true
+}
+
+func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
+func (w *watchdog) stop()    { w.timer.Stop() }
+
+func (m *Model) attempt(ctx context.Context, in *bedrockruntime.ConverseStreamInput, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
+	defer dog.stop()
+	acc := newAccumulator(emit, aws.ToString(in.ModelId))
+	out, err := m.client.ConverseStream(actx, in)
+	if err != nil {
+		if actx.Err() != nil && ctx.Err() == nil {
+			<-actx.Done()
+		}
+		return acc.partial(), m.classify(ctx, actx, err, false)
+	}
+	stream := out.GetStream()
+	defer stream.Close()
+	timedOut := false
+	for ev := range stream.Events() {
+		if actx.Err() != nil {
+			break
+		}
+		if !dog.arrived() {
+			timedOut = true
+			break
+		}
+		if err := acc.add(ev); err != nil {
+			return acc.partial(), &failure{err: err}
+		}
+		dog.waiting()
+	}
+	dog.stop()
+	err = stream.Err()
+	if actx.Err() != nil {
+		err = context.Cause(actx)
+	}
+	if timedOut {
+		<-actx.Done()
+		err = context.Cause(actx)
+	}
+	if err == nil && !acc.stopped {
+		err = errTruncated
+	}
+	if err != nil {
+		return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
+	}
+	if err := acc.finishCalls(); err != nil {
+		return acc.partial(), &failure{err: err}
+	}
+	return acc.result(), nil
+}
+
+// classify turns an attempt's error into an *agent.Error with a message safe for a user, and says whether it
+// may be retried. What Bedrock said goes into the cause, for the logs only.
+func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *failure {
+	if ctx.Err() != nil {
+		return &failure{err: canceled(ctx)}
+	}
+	switch cause := context.Cause(actx); {
+	case errors.Is(cause, errFirstTokenTimeout):
+		msg := fmt.Sprintf("the model sent nothing within %s", m.cfg.FirstTokenTimeout)
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+	case errors.Is(cause, errIdleTimeout):
+		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+	}
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		return &failure{err: err}
+	}
+	if errors.Is(err, errTruncated) {
+		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the model stream ended before the model finished"),
+			retry: !emitted}
+	}
+	if strings.Contains(err.Error(), "get identity: ") {
+		// The AWS configuration holds no credentials (no role, no environment): nothing was sent.
+		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
+			"the deployment has no AWS credentials to call the model on Bedrock")}
+	}
+	status := 0
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		if status >= 500 || status == http.StatusTooManyRequests {
+			return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, fmt.Sprintf("the model provider returned HTTP %d", status)), retry: !emitted}
+		}
+		// Below HTTP (refused or reset connections, a body cut mid-stream) or a malformed event.
+		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
+	}
+	code, said := apiErr.ErrorCode(), apiErr.ErrorMessage()
+	cause := providerSaid(err, said)
+	switch {
+	case code == "ValidationException" && contextTooLong.MatchString(said):
+		return &failure{err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge, "the conversation is too long for the model")}
+	case code == "ValidationException" && fileRefused.MatchString(said):
+		return &failure{err: agent.Wrap(cause, agent.KindInvalid, agent.CodeFileUnavailable,
+			"the model provider could not read a file of the message (ValidationException)")}
+	case code == "AccessDeniedException" || status == http.StatusForbidden || status == http.StatusUnauthorized:
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError,
+			"the deployment may not call this model on Bedrock ("+safeCode(code)+"): check the model's access and the function's role")}
+	case transientCodes[code] || status == http.StatusTooManyRequests || status >= 500:
+		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError,
+			"the model provider failed ("+safeCode(code)+")"), retry: !emitted}
+	}
+	return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, "the model provider refused the request ("+safeCode(code)+")")}
+}
+
+// transientCodes are Bedrock's exceptions that may pass on retry, before a response or in the stream.
+var transientCodes = map[string]bool{"ThrottlingException": true, "ServiceUnavailableException": true,
+	"ModelNotReadyException": true, "InternalServerException": true, "ModelStreamErrorException": true}
+
+// safeCode is an exception name fit for a user's eyes: letters only, else "error".
+func safeCode(code string) string {
+	if code == "" || len(code) > 64 || !exceptionName.MatchString(code) {
+		return "error"
+	}
+	return code
+}
+
+var exceptionName = regexp.MustCompile(`^[A-Za-z]+$`)
+
+// contextTooLong matches the refusals of a prompt over the context window, in the wordings Bedrock's models use.
+var contextTooLong = regexp.MustCompile(`(?i)input is too long|prompt is too long|too many input tokens|input tokens exceed|` +
+	`maximum context length|context window|too large for model`)
+
+// fileRefused matches the refusals of an image or document Bedrock could not read.
+var fileRefused = regexp.MustCompile(`(?i)could not process (image|document)|unable to process (image|document)|invalid image|` +
+	`image exceeds|document exceeds|unsupported image|could not decode`)
+
+// providerSaid keeps Bedrock's own message beside err for the logs, without any URL query.
+func providerSaid(err error, said string) error {
+	if said == "" {
+		return err
+	}
+	return fmt.Errorf("%w (provider said: %s)", err, urlQuery.ReplaceAllString(said, "$1?…"))
+}
+
+var urlQuery = regexp.MustCompile(`(https?://[^\s?#]+)[?#]\S*`)
+
+// canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
+func canceled(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	code := agent.CodeRunCanceled
+	var ae *agent.Error
+	if errors.As(cause, &ae) && ae.Code != "" {
+		code = ae.Code
+	}
+	return &agent.Error{Kind: agent.KindCanceled, Code: code, Message: "model call canceled", Err: cause}
+}
+
+// backoff is the wait before retry number attempt+1: BackoffBase·2^attempt capped at BackoffMax, of which a
+// random half is kept.
+func (m *Model) backoff(attempt int) time.Duration {
+	d := m.cfg.BackoffBase << min(attempt, 20)
+	if d <= 0 || d > m.cfg.BackoffMax {
+		d = m.cfg.BackoffMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
