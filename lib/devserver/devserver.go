@@ -22,8 +22,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/lib/bedrockconverse"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/emf"
 	"github.com/agentloop/agentloop/lib/engine"
@@ -374,6 +378,9 @@ func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger) (agent.M
 		modelsfile.OpenAIResponses: func(e modelsfile.Model, key string) (agent.Model, error) {
 			return openairesponses.New(cfg.OpenAIResponses(e.BaseURL, key, e.Model, log)), nil
 		},
+		modelsfile.BedrockConverse: func(e modelsfile.Model, _ string) (agent.Model, error) {
+			return bedrockconverse.New(bedrockConverse(cfg, e, s.Offline && e.BaseURL == offlineBaseURL(e.Provider, s.ModelURL), log)), nil
+		},
 	}
 	for provider, c := range build {
 		build[provider] = func(e modelsfile.Model, key string) (agent.Model, error) {
@@ -404,8 +411,24 @@ func offlineBaseURL(provider, root string) string {
 	switch provider {
 	case modelsfile.OpenAIChat, modelsfile.OpenAIResponses: // both under the same /v1/ root
 		return root
+	case modelsfile.BedrockConverse: // the server's root: the SDK adds model/{modelId}/converse-stream
+		return strings.TrimSuffix(root, "v1/")
 	}
 	return ""
+}
+
+// bedrockConverse is a bedrock-converse entry's adapter configuration, with the settings the OpenAI adapters take
+// (timeouts, retries, output bound: lib/config maps them once). Talking to the offline model it signs with static
+// placeholder credentials (the offline model wants a signature, not a valid one); otherwise with the default AWS
+// configuration, as the AWS SDK loads it.
+func bedrockConverse(cfg config.Config, e modelsfile.Model, offline bool, log *slog.Logger) bedrockconverse.Config {
+	o := cfg.OpenAI("", "", e.Model, log)
+	bc := bedrockconverse.Config{Region: e.Region, BaseURL: e.BaseURL, Model: e.Model, MaxOutputTokens: o.MaxOutputTokens,
+		FirstTokenTimeout: o.FirstTokenTimeout, IdleTimeout: o.IdleTimeout, MaxRetries: o.MaxRetries, Logger: log}
+	if offline {
+		bc.AWS = &aws.Config{Region: e.Region, Credentials: credentials.NewStaticCredentialsProvider("offline", "offline", "")}
+	}
+	return bc
 }
 
 // LockFile is the name of the data directory's lock (Options.Exclusive), beside the SQLite file; it holds the

@@ -63,7 +63,8 @@ func TestModelsFileTurns(t *testing.T) {
 		"  - name: main\n    provider: openai-chat\n    model: house-model-1\n    maxOutputTokens: 2048\n" +
 		"  - name: second\n    provider: openai-chat\n    model: other-model-2\n    baseURL: " + srv.URL + "/v1/\n" +
 		"  - name: resp\n    provider: openai-responses\n    model: resp-model-3\n    baseURL: " + srv.URL + "/v1/\n" +
-		"  - name: resp-offline\n    provider: openai-responses\n    model: resp-model-4\n"
+		"  - name: resp-offline\n    provider: openai-responses\n    model: resp-model-4\n" +
+		"  - name: nova-offline\n    provider: bedrock-converse\n    model: amazon.nova-lite-v1:0\n    region: us-east-1\n"
 	for _, tc := range []struct {
 		name, model, want string
 		otherCalls        int64
@@ -73,6 +74,7 @@ func TestModelsFileTurns(t *testing.T) {
 		{name: "an entry at its base URL", model: "second", want: "other-model-2", otherCalls: 1},
 		{name: "a Responses API entry at its base URL", model: "resp", want: "resp-model-3", responsesCalls: 1},
 		{name: "a Responses API entry, offline", model: "resp-offline", want: "resp-model-4"},
+		{name: "a Bedrock Converse entry, offline", model: "nova-offline", want: "amazon.nova-lite-v1:0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, beforeResponses := other.Load(), responses.Load()
@@ -101,7 +103,7 @@ func TestModelsFileRefusedAtStart(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, body, want string }{
 		{"a provider not built yet", "models:\n  - {name: main, provider: openai-chat, model: m}\n  - {name: claude, provider: anthropic, model: claude-sonnet-4}\n",
-			"models.yaml:3: models[1].provider: anthropic is not built yet in this agentloop (built: openai-chat, openai-responses)"},
+			"models.yaml:3: models[1].provider: anthropic is not built yet in this agentloop (built: bedrock-converse, openai-chat, openai-responses"},
 		{"an ssm key", "models:\n  - {name: main, provider: openai-chat, model: m, apiKey: '${ssm:/agentloop/openai-api-key}'}\n",
 			"ssm references cannot be resolved here"},
 		{"an unset env key", "models:\n  - {name: main, provider: openai-chat, model: m, apiKey: '${env:AGENTLOOP_TEST_UNSET_KEY}'}\n",

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awssfn "github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/bedrockconverse"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httptools"
@@ -95,7 +97,20 @@ func (b Base) Constructors() modelset.Constructors {
 		modelsfile.OpenAIResponses: func(e modelsfile.Model, key string) (agent.Model, error) {
 			return openairesponses.New(cfg.OpenAIResponses(e.BaseURL, key, e.Model, b.Log)), nil
 		},
+		modelsfile.BedrockConverse: func(e modelsfile.Model, _ string) (agent.Model, error) {
+			return bedrockconverse.New(BedrockConverse(cfg, e, &b.AWS, b.Log)), nil
+		},
 	}
+}
+
+// BedrockConverse is the ConverseStream adapter's configuration for one models-file entry: its region, model id
+// and baseURL (an endpoint override), signed with awsCfg (the function's role), and the same timeouts, retries and
+// output bound as the OpenAI adapters (AGENT_MODEL_TIMEOUT, AGENT_MODEL_IDLE_TIMEOUT, AGENT_MODEL_RETRIES,
+// AGENT_MAX_OUTPUT_TOKENS, mapped once by lib/config).
+func BedrockConverse(cfg config.Config, e modelsfile.Model, awsCfg *aws.Config, log *slog.Logger) bedrockconverse.Config {
+	o := cfg.OpenAI("", "", e.Model, log)
+	return bedrockconverse.Config{Region: e.Region, BaseURL: e.BaseURL, Model: e.Model, MaxOutputTokens: o.MaxOutputTokens,
+		FirstTokenTimeout: o.FirstTokenTimeout, IdleTimeout: o.IdleTimeout, MaxRetries: o.MaxRetries, AWS: awsCfg, Logger: log}
 }
 
 // StepFunctions is the Jobs adapter for the job state machine arn (JOBS_STATE_MACHINE_ARN, which a function
