@@ -673,6 +673,7 @@ func TestTemplatePolicies(t *testing.T) {
 		{"ToolsSecretsPath set", map[string]string{"ToolsSecretsPath": toolsSecretsPath}},
 		{"ToolsFileParameterName set", map[string]string{"ToolsFileParameterName": toolsFileParam}},
 		{"both set", map[string]string{"ToolsSecretsPath": toolsSecretsPath, "ToolsFileParameterName": toolsFileParam}},
+		{"BedrockModelArns set", map[string]string{"BedrockModelArns": bedrockModelArns}},
 	} {
 		for _, fn := range f.funcs {
 			t.Run(tc.name+"/"+fn.ID, func(t *testing.T) {
@@ -690,6 +691,9 @@ const (
 	toolsSecretsArn  = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ToolsSecretsPath}*"
 	toolsFileParam   = "/agentloop/tools"
 	toolsFileArn     = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ToolsFileParameterName}"
+	// bedrockModelArns is a sample BedrockModelArns: a foundation model and an inference profile.
+	bedrockModelArns = "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0," +
+		"arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-lite-v1:0"
 )
 
 // composesAgent reports whether pkg's main builds the agent (boot.NewAgent): it runs turns, reads the tools file
@@ -835,6 +839,10 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	// The tools file kept in SSM: its one parameter, for a function that reads the file, only when it is named.
 	wantFileGrant := composesAgent(t, f.root, fn.Pkg) && f.param(t, "ToolsFileParameterName", params) != ""
 	fileGrant := false
+	// The Bedrock models (issue 20): a function that asks a model (its main reads the model key's parameter) may
+	// invoke exactly the BedrockModelArns, only when some are named.
+	wantBedrockGrant := configFields(t, f.root, fn.Pkg)["OpenAIAPIKeyParam"] && f.param(t, "BedrockModelArns", params) != ""
+	bedrockGrant := false
 
 	var gotOps, gotParams, gotStates []string
 	policies := list(fn.Props["Policies"])
@@ -914,12 +922,24 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 					}
 					gotParams = append(gotParams, m[1])
 				}
+			case "bedrock":
+				want := []any{map[string]any{"Fn::Split": []any{",", ref("BedrockModelArns")}}}
+				switch {
+				case !reflect.DeepEqual(actions, []any{"bedrock:InvokeModelWithResponseStream"}):
+					t.Errorf("statement %v: Bedrock actions %v, want only bedrock:InvokeModelWithResponseStream (what ConverseStream and InvokeModelWithResponseStream need)", st["Sid"], actions)
+				case !reflect.DeepEqual(list(st["Resource"]), want) && !reflect.DeepEqual(st["Resource"], want[0]):
+					t.Errorf("statement %v: Bedrock resources %#v, want exactly the BedrockModelArns", st["Sid"], st["Resource"])
+				case conds[i] == "" || f.condition(t, conds[i], map[string]string{"BedrockModelArns": ""}) ||
+					!f.condition(t, conds[i], map[string]string{"BedrockModelArns": bedrockModelArns}):
+					t.Errorf("statement %v: the Bedrock grant must be under a condition that holds exactly when BedrockModelArns is set (it is under %q)", st["Sid"], conds[i])
+				}
+				bedrockGrant = true
 			case "states":
 				if want := []any{map[string]any{"Fn::Sub": stateMachineArn}}; !reflect.DeepEqual(resources, want) {
 					t.Errorf("Step Functions resources %#v, want only the job state machine %#v", resources, want)
 				}
 			default:
-				t.Errorf("statement %v grants %v: only DynamoDB, SSM and Step Functions are expected", st["Sid"], actions)
+				t.Errorf("statement %v grants %v: only DynamoDB, SSM, Step Functions and Bedrock are expected", st["Sid"], actions)
 			}
 		}
 	}
@@ -933,6 +953,9 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	}
 	if toolsGrant != wantToolsGrant {
 		t.Errorf("ssm:GetParameters on the ToolsSecretsPath prefix: %v, want %v (a function that reads the tools file, when the parameter is set)", toolsGrant, wantToolsGrant)
+	}
+	if bedrockGrant != wantBedrockGrant {
+		t.Errorf("bedrock:InvokeModelWithResponseStream on the BedrockModelArns: %v, want %v (a function that asks a model, when the parameter is set)", bedrockGrant, wantBedrockGrant)
 	}
 	if fileGrant != wantFileGrant {
 		t.Errorf("ssm:GetParameter on the ToolsFileParameterName parameter: %v, want %v (a function that reads the tools file, when the parameter is set)", fileGrant, wantFileGrant)
