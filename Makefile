@@ -55,7 +55,7 @@ test-go:
 # readers, the reaper, handlers). The fault-schedule simulation runs once, without -race, in test-go (it is
 # clean under -race too, at a tenth of the speed).
 RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reaper ./lib/threads ./lib/sqlite ./lib/interrupts \
-	./lib/storetest ./lib/openai ./lib/openairesponses ./lib/offline ./lib/localjobs ./lib/jobs
+	./lib/storetest ./lib/openai ./lib/openairesponses ./lib/bedrockconverse ./lib/offline ./lib/localjobs ./lib/jobs
 test-race:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
 
