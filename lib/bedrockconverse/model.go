@@ -29,6 +29,14 @@
 // or S3 locations only) as the line "[attachment NAME (TYPE): URL]". Tools are toolSpec entries whose inputSchema
 // json is the tool's parameters.
 //
+// # Prompt caching
+//
+// For the models Bedrock caches prompts of (PromptCaching: Amazon Nova, Anthropic Claude) a request carries two
+// cache points: after the system prompt, and at the end of its last message, so that each step writes the
+// transcript so far and the next step (the same messages, byte for byte, and more) reads it back; the usage's
+// cache reads and writes say what happened. Config.NoPromptCache leaves them out. A cache point before the
+// model's minimum of tokens caches nothing and costs nothing.
+//
 // # Usage and finish
 //
 // Usage from the metadata event: InputTokens is the whole prompt (inputTokens + cacheReadInputTokens +
@@ -97,6 +105,8 @@ type Config struct {
 	Model string
 	// MaxOutputTokens is used when a request sets none.
 	MaxOutputTokens int
+	// NoPromptCache leaves the cache points out (see "Prompt caching").
+	NoPromptCache bool
 	// FirstTokenTimeout bounds the wait from sending a request to its first event; IdleTimeout the gap between
 	// two events after it.
 	FirstTokenTimeout time.Duration

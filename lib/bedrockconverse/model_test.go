@@ -154,7 +154,7 @@ func TestText(t *testing.T) {
 	body := f.lastBody(t)
 	sys, _ := json.Marshal(body["system"])
 	inf, _ := json.Marshal(body["inferenceConfig"])
-	if string(sys) != `[{"text":"be brief"}]` || string(inf) != `{"maxTokens":8192}` {
+	if string(sys) != `[{"text":"be brief"},{"cachePoint":{"type":"default"}}]` || string(inf) != `{"maxTokens":8192}` {
 		t.Errorf("system %s, inferenceConfig %s", sys, inf)
 	}
 	// The offline model reports the model id it was asked for.
@@ -409,5 +409,55 @@ func TestFiles(t *testing.T) {
 	if !strings.Contains(string(sent), `"image":{"format":"png","source":{"bytes":"`+png+`"}}`) ||
 		!strings.Contains(string(sent), `\n[attachment cat.jpg (image/jpeg): https://example.com/cat.jpg?sig=secret]`) {
 		t.Errorf("messages = %s", sent)
+	}
+}
+
+// TestPromptCache: for a model with prompt caching (Nova, Claude) a cache point follows the system prompt and ends
+// the last message, and the next step's request repeats the earlier messages byte for byte (so it reads back what
+// the step before wrote); another model (Llama), or NoPromptCache, gets none.
+func TestPromptCache(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	points := func() int { b, _ := json.Marshal(f.lastBody(t)); return strings.Count(string(b), `"cachePoint"`) }
+	req := agent.ModelRequest{System: "sys", Messages: []agent.ModelMessage{user("/tool clock")}}
+	res, events, err := runReq(context.Background(), f.model(nil), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := f.lastBody(t)
+	if n := points(); n != 2 {
+		t.Errorf("cache points = %d, want 2", n)
+	}
+	calls := callsOf(events)
+	req.Messages = append(req.Messages, agent.ModelMessage{Role: "assistant", ToolCalls: calls}, agent.ModelMessage{Role: "tool", ToolCallID: calls[0].ID, Text: "noon"})
+	if _, _, err := runReq(context.Background(), f.model(nil), req); err != nil || res.FinishReason != agent.FinishToolCalls {
+		t.Fatal(err)
+	}
+	second := f.lastBody(t)
+	// The first request's message without its cache point is the second's first message, byte for byte.
+	m1 := first["messages"].([]any)[0].(map[string]any)
+	c1 := m1["content"].([]any)
+	m1["content"] = c1[:len(c1)-1]
+	b1, _ := json.Marshal(m1)
+	b2, _ := json.Marshal(second["messages"].([]any)[0])
+	s1, _ := json.Marshal(first["system"])
+	s2, _ := json.Marshal(second["system"])
+	if string(b1) != string(b2) || string(s1) != string(s2) {
+		t.Errorf("prefix changed:\n%s\n%s\n%s\n%s", b1, b2, s1, s2)
+	}
+	last := second["messages"].([]any)[2].(map[string]any)["content"].([]any)
+	if _, ok := last[len(last)-1].(map[string]any)["cachePoint"]; !ok || points() != 2 {
+		t.Errorf("the second request's last message = %v", last)
+	}
+	for _, change := range []func(*Config){
+		func(c *Config) { c.Model = "meta.llama3-3-70b-instruct-v1:0" },
+		func(c *Config) { c.NoPromptCache = true },
+	} {
+		if _, _, err := runReq(context.Background(), f.model(change), agent.ModelRequest{System: "sys", Messages: []agent.ModelMessage{user("hi")}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := points(); n != 0 {
+			t.Errorf("cache points = %d, want none", n)
+		}
 	}
 }

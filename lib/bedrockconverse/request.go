@@ -33,8 +33,16 @@ func (m *Model) input(req agent.ModelRequest) (*bedrockruntime.ConverseStreamInp
 	}
 	in := &bedrockruntime.ConverseStreamInput{ModelId: aws.String(model), Messages: msgs,
 		InferenceConfig: &types.InferenceConfiguration{MaxTokens: aws.Int32(int32(min(maxTokens, 1<<30)))}}
+	cache := !m.cfg.NoPromptCache && PromptCaching(model)
 	if req.System != "" {
 		in.System = []types.SystemContentBlock{&types.SystemContentBlockMemberText{Value: req.System}}
+		if cache {
+			in.System = append(in.System, &types.SystemContentBlockMemberCachePoint{Value: cachePoint()})
+		}
+	}
+	if n := len(msgs); cache && n > 0 {
+		// The request's whole transcript is the next step's prefix: written now, read back then.
+		msgs[n-1].Content = append(msgs[n-1].Content, &types.ContentBlockMemberCachePoint{Value: cachePoint()})
 	}
 	if len(req.Tools) > 0 {
 		tc := &types.ToolConfiguration{}
@@ -48,6 +56,17 @@ func (m *Model) input(req agent.ModelRequest) (*bedrockruntime.ConverseStreamInp
 		in.ToolConfig = tc
 	}
 	return in, nil
+}
+
+func cachePoint() types.CachePointBlock {
+	return types.CachePointBlock{Type: types.CachePointTypeDefault}
+}
+
+// PromptCaching reports whether Bedrock caches prompts for model (a model id or an inference profile of one):
+// Amazon Nova's and Anthropic Claude's. Bedrock refuses a cache point in a request for a model without prompt
+// caching, so other models (Llama, Mistral, an application inference profile's ARN) get none.
+func PromptCaching(model string) bool {
+	return strings.Contains(model, "amazon.nova") || strings.Contains(model, "anthropic.claude")
 }
 
 // toolSpec is a tool as Converse takes it; input examples are folded into the description (Converse has no

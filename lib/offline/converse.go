@@ -24,7 +24,8 @@ package offline
 //	               before it ("The number of toolResult blocks at messages.N.content exceeds the number of toolUse
 //	               blocks of previous turn." / "Expected toolResult blocks at messages.N.content for the following
 //	               Ids: …" / "… toolUseId … does not match …")
-//	tools          toolConfig.tools each a toolSpec with a name and inputSchema.json an object
+//	tools          toolConfig.tools each a toolSpec with a name and inputSchema.json an object, or a cachePoint
+//	cache points   at most 4 in the request (system, messages and tools together)
 //	the context    as on Chat Completions (WithContextTokens): "Input is too long for requested model."
 //
 // The reply is an application/vnd.amazon.eventstream of messages with :message-type event, :content-type
@@ -55,13 +56,18 @@ import (
 
 // The ConverseStream request shapes, reduced to the fields this server reads.
 type cvRequest struct {
+	System []struct {
+		Text       *string         `json:"text"`
+		CachePoint json.RawMessage `json:"cachePoint"`
+	} `json:"system"`
 	Messages        []cvMessage `json:"messages"`
 	InferenceConfig *struct {
 		MaxTokens int `json:"maxTokens"`
 	} `json:"inferenceConfig"`
 	ToolConfig *struct {
 		Tools []struct {
-			ToolSpec *struct {
+			CachePoint json.RawMessage `json:"cachePoint"`
+			ToolSpec   *struct {
 				Name        string `json:"name"`
 				InputSchema struct {
 					JSON json.RawMessage `json:"json"`
@@ -189,6 +195,9 @@ func validateConverse(h http.Header, body []byte) (*cvRequest, *cvError) {
 	}
 	if req.ToolConfig != nil {
 		for i, t := range req.ToolConfig.Tools {
+			if t.CachePoint != nil && t.ToolSpec == nil {
+				continue
+			}
 			if t.ToolSpec == nil || t.ToolSpec.Name == "" {
 				return nil, cvValidation("The value at toolConfig.tools.%d.toolSpec.name failed to satisfy constraint: Member must not be null", i)
 			}
@@ -220,7 +229,37 @@ func validateConverse(h http.Header, body []byte) (*cvRequest, *cvError) {
 			return nil, bad
 		}
 	}
+	if n := req.cachePoints(); n > maxCachePoints {
+		return nil, cvValidation("The number of cachePoint blocks in the request (%d) exceeds the maximum of %d.", n, maxCachePoints)
+	}
 	return &req, nil
+}
+
+// maxCachePoints is how many cache points Bedrock takes in one request (system, messages and tools together).
+const maxCachePoints = 4
+
+func (r *cvRequest) cachePoints() int {
+	n := 0
+	for _, b := range r.System {
+		if b.CachePoint != nil {
+			n++
+		}
+	}
+	for _, m := range r.Messages {
+		for _, b := range m.Content {
+			if b.CachePoint != nil {
+				n++
+			}
+		}
+	}
+	if r.ToolConfig != nil {
+		for _, t := range r.ToolConfig.Tools {
+			if t.CachePoint != nil {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func checkConverseBlock(role string, i, j int, b cvBlock) *cvError {
@@ -390,7 +429,9 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, modelID string
 	var offered []string
 	if req.ToolConfig != nil {
 		for _, t := range req.ToolConfig.Tools {
-			offered = append(offered, t.ToolSpec.Name)
+			if t.ToolSpec != nil {
+				offered = append(offered, t.ToolSpec.Name)
+			}
 		}
 	}
 	var rep reply
