@@ -270,11 +270,8 @@ func (m *Model) attempt(ctx context.Context, in *bedrockruntime.ConverseStreamIn
 	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
 	defer dog.stop()
 	acc := newAccumulator(emit, aws.ToString(in.ModelId))
-	out, err := m.client.ConverseStream(actx, in)
+	out, err := m.client.ConverseStream(actx, in) // returns once the answer's headers are in: the first-token clock runs
 	if err != nil {
-		if actx.Err() != nil && ctx.Err() == nil {
-			<-actx.Done()
-		}
 		return acc.partial(), m.classify(ctx, actx, err, false)
 	}
 	stream := out.GetStream()

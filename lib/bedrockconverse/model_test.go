@@ -461,3 +461,16 @@ func TestPromptCache(t *testing.T) {
 		}
 	}
 }
+
+// TestStalled: a stream that goes quiet past IdleTimeout after its first event fails with model_timeout and is
+// retried while nothing was emitted (the offline model's /slow words are a minute apart here).
+func TestStalled(t *testing.T) {
+	t.Parallel()
+	f := setup(t, offline.WithWordDelay(time.Minute))
+	m := f.model(func(c *Config) { c.IdleTimeout = 20 * time.Millisecond; c.MaxRetries = 1 })
+	_, events, err := run(context.Background(), m, user("/slow 3"))
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelTimeout, "the model stream stalled for 20ms")
+	if f.requests() != 2 || len(events) != 0 {
+		t.Errorf("requests %d, events %d; want 2 attempts, nothing emitted", f.requests(), len(events))
+	}
+}
