@@ -13,6 +13,10 @@
 //	POST /model/{id}/invoke-with-response-stream, /model/{id}/invoke
 //	                            Bedrock's InvokeModel for Anthropic models: the same Messages answers in
 //	                            AWS's event-stream framing, Bedrock's errors (messages.go)
+//	POST /model/{id}/converse-stream
+//	                            Bedrock's ConverseStream: the same script as its event stream (SigV4 header
+//	                            required, not verified), validated and refused as Bedrock does, the model id
+//	                            reported by /model (converse.go)
 //	POST /v1/embeddings         {model, input: a string or an array of strings}: deterministic vectors of
 //	                            EmbeddingDims (Embedding: each word's concept hashed into a signed bucket, the
 //	                            sum normalised; a small synonym table gives "remove" and "erase" the concept of
