@@ -27,7 +27,8 @@
 // files follow its text: an image given as a data URL as an image block, a PDF as a document block (named after
 // the file, in the characters Bedrock allows), both as bytes; a file named by an https URL (Converse takes bytes
 // or S3 locations only) as the line "[attachment NAME (TYPE): URL]". Tools are toolSpec entries whose inputSchema
-// json is the tool's parameters.
+// json is the tool's parameters. A request that offers no tools (a title's) carries the history's tool calls and
+// results as text lines, since Bedrock refuses toolUse and toolResult blocks without a toolConfig.
 //
 // # Prompt caching
 //

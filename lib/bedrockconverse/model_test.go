@@ -222,6 +222,10 @@ func TestReasoningReplay(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	m := f.model(nil)
+	clock := []agent.ToolSpec{{Name: "clock"}}
+	run := func(ctx context.Context, m *Model, msgs ...agent.ModelMessage) (agent.ModelResult, []agent.ModelEvent, error) {
+		return runReq(ctx, m, agent.ModelRequest{Messages: msgs, Tools: clock})
+	}
 	msgs := []agent.ModelMessage{user("/think /tool clock")}
 	res, events, err := run(context.Background(), m, msgs...)
 	if err != nil {
@@ -344,7 +348,7 @@ func TestInvalidTranscripts(t *testing.T) {
 		{"unsigned reasoning", []agent.ModelMessage{user("hi"), {Role: "assistant", Text: "ok", ReasoningData: json.RawMessage(`{"converse":[{"text":"hmm"}]}`)}, user("again")}},
 	}
 	for _, c := range cases {
-		_, _, err := run(context.Background(), m, c.msgs...)
+		_, _, err := runReq(context.Background(), m, agent.ModelRequest{Messages: c.msgs, Tools: []agent.ToolSpec{{Name: "clock"}}})
 		requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "ValidationException")
 	}
 	// Two user messages in a row are merged, not refused.
@@ -419,7 +423,7 @@ func TestPromptCache(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	points := func() int { b, _ := json.Marshal(f.lastBody(t)); return strings.Count(string(b), `"cachePoint"`) }
-	req := agent.ModelRequest{System: "sys", Messages: []agent.ModelMessage{user("/tool clock")}}
+	req := agent.ModelRequest{System: "sys", Messages: []agent.ModelMessage{user("/tool clock")}, Tools: []agent.ToolSpec{{Name: "clock"}}}
 	res, events, err := runReq(context.Background(), f.model(nil), req)
 	if err != nil {
 		t.Fatal(err)
@@ -472,5 +476,25 @@ func TestStalled(t *testing.T) {
 	requireError(t, err, agent.KindUnavailable, agent.CodeModelTimeout, "the model stream stalled for 20ms")
 	if f.requests() != 2 || len(events) != 0 {
 		t.Errorf("requests %d, events %d; want 2 attempts, nothing emitted", f.requests(), len(events))
+	}
+}
+
+// TestToolHistoryWithoutTools: Bedrock refuses toolUse and toolResult blocks in a request that offers no tools
+// (the offline model too), so such a request (a title's, a sub-agent's without tools) carries the history's calls
+// and results as text.
+func TestToolHistoryWithoutTools(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	msgs := []agent.ModelMessage{user("weather?"), {Role: "assistant", Text: "Checking.", ToolCalls: []agent.ToolCall{{ID: "tooluse_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
+		{Role: "tool", ToolCallID: "tooluse_1", Text: "sunny"}, {Role: "assistant", Text: "It is sunny."}, user("thanks")}
+	_, events, err := run(context.Background(), f.model(nil), msgs...)
+	if err != nil || textOf(events, agent.EventTextDelta) != "You said: thanks" {
+		t.Fatalf("text %q, err %v", textOf(events, agent.EventTextDelta), err)
+	}
+	sent, _ := json.Marshal(f.lastBody(t)["messages"])
+	if strings.Contains(string(sent), "toolUse") || strings.Contains(string(sent), "toolResult") ||
+		!strings.Contains(string(sent), `{"text":"[called get_weather with {\"city\":\"Paris\"}]"}`) ||
+		!strings.Contains(string(sent), `{"text":"[get_weather returned: sunny]"}`) {
+		t.Errorf("messages = %s", sent)
 	}
 }

@@ -101,7 +101,7 @@ func TestRecorded(t *testing.T) {
 		t.Errorf("reasoning data = %s", got)
 	}
 	// Replayed first in the assistant message, as sent.
-	msgs, err := messages([]agent.ModelMessage{user("q"), {Role: "assistant", ReasoningData: res.ReasoningData, ToolCalls: calls}})
+	msgs, err := messages([]agent.ModelMessage{user("q"), {Role: "assistant", ReasoningData: res.ReasoningData, ToolCalls: calls}}, true)
 	if err != nil || len(msgs) != 2 || len(msgs[1].Content) != 4 {
 		t.Fatalf("replayed = %+v, %v", msgs, err)
 	}

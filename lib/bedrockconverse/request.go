@@ -27,7 +27,7 @@ func (m *Model) input(req agent.ModelRequest) (*bedrockruntime.ConverseStreamInp
 	if maxTokens <= 0 {
 		maxTokens = m.cfg.MaxOutputTokens
 	}
-	msgs, err := messages(req.Messages)
+	msgs, err := messages(req.Messages, len(req.Tools) > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +107,11 @@ func toolSpec(t agent.ToolSpec) (types.ToolSpecification, error) {
 }
 
 // messages converts the provider-neutral transcript. Tool results join the user message after their assistant
-// message, and so does a user message that follows them: roles alternate.
-func messages(in []agent.ModelMessage) ([]types.Message, error) {
+// message, and so does a user message that follows them: roles alternate. Without tools (a request that offers
+// none, e.g. a title's), Bedrock refuses toolUse and toolResult blocks, so the history's calls and results go as
+// text lines instead ("[called NAME with ARGS]", "[NAME returned: TEXT]").
+func messages(in []agent.ModelMessage, tools bool) ([]types.Message, error) {
+	names := map[string]string{} // tool call id → name, for results as text
 	var out []types.Message
 	add := func(role types.ConversationRole, blocks ...types.ContentBlock) {
 		if len(blocks) == 0 {
@@ -140,6 +143,11 @@ func messages(in []agent.ModelMessage) ([]types.Message, error) {
 				blocks = append(blocks, &types.ContentBlockMemberText{Value: msg.Text})
 			}
 			for _, c := range msg.ToolCalls {
+				if !tools {
+					names[c.ID] = c.Name
+					blocks = append(blocks, &types.ContentBlockMemberText{Value: fmt.Sprintf("[called %s with %s]", c.Name, argsText(c.Arguments))})
+					continue
+				}
 				blocks = append(blocks, &types.ContentBlockMemberToolUse{Value: types.ToolUseBlock{
 					ToolUseId: aws.String(c.ID), Name: aws.String(c.Name), Input: document.NewLazyDocument(toolInput(c.Arguments))}})
 			}
@@ -152,6 +160,10 @@ func messages(in []agent.ModelMessage) ([]types.Message, error) {
 			if strings.TrimSpace(text) == "" {
 				text = "(no output)" // Bedrock refuses blank text
 			}
+			if !tools {
+				add(types.ConversationRoleUser, &types.ContentBlockMemberText{Value: fmt.Sprintf("[%s returned: %s]", cmpName(names[msg.ToolCallID]), text)})
+				continue
+			}
 			add(types.ConversationRoleUser, &types.ContentBlockMemberToolResult{Value: types.ToolResultBlock{
 				ToolUseId: aws.String(msg.ToolCallID),
 				Content:   []types.ToolResultContentBlock{&types.ToolResultContentBlockMemberText{Value: text}}}})
@@ -160,6 +172,20 @@ func messages(in []agent.ModelMessage) ([]types.Message, error) {
 		}
 	}
 	return out, nil
+}
+
+func argsText(args string) string {
+	if strings.TrimSpace(args) == "" {
+		return "{}"
+	}
+	return args
+}
+
+func cmpName(name string) string {
+	if name == "" {
+		return "a tool"
+	}
+	return name
 }
 
 // toolInput is a call's arguments as the object Converse takes back ({} when they are none, or not an object:

@@ -24,7 +24,8 @@ package offline
 //	               before it ("The number of toolResult blocks at messages.N.content exceeds the number of toolUse
 //	               blocks of previous turn." / "Expected toolResult blocks at messages.N.content for the following
 //	               Ids: …" / "… toolUseId … does not match …")
-//	tools          toolConfig.tools each a toolSpec with a name and inputSchema.json an object, or a cachePoint
+//	tools          toolConfig.tools each a toolSpec with a name and inputSchema.json an object, or a cachePoint;
+//	               a toolConfig present when the messages hold toolUse or toolResult blocks
 //	cache points   at most 4 in the request (system, messages and tools together)
 //	the context    as on Chat Completions (WithContextTokens): "Input is too long for requested model."
 //
@@ -227,6 +228,15 @@ func validateConverse(h http.Header, body []byte) (*cvRequest, *cvError) {
 		}
 		if bad := checkToolResults(req.Messages, i); bad != nil {
 			return nil, bad
+		}
+	}
+	if req.ToolConfig == nil || len(req.ToolConfig.Tools) == 0 {
+		for _, m := range req.Messages {
+			for _, b := range m.Content {
+				if b.ToolUse != nil || b.ToolResult != nil {
+					return nil, cvValidation("The toolConfig field must be defined when using toolUse and toolResult content blocks.")
+				}
+			}
 		}
 	}
 	if n := req.cachePoints(); n > maxCachePoints {

@@ -57,6 +57,8 @@ func TestConverseRefusals(t *testing.T) {
 			400, "ValidationException", "signature of the reasoningText at messages.1.content.0 is invalid"},
 		{"tool without schema", false, `{"messages":[{"role":"user","content":[{"text":"a"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"x","inputSchema":{}}}]}}`,
 			400, "ValidationException", "toolConfig.tools.0.toolSpec.inputSchema.json"},
+		{"tool blocks without tools", false, `{"messages":[{"role":"user","content":[{"text":"a"}]},` + use + `,{"role":"user","content":[{"toolResult":{"toolUseId":"t1","content":[{"text":"r"}]}}]}]}`,
+			400, "ValidationException", "The toolConfig field must be defined when using toolUse and toolResult content blocks."},
 		{"five cache points", false, `{"system":[{"text":"s"},{"cachePoint":{"type":"default"}}],"messages":[{"role":"user","content":[{"text":"a"},{"cachePoint":{"type":"default"}},{"text":"b"},{"cachePoint":{"type":"default"}},{"text":"c"},{"cachePoint":{"type":"default"}},{"text":"d"},{"cachePoint":{"type":"default"}}]}]}`,
 			400, "ValidationException", "exceeds the maximum of 4"},
 		{"injected throttling", false, `{"messages":[{"role":"user","content":[{"text":"/error 429"}]}]}`, 429, "ThrottlingException", "injected error 429"},
