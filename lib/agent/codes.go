@@ -86,16 +86,20 @@ const (
 	CodeMessageTooLarge   = "message_too_large" // the newest message is over the limit or the model budget (413)
 	// CodeThreadTooLarge (413): the thread holds as much as the store keeps for one thread (DynamoDB: 10 GB per
 	// thread, infra/DYNAMODB.md); nothing more can be written into it, and a new thread is needed.
-	CodeThreadTooLarge     = "thread_too_large"
-	CodeStoreUnavailable   = "store_unavailable" // the store failed in a way that may pass on retry (503)
-	CodeJobsUnavailable    = "jobs_unavailable"  // the job runner (Step Functions) failed in a way that may pass on retry (503)
-	CodeModelError         = "model_error"       // the model provider refused or failed
-	CodeModelTimeout       = "model_timeout"     // no first token, or too long a gap between tokens
-	CodeUnknownModel       = "unknown_model"     // internal: a request names no entry of the models file (lib/modelset)
-	CodeStepLimit          = "step_limit"        // the run hit its step cap
-	CodeRunTimeout         = "run_timeout"       // the run hit its wall clock
-	CodeStale              = "stale"             // the run stopped sending heartbeats and was reaped
-	CodePersistFailed      = "persist_failed"    // the reply could not be stored
+	CodeThreadTooLarge   = "thread_too_large"
+	CodeStoreUnavailable = "store_unavailable" // the store failed in a way that may pass on retry (503)
+	CodeJobsUnavailable  = "jobs_unavailable"  // the job runner (Step Functions) failed in a way that may pass on retry (503)
+	CodeModelError       = "model_error"       // the model provider refused or failed
+	CodeModelTimeout     = "model_timeout"     // no first token, or too long a gap between tokens
+	// CodeModelInterrupted: the model failed after its reply began (the stream was cut, the provider failed
+	// mid-reply). The partial reply is kept, marked failed; regenerating it (or sending the message again) asks
+	// the model anew. Before the first token such a failure is retried, and failed over (lib/modelset), instead.
+	CodeModelInterrupted   = "model_interrupted"
+	CodeUnknownModel       = "unknown_model"  // internal: a request names no entry of the models file (lib/modelset)
+	CodeStepLimit          = "step_limit"     // the run hit its step cap
+	CodeRunTimeout         = "run_timeout"    // the run hit its wall clock
+	CodeStale              = "stale"          // the run stopped sending heartbeats and was reaped
+	CodePersistFailed      = "persist_failed" // the reply could not be stored
 	CodeInternal           = "internal"
 	CodeSecretUnavailable  = "secret_unavailable" // startup only
 	CodeSecretMissing      = "secret_missing"

@@ -30,10 +30,17 @@ type Refusals interface {
 	Refused(code string, status int)
 }
 
+// Failovers counts model requests that went on to a fallback entry (lib/modelset), by the entry that failed and
+// the code of its error. lib/emf implements it beside Metrics.
+type Failovers interface {
+	FailedOver(from, code string)
+}
+
 // NopMetrics discards everything: the default.
 type NopMetrics struct{}
 
-func (NopMetrics) RunFinished(RunMetrics) {}
-func (NopMetrics) Reaped(int)             {}
-func (NopMetrics) StoreThrottled(int)     {}
-func (NopMetrics) Refused(string, int)    {}
+func (NopMetrics) RunFinished(RunMetrics)    {}
+func (NopMetrics) Reaped(int)                {}
+func (NopMetrics) StoreThrottled(int)        {}
+func (NopMetrics) Refused(string, int)       {}
+func (NopMetrics) FailedOver(string, string) {}

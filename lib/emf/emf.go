@@ -23,6 +23,8 @@
 //	ReapedRuns        Count         runs the reaper finished (no dimension)
 //	StoreThrottled    Count         store requests refused for throughput (no dimension)
 //	Refusals          Count         requests refused with an error status (HTTP 4xx, 5xx), by Code and overall
+//	Failovers         Count         model requests that went on to a fallback entry, by Model (the entry that
+//	                                failed) and overall
 //
 // A dimension set of [] publishes the metrics without dimensions too, so totals need no metric math.
 package emf
@@ -160,6 +162,13 @@ var _ agent.Refusals = (*Writer)(nil)
 // Refused writes one Refusals count, by Code and overall.
 func (w *Writer) Refused(code string, status int) {
 	_ = w.Write(map[string]string{"Code": cmp.Or(code, "none")}, [][]string{{"Code"}, {}}, Metric{"Refusals", UnitCount, 1})
+}
+
+var _ agent.Failovers = (*Writer)(nil)
+
+// FailedOver writes one Failovers count, by Model (the entry that failed) and overall.
+func (w *Writer) FailedOver(from, code string) {
+	_ = w.Write(map[string]string{"Model": from}, [][]string{{"Model"}, {}}, Metric{"Failovers", UnitCount, 1})
 }
 
 // StoreThrottled writes the StoreThrottled count (nothing for 0).
