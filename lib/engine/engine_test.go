@@ -69,7 +69,7 @@ func TestTurns(t *testing.T) {
 					t.Fatalf("want error then finish, got %v", types(chunks))
 				}
 			}},
-		{name: "error mid-stream", text: "/error 500 after 3", wantStatus: agent.RunFailed, wantCode: agent.CodeModelError, wantText: "word1 word2 word3", wantSteps: 1,
+		{name: "error mid-stream", text: "/error 500 after 3", wantStatus: agent.RunFailed, wantCode: agent.CodeModelInterrupted, wantText: "word1 word2 word3", wantSteps: 1,
 			check: func(t *testing.T, f *fixture, run agent.Run, chunks []map[string]any, msgs []agent.Message) {
 				if got := f.model.Requests(); got != 1 {
 					t.Fatalf("no retry after the first token: want 1 request, got %d", got)

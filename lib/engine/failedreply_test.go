@@ -111,7 +111,7 @@ func TestEngineFailedReplyHasAVisiblePart(t *testing.T) {
 		opts       []option
 	}{
 		{"model error before the first word", "/error 401", agent.CodeModelError, nil},
-		{"model error mid-stream", "/error 500 after 3", agent.CodeModelError, nil},
+		{"model error mid-stream", "/error 500 after 3", agent.CodeModelInterrupted, nil},
 		{"step cap", "/loop list_notes {}", agent.CodeStepLimit, []option{withConfig(func(c *config.Config) { c.MaxSteps = 2 })}},
 		{"approval request not saved", `/tool delete_note {"id":"note_1"}`, agent.CodePersistFailed,
 			[]option{withStore(func(s agent.Store) agent.Store { return noInterrupts{s} })}},

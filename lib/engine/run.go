@@ -213,9 +213,11 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 	// an interface escaped to the heap once per streamed word (the encoder keeps no chunk past the call).
 	textDelta, reasonDelta := &uistream.TextDelta{ID: textID}, &uistream.ReasoningDelta{ID: reasonID}
 	var calls []agent.ToolCall
+	began := false // an event arrived: the reply began, and a failure now interrupts it
 	// Each event's frames reach the client with the event's last one, or with the next event's when the adapter
 	// has it at hand already (More): words that arrived together go out in one write (issue 18).
 	res, err := e.model.Stream(ctx, req, func(ev agent.ModelEvent) error {
+		began = true
 		switch ev.Type {
 		case agent.EventTextDelta:
 			if !textOpen {
@@ -270,8 +272,21 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 	}
 	if err != nil {
 		calls = nil // a failed step's calls never run (they get no part either)
+		err = interrupted(ctx, err, began)
 	}
 	return res, calls, err
+}
+
+// interrupted gives a model failure after the reply began (the stream cut, the provider failed mid-reply) the
+// code agent.CodeModelInterrupted: the parts streamed so far are kept (the failed reply shows them), and the
+// client may regenerate. Before the first event the adapters retried and lib/modelset failed over already, so
+// an error there keeps its own code; so do a cancellation and an error that is not the provider's outage.
+func interrupted(ctx context.Context, err error, began bool) error {
+	if !began || ctx.Err() != nil || !agent.IsKind(err, agent.KindUnavailable) {
+		return err
+	}
+	return agent.Wrap(err, agent.KindUnavailable, agent.CodeModelInterrupted,
+		"The model's reply was interrupted. Regenerate it to try again.")
 }
 
 // message is the draft as a storable message (the only place parts are encoded).
