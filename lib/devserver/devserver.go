@@ -206,7 +206,11 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		s.Store = o.Wrap(s.Store)
 	}
 
-	model, err := s.model(ctx, o, log)
+	metrics := o.Metrics
+	if metrics == nil && cfg.Metrics == config.MetricsEMF {
+		metrics = emf.New(os.Stdout, cfg.MetricsNamespace, clock)
+	}
+	model, err := s.model(ctx, o, log, metrics)
 	if err != nil {
 		return s, err
 	}
@@ -246,10 +250,6 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	s.Tools = toolset
 	rcfg := cfg.Reaper()
 	rcfg.DeliveryGrace, rcfg.StartDue, rcfg.ExecutionTimeout = contract.DeliveryGrace, contract.StartDue, contract.ExecutionTimeout
-	metrics := o.Metrics
-	if metrics == nil && cfg.Metrics == config.MetricsEMF {
-		metrics = emf.New(os.Stdout, cfg.MetricsNamespace, clock)
-	}
 	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Jobs: s.Jobs, Clock: clock, Logger: log, Metrics: metrics}, rcfg)
 	if s.Signer, err = interrupts.NewSigner(s.Secret); err != nil {
 		return s, err
@@ -329,7 +329,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 // (AGENT_MODELS_FILE): lib/modelset over its entries, their keys' ${env:…} references resolved (the local stack
 // reads no SSM: an ${ssm:…} key fails the start), and an entry with neither baseURL nor apiKey talks to the offline
 // endpoint in its provider's protocol (offlineBaseURL), started only when an entry does.
-func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger) (agent.Model, error) {
+func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger, metrics agent.Metrics) (agent.Model, error) {
 	cfg := o.Config
 	openaiConfig := func(baseURL, key, model string) openai.Config {
 		mcfg := cfg.OpenAI(baseURL, key, model, log)
@@ -400,7 +400,8 @@ func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger) (agent.M
 			return c(e, key)
 		}
 	}
-	return modelset.New(cfg.Models, keys, build)
+	failovers, _ := metrics.(agent.Failovers)
+	return modelset.New(cfg.Models, keys, build, modelset.WithLogger(log), modelset.WithFailovers(failovers))
 }
 
 // offlineBaseURL is the base URL, in provider's protocol, of the offline endpoint served at root (its Chat

@@ -170,3 +170,59 @@ func TestModelsFileSubagent(t *testing.T) {
 		}
 	}
 }
+
+// Issue 20 item 4: agentloop dev with a models file whose default entry has fallbacks. The primary, at its base
+// URL, fails in each way; a retryable failure before the first token goes on to the fallback (a Responses API
+// entry, then the offline Chat Completions one), whose model the reply's metadata names; a refused request and a
+// reply cut after its first words are not failed over (the latter ends with model_interrupted, its words kept).
+func TestModelsFileFailover(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, text    string
+		status        int // the primary answers every request with it (0: the offline model answers)
+		want          string
+		fallbackCalls int64
+	}{
+		{name: "primary down: the fallback answers", text: "hello", status: 503, want: `"model":"resp-fallback-2"`, fallbackCalls: 1},
+		{name: "primary refuses: no failover", text: "hello", status: 400, want: `"errorText":"the model provider returned HTTP 400"`},
+		{name: "cut after text: no failover, model_interrupted", text: "/drop 2", want: `"code":"model_interrupted"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			primary := offline.New(offline.WithWordDelay(0))
+			down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.status != 0 {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(tc.status)
+					_, _ = io.WriteString(w, `{"error":{"message":"switched off","type":"test"}}`)
+					return
+				}
+				primary.ServeHTTP(w, r)
+			}))
+			t.Cleanup(down.Close)
+			var calls atomic.Int64
+			fallback := offline.New(offline.WithWordDelay(0))
+			fb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				fallback.ServeHTTP(w, r)
+			}))
+			t.Cleanup(fb.Close)
+			body := "models:\n" +
+				"  - name: main\n    provider: openai-chat\n    model: primary-model-1\n    baseURL: " + down.URL + "/v1/\n    fallback: [resp, house]\n" +
+				"  - name: resp\n    provider: openai-responses\n    model: resp-fallback-2\n    baseURL: " + fb.URL + "/v1/\n" +
+				"  - name: house\n    provider: openai-chat\n    model: house-model-3\n"
+			s, err := modelsStack(t, body, map[string]string{"AGENT_MODEL": "main", "AGENT_MODEL_RETRIES": "0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, _ := s.Token("alice", time.Hour)
+			stream := postChat(t, s, tok, "th-failover", tc.text)
+			if !strings.Contains(stream, tc.want) {
+				t.Errorf("the stream does not hold %s:\n%s", tc.want, stream)
+			}
+			if got := calls.Load(); got != tc.fallbackCalls {
+				t.Errorf("the fallback got %d requests, want %d", got, tc.fallbackCalls)
+			}
+		})
+	}
+}

@@ -69,7 +69,13 @@ type Set struct {
 type Option func(*Set)
 
 // WithLogger logs failovers to log (the default: slog.Default()).
-func WithLogger(log *slog.Logger) Option { return func(s *Set) { s.log = log } }
+func WithLogger(log *slog.Logger) Option {
+	return func(s *Set) {
+		if log != nil {
+			s.log = log
+		}
+	}
+}
 
 // WithFailovers counts failovers in m (lib/emf's Writer); nil counts none but Set.Failovers.
 func WithFailovers(m agent.Failovers) Option { return func(s *Set) { s.metrics = m } }

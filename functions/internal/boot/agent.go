@@ -84,7 +84,8 @@ func (b Base) model(ctx context.Context, api ssmsecrets.API) (agent.Model, error
 	if err != nil {
 		return nil, err
 	}
-	return modelset.New(cfg.Models, keys, b.Constructors())
+	failovers, _ := b.Metrics.(agent.Failovers)
+	return modelset.New(cfg.Models, keys, b.Constructors(), modelset.WithLogger(b.Log), modelset.WithFailovers(failovers))
 }
 
 // Constructors are the model adapters the functions build, by provider: one line each.
