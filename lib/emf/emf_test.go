@@ -119,6 +119,8 @@ func TestDocuments(t *testing.T) {
 			map[string]string{"Outcome": "completed"}},
 		{"reaped", func(w *emf.Writer) { w.Reaped(3) }, [][]string{{}}, map[string]float64{"ReapedRuns": 3}, nil},
 		{"throttled", func(w *emf.Writer) { w.StoreThrottled(2) }, [][]string{{}}, map[string]float64{"StoreThrottled": 2}, nil},
+		{"failover", func(w *emf.Writer) { w.FailedOver("main", agent.CodeModelError) }, [][]string{{"Model"}, {}},
+			map[string]float64{"Failovers": 1}, map[string]string{"Model": "main"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
