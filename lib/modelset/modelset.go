@@ -164,25 +164,30 @@ func (e entry) stream(ctx context.Context, req agent.ModelRequest, emit func(age
 
 // Retryable reports whether an adapter's error may pass with another model: a failure of the provider, not of
 // the request. Every adapter (lib/openai, lib/openairesponses, lib/anthropic, lib/bedrockconverse) returns
-// *agent.Error with these kinds and codes, and words the safe message of an HTTP failure as
-// "the model provider returned HTTP <status>":
+// *agent.Error with these kinds and codes, and the same safe messages for the same failures; an error this list
+// does not name is not failed over (a new message fails loudly rather than doubling requests):
 //
-//	KindUnavailable, CodeModelTimeout                  yes  no first token in time, or the stream stalled
-//	KindUnavailable, CodeModelError, HTTP 408/409/429  yes  the provider timed out, conflicted or rate-limited us
-//	KindUnavailable, CodeModelError, HTTP 5xx          yes  the provider is down or overloaded (529 included)
-//	KindUnavailable, CodeModelError, HTTP 4xx (other)  no   the request is refused (400), or this entry's key or
-//	                                                        model id is wrong (401, 403, 404): the entry's own
-//	                                                        fault, which a fallback would hide from the operator
-//	KindUnavailable, CodeModelError, other messages    yes  the connection failed, the stream was cut or ended
-//	                                                        early, the provider failed in-stream or sent a
-//	                                                        malformed chunk (before any event: nothing is lost)
-//	KindLimited                                        yes  a rate limit
-//	KindCanceled                                       no   ctx ended (a stop, the run's wall clock)
-//	KindTooLarge, KindInvalid, anything else           no   context too long, a file refused, content filtered,
-//	                                                        a request that cannot be built
+//	KindUnavailable, CodeModelTimeout                     yes  no first token in time, or the stream stalled
+//	KindUnavailable, CodeModelError, with the message
+//	  "the model provider returned HTTP 408/409/429/5xx"  yes  the provider timed out, conflicted, rate-limited us,
+//	                                                           is down or overloaded (Anthropic's 529 included)
+//	  "the model provider returned HTTP <other 4xx>"      no   the request is refused (400), or this entry's key or
+//	                                                           model id is wrong (401, 403, 404): the entry's own
+//	                                                           fault, which a fallback would hide from the operator
+//	  "the connection to the model provider failed"       yes  refused or reset connections
+//	  "the model stream ended before the model finished"  yes  the stream was cut before its end
+//	  "the model provider failed mid-stream"              yes  an error event in the stream (before any event here)
+//	  "the model provider failed (<code>)"                yes  Bedrock's throttling and server exceptions
+//	  anything else                                       no   "the model provider refused the request (…)",
+//	                                                           "the deployment may not call this model on
+//	                                                           Bedrock", no AWS credentials, a malformed chunk
+//	KindLimited                                           yes  a rate limit
+//	KindCanceled                                          no   ctx ended (a stop, the run's wall clock)
+//	KindTooLarge, KindInvalid, anything else              no   context too long, a file refused, content filtered,
+//	                                                           a request that cannot be built
 //
-// A 401, 403 or 404 is arguably the entry's outage too; it is not failed over so that a wrong key or model id
-// fails loudly instead of quietly costing every request a second one.
+// What is left: the adapters decide "transient" themselves (their retry flag) and could say so on the error,
+// which would replace the messages here.
 func Retryable(err error) bool {
 	var ae *agent.Error
 	if err == nil || !errors.As(err, &ae) {
@@ -199,10 +204,17 @@ func Retryable(err error) bool {
 		return false
 	}
 	var status int
-	if _, err := fmt.Sscanf(ae.Message, "the model provider returned HTTP %d", &status); err != nil {
-		return true // not an HTTP status: the connection or the stream failed
+	if _, err := fmt.Sscanf(ae.Message, "the model provider returned HTTP %d", &status); err == nil {
+		return status == 408 || status == 409 || status == 429 || status >= 500
 	}
-	return status == 408 || status == 409 || status == 429 || status >= 500
+	switch msg := ae.Message; {
+	case msg == "the connection to the model provider failed",
+		msg == "the model stream ended before the model finished",
+		msg == "the model provider failed mid-stream",
+		strings.HasPrefix(msg, "the model provider failed ("):
+		return true
+	}
+	return false
 }
 
 // Failovers is how many times a request went on to a fallback since the Set was built.
