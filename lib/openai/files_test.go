@@ -113,44 +113,19 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-// A PDF that cannot be downloaded fails the call before the model is asked; the message names no host.
+// A PDF that cannot be downloaded fails the call before the model is asked (the download rules and their
+// messages: lib/modelfiles).
 func TestFileDownloadFails(t *testing.T) {
 	t.Parallel()
 	files := fileServer(t, bytes.Repeat([]byte("x"), 100))
-	// Only the slow case has a short timeout: under load a TLS handshake alone can take 100 ms.
-	tests := []struct {
-		name, url, public string
-		timeout           time.Duration
-	}{
-		{"not https", strings.Replace(files.URL, "https://", "http://", 1) + "/report.pdf", "a file is neither a data URL nor an https URL", 0},
-		{"not found", files.URL + "/missing.pdf", "a file could not be downloaded (HTTP 404)", 0},
-		{"not a PDF", files.URL + "/page.html", "a file's download is text/html, not application/pdf", 0},
-		{"over the cap", files.URL + "/report.pdf", "a file is larger than 99 bytes", 0},
-		{"too slow", files.URL + "/slow.pdf", "a file could not be downloaded", 100 * time.Millisecond},
-		// What a server that gave up sends (seen under -race: the slow handler, its request cancelled, answered 200
-		// with no body just as the client's deadline passed).
-		{"empty", files.URL + "/empty.pdf", "a file could not be downloaded (no bytes)", 0},
-		// Issue 16 item 4: bytes the provider cannot decode were sent, and refused on every later turn.
-		{"not a PDF's bytes", files.URL + "/octet.pdf", "a file's download is not an application/pdf file", 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			f := setup(t)
-			m := f.model(func(c *Config) {
-				c.FileClient, c.MaxFileBytes, c.FileTimeout = files.Client(), 99, tt.timeout
-			})
-			req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
-				Files: []agent.ModelFile{{MediaType: "application/pdf", URL: tt.url}}}}}
-			_, _, err := run(context.Background(), m, req)
-			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.public)
-			if code, msg := agent.Public(err); code != agent.CodeModelError || msg != tt.public || strings.Contains(msg, "127.0.0.1") {
-				t.Fatalf("public (%q, %q), want %q", code, msg, tt.public)
-			}
-			if f.srv.Requests() != 0 {
-				t.Fatalf("the model was asked %d times", f.srv.Requests())
-			}
-		})
+	f := setup(t)
+	m := f.model(func(c *Config) { c.FileClient = files.Client() })
+	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
+		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/missing.pdf"}}}}}
+	_, _, err := run(context.Background(), m, req)
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "a file could not be downloaded (HTTP 404)")
+	if f.srv.Requests() != 0 {
+		t.Fatalf("the model was asked %d times", f.srv.Requests())
 	}
 }
 
@@ -181,23 +156,6 @@ func TestInvalidFileRefused(t *testing.T) {
 				t.Fatalf("requests = %d, want 1 (a 400 is not retried)", f.srv.Requests())
 			}
 		})
-	}
-}
-
-// The default download client connects to public addresses only: a PDF URL that points into the server's own
-// network (here the loopback TLS server) is refused before a byte is sent to it.
-func TestFileDownloadPublicOnly(t *testing.T) {
-	t.Parallel()
-	var asked atomic.Int32
-	files := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { asked.Add(1) }))
-	t.Cleanup(files.Close)
-	f := setup(t)
-	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
-		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/a.pdf"}}}}}
-	_, _, err := run(context.Background(), f.model(nil), req)
-	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "not a public address")
-	if asked.Load() != 0 || f.srv.Requests() != 0 {
-		t.Fatalf("the file server was asked %d times, the model %d", asked.Load(), f.srv.Requests())
 	}
 }
 
@@ -296,41 +254,6 @@ func TestRequestFileBytesBounded(t *testing.T) {
 	req.Messages[4].Files = append(req.Messages[4].Files, pdf("new2.pdf", 1000), pdf("new3.pdf", 1000))
 	_, _, err := run(context.Background(), m, req)
 	requireError(t, err, agent.KindTooLarge, agent.CodeMessageTooLarge, "the message's files are over 2500 bytes in all")
-}
-
-// REVIEW S15: the download dialler refused loopback, private and link-local addresses but dialled shared
-// (carrier-grade NAT), benchmark, NAT64 and 6to4 ones, which reach inside many networks.
-func TestFileDownloadDeniedRanges(t *testing.T) {
-	t.Parallel()
-	for _, addr := range []string{"100.64.1.1:443", "198.18.0.1:443", "[64:ff9b::a00:1]:443", "[2002:a00:1::1]:443", "192.0.0.8:443", "240.1.2.3:443", "0.1.2.3:443"} {
-		if publicOnly("tcp", addr, nil) == nil {
-			t.Errorf("%s was allowed", addr)
-		}
-	}
-	for _, addr := range []string{"93.184.215.14:443", "[2606:2800:21f:cb07:6820:80da:af6b:8b2c]:443"} {
-		if err := publicOnly("tcp", addr, nil); err != nil {
-			t.Errorf("%s: %v", addr, err)
-		}
-	}
-}
-
-// A download follows redirects to https only.
-func TestFileRedirectHTTPSOnly(t *testing.T) {
-	t.Parallel()
-	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/pdf")
-		w.Write([]byte("%PDF-1.7"))
-	}))
-	t.Cleanup(plain.Close)
-	files := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, plain.URL+"/a.pdf", http.StatusFound)
-	}))
-	t.Cleanup(files.Close)
-	f := setup(t)
-	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
-		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/a.pdf"}}}}}
-	_, _, err := run(context.Background(), f.model(func(c *Config) { c.FileClient = files.Client() }), req)
-	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "a file could not be downloaded")
 }
 
 // pngFile starts as a PNG does.

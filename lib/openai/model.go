@@ -54,7 +54,7 @@
 // thread (REVIEW S4). The files of
 // one request carry Config.MaxRequestFileBytes at most (decoded): the newest kept first, older ones beyond it sent
 // as a line; the newest message's own files over it fail the request (KindTooLarge, CodeMessageTooLarge). The data
-// URLs of recent downloads are kept (twice MaxFileBytes of them at most, for fileCacheTTL) so that a run's later
+// URLs of recent downloads are kept (twice MaxFileBytes of them at most, for modelfiles.CacheTTL) so that a run's later
 // steps, which send the same history, do not download again.
 //
 // # Compatibility
@@ -80,6 +80,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modelfiles"
 )
 
 // Defaults for the zero values of Config (DESIGN "Run lifecycle"). lib/config refers to these; nothing else
@@ -93,13 +94,10 @@ const (
 	DefaultBackoffBase       = 500 * time.Millisecond
 	DefaultBackoffMax        = 8 * time.Second
 
-	// DefaultMaxFileBytes bounds a file the adapter downloads (Chat Completions takes PDFs as data only).
-	DefaultMaxFileBytes = 20 << 20
-	// DefaultFileTimeout bounds one such download.
-	DefaultFileTimeout = 30 * time.Second
-	// DefaultMaxRequestFileBytes bounds the files of one request, decoded, data URLs and downloads alike
-	// (providers refuse about 50 MB; a Lambda holds them all at once, as base64).
-	DefaultMaxRequestFileBytes = 32 << 20
+	// The file bounds' defaults are lib/modelfiles's (written once there).
+	DefaultMaxFileBytes        = modelfiles.DefaultMaxFileBytes
+	DefaultFileTimeout         = modelfiles.DefaultTimeout
+	DefaultMaxRequestFileBytes = modelfiles.DefaultMaxRequestBytes
 
 	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
 	maxRetryAfter = 30 * time.Second
@@ -157,9 +155,9 @@ type Config struct {
 // Model is the agent.Model adapter. It is safe for concurrent use.
 type Model struct {
 	cfg         Config
-	endpoint    string    // BaseURL's chat/completions
-	endpointErr error     // BaseURL is no URL: every request fails with it
-	files       fileCache // files downloaded for recent requests: a run's steps send the same history again
+	endpoint    string               // BaseURL's chat/completions
+	endpointErr error                // BaseURL is no URL: every request fails with it
+	files       *modelfiles.Resolver // a user message's files: downloads, bounds, the recent downloads kept
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -192,26 +190,14 @@ func New(cfg Config) *Model {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: modelTransport()}
 	}
-	if cfg.FileClient == nil {
-		cfg.FileClient = publicClient
-	}
-	cfg.FileClient = httpsRedirects(cfg.FileClient)
-	if cfg.MaxRequestFileBytes <= 0 {
-		cfg.MaxRequestFileBytes = DefaultMaxRequestFileBytes
-	}
-	if cfg.MaxFileBytes <= 0 {
-		cfg.MaxFileBytes = DefaultMaxFileBytes
-	}
-	if cfg.FileTimeout <= 0 {
-		cfg.FileTimeout = DefaultFileTimeout
-	}
 	if cfg.IDs == nil {
 		cfg.IDs = agent.RandomIDs{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Model{cfg: cfg, files: fileCache{max: 2 * cfg.MaxFileBytes}}
+	m := &Model{cfg: cfg, files: modelfiles.New(modelfiles.Config{Client: cfg.FileClient, MaxFileBytes: cfg.MaxFileBytes,
+		Timeout: cfg.FileTimeout, MaxRequestBytes: cfg.MaxRequestFileBytes, Logger: cfg.Logger})}
 	m.endpoint, m.endpointErr = endpoint(cfg.BaseURL)
 	return m
 }
@@ -576,7 +562,7 @@ func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]chatMes
 	if req.System != "" {
 		out = append(out, chatMessage{Role: "system", Content: req.System})
 	}
-	files, downloaded, err := m.resolveFiles(ctx, req.Messages)
+	files, downloaded, err := m.files.Resolve(ctx, req.Messages)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 )
 
-// The file rules are package openai's (files.go); these cases check that the Responses request carries them.
+// The file rules are lib/modelfiles's; these cases check that the Responses request carries them.
 
 // A PDF named by https URL is downloaded once per run and sent as input_file data; the result says its size.
 func TestPDFByURLDownloaded(t *testing.T) {
@@ -75,22 +75,6 @@ func TestOlderFileUnavailable(t *testing.T) {
 		agent.ModelMessage{Role: "user", Text: "/received", Files: []agent.ModelFile{gone}})
 	_, _, err := run(context.Background(), m, req)
 	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "a file could not be downloaded (HTTP 404)")
-}
-
-// The default file client dials public addresses only.
-func TestFileDownloadPublicOnly(t *testing.T) {
-	t.Parallel()
-	var asked atomic.Int32
-	files := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { asked.Add(1) }))
-	t.Cleanup(files.Close)
-	f := setup(t)
-	req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received",
-		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/a.pdf"}}}}}
-	_, _, err := run(context.Background(), f.model(nil), req)
-	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "not a public address")
-	if asked.Load() != 0 || f.srv.Requests() != 0 {
-		t.Fatalf("the file server was asked %d times, the model %d", asked.Load(), f.srv.Requests())
-	}
 }
 
 // One request carries at most MaxRequestFileBytes of files.

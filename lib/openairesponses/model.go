@@ -76,6 +76,7 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modelfiles"
 )
 
 // Defaults for the zero values of Config.
@@ -90,11 +91,10 @@ const (
 	// DefaultReasoningSummary asks for the model's own choice of summary ("auto": the most detailed it offers).
 	DefaultReasoningSummary = "auto"
 
-	// DefaultMaxFileBytes, DefaultFileTimeout and DefaultMaxRequestFileBytes bound file downloads as package
-	// openai's do (the same numbers: both adapters read the same transcripts).
-	DefaultMaxFileBytes        = 20 << 20
-	DefaultFileTimeout         = 30 * time.Second
-	DefaultMaxRequestFileBytes = 32 << 20
+	// The file bounds' defaults are lib/modelfiles's (written once there, for both OpenAI adapters).
+	DefaultMaxFileBytes        = modelfiles.DefaultMaxFileBytes
+	DefaultFileTimeout         = modelfiles.DefaultTimeout
+	DefaultMaxRequestFileBytes = modelfiles.DefaultMaxRequestBytes
 
 	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
 	maxRetryAfter = 30 * time.Second
@@ -153,8 +153,8 @@ type Model struct {
 	cfg         Config
 	endpoint    string
 	endpointErr error
-	files       fileCache // files downloaded for recent requests: a run's steps send the same history again
-	plain       sync.Map  // model ids that refused reasoning settings (refusesReasoning) → true
+	files       *modelfiles.Resolver // a user message's files: downloads, bounds, the recent downloads kept
+	plain       sync.Map             // model ids that refused reasoning settings (refusesReasoning) → true
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -194,23 +194,11 @@ func New(cfg Config) *Model {
 		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 		cfg.HTTPClient = &http.Client{Transport: t}
 	}
-	if cfg.FileClient == nil {
-		cfg.FileClient = publicClient
-	}
-	cfg.FileClient = httpsRedirects(cfg.FileClient)
-	if cfg.MaxFileBytes <= 0 {
-		cfg.MaxFileBytes = DefaultMaxFileBytes
-	}
-	if cfg.FileTimeout <= 0 {
-		cfg.FileTimeout = DefaultFileTimeout
-	}
-	if cfg.MaxRequestFileBytes <= 0 {
-		cfg.MaxRequestFileBytes = DefaultMaxRequestFileBytes
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Model{cfg: cfg, files: fileCache{max: 2 * cfg.MaxFileBytes}}
+	m := &Model{cfg: cfg, files: modelfiles.New(modelfiles.Config{Client: cfg.FileClient, MaxFileBytes: cfg.MaxFileBytes,
+		Timeout: cfg.FileTimeout, MaxRequestBytes: cfg.MaxRequestFileBytes, Logger: cfg.Logger})}
 	m.endpoint, m.endpointErr = endpoint(cfg.BaseURL)
 	return m
 }
@@ -509,7 +497,7 @@ func (m *Model) request(ctx context.Context, req agent.ModelRequest) (responsesR
 	if maxTokens <= 0 {
 		maxTokens = m.cfg.MaxOutputTokens
 	}
-	files, downloaded, err := m.resolveFiles(ctx, req.Messages)
+	files, downloaded, err := m.files.Resolve(ctx, req.Messages)
 	if err != nil {
 		return responsesRequest{}, nil, err
 	}
@@ -543,7 +531,7 @@ func (m *Model) request(ctx context.Context, req agent.ModelRequest) (responsesR
 
 // inputItems converts the provider-neutral transcript into input items; files has what each user message's
 // files become (resolveFiles).
-func inputItems(msgs []agent.ModelMessage, files map[int][]sentFile) ([]any, error) {
+func inputItems(msgs []agent.ModelMessage, files map[int][]modelfiles.Sent) ([]any, error) {
 	out := make([]any, 0, len(msgs))
 	for i, msg := range msgs {
 		switch msg.Role {
