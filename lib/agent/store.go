@@ -42,8 +42,17 @@ type ThreadStore interface {
 	// remain. Tombstoned threads are left out. A thread updated while a client pages moves to the top: a walk
 	// already past it does not see it again (an index that lags may show it twice; the adapters say when).
 	ListThreadsPage(ctx context.Context, owner string, p ThreadPage) (Page[Thread], error)
-	// UpdateThread applies p and bumps UpdatedAt to now. Unknown or tombstoned id: KindNotFound.
+	// UpdateThread applies p and bumps UpdatedAt to now. Unknown or tombstoned id: KindNotFound. A patch with a
+	// Title (even an empty one) is the owner's choice of title: from then on SetGeneratedTitle leaves the thread
+	// alone.
 	UpdateThread(ctx context.Context, id string, p ThreadPatch, now time.Time) (Thread, error)
+	// SetGeneratedTitle stores a generated title (lib/titles) in one conditional write: only when the thread has
+	// no title, neither one its owner set (UpdateThread with a Title, an empty one included) nor one generated
+	// before. It returns the stored thread and whether this call set its title (then UpdatedAt is now); a thread
+	// that has a title is returned unchanged, with false and no error. So a title the owner sets wins whether it
+	// lands before or after the generated one, and a generated title never overwrites anything. An empty title is
+	// KindInvalid/CodeInvalidTitle; unknown or tombstoned id: KindNotFound.
+	SetGeneratedTitle(ctx context.Context, id, title string, now time.Time) (Thread, bool, error)
 	// DeleteThread removes the thread and everything under it (messages, runs, segments, interrupts, jobs, queue): first a tombstone,
 	// written only when no claim is held (else KindConflict/CodeRunActive, and nothing changes); then the
 	// children; then the tombstone. A delete interrupted half way leaves the tombstone, and calling DeleteThread

@@ -17,6 +17,9 @@ import (
 const (
 	attrID          = "id"
 	attrTitle       = "title"
+	// attrTitleByUser is set (true) by UpdateThread with a title: the owner chose it (even an empty one), and
+	// SetGeneratedTitle leaves the thread alone. Absent otherwise, and on items written before it existed.
+	attrTitleByUser = "titleByUser"
 	attrSettings    = "settings"
 	attrReviewTools = "reviewTools"
 	attrCreatedAt   = "createdAt"
@@ -336,7 +339,7 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 		if len(*p.Title) > maxThreadBytes/2 {
 			return agent.Thread{}, agent.E(agent.KindTooLarge, agent.CodeTooLarge, "title is %d bytes, more than %d", len(*p.Title), maxThreadBytes/2)
 		}
-		sets = append(sets, e.n(attrTitle)+" = "+e.v(avS(*p.Title)))
+		sets = append(sets, e.n(attrTitle)+" = "+e.v(avS(*p.Title)), e.n(attrTitleByUser)+" = "+e.v(avBool(true)))
 	}
 	if p.Settings != nil {
 		sets = append(sets, e.n(attrSettings)+" = "+e.v(settingsAV(*p.Settings)))
@@ -357,6 +360,49 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 		return agent.Thread{}, storeErr(err, "update thread")
 	}
 	return decodeThread(res.Attributes), nil
+}
+
+// SetGeneratedTitle: one UpdateItem conditioned on a live thread (attribute_exists(pk) AND
+// attribute_not_exists(deleting)) with no title (absent or empty) that its owner did not choose
+// (attribute_not_exists(titleByUser)), returning the new item. On a failed condition DynamoDB returns the item
+// (ALL_OLD; dynalite does not, and that costs one GetItem), which tells a titled thread from a missing one.
+func (s *Store) SetGeneratedTitle(ctx context.Context, id, title string, now time.Time) (agent.Thread, bool, error) {
+	if title == "" {
+		return agent.Thread{}, false, agent.E(agent.KindInvalid, agent.CodeInvalidTitle, "a generated title is empty")
+	}
+	if len(title) > maxThreadBytes/2 {
+		return agent.Thread{}, false, agent.E(agent.KindTooLarge, agent.CodeTooLarge, "title is %d bytes, more than %d", len(title), maxThreadBytes/2)
+	}
+	e := newExpr()
+	k := key(threadPK(id), threadSK)
+	set := "SET " + e.n(attrTitle) + " = " + e.v(avS(title)) + ", " + e.n(attrUpdatedAt) + " = " + e.v(avT(now)) + ", " +
+		e.n(AttrRecency) + " = " + e.v(avS(recency(now, id)))
+	cond := "attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e) + " AND attribute_not_exists(" + e.n(attrTitleByUser) +
+		") AND (attribute_not_exists(" + e.n(attrTitle) + ") OR " + e.n(attrTitle) + " = " + e.v(avS("")) + ")"
+	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String(set),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if isConditionFailed(err) {
+		old, err := s.failedItem(ctx, err, k)
+		if err != nil {
+			return agent.Thread{}, false, err
+		}
+		if !live(old) {
+			return agent.Thread{}, false, threadNotFound(id)
+		}
+		return decodeThread(old), false, nil
+	}
+	if err != nil {
+		return agent.Thread{}, false, storeErr(err, "set generated title")
+	}
+	return decodeThread(res.Attributes), true, nil
 }
 
 // DeleteThread is the tombstone protocol (infra/DYNAMODB.md, "Deleting a thread"):

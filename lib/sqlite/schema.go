@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 12
+const schemaVersion = 13
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -36,7 +36,8 @@ var schema = []string{
 		queue_seq          INTEGER NOT NULL DEFAULT 0,
 		usage_reasoning    INTEGER NOT NULL DEFAULT 0,
 		usage_cost         INTEGER NOT NULL DEFAULT 0, -- micro-USD
-		claim_readers_until INTEGER -- unix ms, agent.Claim.ReadersUntil (version 12); NULL when none
+		claim_readers_until INTEGER, -- unix ms, agent.Claim.ReadersUntil (version 12); NULL when none
+		title_by_user      INTEGER NOT NULL DEFAULT 0 -- 1 once the owner set a title (version 13): SetGeneratedTitle leaves it
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
 	claimedIndex,
@@ -294,7 +295,13 @@ var migrations = map[int][]string{
 	11: {interruptsByMessage},
 	// Version 12 keeps how long resumed-stream readers stay attached to the active run (MarkReader).
 	12: {claimReadersUntil},
+	// Version 13 remembers that the owner chose the title (a generated title never overwrites it).
+	13: {titleByUser},
 }
+
+// titleByUser is set by UpdateThread with a title; a row of an older version reads 0, and its title, if any,
+// keeps SetGeneratedTitle away all the same.
+const titleByUser = `ALTER TABLE threads ADD COLUMN title_by_user INTEGER NOT NULL DEFAULT 0`
 
 // claimReadersUntil is in no index: a reader's MarkReader writes one table page and no index page.
 const claimReadersUntil = `ALTER TABLE threads ADD COLUMN claim_readers_until INTEGER`

@@ -158,8 +158,9 @@ func (s *Store) ListThreadsPage(ctx context.Context, owner string, p agent.Threa
 func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch, now time.Time) (agent.Thread, error) {
 	s.op()
 	var title, settings any
+	byUser := 0
 	if p.Title != nil {
-		title = *p.Title
+		title, byUser = *p.Title, 1
 	}
 	if p.Settings != nil {
 		b, err := json.Marshal(*p.Settings)
@@ -172,14 +173,44 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 	err := s.write(ctx, "update thread", func(c conn) error {
 		var err error
 		th, err = scanThread(c.queryRow(ctx, `UPDATE threads
-			SET title = coalesce(?, title), settings = coalesce(?, settings), updated_at = ?
-			WHERE id = ? RETURNING `+threadScanCols, title, settings, millis(now), id))
+			SET title = coalesce(?, title), title_by_user = max(title_by_user, ?), settings = coalesce(?, settings), updated_at = ?
+			WHERE id = ? RETURNING `+threadScanCols, title, byUser, settings, millis(now), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return threadNotFound(id)
 		}
 		return err
 	})
 	return th, err
+}
+
+// SetGeneratedTitle sets the title in one conditional UPDATE (no title, and none the owner chose), then reads
+// the row back in the same transaction.
+func (s *Store) SetGeneratedTitle(ctx context.Context, id, title string, now time.Time) (agent.Thread, bool, error) {
+	s.op()
+	if title == "" {
+		return agent.Thread{}, false, agent.E(agent.KindInvalid, agent.CodeInvalidTitle, "a generated title is empty")
+	}
+	var (
+		th  agent.Thread
+		set bool
+	)
+	err := s.write(ctx, "set generated title", func(c conn) error {
+		n, err := c.execN(ctx, `UPDATE threads SET title = ?, updated_at = ?
+			WHERE id = ? AND title = '' AND title_by_user = 0`, title, millis(now), id)
+		if err != nil {
+			return err
+		}
+		set = n == 1
+		th, err = scanThread(c.queryRow(ctx, `SELECT `+threadScanCols+` FROM threads WHERE id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return threadNotFound(id)
+		}
+		return err
+	})
+	if err != nil {
+		return agent.Thread{}, false, err
+	}
+	return th, set, nil
 }
 
 // DeleteThread removes the thread with its messages, runs, segments, interrupts, jobs and queue, in one

@@ -89,6 +89,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		tests []test
 	}{
 		{"Threads", threadTests()},
+		{"Titles", titleTests()},
 		{"Runs", runTests()},
 		{"Messages", messageTests()},
 		{"Segments", segmentTests()},
