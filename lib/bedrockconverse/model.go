@@ -82,6 +82,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/sdkhttp"
 )
 
 // Defaults for the zero values of Config.
@@ -173,6 +174,7 @@ func New(cfg Config) *Model {
 		if cfg.HTTPClient != nil {
 			o.HTTPClient = cfg.HTTPClient
 		}
+		o.HTTPClient = sdkhttp.Wrap(o.HTTPClient) // attempts failed before their first event without it
 	})
 	return &Model{cfg: cfg, client: client}
 }

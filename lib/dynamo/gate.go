@@ -10,6 +10,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/sdkhttp"
 )
 
 // The write gate (REVIEW D3, fence E). The SDK retries inside one call (three attempts with jittered backoff by
@@ -39,13 +40,13 @@ const (
 
 // HTTPClient is the HTTP client for production DynamoDB clients: the SDK's buildable client with a request
 // timeout (zero: DefaultRequestTimeout) and a response-header timeout (DefaultResponseHeaderTimeout, never above
-// the request timeout). Set it as dynamodb.Options.HTTPClient.
-func HTTPClient(timeout time.Duration) *awshttp.BuildableClient {
+// the request timeout), sending through sdkhttp.Wrap (its doc says why). Set it as dynamodb.Options.HTTPClient.
+func HTTPClient(timeout time.Duration) sdkhttp.Doer {
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
 	}
 	header := min(DefaultResponseHeaderTimeout, timeout)
-	return awshttp.NewBuildableClient().WithTimeout(timeout).WithTransportOptions(func(tr *http.Transport) {
+	return sdkhttp.Wrap(awshttp.NewBuildableClient().WithTimeout(timeout).WithTransportOptions(func(tr *http.Transport) {
 		tr.ResponseHeaderTimeout = header
-	})
+	}))
 }

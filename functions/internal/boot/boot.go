@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-lambda-go/lambdaurl"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
@@ -30,6 +31,7 @@ import (
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/emf"
+	"github.com/agentloop/agentloop/lib/sdkhttp"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
 )
 
@@ -56,7 +58,7 @@ func coldStart[H any](build func(context.Context, func(string) string, aws.Confi
 	log := slog.New(lambdacontext.NewLogHandler())
 	config.SetMemoryLimit(os.Getenv, 0, log)
 	ctx, cancel := context.WithTimeout(context.Background(), coldStartTimeout)
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithHTTPClient(sdkhttp.Wrap(awshttp.NewBuildableClient())))
 	var h H
 	if err == nil {
 		h, err = build(ctx, os.Getenv, awsCfg, log)

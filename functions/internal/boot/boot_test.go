@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/dynamo"
+	"github.com/agentloop/agentloop/lib/sdkhttp"
 )
 
 // The production DynamoDB client has HTTP timeouts (REVIEW D3): a request on a dead connection fails within
@@ -20,7 +21,11 @@ func TestDynamoClientHasTimeouts(t *testing.T) {
 		want time.Duration
 	}{{0, dynamo.DefaultRequestTimeout}, {3 * time.Second, 3 * time.Second}} {
 		c := dynamoClient(aws.Config{Region: "eu-west-1"}, config.Config{StoreTimeout: tc.env})
-		hc, ok := c.Options().HTTPClient.(*awshttp.BuildableClient)
+		w, ok := c.Options().HTTPClient.(interface{ Unwrap() sdkhttp.Doer }) // sends through sdkhttp
+		if !ok {
+			t.Fatalf("HTTP client %T, want sdkhttp's wrapper", c.Options().HTTPClient)
+		}
+		hc, ok := w.Unwrap().(*awshttp.BuildableClient)
 		if !ok {
 			t.Fatalf("HTTP client %T, want the SDK's buildable client with timeouts", c.Options().HTTPClient)
 		}

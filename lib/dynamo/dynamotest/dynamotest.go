@@ -37,7 +37,9 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/internal/testenv"
+	"github.com/agentloop/agentloop/lib/sdkhttp"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
@@ -175,6 +177,7 @@ func Client(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Client
 		Region:       Region,
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, ""),
+		HTTPClient:   sdkhttp.Wrap(awshttp.NewBuildableClient()), // as production's (dynamo.HTTPClient)
 	}
 	if endpoint == os.Getenv(EndpointEnv) {
 		if r := os.Getenv("AWS_REGION"); r != "" {

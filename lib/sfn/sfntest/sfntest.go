@@ -37,7 +37,9 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/internal/testenv"
+	"github.com/agentloop/agentloop/lib/sdkhttp"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 )
@@ -175,6 +177,7 @@ func (s *Server) Client(optFns ...func(*sfn.Options)) *sfn.Client {
 		Region:       Region,
 		BaseEndpoint: aws.String(s.Endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, ""),
+		HTTPClient:   sdkhttp.Wrap(awshttp.NewBuildableClient()), // as production's (boot's AWS configuration)
 	}, optFns...)
 }
 
