@@ -24,10 +24,10 @@ import (
 	"github.com/agentloop/agentloop/lib/offline"
 )
 
-// bedrockStream encodes the events of a hand-written Anthropic SSE file (testdata) as Bedrock's
+// bedrockEvents encodes the events of a hand-written Anthropic SSE file (testdata) as Bedrock's
 // InvokeModelWithResponseStream answers them: one event-stream "chunk" message per event, whose payload's
 // "bytes" is the event's JSON in base64 (the framing AWS documents; not a capture of the live service).
-func bedrockStream(t *testing.T, file string) []byte {
+func bedrockEvents(t *testing.T, file string) []byte {
 	t.Helper()
 	raw, err := os.ReadFile("testdata/" + file)
 	if err != nil {
@@ -60,7 +60,7 @@ func bedrockStream(t *testing.T, file string) []byte {
 func TestBedrock(t *testing.T) {
 	t.Parallel()
 	const modelID = "anthropic.claude-sonnet-4-5-20250929-v1:0"
-	stream := bedrockStream(t, "thinking_tool_use.sse")
+	stream := bedrockEvents(t, "thinking_tool_use.sse")
 	var gotPath, gotAuth string
 	var gotBody map[string]any
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,12 +1,15 @@
-// Package anthropic adapts agent.Model to Anthropic's Messages API with streaming, through
-// github.com/anthropics/anthropic-sdk-go/v2: directly with an API key (Config.APIKey; Config.BaseURL points tests
-// at the offline model's /v1/messages), or on Amazon Bedrock (Config.Bedrock: the SDK's bedrock package, SigV4
-// with the default AWS credentials, e.g. the function's own IAM role; the offline model serves Bedrock's
-// InvokeModel routes too).
+// Package anthropic adapts agent.Model to Anthropic's Messages API with streaming: directly with an API key
+// (POST {BaseURL}/v1/messages with x-api-key and anthropic-version; Config.BaseURL points tests at the offline
+// model), or on Amazon Bedrock (Config.Bedrock: POST {endpoint}/model/{modelId}/invoke-with-response-stream,
+// signed with SigV4 from the AWS configuration's credentials, e.g. the function's own IAM role; the offline
+// model serves that route too).
 //
-// The SDK is large: a binary that already links lib/openai and the AWS SDK's configuration grows from 11.5 MB to
-// 21.5 MB when it links this package (linux/amd64, not stripped; 8.5 MB of it for the SDK's Messages streaming
-// alone). A Lambda should link it only when a models file can select it.
+// Like packages openai and openairesponses it speaks the wire itself with the standard library (wire.go; Bedrock's
+// signing and event stream in bedrock.go, through the AWS SDK's signer and eventstream packages, which the
+// functions link already), not through github.com/anthropics/anthropic-sdk-go: linking the SDK's Messages
+// streaming grew the chat Lambda's bootstrap by about 10 MB, past the 25 MB bound of
+// functions/deploytest/footprint_test.go, for a stream of eight event types of which the adapter reads a few
+// fields (issue 20; the measured sizes are in the README's models section).
 //
 // # Events
 //
@@ -14,8 +17,8 @@
 // thinking_delta as EventReasoningDelta, and each tool_use block as EventToolCallStart (its id and name) then its
 // input_json_delta fragments as EventToolCallDelta. Once the stream has ended with a stop reason, one EventToolCall
 // per tool_use block goes out, in the order the model made them, with the whole input ("{}" when the model sent
-// none); several tool_use blocks are parallel calls. ModelEvent.More is never set: the SDK's stream does not say
-// whether the next event is already at hand.
+// none); several tool_use blocks are parallel calls. ping events are skipped; an error event (overloaded_error
+// and the like) or a Bedrock exception ends the attempt. ModelEvent.More is never set.
 //
 // # Thinking and its replay
 //
@@ -43,10 +46,14 @@
 // # Prompt cache
 //
 // Anthropic caches a prompt prefix only up to a cache_control breakpoint. Unless Config.NoPromptCache, each
-// request has two (of the four allowed), ephemeral (5 minutes): on the system prompt, so tools and system are
-// read from the cache across threads, and on the last block of the last message, so each step writes the
-// transcript and the next step or turn reads it back (Anthropic finds the longest cached prefix within 20 blocks
-// before a breakpoint). The tools' input schemas go out as given, byte for byte, so the prefix stays stable.
+// request has up to four (all Anthropic allows), ephemeral (5 minutes): on the last tool and on the system
+// prompt, so tools and system are read from the cache across threads and turns; on the last block of the newest
+// message of the stable prefix (the third message from the end: what the previous step or turn ended on, before
+// the assistant's reply and the tool results or user message that follow it), which reads exactly what the
+// previous request wrote, however many blocks the new content adds (Anthropic looks back only 20 blocks from a
+// breakpoint); and on the last block of the last message, which writes the whole prompt for the next step or
+// turn. Thinking blocks take none (the block before them does). The tools' input schemas go out as given, byte
+// for byte, so the prefix stays stable.
 //
 // # Usage and finish
 //
@@ -59,11 +66,11 @@
 // # Timeouts, retries, errors
 //
 // As in lib/openai: Config.FirstTokenTimeout and Config.IdleTimeout bound the waits on the provider (code
-// model_timeout); the SDK's own retries are off and this package retries, with backoff and jitter (honouring
+// model_timeout); this package retries, with backoff and jitter (honouring
 // retry-after up to 30 s), on HTTP 429, 5xx and 529, on overloaded_error, rate_limit_error, api_error and
 // timeout_error events (and Bedrock's throttling, service-unavailable, internal-server and model-not-ready
 // exceptions), on connection failures, truncated streams and timeouts, and only while nothing has been
-// emitted. Errors are *agent.Error with a message safe to show a user (the provider's own text stays in the
+// emitted. A Bedrock request without AWS credentials fails at once (KindUnavailable, "no AWS credentials"). Errors are *agent.Error with a message safe to show a user (the provider's own text stays in the
 // cause, for the logs): KindUnavailable with CodeModelError (e.g. "the model provider returned HTTP 400" for a
 // refused request) or CodeModelTimeout; KindTooLarge with CodeMessageTooLarge when the prompt is over the model's
 // context window ("prompt is too long"); KindInvalid with CodeFileUnavailable when Anthropic cannot download or
@@ -72,6 +79,7 @@
 package anthropic
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,23 +87,22 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	sdk "github.com/anthropics/anthropic-sdk-go/v2"
-	"github.com/anthropics/anthropic-sdk-go/v2/bedrock"
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
 
 // Defaults for the zero values of Config.
 const (
+	DefaultBaseURL           = "https://api.anthropic.com"
 	DefaultMaxOutputTokens   = 8192
 	DefaultFirstTokenTimeout = 120 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
@@ -103,6 +110,8 @@ const (
 	DefaultBackoffBase       = 500 * time.Millisecond
 	DefaultBackoffMax        = 8 * time.Second
 
+	// APIVersion is the anthropic-version header of a direct request.
+	APIVersion = "2023-06-01"
 	// BedrockVersion is the anthropic_version of a request on Bedrock.
 	BedrockVersion = "bedrock-2023-05-31"
 
@@ -110,13 +119,17 @@ const (
 	maxRetryAfter = 30 * time.Second
 )
 
+// DefaultMaxIdleConnsPerHost is how many idle connections the default client keeps to the provider: about one
+// per reply streaming at once (as package openai).
+const DefaultMaxIdleConnsPerHost = 256
+
 // Config configures a Model. Zero values take the defaults above.
 type Config struct {
 	// APIKey is sent as x-api-key (direct API only).
 	APIKey string
-	// BaseURL is the API root (default Anthropic's, or Bedrock's regional endpoint); tests point it at the
-	// offline model, e.g. "http://127.0.0.1:PORT/" (the SDK adds "v1/messages"; a final "/v1" is dropped, so
-	// the offline model's ".../v1/" works too).
+	// BaseURL is the API root (default DefaultBaseURL, or on Bedrock the region's runtime endpoint); tests point
+	// it at the offline model, e.g. "http://127.0.0.1:PORT/" (the adapter adds "v1/messages"; a final "/v1" is
+	// dropped, so the offline model's ".../v1/" works too).
 	BaseURL string
 	// Model is used when a request names none.
 	Model string
@@ -135,12 +148,13 @@ type Config struct {
 	// BackoffBase is the wait before the first retry; it doubles per retry up to BackoffMax, with jitter.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
-	// HTTPClient sends the requests (default: the SDK's).
+	// HTTPClient sends the requests (default: a client with http.DefaultTransport's settings but for
+	// DefaultMaxIdleConnsPerHost idle connections).
 	HTTPClient *http.Client
-	// Bedrock sends the requests to Amazon Bedrock (InvokeModelWithResponseStream) signed with SigV4 from the
-	// default AWS configuration (environment, the function's role), in Region (default: the configuration's).
-	// Model is then a Bedrock model id, e.g. "anthropic.claude-sonnet-4-5-20250929-v1:0".
-	// BaseURL then points at Bedrock's runtime endpoint, or at the offline model (its /model/{id}/invoke routes).
+	// Bedrock sends the requests to Amazon Bedrock (InvokeModelWithResponseStream) signed with SigV4 from AWS,
+	// in Region (default: the configuration's). Model is then a Bedrock model id, e.g.
+	// "anthropic.claude-sonnet-4-5-20250929-v1:0", or an inference profile's id or ARN.
+	// BaseURL then points at Bedrock's runtime endpoint, or at the offline model (its /model/{id}/… routes).
 	Bedrock bool
 	Region  string
 	// AWS is the AWS configuration Bedrock requests are signed with (default: loaded as the AWS SDK loads it,
@@ -152,15 +166,17 @@ type Config struct {
 
 // Model is the agent.Model adapter. It is safe for concurrent use.
 type Model struct {
-	cfg     Config
-	client  sdk.MessageService
-	initErr error // the AWS configuration could not be loaded: every request fails with it
+	cfg      Config
+	endpoint string // the direct API's messages URL, or Bedrock's endpoint
+	aws      aws.Config
+	signer   *v4.Signer
+	initErr  error // the configuration cannot make a request: every request fails with it
 }
 
 var _ agent.Model = (*Model)(nil)
 
 // New returns a Model for cfg. It reads no ANTHROPIC_* environment variable: every setting comes from cfg (on
-// Bedrock, the AWS SDK's default configuration supplies credentials and region).
+// Bedrock, the AWS SDK's default configuration supplies credentials and region when cfg.AWS is nil).
 func New(cfg Config) *Model {
 	if cfg.MaxOutputTokens <= 0 {
 		cfg.MaxOutputTokens = DefaultMaxOutputTokens
@@ -186,49 +202,51 @@ func New(cfg Config) *Model {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	// The Messages service alone, not sdk.NewClient: the client holds every API's service, and linking them
-	// all cost the binary about 10 MB more. Given no environment defaults, it reads no ANTHROPIC_* variable.
-	opts := []option.RequestOption{option.WithEnvironmentProduction(), option.WithMaxRetries(0)}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	if cfg.HTTPClient == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = DefaultMaxIdleConnsPerHost
+		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+		cfg.HTTPClient = &http.Client{Transport: t}
 	}
-	var initErr error
-	if cfg.Bedrock {
-		awsCfg, err := loadAWS(cfg)
-		if err != nil {
-			initErr = agent.Wrap(err, agent.KindInternal, agent.CodeModelError, "the AWS configuration for Bedrock could not be loaded")
+	m := &Model{cfg: cfg}
+	if !cfg.Bedrock {
+		m.endpoint, m.initErr = messagesURL(cmpOr(cfg.BaseURL, DefaultBaseURL))
+		if m.initErr != nil {
+			m.initErr = agent.Wrap(m.initErr, agent.KindInternal, agent.CodeModelError, "the Anthropic base URL is not a URL")
 		}
-		// The version Bedrock documents for the Messages body (the SDK would send its own API date).
-		opts = append(opts, bedrock.WithConfig(awsCfg), option.WithJSONSet("anthropic_version", BedrockVersion))
-	} else {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+		return m
 	}
-	if cfg.BaseURL != "" {
-		opts = append(opts, option.WithBaseURL(apiRoot(cfg.BaseURL)))
+	awsCfg, err := loadAWS(cfg)
+	switch {
+	case err != nil:
+		m.initErr = agent.Wrap(err, agent.KindInternal, agent.CodeModelError, "the AWS configuration for Bedrock could not be loaded")
+	case awsCfg.Region == "":
+		m.initErr = agent.E(agent.KindInternal, agent.CodeModelError, "no AWS region for Bedrock (the models file entry's region)")
 	}
-	return &Model{cfg: cfg, client: sdk.NewMessageService(opts...), initErr: initErr}
+	m.aws, m.signer = awsCfg, v4.NewSigner()
+	m.endpoint = cmpOr(cfg.BaseURL, bedrockEndpoint(awsCfg.Region))
+	return m
 }
 
-// apiRoot is base without a final "/v1": the SDK adds "v1/messages", and a base URL written the way OpenAI's
+func cmpOr(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}
+
+// messagesURL is the messages URL under base, without a final "/v1" of base: a base URL written the way OpenAI's
 // are ("https://api.anthropic.com/v1", the offline model's ".../v1/") would otherwise ask for v1/v1/messages.
-func apiRoot(base string) string {
-	return strings.TrimSuffix(strings.TrimSuffix(base, "/"), "/v1") + "/"
-}
-
-// loadAWS is Config.AWS, or the default AWS configuration (bedrock.WithLoadDefaultConfig would panic on an error).
-func loadAWS(cfg Config) (aws.Config, error) {
-	if cfg.AWS != nil {
-		c := cfg.AWS.Copy()
-		if cfg.Region != "" {
-			c.Region = cfg.Region
-		}
-		return c, nil
+func messagesURL(base string) (string, error) {
+	root := strings.TrimSuffix(strings.TrimSuffix(base, "/"), "/v1")
+	u, err := url.Parse(root)
+	if err != nil {
+		return "", err
 	}
-	var load []func(*awsconfig.LoadOptions) error
-	if cfg.Region != "" {
-		load = append(load, awsconfig.WithRegion(cfg.Region))
+	if u.Scheme == "" || u.Host == "" {
+		return "", fmt.Errorf("%q is not an absolute URL", base)
 	}
-	return awsconfig.LoadDefaultConfig(context.Background(), load...)
+	return u.JoinPath("v1", "messages").String(), nil
 }
 
 // The causes an attempt's context is cancelled with when the stream goes quiet.
@@ -243,16 +261,26 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if m.initErr != nil {
 		return agent.ModelResult{}, m.initErr
 	}
-	params, err := m.params(req)
+	p, err := m.request(req)
 	if err != nil {
 		return agent.ModelResult{}, err
 	}
+	model := p.Model
+	if m.cfg.Bedrock {
+		p.Model, p.AnthropicVersion = "", BedrockVersion // the model is in the path; the operation streams
+	} else {
+		p.Stream = true
+	}
 	for attempt := 0; ; attempt++ {
-		res, fail := m.attempt(ctx, params, emit)
+		body, err := encodeRequest(p)
+		if err != nil {
+			return agent.ModelResult{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
+		}
+		res, fail := m.attempt(ctx, model, body, emit)
 		if fail == nil {
 			return res, nil
 		}
-		if fail.fileAt != nil && dropStaleFile(&params, *fail.fileAt) {
+		if fail.fileAt != nil && dropStaleFile(p, *fail.fileAt) {
 			// An older message's file that can no longer be downloaded (an expired pre-signed URL) fails
 			// every later turn of the thread unless it is left out: it goes as a line, and the request again.
 			m.cfg.Logger.WarnContext(ctx, "an older message's file could not be downloaded, sent as a line", "err", fail.err)
@@ -312,30 +340,83 @@ func (w *watchdog) arrived() bool {
 func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
 func (w *watchdog) stop()    { w.timer.Stop() }
 
-func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
+// open sends the request and returns its stream of events, or the provider's error answer (*apiError), or the
+// transport's error.
+func (m *Model) open(ctx context.Context, model string, body []byte) (eventReader, error) {
+	if m.cfg.Bedrock {
+		return m.openBedrock(ctx, model, body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Anthropic-Version", APIVersion)
+	if m.cfg.APIKey != "" {
+		req.Header.Set("X-Api-Key", m.cfg.APIKey)
+	}
+	res, err := m.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode >= 400 {
+		defer res.Body.Close()
+		return nil, readAPIError(res)
+	}
+	return newSSEStream(res.Body), nil
+}
+
+func (m *Model) attempt(ctx context.Context, model string, body []byte, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
 	defer dog.stop()
-	stream := m.client.NewStreaming(actx, params)
+	toCaller := func(ev agent.ModelEvent) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return emit(ev)
+	}
+	acc := newAccumulator(toCaller, model)
+	stream, err := m.open(actx, model, body)
+	if err != nil {
+		dog.stop()
+		return acc.partial(), m.classify(ctx, actx, err, false)
+	}
 	defer stream.Close()
-	acc := newAccumulator(emit, string(params.Model))
 	timedOut := false
-	for stream.Next() {
-		if actx.Err() != nil {
+	var ev event
+	for {
+		data, ok := stream.Next()
+		if !ok || actx.Err() != nil {
 			break
 		}
 		if !dog.arrived() {
 			timedOut = true
 			break
 		}
-		if err := acc.add(stream.Current()); err != nil {
-			return acc.partial(), &failure{err: err}
+		ev = event{}
+		if err := json.Unmarshal(data, &ev); err != nil {
+			dog.stop()
+			return acc.partial(), &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
+				"the model provider sent a malformed event"), retry: !acc.emitted}
+		}
+		if err := acc.add(&ev); err != nil {
+			dog.stop()
+			var se *streamError
+			if errors.As(err, &se) {
+				return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
+			}
+			return acc.partial(), &failure{err: err} // emit's own error, returned unchanged
+		}
+		if acc.stopped {
+			break // the message is over: whatever follows is not read
 		}
 		dog.waiting()
 	}
 	dog.stop()
-	err := stream.Err()
+	err = stream.Err()
 	if err == nil && actx.Err() != nil {
 		err = context.Cause(actx)
 	}
@@ -369,17 +450,17 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
 		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
 	}
-	var apiErr *sdk.Error
+	var se *streamError
+	if errors.As(err, &se) {
+		return &failure{err: agent.Wrap(providerSaid(err, se.Message), agent.KindUnavailable, agent.CodeModelError,
+			"the model provider failed mid-stream"), retry: transientTypes[se.Type] && !emitted}
+	}
+	var apiErr *apiError
 	if errors.As(err, &apiErr) {
-		said := providerMessage(apiErr)
+		said := apiErr.Message
 		cause := providerSaid(err, said)
-		typ := string(apiErr.Type())
-		inStream := apiErr.StatusCode == http.StatusOK || apiErr.StatusCode == 0
-		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500 || transientTypes[typ]
+		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500 || transientTypes[apiErr.Type]
 		switch {
-		case inStream:
-			return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, "the model provider failed mid-stream"),
-				retry: transient && !emitted}
 		case apiErr.StatusCode == http.StatusBadRequest && contextTooLong.MatchString(said):
 			return &failure{err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge,
 				"the conversation is too long for the model")}
@@ -399,6 +480,9 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 			retryAfter: retryAfter(apiErr.Response),
 		}
 	}
+	if errors.Is(err, errNoCredentials) {
+		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "no AWS credentials to call Bedrock")}
+	}
 	if errors.Is(err, errTruncated) {
 		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the model stream ended before the model finished"),
 			retry: !emitted}
@@ -407,15 +491,17 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 	if errors.As(err, &ae) {
 		return &failure{err: err}
 	}
-	// Below HTTP (refused or reset connections, a body cut mid-stream) or a malformed event.
+	// Below HTTP (refused or reset connections, a body cut mid-stream) or a malformed event stream.
 	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
 }
 
-// transientTypes are the error types of a stream's error event that may pass on retry: Anthropic's, and the
-// exceptions of Bedrock's event stream (the SDK names the event's type after the exception).
+// transientTypes are the error types that may pass on retry: Anthropic's (of an error event or an error body),
+// and Bedrock's exceptions (an event stream's names them in lower camel case, an error answer's header in
+// upper).
 var transientTypes = map[string]bool{"overloaded_error": true, "rate_limit_error": true, "api_error": true,
 	"timeout_error": true, "throttlingException": true, "serviceUnavailableException": true,
-	"internalServerException": true, "modelNotReadyException": true}
+	"internalServerException": true, "modelNotReadyException": true, "ThrottlingException": true,
+	"ServiceUnavailableException": true, "InternalServerException": true, "ModelNotReadyException": true}
 
 // contextTooLong matches the refusal of a prompt over the context window: Anthropic's and Bedrock's wording.
 var contextTooLong = regexp.MustCompile(`(?i)prompt is too long|input is too long`)
@@ -425,21 +511,6 @@ var blockPath = regexp.MustCompile(`^messages\.(\d+)\.content\.(\d+)\.`)
 
 // fileRefused matches Anthropic's refusals of an image or document it could not fetch or decode.
 var fileRefused = regexp.MustCompile(`(?i)unable to download|could not process image|invalid image|could not process pdf|image exceeds`)
-
-// providerMessage is what the provider said: Anthropic's error.message, or the top-level message of Bedrock's
-// error body ({"message": …}, its type in the x-amzn-ErrorType header), which the SDK does not read.
-func providerMessage(e *sdk.Error) string {
-	if e.Message != "" {
-		return e.Message
-	}
-	var body struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal([]byte(e.RawJSON()), &body) == nil {
-		return body.Message
-	}
-	return ""
-}
 
 // providerSaid keeps the provider's own message beside err for the logs, without any URL query (a pre-signed
 // URL's is a credential).

@@ -123,8 +123,8 @@ func TestText(t *testing.T) {
 		t.Errorf("result = %+v", res)
 	}
 	h := f.headers[0]
-	if h.Get("Authorization") != "Bearer test-key" || h.Get("Anthropic-Version") == "" {
-		t.Errorf("headers: authorization %q, anthropic-version %q", h.Get("Authorization"), h.Get("Anthropic-Version"))
+	if h.Get("X-Api-Key") != "test-key" || h.Get("Authorization") != "" || h.Get("Anthropic-Version") != APIVersion {
+		t.Errorf("headers: x-api-key %q, authorization %q, anthropic-version %q", h.Get("X-Api-Key"), h.Get("Authorization"), h.Get("Anthropic-Version"))
 	}
 	body := f.lastBody(t)
 	if body["stream"] != true || body["max_tokens"] != float64(DefaultMaxOutputTokens) {
@@ -581,7 +581,7 @@ func TestToolsBytesStable(t *testing.T) {
 		}
 		req.Messages = append(req.Messages, agent.ModelMessage{Role: "assistant", Text: "You said: one"}, user("two"))
 	}
-	tail := func(body string) string { // system and tools follow messages in the SDK's field order
+	tail := func(body string) string { // system and tools follow messages in the body
 		i := strings.Index(body, `"system"`)
 		if i < 0 {
 			t.Fatalf("no system in %s", body)
@@ -596,7 +596,7 @@ func TestToolsBytesStable(t *testing.T) {
 	}
 }
 
-// TestNoEnvironment: the SDK's ANTHROPIC_* variables change nothing; every setting comes from Config.
+// TestNoEnvironment: Anthropic's SDK variables (ANTHROPIC_*) change nothing; every setting comes from Config.
 func TestNoEnvironment(t *testing.T) {
 	t.Setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:1/")
 	t.Setenv("ANTHROPIC_API_KEY", "from-env")
@@ -605,7 +605,7 @@ func TestNoEnvironment(t *testing.T) {
 	if _, _, err := run(context.Background(), f.model(nil), user("hi")); err != nil {
 		t.Fatal(err)
 	}
-	if h := f.headers[0]; h.Get("X-Leak") != "" || h.Get("Authorization") != "Bearer test-key" {
+	if h := f.headers[0]; h.Get("X-Leak") != "" || h.Get("X-Api-Key") != "test-key" {
 		t.Errorf("headers = %v", h)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 
-	sdk "github.com/anthropics/anthropic-sdk-go/v2"
-
 	"github.com/agentloop/agentloop/lib/agent"
 )
 
@@ -16,13 +14,14 @@ type accumulator struct {
 	emitted bool
 	model   string
 	stopped bool // message_stop arrived
-	stop    sdk.StopReason
+	stop    string
 	usage   struct{ input, cacheRead, cacheWrite, output, thinking int64 }
-	blocks  map[int64]*block // open and closed blocks by index
-	order   []*block
+	blocks  map[int]*streamBlock // open and closed blocks by index
+	order   []*streamBlock
 }
 
-type block struct {
+// streamBlock is a content block of the reply, as it arrives.
+type streamBlock struct {
 	typ       string
 	id, name  string
 	input     strings.Builder
@@ -32,7 +31,7 @@ type block struct {
 }
 
 func newAccumulator(emit func(agent.ModelEvent) error, model string) *accumulator {
-	return &accumulator{emit: emit, model: model, blocks: map[int64]*block{}}
+	return &accumulator{emit: emit, model: model, blocks: map[int]*streamBlock{}}
 }
 
 func (a *accumulator) send(ev agent.ModelEvent) error {
@@ -40,18 +39,26 @@ func (a *accumulator) send(ev agent.ModelEvent) error {
 	return a.emit(ev)
 }
 
-func (a *accumulator) add(ev sdk.MessageStreamEventUnion) error {
+func (a *accumulator) add(ev *event) error {
 	switch ev.Type {
 	case "message_start":
+		if ev.Message == nil {
+			return nil
+		}
 		if ev.Message.Model != "" {
-			a.model = string(ev.Message.Model)
+			a.model = ev.Message.Model
 		}
 		u := ev.Message.Usage
-		a.usage.input, a.usage.cacheRead, a.usage.cacheWrite, a.usage.output =
-			u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens, u.OutputTokens
+		set(&a.usage.input, u.InputTokens)
+		set(&a.usage.cacheRead, u.CacheReadInputTokens)
+		set(&a.usage.cacheWrite, u.CacheCreationInputTokens)
+		set(&a.usage.output, u.OutputTokens)
 	case "content_block_start":
 		cb := ev.ContentBlock
-		b := &block{typ: cb.Type, id: cb.ID, name: cb.Name, signature: cb.Signature, data: cb.Data}
+		if cb == nil {
+			return nil
+		}
+		b := &streamBlock{typ: cb.Type, id: cb.ID, name: cb.Name, signature: cb.Signature, data: cb.Data}
 		b.thinking.WriteString(cb.Thinking)
 		a.blocks[ev.Index] = b
 		a.order = append(a.order, b)
@@ -70,6 +77,9 @@ func (a *accumulator) add(ev sdk.MessageStreamEventUnion) error {
 	case "content_block_delta":
 		b := a.blocks[ev.Index]
 		d := ev.Delta
+		if d == nil {
+			return nil
+		}
 		switch d.Type {
 		case "text_delta":
 			if d.Text != "" {
@@ -96,30 +106,43 @@ func (a *accumulator) add(ev sdk.MessageStreamEventUnion) error {
 			}
 		}
 	case "message_delta":
-		if ev.Delta.StopReason != "" {
+		if ev.Delta != nil && ev.Delta.StopReason != "" {
 			a.stop = ev.Delta.StopReason
 		}
-		// message_delta's usage is cumulative; input counts are present only when they changed.
-		u := ev.Usage
-		if u.JSON.OutputTokens.Valid() {
-			a.usage.output = u.OutputTokens
-		}
-		if u.JSON.OutputTokensDetails.Valid() {
-			a.usage.thinking = u.OutputTokensDetails.ThinkingTokens
-		}
-		if u.JSON.InputTokens.Valid() && u.InputTokens > 0 {
-			a.usage.input = u.InputTokens
-		}
-		if u.JSON.CacheReadInputTokens.Valid() && u.CacheReadInputTokens > 0 {
-			a.usage.cacheRead = u.CacheReadInputTokens
-		}
-		if u.JSON.CacheCreationInputTokens.Valid() && u.CacheCreationInputTokens > 0 {
-			a.usage.cacheWrite = u.CacheCreationInputTokens
+		// message_delta's usage is cumulative; the input counts are present only when they changed.
+		if u := ev.Usage; u != nil {
+			set(&a.usage.output, u.OutputTokens)
+			if u.OutputTokensDetails != nil {
+				a.usage.thinking = u.OutputTokensDetails.ThinkingTokens
+			}
+			setPositive(&a.usage.input, u.InputTokens)
+			setPositive(&a.usage.cacheRead, u.CacheReadInputTokens)
+			setPositive(&a.usage.cacheWrite, u.CacheCreationInputTokens)
 		}
 	case "message_stop":
 		a.stopped = true
+	case "error":
+		e := &streamError{Type: "error"}
+		if ev.Error != nil {
+			e.Type, e.Message = ev.Error.Type, ev.Error.Message
+		}
+		return e
 	}
 	return nil
+}
+
+// set stores a count that is present.
+func set(dst *int64, v *int64) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+// setPositive stores a count that is present and above zero.
+func setPositive(dst *int64, v *int64) {
+	if v != nil && *v > 0 {
+		*dst = *v
+	}
 }
 
 // finishCalls emits one EventToolCall per tool_use block, in order.
@@ -174,15 +197,15 @@ func (a *accumulator) result() agent.ModelResult {
 	return agent.ModelResult{FinishReason: finishReason(a.stop), Usage: a.usageOf(), Model: a.model, ReasoningData: a.reasoningData()}
 }
 
-func finishReason(r sdk.StopReason) agent.FinishReason {
+func finishReason(r string) agent.FinishReason {
 	switch r {
-	case sdk.StopReasonEndTurn, sdk.StopReasonStopSequence, sdk.StopReasonPauseTurn:
+	case "end_turn", "stop_sequence", "pause_turn":
 		return agent.FinishStop
-	case sdk.StopReasonMaxTokens, sdk.StopReasonModelContextWindowExceeded:
+	case "max_tokens", "model_context_window_exceeded":
 		return agent.FinishLength
-	case sdk.StopReasonToolUse:
+	case "tool_use":
 		return agent.FinishToolCalls
-	case sdk.StopReasonRefusal:
+	case "refusal":
 		return agent.FinishContentFilter
 	}
 	return agent.FinishOther
