@@ -30,7 +30,9 @@ import (
 const bedrockService = "bedrock"
 
 // bedrockEndpoint is Bedrock's runtime endpoint in region.
-func bedrockEndpoint(region string) string { return "https://bedrock-runtime." + region + ".amazonaws.com" }
+func bedrockEndpoint(region string) string {
+	return "https://bedrock-runtime." + region + ".amazonaws.com"
+}
 
 // loadAWS is Config.AWS, or the default AWS configuration, in Config.Region when set.
 func loadAWS(cfg Config) (aws.Config, error) {

@@ -102,13 +102,13 @@ func encodeRequest(r *messagesRequest) ([]byte, error) {
 // event is one streamed event, the union of the fields of the event types the adapter reads: message_start,
 // content_block_start, content_block_delta, content_block_stop, message_delta, message_stop, ping, error.
 type event struct {
-	Type         string         `json:"type"`
-	Index        int            `json:"index"`
-	Message      *startMessage  `json:"message"`       // message_start
-	ContentBlock *startBlock    `json:"content_block"` // content_block_start
-	Delta        *delta         `json:"delta"`         // content_block_delta, message_delta
-	Usage        *usage         `json:"usage"`         // message_delta (cumulative)
-	Error        *errorDetail   `json:"error"`         // error
+	Type         string        `json:"type"`
+	Index        int           `json:"index"`
+	Message      *startMessage `json:"message"`       // message_start
+	ContentBlock *startBlock   `json:"content_block"` // content_block_start
+	Delta        *delta        `json:"delta"`         // content_block_delta, message_delta
+	Usage        *usage        `json:"usage"`         // message_delta (cumulative)
+	Error        *errorDetail  `json:"error"`         // error
 }
 
 type startMessage struct {
@@ -196,7 +196,9 @@ type streamError struct {
 	Message string
 }
 
-func (e *streamError) Error() string { return fmt.Sprintf("the model provider sent an error event (%s)", e.Type) }
+func (e *streamError) Error() string {
+	return fmt.Sprintf("the model provider sent an error event (%s)", e.Type)
+}
 
 // eventReader yields the JSON of a stream's events one at a time: the SSE of the direct API (sseStream) or the
 // event stream of Bedrock (bedrockStream).
