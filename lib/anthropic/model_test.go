@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -620,5 +622,88 @@ func TestStalled(t *testing.T) {
 	requireError(t, err, agent.KindUnavailable, agent.CodeModelTimeout, "stalled")
 	if len(events) != 0 || f.srv.Requests() != 3 {
 		t.Errorf("events %v after %d requests", events, f.srv.Requests())
+	}
+}
+
+// TestCacheBreakpoints: the breakpoints sit on the last tool, the system prompt, the newest message of the
+// stable prefix (what the previous step ended on) and the last message, four in all (the offline model, as
+// Anthropic, refuses more), never on a thinking block; with thinking replayed first, the breakpoint of an
+// assistant message is on its last block. Cache reads and writes come back as cached input and cache writes.
+func TestCacheBreakpoints(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	m := f.model(func(c *Config) { c.ThinkingBudget = 1024 })
+	ctx := context.Background()
+	tools := []agent.ToolSpec{{Name: "a", Parameters: json.RawMessage(`{"type":"object"}`)}, {Name: "lookup", Parameters: json.RawMessage(`{"type":"object"}`)}}
+	first := []agent.ModelMessage{user("hello"), {Role: "assistant", Text: "You said: hello"}, user(`/tool lookup {"q":"x"}`)}
+	var events []agent.ModelEvent
+	collect := func(ev agent.ModelEvent) error { events = append(events, ev); return nil }
+	res, err := m.Stream(ctx, agent.ModelRequest{System: "sys", Tools: tools, Messages: first}, collect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := func() []string { // where the breakpoints are: tool names, "system", "message N block M type"
+		t.Helper()
+		b, _ := json.Marshal(f.lastBody(t))
+		var body struct {
+			Tools []struct {
+				Name         string          `json:"name"`
+				CacheControl json.RawMessage `json:"cache_control"`
+			} `json:"tools"`
+			System   []map[string]any `json:"system"`
+			Messages []struct {
+				Content []map[string]any `json:"content"`
+			} `json:"messages"`
+		}
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tl := range body.Tools {
+			if tl.CacheControl != nil {
+				out = append(out, "tool "+tl.Name)
+			}
+		}
+		for _, s := range body.System {
+			if s["cache_control"] != nil {
+				out = append(out, "system")
+			}
+		}
+		for i, msg := range body.Messages {
+			for j, blk := range msg.Content {
+				if blk["cache_control"] != nil {
+					out = append(out, fmt.Sprintf("message %d block %d %s", i, j, blk["type"]))
+				}
+			}
+		}
+		return out
+	}
+	if got, want := marks(), []string{"tool lookup", "system", "message 0 block 0 text", "message 2 block 0 text"}; !slices.Equal(got, want) {
+		t.Errorf("breakpoints %q, want %q", got, want)
+	}
+	// The tool round: the prefix ends on the message the first step ended on; the assistant's turn starts with
+	// its thinking, and the last message (the tool result) takes the other breakpoint.
+	calls := callsOf(events)
+	second := append(append([]agent.ModelMessage{}, first...), agent.ModelMessage{Role: "assistant", ReasoningData: res.ReasoningData, ToolCalls: calls},
+		agent.ModelMessage{Role: "tool", ToolCallID: calls[0].ID, Text: "found"})
+	res, err = m.Stream(ctx, agent.ModelRequest{System: "sys", Tools: tools, Messages: second}, collect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := marks(), []string{"tool lookup", "system", "message 2 block 0 text", "message 4 block 0 tool_result"}; !slices.Equal(got, want) {
+		t.Errorf("tool round breakpoints %q, want %q", got, want)
+	}
+	if u := res.Usage; u.CachedInputTokens == 0 || u.CacheWriteTokens == 0 || u.InputTokens != u.CachedInputTokens+u.CacheWriteTokens+2 {
+		t.Errorf("usage %+v: want cache reads and writes reported, the newest message (2 tokens) as the rest", u)
+	}
+	// An assistant message whose last block would be thinking (none of text or calls) is not marked there.
+	p := &messagesRequest{Messages: []message{{Role: "user", Content: []block{textBlock("a")}},
+		{Role: "assistant", Content: replay(res.ReasoningData)}, {Role: "user", Content: []block{textBlock("b")}}}}
+	if len(p.Messages[1].Content) == 0 {
+		p.Messages[1].Content = []block{{Type: "redacted_thinking", Data: "x"}}
+	}
+	markCache(p)
+	if n := breakpoints(p); n != 2 || p.Messages[1].Content[0].CacheControl != nil {
+		t.Errorf("%d breakpoints, thinking marked %v", n, p.Messages[1].Content[0].CacheControl)
 	}
 }

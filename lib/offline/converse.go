@@ -463,7 +463,7 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, modelID string
 	for i := range rep.calls {
 		rep.calls[i].ID = "tooluse_" + strings.TrimPrefix(rep.calls[i].ID, "call_")
 	}
-	s.converseStream(r, w, rep, messagesUsage(msgs, rep))
+	s.converseStream(r, w, rep, messagesUsage(msgs, rep, true))
 }
 
 // converseStream writes rep as ConverseStream's event stream.

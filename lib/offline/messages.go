@@ -27,6 +27,11 @@ package offline
 //	with thinking  when the request enables thinking, an assistant message with tool_use that the request ends
 //	               on (it and its tool results are the newest) starts with a thinking or redacted_thinking block
 //	tools          each {name, input_schema: {type: "object", …}}, name matching ^[a-zA-Z0-9_-]{1,128}$
+//	cache_control  on a tool, a system block or a content block (a tool_result's own blocks included) is
+//	               {"type": "ephemeral"} with an optional ttl of "5m" or "1h" ("….cache_control.type: Input
+//	               should be 'ephemeral'"); thinking blocks take none ("….thinking.cache_control: Extra inputs
+//	               are not permitted"); at most 4 in a request ("A maximum of 4 blocks with cache_control may
+//	               be provided. Found N.")
 //	files by URL   every image and document with a url source is downloaded (WithFileClient, within the file
 //	               timeout); one that cannot be gets "messages.N.content.M.image.source.url: Unable to download
 //	               the file. Please verify the URL and try again." These are the only requests that reach the
@@ -40,7 +45,8 @@ package offline
 // /think does). Thinking signatures are derived from the thinking text (thinkingSignature), so a replay is
 // checked without state. Usage: input_tokens counts the newest message, cache_read_input_tokens every message
 // but the two newest, cache_creation_input_tokens the second newest (as if each request cached the previous
-// one's prefix); output_tokens is counted as on Chat Completions, and message_delta's
+// one's prefix); a request with no cache_control caches nothing, as on Anthropic: all of it is input_tokens;
+// output_tokens is counted as on Chat Completions, and message_delta's
 // output_tokens_details.thinking_tokens counts the thinking's words when the reply thinks. /error STATUS after N sends an "error" event
 // of Anthropic's type for STATUS (529 overloaded_error, 429 rate_limit_error, 5xx api_error, …).
 
@@ -71,6 +77,8 @@ type msgRequest struct {
 	Stream    bool            `json:"stream"`
 	Thinking  *msgThinking    `json:"thinking"`
 	System    json.RawMessage `json:"system"`
+
+	breakpoints int // the cache_control breakpoints it holds
 }
 
 type msgThinking struct {
@@ -79,8 +87,9 @@ type msgThinking struct {
 }
 
 type msgTool struct {
-	Name        string          `json:"name"`
-	InputSchema json.RawMessage `json:"input_schema"`
+	Name         string          `json:"name"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	CacheControl json.RawMessage `json:"cache_control"`
 }
 
 type msgMessage struct {
@@ -101,6 +110,8 @@ type msgBlock struct {
 	Thinking  *string         `json:"thinking"`
 	Signature *string         `json:"signature"`
 	Data      *string         `json:"data"`
+
+	CacheControl json.RawMessage `json:"cache_control"`
 }
 
 type msgSource struct {
@@ -254,12 +265,82 @@ func validateMessages(h http.Header, body []byte) (*msgRequest, *msgError) {
 	if bad := checkToolPairs(req.Messages, blocks); bad != nil {
 		return nil, bad
 	}
+	n, bad := checkBreakpoints(&req, blocks)
+	if bad != nil {
+		return nil, bad
+	}
+	req.breakpoints = n
 	if req.Thinking != nil && req.Thinking.Type == "enabled" {
 		if bad := checkThinkingFirst(req.Messages, blocks); bad != nil {
 			return nil, bad
 		}
 	}
 	return &req, nil
+}
+
+// maxBreakpoints is how many cache_control breakpoints Anthropic takes in one request.
+const maxBreakpoints = 4
+
+// checkBreakpoints checks every cache_control of the request (tools, system, content blocks and a tool_result's
+// own blocks) and counts them.
+func checkBreakpoints(req *msgRequest, blocks [][]msgBlock) (int, *msgError) {
+	n := 0
+	check := func(at string, raw json.RawMessage) *msgError {
+		if len(raw) == 0 || isNull(raw) {
+			return nil
+		}
+		var cc struct {
+			Type string  `json:"type"`
+			TTL  *string `json:"ttl"`
+		}
+		if json.Unmarshal(raw, &cc) != nil || cc.Type != "ephemeral" {
+			return badRequest("%s.cache_control.type: Input should be 'ephemeral'", at)
+		}
+		if cc.TTL != nil && *cc.TTL != "5m" && *cc.TTL != "1h" {
+			return badRequest("%s.cache_control.ttl: Input should be '5m' or '1h'", at)
+		}
+		n++
+		return nil
+	}
+	for i, t := range req.Tools {
+		if bad := check(fmt.Sprintf("tools.%d.custom", i), t.CacheControl); bad != nil {
+			return 0, bad
+		}
+	}
+	var system []msgBlock
+	if len(req.System) > 0 && !isNull(req.System) && req.System[0] == '[' {
+		if json.Unmarshal(req.System, &system) != nil {
+			return 0, badRequest("system: Input should be a valid string or list")
+		}
+	}
+	for i, b := range system {
+		if bad := check(fmt.Sprintf("system.%d.text", i), b.CacheControl); bad != nil {
+			return 0, bad
+		}
+	}
+	for i, bs := range blocks {
+		for j, b := range bs {
+			at := fmt.Sprintf("messages.%d.content.%d.%s", i, j, b.Type)
+			if (b.Type == "thinking" || b.Type == "redacted_thinking") && len(b.CacheControl) > 0 && !isNull(b.CacheControl) {
+				return 0, badRequest("%s.cache_control: Extra inputs are not permitted", at)
+			}
+			if bad := check(at, b.CacheControl); bad != nil {
+				return 0, bad
+			}
+			var inner []msgBlock
+			if b.Type == "tool_result" && len(b.Content) > 0 && b.Content[0] == '[' && json.Unmarshal(b.Content, &inner) == nil {
+				for k, c := range inner {
+					if bad := check(fmt.Sprintf("%s.content.%d.%s", at, k, c.Type), c.CacheControl); bad != nil {
+						return 0, bad
+					}
+				}
+			}
+		}
+	}
+	if n > maxBreakpoints {
+		return 0, badRequest("A maximum of %d blocks with cache_control may be provided. Found %d.", maxBreakpoints, n)
+	}
+	return n, nil
 }
 
 var roleBlocks = map[string][]string{
@@ -577,7 +658,7 @@ func (s *Server) answerMessages(w http.ResponseWriter, r *http.Request, wire msg
 	for i := range rep.calls {
 		rep.calls[i].ID = "toolu_" + strings.TrimPrefix(rep.calls[i].ID, "call_")
 	}
-	out := msgOutput{id: "msg_" + reqHash[:24], model: req.Model, usage: messagesUsage(msgs, rep), wire: wire}
+	out := msgOutput{id: "msg_" + reqHash[:24], model: req.Model, usage: messagesUsage(msgs, rep, req.breakpoints > 0), wire: wire}
 	if !req.Stream {
 		out.complete(r.Context(), w, rep)
 		return
@@ -620,7 +701,9 @@ type msgUsage struct {
 	OutputTokens             int64 `json:"output_tokens"`
 }
 
-func messagesUsage(msgs []wireMessage, rep reply) msgUsage {
+// messagesUsage is the usage of a reply to msgs: the newest message input, the one before it a cache write, the
+// rest cache reads when the request has a breakpoint (cached); all input otherwise.
+func messagesUsage(msgs []wireMessage, rep reply, cached bool) msgUsage {
 	u := usage(msgs, rep)
 	var perMsg []int64
 	for _, m := range msgs {
@@ -633,7 +716,7 @@ func messagesUsage(msgs []wireMessage, rep reply) msgUsage {
 	var out msgUsage
 	for i, n := range perMsg {
 		switch {
-		case i == len(perMsg)-1:
+		case i == len(perMsg)-1 || !cached:
 			out.InputTokens += n
 		case i == len(perMsg)-2:
 			out.CacheCreationInputTokens += n

@@ -159,3 +159,68 @@ func TestInvokeRefusals(t *testing.T) {
 		t.Errorf("invoke: %d %s", rec.Code, rec.Body.String())
 	}
 }
+
+// TestMessagesCacheControl: cache_control breakpoints are checked as Anthropic checks them (the type, the ttl, none
+// on a thinking block, at most 4 in a request), and a request without one caches nothing: all of it is input.
+func TestMessagesCacheControl(t *testing.T) {
+	t.Parallel()
+	srv := New()
+	cc := `"cache_control":{"type":"ephemeral"}`
+	tool := func(name string) string {
+		return `{"name":"` + name + `","input_schema":{"type":"object"},` + cc + `}`
+	}
+	msgs := func(blocks ...string) string {
+		return `"messages":[{"role":"user","content":[` + strings.Join(blocks, ",") + `]}]`
+	}
+	text := func(s string, marked bool) string {
+		if marked {
+			return `{"type":"text","text":"` + s + `",` + cc + `}`
+		}
+		return `{"type":"text","text":"` + s + `"}`
+	}
+	for _, tc := range []struct {
+		name, body, message string
+	}{
+		{"five breakpoints", `{"model":"m","max_tokens":5,"tools":[` + tool("a") + `,` + tool("b") + `],"system":[` + text("s", true) + `],` +
+			msgs(text("x", true), text("y", true)) + `}`, "A maximum of 4 blocks with cache_control may be provided. Found 5."},
+		{"in a tool result", `{"model":"m","max_tokens":5,"tools":[` + tool("a") + `,` + tool("b") + `,` + tool("c") + `,` + tool("d") + `],"messages":[{"role":"user","content":"a"},` +
+			`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"a","input":{}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[` + text("r", true) + `]}]}]}`,
+			"A maximum of 4 blocks with cache_control may be provided. Found 5."},
+		{"not ephemeral", `{"model":"m","max_tokens":5,` + msgs(`{"type":"text","text":"x","cache_control":{"type":"forever"}}`) + `}`,
+			"messages.0.content.0.text.cache_control.type: Input should be 'ephemeral'"},
+		{"bad ttl", `{"model":"m","max_tokens":5,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"2h"}}],` + msgs(text("x", false)) + `}`,
+			"system.0.text.cache_control.ttl: Input should be '5m' or '1h'"},
+		{"on thinking", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"` +
+			thinkingSignature("hmm") + `",` + cc + `},{"type":"text","text":"b"}]},{"role":"user","content":"c"}]}`,
+			"messages.1.content.0.thinking.cache_control: Extra inputs are not permitted"},
+	} {
+		status, body := postMessages(t, srv, anthropicHeaders, tc.body)
+		if status != 400 || !strings.Contains(body, tc.message) {
+			t.Errorf("%s: %d %s, want 400 %q", tc.name, status, body, tc.message)
+		}
+	}
+	// Four pass; the usage splits the prompt into reads, a write and input only when some breakpoint is set.
+	transcript := func(marked bool) string {
+		return `"messages":[{"role":"user","content":[` + text("a b", false) + `]},{"role":"assistant","content":[` + text("c d e", false) + `]},` +
+			`{"role":"user","content":[` + text("f", marked) + `]}]`
+	}
+	for _, tc := range []struct {
+		body                string
+		input, read, create int64
+	}{
+		{`{"model":"m","max_tokens":50,"tools":[` + tool("a") + `,` + tool("b") + `],"system":[` + text("s", true) + `],` + transcript(true) + `}`, 2, 3, 4},
+		{`{"model":"m","max_tokens":50,` + transcript(false) + `}`, 9, 0, 0},
+	} {
+		status, body := postMessages(t, srv, anthropicHeaders, tc.body)
+		var msg struct {
+			Usage msgUsage `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(body), &msg); status != 200 || err != nil {
+			t.Fatalf("%d %s", status, body)
+		}
+		if u := msg.Usage; u.InputTokens != tc.input || u.CacheReadInputTokens != tc.read || u.CacheCreationInputTokens != tc.create {
+			t.Errorf("usage %+v, want input %d, read %d, write %d", u, tc.input, tc.read, tc.create)
+		}
+	}
+}
