@@ -198,7 +198,7 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 	if r := s.history.Last(); r.ReasoningDropped+r.PairsStubbed+r.FilesStubbed+r.MessagesDropped > 0 || r.Over {
 		// Only when a tier beyond 0 ran: what the model did not see explains what it did.
 		s.log.InfoContext(s.logCtx, "agent.prune", "step", step, "estimated_tokens", r.EstimatedTokens, "budget_tokens", r.BudgetTokens,
-			"over", r.Over, "superseded", r.Superseded, "reasoning_dropped", r.ReasoningDropped,
+			"over", r.Over, "blocks", r.Blocks, "drop_blocks", r.DropBlocks, "superseded", r.Superseded, "reasoning_dropped", r.ReasoningDropped,
 			"pairs_stubbed", r.PairsStubbed, "files_stubbed", r.FilesStubbed, "messages_dropped", r.MessagesDropped)
 	}
 	if r := s.history.Last(); r.Over {

@@ -22,6 +22,12 @@ type Report struct {
 	PairsStubbed     int // tier 2: tool call/result pairs collapsed to stubs
 	FilesStubbed     int // tier 3: attachments replaced by a line naming them
 	MessagesDropped  int // tier 4 (and leading replies before the first user message): stored messages left out
+	// Blocks is how many blocks (Config.BlockTokens) tiers 1 to 4 had to prune: the cutoff, and so the
+	// prompt's prefix, changes only when this does (0: nothing beyond tier 0).
+	Blocks int
+	// DropBlocks is how many blocks of that tier 4 pruned (rounded up again: what tiers 1 to 3 freed may vary
+	// by less than a block without moving tier 4's cutoff).
+	DropBlocks int
 }
 
 // stubArgsBytes is the longest argument JSON a stubbed call keeps (longer ones become "{}"): short arguments
@@ -43,20 +49,21 @@ type pruner struct {
 	scale float64
 	// total is the transcript's size in chars as pruned so far, the fixed tokens included; cur is each entry's.
 	total int
-	cur   []int
-	start int // entries before start are left out (replies before the first user message)
+	// target is what tiers 1 to 4 prune down to, in chars: the total less whole blocks (see prune).
+	target int
+	cur    []int
+	start  int // entries before start are left out (replies before the first user message)
 	// lastAssistant indexes es (-1 when none), newest is its newest step; draft says it is the run's draft.
 	lastAssistant, newest int
 	draft                 bool
-	protect               []bool    // per entry: a message the turn answers (Config.Protect)
-	refs                  []callRef // every call from start on, in transcript order
-	mark                  []uint8   // per ref
-	survivor              []bool    // per ref: the newest output of a snapshot tool
-	keep                  []bool    // per entry: holds something never pruned (tier 4 keeps its turn)
-	dropReasoning         bool
-	reasonGone            bool   // the newest step of the last assistant message lost its reasoning too
-	fileStub              []bool // per entry
-	dropped               []bool // per entry (nil until tier 4 runs)
+	protect               []bool          // per entry: a message the turn answers (Config.Protect)
+	refs                  []callRef       // every call from start on, in transcript order
+	mark                  []uint8         // per ref
+	survivor              []bool          // per ref: the newest output of a snapshot tool
+	keep                  []bool          // per entry: holds something never pruned (tier 4 keeps its turn)
+	reasonless            map[[2]int]bool // the steps (entry, step) whose reasoning is left out
+	fileStub              []bool          // per entry
+	dropped               []bool          // per entry (nil until tier 4 runs)
 	report                Report
 }
 
@@ -74,7 +81,7 @@ func newPruner(history []entry, calls int, draft entry, cfg Config, scale float6
 	}
 	p := &pruner{es: es, cfg: cfg, scale: scale, lastAssistant: -1, newest: -1, draft: len(draft.steps) > 0,
 		cur: make([]int, len(es)), keep: make([]bool, len(es)), fileStub: make([]bool, len(es)), protect: make([]bool, len(es)),
-		refs: make([]callRef, 0, calls+draft.calls)}
+		refs: make([]callRef, 0, calls+draft.calls), reasonless: map[[2]int]bool{}}
 	p.report.BudgetTokens = cfg.budget()
 	// The transcript starts at a user message: replies before the first one (a bounded read that began mid-
 	// thread) are left out, as no tool result may come without its call's turn.
@@ -131,8 +138,24 @@ func (p *pruner) protectAnswered() {
 // newestStep: call r is in the newest step of the last assistant message.
 func (p *pruner) newestStep(r callRef) bool { return r.e == p.lastAssistant && r.s == p.newest }
 
-func (p *pruner) over() bool {
+// overBudget: the transcript as pruned so far is over the budget.
+func (p *pruner) overBudget() bool {
 	return float64(p.total)*p.scale > float64(p.cfg.budget())*4
+}
+
+// over: tiers 1 to 4 have not yet pruned their whole blocks.
+func (p *pruner) over() bool { return p.total > p.target }
+
+// blocks sets the target: the overflow over the budget (in the transcript's chars, unscaled) rounded up to whole
+// blocks, so that the same target, and so the same cutoff, holds while the transcript grows within a block.
+func (p *pruner) blocks() {
+	p.target = p.total
+	limit := float64(p.cfg.budget()) * 4 / p.scale
+	if overflow := float64(p.total) - limit; overflow > 0 {
+		block := p.cfg.BlockTokens * 4
+		p.report.Blocks = int(math.Ceil(overflow / float64(block)))
+		p.target = p.total - p.report.Blocks*block
+	}
 }
 
 // cut takes n chars off entry i.
@@ -143,22 +166,15 @@ func (p *pruner) cut(i, n int) {
 
 func (p *pruner) prune() {
 	p.supersede()
-	if p.over() {
-		p.dropOldReasoning()
-	}
-	if p.over() {
-		p.stubPairs(false)
-	}
-	if p.over() {
-		p.stubFiles()
-	}
+	p.blocks()
+	p.compact()
 	if p.over() && !p.draft && p.lastAssistant >= 0 {
 		p.stubNewestReply()
 	}
 	if p.over() {
 		p.dropTurns()
 	}
-	p.report.Over = p.over()
+	p.report.Over = p.overBudget()
 	p.report.EstimatedTokens = int(math.Ceil(float64(p.total) * p.scale / 4))
 }
 
@@ -185,62 +201,77 @@ func (p *pruner) supersede() {
 	}
 }
 
-// dropOldReasoning is tier 1.
-func (p *pruner) dropOldReasoning() {
-	p.dropReasoning = true
-	for i := p.start; i < len(p.es); i++ {
-		for si, s := range p.es[i].steps {
-			if s.reasoning != "" && (i != p.lastAssistant || si != p.newest) {
+// compact is tiers 1 to 3 in transcript order: oldest message first, each step of a reply losing its
+// reasoning (tier 1), then its tool call/result pairs becoming stubs (tier 2), each older user message its
+// attachments (tier 3). Transcript order, not tier order, is what keeps the prompt's prefix stable: what a new
+// step or turn adds comes after everything already pruned, so pruning the same blocks prunes the same things.
+// Left alone here: the newest step of the last assistant message (stubNewestReply's), the messages the turn
+// answers, calls still waiting, surviving snapshots.
+func (p *pruner) compact() {
+	k := 0 // the next ref
+	for i := p.start; i < len(p.es) && p.over(); i++ {
+		e := p.es[i]
+		if e.role == agent.RoleUser {
+			p.stubFiles(i)
+			continue
+		}
+		for si, s := range e.steps {
+			if s.reasoning != "" && p.over() && (i != p.lastAssistant || si != p.newest) {
+				p.reasonless[[2]int{i, si}] = true
 				p.cut(i, len(s.reasoning))
 				p.report.ReasoningDropped++
+			}
+			for ; k < len(p.refs) && p.refs[k].e == i && p.refs[k].s == si; k++ {
+				if p.over() && !p.newestStep(p.refs[k]) {
+					p.stubPair(k)
+				}
 			}
 		}
 	}
 }
 
-// stubPairs is tier 2, oldest pair first. The newest step of the last assistant message is left alone, unless
-// newest is set: then it is what is stubbed (the draft's never is).
-func (p *pruner) stubPairs(newest bool) {
-	for k, r := range p.refs {
-		if !p.over() {
-			return
-		}
-		c := p.call(r)
-		if p.newestStep(r) != newest || c.open || p.survivor[k] || p.mark[k] != callKept {
-			continue
-		}
-		p.mark[k] = callStubbed
-		p.cut(r.e, c.chars()-(len(c.name)+len(stubArgs(c.args))+stubbedLen(*c)))
-		p.report.PairsStubbed++
+// stubPair collapses call k to a stub unless it must stay (a call still waiting, a surviving snapshot) or is
+// already marked.
+func (p *pruner) stubPair(k int) {
+	r := p.refs[k]
+	c := p.call(r)
+	saved := c.chars() - (len(c.name) + len(stubArgs(c.args)) + stubbedLen(*c))
+	if c.open || p.survivor[k] || p.mark[k] != callKept || saved <= 0 { // a short result is its own stub
+		return
 	}
+	p.mark[k] = callStubbed
+	p.cut(r.e, saved)
+	p.report.PairsStubbed++
 }
 
 // stubNewestReply ends tier 3: the newest step of the reply before the protected messages (not a draft's) loses
 // its reasoning and its pairs.
 func (p *pruner) stubNewestReply() {
-	if r := p.es[p.lastAssistant].steps[p.newest].reasoning; r != "" && !p.reasonGone {
-		p.reasonGone = true
+	if r := p.es[p.lastAssistant].steps[p.newest].reasoning; r != "" {
+		p.reasonless[[2]int{p.lastAssistant, p.newest}] = true
 		p.cut(p.lastAssistant, len(r))
 		p.report.ReasoningDropped++
 	}
-	p.stubPairs(true)
+	for k, r := range p.refs {
+		if p.over() && p.newestStep(r) {
+			p.stubPair(k)
+		}
+	}
 }
 
-// stubFiles is tier 3, oldest message first.
-func (p *pruner) stubFiles() {
-	for i := p.start; i < len(p.es) && p.over(); i++ {
-		e := p.es[i]
-		if e.role != agent.RoleUser || p.protect[i] || len(e.files) == 0 {
-			continue
-		}
-		n := len(e.text) // the stub text replaces it
-		for _, f := range e.files {
-			n += fileChars(f)
-		}
-		p.fileStub[i] = true
-		p.cut(i, n-len(fileStubText(e)))
-		p.report.FilesStubbed += len(e.files)
+// stubFiles is tier 3 for user message i.
+func (p *pruner) stubFiles(i int) {
+	e := p.es[i]
+	if p.protect[i] || len(e.files) == 0 {
+		return
 	}
+	n := len(e.text) // the stub text replaces it
+	for _, f := range e.files {
+		n += fileChars(f)
+	}
+	p.fileStub[i] = true
+	p.cut(i, n-len(fileStubText(e)))
+	p.report.FilesStubbed += len(e.files)
 }
 
 // dropTurns is tier 4: whole turns (a user message and the replies up to the next one), oldest first, except
@@ -248,6 +279,9 @@ func (p *pruner) stubFiles() {
 // The newest turn always stays.
 func (p *pruner) dropTurns() {
 	p.dropped = make([]bool, len(p.es))
+	block := p.cfg.BlockTokens * 4
+	p.report.DropBlocks = (p.total - p.target + block - 1) / block
+	p.target = p.total - p.report.DropBlocks*block
 	for i := p.start; p.over(); {
 		next := i + 1
 		for next < len(p.es) && p.es[next].role != agent.RoleUser {
@@ -299,7 +333,7 @@ func (p *pruner) emit() []agent.ModelMessage {
 		}
 		for si, s := range e.steps {
 			m := agent.ModelMessage{Role: "assistant", Text: s.text}
-			if !p.dropReasoning || (i == p.lastAssistant && si == p.newest && !p.reasonGone) {
+			if !p.reasonless[[2]int{i, si}] {
 				m.Reasoning, m.ReasoningData = s.reasoning, s.reasoningData
 			}
 			at := len(out)

@@ -16,18 +16,19 @@
 //
 // The budget is in tokens, estimated as chars/4 (a file by its own rule, see FileTokens) and scaled by what the
 // provider reported for the previous request of the run (Reported), counting the system prompt and the tool
-// specs (Config.FixedTokens). Each tier runs only while the transcript is still over the budget, except tier 0:
+// specs (Config.FixedTokens). Tiers 1 to 3 run in transcript order, oldest message first, while the transcript is
+// still over what it must shed (see Blocks); tier 0 always runs:
 //
 //	tier 0, always  a tool that declares its output a snapshot (agent.Tool.Snapshot) shows the model only its
 //	                newest output; earlier ones become a one-line note. A stale snapshot misleads, so this runs
 //	                even in a short thread.
-//	tier 1          reasoning is dropped from every step but the newest step of the last assistant message.
-//	tier 2          the oldest tool call/result pairs become one-line stubs: the call keeps its id and name (its
-//	                arguments too when short), the result says what was cut. Both sides of a pair always stay.
-//	                The last assistant message's older pairs go too (REVIEW S1: a reply whose tool outputs
+//	tier 1          a step's reasoning is dropped (never the newest step of the last assistant message's)
+//	tier 2          then the step's tool call/result pairs become one-line stubs: the call keeps its id and name
+//	                (its arguments too when short), the result says what was cut. Both sides of a pair always
+//	                stay. The last assistant message's older steps go too (REVIEW S1: a reply whose tool outputs
 //	                passed the budget made the thread unanswerable); its newest step waits for tier 3.
-//	tier 3          attachments of older user messages become a line naming the file; then the newest step of
-//	                the reply before the protected messages (not of the draft) is stubbed as well.
+//	tier 3          an older user message's attachments become a line naming the file; after all that, the
+//	                newest step of the reply before the protected messages (not of the draft) is stubbed as well.
 //	tier 4          whole turns (a user message and its replies) are dropped, oldest first, except the turns that
 //	                hold something never pruned.
 //
@@ -37,6 +38,21 @@
 // the engine ends the turn with context_exhausted rather than send a request the provider refuses; the next
 // message fits again, as the reply before it is no longer the draft. CheckMessage refuses, up front, a user
 // message that alone could never fit.
+//
+// # Blocks
+//
+// A provider caches the prompt's prefix (system prompt, tools, older history) from one request to the next; a
+// cutoff that moved at every step would change the prefix at every step and throw that cache away. So tiers 1 to
+// 4 do not prune to the budget but by whole blocks (Config.BlockTokens, DefaultBlockPercent of the budget): the
+// overflow is rounded up to a whole number of blocks (Report.Blocks) and the tiers prune that much. While the
+// transcript grows within the same block, the same things are pruned and the request extends the previous one;
+// only when the overflow crosses a block boundary does the cutoff move, by about a block. The block is counted
+// in the transcript's own chars (the provider's scale only decides how many blocks), so a rescale within a
+// block moves nothing. Tiers 1 to 3 run in transcript order for the same reason: what a step or turn adds comes
+// after all that was pruned. Tier 4 rounds what is left to shed up to whole blocks again (Report.DropBlocks), so
+// what tiers 1 to 3 freed may vary by less than a block without moving the turns it drops. Two changes remain by
+// design: a newer snapshot output (tier 0) replaces the older one, and once tier 4 runs, the step that was the
+// newest (never pruned then) is pruned when it no longer is. TestCacheStablePruning holds the package to this.
 package transcript
 
 import (
@@ -67,6 +83,9 @@ const (
 	FileTokens    = 1_000
 	PDFChunkBytes = 100_000
 	MaxPDFTokens  = 50 * FileTokens
+	// DefaultBlockPercent is the step, in percent of the budget, by which pruning moves its cutoff
+	// (Config.BlockTokens): see "Blocks" above.
+	DefaultBlockPercent = 10
 )
 
 // Config bounds a transcript. Zero fields take the defaults above.
@@ -84,10 +103,14 @@ type Config struct {
 	// took, steers included): never pruned, whatever comes after them (REVIEW S6). Empty, or naming no message
 	// of the history: the newest user message.
 	Protect []string
+	// BlockTokens is the step by which the pruning cutoff moves (DefaultBlockPercent of the budget when zero;
+	// 1 prunes to the budget at every step, as before blocks).
+	BlockTokens int
 }
 
 func (c Config) withDefaults() Config {
 	c.BudgetTokens = cmp.Or(c.BudgetTokens, DefaultBudgetTokens)
+	c.BlockTokens = cmp.Or(c.BlockTokens, max(c.budget()*DefaultBlockPercent/100, 1))
 	c.ToolOutputBytes = cmp.Or(c.ToolOutputBytes, DefaultToolOutputBytes)
 	return c
 }
