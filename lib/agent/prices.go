@@ -9,17 +9,21 @@ import (
 )
 
 // Price is what one model's tokens cost, in US dollars per million tokens. CachedInput is what a cached input
-// token costs (nil: the same as Input). Reasoning tokens are output tokens and are billed as such.
+// token costs (nil: the same as Input); CacheWrite what an input token written to the provider's prompt cache
+// costs (nil: the same as Input; Anthropic charges 1.25 times the input price for its 5-minute cache). Reasoning
+// tokens are output tokens and are billed as such.
 type Price struct {
 	Input       json.Number  `json:"input"`
 	CachedInput *json.Number `json:"cachedInput,omitempty"`
+	CacheWrite  *json.Number `json:"cacheWrite,omitempty"`
 	Output      json.Number  `json:"output"`
 }
 
 // Prices is the price table: model name → price. The table is optional (nil prices nothing); ParsePrices reads
 // it from JSON such as
 //
-//	{"gpt-4o-mini": {"input": 0.15, "cachedInput": 0.075, "output": 0.6}}
+//	{"gpt-4o-mini": {"input": 0.15, "cachedInput": 0.075, "output": 0.6},
+//	 "claude-sonnet-4": {"input": 3, "cachedInput": 0.3, "cacheWrite": 3.75, "output": 15}}
 //
 // A model is looked up by its exact name, else by its name without a snapshot date, "-YYYY-MM-DD" or "-YYYYMMDD"
 // (so "gpt-4o-mini" prices the dated "gpt-4o-mini-2024-07-18" a provider reports, and "gpt-4o" prices no
@@ -29,7 +33,7 @@ type Prices struct {
 	rates map[string]rate
 }
 
-type rate struct{ input, cached, output int64 }
+type rate struct{ input, cached, write, output int64 }
 
 // ParsePrices reads a price table (see Prices). Prices are decimal numbers of US dollars per million tokens
 // with at most 6 decimals (a micro-dollar per million tokens); negative prices are refused.
@@ -78,7 +82,13 @@ func (pr Price) rate() (rate, error) {
 			return rate{}, fmt.Errorf("cachedInput: %v", err)
 		}
 	}
-	return rate{input: in, cached: cached, output: out}, nil
+	write := in
+	if pr.CacheWrite != nil {
+		if write, err = microPerM(*pr.CacheWrite); err != nil {
+			return rate{}, fmt.Errorf("cacheWrite: %v", err)
+		}
+	}
+	return rate{input: in, cached: cached, write: write, output: out}, nil
 }
 
 // With is p with more's models added, more's price winning for a model both name (the models file's entries
@@ -162,17 +172,19 @@ func undated(model string) (string, bool) {
 }
 
 // Cost prices u as spent by model, in micro-USD, rounded half up once for the whole usage (so each model step is
-// priced exactly as an integer and sums of steps stay exact). Cached input tokens are part of InputTokens and are
-// billed at the cached rate; reasoning tokens are part of OutputTokens. It reports false for a model the table
+// priced exactly as an integer and sums of steps stay exact). Cached input tokens and cache writes are part of
+// InputTokens and are billed at their own rates; reasoning tokens are part of OutputTokens. It reports false for a model the table
 // does not price (cost 0), and for an empty table.
 func (p Prices) Cost(model string, u Usage) (int64, bool) {
 	r, ok := p.lookup(model)
 	if !ok {
 		return 0, false
 	}
-	cached := min(max(u.CachedInputTokens, 0), max(u.InputTokens, 0))
-	uncached := max(u.InputTokens, 0) - cached
+	in := max(u.InputTokens, 0)
+	cached := min(max(u.CachedInputTokens, 0), in)
+	written := min(max(u.CacheWriteTokens, 0), in-cached)
+	uncached := in - cached - written
 	// micro-USD per million tokens × tokens = micro-USD × 1e6.
-	scaled := uncached*r.input + cached*r.cached + max(u.OutputTokens, 0)*r.output
+	scaled := uncached*r.input + cached*r.cached + written*r.write + max(u.OutputTokens, 0)*r.output
 	return (scaled + 500_000) / 1_000_000, true
 }

@@ -12,7 +12,8 @@ func TestPricesCost(t *testing.T) {
 	prices, err := agent.ParsePrices([]byte(`{
 		"gpt-4o-mini": {"input": 0.15, "cachedInput": 0.075, "output": 0.6},
 		"gpt-4o": {"input": 2.5, "output": 10},
-		"o3": {"input": 2, "cachedInput": 0.5, "output": 8}
+		"o3": {"input": 2, "cachedInput": 0.5, "output": 8},
+		"claude-sonnet-4": {"input": 3, "cachedInput": 0.3, "cacheWrite": 3.75, "output": 15}
 	}`))
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +31,11 @@ func TestPricesCost(t *testing.T) {
 		{"cached and output", "gpt-4o-mini", agent.Usage{InputTokens: 1000, CachedInputTokens: 400, OutputTokens: 200}, 240, true},
 		// No cachedInput price: cached tokens cost the input price. 10×2.5 + 3×10 = 55 µ$.
 		{"cached at input price", "gpt-4o", agent.Usage{InputTokens: 10, CachedInputTokens: 10, OutputTokens: 3}, 55, true},
+		// Cache writes at their own price: 1000 in = 200 read + 500 written + 300 plain:
+		// 200×0.3 + 500×3.75 + 300×3 = 60 + 1875 + 900 = 2835 µ$; 100 out × 15 = 1500.
+		{"cache writes", "claude-sonnet-4", agent.Usage{InputTokens: 1000, CachedInputTokens: 200, CacheWriteTokens: 500, OutputTokens: 100}, 4335, true},
+		// No cacheWrite price: writes cost the input price. 10 in, all written: 10×2.5 = 25 µ$.
+		{"writes at input price", "gpt-4o", agent.Usage{InputTokens: 10, CacheWriteTokens: 10}, 25, true},
 		// Reasoning is part of output: 100 out (80 of them reasoning) × 8 = 800 µ$, plus 50×2 = 100.
 		{"reasoning billed as output", "o3", agent.Usage{InputTokens: 50, OutputTokens: 100, ReasoningTokens: 80}, 900, true},
 		// 3 tokens × 0.15 = 0.45 µ$ rounds to 0; 4 × 0.15 = 0.6 rounds to 1.

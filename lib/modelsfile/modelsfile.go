@@ -17,6 +17,7 @@
 //	    contextTokens: 128000         # the model's context budget (the smaller of this and AGENT_CONTEXT_TOKENS)
 //	    maxOutputTokens: 8192         # caps every request to this model
 //	    prices: {input: 2.5, cachedInput: 1.25, output: 10}   # USD per million tokens, as AGENT_PRICES writes one model
+//	                                  # (cacheWrite: the price of a token written to the prompt cache; default input)
 //	    fallback: [small]             # other entries' names, tried in order (none of them itself, no cycles)
 //
 // Unknown fields are errors, and so are duplicate keys and names. An API key written in the file is refused: the

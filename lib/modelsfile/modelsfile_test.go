@@ -110,6 +110,12 @@ func TestParseExample(t *testing.T) {
 			t.Errorf("cost of %s = %d, want %d", model, got, want)
 		}
 	}
+	// Cache writes at their own price: 1M in of which 200k read and 400k written, 1M out:
+	// 400k×3 + 200k×0.3 + 400k×3.75 + 1M×15 = 1.2 + 0.06 + 1.5 + 15 = 17.76 $.
+	cached := agent.Usage{InputTokens: 1_000_000, CachedInputTokens: 200_000, CacheWriteTokens: 400_000, OutputTokens: 1_000_000}
+	if got, _ := prices.Cost("claude", cached); got != 17_760_000 {
+		t.Errorf("cost of claude's cache writes = %d, want 17760000", got)
+	}
 	roles, err := f.Roles("", "small", "")
 	if err != nil || roles != (modelsfile.Roles{Default: "main", Subagent: "small", Title: "main"}) {
 		t.Errorf("roles = %+v, %v", roles, err)

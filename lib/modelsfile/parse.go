@@ -243,7 +243,7 @@ func (p *parser) model(n *yaml.Node, path string) Model {
 	return m
 }
 
-// price reads an entry's prices: {input, cachedInput, output}, USD per million tokens, as one model of the price
+// price reads an entry's prices: {input, cachedInput, cacheWrite, output}, USD per million tokens, as one model of the price
 // table (agent.ParsePrices).
 func (p *parser) price(n *yaml.Node, path string) *agent.Price {
 	n = resolve(n)
@@ -251,6 +251,7 @@ func (p *parser) price(n *yaml.Node, path string) *agent.Price {
 	present := p.mapping(n, path, map[string]func(*yaml.Node, string){
 		"input":       func(v *yaml.Node, f string) { pr.Input = p.number(v, f) },
 		"cachedInput": func(v *yaml.Node, f string) { c := p.number(v, f); pr.CachedInput = &c },
+		"cacheWrite":  func(v *yaml.Node, f string) { c := p.number(v, f); pr.CacheWrite = &c },
 		"output":      func(v *yaml.Node, f string) { pr.Output = p.number(v, f) },
 	})
 	if n.Kind != yaml.MappingNode {
@@ -312,7 +313,14 @@ func samePrice(a, b agent.Price) bool {
 	if b.CachedInput != nil {
 		cb = *b.CachedInput
 	}
-	return a.Input == b.Input && a.Output == b.Output && ca == cb
+	wa, wb := a.Input, b.Input
+	if a.CacheWrite != nil {
+		wa = *a.CacheWrite
+	}
+	if b.CacheWrite != nil {
+		wb = *b.CacheWrite
+	}
+	return a.Input == b.Input && a.Output == b.Output && ca == cb && wa == wb
 }
 
 // fallbacks checks each fallback list: other entries' names, none the entry itself, and no cycle through them.
