@@ -49,7 +49,7 @@
 //
 // # Timeouts, retries, errors
 //
-// As in lib/openai: Config.FirstTokenTimeout and Config.IdleTimeout bound the waits on the provider (code
+// As in every adapter (lib/modelcall): Config.FirstTokenTimeout and Config.IdleTimeout bound the waits on the provider (code
 // model_timeout); the SDK's own retries are off and this package retries, with backoff and jitter, on
 // ThrottlingException, ServiceUnavailableException, ModelNotReadyException, InternalServerException and
 // ModelStreamErrorException, HTTP 429 and 5xx, connection failures, truncated streams and timeouts, only while
@@ -66,13 +66,10 @@ package bedrockconverse
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -82,17 +79,19 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modelcall"
 	"github.com/agentloop/agentloop/lib/sdkhttp"
 )
 
 // Defaults for the zero values of Config.
 const (
-	DefaultMaxOutputTokens   = 8192
-	DefaultFirstTokenTimeout = 120 * time.Second
-	DefaultIdleTimeout       = 120 * time.Second
-	DefaultMaxRetries        = 2
-	DefaultBackoffBase       = 500 * time.Millisecond
-	DefaultBackoffMax        = 8 * time.Second
+	DefaultMaxOutputTokens = 8192
+	// The attempts' timing and retries: lib/modelcall's defaults, the same for every adapter.
+	DefaultFirstTokenTimeout = modelcall.DefaultFirstTokenTimeout
+	DefaultIdleTimeout       = modelcall.DefaultIdleTimeout
+	DefaultMaxRetries        = modelcall.DefaultMaxRetries
+	DefaultBackoffBase       = modelcall.DefaultBackoffBase
+	DefaultBackoffMax        = modelcall.DefaultBackoffMax
 )
 
 // Config configures a Model. Zero values take the defaults above.
@@ -131,7 +130,8 @@ type Config struct {
 type Model struct {
 	cfg     Config
 	client  *bedrockruntime.Client
-	initErr error // the AWS configuration could not be loaded: every request fails with it
+	initErr error            // the AWS configuration could not be loaded: every request fails with it
+	policy  modelcall.Policy // the attempts' timeouts and retries
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -141,30 +141,14 @@ func New(cfg Config) *Model {
 	if cfg.MaxOutputTokens <= 0 {
 		cfg.MaxOutputTokens = DefaultMaxOutputTokens
 	}
-	if cfg.FirstTokenTimeout <= 0 {
-		cfg.FirstTokenTimeout = DefaultFirstTokenTimeout
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	switch {
-	case cfg.MaxRetries == 0:
-		cfg.MaxRetries = DefaultMaxRetries
-	case cfg.MaxRetries < 0:
-		cfg.MaxRetries = 0
-	}
-	if cfg.BackoffBase <= 0 {
-		cfg.BackoffBase = DefaultBackoffBase
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffBase)
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	pol := modelcall.Policy{FirstTokenTimeout: cfg.FirstTokenTimeout, IdleTimeout: cfg.IdleTimeout, MaxRetries: cfg.MaxRetries,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger}.WithDefaults()
 	awsCfg, err := loadAWS(cfg)
 	if err != nil {
-		return &Model{cfg: cfg, initErr: agent.Wrap(err, agent.KindInternal, agent.CodeModelError, "the AWS configuration for Bedrock could not be loaded")}
+		return &Model{cfg: cfg, policy: pol, initErr: agent.Wrap(err, agent.KindInternal, agent.CodeModelError, "the AWS configuration for Bedrock could not be loaded")}
 	}
 	client := bedrockruntime.NewFromConfig(awsCfg, func(o *bedrockruntime.Options) {
 		o.Retryer = aws.NopRetryer{} // retried here, only before the first event
@@ -176,7 +160,7 @@ func New(cfg Config) *Model {
 		}
 		o.HTTPClient = sdkhttp.Wrap(o.HTTPClient) // attempts failed before their first event without it
 	})
-	return &Model{cfg: cfg, client: client}
+	return &Model{cfg: cfg, policy: pol, client: client}
 }
 
 // loadAWS is Config.AWS with Config.Region, or the default AWS configuration in Config.Region.
@@ -195,12 +179,8 @@ func loadAWS(cfg Config) (aws.Config, error) {
 	return awsconfig.LoadDefaultConfig(context.Background(), load...)
 }
 
-// The causes an attempt's context is cancelled with when the stream goes quiet.
-var (
-	errFirstTokenTimeout = errors.New("no first event within the first-token timeout")
-	errIdleTimeout       = errors.New("no event within the idle timeout")
-	errTruncated         = errors.New("the stream ended before messageStop")
-)
+// errTruncated is the cause of a stream that ended before messageStop.
+var errTruncated = errors.New("the stream ended before messageStop")
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
@@ -211,134 +191,58 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if err != nil {
 		return agent.ModelResult{}, err
 	}
-	for attempt := 0; ; attempt++ {
-		res, fail := m.attempt(ctx, in, emit)
-		if fail == nil {
-			return res, nil
-		}
-		if !fail.retry || attempt >= m.cfg.MaxRetries {
-			return res, fail.err
-		}
-		wait := m.backoff(attempt)
-		m.cfg.Logger.WarnContext(ctx, "model request failed, retrying", "attempt", attempt+1, "retry_in", wait, "err", fail.err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return agent.ModelResult{}, canceled(ctx)
-		case <-t.C:
-		}
-	}
+	return m.policy.Run(ctx, func() (agent.ModelResult, *modelcall.Failure) { return m.attempt(ctx, in, emit) })
 }
 
-// failure is a failed attempt.
-type failure struct {
-	err   error
-	retry bool
-}
-
-// watchdog cancels an attempt whose stream goes quiet (as in lib/openai).
-type watchdog struct {
-	timer   *time.Timer
-	idle    time.Duration
-	started atomic.Bool
-}
-
-func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration) *watchdog {
-	w := &watchdog{idle: idle}
-	w.timer = time.AfterFunc(first, func() {
-		if w.started.Load() {
-			cancel(errIdleTimeout)
-		} else {
-			cancel(errFirstTokenTimeout)
-		}
-	})
-	return w
-}
-
-func (w *watchdog) arrived() bool {
-	if !w.timer.Stop() {
-		return false
-	}
-	w.started.Store(true)
-	return true
-}
-
-func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
-func (w *watchdog) stop()    { w.timer.Stop() }
-
-func (m *Model) attempt(ctx context.Context, in *bedrockruntime.ConverseStreamInput, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
-	defer dog.stop()
+func (m *Model) attempt(ctx context.Context, in *bedrockruntime.ConverseStreamInput, emit func(agent.ModelEvent) error) (agent.ModelResult, *modelcall.Failure) {
+	at := m.policy.Start(ctx)
+	defer at.End()
 	acc := newAccumulator(emit, aws.ToString(in.ModelId))
-	out, err := m.client.ConverseStream(actx, in) // returns once the answer's headers are in: the first-token clock runs
+	out, err := m.client.ConverseStream(at.Ctx(), in) // returns once the answer's headers are in: the first-token clock runs
 	if err != nil {
-		return acc.partial(), m.classify(ctx, actx, err, false)
+		return acc.partial(), classify(at, err, false)
 	}
 	stream := out.GetStream()
 	defer stream.Close()
-	timedOut := false
 	for ev := range stream.Events() {
-		if actx.Err() != nil {
-			break
-		}
-		if !dog.arrived() {
-			timedOut = true
+		if !at.Arrived() {
 			break
 		}
 		if err := acc.add(ev); err != nil {
-			return acc.partial(), &failure{err: err}
+			return acc.partial(), &modelcall.Failure{Err: err}
 		}
-		dog.waiting()
+		at.Waiting()
 	}
-	dog.stop()
-	err = stream.Err()
-	if actx.Err() != nil {
-		err = context.Cause(actx)
-	}
-	if timedOut {
-		<-actx.Done()
-		err = context.Cause(actx)
-	}
+	at.Pause()
+	err = at.Err(stream.Err())
 	if err == nil && !acc.stopped {
 		err = errTruncated
 	}
 	if err != nil {
-		return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
+		return acc.partial(), classify(at, err, acc.emitted)
 	}
 	if err := acc.finishCalls(); err != nil {
-		return acc.partial(), &failure{err: err}
+		return acc.partial(), &modelcall.Failure{Err: err}
 	}
 	return acc.result(), nil
 }
 
 // classify turns an attempt's error into an *agent.Error with a message safe for a user, and says whether it
 // may be retried. What Bedrock said goes into the cause, for the logs only.
-func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *failure {
-	if ctx.Err() != nil {
-		return &failure{err: canceled(ctx)}
-	}
-	switch cause := context.Cause(actx); {
-	case errors.Is(cause, errFirstTokenTimeout):
-		msg := fmt.Sprintf("the model sent nothing within %s", m.cfg.FirstTokenTimeout)
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
-	case errors.Is(cause, errIdleTimeout):
-		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+func classify(at *modelcall.Attempt, err error, emitted bool) *modelcall.Failure {
+	if f := at.Ended(emitted); f != nil {
+		return f
 	}
 	var ae *agent.Error
 	if errors.As(err, &ae) {
-		return &failure{err: err}
+		return &modelcall.Failure{Err: err}
 	}
 	if errors.Is(err, errTruncated) {
-		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the model stream ended before the model finished"),
-			retry: !emitted}
+		return modelcall.Truncated(err, emitted)
 	}
 	if strings.Contains(err.Error(), "get identity: ") {
 		// The AWS configuration holds no credentials (no role, no environment): nothing was sent.
-		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
+		return &modelcall.Failure{Err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
 			"the deployment has no AWS credentials to call the model on Bedrock")}
 	}
 	status := 0
@@ -349,27 +253,27 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 	var apiErr smithy.APIError
 	if !errors.As(err, &apiErr) {
 		if status >= 500 || status == http.StatusTooManyRequests {
-			return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, fmt.Sprintf("the model provider returned HTTP %d", status)), retry: !emitted}
+			return modelcall.HTTPStatus(err, status, nil, emitted)
 		}
 		// Below HTTP (refused or reset connections, a body cut mid-stream) or a malformed event.
-		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
+		return modelcall.ConnectionFailed(err, emitted)
 	}
 	code, said := apiErr.ErrorCode(), apiErr.ErrorMessage()
-	cause := providerSaid(err, said)
+	cause := modelcall.ProviderSaid(err, said)
 	switch {
 	case code == "ValidationException" && contextTooLong.MatchString(said):
-		return &failure{err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge, "the conversation is too long for the model")}
+		return &modelcall.Failure{Err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge, "the conversation is too long for the model")}
 	case code == "ValidationException" && fileRefused.MatchString(said):
-		return &failure{err: agent.Wrap(cause, agent.KindInvalid, agent.CodeFileUnavailable,
+		return &modelcall.Failure{Err: agent.Wrap(cause, agent.KindInvalid, agent.CodeFileUnavailable,
 			"the model provider could not read a file of the message (ValidationException)")}
 	case code == "AccessDeniedException" || status == http.StatusForbidden || status == http.StatusUnauthorized:
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError,
+		return &modelcall.Failure{Err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError,
 			"the deployment may not call this model on Bedrock ("+safeCode(code)+"): check the model's access and the function's role")}
 	case transientCodes[code] || status == http.StatusTooManyRequests || status >= 500:
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError,
-			"the model provider failed ("+safeCode(code)+")"), retry: !emitted}
+		return &modelcall.Failure{Err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError,
+			"the model provider failed ("+safeCode(code)+")"), Retry: !emitted}
 	}
-	return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, "the model provider refused the request ("+safeCode(code)+")")}
+	return &modelcall.Failure{Err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, "the model provider refused the request ("+safeCode(code)+")")}
 }
 
 // transientCodes are Bedrock's exceptions that may pass on retry, before a response or in the stream.
@@ -393,34 +297,3 @@ var contextTooLong = regexp.MustCompile(`(?i)input is too long|prompt is too lon
 // fileRefused matches the refusals of an image or document Bedrock could not read.
 var fileRefused = regexp.MustCompile(`(?i)could not process (image|document)|unable to process (image|document)|invalid image|` +
 	`image exceeds|document exceeds|unsupported image|could not decode`)
-
-// providerSaid keeps Bedrock's own message beside err for the logs, without any URL query.
-func providerSaid(err error, said string) error {
-	if said == "" {
-		return err
-	}
-	return fmt.Errorf("%w (provider said: %s)", err, urlQuery.ReplaceAllString(said, "$1?…"))
-}
-
-var urlQuery = regexp.MustCompile(`(https?://[^\s?#]+)[?#]\S*`)
-
-// canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
-func canceled(ctx context.Context) error {
-	cause := context.Cause(ctx)
-	code := agent.CodeRunCanceled
-	var ae *agent.Error
-	if errors.As(cause, &ae) && ae.Code != "" {
-		code = ae.Code
-	}
-	return &agent.Error{Kind: agent.KindCanceled, Code: code, Message: "model call canceled", Err: cause}
-}
-
-// backoff is the wait before retry number attempt+1: BackoffBase·2^attempt capped at BackoffMax, of which a
-// random half is kept.
-func (m *Model) backoff(attempt int) time.Duration {
-	d := m.cfg.BackoffBase << min(attempt, 20)
-	if d <= 0 || d > m.cfg.BackoffMax {
-		d = m.cfg.BackoffMax
-	}
-	return d/2 + rand.N(d/2+1)
-}

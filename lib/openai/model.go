@@ -71,36 +71,31 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modelcall"
 	"github.com/agentloop/agentloop/lib/modelfiles"
 )
 
 // Defaults for the zero values of Config (DESIGN "Run lifecycle"). lib/config refers to these; nothing else
 // repeats the numbers.
 const (
-	DefaultBaseURL           = "https://api.openai.com/v1/"
-	DefaultMaxOutputTokens   = 8192
-	DefaultFirstTokenTimeout = 120 * time.Second
-	DefaultIdleTimeout       = 120 * time.Second
-	DefaultMaxRetries        = 2
-	DefaultBackoffBase       = 500 * time.Millisecond
-	DefaultBackoffMax        = 8 * time.Second
+	DefaultBaseURL         = "https://api.openai.com/v1/"
+	DefaultMaxOutputTokens = 8192
+	// The attempts' timing and retries: lib/modelcall's defaults, the same for every adapter.
+	DefaultFirstTokenTimeout = modelcall.DefaultFirstTokenTimeout
+	DefaultIdleTimeout       = modelcall.DefaultIdleTimeout
+	DefaultMaxRetries        = modelcall.DefaultMaxRetries
+	DefaultBackoffBase       = modelcall.DefaultBackoffBase
+	DefaultBackoffMax        = modelcall.DefaultBackoffMax
 
 	// The file bounds' defaults are lib/modelfiles's (written once there).
 	DefaultMaxFileBytes        = modelfiles.DefaultMaxFileBytes
 	DefaultFileTimeout         = modelfiles.DefaultTimeout
 	DefaultMaxRequestFileBytes = modelfiles.DefaultMaxRequestBytes
-
-	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
-	maxRetryAfter = 30 * time.Second
 )
 
 // Values of Config.MaxTokensParam.
@@ -158,6 +153,7 @@ type Model struct {
 	endpoint    string               // BaseURL's chat/completions
 	endpointErr error                // BaseURL is no URL: every request fails with it
 	files       *modelfiles.Resolver // a user message's files: downloads, bounds, the recent downloads kept
+	policy      modelcall.Policy     // the attempts' timeouts and retries
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -169,24 +165,6 @@ func New(cfg Config) *Model {
 	if cfg.MaxOutputTokens <= 0 {
 		cfg.MaxOutputTokens = DefaultMaxOutputTokens
 	}
-	if cfg.FirstTokenTimeout <= 0 {
-		cfg.FirstTokenTimeout = DefaultFirstTokenTimeout
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	switch {
-	case cfg.MaxRetries == 0:
-		cfg.MaxRetries = DefaultMaxRetries
-	case cfg.MaxRetries < 0:
-		cfg.MaxRetries = 0
-	}
-	if cfg.BackoffBase <= 0 {
-		cfg.BackoffBase = DefaultBackoffBase
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffBase)
-	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: modelTransport()}
 	}
@@ -196,7 +174,9 @@ func New(cfg Config) *Model {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Model{cfg: cfg, files: modelfiles.New(modelfiles.Config{Client: cfg.FileClient, MaxFileBytes: cfg.MaxFileBytes,
+	pol := modelcall.Policy{FirstTokenTimeout: cfg.FirstTokenTimeout, IdleTimeout: cfg.IdleTimeout, MaxRetries: cfg.MaxRetries,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger}.WithDefaults()
+	m := &Model{cfg: cfg, policy: pol, files: modelfiles.New(modelfiles.Config{Client: cfg.FileClient, MaxFileBytes: cfg.MaxFileBytes,
 		Timeout: cfg.FileTimeout, MaxRequestBytes: cfg.MaxRequestFileBytes, Logger: cfg.Logger})}
 	m.endpoint, m.endpointErr = endpoint(cfg.BaseURL)
 	return m
@@ -235,220 +215,103 @@ func cmpOr(v, def string) string {
 	return v
 }
 
-// The causes an attempt's context is cancelled with when the stream goes quiet.
-var (
-	errFirstTokenTimeout = errors.New("no first chunk within the first-token timeout")
-	errIdleTimeout       = errors.New("no chunk within the idle timeout")
-)
-
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
 	r, downloaded, err := m.request(ctx, req)
 	if err != nil {
 		return agent.ModelResult{}, err
 	}
-	for attempt := 0; ; attempt++ {
-		res, fail := m.attempt(ctx, r, emit)
-		if fail == nil {
-			res.FileBytes = downloaded
-			return res, nil
-		}
-		if !fail.retry || attempt >= m.cfg.MaxRetries {
-			return res, fail.err
-		}
-		wait := m.backoff(attempt, fail.retryAfter)
-		m.cfg.Logger.WarnContext(ctx, "model request failed, retrying",
-			"attempt", attempt+1, "retry_in", wait, "err", fail.err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return agent.ModelResult{}, canceled(ctx)
-		case <-t.C:
-		}
+	res, err := m.policy.Run(ctx, func() (agent.ModelResult, *modelcall.Failure) { return m.attempt(ctx, r, emit) })
+	if err == nil {
+		res.FileBytes = downloaded
 	}
+	return res, err
 }
 
-// failure is a failed attempt.
-type failure struct {
-	err        error
-	retry      bool          // the attempt may be repeated: transient, and nothing was emitted
-	retryAfter time.Duration // the provider's requested wait, 0 when it named none
-}
-
-// watchdog cancels an attempt whose stream goes quiet: no first chunk within first, or, after it, no chunk for
-// idle. Only time spent waiting on the provider counts: the clock is stopped while a chunk is being handled.
-type watchdog struct {
-	timer   *time.Timer
-	idle    time.Duration
-	started atomic.Bool // a chunk arrived: the idle timeout applies from now on
-}
-
-func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration) *watchdog {
-	w := &watchdog{idle: idle}
-	w.timer = time.AfterFunc(first, func() {
-		if w.started.Load() {
-			cancel(errIdleTimeout)
-		} else {
-			cancel(errFirstTokenTimeout)
-		}
-	})
-	return w
-}
-
-// arrived stops the clock for a chunk being handled. When the timer has fired already the attempt is cancelled
-// and the stream will report it; started stays as it was so the cause names the right timeout.
-func (w *watchdog) arrived() bool {
-	if !w.timer.Stop() {
-		return false
-	}
-	w.started.Store(true)
-	return true
-}
-
-// waiting restarts the clock for the gap before the next chunk.
-func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
-
-func (w *watchdog) stop() { w.timer.Stop() }
-
-func (m *Model) attempt(ctx context.Context, req request, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
-	defer dog.stop()
+func (m *Model) attempt(ctx context.Context, req request, emit func(agent.ModelEvent) error) (agent.ModelResult, *modelcall.Failure) {
+	at := m.policy.Start(ctx)
+	defer at.End()
 	// An event is held back until the next is at hand (accumulator.send), so the emit that makes the caller
 	// cancel may come before the held one's release: nothing goes to a caller that has cancelled.
 	toCaller := func(ev agent.ModelEvent) error {
-		if ctx.Err() != nil {
+		if at.CallerDone() {
 			return nil
 		}
 		return emit(ev)
 	}
 	acc := accumulator{emit: toCaller, ids: m.cfg.IDs, model: req.model}
-	stream, err := m.open(actx, req.body)
+	stream, err := m.open(at.Ctx(), req.body)
 	if err != nil {
-		return acc.partial(), m.classify(ctx, actx, err, false)
+		return acc.partial(), classify(at, err, false)
 	}
 	defer stream.Close()
 
-	timedOut := false
 	for stream.Next() {
-		if actx.Err() != nil {
-			// Cancelled while later chunks sat in the read buffer: the caller asked for nothing more.
-			break
-		}
-		if !dog.arrived() {
-			timedOut = true // the timer fired as this chunk came in: the attempt is over
-			break
+		if !at.Arrived() {
+			break // cancelled while later chunks sat in the read buffer, or timed out as this one came in
 		}
 		if err := acc.add(stream.Current()); err != nil {
-			return acc.partial(), &failure{err: err}
+			return acc.partial(), &modelcall.Failure{Err: err}
 		}
 		if !stream.Ready() {
 			// The next chunk is not here yet: the event held back goes out before the wait.
 			if err := acc.release(); err != nil {
-				return acc.partial(), &failure{err: err}
+				return acc.partial(), &modelcall.Failure{Err: err}
 			}
 		}
-		dog.waiting()
+		at.Waiting()
 	}
-	dog.stop() // no more waits on the provider: the release below is the consumer's time
-	if ctx.Err() != nil {
+	at.Pause() // no more waits on the provider: the release below is the consumer's time
+	if at.CallerDone() {
 		acc.drop() // the caller cancelled: nothing more goes to it
 	} else if err := acc.release(); err != nil {
-		return acc.partial(), &failure{err: err}
+		return acc.partial(), &modelcall.Failure{Err: err}
 	}
-	err = stream.Err()
-	if err == nil && actx.Err() != nil {
-		err = context.Cause(actx)
+	if err := at.Err(stream.Err()); err != nil {
+		return acc.partial(), classify(at, err, acc.emitted)
 	}
-	if timedOut {
-		<-actx.Done() // the timer's func may still be on its way to cancel
-		err = context.Cause(actx)
-	}
-	if err != nil {
-		return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
-	}
-	dog.stop()
 	if acc.finish == "" {
 		// The body ended without a finish reason: a proxy or the provider cut the stream short.
-		err := agent.E(agent.KindUnavailable, agent.CodeModelError, "the model stream ended before the model finished")
-		return acc.partial(), &failure{err: err, retry: !acc.emitted}
+		return acc.partial(), modelcall.Truncated(nil, acc.emitted)
 	}
 	if err := acc.finishCalls(); err != nil {
-		return acc.partial(), &failure{err: err}
+		return acc.partial(), &modelcall.Failure{Err: err}
 	}
 	if err := acc.release(); err != nil {
-		return acc.partial(), &failure{err: err}
+		return acc.partial(), &modelcall.Failure{Err: err}
 	}
 	return acc.result(), nil
 }
 
 // classify turns an attempt's error into an *agent.Error with a message safe for a user, and says whether it
 // may be retried. What the provider said goes into the cause, for the logs only.
-func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *failure {
-	if ctx.Err() != nil {
-		return &failure{err: canceled(ctx)}
-	}
-	switch cause := context.Cause(actx); {
-	case errors.Is(cause, errFirstTokenTimeout):
-		msg := fmt.Sprintf("the model sent nothing within %s", m.cfg.FirstTokenTimeout)
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
-	case errors.Is(cause, errIdleTimeout):
-		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+func classify(at *modelcall.Attempt, err error, emitted bool) *modelcall.Failure {
+	if f := at.Ended(emitted); f != nil {
+		return f
 	}
 	var apiErr *apiError
 	if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest && (apiErr.Code == "invalid_image_url" || apiErr.Code == "invalid_image_format") {
 		// The newest message's image by URL (older ones are sent as data, or as a line): the person's own error.
-		return &failure{err: agent.Wrap(providerSaid(err, apiErr.Message), agent.KindInvalid, agent.CodeFileUnavailable,
+		return &modelcall.Failure{Err: agent.Wrap(modelcall.ProviderSaid(err, apiErr.Message), agent.KindInvalid, agent.CodeFileUnavailable,
 			"the model provider could not read an image of the message (HTTP 400)")}
 	}
 	if errors.As(err, &apiErr) {
-		msg := fmt.Sprintf("the model provider returned HTTP %d", apiErr.StatusCode)
-		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500
-		return &failure{
-			err:        agent.Wrap(providerSaid(err, apiErr.Message), agent.KindUnavailable, agent.CodeModelError, msg),
-			retry:      transient && !emitted,
-			retryAfter: retryAfter(apiErr.Response),
-		}
+		return modelcall.HTTPStatus(modelcall.ProviderSaid(err, apiErr.Message), apiErr.StatusCode, apiErr.Response, emitted)
 	}
 	var streamErr *streamError
 	if errors.As(err, &streamErr) {
 		// An error event inside a 200 stream: the provider gave up mid-completion. Not retried: it is not
 		// one of the transient classes, and usually follows emitted deltas anyway.
-		return &failure{err: agent.Wrap(providerSaid(err, streamErrorMessage(streamErr)), agent.KindUnavailable,
+		return &modelcall.Failure{Err: agent.Wrap(modelcall.ProviderSaid(err, streamErrorMessage(streamErr)), agent.KindUnavailable,
 			agent.CodeModelError, "the model provider failed mid-stream")}
 	}
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) {
-		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the model provider sent a malformed chunk")}
+		return &modelcall.Failure{Err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the model provider sent a malformed chunk")}
 	}
-	// What is left failed below HTTP: refused or reset connections, a body cut mid-stream. The cause names the
-	// address; the message does not.
-	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
-}
-
-// providerSaid keeps the provider's own message beside err for the logs (an apiError prints only the status), without the query of any URL it quotes (a pre-signed URL's is a credential: REVIEW S16).
-func providerSaid(err error, said string) error {
-	if said == "" {
-		return err
-	}
-	return fmt.Errorf("%w (provider said: %s)", err, urlQuery.ReplaceAllString(said, "$1?…"))
-}
-
-var urlQuery = regexp.MustCompile(`(https?://[^\s?#]+)[?#]\S*`)
-
-// canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
-func canceled(ctx context.Context) error {
-	cause := context.Cause(ctx)
-	code := agent.CodeRunCanceled
-	var ae *agent.Error
-	if errors.As(cause, &ae) && ae.Code != "" {
-		code = ae.Code
-	}
-	return &agent.Error{Kind: agent.KindCanceled, Code: code, Message: "model call canceled", Err: cause}
+	// What is left failed below HTTP: refused or reset connections, a body cut mid-stream.
+	return modelcall.ConnectionFailed(err, emitted)
 }
 
 func streamErrorMessage(e *streamError) string {
@@ -465,32 +328,6 @@ func streamErrorMessage(e *streamError) string {
 		return fmt.Sprintf("%s (code %v)", body.Error.Message, body.Error.Code)
 	}
 	return body.Error.Message
-}
-
-// retryAfter reads the provider's requested wait from retry-after-ms or retry-after (seconds).
-func retryAfter(res *http.Response) time.Duration {
-	if res == nil {
-		return 0
-	}
-	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After-Ms"), 64); err == nil && v > 0 {
-		return min(time.Duration(v*float64(time.Millisecond)), maxRetryAfter)
-	}
-	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After"), 64); err == nil && v > 0 {
-		return min(time.Duration(v*float64(time.Second)), maxRetryAfter)
-	}
-	return 0
-}
-
-// backoff is the wait before retry number attempt+1: BackoffBase·2^attempt capped at BackoffMax, of which a
-// random half is kept ("equal jitter") so that clients that failed together do not retry together; never less
-// than what the provider asked for.
-func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
-	d := m.cfg.BackoffBase << min(attempt, 20)
-	if d <= 0 || d > m.cfg.BackoffMax {
-		d = m.cfg.BackoffMax
-	}
-	d = d/2 + rand.N(d/2+1)
-	return max(d, providerWait)
 }
 
 // request is one model request, ready to send (again, on a retry).

@@ -859,55 +859,6 @@ func TestConcurrentStreams(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	m := New(Config{BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second})
-	tests := []struct {
-		attempt      int
-		providerWait time.Duration
-		lo, hi       time.Duration
-	}{
-		{0, 0, 50 * time.Millisecond, 100 * time.Millisecond},
-		{1, 0, 100 * time.Millisecond, 200 * time.Millisecond},
-		{3, 0, 400 * time.Millisecond, 800 * time.Millisecond},
-		{4, 0, 500 * time.Millisecond, time.Second}, // capped
-		{60, 0, 500 * time.Millisecond, time.Second},
-		{0, 3 * time.Second, 3 * time.Second, 3 * time.Second}, // the provider's wait wins
-	}
-	for _, tt := range tests {
-		for range 50 {
-			if d := m.backoff(tt.attempt, tt.providerWait); d < tt.lo || d > tt.hi {
-				t.Fatalf("backoff(%d, %s) = %s, want within [%s, %s]", tt.attempt, tt.providerWait, d, tt.lo, tt.hi)
-			}
-		}
-	}
-}
-
-func TestRetryAfter(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		header, value string
-		want          time.Duration
-	}{
-		{"Retry-After", "2", 2 * time.Second},
-		{"Retry-After-Ms", "250", 250 * time.Millisecond},
-		{"Retry-After", "3600", maxRetryAfter},
-		{"Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT", 0},
-		{"Retry-After", "-1", 0},
-		{"X-Other", "5", 0},
-	}
-	for _, tt := range tests {
-		res := &http.Response{Header: http.Header{}}
-		res.Header.Set(tt.header, tt.value)
-		if got := retryAfter(res); got != tt.want {
-			t.Fatalf("%s: %s = %s, want %s", tt.header, tt.value, got, tt.want)
-		}
-	}
-	if retryAfter(nil) != 0 {
-		t.Fatal("nil response")
-	}
-}
-
 func TestFinishReason(t *testing.T) {
 	t.Parallel()
 	tests := map[string]agent.FinishReason{

@@ -41,8 +41,8 @@
 //
 // # Timeouts, retries and errors
 //
-// As package openai: a first-token and an idle timeout (not a whole-stream cap); retries with backoff and
-// jitter (honouring Retry-After up to 30 s) on HTTP 429 and 5xx, connection failures, truncated streams,
+// As package openai (both through lib/modelcall): a first-token and an idle timeout (not a whole-stream cap);
+// retries with backoff and jitter (honouring Retry-After up to 30 s) on HTTP 429 and 5xx, connection failures, truncated streams,
 // timeouts, and a response.failed or error event whose code is server_error or rate_limit_exceeded, only
 // while nothing has been emitted. Errors are *agent.Error with a message safe for a user (no provider text, URL
 // or key; the provider's message stays in the cause, for the logs): KindUnavailable with CodeModelError or
@@ -64,30 +64,27 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modelcall"
 	"github.com/agentloop/agentloop/lib/modelfiles"
 )
 
 // Defaults for the zero values of Config.
 const (
-	DefaultBaseURL           = "https://api.openai.com/v1/"
-	DefaultMaxOutputTokens   = 8192
-	DefaultFirstTokenTimeout = 120 * time.Second
-	DefaultIdleTimeout       = 120 * time.Second
-	DefaultMaxRetries        = 2
-	DefaultBackoffBase       = 500 * time.Millisecond
-	DefaultBackoffMax        = 8 * time.Second
+	DefaultBaseURL         = "https://api.openai.com/v1/"
+	DefaultMaxOutputTokens = 8192
+	// The attempts' timing and retries: lib/modelcall's defaults, the same for every adapter.
+	DefaultFirstTokenTimeout = modelcall.DefaultFirstTokenTimeout
+	DefaultIdleTimeout       = modelcall.DefaultIdleTimeout
+	DefaultMaxRetries        = modelcall.DefaultMaxRetries
+	DefaultBackoffBase       = modelcall.DefaultBackoffBase
+	DefaultBackoffMax        = modelcall.DefaultBackoffMax
 	// DefaultReasoningSummary asks for the model's own choice of summary ("auto": the most detailed it offers).
 	DefaultReasoningSummary = "auto"
 
@@ -95,9 +92,6 @@ const (
 	DefaultMaxFileBytes        = modelfiles.DefaultMaxFileBytes
 	DefaultFileTimeout         = modelfiles.DefaultTimeout
 	DefaultMaxRequestFileBytes = modelfiles.DefaultMaxRequestBytes
-
-	// maxRetryAfter bounds how long a provider's Retry-After header can make us wait.
-	maxRetryAfter = 30 * time.Second
 )
 
 // ReasoningNone as Config.ReasoningSummary sends no reasoning settings and asks for no encrypted reasoning: for
@@ -155,6 +149,7 @@ type Model struct {
 	endpointErr error
 	files       *modelfiles.Resolver // a user message's files: downloads, bounds, the recent downloads kept
 	plain       sync.Map             // model ids that refused reasoning settings (refusesReasoning) → true
+	policy      modelcall.Policy     // the attempts' timeouts and retries
 }
 
 var _ agent.Model = (*Model)(nil)
@@ -170,24 +165,6 @@ func New(cfg Config) *Model {
 	if cfg.MaxOutputTokens <= 0 {
 		cfg.MaxOutputTokens = DefaultMaxOutputTokens
 	}
-	if cfg.FirstTokenTimeout <= 0 {
-		cfg.FirstTokenTimeout = DefaultFirstTokenTimeout
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	switch {
-	case cfg.MaxRetries == 0:
-		cfg.MaxRetries = DefaultMaxRetries
-	case cfg.MaxRetries < 0:
-		cfg.MaxRetries = 0
-	}
-	if cfg.BackoffBase <= 0 {
-		cfg.BackoffBase = DefaultBackoffBase
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffBase)
-	}
 	if cfg.HTTPClient == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns = DefaultMaxIdleConnsPerHost
@@ -197,17 +174,13 @@ func New(cfg Config) *Model {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Model{cfg: cfg, files: modelfiles.New(modelfiles.Config{Client: cfg.FileClient, MaxFileBytes: cfg.MaxFileBytes,
+	pol := modelcall.Policy{FirstTokenTimeout: cfg.FirstTokenTimeout, IdleTimeout: cfg.IdleTimeout, MaxRetries: cfg.MaxRetries,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger}.WithDefaults()
+	m := &Model{cfg: cfg, policy: pol, files: modelfiles.New(modelfiles.Config{Client: cfg.FileClient, MaxFileBytes: cfg.MaxFileBytes,
 		Timeout: cfg.FileTimeout, MaxRequestBytes: cfg.MaxRequestFileBytes, Logger: cfg.Logger})}
 	m.endpoint, m.endpointErr = endpoint(cfg.BaseURL)
 	return m
 }
-
-// The causes an attempt's context is cancelled with when the stream goes quiet.
-var (
-	errFirstTokenTimeout = errors.New("no first event within the first-token timeout")
-	errIdleTimeout       = errors.New("no event within the idle timeout")
-)
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
@@ -219,38 +192,26 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	if err != nil {
 		return agent.ModelResult{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
 	}
-	for attempt := 0; ; attempt++ {
+	res, err := m.policy.Run(ctx, func() (agent.ModelResult, *modelcall.Failure) {
 		res, fail := m.attempt(ctx, body, emit)
-		if fail == nil {
-			res.FileBytes = downloaded
-			return res, nil
-		}
-		if r.Reasoning != nil && refusesReasoning(fail.err) {
+		if fail != nil && r.Reasoning != nil && refusesReasoning(fail.Err) {
 			// A model that does not reason (gpt-4.1, gpt-4o) refuses reasoning settings: sent again without them
 			// at once (not a retry), and never again to this model.
 			m.plain.Store(r.Model, true)
 			m.cfg.Logger.InfoContext(ctx, "the model takes no reasoning settings; sending without them", "model", r.Model)
 			r.Reasoning, r.Include = nil, nil
+			var err error
 			if body, err = encodeRequest(r); err != nil {
-				return agent.ModelResult{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
+				return agent.ModelResult{}, &modelcall.Failure{Err: agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")}
 			}
-			attempt--
-			continue
+			return res, &modelcall.Failure{Again: true}
 		}
-		if !fail.retry || attempt >= m.cfg.MaxRetries {
-			return res, fail.err
-		}
-		wait := m.backoff(attempt, fail.retryAfter)
-		m.cfg.Logger.WarnContext(ctx, "model request failed, retrying",
-			"attempt", attempt+1, "retry_in", wait, "err", fail.err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return agent.ModelResult{}, canceled(ctx)
-		case <-t.C:
-		}
+		return res, fail
+	})
+	if err == nil {
+		res.FileBytes = downloaded
 	}
+	return res, err
 }
 
 // refusesReasoning reports whether err is the provider's 400 for reasoning settings the model does not take
@@ -268,122 +229,67 @@ func refusesReasoning(err error) bool {
 	return strings.Contains(apiErr.Message, "Encrypted content is not supported with this model")
 }
 
-// failure is a failed attempt.
-type failure struct {
-	err        error
-	retry      bool
-	retryAfter time.Duration
-}
-
-// watchdog cancels an attempt whose stream goes quiet (as package openai's).
-type watchdog struct {
-	timer   *time.Timer
-	idle    time.Duration
-	started atomic.Bool
-}
-
-func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration) *watchdog {
-	w := &watchdog{idle: idle}
-	w.timer = time.AfterFunc(first, func() {
-		if w.started.Load() {
-			cancel(errIdleTimeout)
-		} else {
-			cancel(errFirstTokenTimeout)
-		}
-	})
-	return w
-}
-
-func (w *watchdog) arrived() bool {
-	if !w.timer.Stop() {
-		return false
-	}
-	w.started.Store(true)
-	return true
-}
-
-func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
-func (w *watchdog) stop()    { w.timer.Stop() }
-
-func (m *Model) attempt(ctx context.Context, body []byte, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
-	defer dog.stop()
+func (m *Model) attempt(ctx context.Context, body []byte, emit func(agent.ModelEvent) error) (agent.ModelResult, *modelcall.Failure) {
+	at := m.policy.Start(ctx)
+	defer at.End()
 	toCaller := func(ev agent.ModelEvent) error {
-		if ctx.Err() != nil {
+		if at.CallerDone() {
 			return nil
 		}
 		return emit(ev)
 	}
 	acc := accumulator{emit: toCaller}
-	stream, err := m.open(actx, body)
+	stream, err := m.open(at.Ctx(), body)
 	if err != nil {
-		return acc.partial(), m.classify(ctx, actx, err, false)
+		return acc.partial(), classify(at, err, false)
 	}
 	defer stream.Close()
 
-	timedOut := false
 	var ev event
 	for {
 		data, ok := stream.Next()
-		if !ok {
-			break
-		}
-		if actx.Err() != nil {
-			break
-		}
-		if !dog.arrived() {
-			timedOut = true
+		if !ok || !at.Arrived() {
 			break
 		}
 		if err := decodeEvent(data, &ev); err != nil {
-			dog.stop()
-			return acc.partial(), &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
-				"the model provider sent a malformed event"), retry: !acc.emitted}
+			at.Pause()
+			return acc.partial(), &modelcall.Failure{Err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
+				"the model provider sent a malformed event"), Retry: !acc.emitted}
 		}
 		if err := acc.add(&ev); err != nil {
-			return acc.partial(), &failure{err: err}
+			return acc.partial(), &modelcall.Failure{Err: err}
 		}
 		if acc.failed != nil || acc.ended != nil {
 			break // the response is over: whatever follows is not read
 		}
 		if !stream.Ready() {
 			if err := acc.release(); err != nil {
-				return acc.partial(), &failure{err: err}
+				return acc.partial(), &modelcall.Failure{Err: err}
 			}
 		}
-		dog.waiting()
+		at.Waiting()
 	}
-	dog.stop()
-	if ctx.Err() != nil {
+	at.Pause()
+	if at.CallerDone() {
 		acc.drop()
 	} else if err := acc.release(); err != nil {
-		return acc.partial(), &failure{err: err}
+		return acc.partial(), &modelcall.Failure{Err: err}
 	}
-	err = stream.Err()
-	if err == nil && actx.Err() != nil {
-		err = context.Cause(actx)
-	}
-	if timedOut {
-		<-actx.Done()
-		err = context.Cause(actx)
-	}
+	err = at.Err(stream.Err())
 	if err == nil && acc.failed != nil {
 		err = acc.failed
 	}
 	if err != nil {
-		return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
+		return acc.partial(), classify(at, err, acc.emitted)
 	}
 	if acc.ended == nil {
-		err := agent.E(agent.KindUnavailable, agent.CodeModelError, "the model stream ended before the model finished")
-		return acc.partial(), &failure{err: err, retry: !acc.emitted}
+		return acc.partial(), modelcall.Truncated(nil, acc.emitted)
 	}
 	if err := acc.finishCalls(); err != nil {
-		return acc.partial(), &failure{err: err}
+		return acc.partial(), &modelcall.Failure{Err: err}
 	}
 	if err := acc.release(); err != nil {
-		return acc.partial(), &failure{err: err}
+		return acc.partial(), &modelcall.Failure{Err: err}
 	}
 	return acc.result(), nil
 }
@@ -398,90 +304,29 @@ var imageCodes = map[string]bool{
 
 // classify turns an attempt's error into an *agent.Error with a message safe for a user, and says whether it
 // may be retried. What the provider said goes into the cause, for the logs only.
-func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *failure {
-	if ctx.Err() != nil {
-		return &failure{err: canceled(ctx)}
-	}
-	switch cause := context.Cause(actx); {
-	case errors.Is(cause, errFirstTokenTimeout):
-		msg := fmt.Sprintf("the model sent nothing within %s", m.cfg.FirstTokenTimeout)
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
-	case errors.Is(cause, errIdleTimeout):
-		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+func classify(at *modelcall.Attempt, err error, emitted bool) *modelcall.Failure {
+	if f := at.Ended(emitted); f != nil {
+		return f
 	}
 	var apiErr *apiError
 	if errors.As(err, &apiErr) {
 		if apiErr.StatusCode == http.StatusBadRequest && imageCodes[apiErr.Code] {
-			return &failure{err: agent.Wrap(providerSaid(err, apiErr.Message), agent.KindInvalid, agent.CodeFileUnavailable,
+			return &modelcall.Failure{Err: agent.Wrap(modelcall.ProviderSaid(err, apiErr.Message), agent.KindInvalid, agent.CodeFileUnavailable,
 				"the model provider could not read an image of the message (HTTP 400)")}
 		}
-		msg := fmt.Sprintf("the model provider returned HTTP %d", apiErr.StatusCode)
-		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500
-		return &failure{
-			err:        agent.Wrap(providerSaid(err, apiErr.Message), agent.KindUnavailable, agent.CodeModelError, msg),
-			retry:      transient && !emitted,
-			retryAfter: retryAfter(apiErr.Response),
-		}
+		return modelcall.HTTPStatus(modelcall.ProviderSaid(err, apiErr.Message), apiErr.StatusCode, apiErr.Response, emitted)
 	}
 	var sf *streamFailure
 	if errors.As(err, &sf) {
 		if imageCodes[sf.Code] {
-			return &failure{err: agent.Wrap(providerSaid(err, sf.Message), agent.KindInvalid, agent.CodeFileUnavailable,
+			return &modelcall.Failure{Err: agent.Wrap(modelcall.ProviderSaid(err, sf.Message), agent.KindInvalid, agent.CodeFileUnavailable,
 				"the model provider could not read an image of the message")}
 		}
 		transient := sf.Code == "server_error" || sf.Code == "rate_limit_exceeded"
-		return &failure{err: agent.Wrap(providerSaid(err, sf.Message), agent.KindUnavailable, agent.CodeModelError,
-			"the model provider failed mid-stream"), retry: transient && !emitted}
+		return &modelcall.Failure{Err: agent.Wrap(modelcall.ProviderSaid(err, sf.Message), agent.KindUnavailable, agent.CodeModelError,
+			"the model provider failed mid-stream"), Retry: transient && !emitted}
 	}
-	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
-}
-
-// providerSaid keeps the provider's own message beside err for the logs, without the query of any URL it
-// quotes (a pre-signed URL's is a credential).
-func providerSaid(err error, said string) error {
-	if said == "" {
-		return err
-	}
-	return fmt.Errorf("%w (provider said: %s)", err, urlQuery.ReplaceAllString(said, "$1?…"))
-}
-
-var urlQuery = regexp.MustCompile(`(https?://[^\s?#]+)[?#]\S*`)
-
-// canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
-func canceled(ctx context.Context) error {
-	cause := context.Cause(ctx)
-	code := agent.CodeRunCanceled
-	var ae *agent.Error
-	if errors.As(cause, &ae) && ae.Code != "" {
-		code = ae.Code
-	}
-	return &agent.Error{Kind: agent.KindCanceled, Code: code, Message: "model call canceled", Err: cause}
-}
-
-// retryAfter reads the provider's requested wait from retry-after-ms or retry-after (seconds).
-func retryAfter(res *http.Response) time.Duration {
-	if res == nil {
-		return 0
-	}
-	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After-Ms"), 64); err == nil && v > 0 {
-		return min(time.Duration(v*float64(time.Millisecond)), maxRetryAfter)
-	}
-	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After"), 64); err == nil && v > 0 {
-		return min(time.Duration(v*float64(time.Second)), maxRetryAfter)
-	}
-	return 0
-}
-
-// backoff is the wait before retry number attempt+1: BackoffBase·2^attempt capped at BackoffMax, a random half
-// kept ("equal jitter"); never less than what the provider asked for.
-func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
-	d := m.cfg.BackoffBase << min(attempt, 20)
-	if d <= 0 || d > m.cfg.BackoffMax {
-		d = m.cfg.BackoffMax
-	}
-	d = d/2 + rand.N(d/2+1)
-	return max(d, providerWait)
+	return modelcall.ConnectionFailed(err, emitted)
 }
 
 // request builds the request; downloaded has the sizes of the files it downloaded, by URL.
