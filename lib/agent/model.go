@@ -19,6 +19,10 @@ type ModelRequest struct {
 	Messages        []ModelMessage
 	Tools           []ToolSpec
 	MaxOutputTokens int
+	// CacheKey groups requests that share a prompt prefix (the engine sets the thread id): OpenAI's adapters
+	// send it as prompt_cache_key, so a thread's requests reach the machine that cached its prefix. Adapters
+	// whose provider has no such key ignore it.
+	CacheKey string
 }
 
 // ModelMessage is the provider-neutral transcript entry.

@@ -194,6 +194,7 @@ func (s *stepper) modelStep(ctx context.Context, step int) (agent.ModelResult, [
 		Messages:        s.history.Build(s.parts),
 		Tools:           s.offer(ctx, step),
 		MaxOutputTokens: e.cfg.MaxOutputTokens,
+		CacheKey:        t.run.ThreadID, // one prompt cache per thread: its requests share their prefix
 	}
 	if r := s.history.Last(); r.ReasoningDropped+r.PairsStubbed+r.FilesStubbed+r.MessagesDropped > 0 || r.Over {
 		// Only when a tier beyond 0 ran: what the model did not see explains what it did.

@@ -211,6 +211,9 @@ func validateResponses(body []byte) (responsesRequest, []inputItem, *invalidRequ
 	} else if s == "" {
 		return req, nil, missing("model")
 	}
+	if bad := checkCacheKey(obj); bad != nil {
+		return req, nil, bad
+	}
 	raw, ok := obj["input"]
 	if !ok || isNull(raw) {
 		return req, nil, missing("input")

@@ -237,6 +237,8 @@ func TestResponsesRefused(t *testing.T) {
 			"Item with id 'rs_1' not found. Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove this item from your input.", "input", ""},
 		{"reasoning without what followed it", object{"model": "m", "input": []any{userItem("hi"), reasoning("rs_1", "why", enc), userItem("again")}},
 			"Item 'rs_1' of type 'reasoning' was provided without its required following item.", "input", ""},
+		{"prompt_cache_key not a string", object{"model": "m", "input": "hi", "prompt_cache_key": 5},
+			"Invalid type for 'prompt_cache_key': expected a string, but got an integer instead.", "prompt_cache_key", "invalid_type"},
 		{"max_output_tokens below 16", object{"model": "m", "input": "hi", "max_output_tokens": 5},
 			"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got 5 instead.", "max_output_tokens", "integer_below_min_value"},
 		{"bad tool name", object{"model": "m", "input": "hi", "tools": []object{{"type": "function", "name": "a b"}}},

@@ -84,6 +84,16 @@ func missing(param string) *invalidRequest {
 	return &invalidRequest{fmt.Sprintf("Missing required parameter: '%s'.", param), param, codeMissing}
 }
 
+// checkCacheKey: prompt_cache_key (Chat Completions and Responses), when present, is a string.
+func checkCacheKey(req map[string]json.RawMessage) *invalidRequest {
+	if raw, ok := req["prompt_cache_key"]; ok && !isNull(raw) {
+		if _, ok := str(raw); !ok {
+			return wrongType("prompt_cache_key", "a string", raw)
+		}
+	}
+	return nil
+}
+
 func wrongType(param, want string, got json.RawMessage) *invalidRequest {
 	return &invalidRequest{
 		fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", param, want, kindOf(got)), param, codeInvalidType,
@@ -190,6 +200,9 @@ func validate(body []byte) *invalidRequest {
 		return wrongType("model", "a string", raw)
 	} else if s == "" {
 		return &invalidRequest{message: msgNoModel}
+	}
+	if bad := checkCacheKey(req); bad != nil {
+		return bad
 	}
 	raw, ok := req["messages"]
 	if !ok || isNull(raw) {

@@ -40,6 +40,9 @@ func TestValidation(t *testing.T) {
 		{"model empty", `{"model":"","messages":[` + u + `]}`, "you must provide a model parameter", "", ""},
 		{"model not a string", `{"model":5,"messages":[` + u + `]}`,
 			"Invalid type for 'model': expected a string, but got an integer instead.", "model", "invalid_type"},
+		{"prompt_cache_key a string", `{"model":"m","prompt_cache_key":"thread-1","messages":[` + u + `]}`, "", "", ""},
+		{"prompt_cache_key not a string", `{"model":"m","prompt_cache_key":5,"messages":[` + u + `]}`,
+			"Invalid type for 'prompt_cache_key': expected a string, but got an integer instead.", "prompt_cache_key", "invalid_type"},
 
 		// Messages.
 		{"messages missing", `{"model":"m"}`, "Missing required parameter: 'messages'.", "messages", "missing_required_parameter"},

@@ -353,7 +353,7 @@ func (m *Model) request(ctx context.Context, req agent.ModelRequest) (request, m
 	if err != nil {
 		return request{}, nil, err
 	}
-	p := chatRequest{Model: model, Messages: msgs, Stream: true}
+	p := chatRequest{Model: model, Messages: msgs, Stream: true, PromptCacheKey: req.CacheKey}
 	switch m.cfg.MaxTokensParam {
 	case MaxTokens:
 		p.MaxTokens = maxTokens

@@ -160,6 +160,20 @@ func TestPlainReply(t *testing.T) {
 	if f.authList[0] != "Bearer sk-test" {
 		t.Fatalf("authorization %q", f.authList[0])
 	}
+	if _, ok := body["prompt_cache_key"]; ok {
+		t.Fatal("prompt_cache_key sent without a CacheKey")
+	}
+
+	// The request's CacheKey (the engine's thread id) is prompt_cache_key; the offline model, which checks its
+	// type as OpenAI does, takes it.
+	req := userReq("hello")
+	req.CacheKey = "thread-1"
+	if _, _, err := run(context.Background(), m, req); err != nil {
+		t.Fatal(err)
+	}
+	if body := f.lastBody(t); body["prompt_cache_key"] != "thread-1" {
+		t.Fatalf("prompt_cache_key %v", body["prompt_cache_key"])
+	}
 }
 
 func TestToolCallRoundTrip(t *testing.T) {

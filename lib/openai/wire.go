@@ -29,6 +29,7 @@ type chatRequest struct {
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
 	Tools               []chatTool     `json:"tools,omitempty"`
+	PromptCacheKey      string         `json:"prompt_cache_key,omitempty"` // agent.ModelRequest.CacheKey
 }
 
 type streamOptions struct {

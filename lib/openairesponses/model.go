@@ -54,13 +54,14 @@
 //
 // Embed (agent.Embedder) asks the same endpoint's POST embeddings, as package openai does, for the tool router.
 //
-// # Not done (issue 20)
+// # Prompt caching
 //
-// prompt_cache_key is sent only as Config.PromptCacheKey: agent.ModelRequest carries no thread key yet.
+// prompt_cache_key is the request's agent.ModelRequest.CacheKey (the thread id), else Config.PromptCacheKey.
 package openairesponses
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,7 +114,7 @@ type Config struct {
 	// ReasoningNone. ReasoningEffort is reasoning.effort ("minimal" … "high"; empty: the model's default).
 	ReasoningSummary string
 	ReasoningEffort  string
-	// PromptCacheKey is sent as prompt_cache_key when set (see "Not done").
+	// PromptCacheKey is sent as prompt_cache_key for a request that has no CacheKey of its own.
 	PromptCacheKey string
 	// FirstTokenTimeout bounds the wait from sending a request to its first event.
 	FirstTokenTimeout time.Duration
@@ -351,7 +352,7 @@ func (m *Model) request(ctx context.Context, req agent.ModelRequest) (responsesR
 		return responsesRequest{}, nil, err
 	}
 	p := responsesRequest{Model: model, Instructions: req.System, Input: input, MaxOutputTokens: maxTokens,
-		Stream: true, Store: false, PromptCacheKey: m.cfg.PromptCacheKey}
+		Stream: true, Store: false, PromptCacheKey: cmp.Or(req.CacheKey, m.cfg.PromptCacheKey)}
 	if _, plain := m.plain.Load(model); m.cfg.ReasoningSummary != ReasoningNone && !plain {
 		p.Reasoning = &reasoning{Effort: m.cfg.ReasoningEffort, Summary: m.cfg.ReasoningSummary}
 		p.Include = []string{includeEncryptedReasoning}

@@ -152,6 +152,15 @@ func TestPlainReply(t *testing.T) {
 	if _, ok := body["reasoning"]; ok || body["include"] != nil || body["prompt_cache_key"] != "thread-1" {
 		t.Fatalf("body %v", body)
 	}
+	// The request's own CacheKey (the engine's thread id) wins over the configured one.
+	req := userReq("hi")
+	req.CacheKey = "thread-2"
+	if _, _, err := run(context.Background(), f.model(func(c *Config) { c.PromptCacheKey = "thread-1" }), req); err != nil {
+		t.Fatal(err)
+	}
+	if body = f.lastBody(t); body["prompt_cache_key"] != "thread-2" {
+		t.Fatalf("prompt_cache_key %v, want the request's", body["prompt_cache_key"])
+	}
 }
 
 func TestToolCallRoundTrip(t *testing.T) {
