@@ -26,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/anthropic"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/bedrockconverse"
 	"github.com/agentloop/agentloop/lib/config"
@@ -378,6 +379,12 @@ func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger, metrics 
 		modelsfile.OpenAIResponses: func(e modelsfile.Model, key string) (agent.Model, error) {
 			return openairesponses.New(cfg.OpenAIResponses(e.BaseURL, key, e.Model, log)), nil
 		},
+		modelsfile.Anthropic: func(e modelsfile.Model, key string) (agent.Model, error) {
+			return anthropic.New(anthropicConfig(cfg, e, key, s.Offline && e.BaseURL == offlineBaseURL(e.Provider, s.ModelURL), log)), nil
+		},
+		modelsfile.AnthropicBedrock: func(e modelsfile.Model, _ string) (agent.Model, error) {
+			return anthropic.New(anthropicConfig(cfg, e, "", s.Offline && e.BaseURL == offlineBaseURL(e.Provider, s.ModelURL), log)), nil
+		},
 		modelsfile.BedrockConverse: func(e modelsfile.Model, _ string) (agent.Model, error) {
 			return bedrockconverse.New(bedrockConverse(cfg, e, s.Offline && e.BaseURL == offlineBaseURL(e.Provider, s.ModelURL), log)), nil
 		},
@@ -406,16 +413,34 @@ func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger, metrics 
 
 // offlineBaseURL is the base URL, in provider's protocol, of the offline endpoint served at root (its Chat
 // Completions base, ".../v1/"), for an entry with neither baseURL nor apiKey; "" when the offline model does not
-// speak that protocol yet. Each adapter that comes adds its line here (the Responses API, Anthropic Messages and
-// Bedrock ConverseStream at their offline paths, issue 20 item 2) beside its constructor above.
+// speak that protocol yet. Each adapter that comes adds its line here beside its constructor above.
 func offlineBaseURL(provider, root string) string {
 	switch provider {
-	case modelsfile.OpenAIChat, modelsfile.OpenAIResponses: // both under the same /v1/ root
+	case modelsfile.OpenAIChat, modelsfile.OpenAIResponses, modelsfile.Anthropic: // all under the same /v1/ root
 		return root
-	case modelsfile.BedrockConverse: // the server's root: the SDK adds model/{modelId}/converse-stream
+	case modelsfile.BedrockConverse, modelsfile.AnthropicBedrock: // the server's root: model/{modelId}/… below it
 		return strings.TrimSuffix(root, "v1/")
 	}
 	return ""
+}
+
+// anthropicConfig is an anthropic or anthropic-bedrock entry's adapter configuration, with the settings the
+// OpenAI adapters take (timeouts, retries, output bound: lib/config maps them once). Talking to the offline model,
+// an anthropic entry sends a placeholder key (the offline model, as Anthropic, wants an x-api-key) and an
+// anthropic-bedrock entry signs with static placeholder credentials (the offline model wants a signature, not a
+// valid one); otherwise the entry's key, or the default AWS configuration.
+func anthropicConfig(cfg config.Config, e modelsfile.Model, key string, offline bool, log *slog.Logger) anthropic.Config {
+	o := cfg.OpenAI("", "", e.Model, log)
+	ac := anthropic.Config{APIKey: key, BaseURL: e.BaseURL, Model: e.Model, MaxOutputTokens: o.MaxOutputTokens,
+		FirstTokenTimeout: o.FirstTokenTimeout, IdleTimeout: o.IdleTimeout, MaxRetries: o.MaxRetries, Logger: log,
+		Bedrock: e.Provider == modelsfile.AnthropicBedrock, Region: e.Region}
+	switch {
+	case offline && !ac.Bedrock:
+		ac.APIKey = "offline"
+	case offline:
+		ac.AWS = &aws.Config{Region: e.Region, Credentials: credentials.NewStaticCredentialsProvider("offline", "offline", "")}
+	}
+	return ac
 }
 
 // bedrockConverse is a bedrock-converse entry's adapter configuration, with the settings the OpenAI adapters take

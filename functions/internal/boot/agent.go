@@ -12,6 +12,7 @@ import (
 	awssfn "github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/anthropic"
 	"github.com/agentloop/agentloop/lib/bedrockconverse"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/engine"
@@ -98,10 +99,26 @@ func (b Base) Constructors() modelset.Constructors {
 		modelsfile.OpenAIResponses: func(e modelsfile.Model, key string) (agent.Model, error) {
 			return openairesponses.New(cfg.OpenAIResponses(e.BaseURL, key, e.Model, b.Log)), nil
 		},
+		modelsfile.Anthropic: func(e modelsfile.Model, key string) (agent.Model, error) {
+			return anthropic.New(Anthropic(cfg, e, key, nil, b.Log)), nil
+		},
+		modelsfile.AnthropicBedrock: func(e modelsfile.Model, _ string) (agent.Model, error) {
+			return anthropic.New(Anthropic(cfg, e, "", &b.AWS, b.Log)), nil
+		},
 		modelsfile.BedrockConverse: func(e modelsfile.Model, _ string) (agent.Model, error) {
 			return bedrockconverse.New(BedrockConverse(cfg, e, &b.AWS, b.Log)), nil
 		},
 	}
+}
+
+// Anthropic is the Messages adapter's configuration for one models-file entry: an anthropic entry's baseURL and
+// key, or an anthropic-bedrock entry's region and baseURL (an endpoint override) signed with awsCfg (the
+// function's role); the same timeouts, retries and output bound as the other adapters (lib/config maps them once).
+func Anthropic(cfg config.Config, e modelsfile.Model, key string, awsCfg *aws.Config, log *slog.Logger) anthropic.Config {
+	o := cfg.OpenAI("", "", e.Model, log)
+	return anthropic.Config{APIKey: key, BaseURL: e.BaseURL, Model: e.Model, MaxOutputTokens: o.MaxOutputTokens,
+		FirstTokenTimeout: o.FirstTokenTimeout, IdleTimeout: o.IdleTimeout, MaxRetries: o.MaxRetries, Logger: log,
+		Bedrock: e.Provider == modelsfile.AnthropicBedrock, Region: e.Region, AWS: awsCfg}
 }
 
 // BedrockConverse is the ConverseStream adapter's configuration for one models-file entry: its region, model id
