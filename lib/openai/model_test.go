@@ -281,8 +281,8 @@ func TestParallelToolCalls(t *testing.T) {
 	}
 }
 
-// sse serves one scripted stream: each chunk as an SSE data line, then [DONE].
-func sse(t *testing.T, chunks ...string) string {
+// sseServer serves one scripted stream: each chunk as an SSE data line, then [DONE].
+func sseServer(t *testing.T, chunks ...string) string {
 	t.Helper()
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -335,7 +335,7 @@ func TestProviderToolCallShapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m := New(Config{BaseURL: sse(t, tt.chunks...), Model: "m", IDs: &seqIDs{}, Logger: slog.New(slog.DiscardHandler)})
+			m := New(Config{BaseURL: sseServer(t, tt.chunks...), Model: "m", IDs: &seqIDs{}, Logger: slog.New(slog.DiscardHandler)})
 			res, events, err := run(context.Background(), m, userReq("hi"))
 			if err != nil || res.FinishReason != agent.FinishToolCalls {
 				t.Fatalf("result %+v err %v", res, err)

@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,6 +11,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/agentloop/agentloop/lib/sse"
 )
 
 // The Chat Completions wire, with the standard library only: the request body, the streamed chunks and the
@@ -204,29 +205,24 @@ type streamError struct {
 
 func (e *streamError) Error() string { return e.Message }
 
-// chunkStream reads a text/event-stream body one chunk at a time, up to data: [DONE]: lines split at \n (one
-// \r before it dropped), data lines joined with newlines, an event ending at an empty line, comments, event
-// names, ids and retry hints ignored, a last event without its empty line dropped.
+// chunkStream reads the chunks of a text/event-stream body (lib/sse) one at a time, up to data: [DONE].
 type chunkStream struct {
-	body io.ReadCloser
-	r    *bufio.Reader
-	line []byte // a line longer than the read buffer, gathered
-	data []byte // the event's data lines
-	cur  chunk
-	err  error
-	done bool
+	events *sse.Reader
+	cur    chunk
+	err    error
+	done   bool
 }
 
 // maxEventLine bounds one line of the stream (32 MB, as openai-go bounded it: a tool call's arguments can come
 // whole in one chunk).
-const maxEventLine = 32 << 20
+const maxEventLine = sse.MaxLine
 
 // chunkReadBuffer is a stream's read buffer: most chunks are far shorter (a longer line is gathered), and a
 // server holds one per streaming reply.
-const chunkReadBuffer = 1 << 10
+const chunkReadBuffer = sse.ReadBuffer
 
 func newChunkStream(body io.ReadCloser) *chunkStream {
-	return &chunkStream{body: body, r: bufio.NewReaderSize(body, chunkReadBuffer)}
+	return &chunkStream{events: sse.NewReader(body)}
 }
 
 // Next reads the next chunk; false at the end of the stream ([DONE], the end of the body) or on an error (Err).
@@ -234,15 +230,8 @@ func (s *chunkStream) Next() bool {
 	if s.done {
 		return false
 	}
-	data, err := s.event()
-	if err != nil {
-		s.done = true
-		if err != io.EOF {
-			s.err = err
-		}
-		return false
-	}
-	if bytes.HasPrefix(data, []byte("[DONE]")) {
+	data, ok := s.events.Next()
+	if !ok || bytes.HasPrefix(data, []byte("[DONE]")) {
 		s.done = true
 		return false
 	}
@@ -272,83 +261,19 @@ func decodeChunkSlow(data []byte) (chunk, error) {
 	return c, nil
 }
 
-// event returns the data of the next event, its data lines joined by newlines, valid until the next call;
-// io.EOF at the end of the body.
-func (s *chunkStream) event() ([]byte, error) {
-	s.data = s.data[:0]
-	for {
-		line, err := s.readLine()
-		if err != nil {
-			return nil, err
-		}
-		if len(line) == 0 {
-			if len(s.data) > 0 {
-				return s.data, nil
-			}
-			continue
-		}
-		name, value, _ := bytes.Cut(line, []byte(":"))
-		if string(name) != "data" {
-			continue // comments, event names, ids, retry hints
-		}
-		value = bytes.TrimPrefix(value, []byte(" "))
-		s.data = append(append(s.data, value...), '\n')
-	}
-}
-
-// readLine returns the next line without its \n (and one \r before it), valid until the next call, as
-// bufio.ScanLines splits them (the last line of a body that does not end in \n too); io.EOF once the body has
-// ended.
-func (s *chunkStream) readLine() ([]byte, error) {
-	line, err := s.r.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		s.line = append(s.line[:0], line...)
-		for err == bufio.ErrBufferFull {
-			line, err = s.r.ReadSlice('\n')
-			if len(s.line)+len(line) > maxEventLine {
-				return nil, bufio.ErrTooLong
-			}
-			s.line = append(s.line, line...)
-		}
-		line = s.line
-	}
-	if err != nil && (err != io.EOF || len(line) == 0) {
-		return nil, err
-	}
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	return bytes.TrimSuffix(line, []byte("\r")), nil
-}
-
-// Ready reports whether the next event with data is wholly in the read buffer (or the stream is over), so
-// that Next will not wait for the provider.
-func (s *chunkStream) Ready() bool {
-	if s.done {
-		return true
-	}
-	b, _ := s.r.Peek(s.r.Buffered())
-	data := false
-	for {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			return false
-		}
-		line := bytes.TrimSuffix(b[:i], []byte("\r"))
-		b = b[i+1:]
-		if len(line) == 0 {
-			if data {
-				return true
-			}
-			continue
-		}
-		if name, _, _ := bytes.Cut(line, []byte(":")); string(name) == "data" {
-			data = true
-		}
-	}
-}
+// Ready reports whether the next chunk is wholly in the read buffer (or the stream is over), so that Next will
+// not wait for the provider.
+func (s *chunkStream) Ready() bool { return s.done || s.events.Ready() }
 
 func (s *chunkStream) Current() chunk { return s.cur }
-func (s *chunkStream) Err() error     { return s.err }
-func (s *chunkStream) Close() error   { return s.body.Close() }
+func (s *chunkStream) Close() error   { return s.events.Close() }
+
+func (s *chunkStream) Err() error {
+	if s.err != nil {
+		return s.err
+	}
+	return s.events.Err()
+}
 
 // endpoint is base's chat/completions URL: base is a path prefix whether or not it ends with a slash.
 func endpoint(base string) (string, error) {

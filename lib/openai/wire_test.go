@@ -59,7 +59,7 @@ func TestWireShapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m := New(Config{BaseURL: sse(t, tt.chunks...), Model: "m", Logger: slog.New(slog.DiscardHandler)})
+			m := New(Config{BaseURL: sseServer(t, tt.chunks...), Model: "m", Logger: slog.New(slog.DiscardHandler)})
 			res, events, err := run(context.Background(), m, userReq("hi"))
 			if err != nil || res.FinishReason != agent.FinishStop {
 				t.Fatalf("result %+v err %v", res, err)
@@ -139,7 +139,7 @@ func TestMoreOnlyWhileTheNextEventIsAtHand(t *testing.T) {
 
 	t.Run("together", func(t *testing.T) {
 		t.Parallel()
-		m := New(Config{BaseURL: sse(t, word("a "), word("b "), word("c "), finish), Model: "m", Logger: slog.New(slog.DiscardHandler)})
+		m := New(Config{BaseURL: sseServer(t, word("a "), word("b "), word("c "), finish), Model: "m", Logger: slog.New(slog.DiscardHandler)})
 		_, events, err := run(context.Background(), m, userReq("hi"))
 		if err != nil || len(events) != 3 {
 			t.Fatalf("events %+v err %v", events, err)

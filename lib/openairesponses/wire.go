@@ -1,7 +1,6 @@
 package openairesponses
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/agentloop/agentloop/lib/sse"
 )
 
 // The Responses wire, with the standard library only: the request body, the streamed events and the error
@@ -215,122 +216,22 @@ func (e *streamFailure) Error() string {
 	return fmt.Sprintf("the model provider sent %s (code %q)", e.Event, e.Code)
 }
 
-// eventStream reads a text/event-stream body one event's data at a time: lines split at \n (one \r before it
-// dropped), data lines joined with newlines, an event ending at an empty line, comments, event names (the data
-// repeats the type), ids and retry hints ignored, a last event without its empty line dropped. The Responses
-// stream has no [DONE] sentinel: it ends with the body (one is ignored if a proxy adds it).
-type eventStream struct {
-	body io.ReadCloser
-	r    *bufio.Reader
-	line []byte // a line longer than the read buffer, gathered
-	data []byte // the event's data lines
-	done bool
-	err  error
-}
+// eventStream reads a text/event-stream body (lib/sse) one event's data at a time. The Responses stream has no
+// [DONE] sentinel: it ends with the body (one is ignored if a proxy adds it).
+type eventStream struct{ *sse.Reader }
 
-// maxEventLine bounds one line of the stream (32 MB: an output_item.done repeats a call's whole arguments, and
-// a reasoning item's encrypted content is long).
-const maxEventLine = 32 << 20
-
-// readBuffer is a stream's read buffer: most events are far shorter (a longer line is gathered), and a server
-// holds one per streaming reply.
-const readBuffer = 1 << 10
-
-func newEventStream(body io.ReadCloser) *eventStream {
-	return &eventStream{body: body, r: bufio.NewReaderSize(body, readBuffer)}
-}
+func newEventStream(body io.ReadCloser) *eventStream { return &eventStream{sse.NewReader(body)} }
 
 // Next returns the next event's data, valid until the next call; ok is false at the end of the body or on an
 // error (Err).
 func (s *eventStream) Next() (data []byte, ok bool) {
-	for !s.done {
-		data, err := s.event()
-		if err != nil {
-			s.done = true
-			if err != io.EOF {
-				s.err = err
-			}
-			return nil, false
-		}
-		if bytes.HasPrefix(data, []byte("[DONE]")) {
-			continue
-		}
-		return data, true
-	}
-	return nil, false
-}
-
-func (s *eventStream) event() ([]byte, error) {
-	s.data = s.data[:0]
 	for {
-		line, err := s.readLine()
-		if err != nil {
-			return nil, err
-		}
-		if len(line) == 0 {
-			if len(s.data) > 0 {
-				return s.data, nil
-			}
-			continue
-		}
-		name, value, _ := bytes.Cut(line, []byte(":"))
-		if string(name) != "data" {
-			continue
-		}
-		value = bytes.TrimPrefix(value, []byte(" "))
-		s.data = append(append(s.data, value...), '\n')
-	}
-}
-
-func (s *eventStream) readLine() ([]byte, error) {
-	line, err := s.r.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		s.line = append(s.line[:0], line...)
-		for err == bufio.ErrBufferFull {
-			line, err = s.r.ReadSlice('\n')
-			if len(s.line)+len(line) > maxEventLine {
-				return nil, bufio.ErrTooLong
-			}
-			s.line = append(s.line, line...)
-		}
-		line = s.line
-	}
-	if err != nil && (err != io.EOF || len(line) == 0) {
-		return nil, err
-	}
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	return bytes.TrimSuffix(line, []byte("\r")), nil
-}
-
-// Ready reports whether the next event with data is wholly in the read buffer (or the stream is over), so that
-// Next will not wait for the provider.
-func (s *eventStream) Ready() bool {
-	if s.done {
-		return true
-	}
-	b, _ := s.r.Peek(s.r.Buffered())
-	data := false
-	for {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			return false
-		}
-		line := bytes.TrimSuffix(b[:i], []byte("\r"))
-		b = b[i+1:]
-		if len(line) == 0 {
-			if data {
-				return true
-			}
-			continue
-		}
-		if name, _, _ := bytes.Cut(line, []byte(":")); string(name) == "data" {
-			data = true
+		data, ok := s.Reader.Next()
+		if !ok || !bytes.HasPrefix(data, []byte("[DONE]")) {
+			return data, ok
 		}
 	}
 }
-
-func (s *eventStream) Err() error   { return s.err }
-func (s *eventStream) Close() error { return s.body.Close() }
 
 // endpoint is base's responses URL: base is a path prefix whether or not it ends with a slash.
 func endpoint(base string) (string, error) {
