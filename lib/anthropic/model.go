@@ -66,9 +66,9 @@
 //
 // # Timeouts, retries, errors
 //
-// As in lib/openai: Config.FirstTokenTimeout and Config.IdleTimeout bound the waits on the provider (code
-// model_timeout); this package retries, with backoff and jitter (honouring
-// retry-after up to 30 s), on HTTP 429, 5xx and 529, on overloaded_error, rate_limit_error, api_error and
+// As every adapter, through lib/modelcall: Config.FirstTokenTimeout and Config.IdleTimeout bound the waits on
+// the provider (code model_timeout); the call is retried, with backoff and jitter (honouring retry-after up to
+// 30 s), on HTTP 429, 5xx and 529, on overloaded_error, rate_limit_error, api_error and
 // timeout_error events (and Bedrock's throttling, service-unavailable, internal-server and model-not-ready
 // exceptions), on connection failures, truncated streams and timeouts, and only while nothing has been
 // emitted. A Bedrock request without AWS credentials fails at once (KindUnavailable, "no AWS credentials"). Errors are *agent.Error with a message safe to show a user (the provider's own text stays in the
@@ -86,38 +86,35 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modelcall"
 )
 
 // Defaults for the zero values of Config.
 const (
-	DefaultBaseURL           = "https://api.anthropic.com"
-	DefaultMaxOutputTokens   = 8192
-	DefaultFirstTokenTimeout = 120 * time.Second
-	DefaultIdleTimeout       = 120 * time.Second
-	DefaultMaxRetries        = 2
-	DefaultBackoffBase       = 500 * time.Millisecond
-	DefaultBackoffMax        = 8 * time.Second
+	DefaultBaseURL         = "https://api.anthropic.com"
+	DefaultMaxOutputTokens = 8192
+	// The attempts' timing and retries: lib/modelcall's defaults, the same for every adapter.
+	DefaultFirstTokenTimeout = modelcall.DefaultFirstTokenTimeout
+	DefaultIdleTimeout       = modelcall.DefaultIdleTimeout
+	DefaultMaxRetries        = modelcall.DefaultMaxRetries
+	DefaultBackoffBase       = modelcall.DefaultBackoffBase
+	DefaultBackoffMax        = modelcall.DefaultBackoffMax
 
 	// APIVersion is the anthropic-version header of a direct request.
 	APIVersion = "2023-06-01"
 	// BedrockVersion is the anthropic_version of a request on Bedrock.
 	BedrockVersion = "bedrock-2023-05-31"
-
-	// maxRetryAfter bounds how long a provider's retry-after header can make us wait.
-	maxRetryAfter = 30 * time.Second
 )
 
 // DefaultMaxIdleConnsPerHost is how many idle connections the default client keeps to the provider: about one
@@ -168,7 +165,8 @@ type Config struct {
 // Model is the agent.Model adapter. It is safe for concurrent use.
 type Model struct {
 	cfg      Config
-	endpoint string // the direct API's messages URL, or Bedrock's endpoint
+	policy   modelcall.Policy // the attempts' timeouts and retries
+	endpoint string           // the direct API's messages URL, or Bedrock's endpoint
 	aws      aws.Config
 	signer   *v4.Signer
 	initErr  error // the configuration cannot make a request: every request fails with it
@@ -182,34 +180,17 @@ func New(cfg Config) *Model {
 	if cfg.MaxOutputTokens <= 0 {
 		cfg.MaxOutputTokens = DefaultMaxOutputTokens
 	}
-	if cfg.FirstTokenTimeout <= 0 {
-		cfg.FirstTokenTimeout = DefaultFirstTokenTimeout
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	switch {
-	case cfg.MaxRetries == 0:
-		cfg.MaxRetries = DefaultMaxRetries
-	case cfg.MaxRetries < 0:
-		cfg.MaxRetries = 0
-	}
-	if cfg.BackoffBase <= 0 {
-		cfg.BackoffBase = DefaultBackoffBase
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = max(DefaultBackoffMax, cfg.BackoffBase)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	pol := modelcall.Policy{FirstTokenTimeout: cfg.FirstTokenTimeout, IdleTimeout: cfg.IdleTimeout, MaxRetries: cfg.MaxRetries,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger}.WithDefaults()
+	cfg.FirstTokenTimeout, cfg.IdleTimeout, cfg.MaxRetries = pol.FirstTokenTimeout, pol.IdleTimeout, pol.MaxRetries
+	cfg.BackoffBase, cfg.BackoffMax, cfg.Logger = pol.BackoffBase, pol.BackoffMax, pol.Logger
 	if cfg.HTTPClient == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns = DefaultMaxIdleConnsPerHost
 		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 		cfg.HTTPClient = &http.Client{Transport: t}
 	}
-	m := &Model{cfg: cfg}
+	m := &Model{cfg: cfg, policy: pol}
 	if !cfg.Bedrock {
 		m.endpoint, m.initErr = messagesURL(cmpOr(cfg.BaseURL, DefaultBaseURL))
 		if m.initErr != nil {
@@ -250,12 +231,8 @@ func messagesURL(base string) (string, error) {
 	return u.JoinPath("v1", "messages").String(), nil
 }
 
-// The causes an attempt's context is cancelled with when the stream goes quiet.
-var (
-	errFirstTokenTimeout = errors.New("no first event within the first-token timeout")
-	errIdleTimeout       = errors.New("no event within the idle timeout")
-	errTruncated         = errors.New("the stream ended before message_stop")
-)
+// errTruncated is a stream that ended before message_stop.
+var errTruncated = errors.New("the stream ended before message_stop")
 
 // Stream implements agent.Model.
 func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
@@ -272,74 +249,34 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 	} else {
 		p.Stream = true
 	}
-	for attempt := 0; ; attempt++ {
-		body, err := encodeRequest(p)
-		if err != nil {
-			return agent.ModelResult{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
-		}
+	body, err := encodeRequest(p)
+	if err != nil {
+		return agent.ModelResult{}, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
+	}
+	return m.policy.Run(ctx, func() (agent.ModelResult, *modelcall.Failure) {
 		res, fail := m.attempt(ctx, model, body, emit)
-		if fail == nil {
-			return res, nil
-		}
-		if fail.fileAt != nil && dropStaleFile(p, *fail.fileAt) {
+		if fail != nil && fail.fileAt != nil && dropStaleFile(p, *fail.fileAt) {
 			// An older message's file that can no longer be downloaded (an expired pre-signed URL) fails
-			// every later turn of the thread unless it is left out: it goes as a line, and the request again.
-			m.cfg.Logger.WarnContext(ctx, "an older message's file could not be downloaded, sent as a line", "err", fail.err)
-			attempt--
-			continue
+			// every later turn of the thread unless it is left out: it goes as a line, and the request again
+			// at once (not a retry).
+			m.cfg.Logger.WarnContext(ctx, "an older message's file could not be downloaded, sent as a line", "err", fail.Err)
+			if body, err = encodeRequest(p); err != nil {
+				return agent.ModelResult{}, &modelcall.Failure{Err: agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")}
+			}
+			return res, &modelcall.Failure{Again: true}
 		}
-		if !fail.retry || attempt >= m.cfg.MaxRetries {
-			return res, fail.err
+		if fail != nil {
+			return res, &fail.Failure
 		}
-		wait := m.backoff(attempt, fail.retryAfter)
-		m.cfg.Logger.WarnContext(ctx, "model request failed, retrying", "attempt", attempt+1, "retry_in", wait, "err", fail.err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return agent.ModelResult{}, canceled(ctx)
-		case <-t.C:
-		}
-	}
-}
-
-// failure is a failed attempt.
-type failure struct {
-	err        error
-	retry      bool
-	retryAfter time.Duration
-	fileAt     *[2]int // the provider could not download this file: message and block index
-}
-
-// watchdog cancels an attempt whose stream goes quiet (as in lib/openai).
-type watchdog struct {
-	timer   *time.Timer
-	idle    time.Duration
-	started atomic.Bool
-}
-
-func newWatchdog(cancel context.CancelCauseFunc, first, idle time.Duration) *watchdog {
-	w := &watchdog{idle: idle}
-	w.timer = time.AfterFunc(first, func() {
-		if w.started.Load() {
-			cancel(errIdleTimeout)
-		} else {
-			cancel(errFirstTokenTimeout)
-		}
+		return res, nil
 	})
-	return w
 }
 
-func (w *watchdog) arrived() bool {
-	if !w.timer.Stop() {
-		return false
-	}
-	w.started.Store(true)
-	return true
+// failure is a failed attempt, with the file the provider could not download when that is why.
+type failure struct {
+	modelcall.Failure
+	fileAt *[2]int // message and block index
 }
-
-func (w *watchdog) waiting() { w.timer.Reset(w.idle) }
-func (w *watchdog) stop()    { w.timer.Stop() }
 
 // open sends the request and returns its stream of events, or the provider's error answer (*apiError), or the
 // transport's error.
@@ -369,105 +306,81 @@ func (m *Model) open(ctx context.Context, model string, body []byte) (eventReade
 }
 
 func (m *Model) attempt(ctx context.Context, model string, body []byte, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	dog := newWatchdog(cancel, m.cfg.FirstTokenTimeout, m.cfg.IdleTimeout)
-	defer dog.stop()
+	at := m.policy.Start(ctx)
+	defer at.End()
 	toCaller := func(ev agent.ModelEvent) error {
-		if ctx.Err() != nil {
+		if at.CallerDone() {
 			return nil
 		}
 		return emit(ev)
 	}
 	acc := newAccumulator(toCaller, model)
-	stream, err := m.open(actx, model, body)
+	stream, err := m.open(at.Ctx(), model, body)
 	if err != nil {
-		dog.stop()
-		return acc.partial(), m.classify(ctx, actx, err, false)
+		return acc.partial(), classify(at, err, false)
 	}
 	defer stream.Close()
-	timedOut := false
 	var ev event
 	for {
 		data, ok := stream.Next()
-		if !ok || actx.Err() != nil {
-			break
-		}
-		if !dog.arrived() {
-			timedOut = true
+		if !ok || !at.Arrived() {
 			break
 		}
 		ev = event{}
 		if err := json.Unmarshal(data, &ev); err != nil {
-			dog.stop()
-			return acc.partial(), &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
-				"the model provider sent a malformed event"), retry: !acc.emitted}
+			at.Pause()
+			return acc.partial(), &failure{Failure: modelcall.Failure{Err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
+				"the model provider sent a malformed event"), Retry: !acc.emitted}}
 		}
 		if err := acc.add(&ev); err != nil {
-			dog.stop()
+			at.Pause()
 			var se *streamError
 			if errors.As(err, &se) {
-				return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
+				return acc.partial(), classify(at, err, acc.emitted)
 			}
-			return acc.partial(), &failure{err: err} // emit's own error, returned unchanged
+			return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}} // emit's own error, returned unchanged
 		}
 		if acc.stopped {
 			break // the message is over: whatever follows is not read
 		}
-		dog.waiting()
+		at.Waiting()
 	}
-	dog.stop()
-	err = stream.Err()
-	if err == nil && actx.Err() != nil {
-		err = context.Cause(actx)
-	}
-	if timedOut {
-		<-actx.Done()
-		err = context.Cause(actx)
-	}
+	at.Pause()
+	err = at.Err(stream.Err())
 	if err == nil && !acc.stopped {
 		err = errTruncated
 	}
 	if err != nil {
-		return acc.partial(), m.classify(ctx, actx, err, acc.emitted)
+		return acc.partial(), classify(at, err, acc.emitted)
 	}
 	if err := acc.finishCalls(); err != nil {
-		return acc.partial(), &failure{err: err}
+		return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}}
 	}
 	return acc.result(), nil
 }
 
 // classify turns an attempt's error into an *agent.Error with a message safe for a user, and says whether it
 // may be retried. What the provider said goes into the cause, for the logs only.
-func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *failure {
-	if ctx.Err() != nil {
-		return &failure{err: canceled(ctx)}
-	}
-	switch cause := context.Cause(actx); {
-	case errors.Is(cause, errFirstTokenTimeout):
-		msg := fmt.Sprintf("the model sent nothing within %s", m.cfg.FirstTokenTimeout)
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
-	case errors.Is(cause, errIdleTimeout):
-		msg := fmt.Sprintf("the model stream stalled for %s", m.cfg.IdleTimeout)
-		return &failure{err: agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelTimeout, msg), retry: !emitted}
+func classify(at *modelcall.Attempt, err error, emitted bool) *failure {
+	if f := at.Ended(emitted); f != nil {
+		return &failure{Failure: *f}
 	}
 	var se *streamError
 	if errors.As(err, &se) {
-		return &failure{err: agent.Wrap(providerSaid(err, se.Message), agent.KindUnavailable, agent.CodeModelError,
-			"the model provider failed mid-stream"), retry: transientTypes[se.Type] && !emitted}
+		return &failure{Failure: modelcall.Failure{Err: agent.Wrap(modelcall.ProviderSaid(err, se.Message), agent.KindUnavailable,
+			agent.CodeModelError, "the model provider failed mid-stream"), Retry: transientTypes[se.Type] && !emitted}}
 	}
 	var apiErr *apiError
 	if errors.As(err, &apiErr) {
 		said := apiErr.Message
-		cause := providerSaid(err, said)
-		transient := apiErr.StatusCode == http.StatusTooManyRequests || apiErr.StatusCode >= 500 || transientTypes[apiErr.Type]
+		cause := modelcall.ProviderSaid(err, said)
 		switch {
 		case apiErr.StatusCode == http.StatusBadRequest && contextTooLong.MatchString(said):
-			return &failure{err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge,
-				"the conversation is too long for the model")}
+			return &failure{Failure: modelcall.Failure{Err: agent.Wrap(cause, agent.KindTooLarge, agent.CodeMessageTooLarge,
+				"the conversation is too long for the model")}}
 		case apiErr.StatusCode == http.StatusBadRequest && fileRefused.MatchString(said):
-			f := &failure{err: agent.Wrap(cause, agent.KindInvalid, agent.CodeFileUnavailable,
-				"the model provider could not read a file of the message (HTTP 400)")}
+			f := &failure{Failure: modelcall.Failure{Err: agent.Wrap(cause, agent.KindInvalid, agent.CodeFileUnavailable,
+				"the model provider could not read a file of the message (HTTP 400)")}}
 			if at := blockPath.FindStringSubmatch(said); at != nil {
 				i, _ := strconv.Atoi(at[1])
 				j, _ := strconv.Atoi(at[2])
@@ -475,25 +388,22 @@ func (m *Model) classify(ctx, actx context.Context, err error, emitted bool) *fa
 			}
 			return f
 		}
-		return &failure{
-			err:        agent.Wrap(cause, agent.KindUnavailable, agent.CodeModelError, fmt.Sprintf("the model provider returned HTTP %d", apiErr.StatusCode)),
-			retry:      transient && !emitted,
-			retryAfter: retryAfter(apiErr.Response),
-		}
+		f := modelcall.HTTPStatus(cause, apiErr.StatusCode, apiErr.Response, emitted)
+		f.Retry = f.Retry || (transientTypes[apiErr.Type] && !emitted)
+		return &failure{Failure: *f}
 	}
 	if errors.Is(err, errNoCredentials) {
-		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "no AWS credentials to call Bedrock")}
+		return &failure{Failure: modelcall.Failure{Err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "no AWS credentials to call Bedrock")}}
 	}
 	if errors.Is(err, errTruncated) {
-		return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the model stream ended before the model finished"),
-			retry: !emitted}
+		return &failure{Failure: *modelcall.Truncated(err, emitted)}
 	}
 	var ae *agent.Error
 	if errors.As(err, &ae) {
-		return &failure{err: err}
+		return &failure{Failure: modelcall.Failure{Err: err}}
 	}
 	// Below HTTP (refused or reset connections, a body cut mid-stream) or a malformed event stream.
-	return &failure{err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError, "the connection to the model provider failed"), retry: !emitted}
+	return &failure{Failure: *modelcall.ConnectionFailed(err, emitted)}
 }
 
 // transientTypes are the error types that may pass on retry: Anthropic's (of an error event or an error body),
@@ -512,50 +422,3 @@ var blockPath = regexp.MustCompile(`^messages\.(\d+)\.content\.(\d+)\.`)
 
 // fileRefused matches Anthropic's refusals of an image or document it could not fetch or decode.
 var fileRefused = regexp.MustCompile(`(?i)unable to download|could not process image|invalid image|could not process pdf|image exceeds`)
-
-// providerSaid keeps the provider's own message beside err for the logs, without any URL query (a pre-signed
-// URL's is a credential).
-func providerSaid(err error, said string) error {
-	if said == "" {
-		return err
-	}
-	return fmt.Errorf("%w (provider said: %s)", err, urlQuery.ReplaceAllString(said, "$1?…"))
-}
-
-var urlQuery = regexp.MustCompile(`(https?://[^\s?#]+)[?#]\S*`)
-
-// canceled reports the end of ctx, keeping the code of an *agent.Error cause (e.g. a run timeout).
-func canceled(ctx context.Context) error {
-	cause := context.Cause(ctx)
-	code := agent.CodeRunCanceled
-	var ae *agent.Error
-	if errors.As(cause, &ae) && ae.Code != "" {
-		code = ae.Code
-	}
-	return &agent.Error{Kind: agent.KindCanceled, Code: code, Message: "model call canceled", Err: cause}
-}
-
-// retryAfter reads the provider's requested wait from retry-after-ms or retry-after (seconds).
-func retryAfter(res *http.Response) time.Duration {
-	if res == nil {
-		return 0
-	}
-	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After-Ms"), 64); err == nil && v > 0 {
-		return min(time.Duration(v*float64(time.Millisecond)), maxRetryAfter)
-	}
-	if v, err := strconv.ParseFloat(res.Header.Get("Retry-After"), 64); err == nil && v > 0 {
-		return min(time.Duration(v*float64(time.Second)), maxRetryAfter)
-	}
-	return 0
-}
-
-// backoff is the wait before retry number attempt+1: BackoffBase·2^attempt capped at BackoffMax, of which a
-// random half is kept, never less than what the provider asked for.
-func (m *Model) backoff(attempt int, providerWait time.Duration) time.Duration {
-	d := m.cfg.BackoffBase << min(attempt, 20)
-	if d <= 0 || d > m.cfg.BackoffMax {
-		d = m.cfg.BackoffMax
-	}
-	d = d/2 + rand.N(d/2+1)
-	return max(d, providerWait)
-}
