@@ -23,7 +23,8 @@ func lateAttr(usageAttr string) string { return attrLate + "_" + usageAttr }
 func decodeLate(it item) agent.Usage {
 	return agent.Usage{InputTokens: getN(it, lateAttr(attrUsageIn)), OutputTokens: getN(it, lateAttr(attrUsageOut)),
 		TotalTokens: getN(it, lateAttr(attrUsageTotal)), CachedInputTokens: getN(it, lateAttr(attrUsageCached)),
-		ReasoningTokens: getN(it, lateAttr(attrUsageReasoning)), CostMicroUSD: getN(it, lateAttr(attrUsageCost))}
+		ReasoningTokens: getN(it, lateAttr(attrUsageReasoning)), CostMicroUSD: getN(it, lateAttr(attrUsageCost)),
+		CacheWriteTokens: getN(it, lateAttr(attrUsageCacheWrite))}
 }
 
 // RecordLateUsage is two conditional UpdateItems, the thread's first (it is the one that counts):
@@ -85,7 +86,10 @@ func (s *Store) RecordLateUsage(ctx context.Context, late agent.LateUsage) error
 		n    int64
 	}{{attrUsageIn, late.Usage.InputTokens}, {attrUsageOut, late.Usage.OutputTokens}, {attrUsageTotal, late.Usage.TotalTokens},
 		{attrUsageCached, late.Usage.CachedInputTokens}, {attrUsageReasoning, late.Usage.ReasoningTokens},
-		{attrUsageCost, late.Usage.CostMicroUSD}} {
+		{attrUsageCost, late.Usage.CostMicroUSD}, {attrUsageCacheWrite, late.Usage.CacheWriteTokens}} {
+		if c.attr == attrUsageCacheWrite && c.n == 0 {
+			continue // written only when not 0 (an item without it reads 0)
+		}
 		update += ", " + e.n(lateAttr(c.attr)) + " = " + e.v(avN(c.n))
 	}
 	if add := usageAdd(e, late.Usage); add != "" {

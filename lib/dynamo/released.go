@@ -12,12 +12,15 @@ import (
 // item), and a crash between them leaves a claimless running run whose reply an answer may continue and overwrite
 // under a later claim. The reaper then records this usage for the dead run (agent.Run.Released), so the thread's
 // usage stays its runs' sum. It is one short string attribute, written by the release write itself (no extra
-// request; about 50 bytes on the thread item while the run is unrecorded): the counters in
-// agent.Usage order, comma separated.
+// request; about 50 bytes on the thread item while the run is unrecorded): input, output, total, cached,
+// reasoning and cost, then the cache writes when not 0, comma separated.
 
 // encodeReleased renders u as the kept attribute's value.
 func encodeReleased(u agent.Usage) string {
 	n := []int64{u.InputTokens, u.OutputTokens, u.TotalTokens, u.CachedInputTokens, u.ReasoningTokens, u.CostMicroUSD}
+	if u.CacheWriteTokens != 0 {
+		n = append(n, u.CacheWriteTokens)
+	}
 	s := make([]string, len(n))
 	for i, v := range n {
 		s[i] = strconv.FormatInt(v, 10)
@@ -25,10 +28,11 @@ func encodeReleased(u agent.Usage) string {
 	return strings.Join(s, ",")
 }
 
-// decodeReleased reads a kept value; ok is false for one that is not six counters.
+// decodeReleased reads a kept value; ok is false for one that is not six counters, or seven (the cache writes,
+// written only when not 0).
 func decodeReleased(v string) (agent.Usage, bool) {
 	f := strings.Split(v, ",")
-	if len(f) != 6 {
+	if len(f) != 6 && len(f) != 7 {
 		return agent.Usage{}, false
 	}
 	n := make([]int64, len(f))
@@ -38,7 +42,11 @@ func decodeReleased(v string) (agent.Usage, bool) {
 			return agent.Usage{}, false
 		}
 	}
-	return agent.Usage{InputTokens: n[0], OutputTokens: n[1], TotalTokens: n[2], CachedInputTokens: n[3], ReasoningTokens: n[4], CostMicroUSD: n[5]}, true
+	u := agent.Usage{InputTokens: n[0], OutputTokens: n[1], TotalTokens: n[2], CachedInputTokens: n[3], ReasoningTokens: n[4], CostMicroUSD: n[5]}
+	if len(n) == 7 {
+		u.CacheWriteTokens = n[6]
+	}
+	return u, true
 }
 
 // withReleased sets run.Released from the thread item th (or the part of it read: the kept usage and the claim),

@@ -755,6 +755,9 @@ func (s *Store) recordOutcome(ctx context.Context, run agent.Run, seal bool) err
 		e.n(attrUsageReasoning) + " = " + e.v(avN(run.Usage.ReasoningTokens)),
 		e.n(attrUsageCost) + " = " + e.v(avN(run.Usage.CostMicroUSD)),
 	}
+	if run.Usage.CacheWriteTokens != 0 {
+		sets = append(sets, e.n(attrUsageCacheWrite)+" = "+e.v(avN(run.Usage.CacheWriteTokens)))
+	}
 	if run.Store != nil {
 		sets = append(sets, storeSets(e, *run.Store)...)
 	}
@@ -883,7 +886,8 @@ func usageAdd(e *expr, u agent.Usage) string {
 		attr string
 		n    int64
 	}{{attrUsageIn, u.InputTokens}, {attrUsageOut, u.OutputTokens}, {attrUsageTotal, u.TotalTokens},
-		{attrUsageCached, u.CachedInputTokens}, {attrUsageReasoning, u.ReasoningTokens}, {attrUsageCost, u.CostMicroUSD}} {
+		{attrUsageCached, u.CachedInputTokens}, {attrUsageReasoning, u.ReasoningTokens}, {attrUsageCost, u.CostMicroUSD},
+		{attrUsageCacheWrite, u.CacheWriteTokens}} {
 		if c.n != 0 {
 			parts = append(parts, e.n(c.attr)+" "+e.v(avN(c.n)))
 		}

@@ -15,8 +15,8 @@ import (
 
 // Thread item attributes (besides pk/sk and the index attributes named in store.go).
 const (
-	attrID          = "id"
-	attrTitle       = "title"
+	attrID    = "id"
+	attrTitle = "title"
 	// attrTitleByUser is set (true) by UpdateThread with a title: the owner chose it (even an empty one), and
 	// SetGeneratedTitle leaves the thread alone. Absent otherwise, and on items written before it existed.
 	attrTitleByUser = "titleByUser"
@@ -49,6 +49,8 @@ const (
 	// Reasoning tokens and cost (micro-USD) were added later: an item without them reads them as 0.
 	attrUsageReasoning = "usageReasoning"
 	attrUsageCost      = "usageCostMicroUsd"
+	// Prompt-cache writes (agent.Usage.CacheWriteTokens) came later still, and are written only when not 0.
+	attrUsageCacheWrite = "usageCacheWrite"
 )
 
 func recency(updatedAt time.Time, id string) string { return fmtTime(updatedAt) + "#" + id }
@@ -64,6 +66,9 @@ func usageAttrs(it item, u agent.Usage) {
 	it[attrUsageCached] = avN(u.CachedInputTokens)
 	it[attrUsageReasoning] = avN(u.ReasoningTokens)
 	it[attrUsageCost] = avN(u.CostMicroUSD)
+	if u.CacheWriteTokens != 0 {
+		it[attrUsageCacheWrite] = avN(u.CacheWriteTokens)
+	}
 }
 
 func decodeUsage(it item) agent.Usage {
@@ -74,6 +79,7 @@ func decodeUsage(it item) agent.Usage {
 		CachedInputTokens: getN(it, attrUsageCached),
 		ReasoningTokens:   getN(it, attrUsageReasoning),
 		CostMicroUSD:      getN(it, attrUsageCost),
+		CacheWriteTokens:  getN(it, attrUsageCacheWrite),
 	}
 }
 

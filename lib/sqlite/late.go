@@ -51,8 +51,10 @@ func (s *Store) RecordLateUsage(ctx context.Context, late agent.LateUsage) error
 			return agent.E(agent.KindConflict, agent.CodeRunActive, "run %s is still recorded as running", f.RunID)
 		}
 		const add = `usage_input = usage_input + ?, usage_output = usage_output + ?, usage_total = usage_total + ?,
-			usage_cached = usage_cached + ?, usage_reasoning = usage_reasoning + ?, usage_cost = usage_cost + ?`
-		args := []any{u.InputTokens, u.OutputTokens, u.TotalTokens, u.CachedInputTokens, u.ReasoningTokens, u.CostMicroUSD}
+			usage_cached = usage_cached + ?, usage_reasoning = usage_reasoning + ?, usage_cost = usage_cost + ?,
+			usage_cache_write = usage_cache_write + ?`
+		args := []any{u.InputTokens, u.OutputTokens, u.TotalTokens, u.CachedInputTokens, u.ReasoningTokens, u.CostMicroUSD,
+			u.CacheWriteTokens}
 		if _, err := c.exec(ctx, `UPDATE runs SET late_usage = ?, `+add+` WHERE thread_id = ? AND id = ?`,
 			append(append([]any{string(b)}, args...), late.ThreadID, f.RunID)...); err != nil {
 			return err

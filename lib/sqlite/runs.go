@@ -14,7 +14,7 @@ const runCols = `thread_id, id, trigger, status, error, usage_input, usage_outpu
 	steps, model, assistant_message_id, epoch, created_at, updated_at, finished_at, first_seq, reserved`
 
 // runReadCols are runCols and the columns of version 5 (ClaimRun's insert leaves them to their defaults).
-const runReadCols = runCols + `, usage_reasoning, usage_cost, store, late_usage`
+const runReadCols = runCols + `, usage_reasoning, usage_cost, store, late_usage, usage_cache_write`
 
 func scanRun(sc scanner) (agent.Run, error) {
 	var (
@@ -27,7 +27,7 @@ func scanRun(sc scanner) (agent.Run, error) {
 	err := sc.Scan(&r.ThreadID, &r.ID, &r.Trigger, &r.Status, &runErr,
 		&r.Usage.InputTokens, &r.Usage.OutputTokens, &r.Usage.TotalTokens, &r.Usage.CachedInputTokens,
 		&r.Steps, &r.Model, &r.AssistantMessageID, &r.Epoch, &created, &updated, &finished, &r.FirstSeq, &r.Reserved,
-		&r.Usage.ReasoningTokens, &r.Usage.CostMicroUSD, &store, &late)
+		&r.Usage.ReasoningTokens, &r.Usage.CostMicroUSD, &store, &late, &r.Usage.CacheWriteTokens)
 	if err != nil {
 		return agent.Run{}, err
 	}
@@ -441,14 +441,14 @@ func (s *Store) ReadersOf(ctx context.Context, threadIDs []string) ([]agent.Read
 // releaseSQL releases a claim and adds usage in one UPDATE; the caller appends its condition.
 const releaseSQL = `UPDATE threads SET usage_input = usage_input + ?, usage_output = usage_output + ?,
 	usage_total = usage_total + ?, usage_cached = usage_cached + ?,
-	usage_reasoning = usage_reasoning + ?, usage_cost = usage_cost + ?,
+	usage_reasoning = usage_reasoning + ?, usage_cost = usage_cost + ?, usage_cache_write = usage_cache_write + ?,
 	claim_run_id = NULL, claim_epoch = NULL, claim_heartbeat_at = NULL, claim_cancel = 0, claim_readers_until = NULL,
 	updated_at = coalesce(?, updated_at)
 	WHERE id = ? AND claim_run_id = ? AND claim_epoch = ?`
 
 func releaseArgs(threadID string, f agent.Fence, u agent.Usage, updated time.Time) []any {
 	return []any{u.InputTokens, u.OutputTokens, u.TotalTokens, u.CachedInputTokens, u.ReasoningTokens, u.CostMicroUSD,
-		nullMillis(updated),
+		u.CacheWriteTokens, nullMillis(updated),
 		threadID, f.RunID, f.Epoch}
 }
 
@@ -462,9 +462,9 @@ func releaseRun(ctx context.Context, c conn, req agent.ReleaseRequest) error {
 		return nil
 	}
 	_, err := c.exec(ctx, `UPDATE runs SET usage_input = ?, usage_output = ?, usage_total = ?, usage_cached = ?,
-		usage_reasoning = ?, usage_cost = ? WHERE thread_id = ? AND id = ? AND status = 'running'`,
+		usage_reasoning = ?, usage_cost = ?, usage_cache_write = ? WHERE thread_id = ? AND id = ? AND status = 'running'`,
 		u.InputTokens, u.OutputTokens, u.TotalTokens, u.CachedInputTokens, u.ReasoningTokens, u.CostMicroUSD,
-		req.ThreadID, agent.ReapedRunID(req.Fence.RunID))
+		u.CacheWriteTokens, req.ThreadID, agent.ReapedRunID(req.Fence.RunID))
 	return err
 }
 
@@ -565,11 +565,11 @@ func recordOutcome(ctx context.Context, c conn, run agent.Run) error {
 	}
 	n, err := c.execN(ctx, `UPDATE runs SET status = ?, error = ?,
 		usage_input = ?, usage_output = ?, usage_total = ?, usage_cached = ?, usage_reasoning = ?, usage_cost = ?,
-		store = ?, steps = ?, model = ?, finished_at = ?, updated_at = coalesce(?, updated_at)
+		usage_cache_write = ?, store = ?, steps = ?, model = ?, finished_at = ?, updated_at = coalesce(?, updated_at)
 		WHERE thread_id = ? AND id = ? AND status = ? AND epoch = ?`,
 		string(run.Status), runErr,
 		run.Usage.InputTokens, run.Usage.OutputTokens, run.Usage.TotalTokens, run.Usage.CachedInputTokens,
-		run.Usage.ReasoningTokens, run.Usage.CostMicroUSD, store,
+		run.Usage.ReasoningTokens, run.Usage.CostMicroUSD, run.Usage.CacheWriteTokens, store,
 		run.Steps, run.Model, nullMillis(run.FinishedAt), updated,
 		run.ThreadID, run.ID, string(agent.RunRunning), run.Epoch)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 13
+const schemaVersion = 14
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -37,7 +37,8 @@ var schema = []string{
 		usage_reasoning    INTEGER NOT NULL DEFAULT 0,
 		usage_cost         INTEGER NOT NULL DEFAULT 0, -- micro-USD
 		claim_readers_until INTEGER, -- unix ms, agent.Claim.ReadersUntil (version 12); NULL when none
-		title_by_user      INTEGER NOT NULL DEFAULT 0 -- 1 once the owner set a title (version 13): SetGeneratedTitle leaves it
+		title_by_user      INTEGER NOT NULL DEFAULT 0, -- 1 once the owner set a title (version 13): SetGeneratedTitle leaves it
+		usage_cache_write  INTEGER NOT NULL DEFAULT 0 -- agent.Usage.CacheWriteTokens (version 14)
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
 	claimedIndex,
@@ -68,6 +69,7 @@ var schema = []string{
 		usage_cost           INTEGER NOT NULL DEFAULT 0, -- micro-USD
 		store                TEXT, -- JSON of agent.StoreUsage, NULL when not measured
 		late_usage           TEXT, -- JSON of agent.Usage recorded by RecordLateUsage (included in usage_*), NULL when none
+		usage_cache_write    INTEGER NOT NULL DEFAULT 0, -- agent.Usage.CacheWriteTokens (version 14)
 		PRIMARY KEY (thread_id, id)
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS runs_by_created ON runs (thread_id, created_at, id)`,
@@ -297,7 +299,15 @@ var migrations = map[int][]string{
 	12: {claimReadersUntil},
 	// Version 13 remembers that the owner chose the title (a generated title never overwrites it).
 	13: {titleByUser},
+	// Version 14 keeps the prompt-cache writes of usage (agent.Usage.CacheWriteTokens), priced apart.
+	14: {threadsCacheWrite, runsCacheWrite},
 }
+
+// threadsCacheWrite and runsCacheWrite: rows of an older version read 0 (their writes were not kept).
+const (
+	threadsCacheWrite = `ALTER TABLE threads ADD COLUMN usage_cache_write INTEGER NOT NULL DEFAULT 0`
+	runsCacheWrite    = `ALTER TABLE runs ADD COLUMN usage_cache_write INTEGER NOT NULL DEFAULT 0`
+)
 
 // titleByUser is set by UpdateThread with a title; a row of an older version reads 0, and its title, if any,
 // keeps SetGeneratedTitle away all the same.

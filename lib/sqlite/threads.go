@@ -19,7 +19,7 @@ const threadReadCols = threadCols + `, usage_reasoning, usage_cost`
 
 // threadScanCols are what scanThread reads: threadReadCols and the claim's readers-until (version 12), which only
 // MarkReader sets.
-const threadScanCols = threadReadCols + `, claim_readers_until`
+const threadScanCols = threadReadCols + `, claim_readers_until, usage_cache_write`
 
 func scanThread(sc scanner) (agent.Thread, error) {
 	var (
@@ -34,7 +34,7 @@ func scanThread(sc scanner) (agent.Thread, error) {
 	err := sc.Scan(&th.ID, &th.Owner, &th.Title, &settings,
 		&th.Usage.InputTokens, &th.Usage.OutputTokens, &th.Usage.TotalTokens, &th.Usage.CachedInputTokens,
 		&created, &updated, &th.Epoch, &claimRun, &claimEpoch, &hb, &cancel,
-		&th.Usage.ReasoningTokens, &th.Usage.CostMicroUSD, &readers)
+		&th.Usage.ReasoningTokens, &th.Usage.CostMicroUSD, &readers, &th.Usage.CacheWriteTokens)
 	if err != nil {
 		return agent.Thread{}, err
 	}

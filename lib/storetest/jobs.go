@@ -423,7 +423,7 @@ func testFinishJob(e *jobs) {
 	j := createJob(e, jobOf(th.ID, e.id("call"), at(0)))
 	r := resultOf(j, `{"summary":"the tides are high","sources":3}`, at(time.Minute))
 	// The sub-agent's tokens are kept with its result (the delivering turn counts them).
-	r.Usage = agent.Usage{InputTokens: 1200, OutputTokens: 340, TotalTokens: 1540, CachedInputTokens: 800, ReasoningTokens: 40, CostMicroUSD: 901}
+	r.Usage = agent.Usage{InputTokens: 1200, OutputTokens: 340, TotalTokens: 1540, CachedInputTokens: 800, ReasoningTokens: 40, CacheWriteTokens: 200, CostMicroUSD: 901}
 	got := finishJob(e, r)
 	want := jobFinished(j, r)
 	sameJob(t, "FinishJob result", got, want)

@@ -531,7 +531,7 @@ func testFinishRunAddsUsage(e *claims) {
 	t := e.t
 	th := newThread(e)
 	usages := []agent.Usage{
-		{InputTokens: 100, OutputTokens: 20, TotalTokens: 120, CachedInputTokens: 50, ReasoningTokens: 12, CostMicroUSD: 987},
+		{InputTokens: 100, OutputTokens: 20, TotalTokens: 120, CachedInputTokens: 50, ReasoningTokens: 12, CacheWriteTokens: 30, CostMicroUSD: 987},
 		{InputTokens: 7, OutputTokens: 3, TotalTokens: 10, CostMicroUSD: 5},
 		{},
 	}
@@ -541,6 +541,9 @@ func testFinishRunAddsUsage(e *claims) {
 		run := claim(e, th, e.id("run"), now).Run
 		finish(e, run, agent.RunCompleted, u, now.Add(time.Second))
 		total = total.Add(u)
+		if got := getRun(e, th.ID, run.ID).Usage; got != u {
+			t.Fatalf("run %d usage = %+v, want %+v", i, got, u)
+		}
 		if got := getThread(e, th.ID).Usage; got != total {
 			t.Fatalf("thread usage after run %d = %+v, want %+v", i, got, total)
 		}

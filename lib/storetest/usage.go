@@ -28,8 +28,9 @@ func reaped(e *claims, draft agent.Usage) (agent.Thread, agent.Run) {
 }
 
 var (
-	draftUsage = agent.Usage{InputTokens: 40, OutputTokens: 10, TotalTokens: 50, CachedInputTokens: 8, ReasoningTokens: 3, CostMicroUSD: 70}
-	lateUsage  = agent.Usage{InputTokens: 100, OutputTokens: 25, TotalTokens: 125, CachedInputTokens: 60, ReasoningTokens: 5, CostMicroUSD: 31}
+	// Every counter set, prompt-cache writes included (DynamoDB and SQLite once dropped them).
+	draftUsage = agent.Usage{InputTokens: 40, OutputTokens: 10, TotalTokens: 50, CachedInputTokens: 8, ReasoningTokens: 3, CacheWriteTokens: 20, CostMicroUSD: 70}
+	lateUsage  = agent.Usage{InputTokens: 100, OutputTokens: 25, TotalTokens: 125, CachedInputTokens: 60, ReasoningTokens: 5, CacheWriteTokens: 30, CostMicroUSD: 31}
 )
 
 // A reaped run's late spend reaches its run and its thread once, however often it is recorded.
