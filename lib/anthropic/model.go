@@ -4,9 +4,10 @@
 // signed with SigV4 from the AWS configuration's credentials, e.g. the function's own IAM role; the offline
 // model serves that route too).
 //
-// Like packages openai and openairesponses it speaks the wire itself with the standard library (wire.go; Bedrock's
-// signing and event stream in bedrock.go, through the AWS SDK's signer and eventstream packages, which the
-// functions link already), not through github.com/anthropics/anthropic-sdk-go. Measured on the chat Lambda's
+// Like packages openai and openairesponses it speaks the wire itself with the standard library (wire.go, the SSE
+// read by lib/sse, the attempts run by lib/modelcall; Bedrock's signing and event stream in bedrock.go, through
+// the AWS SDK's signer and eventstream packages, which the functions link already), not through
+// github.com/anthropics/anthropic-sdk-go. Measured on the chat Lambda's
 // bootstrap as `make build-ChatFunction` builds it (linux/arm64, stripped): 17.83 MB without this adapter, 23.13
 // MB with the SDK's version of it wired (+5.3 MB, 1.9 MB short of the 25 MB bound of
 // functions/deploytest/footprint_test.go), 17.96 MB with this one (+131 KB), for a stream of eight event types of
@@ -98,6 +99,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/modelcall"
+	"github.com/agentloop/agentloop/lib/sse"
 )
 
 // Defaults for the zero values of Config.
@@ -302,7 +304,7 @@ func (m *Model) open(ctx context.Context, model string, body []byte) (eventReade
 		defer res.Body.Close()
 		return nil, readAPIError(res)
 	}
-	return newSSEStream(res.Body), nil
+	return sse.NewReader(res.Body), nil
 }
 
 func (m *Model) attempt(ctx context.Context, model string, body []byte, emit func(agent.ModelEvent) error) (agent.ModelResult, *failure) {

@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -200,7 +199,7 @@ func (e *streamError) Error() string {
 	return fmt.Sprintf("the model provider sent an error event (%s)", e.Type)
 }
 
-// eventReader yields the JSON of a stream's events one at a time: the SSE of the direct API (sseStream) or the
+// eventReader yields the JSON of a stream's events one at a time: the SSE of the direct API (lib/sse) or the
 // event stream of Bedrock (bedrockStream).
 type eventReader interface {
 	// Next returns the next event's JSON, valid until the next call; ok is false at the end of the stream or on
@@ -209,79 +208,3 @@ type eventReader interface {
 	Err() error
 	Close() error
 }
-
-// sseStream reads a text/event-stream body one event's data at a time: lines split at \n (one \r before it
-// dropped), data lines joined with newlines, an event ending at an empty line; comments, event names (the data
-// repeats the type), ids and retry hints are ignored, and a last event without its empty line is dropped.
-type sseStream struct {
-	body io.ReadCloser
-	r    *bufio.Reader
-	line []byte // a line longer than the read buffer, gathered
-	data []byte // the event's data lines
-	done bool
-	err  error
-}
-
-// maxEventLine bounds one line of the stream (a tool_use block's input arrives in fragments; a long line is a
-// text delta or an error).
-const maxEventLine = 32 << 20
-
-// readBuffer is a stream's read buffer: most events are far shorter (a longer line is gathered), and a server
-// holds one per streaming reply.
-const readBuffer = 1 << 10
-
-func newSSEStream(body io.ReadCloser) *sseStream {
-	return &sseStream{body: body, r: bufio.NewReaderSize(body, readBuffer)}
-}
-
-func (s *sseStream) Next() ([]byte, bool) {
-	if s.done {
-		return nil, false
-	}
-	s.data = s.data[:0]
-	for {
-		line, err := s.readLine()
-		if err != nil {
-			s.done = true
-			if err != io.EOF {
-				s.err = err
-			}
-			return nil, false
-		}
-		if len(line) == 0 {
-			if len(s.data) > 0 {
-				return s.data, true
-			}
-			continue
-		}
-		name, value, _ := bytes.Cut(line, []byte(":"))
-		if string(name) != "data" {
-			continue
-		}
-		value = bytes.TrimPrefix(value, []byte(" "))
-		s.data = append(append(s.data, value...), '\n')
-	}
-}
-
-func (s *sseStream) readLine() ([]byte, error) {
-	line, err := s.r.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		s.line = append(s.line[:0], line...)
-		for err == bufio.ErrBufferFull {
-			line, err = s.r.ReadSlice('\n')
-			if len(s.line)+len(line) > maxEventLine {
-				return nil, bufio.ErrTooLong
-			}
-			s.line = append(s.line, line...)
-		}
-		line = s.line
-	}
-	if err != nil && (err != io.EOF || len(line) == 0) {
-		return nil, err
-	}
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	return bytes.TrimSuffix(line, []byte("\r")), nil
-}
-
-func (s *sseStream) Err() error   { return s.err }
-func (s *sseStream) Close() error { return s.body.Close() }
