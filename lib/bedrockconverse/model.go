@@ -34,8 +34,9 @@
 //
 // For the models Bedrock caches prompts of (PromptCaching: Amazon Nova, Anthropic Claude) a request carries two
 // cache points: after the system prompt, and at the end of its last message, so that each step writes the
-// transcript so far and the next step (the same messages, byte for byte, and more) reads it back; the usage's
-// cache reads and writes say what happened. Config.NoPromptCache leaves them out. A cache point before the
+// transcript so far and the next step (the same messages, byte for byte, and more: package transcript prunes in
+// blocks so that they are) reads it back; Claude's take a third after the tools (Nova caches no tools). The
+// usage's cache reads and writes say what happened. Config.NoPromptCache leaves them out. A cache point before the
 // model's minimum of tokens caches nothing and costs nothing.
 //
 // # Usage and finish

@@ -421,7 +421,7 @@ func TestFiles(t *testing.T) {
 }
 
 // TestPromptCache: for a model with prompt caching (Nova, Claude) a cache point follows the system prompt and ends
-// the last message, and the next step's request repeats the earlier messages byte for byte (so it reads back what
+// the last message (and, for Claude, follows the tools), and the next step's request repeats the earlier messages byte for byte (so it reads back what
 // the step before wrote); another model (Llama), or NoPromptCache, gets none.
 func TestPromptCache(t *testing.T) {
 	t.Parallel()
@@ -467,6 +467,16 @@ func TestPromptCache(t *testing.T) {
 		if n := points(); n != 0 {
 			t.Errorf("cache points = %d, want none", n)
 		}
+	}
+	// Claude takes a third point after the tools (Nova above does not); the offline model, which counts them as
+	// Bedrock does (4 at most), takes the request.
+	claude := func(c *Config) { c.Model = "us.anthropic.claude-sonnet-4-20250514-v1:0" }
+	if _, _, err := runReq(context.Background(), f.model(claude), req); err != nil {
+		t.Fatal(err)
+	}
+	tools := f.lastBody(t)["toolConfig"].(map[string]any)["tools"].([]any)
+	if _, ok := tools[len(tools)-1].(map[string]any)["cachePoint"]; !ok || points() != 3 {
+		t.Errorf("Claude's tools = %v, %d cache points", tools, points())
 	}
 }
 

@@ -53,6 +53,10 @@ func (m *Model) input(req agent.ModelRequest) (*bedrockruntime.ConverseStreamInp
 			}
 			tc.Tools = append(tc.Tools, &types.ToolMemberToolSpec{Value: spec})
 		}
+		if cache && toolCaching(model) {
+			// The tools come first in the prompt: their own point caches them when the system prompt changes.
+			tc.Tools = append(tc.Tools, &types.ToolMemberCachePoint{Value: cachePoint()})
+		}
 		in.ToolConfig = tc
 	}
 	return in, nil
@@ -68,6 +72,10 @@ func cachePoint() types.CachePointBlock {
 func PromptCaching(model string) bool {
 	return strings.Contains(model, "amazon.nova") || strings.Contains(model, "anthropic.claude")
 }
+
+// toolCaching reports whether Bedrock takes a cache point after model's tools: Claude's (Amazon Nova caches
+// the system prompt and messages only).
+func toolCaching(model string) bool { return strings.Contains(model, "anthropic.claude") }
 
 // toolSpec is a tool as Converse takes it; input examples are folded into the description (Converse has no
 // field for them), one compact JSON value per line.
