@@ -222,3 +222,37 @@ func TestBedrockOffline(t *testing.T) {
 		t.Errorf("unsigned: %d", resp.StatusCode)
 	}
 }
+
+// TestBedrockModelIDs: the model id is one path label, escaped as the AWS SDK escapes it (an inference profile's
+// ARN keeps no ":" or "/"), under the endpoint's own path; the offline model reads it back and answers with it.
+func TestBedrockModelIDs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ endpoint, model, want string }{
+		{"https://bedrock-runtime.us-east-1.amazonaws.com", "anthropic.claude-x-v1:0",
+			"https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-x-v1%3A0/invoke-with-response-stream"},
+		{"http://127.0.0.1:9/proxy/", "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-x-v1:0",
+			"http://127.0.0.1:9/proxy/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Ainference-profile%2Fus.anthropic.claude-x-v1%3A0/invoke-with-response-stream"},
+	} {
+		u, err := bedrockURL(tc.endpoint, tc.model)
+		if err != nil || u.String() != tc.want {
+			t.Errorf("%s %s: %v %v, want %s", tc.endpoint, tc.model, u, err, tc.want)
+		}
+	}
+	srv := httptest.NewServer(offline.New(offline.WithWordDelay(0)))
+	t.Cleanup(srv.Close)
+	const arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-x-v1:0"
+	awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", "")}
+	m := New(Config{Bedrock: true, AWS: &awsCfg, BaseURL: srv.URL, Model: arn, Logger: slog.New(slog.DiscardHandler)})
+	res, _, err := run(context.Background(), m, user("hi"))
+	if err != nil || res.Model != arn {
+		t.Errorf("result %+v, err %v", res, err)
+	}
+	// No region anywhere: every request fails at once, saying so.
+	m = New(Config{Bedrock: true, AWS: &aws.Config{Credentials: awsCfg.Credentials}, Model: "m", Logger: slog.New(slog.DiscardHandler)})
+	_, _, err = run(context.Background(), m, user("hi"))
+	requireError(t, err, agent.KindInternal, agent.CodeModelError, "no AWS region")
+	// No credentials: the request is not sent, nor retried.
+	m = New(Config{Bedrock: true, AWS: &aws.Config{Region: "us-east-1"}, BaseURL: srv.URL, Model: "m", Logger: slog.New(slog.DiscardHandler)})
+	_, _, err = run(context.Background(), m, user("hi"))
+	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "no AWS credentials")
+}
