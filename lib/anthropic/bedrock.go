@@ -195,5 +195,8 @@ func header(msg eventstream.Message, name string) string {
 	return ""
 }
 
+// Ready is false unless the stream is over: a message is read from the body whole, never from a buffer.
+func (s *bedrockStream) Ready() bool { return s.done }
+
 func (s *bedrockStream) Err() error   { return s.err }
 func (s *bedrockStream) Close() error { return s.body.Close() }

@@ -20,7 +20,9 @@
 // input_json_delta fragments as EventToolCallDelta. Once the stream has ended with a stop reason, one EventToolCall
 // per tool_use block goes out, in the order the model made them, with the whole input ("{}" when the model sent
 // none); several tool_use blocks are parallel calls. ping events are skipped; an error event (overloaded_error
-// and the like) or a Bedrock exception ends the attempt. ModelEvent.More is never set.
+// and the like) or a Bedrock exception ends the attempt. ModelEvent.More is set on an event when the next one is
+// already read (the direct API's next SSE event wholly in the read buffer; never on Bedrock, whose event stream
+// is read a message at a time): the adapter holds each event until the next one or until it is about to wait.
 //
 // # Thinking and its replay
 //
@@ -331,23 +333,41 @@ func (m *Model) attempt(ctx context.Context, model string, body []byte, emit fun
 		ev = event{}
 		if err := json.Unmarshal(data, &ev); err != nil {
 			at.Pause()
+			if err := acc.release(); err != nil {
+				return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}}
+			}
 			return acc.partial(), &failure{Failure: modelcall.Failure{Err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
 				"the model provider sent a malformed event"), Retry: !acc.emitted}}
 		}
 		if err := acc.add(&ev); err != nil {
 			at.Pause()
 			var se *streamError
-			if errors.As(err, &se) {
-				return acc.partial(), classify(at, err, acc.emitted)
+			if !errors.As(err, &se) {
+				return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}} // emit's own error, returned unchanged
 			}
-			return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}} // emit's own error, returned unchanged
+			if err := acc.release(); err != nil {
+				return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}}
+			}
+			return acc.partial(), classify(at, se, acc.emitted)
 		}
 		if acc.stopped {
 			break // the message is over: whatever follows is not read
 		}
+		if !stream.Ready() {
+			if err := acc.release(); err != nil { // the next event is not at hand: what is held goes now
+				return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}}
+			}
+		}
 		at.Waiting()
 	}
 	at.Pause()
+	if at.CallerDone() {
+		acc.pending = nil
+	} else if !acc.stopped {
+		if err := acc.release(); err != nil {
+			return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}}
+		}
+	}
 	err = at.Err(stream.Err())
 	if err == nil && !acc.stopped {
 		err = errTruncated
@@ -356,6 +376,9 @@ func (m *Model) attempt(ctx context.Context, model string, body []byte, emit fun
 		return acc.partial(), classify(at, err, acc.emitted)
 	}
 	if err := acc.finishCalls(); err != nil {
+		return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}}
+	}
+	if err := acc.release(); err != nil {
 		return acc.partial(), &failure{Failure: modelcall.Failure{Err: err}}
 	}
 	return acc.result(), nil

@@ -707,3 +707,32 @@ func TestCacheBreakpoints(t *testing.T) {
 		t.Errorf("%d breakpoints, thinking marked %v", n, p.Messages[1].Content[0].CacheControl)
 	}
 }
+
+// TestMore: events that arrive together (a recorded stream written at once) say More while the next one is at
+// hand; the last one, after which the adapter returns, does not.
+func TestMore(t *testing.T) {
+	t.Parallel()
+	sse, err := os.ReadFile("testdata/thinking_tool_use.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(sse)
+	}))
+	t.Cleanup(ts.Close)
+	m := New(Config{BaseURL: ts.URL, APIKey: "k", Model: "claude-sonnet-4-5", Logger: slog.New(slog.DiscardHandler)})
+	_, events, err := run(context.Background(), m, user("weather in Paris?"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := 0
+	for _, ev := range events {
+		if ev.More {
+			more++
+		}
+	}
+	if more == 0 || events[len(events)-1].More || events[len(events)-1].Type != agent.EventToolCall {
+		t.Errorf("%d of %d events say More; the last %+v", more, len(events), events[len(events)-1])
+	}
+}

@@ -12,6 +12,7 @@ import (
 type accumulator struct {
 	emit    func(agent.ModelEvent) error
 	emitted bool
+	pending *agent.ModelEvent // the newest event, held until the next one or until the adapter waits (release)
 	model   string
 	stopped bool // message_stop arrived
 	stop    string
@@ -34,9 +35,30 @@ func newAccumulator(emit func(agent.ModelEvent) error, model string) *accumulato
 	return &accumulator{emit: emit, model: model, blocks: map[int]*streamBlock{}}
 }
 
+// send emits the event held before ev, saying More (ev is at hand), and holds ev.
 func (a *accumulator) send(ev agent.ModelEvent) error {
 	a.emitted = true
-	return a.emit(ev)
+	if p := a.pending; p != nil {
+		p.More = true
+		if err := a.emit(*p); err != nil {
+			a.pending = nil
+			return err
+		}
+		*p = ev
+		return nil
+	}
+	a.pending = &ev
+	return nil
+}
+
+// release emits the event held, if any, without More: the adapter is about to wait on the provider, or done.
+func (a *accumulator) release() error {
+	p := a.pending
+	if p == nil {
+		return nil
+	}
+	a.pending = nil
+	return a.emit(*p)
 }
 
 func (a *accumulator) add(ev *event) error {

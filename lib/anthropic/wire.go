@@ -205,6 +205,8 @@ type eventReader interface {
 	// Next returns the next event's JSON, valid until the next call; ok is false at the end of the stream or on
 	// an error (Err).
 	Next() (data []byte, ok bool)
+	// Ready reports whether the next event is at hand: Next will not wait for the provider.
+	Ready() bool
 	Err() error
 	Close() error
 }
