@@ -57,7 +57,8 @@
 // previous request wrote, however many blocks the new content adds (Anthropic looks back only 20 blocks from a
 // breakpoint); and on the last block of the last message, which writes the whole prompt for the next step or
 // turn. Thinking blocks take none (the block before them does). The tools' input schemas go out as given, byte
-// for byte, so the prefix stays stable.
+// for byte, so the prefix stays stable. agent.ModelRequest.CacheKey is not sent: Anthropic has no such key (its cache
+// is found by the prefix itself, per organization or AWS account).
 //
 // # Usage and finish
 //
