@@ -28,6 +28,7 @@ import (
 	"github.com/agentloop/agentloop/functions/deploytest"
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/sfn/sfntest"
@@ -37,6 +38,8 @@ const secret = "lambda-form-test-secret-0123456789abcdef"
 
 type fixture struct {
 	handler http.Handler
+	// endpoint and table are the DynamoDB server and table the handler uses.
+	endpoint, table string
 	// cold builds another handler as a cold start of main does, over the same table.
 	cold  func() http.Handler
 	token string
@@ -120,7 +123,7 @@ func setup(t *testing.T, endpoint string, jobs ...*sfntest.Jobs) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{handler: cold(), cold: cold, token: tok, release: release}
+	return &fixture{handler: cold(), cold: cold, token: tok, release: release, endpoint: endpoint, table: table}
 }
 
 // toStepFunctions sends the Step Functions requests (AWS JSON 1.0, X-Amz-Target AWSStepFunctions.*) of a
@@ -440,6 +443,27 @@ func TestLambdaForm(t *testing.T) {
 		defer mu.Unlock()
 		if want := []string{"subagent th-job " + jobID, "deliver th-job " + jobID}; !slices.Equal(calls, want) {
 			t.Fatalf("task calls %q, want %q", calls, want)
+		}
+	})
+
+	// Lambda freezes the environment once the response ends, so the thread's title (issue 20 item 5) is made
+	// after the stream's last byte and before the handler returns: when ServeHTTP has returned, the offline
+	// model's title is stored.
+	t.Run("titles the thread before the handler returns", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, endpoint)
+		f.release()
+		resp, done := f.invoke(t, f.event(t, "chat-post.json", "th-title", "plan a trip to lisbon in may"))
+		b := readAll(t, resp.Body, done)
+		if !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
+			t.Fatalf("stream %s", b)
+		}
+		th, err := dynamo.New(dynamotest.Client(f.endpoint), f.table).GetThread(context.Background(), "th-title")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "Plan a trip to lisbon in"; th.Title != want {
+			t.Fatalf("title %q when the handler returned, want %q", th.Title, want)
 		}
 	})
 

@@ -145,8 +145,8 @@ func (l *ledger) ListThreadsPage(ctx context.Context, owner string, p agent.Thre
 func (l *ledger) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch, now time.Time) (agent.Thread, error) {
 	return l.use("UpdateThread").UpdateThread(ctx, id, p, now)
 }
-func (l *ledger) SetGeneratedTitle(ctx context.Context, id, title string, now time.Time) (agent.Thread, bool, error) {
-	return l.use("SetGeneratedTitle").SetGeneratedTitle(ctx, id, title, now)
+func (l *ledger) SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (agent.Thread, bool, error) {
+	return l.use("SetGeneratedTitle").SetGeneratedTitle(ctx, g)
 }
 func (l *ledger) DeleteThread(ctx context.Context, id string) error {
 	return l.use("DeleteThread").DeleteThread(ctx, id)

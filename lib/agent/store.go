@@ -46,13 +46,15 @@ type ThreadStore interface {
 	// Title (even an empty one) is the owner's choice of title: from then on SetGeneratedTitle leaves the thread
 	// alone.
 	UpdateThread(ctx context.Context, id string, p ThreadPatch, now time.Time) (Thread, error)
-	// SetGeneratedTitle stores a generated title (lib/titles) in one conditional write: only when the thread has
-	// no title, neither one its owner set (UpdateThread with a Title, an empty one included) nor one generated
-	// before. It returns the stored thread and whether this call set its title (then UpdatedAt is now); a thread
-	// that has a title is returned unchanged, with false and no error. So a title the owner sets wins whether it
-	// lands before or after the generated one, and a generated title never overwrites anything. An empty title is
-	// KindInvalid/CodeInvalidTitle; unknown or tombstoned id: KindNotFound.
-	SetGeneratedTitle(ctx context.Context, id, title string, now time.Time) (Thread, bool, error)
+	// SetGeneratedTitle stores a generated title (lib/titles) in one conditional write, only while the thread's
+	// title is still the one it was created with, g.Replaces (the engine's provisional title, its first message's
+	// text): not one its owner set (UpdateThread with a Title, the same text or an empty one included) and not one
+	// generated before. It returns the stored thread and whether this call set its title; a thread whose title it
+	// may not replace is returned unchanged, with false and no error. So the owner's title wins whether it lands
+	// before or after the generated one, and a generated title never overwrites a title anyone chose or generated.
+	// UpdatedAt is left alone: a title is not activity, and the thread keeps its place in ListThreads. An empty
+	// title is KindInvalid/CodeInvalidTitle; unknown or tombstoned id: KindNotFound.
+	SetGeneratedTitle(ctx context.Context, g GeneratedTitle) (Thread, bool, error)
 	// DeleteThread removes the thread and everything under it (messages, runs, segments, interrupts, jobs, queue): first a tombstone,
 	// written only when no claim is held (else KindConflict/CodeRunActive, and nothing changes); then the
 	// children; then the tombstone. A delete interrupted half way leaves the tombstone, and calling DeleteThread
@@ -63,6 +65,14 @@ type ThreadStore interface {
 	// is (nil), so a caller that could not check the thread's owner (a tombstone reads as not found) may call it
 	// without deleting a thread someone created meanwhile (REVIEW S10).
 	FinishDelete(ctx context.Context, id string) error
+}
+
+// GeneratedTitle is a title made for a thread (ThreadStore.SetGeneratedTitle).
+type GeneratedTitle struct {
+	ThreadID string
+	// Replaces is the thread's title when the title was asked for; the write happens only if it still is.
+	Replaces string
+	Title    string
 }
 
 // DefaultListLimit is what list reads return when the caller passes no limit.

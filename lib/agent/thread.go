@@ -103,3 +103,15 @@ func (u Usage) Add(o Usage) Usage {
 		CostMicroUSD:      u.CostMicroUSD + o.CostMicroUSD,
 	}
 }
+
+// FirstReply is a thread's first reply, stored completed: what a generated title is made from (lib/titles).
+type FirstReply struct {
+	ThreadID string
+	RunID    string
+	// Title is the thread's title when the run claimed it (the provisional one, its first message's text): the
+	// generated title replaces it only if it still is (agent.GeneratedTitle.Replaces).
+	Title string
+	// User is the text of the thread's first user message; Reply the text of the reply.
+	User  string
+	Reply string
+}

@@ -48,6 +48,7 @@ import (
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/titles"
 	"github.com/agentloop/agentloop/lib/toolrouter"
 	"github.com/agentloop/agentloop/lib/tools"
 	"github.com/agentloop/agentloop/lib/toolschema"
@@ -108,6 +109,8 @@ type Options struct {
 	// Metrics receives run outcomes and reaped runs. Nil: CloudWatch EMF documents on stdout when
 	// Config.Metrics is "emf", else none (the dev server's default is off).
 	Metrics agent.Metrics
+	// TitleModel, when set, wraps the model thread titles are asked of (fault injection in tests).
+	TitleModel func(agent.Model) agent.Model
 }
 
 // toolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) and one source per
@@ -152,12 +155,15 @@ type Stack struct {
 	JobTasks *jobs.Tasks
 	JobKinds jobs.Registry
 	// ModelName is what the engine asks (with a models file, the default entry's name); SubagentModelName what
-	// the research sub-agent asks.
+	// the research sub-agent asks; TitleModelName what thread titles are asked of (AGENT_TITLE_MODEL).
 	ModelName         string
 	SubagentModelName string
+	TitleModelName    string
 	ModelURL          string // the OpenAI-compatible base URL in use (with a models file: the offline endpoint's, if an entry uses it)
 	Offline           bool   // whether ModelURL is the in-process offline endpoint (with a models file: some entry talks to it)
 	Secret            []byte
+	// Titles titles threads after their first reply, in the background (Wait: every title in flight is stored).
+	Titles *titles.Generator
 	// Signer signs approval requests with a key derived from Secret.
 	Signer      *interrupts.Signer
 	tokenClaims []auth.MintOption
@@ -285,10 +291,19 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
+	// A thread's first reply gets a title from the title model (AGENT_TITLE_MODEL), made in the background: this
+	// process outlives its requests (a Lambda does not: functions/internal/boot). Close waits for those in flight.
+	titleModel := model
+	if o.TitleModel != nil {
+		titleModel = o.TitleModel(model)
+	}
+	s.Titles = titles.New(titles.Deps{Store: s.Store, Model: titleModel, Clock: clock, Logger: log},
+		titles.Config{Model: s.TitleModelName, Background: true})
+	s.closers = append(s.closers, s.Titles.Wait)
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// model's embeddings (the offline model's deterministic ones here), the tools' vectors cached in the store.
 	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(embedder(model, s.ModelName), s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
-		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub},
+		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub, Titles: s.Titles},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,
 		Limits: s.Store},
@@ -353,21 +368,22 @@ func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger, metrics 
 	if cfg.Models == nil {
 		s.ModelURL, s.ModelName = cfg.OpenAIBaseURL, cmp.Or(cfg.Model, config.DefaultModel)
 		s.SubagentModelName = cmp.Or(cfg.SubagentModel, s.ModelName)
+		s.TitleModelName = cmp.Or(cfg.TitleModel, s.ModelName)
 		switch {
 		case o.ModelURL != "":
 			s.ModelURL, s.ModelName, s.Offline = o.ModelURL, offline.DefaultModel, cfg.OpenAIAPIKey == ""
-			s.SubagentModelName = s.ModelName
+			s.SubagentModelName, s.TitleModelName = s.ModelName, s.ModelName
 		case cfg.OpenAIAPIKey == "":
 			url, err := startOffline()
 			if err != nil {
 				return nil, err
 			}
 			s.ModelURL, s.ModelName, s.Offline = url, offline.DefaultModel, true
-			s.SubagentModelName = s.ModelName
+			s.SubagentModelName, s.TitleModelName = s.ModelName, s.ModelName
 		}
 		return openai.New(openaiConfig(s.ModelURL, cfg.OpenAIAPIKey, s.ModelName)), nil
 	}
-	s.ModelName, s.SubagentModelName = cfg.Model, cfg.SubagentModel
+	s.ModelName, s.SubagentModelName, s.TitleModelName = cfg.Model, cfg.SubagentModel, cfg.TitleModel
 	keys, err := modelsfile.Startup(ctx, cfg.Models, modelsfile.Options{}, secretref.Resolvers{secretref.Env: secretref.EnvResolver(os.Getenv)}, log)
 	if err != nil {
 		return nil, fmt.Errorf("%w (agentloop dev reads no SSM parameters: give a key as ${env:NAME}, or leave out baseURL and apiKey to talk to the offline model)", err)

@@ -15,11 +15,8 @@ import (
 
 // Thread item attributes (besides pk/sk and the index attributes named in store.go).
 const (
-	attrID    = "id"
-	attrTitle = "title"
-	// attrTitleByUser is set (true) by UpdateThread with a title: the owner chose it (even an empty one), and
-	// SetGeneratedTitle leaves the thread alone. Absent otherwise, and on items written before it existed.
-	attrTitleByUser = "titleByUser"
+	attrID          = "id"
+	attrTitle       = "title"
 	attrSettings    = "settings"
 	attrReviewTools = "reviewTools"
 	attrCreatedAt   = "createdAt"
@@ -51,6 +48,15 @@ const (
 	attrUsageCost      = "usageCostMicroUsd"
 	// Prompt-cache writes (agent.Usage.CacheWriteTokens) came later still, and are written only when not 0.
 	attrUsageCacheWrite = "usageCacheWrite"
+)
+
+// Who titled the thread (issue 20 item 5; SetGeneratedTitle).
+const (
+	// attrTitleByUser is set (true) by UpdateThread with a title: the owner chose it (even an empty one), and
+	// SetGeneratedTitle leaves the thread alone. Absent otherwise, and on items written before it existed.
+	attrTitleByUser = "titleByUser"
+	// attrTitleGenerated is set (true) by SetGeneratedTitle: the title was generated, and no later one replaces it.
+	attrTitleGenerated = "titleGenerated"
 )
 
 func recency(updatedAt time.Time, id string) string { return fmtTime(updatedAt) + "#" + id }
@@ -369,22 +375,26 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 }
 
 // SetGeneratedTitle: one UpdateItem conditioned on a live thread (attribute_exists(pk) AND
-// attribute_not_exists(deleting)) with no title (absent or empty) that its owner did not choose
-// (attribute_not_exists(titleByUser)), returning the new item. On a failed condition DynamoDB returns the item
-// (ALL_OLD; dynalite does not, and that costs one GetItem), which tells a titled thread from a missing one.
-func (s *Store) SetGeneratedTitle(ctx context.Context, id, title string, now time.Time) (agent.Thread, bool, error) {
-	if title == "" {
+// attribute_not_exists(deleting)) whose title is still g.Replaces (an absent title reads as empty) and is neither
+// the owner's nor generated (attribute_not_exists(titleByUser) AND attribute_not_exists(titleGenerated)),
+// returning the new item. On a failed condition DynamoDB returns the item (ALL_OLD; dynalite does not, and that
+// costs one GetItem), which tells a titled thread from a missing one. updatedAt and recency stay as they are.
+func (s *Store) SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (agent.Thread, bool, error) {
+	if g.Title == "" {
 		return agent.Thread{}, false, agent.E(agent.KindInvalid, agent.CodeInvalidTitle, "a generated title is empty")
 	}
-	if len(title) > maxThreadBytes/2 {
-		return agent.Thread{}, false, agent.E(agent.KindTooLarge, agent.CodeTooLarge, "title is %d bytes, more than %d", len(title), maxThreadBytes/2)
+	if len(g.Title) > maxThreadBytes/2 {
+		return agent.Thread{}, false, agent.E(agent.KindTooLarge, agent.CodeTooLarge, "title is %d bytes, more than %d", len(g.Title), maxThreadBytes/2)
 	}
 	e := newExpr()
-	k := key(threadPK(id), threadSK)
-	set := "SET " + e.n(attrTitle) + " = " + e.v(avS(title)) + ", " + e.n(attrUpdatedAt) + " = " + e.v(avT(now)) + ", " +
-		e.n(AttrRecency) + " = " + e.v(avS(recency(now, id)))
+	k := key(threadPK(g.ThreadID), threadSK)
+	set := "SET " + e.n(attrTitle) + " = " + e.v(avS(g.Title)) + ", " + e.n(attrTitleGenerated) + " = " + e.v(avBool(true))
+	same := e.n(attrTitle) + " = " + e.v(avS(g.Replaces))
+	if g.Replaces == "" {
+		same = "(attribute_not_exists(" + e.n(attrTitle) + ") OR " + same + ")"
+	}
 	cond := "attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e) + " AND attribute_not_exists(" + e.n(attrTitleByUser) +
-		") AND (attribute_not_exists(" + e.n(attrTitle) + ") OR " + e.n(attrTitle) + " = " + e.v(avS("")) + ")"
+		") AND attribute_not_exists(" + e.n(attrTitleGenerated) + ") AND " + same
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 k,
@@ -401,7 +411,7 @@ func (s *Store) SetGeneratedTitle(ctx context.Context, id, title string, now tim
 			return agent.Thread{}, false, err
 		}
 		if !live(old) {
-			return agent.Thread{}, false, threadNotFound(id)
+			return agent.Thread{}, false, threadNotFound(g.ThreadID)
 		}
 		return decodeThread(old), false, nil
 	}

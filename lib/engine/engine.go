@@ -185,6 +185,7 @@ type Engine struct {
 	prices  agent.Prices
 	metrics agent.Metrics
 	hub     *segments.Hub
+	titles  Titler
 	// background counts the work a run leaves running after it returns (late.go).
 	background sync.WaitGroup
 	// admission counts the runs the engine is running (admission.go).
@@ -221,12 +222,22 @@ type Deps struct {
 	Metrics agent.Metrics
 	// Hub, when set, publishes every run's stream to readers of it in this process (segments.Hub).
 	Hub *segments.Hub
+	// Titles titles a thread after its first reply (lib/titles; nil: threads get no generated title).
+	Titles Titler
+}
+
+// Titler titles a thread after its first reply (lib/titles). The engine calls it once the reply is stored
+// completed, the run's outcome recorded and its stream ended (final segment and [DONE] written), on the run's
+// goroutine before Stream returns: a Titler that must not hold the caller (a long-lived process) goes on in the
+// background itself. It reports nothing back: a title that fails changes nothing the client sees.
+type Titler interface {
+	FirstReply(ctx context.Context, r agent.FirstReply)
 }
 
 // New builds an engine.
 func New(d Deps, cfg Config) *Engine {
 	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, signer: d.Signer, jobs: d.Jobs, log: d.Logger,
-		cfg: cfg.withDefaults(), static: newToolset(d.Tools, d.Router), sources: d.Sources, router: d.Router, inputs: d.Inputs, prices: d.Prices, metrics: d.Metrics, hub: d.Hub}
+		cfg: cfg.withDefaults(), static: newToolset(d.Tools, d.Router), sources: d.Sources, router: d.Router, inputs: d.Inputs, prices: d.Prices, metrics: d.Metrics, hub: d.Hub, titles: d.Titles}
 	if e.metrics == nil {
 		e.metrics = agent.NopMetrics{}
 	}

@@ -85,7 +85,36 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 	}
 	run := s.finish(ctx, status, runErr)
 	t.pump(ctx)
-	return s.report(run)
+	run = s.report(run)
+	s.title(run)
+	return run
+}
+
+// title hands the thread's first reply to the titler (Deps.Titles), after everything else the run does: a reply
+// stored completed with the run's outcome (the claim was the run's to the end), answering a history with no
+// earlier reply. The titler's conditional write decides the rest: it replaces the thread's title only if it is
+// still the one the run claimed the thread with (the provisional one) and nobody chose or generated one.
+func (s *stepper) title(run agent.Run) {
+	t, e := s.turn, s.turn.e
+	if e.titles == nil || run.Status != agent.RunCompleted || !s.out.released.Load() {
+		return
+	}
+	var user string
+	for _, m := range t.plan.history {
+		if m.Role == agent.RoleAssistant {
+			return
+		}
+		if m.Role == agent.RoleUser && user == "" {
+			user = m.Text()
+		}
+	}
+	reply := s.message(agent.MessageCompleted).Text()
+	if strings.TrimSpace(user) == "" && strings.TrimSpace(reply) == "" {
+		return
+	}
+	// Not the run's store usage (its meter), and not canceled with the request.
+	ctx := agent.WithStoreMeter(context.WithoutCancel(s.logCtx), nil)
+	e.titles.FirstReply(ctx, agent.FirstReply{ThreadID: t.thread.ID, RunID: run.ID, Title: t.thread.Title, User: user, Reply: reply})
 }
 
 // stepper is one run's loop state: the draft assistant message as typed parts (encoded once per write), the

@@ -29,6 +29,7 @@ var secret = []byte("test-secret-test-secret-test-secret")
 type fixture struct {
 	url   string
 	store agent.Store
+	stack *devserver.Stack
 	// images is the base URL of an https host serving /cat.jpg (a JPEG), which the offline model downloads as
 	// OpenAI would.
 	images string
@@ -58,7 +59,7 @@ func setup(t *testing.T, adjust ...func(*config.Config)) *fixture {
 	t.Cleanup(stack.Close)
 	srv := httptest.NewServer(stack.Handler)
 	t.Cleanup(srv.Close)
-	return &fixture{url: srv.URL, store: stack.Store, images: images.URL}
+	return &fixture{url: srv.URL, store: stack.Store, stack: stack, images: images.URL}
 }
 
 func token(t *testing.T, sub string) string {
@@ -137,10 +138,11 @@ func TestChatStreamsAndPersists(t *testing.T) {
 	if !strings.Contains(body, `"delta":" hello"`) || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Fatalf("stream = %s", body)
 	}
+	f.stack.Titles.Wait() // the title generated after the first reply (the offline model's: title_test.go)
 	resp = f.do(t, "GET", "/threads", tok, nil)
 	var list struct{ Threads []agent.Thread }
 	json.Unmarshal(readAll(t, resp), &list)
-	if len(list.Threads) != 1 || list.Threads[0].ID != "t1" || list.Threads[0].Title != "hello world" {
+	if len(list.Threads) != 1 || list.Threads[0].ID != "t1" || list.Threads[0].Title != "Hello world" {
 		t.Fatalf("threads = %+v", list)
 	}
 	resp = f.do(t, "GET", "/threads/t1", tok, nil)

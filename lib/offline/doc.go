@@ -94,6 +94,10 @@
 //	                      (file_data; "-" for no filename) or "file <file_id>". A string content is "text".
 //	/tools                Replies with the names of the tools the request offered, one per line, in the request's
 //	                      order ("No tools were offered." when none): what a router chose is visible from outside.
+//	Title this conversation.
+//	                      (lib/titles' title request, recognised by its first sentence) Answers a deterministic
+//	                      title: the first six words of the text between <user> and </user> (the thread's first
+//	                      user message), the first letter upper case; "Untitled conversation" when it is empty.
 //	anything else         Streams "You said: <text>" word by word.
 //
 // A request with no user message is answered with a fixed sentence. When max_completion_tokens (or max_tokens)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Bounds on the numbers the commands take, so a typo cannot make the server stream for hours.
@@ -54,6 +55,9 @@ func errorReply(status int, format string, args ...any) reply {
 // answer scripts the reply to text within turn t. It is called again with the rest of the text by the commands
 // that wrap another answer (/flaky, /think).
 func (s *Server) answer(t turn, text string) reply {
+	if strings.HasPrefix(text, titleInstruction) {
+		return titleReply(text)
+	}
 	cmd, rest := cutWord(text)
 	switch cmd {
 	case "/tool":
@@ -358,4 +362,31 @@ func dataURL(u string) (string, int) {
 	head, payload, _ := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
 	mt, _, _ := strings.Cut(head, ";")
 	return mt, base64.StdEncoding.DecodedLen(len(payload)) - strings.Count(payload[max(0, len(payload)-2):], "=")
+}
+
+// titleInstruction opens a thread title request (lib/titles.Instruction, which lib/titles' tests hold equal to
+// this): the answer is a deterministic title.
+const titleInstruction = "Title this conversation."
+
+// titleWords is how many of the user text's first words a title keeps.
+const titleWords = 6
+
+// titleReply is the title of a title request: the first titleWords words of the text between <user> and </user>
+// (the conversation's first user message; the whole text when there are no such tags), its first letter upper
+// case; "Untitled conversation" when that text is empty.
+func titleReply(text string) reply {
+	user := text
+	if _, after, ok := strings.Cut(text, "<user>"); ok {
+		user, _, _ = strings.Cut(after, "</user>")
+	}
+	words := strings.Fields(user)
+	if len(words) > titleWords {
+		words = words[:titleWords]
+	}
+	title := strings.Join(words, " ")
+	if title == "" {
+		return textReply("Untitled conversation")
+	}
+	r, n := utf8.DecodeRuneInString(title)
+	return textReply(string(unicode.ToUpper(r)) + title[n:])
 }

@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 14
+const schemaVersion = 15
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -38,7 +38,8 @@ var schema = []string{
 		usage_cost         INTEGER NOT NULL DEFAULT 0, -- micro-USD
 		claim_readers_until INTEGER, -- unix ms, agent.Claim.ReadersUntil (version 12); NULL when none
 		title_by_user      INTEGER NOT NULL DEFAULT 0, -- 1 once the owner set a title (version 13): SetGeneratedTitle leaves it
-		usage_cache_write  INTEGER NOT NULL DEFAULT 0 -- agent.Usage.CacheWriteTokens (version 14)
+		usage_cache_write  INTEGER NOT NULL DEFAULT 0, -- agent.Usage.CacheWriteTokens (version 14)
+		title_generated    INTEGER NOT NULL DEFAULT 0  -- 1 once a generated title was stored (version 15)
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
 	claimedIndex,
@@ -301,6 +302,8 @@ var migrations = map[int][]string{
 	13: {titleByUser},
 	// Version 14 keeps the prompt-cache writes of usage (agent.Usage.CacheWriteTokens), priced apart.
 	14: {threadsCacheWrite, runsCacheWrite},
+	// Version 15 remembers that the title was generated (a generated title never overwrites another).
+	15: {titleGenerated},
 }
 
 // threadsCacheWrite and runsCacheWrite: rows of an older version read 0 (their writes were not kept).
@@ -309,8 +312,10 @@ const (
 	runsCacheWrite    = `ALTER TABLE runs ADD COLUMN usage_cache_write INTEGER NOT NULL DEFAULT 0`
 )
 
-// titleByUser is set by UpdateThread with a title; a row of an older version reads 0, and its title, if any,
-// keeps SetGeneratedTitle away all the same.
+const titleGenerated = `ALTER TABLE threads ADD COLUMN title_generated INTEGER NOT NULL DEFAULT 0`
+
+// titleByUser is set by UpdateThread with a title. A row of an older version reads 0: SetGeneratedTitle still
+// replaces its title only if it is the one the caller saw (the first message's text).
 const titleByUser = `ALTER TABLE threads ADD COLUMN title_by_user INTEGER NOT NULL DEFAULT 0`
 
 // claimReadersUntil is in no index: a reader's MarkReader writes one table page and no index page.

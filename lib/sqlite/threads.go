@@ -183,11 +183,11 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 	return th, err
 }
 
-// SetGeneratedTitle sets the title in one conditional UPDATE (no title, and none the owner chose), then reads
-// the row back in the same transaction.
-func (s *Store) SetGeneratedTitle(ctx context.Context, id, title string, now time.Time) (agent.Thread, bool, error) {
+// SetGeneratedTitle sets the title in one conditional UPDATE (the title is still g.Replaces, and neither the
+// owner's nor generated), then reads the row back in the same transaction.
+func (s *Store) SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (agent.Thread, bool, error) {
 	s.op()
-	if title == "" {
+	if g.Title == "" {
 		return agent.Thread{}, false, agent.E(agent.KindInvalid, agent.CodeInvalidTitle, "a generated title is empty")
 	}
 	var (
@@ -195,15 +195,15 @@ func (s *Store) SetGeneratedTitle(ctx context.Context, id, title string, now tim
 		set bool
 	)
 	err := s.write(ctx, "set generated title", func(c conn) error {
-		n, err := c.execN(ctx, `UPDATE threads SET title = ?, updated_at = ?
-			WHERE id = ? AND title = '' AND title_by_user = 0`, title, millis(now), id)
+		n, err := c.execN(ctx, `UPDATE threads SET title = ?, title_generated = 1
+			WHERE id = ? AND title = ? AND title_by_user = 0 AND title_generated = 0`, g.Title, g.ThreadID, g.Replaces)
 		if err != nil {
 			return err
 		}
 		set = n == 1
-		th, err = scanThread(c.queryRow(ctx, `SELECT `+threadScanCols+` FROM threads WHERE id = ?`, id))
+		th, err = scanThread(c.queryRow(ctx, `SELECT `+threadScanCols+` FROM threads WHERE id = ?`, g.ThreadID))
 		if errors.Is(err, sql.ErrNoRows) {
-			return threadNotFound(id)
+			return threadNotFound(g.ThreadID)
 		}
 		return err
 	})

@@ -7,8 +7,8 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 )
 
-// Generated titles (issue 20 item 5): SetGeneratedTitle writes only into a thread with no title, and the owner's
-// title (UpdateThread with a Title) always wins, whichever lands first.
+// Generated titles (issue 20 item 5): SetGeneratedTitle replaces only the title a thread was created with (the
+// engine's provisional one), and the owner's title (UpdateThread with a Title) always wins, whichever lands first.
 func titleTests() []test {
 	type c = leaf[agent.ThreadStore]
 	return group(threadPort,
@@ -21,19 +21,19 @@ func titleTests() []test {
 	)
 }
 
-// untitled creates a fresh thread with no title, created and updated at at(0).
-func untitled(e *threads) agent.Thread {
+// titled creates a fresh thread with title (the provisional one), created and updated at at(0).
+func titled(e *threads, title string) agent.Thread {
 	e.t.Helper()
-	th := agent.Thread{ID: e.id("th"), Owner: e.id("user"), CreatedAt: at(0), UpdatedAt: at(0)}
+	th := agent.Thread{ID: e.id("th"), Owner: e.id("user"), Title: title, CreatedAt: at(0), UpdatedAt: at(0)}
 	got, _, err := e.s.CreateThread(e.ctx, th)
 	must(e.t, err, "CreateThread")
 	return got
 }
 
 // setGenerated calls SetGeneratedTitle and checks that what it returns is what GetThread reads.
-func setGenerated(e *threads, id, title string, now time.Time) (agent.Thread, bool) {
+func setGenerated(e *threads, id, replaces, title string) (agent.Thread, bool) {
 	e.t.Helper()
-	got, set, err := e.s.SetGeneratedTitle(e.ctx, id, title, now)
+	got, set, err := e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: id, Replaces: replaces, Title: title})
 	must(e.t, err, "SetGeneratedTitle("+title+")")
 	same(e.t, "SetGeneratedTitle("+title+") result against GetThread", got, getThread(e, id))
 	return got, set
@@ -46,42 +46,53 @@ func patchTitle(e *threads, id, title string, now time.Time) agent.Thread {
 	return got
 }
 
-// The first generated title is stored (UpdatedAt moves to its time); a second one changes nothing.
+// The first generated title replaces the provisional one (or none), UpdatedAt left alone; a second one changes
+// nothing, whatever it says it replaces.
 func testGeneratedTitleOnce(e *threads) {
 	t := e.t
-	th := untitled(e)
-	got, set := setGenerated(e, th.ID, "Trip to Lisbon", at(time.Minute))
-	want := th
-	want.Title, want.UpdatedAt = "Trip to Lisbon", at(time.Minute)
-	if !set {
-		t.Fatal("SetGeneratedTitle on an untitled thread: set = false")
+	for _, provisional := range []string{"plan a trip to lisbon", ""} {
+		th := titled(e, provisional)
+		got, set := setGenerated(e, th.ID, provisional, "Trip to Lisbon")
+		want := th
+		want.Title = "Trip to Lisbon"
+		if !set {
+			t.Fatalf("SetGeneratedTitle over %q: set = false", provisional)
+		}
+		same(t, "first generated title", got, want)
+		for _, replaces := range []string{"Trip to Lisbon", provisional} {
+			got, set = setGenerated(e, th.ID, replaces, "Something else")
+			if set {
+				t.Fatalf("a second generated title (replacing %q): set = true", replaces)
+			}
+			same(t, "a second generated title changes nothing", got, want)
+		}
 	}
-	same(t, "first generated title", got, want)
-	got, set = setGenerated(e, th.ID, "Something else", at(time.Hour))
-	if set {
-		t.Fatal("a second generated title: set = true")
-	}
-	same(t, "a second generated title changes nothing", got, want)
 }
 
-// A title the owner chose, an empty one included, and a title the thread was created with are never replaced.
+// A title the owner chose (another text, the same text as the provisional one, or none) is never replaced,
+// and neither is a title that is not the one the generation was asked for (it changed meanwhile).
 func testGeneratedTitleNeverOverwrites(e *threads) {
+	const provisional = "plan a trip"
 	cases := []struct {
-		name  string
-		setup func() agent.Thread
+		name     string
+		setup    func() agent.Thread
+		replaces string
 	}{
-		{"owner's title", func() agent.Thread { return patchTitle(e, untitled(e).ID, "mine", at(time.Second)) }},
-		{"owner cleared the title", func() agent.Thread { return patchTitle(e, untitled(e).ID, "", at(time.Second)) }},
+		{"owner's title", func() agent.Thread { return patchTitle(e, titled(e, provisional).ID, "mine", at(time.Second)) }, "mine"},
+		{"owner's title, the provisional text", func() agent.Thread {
+			return patchTitle(e, titled(e, provisional).ID, provisional, at(time.Second))
+		}, provisional},
+		{"owner cleared the title", func() agent.Thread { return patchTitle(e, titled(e, provisional).ID, "", at(time.Second)) }, ""},
 		{"owner cleared a generated title", func() agent.Thread {
-			th := untitled(e)
-			setGenerated(e, th.ID, "generated", at(time.Second))
+			th := titled(e, provisional)
+			setGenerated(e, th.ID, provisional, "generated")
 			return patchTitle(e, th.ID, "", at(2*time.Second))
-		}},
-		{"created with a title", func() agent.Thread { return newThread(e) }},
+		}, ""},
+		{"not the title asked for", func() agent.Thread { return titled(e, "another title") }, provisional},
 	}
 	for _, tc := range cases {
 		th := tc.setup()
-		got, set := setGenerated(e, th.ID, "generated later", at(time.Hour))
+		got, set := setGenerated(e, th.ID, tc.replaces, "generated later")
 		if set {
 			e.t.Errorf("%s: SetGeneratedTitle set = true", tc.name)
 		}
@@ -91,25 +102,25 @@ func testGeneratedTitleNeverOverwrites(e *threads) {
 
 // The owner's title replaces a generated one, and a generation after that changes nothing.
 func testUserTitleOverwritesGenerated(e *threads) {
-	th := untitled(e)
-	setGenerated(e, th.ID, "generated", at(time.Second))
+	th := titled(e, "provisional")
+	setGenerated(e, th.ID, th.Title, "generated")
 	want := patchTitle(e, th.ID, "mine", at(2*time.Second))
 	if want.Title != "mine" {
 		e.t.Fatalf("UpdateThread over a generated title: title %q, want %q", want.Title, "mine")
 	}
-	got, set := setGenerated(e, th.ID, "generated again", at(time.Hour))
+	got, set := setGenerated(e, th.ID, "mine", "generated again")
 	if set {
 		e.t.Error("SetGeneratedTitle after the owner's title: set = true")
 	}
 	same(e.t, "the owner's title stays", got, want)
 }
 
-// The race the issue names: a generated title and the owner's, sent at the same moment (many times over). Whichever
-// lands first, the owner's is the thread's title at the end.
+// The race the issue names: a generated title and the owner's, sent at the same moment (many times over).
+// Whichever lands first, the owner's is the thread's title at the end.
 func testGeneratedTitleRace(e *threads) {
 	const rounds = 8
 	for i := range rounds {
-		th := untitled(e)
+		th := titled(e, "provisional")
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		var userErr, genErr error
@@ -120,7 +131,7 @@ func testGeneratedTitleRace(e *threads) {
 		})
 		wg.Go(func() {
 			<-start
-			_, _, genErr = e.s.SetGeneratedTitle(e.ctx, th.ID, "generated", at(time.Second))
+			_, _, genErr = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: th.Title, Title: "generated"})
 		})
 		close(start)
 		wg.Wait()
@@ -135,7 +146,7 @@ func testGeneratedTitleRace(e *threads) {
 // Of concurrent generated titles exactly one is set, and it is the thread's title.
 func testGeneratedTitlesRace(e *threads) {
 	const writers = 6
-	th := untitled(e)
+	th := titled(e, "provisional")
 	titles := []string{"a", "b", "c", "d", "e", "f"}
 	set := make([]bool, writers)
 	errs := make([]error, writers)
@@ -144,7 +155,7 @@ func testGeneratedTitlesRace(e *threads) {
 	for i := range writers {
 		wg.Go(func() {
 			<-start
-			_, set[i], errs[i] = e.s.SetGeneratedTitle(e.ctx, th.ID, titles[i], at(time.Second))
+			_, set[i], errs[i] = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: th.Title, Title: titles[i]})
 		})
 	}
 	close(start)
@@ -166,15 +177,15 @@ func testGeneratedTitlesRace(e *threads) {
 }
 
 func testGeneratedTitleRefused(e *threads) {
-	_, _, err := e.s.SetGeneratedTitle(e.ctx, e.id("th"), "x", at(0))
+	_, _, err := e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: e.id("th"), Title: "x"})
 	wantErr(e.t, err, agent.KindNotFound, "", "SetGeneratedTitle(unknown)")
 
-	th := untitled(e)
-	_, _, err = e.s.SetGeneratedTitle(e.ctx, th.ID, "", at(0))
+	th := titled(e, "provisional")
+	_, _, err = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: th.Title})
 	wantErr(e.t, err, agent.KindInvalid, agent.CodeInvalidTitle, "SetGeneratedTitle(empty title)")
 	same(e.t, "an empty generated title changes nothing", getThread(e, th.ID), th)
 
 	must(e.t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
-	_, _, err = e.s.SetGeneratedTitle(e.ctx, th.ID, "x", at(0))
+	_, _, err = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: th.Title, Title: "x"})
 	wantErr(e.t, err, agent.KindNotFound, "", "SetGeneratedTitle(deleted)")
 }

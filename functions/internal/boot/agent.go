@@ -30,6 +30,7 @@ import (
 	"github.com/agentloop/agentloop/lib/sfn"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
 	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/titles"
 	"github.com/agentloop/agentloop/lib/toolrouter"
 	"github.com/agentloop/agentloop/lib/tools"
 	"github.com/agentloop/agentloop/lib/toolschema"
@@ -51,6 +52,17 @@ func (b Base) ModelName() string { return cmp.Or(b.Config.Model, config.DefaultM
 
 // SubagentModelName is the model the research sub-agent asks (AGENT_SUBAGENT_MODEL; unset: ModelName).
 func (b Base) SubagentModelName() string { return cmp.Or(b.Config.SubagentModel, b.ModelName()) }
+
+// TitleModelName is the model thread titles are asked of (AGENT_TITLE_MODEL; unset: ModelName).
+func (b Base) TitleModelName() string { return cmp.Or(b.Config.TitleModel, b.ModelName()) }
+
+// Titles titles a thread after its first reply, on the request's goroutine (titles.Config.Background unset):
+// Lambda freezes the execution environment once the handler returns, so the title is made after the stream's
+// last byte and before the response ends, bounded by titles.DefaultTimeout (lib/titles' package doc says why
+// not a job of the state machine).
+func (b Base) Titles(model agent.Model) *titles.Generator {
+	return titles.New(titles.Deps{Store: b.Store, Model: model, Clock: b.Clock, Logger: b.Log}, titles.Config{Model: b.TitleModelName()})
+}
 
 // Model is the model port the function asks. Without a models file: the OpenAI-compatible adapter, with the key
 // the function read. With one: lib/modelset over the file's entries, one adapter each, their keys' references
@@ -230,7 +242,7 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// provider's embeddings, the tools' vectors cached in the table.
 	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Router: toolrouter.New(routerDeps(embedder(a.Model, b.ModelName()), b.Store, b.Log, b.Clock), b.Config.ToolRouter()), Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
-		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub}, b.Config.Engine(b.ModelName()))
+		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub, Titles: b.Titles(a.Model)}, b.Config.Engine(b.ModelName()))
 	a.Threads = b.threads(a.Reaper, hub)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
 		Logger: b.Log, Limits: b.Store}, jobs.Config{Contract: Contract(), ModelName: b.SubagentModelName()})

@@ -1,0 +1,253 @@
+package titles_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/offline"
+	"github.com/agentloop/agentloop/lib/openai"
+	"github.com/agentloop/agentloop/lib/sqlite"
+	"github.com/agentloop/agentloop/lib/titles"
+)
+
+func TestSanitize(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, in, want string }{
+		{"plain", "Trip to Lisbon", "Trip to Lisbon"},
+		{"quotes and period", `"Trip to Lisbon."`, "Trip to Lisbon"},
+		{"curly quotes", "“Trip to Lisbon”", "Trip to Lisbon"},
+		{"markdown", "**Trip to Lisbon**", "Trip to Lisbon"},
+		{"label", "Title: Trip to Lisbon", "Trip to Lisbon"},
+		{"label and quotes", `title: "Trip to Lisbon"`, "Trip to Lisbon"},
+		{"first line with text", "\n\n  Trip to Lisbon  \nbecause you asked", "Trip to Lisbon"},
+		{"whitespace collapsed", "Trip\tto   Lisbon", "Trip to Lisbon"},
+		{"control and format characters", "Trip\x00 to\u200b Lisbon\x7f", "Trip to Lisbon"},
+		{"question kept", "What is Go?", "What is Go?"},
+		{"empty", "  \n\t ", ""},
+		{"only quotes", `""`, ""},
+		{"cut at a word", "one two three four five six seven eight nine ten eleven", "one two three"},
+		{"cut inside one long word", strings.Repeat("é", 30), strings.Repeat("é", 15)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			max := 80
+			if strings.HasPrefix(tc.name, "cut") {
+				max = 15
+			}
+			if got := titles.Sanitize(tc.in, max); got != tc.want {
+				t.Errorf("Sanitize(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+// stack is a generator over SQLite and the offline model (through the production Chat Completions adapter).
+type stack struct {
+	store *sqlite.Store
+	gen   *titles.Generator
+	logs  *syncBuffer
+}
+
+func newStack(t *testing.T, wrap func(agent.Model) agent.Model) stack {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	url, stop, err := offline.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	var model agent.Model = openai.New(openai.Config{BaseURL: url, Model: offline.DefaultModel, MaxRetries: -1})
+	if wrap != nil {
+		model = wrap(model)
+	}
+	logs := &syncBuffer{}
+	gen := titles.New(titles.Deps{Store: st, Model: model, Logger: slog.New(slog.NewJSONHandler(logs, nil))},
+		titles.Config{Model: "title-model", Background: true})
+	return stack{store: st, gen: gen, logs: logs}
+}
+
+func (s stack) thread(t *testing.T, id string) agent.Thread {
+	t.Helper()
+	th, _, err := s.store.CreateThread(t.Context(), agent.Thread{ID: id, Owner: "u", Title: reply.Title, CreatedAt: time.Now(), UpdatedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return th
+}
+
+func (s stack) title(t *testing.T, id string) string {
+	t.Helper()
+	th, err := s.store.GetThread(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return th.Title
+}
+
+var reply = agent.FirstReply{ThreadID: "th", RunID: "run1", Title: "plan a trip to lisbon in may please, with trains",
+	User: "plan a trip to lisbon in may please, with trains", Reply: "Here is a plan."}
+
+// The offline model's deterministic title (the first six words of the user message) is stored; the log line
+// names the thread, the run and the model. It also holds titles.Instruction equal to the offline model's.
+func TestTitleFromOfflineModel(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, nil)
+	s.thread(t, "th")
+	s.gen.FirstReply(t.Context(), reply)
+	s.gen.Wait()
+	if got, want := s.title(t, "th"), "Plan a trip to lisbon in"; got != want {
+		t.Fatalf("title %q, want %q", got, want)
+	}
+	for _, want := range []string{`"msg":"agent.title"`, `"thread_id":"th"`, `"run_id":"run1"`, `"model":"title-model"`, `"set":true`} {
+		if !strings.Contains(s.logs.String(), want) {
+			t.Errorf("log %s lacks %s", s.logs.String(), want)
+		}
+	}
+	// A second title changes nothing.
+	if got := s.gen.Title(t.Context(), agent.FirstReply{ThreadID: "th", RunID: "run2", Title: reply.Title, User: "something else"}); got != "" {
+		t.Errorf("second title stored %q", got)
+	}
+	if got := s.title(t, "th"); got != "Plan a trip to lisbon in" {
+		t.Errorf("title after a second generation %q", got)
+	}
+}
+
+// gate holds the title model's answer until released, and signals when it was asked.
+type gate struct {
+	agent.Model
+	asked   chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *gate) Stream(ctx context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
+	g.once.Do(func() { close(g.asked) })
+	<-g.release
+	return g.Model.Stream(ctx, req, emit)
+}
+
+// The owner's title wins the race in both orders: set while the model is answering (before the generated
+// write), and set after the generated title was stored.
+func TestOwnerTitleWins(t *testing.T) {
+	t.Parallel()
+	t.Run("owner first", func(t *testing.T) {
+		t.Parallel()
+		g := &gate{asked: make(chan struct{}), release: make(chan struct{})}
+		s := newStack(t, func(m agent.Model) agent.Model { g.Model = m; return g })
+		s.thread(t, "th")
+		s.gen.FirstReply(t.Context(), reply)
+		<-g.asked
+		mine := "My trip"
+		if _, err := s.store.UpdateThread(t.Context(), "th", agent.ThreadPatch{Title: &mine}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		close(g.release)
+		s.gen.Wait()
+		if got := s.title(t, "th"); got != mine {
+			t.Fatalf("title %q, want the owner's %q", got, mine)
+		}
+		if !strings.Contains(s.logs.String(), `"set":false`) {
+			t.Errorf("log %s does not say the generated title was not set", s.logs.String())
+		}
+	})
+	t.Run("generated first", func(t *testing.T) {
+		t.Parallel()
+		s := newStack(t, nil)
+		s.thread(t, "th")
+		s.gen.FirstReply(t.Context(), reply)
+		s.gen.Wait()
+		mine := "My trip"
+		th, err := s.store.UpdateThread(t.Context(), "th", agent.ThreadPatch{Title: &mine}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if th.Title != mine {
+			t.Fatalf("title %q, want the owner's %q", th.Title, mine)
+		}
+	})
+}
+
+// failing is a title model that fails every request.
+type failing struct{}
+
+func (failing) Stream(context.Context, agent.ModelRequest, func(agent.ModelEvent) error) (agent.ModelResult, error) {
+	return agent.ModelResult{}, errors.New("provider down")
+}
+
+// A failing model leaves the thread as it was and logs the failure.
+func TestFailingModelChangesNothing(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, func(agent.Model) agent.Model { return failing{} })
+	before := s.thread(t, "th")
+	s.gen.FirstReply(t.Context(), reply)
+	s.gen.Wait()
+	after, err := s.store.GetThread(t.Context(), "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("thread changed: %+v, was %+v", after, before)
+	}
+	if log := s.logs.String(); !strings.Contains(log, `"stage":"model"`) || !strings.Contains(log, "provider down") {
+		t.Errorf("log %s does not report the model's failure", log)
+	}
+}
+
+// The request asks for a short answer and cuts long inputs.
+func TestRequestBounds(t *testing.T) {
+	t.Parallel()
+	var got agent.ModelRequest
+	model := modelFunc(func(req agent.ModelRequest) { got = req })
+	gen := titles.New(titles.Deps{Store: nopStore{}, Model: model}, titles.Config{Model: "m", MaxInputBytes: 10})
+	gen.Title(t.Context(), agent.FirstReply{ThreadID: "th", User: strings.Repeat("u", 100), Reply: strings.Repeat("é", 100)})
+	if got.Model != "m" || got.MaxOutputTokens != titles.DefaultMaxOutputTokens || got.System != titles.System {
+		t.Errorf("request %+v", got)
+	}
+	want := titles.Instruction + "\n\n<user>\n" + strings.Repeat("u", 10) + "\n</user>\n\n<assistant>\n" + strings.Repeat("é", 5) + "\n</assistant>"
+	if len(got.Messages) != 1 || got.Messages[0].Text != want {
+		t.Errorf("prompt %+v, want %q", got.Messages, want)
+	}
+}
+
+type modelFunc func(agent.ModelRequest)
+
+func (f modelFunc) Stream(_ context.Context, req agent.ModelRequest, emit func(agent.ModelEvent) error) (agent.ModelResult, error) {
+	f(req)
+	return agent.ModelResult{}, emit(agent.ModelEvent{Type: agent.EventTextDelta, Delta: "A title"})
+}
+
+type nopStore struct{}
+
+func (nopStore) SetGeneratedTitle(context.Context, agent.GeneratedTitle) (agent.Thread, bool, error) {
+	return agent.Thread{}, true, nil
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
