@@ -17,8 +17,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
+	"github.com/agentloop/agentloop/lib/bedrockconverse"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/openai"
@@ -526,6 +529,14 @@ func (c Config) OpenAIResponses(baseURL, apiKey, model string, log *slog.Logger)
 	return openairesponses.Config{BaseURL: baseURL, APIKey: apiKey, Model: model, EmbeddingModel: c.EmbeddingModel, MaxOutputTokens: c.MaxOutputTokens,
 		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: c.modelRetries(), Logger: log,
 		MaxFileBytes: int64(c.ModelFileMaxBytes), FileTimeout: c.ModelFileTimeout, MaxRequestFileBytes: int64(c.ModelFilesMaxBytes)}
+}
+
+// BedrockConverse is the ConverseStream adapter's configuration for one models-file entry: its region, model id
+// and baseURL (an endpoint override), signed with awsCfg (nil: the default AWS configuration, as the AWS SDK
+// loads it), and the same timeouts, retries and output bound as the OpenAI adapters.
+func (c Config) BedrockConverse(e modelsfile.Model, awsCfg *aws.Config, log *slog.Logger) bedrockconverse.Config {
+	return bedrockconverse.Config{Region: e.Region, BaseURL: e.BaseURL, Model: e.Model, MaxOutputTokens: c.MaxOutputTokens,
+		FirstTokenTimeout: c.ModelTimeout, IdleTimeout: c.ModelIdleTimeout, MaxRetries: c.modelRetries(), AWS: awsCfg, Logger: log}
 }
 
 // modelRetries is AGENT_MODEL_RETRIES in the adapters' terms: 0 their default, negative none.

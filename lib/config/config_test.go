@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/bedrockconverse"
+	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/toolrouter"
 )
@@ -91,6 +93,12 @@ func TestLoad(t *testing.T) {
 			}
 			if got != want {
 				t.Fatalf("openai config %+v, want %+v", got, want)
+			}
+			// The same settings reach a bedrock-converse entry's adapter (boot and the dev server map it here).
+			bc := c.BedrockConverse(modelsfile.Model{Region: "eu-west-1", BaseURL: "http://b/", Model: "amazon.nova-pro-v1:0"}, nil, nil)
+			if bc != (bedrockconverse.Config{Region: "eu-west-1", BaseURL: "http://b/", Model: "amazon.nova-pro-v1:0",
+				FirstTokenTimeout: 7 * time.Second, IdleTimeout: 9 * time.Second, MaxRetries: -1}) {
+				t.Fatalf("bedrock-converse config %+v", bc)
 			}
 		}},
 		{name: "retries carried to the adapter", env: map[string]string{"AGENT_MODEL_RETRIES": "4"}, check: func(t *testing.T, c Config) {

@@ -402,7 +402,12 @@ func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger, metrics 
 			return anthropic.New(anthropicConfig(cfg, e, "", s.Offline && e.BaseURL == offlineBaseURL(e.Provider, s.ModelURL), log)), nil
 		},
 		modelsfile.BedrockConverse: func(e modelsfile.Model, _ string) (agent.Model, error) {
-			return bedrockconverse.New(bedrockConverse(cfg, e, s.Offline && e.BaseURL == offlineBaseURL(e.Provider, s.ModelURL), log)), nil
+			var awsCfg *aws.Config
+			if s.Offline && e.BaseURL == offlineBaseURL(e.Provider, s.ModelURL) {
+				// The offline model wants a signature, not a valid one: static placeholder credentials.
+				awsCfg = &aws.Config{Region: e.Region, Credentials: credentials.NewStaticCredentialsProvider("offline", "offline", "")}
+			}
+			return bedrockconverse.New(cfg.BedrockConverse(e, awsCfg, log)), nil
 		},
 	}
 	for provider, c := range build {
@@ -457,20 +462,6 @@ func anthropicConfig(cfg config.Config, e modelsfile.Model, key string, offline 
 		ac.AWS = &aws.Config{Region: e.Region, Credentials: credentials.NewStaticCredentialsProvider("offline", "offline", "")}
 	}
 	return ac
-}
-
-// bedrockConverse is a bedrock-converse entry's adapter configuration, with the settings the OpenAI adapters take
-// (timeouts, retries, output bound: lib/config maps them once). Talking to the offline model it signs with static
-// placeholder credentials (the offline model wants a signature, not a valid one); otherwise with the default AWS
-// configuration, as the AWS SDK loads it.
-func bedrockConverse(cfg config.Config, e modelsfile.Model, offline bool, log *slog.Logger) bedrockconverse.Config {
-	o := cfg.OpenAI("", "", e.Model, log)
-	bc := bedrockconverse.Config{Region: e.Region, BaseURL: e.BaseURL, Model: e.Model, MaxOutputTokens: o.MaxOutputTokens,
-		FirstTokenTimeout: o.FirstTokenTimeout, IdleTimeout: o.IdleTimeout, MaxRetries: o.MaxRetries, Logger: log}
-	if offline {
-		bc.AWS = &aws.Config{Region: e.Region, Credentials: credentials.NewStaticCredentialsProvider("offline", "offline", "")}
-	}
-	return bc
 }
 
 // LockFile is the name of the data directory's lock (Options.Exclusive), beside the SQLite file; it holds the

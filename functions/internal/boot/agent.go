@@ -118,7 +118,7 @@ func (b Base) Constructors() modelset.Constructors {
 			return anthropic.New(Anthropic(cfg, e, "", &b.AWS, b.Log)), nil
 		},
 		modelsfile.BedrockConverse: func(e modelsfile.Model, _ string) (agent.Model, error) {
-			return bedrockconverse.New(BedrockConverse(cfg, e, &b.AWS, b.Log)), nil
+			return bedrockconverse.New(cfg.BedrockConverse(e, &b.AWS, b.Log)), nil
 		},
 	}
 }
@@ -131,16 +131,6 @@ func Anthropic(cfg config.Config, e modelsfile.Model, key string, awsCfg *aws.Co
 	return anthropic.Config{APIKey: key, BaseURL: e.BaseURL, Model: e.Model, MaxOutputTokens: o.MaxOutputTokens,
 		FirstTokenTimeout: o.FirstTokenTimeout, IdleTimeout: o.IdleTimeout, MaxRetries: o.MaxRetries, Logger: log,
 		Bedrock: e.Provider == modelsfile.AnthropicBedrock, Region: e.Region, AWS: awsCfg}
-}
-
-// BedrockConverse is the ConverseStream adapter's configuration for one models-file entry: its region, model id
-// and baseURL (an endpoint override), signed with awsCfg (the function's role), and the same timeouts, retries and
-// output bound as the OpenAI adapters (AGENT_MODEL_TIMEOUT, AGENT_MODEL_IDLE_TIMEOUT, AGENT_MODEL_RETRIES,
-// AGENT_MAX_OUTPUT_TOKENS, mapped once by lib/config).
-func BedrockConverse(cfg config.Config, e modelsfile.Model, awsCfg *aws.Config, log *slog.Logger) bedrockconverse.Config {
-	o := cfg.OpenAI("", "", e.Model, log)
-	return bedrockconverse.Config{Region: e.Region, BaseURL: e.BaseURL, Model: e.Model, MaxOutputTokens: o.MaxOutputTokens,
-		FirstTokenTimeout: o.FirstTokenTimeout, IdleTimeout: o.IdleTimeout, MaxRetries: o.MaxRetries, AWS: awsCfg, Logger: log}
 }
 
 // StepFunctions is the Jobs adapter for the job state machine arn (JOBS_STATE_MACHINE_ARN, which a function
