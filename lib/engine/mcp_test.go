@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/mcptools"
+	"github.com/agentloop/agentloop/lib/mcptools/mcptest"
 	"github.com/agentloop/agentloop/lib/toolsfile"
 	"github.com/agentloop/agentloop/lib/uistream/aisdktest"
 )
@@ -53,8 +53,7 @@ func (m *mcpServer) start(t *testing.T, stateless bool, tools map[*mcp.Tool]mcp.
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
 		})
 	}
-	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{Stateless: stateless}))
+	hs := httptest.NewServer(mcptest.Handler(srv, stateless))
 	t.Cleanup(hs.Close)
 	f, err := toolsfile.Parse("tools.yaml", []byte("mcpServers:\n  - name: docs\n    url: "+hs.URL+"\n"), toolsfile.Options{})
 	if err != nil {
@@ -65,17 +64,6 @@ func (m *mcpServer) start(t *testing.T, stateless bool, tools map[*mcp.Tool]mcp.
 	return src
 }
 
-// eachMCPServer runs test against a stateless MCP server and a session-based one.
-func eachMCPServer(t *testing.T, test func(t *testing.T, stateless bool)) {
-	t.Helper()
-	for _, stateless := range []bool{true, false} {
-		t.Run(map[bool]string{true: "stateless", false: "sessions"}[stateless], func(t *testing.T) {
-			t.Parallel()
-			test(t, stateless)
-		})
-	}
-}
-
 // Issue 19 item 2: an MCP tool's annotations decide its approval in a turn (approval: annotations, the default):
 // destructiveHint asks whatever the thread says, readOnlyHint never asks (not even with reviewTools on), and
 // anything else (no annotations, destructiveHint false) asks only when the thread's reviewTools is on. A call
@@ -83,7 +71,7 @@ func eachMCPServer(t *testing.T, test func(t *testing.T, stateless bool)) {
 func TestMCPAnnotationsDecideApproval(t *testing.T) {
 	t.Parallel()
 	no := false
-	eachMCPServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		f := setup(t)
 		var m mcpServer
 		src := m.start(t, stateless, map[*mcp.Tool]mcp.ToolHandler{
@@ -138,7 +126,7 @@ func yes() *bool { b := true; return &b }
 // a message whose tool part holds only the output.
 func TestMCPProgressStreams(t *testing.T) {
 	t.Parallel()
-	eachMCPServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		f := setup(t)
 		w := &progressWriter{seen: make(chan struct{})}
 		var m mcpServer

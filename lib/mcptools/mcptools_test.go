@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/mcptools"
+	"github.com/agentloop/agentloop/lib/mcptools/mcptest"
 	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/toolsfile"
 )
@@ -115,7 +116,7 @@ func (s *server) mcpServer() *mcp.Server {
 func (s *server) start(t testing.TB, stateless bool) *httptest.Server {
 	t.Helper()
 	m := s.mcpServer()
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, &mcp.StreamableHTTPOptions{Stateless: stateless})
+	h := mcptest.Handler(m, stateless)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			s.mu.Lock()
@@ -126,17 +127,6 @@ func (s *server) start(t testing.TB, stateless bool) *httptest.Server {
 	}))
 	t.Cleanup(hs.Close)
 	return hs
-}
-
-// eachServer runs test against a stateless server and a session-based one.
-func eachServer(t *testing.T, test func(t *testing.T, stateless bool)) {
-	t.Helper()
-	for _, stateless := range []bool{true, false} {
-		t.Run(map[bool]string{true: "stateless", false: "sessions"}[stateless], func(t *testing.T) {
-			t.Parallel()
-			test(t, stateless)
-		})
-	}
 }
 
 // sources builds the sources of a tools file whose URLs (MCP) point at url.
@@ -187,7 +177,7 @@ const docsFile = `mcpServers:
 // kept as parts), progress, isError, and the output cap: against a stateless and a session-based server alike.
 func TestServer(t *testing.T) {
 	t.Parallel()
-	eachServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		srv := &server{reported: make(chan struct{})}
 		hs := srv.start(t, stateless)
 		tools := byName(t, sources(t, hs.URL, docsFile, mcptools.Options{})[0])
@@ -278,7 +268,7 @@ func TestServer(t *testing.T) {
 // session-based alike).
 func TestListedOnce(t *testing.T) {
 	t.Parallel()
-	eachServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		srv := &server{}
 		hs := srv.start(t, stateless)
 		src := sources(t, hs.URL, docsFile, mcptools.Options{})[0]
@@ -299,7 +289,7 @@ func TestListedOnce(t *testing.T) {
 // and session-based alike).
 func TestIncludeExcludeApproval(t *testing.T) {
 	t.Parallel()
-	eachServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		srv := &server{}
 		hs := srv.start(t, stateless)
 		srcs := sources(t, hs.URL, `mcpServers:
@@ -326,7 +316,7 @@ func TestIncludeExcludeApproval(t *testing.T) {
 // reads, and the server sees nothing.
 func TestForwardUserToken(t *testing.T) {
 	t.Parallel()
-	eachServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		srv := &server{}
 		hs := srv.start(t, stateless)
 		tools := byName(t, sources(t, hs.URL, `mcpServers:
@@ -357,12 +347,12 @@ func TestForwardUserToken(t *testing.T) {
 // finds its tools.
 func TestServerDown(t *testing.T) {
 	t.Parallel()
-	eachServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		srv := &server{}
 		m := srv.mcpServer()
 		var up sync.Mutex
 		down := true
-		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, &mcp.StreamableHTTPOptions{Stateless: stateless})
+		h := mcptest.Handler(m, stateless)
 		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			up.Lock()
 			d := down
@@ -463,7 +453,7 @@ func TestSessionForgotten(t *testing.T) {
 // session-based servers alike.
 func TestChangedDefinitionHeldBack(t *testing.T) {
 	t.Parallel()
-	eachServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "pins.db"))
 		if err != nil {
 			t.Fatal(err)
@@ -554,7 +544,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // and session-based alike).
 func TestCanceledListingNotHeldAgainstServer(t *testing.T) {
 	t.Parallel()
-	eachServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		srv := &server{}
 		hs := srv.start(t, stateless)
 		clock := &fakeClock{now: time.Unix(1_000_000, 0)}
@@ -601,7 +591,7 @@ func (f *firedTimers) fire() {
 // it, and the source keeps working (stateless and session-based alike).
 func TestCallTimeout(t *testing.T) {
 	t.Parallel()
-	eachServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		started, release := make(chan struct{}, 1), make(chan struct{})
 		m := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 		for _, name := range []string{"stall", "quick"} {
@@ -691,11 +681,11 @@ func TestCallFailures(t *testing.T) {
 			`tool "docs__echo": the MCP server could not be reached`},
 		{"unknown tool", nil, agent.KindInvalid, `the MCP server refused the call: unknown tool "echo"`},
 	}
-	eachServer(t, func(t *testing.T, stateless bool) {
+	mcptest.EachTransport(t, func(t *testing.T, stateless bool) {
 		for _, tc := range cases {
 			srv := &server{}
 			m := srv.mcpServer()
-			h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m }, &mcp.StreamableHTTPOptions{Stateless: stateless})
+			h := mcptest.Handler(m, stateless)
 			var mu sync.Mutex
 			failing := false
 			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
