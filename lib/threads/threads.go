@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/segments"
@@ -333,12 +335,16 @@ func visible(recs []agent.MessageRecord) []agent.Message {
 	return agent.Shown(msgs)
 }
 
-// Patch changes the title and settings.
+// Patch changes the title and settings. A title is the owner's (a generated title never replaces it): trimmed,
+// at most MaxTitleBytes, one line of valid UTF-8 with no control characters (else 400 invalid_title).
 func (s *Service) Patch(ctx context.Context, owner, id string, p agent.ThreadPatch) (agent.Thread, error) {
 	if p.Title != nil {
 		t := strings.TrimSpace(*p.Title)
 		if len(t) > MaxTitleBytes {
 			return agent.Thread{}, agent.E(agent.KindInvalid, agent.CodeInvalidTitle, "title must be at most %d bytes", MaxTitleBytes)
+		}
+		if !utf8.ValidString(t) || strings.IndexFunc(t, unicode.IsControl) >= 0 {
+			return agent.Thread{}, agent.E(agent.KindInvalid, agent.CodeInvalidTitle, "title must be one line of text, with no control characters")
 		}
 		p.Title = &t
 	}
