@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"reflect"
 	"strconv"
-	"strings"
 
+	"github.com/agentloop/agentloop/lib/openaiwire"
 	"github.com/agentloop/agentloop/lib/sse"
 )
 
@@ -90,13 +87,7 @@ type chatFunction struct {
 // encodeRequest is the request's JSON, HTML characters as they are (the prompt prefix is sent byte for byte
 // alike on every step, so a provider's prompt cache holds).
 func encodeRequest(r chatRequest) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(r); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return openaiwire.Encode(r)
 }
 
 // chunk is one streamed chat.completion.chunk.
@@ -162,40 +153,8 @@ func (c *count) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// apiError is a provider's answer with an HTTP error status, with what its {"error": {...}} body says.
-type apiError struct {
-	StatusCode int
-	Code       string // e.g. "invalid_image_url"; a number as its digits
-	Message    string // the provider's message, or the start of a body that is not OpenAI's error shape
-	Response   *http.Response
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("the model provider answered HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
-}
-
-// maxErrorBody bounds the error body read from a provider.
-const maxErrorBody = 64 << 10
-
-func readAPIError(res *http.Response) *apiError {
-	e := &apiError{StatusCode: res.StatusCode, Response: res}
-	b, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
-	var body struct {
-		Error struct {
-			Message string          `json:"message"`
-			Code    json.RawMessage `json:"code"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(b, &body) != nil || (body.Error.Message == "" && len(body.Error.Code) == 0) {
-		e.Message = strings.TrimSpace(string(b[:min(len(b), 300)]))
-		return e
-	}
-	e.Message = body.Error.Message
-	if err := json.Unmarshal(body.Error.Code, &e.Code); err != nil && string(body.Error.Code) != "null" {
-		e.Code = string(body.Error.Code)
-	}
-	return e
-}
+// apiError is a provider's answer with an HTTP error status (lib/openaiwire).
+type apiError = openaiwire.APIError
 
 // streamError is an error event inside a 200 stream: data {"error": {...}}.
 type streamError struct {
@@ -276,16 +235,7 @@ func (s *chunkStream) Err() error {
 }
 
 // endpoint is base's chat/completions URL: base is a path prefix whether or not it ends with a slash.
-func endpoint(base string) (string, error) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", err
-	}
-	if !strings.HasSuffix(u.Path, "/") {
-		u.Path += "/"
-	}
-	return u.JoinPath("chat/completions").String(), nil
-}
+func endpoint(base string) (string, error) { return openaiwire.Endpoint(base, "chat/completions") }
 
 // open sends the request and returns its stream, or the provider's error answer (*apiError), or the transport's
 // error.
@@ -293,22 +243,9 @@ func (m *Model) open(ctx context.Context, body []byte) (*chunkStream, error) {
 	if m.endpointErr != nil {
 		return nil, m.endpointErr
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.endpoint, bytes.NewReader(body))
+	rc, err := openaiwire.Client{HTTP: m.cfg.HTTPClient, APIKey: m.cfg.APIKey}.Stream(ctx, m.endpoint, body)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	if m.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+m.cfg.APIKey)
-	}
-	res, err := m.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if res.StatusCode >= 400 {
-		defer res.Body.Close()
-		return nil, readAPIError(res)
-	}
-	return newChunkStream(res.Body), nil
+	return newChunkStream(rc), nil
 }

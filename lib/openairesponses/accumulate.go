@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/openaiwire"
 )
 
 // accumulator turns the events of one streamed response into agent events. Text and reasoning deltas are
@@ -113,7 +114,7 @@ func (a *accumulator) add(ev *event) error {
 		}
 		a.failed = f
 	case "error":
-		a.failed = &streamFailure{Event: ev.Type, Code: codeString(ev.Code), Message: ev.Message}
+		a.failed = &streamFailure{Event: ev.Type, Code: openaiwire.CodeString(ev.Code), Message: ev.Message}
 	}
 	return nil
 }

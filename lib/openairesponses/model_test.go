@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/offline"
+	"github.com/agentloop/agentloop/lib/openaiwire"
 )
 
 // fixture is the real adapter talking HTTP to the offline model's /v1/responses, with the requests it sent
@@ -639,7 +640,7 @@ func TestModelWithoutReasoning(t *testing.T) {
 		{`{"error":{"message":"Unsupported parameter: 'temperature' is not supported with this model.","type":"invalid_request_error","param":"temperature","code":"unsupported_parameter"}}`, false},
 	} {
 		res := &http.Response{StatusCode: http.StatusBadRequest, Body: io.NopCloser(strings.NewReader(tt.body))}
-		if got := refusesReasoning(readAPIError(res)); got != tt.want {
+		if got := refusesReasoning(openaiwire.ReadAPIError(res)); got != tt.want {
 			t.Errorf("refusesReasoning(%s) = %v", tt.body, got)
 		}
 	}

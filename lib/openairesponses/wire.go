@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
-	"strings"
 
+	"github.com/agentloop/agentloop/lib/openaiwire"
 	"github.com/agentloop/agentloop/lib/sse"
 )
 
@@ -93,13 +91,7 @@ type tool struct {
 // encodeRequest is the request's JSON, HTML characters as they are (the prompt prefix is sent byte for byte
 // alike on every step, so a provider's prompt cache holds).
 func encodeRequest(r responsesRequest) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(r); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return openaiwire.Encode(r)
 }
 
 // event is one streamed event, the union of the fields of the event types the adapter reads.
@@ -157,52 +149,8 @@ type outputItem struct {
 	EncryptedContent string `json:"encrypted_content"`
 }
 
-// apiError is a provider's answer with an HTTP error status, with what its {"error": {...}} body says.
-type apiError struct {
-	StatusCode int
-	Code       string
-	Param      string // the request field the error names, e.g. "reasoning.summary"
-	Message    string // the provider's message, or the start of a body that is not OpenAI's error shape
-	Response   *http.Response
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("the model provider answered HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
-}
-
-// maxErrorBody bounds the error body read from a provider.
-const maxErrorBody = 64 << 10
-
-func readAPIError(res *http.Response) *apiError {
-	e := &apiError{StatusCode: res.StatusCode, Response: res}
-	b, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
-	var body struct {
-		Error struct {
-			Message string          `json:"message"`
-			Code    json.RawMessage `json:"code"`
-			Param   string          `json:"param"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(b, &body) != nil || (body.Error.Message == "" && len(body.Error.Code) == 0) {
-		e.Message = strings.TrimSpace(string(b[:min(len(b), 300)]))
-		return e
-	}
-	e.Message, e.Param = body.Error.Message, body.Error.Param
-	e.Code = codeString(body.Error.Code)
-	return e
-}
-
-// codeString reads an error code that is a string, a number (its digits) or null ("").
-func codeString(raw json.RawMessage) string {
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s
-	}
-	if len(raw) == 0 || string(raw) == "null" {
-		return ""
-	}
-	return string(raw)
-}
+// apiError is a provider's answer with an HTTP error status (lib/openaiwire).
+type apiError = openaiwire.APIError
 
 // streamFailure is the provider giving up inside a 200 stream: a response.failed event (its response.error),
 // or an "error" event.
@@ -234,16 +182,7 @@ func (s *eventStream) Next() (data []byte, ok bool) {
 }
 
 // endpoint is base's responses URL: base is a path prefix whether or not it ends with a slash.
-func endpoint(base string) (string, error) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", err
-	}
-	if !strings.HasSuffix(u.Path, "/") {
-		u.Path += "/"
-	}
-	return u.JoinPath("responses").String(), nil
-}
+func endpoint(base string) (string, error) { return openaiwire.Endpoint(base, "responses") }
 
 // open sends the request and returns its stream, or the provider's error answer (*apiError), or the transport's
 // error.
@@ -251,22 +190,9 @@ func (m *Model) open(ctx context.Context, body []byte) (*eventStream, error) {
 	if m.endpointErr != nil {
 		return nil, m.endpointErr
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.endpoint, bytes.NewReader(body))
+	rc, err := openaiwire.Client{HTTP: m.cfg.HTTPClient, APIKey: m.cfg.APIKey}.Stream(ctx, m.endpoint, body)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	if m.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+m.cfg.APIKey)
-	}
-	res, err := m.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if res.StatusCode >= 400 {
-		defer res.Body.Close()
-		return nil, readAPIError(res)
-	}
-	return newEventStream(res.Body), nil
+	return newEventStream(rc), nil
 }
