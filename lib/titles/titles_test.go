@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -250,4 +251,33 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// BenchmarkTitle is one title end to end in the local stack: the title request to the offline model over HTTP
+// (the production Chat Completions adapter) and the conditional write to SQLite. It is what the chat Lambda's
+// connection stays open for after [DONE], less the provider's own latency (make bench).
+func BenchmarkTitle(b *testing.B) {
+	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "t.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	url, stop, err := offline.Start("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	gen := titles.New(titles.Deps{Store: st, Model: openai.New(openai.Config{BaseURL: url, Model: offline.DefaultModel, MaxRetries: -1})},
+		titles.Config{Model: offline.DefaultModel})
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("th%d", i)
+		if _, _, err := st.CreateThread(b.Context(), agent.Thread{ID: id, Owner: "u", Title: reply.Title, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
+			b.Fatal(err)
+		}
+		r := reply
+		r.ThreadID = id
+		if gen.Title(b.Context(), r) == "" {
+			b.Fatal("no title stored")
+		}
+	}
 }
