@@ -13,6 +13,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/bedrockconverse"
 	"github.com/agentloop/agentloop/lib/modeltest"
+	"github.com/agentloop/agentloop/lib/modeltest/matrix"
 )
 
 // TestMatrix is the Converse column of the adapter matrix (lib/modeltest): the Stream cases and the engine's
@@ -22,7 +23,7 @@ import (
 // assistant message, and the tool results go back as one user message.
 func TestMatrix(t *testing.T) {
 	t.Parallel()
-	modeltest.Run(t, modeltest.Adapter{
+	matrix.Run(t, modeltest.Adapter{
 		Path: "/converse-stream",
 		New: func(root string) agent.Model {
 			return bedrockconverse.New(bedrockconverse.Config{BaseURL: root + "/", Model: "amazon.nova-pro-v1:0", Region: "us-east-1",

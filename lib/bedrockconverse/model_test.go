@@ -1,16 +1,11 @@
 package bedrockconverse
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,41 +13,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modeltest"
 	"github.com/agentloop/agentloop/lib/offline"
 )
 
 const testModel = "amazon.nova-pro-v1:0"
 
 // fixture is the real adapter talking HTTP to the offline model's /model/{modelId}/converse-stream, with the
-// requests recorded.
+// requests recorded (modeltest.Serve).
 type fixture struct {
-	srv *offline.Server
+	*modeltest.Offline
 	url string
-
-	mu     sync.Mutex
-	bodies []map[string]any
-	paths  []string
-	auth   []string
 }
 
 func setup(t *testing.T, opts ...offline.Option) *fixture {
 	t.Helper()
-	f := &fixture{srv: offline.New(append([]offline.Option{offline.WithWordDelay(time.Millisecond)}, opts...)...)}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		var body map[string]any
-		_ = json.Unmarshal(b, &body)
-		f.mu.Lock()
-		f.bodies = append(f.bodies, body)
-		f.paths = append(f.paths, r.URL.EscapedPath())
-		f.auth = append(f.auth, r.Header.Get("Authorization"))
-		f.mu.Unlock()
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		f.srv.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ts.Close)
-	f.url = ts.URL + "/"
-	return f
+	o := modeltest.Serve(t, opts...)
+	return &fixture{Offline: o, url: o.URL + "/"}
 }
 
 func staticAWS() *aws.Config {
@@ -68,21 +45,7 @@ func (f *fixture) model(change func(*Config)) *Model {
 	return New(cfg)
 }
 
-func (f *fixture) requests() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.bodies)
-}
-
-func (f *fixture) lastBody(t *testing.T) map[string]any {
-	t.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.bodies) == 0 {
-		t.Fatal("no request was sent")
-	}
-	return f.bodies[len(f.bodies)-1]
-}
+func (f *fixture) requests() int { return len(f.Paths()) }
 
 func user(text string) agent.ModelMessage { return agent.ModelMessage{Role: "user", Text: text} }
 
@@ -91,33 +54,14 @@ func run(ctx context.Context, m *Model, msgs ...agent.ModelMessage) (agent.Model
 }
 
 func runReq(ctx context.Context, m *Model, req agent.ModelRequest) (agent.ModelResult, []agent.ModelEvent, error) {
-	var events []agent.ModelEvent
-	res, err := m.Stream(ctx, req, func(ev agent.ModelEvent) error {
-		events = append(events, ev)
-		return nil
-	})
-	return res, events, err
+	return modeltest.Collect(ctx, m, req)
 }
 
-func textOf(events []agent.ModelEvent, typ agent.ModelEventType) string {
-	var b strings.Builder
-	for _, ev := range events {
-		if ev.Type == typ {
-			b.WriteString(ev.Delta)
-		}
-	}
-	return b.String()
-}
-
-func callsOf(events []agent.ModelEvent) []agent.ToolCall {
-	var out []agent.ToolCall
-	for _, ev := range events {
-		if ev.Type == agent.EventToolCall {
-			out = append(out, agent.ToolCall{ID: ev.ToolCallID, Name: ev.ToolName, Arguments: ev.Arguments})
-		}
-	}
-	return out
-}
+// The helpers every adapter's tests share (lib/modeltest).
+var (
+	textOf  = modeltest.Deltas
+	callsOf = modeltest.Calls
+)
 
 func requireError(t *testing.T, err error, kind agent.Kind, code, contains string) {
 	t.Helper()
@@ -145,13 +89,13 @@ func TestText(t *testing.T) {
 	if res.FinishReason != agent.FinishStop || res.Model != testModel {
 		t.Errorf("result = %+v", res)
 	}
-	if p := f.paths[0]; p != "/model/amazon.nova-pro-v1%3A0/converse-stream" {
+	if p := f.Paths()[0]; p != "/model/amazon.nova-pro-v1%3A0/converse-stream" {
 		t.Errorf("path = %s", p)
 	}
-	if a := f.auth[0]; !strings.HasPrefix(a, "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") || !strings.Contains(a, "/eu-west-1/bedrock/aws4_request") {
+	if a := f.Auths()[0]; !strings.HasPrefix(a, "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") || !strings.Contains(a, "/eu-west-1/bedrock/aws4_request") {
 		t.Errorf("authorization = %q", a)
 	}
-	body := f.lastBody(t)
+	body := f.LastBody(t)
 	sys, _ := json.Marshal(body["system"])
 	inf, _ := json.Marshal(body["inferenceConfig"])
 	if string(sys) != `[{"text":"be brief"},{"cachePoint":{"type":"default"}}]` || string(inf) != `{"maxTokens":8192}` {
@@ -194,7 +138,7 @@ func TestTools(t *testing.T) {
 	if deltas.String() != calls[0].Arguments || events[0].Type != agent.EventToolCallStart || events[0].ToolName != "get_weather" {
 		t.Errorf("deltas %q, first event %+v", deltas.String(), events[0])
 	}
-	tc, _ := json.Marshal(f.lastBody(t)["toolConfig"])
+	tc, _ := json.Marshal(f.LastBody(t)["toolConfig"])
 	if !strings.Contains(string(tc), `"inputSchema":{"json":{"properties":{"city":{"type":"string"}},"type":"object"}}`) ||
 		!strings.Contains(string(tc), `"description":"Input examples:\n{\"tz\":\"UTC\"}"`) {
 		t.Errorf("toolConfig = %s", tc)
@@ -209,7 +153,7 @@ func TestTools(t *testing.T) {
 	if got := textOf(events, agent.EventTextDelta); got != "Tool get_weather returned: sunny\nTool clock returned: (no output)" || res.FinishReason != agent.FinishStop {
 		t.Errorf("text %q, result %+v", got, res)
 	}
-	sent, _ := json.Marshal(f.lastBody(t)["messages"])
+	sent, _ := json.Marshal(f.LastBody(t)["messages"])
 	if n := strings.Count(string(sent), `"role":"user"`); n != 2 {
 		t.Errorf("user messages = %d in %s", n, sent)
 	}
@@ -244,7 +188,7 @@ func TestReasoningReplay(t *testing.T) {
 	if got := textOf(events, agent.EventTextDelta); got != "Tool clock returned: noon" {
 		t.Errorf("text = %q", got)
 	}
-	sent, _ := json.Marshal(f.lastBody(t)["messages"].([]any)[1])
+	sent, _ := json.Marshal(f.LastBody(t)["messages"].([]any)[1])
 	if !strings.Contains(string(sent), `{"content":[{"reasoningContent":{"reasoningText":{"signature":`) {
 		t.Errorf("assistant message = %s", sent)
 	}
@@ -413,7 +357,7 @@ func TestFiles(t *testing.T) {
 	if got := textOf(events, agent.EventTextDelta); got != want {
 		t.Errorf("received = %q, want %q", got, want)
 	}
-	sent, _ := json.Marshal(f.lastBody(t)["messages"])
+	sent, _ := json.Marshal(f.LastBody(t)["messages"])
 	if !strings.Contains(string(sent), `"image":{"format":"png","source":{"bytes":"`+png+`"}}`) ||
 		!strings.Contains(string(sent), `\n[attachment cat.jpg (image/jpeg): https://example.com/cat.jpg?sig=secret]`) {
 		t.Errorf("messages = %s", sent)
@@ -426,13 +370,13 @@ func TestFiles(t *testing.T) {
 func TestPromptCache(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	points := func() int { b, _ := json.Marshal(f.lastBody(t)); return strings.Count(string(b), `"cachePoint"`) }
+	points := func() int { b, _ := json.Marshal(f.LastBody(t)); return strings.Count(string(b), `"cachePoint"`) }
 	req := agent.ModelRequest{System: "sys", Messages: []agent.ModelMessage{user("/tool clock")}, Tools: []agent.ToolSpec{{Name: "clock"}}}
 	res, events, err := runReq(context.Background(), f.model(nil), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := f.lastBody(t)
+	first := f.LastBody(t)
 	if n := points(); n != 2 {
 		t.Errorf("cache points = %d, want 2", n)
 	}
@@ -441,7 +385,7 @@ func TestPromptCache(t *testing.T) {
 	if _, _, err := runReq(context.Background(), f.model(nil), req); err != nil || res.FinishReason != agent.FinishToolCalls {
 		t.Fatal(err)
 	}
-	second := f.lastBody(t)
+	second := f.LastBody(t)
 	// The first request's message without its cache point is the second's first message, byte for byte.
 	m1 := first["messages"].([]any)[0].(map[string]any)
 	c1 := m1["content"].([]any)
@@ -474,7 +418,7 @@ func TestPromptCache(t *testing.T) {
 	if _, _, err := runReq(context.Background(), f.model(claude), req); err != nil {
 		t.Fatal(err)
 	}
-	tools := f.lastBody(t)["toolConfig"].(map[string]any)["tools"].([]any)
+	tools := f.LastBody(t)["toolConfig"].(map[string]any)["tools"].([]any)
 	if _, ok := tools[len(tools)-1].(map[string]any)["cachePoint"]; !ok || points() != 3 {
 		t.Errorf("Claude's tools = %v, %d cache points", tools, points())
 	}
@@ -508,7 +452,7 @@ func TestToolHistoryWithoutTools(t *testing.T) {
 	if err != nil || textOf(events, agent.EventTextDelta) != "You said: thanks" {
 		t.Fatalf("text %q, err %v", textOf(events, agent.EventTextDelta), err)
 	}
-	sent, _ := json.Marshal(f.lastBody(t)["messages"])
+	sent, _ := json.Marshal(f.LastBody(t)["messages"])
 	if strings.Contains(string(sent), "toolUse") || strings.Contains(string(sent), "toolResult") ||
 		!strings.Contains(string(sent), `{"text":"[called get_weather with {\"city\":\"Paris\"}]"}`) ||
 		!strings.Contains(string(sent), `{"text":"[get_weather returned: sunny]"}`) {

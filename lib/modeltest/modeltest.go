@@ -1,20 +1,16 @@
-// Package modeltest is the adapter matrix of issue 20: the same cases run over every agent.Model adapter against
-// the offline model (lib/offline), which speaks each provider's protocol and refuses every transcript that
-// provider would. An adapter's tests get the whole matrix by one call each:
+// Package modeltest is the adapter matrix of issue 20, and what the adapters' tests share: the same cases run
+// over every agent.Model adapter against the offline model (lib/offline), which speaks each provider's protocol
+// and refuses every transcript that provider would. It imports no adapter, so an adapter's own (internal) tests
+// can use its helpers: Serve (the offline model over HTTP, each request recorded), Collect, Deltas, Calls and
+// RequireError.
 //
-//	func TestMatrix(t *testing.T) { modeltest.Run(t, modeltest.Adapter{New: ...}) }
-//
-// Run has two halves. Stream cases call the adapter's Stream directly: text, usage, parallel tool calls,
+// RunStream runs the Stream cases, which call an adapter's Stream directly: text, usage, parallel tool calls,
 // reasoning, an HTTP error before the first event (retried, then failed), a failure after text began (not
 // retried), an abort (the caller cancels mid-stream: KindCanceled, nothing emitted after), and an invalid
-// transcript (a tool call without its result) refused by the offline model as the provider refuses it. Engine
-// turns run lib/engine over the adapter on the local stack (lib/devserver's SQLite, tools and engine
-// configuration): a plain turn, a reasoning turn with parallel tool calls and then a turn over that history
-// (accepted only if the adapter replays the stored transcript, reasoning included, as its provider requires), and
-// a model that fails before and after its reply began (model_error, model_interrupted).
+// transcript (a tool call without its result) refused by the offline model as the provider refuses it. Package
+// matrix beside it adds the engine's turns over the adapter on the local stack, and runs both by one call:
 //
-// Adapter.Check lets an adapter add the checks that are its own (e.g. how its reasoning was replayed) on the
-// request bodies the offline model received.
+//	func TestMatrix(t *testing.T) { matrix.Run(t, modeltest.Adapter{New: ...}) }
 package modeltest
 
 import (
@@ -31,9 +27,6 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
-	"github.com/agentloop/agentloop/lib/config"
-	"github.com/agentloop/agentloop/lib/devserver"
-	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/offline"
 )
 
@@ -45,12 +38,13 @@ type Adapter struct {
 	// Path is the path suffix of the adapter's model requests (e.g. "/chat/completions", "/converse-stream"):
 	// the bodies Offline.Bodies returns.
 	Path string
-	// Check, when set, runs after the engine's reasoning turns with the bodies of their three model requests
-	// (the tool round's two steps, then the next turn's one).
+	// Check, when set, runs after the engine's reasoning turns (package matrix) with the bodies of their three
+	// model requests (the tool round's two steps, then the next turn's one).
 	Check func(t *testing.T, bodies [][]byte)
 }
 
-// Offline is the offline model served over HTTP, with each request's path and body recorded.
+// Offline is the offline model served over HTTP, with each request's path, body and Authorization header
+// recorded.
 type Offline struct {
 	*offline.Server
 	// URL is the server's root ("http://127.0.0.1:PORT").
@@ -61,8 +55,8 @@ type Offline struct {
 }
 
 type recorded struct {
-	path string
-	body []byte
+	path, auth string
+	body       []byte
 }
 
 // Serve serves the offline model (1 ms /slow words unless opts say otherwise) until the test ends.
@@ -72,7 +66,7 @@ func Serve(t testing.TB, opts ...offline.Option) *Offline {
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		o.mu.Lock()
-		o.requests = append(o.requests, recorded{r.URL.Path, b})
+		o.requests = append(o.requests, recorded{path: r.URL.EscapedPath(), auth: r.Header.Get("Authorization"), body: b})
 		o.mu.Unlock()
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		o.Server.ServeHTTP(w, r)
@@ -95,20 +89,24 @@ func (o *Offline) Bodies(suffix string) [][]byte {
 	return out
 }
 
-// Run runs the whole matrix over a: the Stream cases, then the engine turns.
-func Run(t *testing.T, a Adapter) {
-	t.Run("Stream", func(t *testing.T) { RunStream(t, a) })
-	t.Run("Engine", func(t *testing.T) { RunEngine(t, a) })
-}
-
-// echoSpec is the tool the Stream cases offer.
-var echoSpec = agent.ToolSpec{Name: "echo", Description: "Echoes its input.",
+// EchoSpec is the tool the cases offer.
+var EchoSpec = agent.ToolSpec{Name: "echo", Description: "Echoes its input.",
 	Parameters: json.RawMessage(`{"type":"object","properties":{"v":{"type":"integer"}}}`)}
 
 func user(text string) agent.ModelMessage { return agent.ModelMessage{Role: "user", Text: text} }
 
+// Collect streams req on m and collects its events.
+func Collect(ctx context.Context, m agent.Model, req agent.ModelRequest) (agent.ModelResult, []agent.ModelEvent, error) {
+	var events []agent.ModelEvent
+	res, err := m.Stream(ctx, req, func(ev agent.ModelEvent) error {
+		events = append(events, ev)
+		return nil
+	})
+	return res, events, err
+}
+
 // stream runs req on m and collects its events; cancelAfter, when positive, cancels the call after that many
-// events.
+// events (an event after it fails the call).
 func stream(m agent.Model, req agent.ModelRequest, cancelAfter int) (agent.ModelResult, []agent.ModelEvent, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -126,7 +124,8 @@ func stream(m agent.Model, req agent.ModelRequest, cancelAfter int) (agent.Model
 	return res, events, err
 }
 
-func deltas(events []agent.ModelEvent, typ agent.ModelEventType) string {
+// Deltas is the deltas of the events of type typ, joined.
+func Deltas(events []agent.ModelEvent, typ agent.ModelEventType) string {
 	var b strings.Builder
 	for _, ev := range events {
 		if ev.Type == typ {
@@ -136,14 +135,27 @@ func deltas(events []agent.ModelEvent, typ agent.ModelEventType) string {
 	return b.String()
 }
 
-func calls(events []agent.ModelEvent) []string {
-	var out []string
+// Calls is the complete calls (EventToolCall) in the order they were emitted.
+func Calls(events []agent.ModelEvent) []agent.ToolCall {
+	var out []agent.ToolCall
 	for _, ev := range events {
 		if ev.Type == agent.EventToolCall {
-			out = append(out, ev.ToolName+" "+ev.Arguments)
+			out = append(out, agent.ToolCall{ID: ev.ToolCallID, Name: ev.ToolName, Arguments: ev.Arguments})
 		}
 	}
 	return out
+}
+
+// RequireError fails t unless err is an *agent.Error of kind and code whose text contains contains.
+func RequireError(t testing.TB, err error, kind agent.Kind, code string, contains string) {
+	t.Helper()
+	var ae *agent.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("error %v (%T) is not an *agent.Error", err, err)
+	}
+	if agent.KindOf(err) != kind || agent.CodeOf(err) != code || !strings.Contains(err.Error(), contains) {
+		t.Fatalf("error %q: kind %v code %q, want %v %q containing %q", err, agent.KindOf(err), agent.CodeOf(err), kind, code, contains)
+	}
 }
 
 // RunStream runs the Stream cases over a.
@@ -155,7 +167,7 @@ func RunStream(t *testing.T, a Adapter) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := deltas(events, agent.EventTextDelta); got != "You said: hello there" {
+		if got := Deltas(events, agent.EventTextDelta); got != "You said: hello there" {
 			t.Errorf("text %q", got)
 		}
 		u := res.Usage
@@ -166,23 +178,21 @@ func RunStream(t *testing.T, a Adapter) {
 	t.Run("parallel tool calls", func(t *testing.T) {
 		t.Parallel()
 		o := Serve(t)
-		req := agent.ModelRequest{Tools: []agent.ToolSpec{echoSpec}, Messages: []agent.ModelMessage{user(`/tool echo {"v":1} /tool echo {"v":2}`)}}
+		req := agent.ModelRequest{Tools: []agent.ToolSpec{EchoSpec}, Messages: []agent.ModelMessage{user(`/tool echo {"v":1} /tool echo {"v":2}`)}}
 		res, events, err := stream(a.New(o.URL), req, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := strings.Join(calls(events), "\n")
-		if res.FinishReason != agent.FinishToolCalls || strings.ReplaceAll(got, " ", "") != "echo{\"v\":1}\necho{\"v\":2}" {
+		cs := Calls(events)
+		var got []string
+		for _, c := range cs {
+			got = append(got, c.Name+strings.ReplaceAll(c.Arguments, " ", ""))
+		}
+		if res.FinishReason != agent.FinishToolCalls || strings.Join(got, "\n") != "echo{\"v\":1}\necho{\"v\":2}" {
 			t.Errorf("finish %s, calls %q", res.FinishReason, got)
 		}
-		var ids []string
-		for _, ev := range events {
-			if ev.Type == agent.EventToolCall {
-				ids = append(ids, ev.ToolCallID)
-			}
-		}
-		if len(ids) != 2 || ids[0] == "" || ids[0] == ids[1] {
-			t.Errorf("call ids %q", ids)
+		if len(cs) != 2 || cs[0].ID == "" || cs[0].ID == cs[1].ID {
+			t.Errorf("calls %+v: want two, with ids of their own", cs)
 		}
 	})
 	t.Run("reasoning", func(t *testing.T) {
@@ -192,7 +202,7 @@ func RunStream(t *testing.T, a Adapter) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r, text := deltas(events, agent.EventReasoningDelta), deltas(events, agent.EventTextDelta); r == "" || text != "You said: the answer" {
+		if r, text := Deltas(events, agent.EventReasoningDelta), Deltas(events, agent.EventTextDelta); r == "" || text != "You said: the answer" {
 			t.Errorf("reasoning %q, text %q", r, text)
 		}
 	})
@@ -211,7 +221,7 @@ func RunStream(t *testing.T, a Adapter) {
 		t.Parallel()
 		o := Serve(t)
 		_, events, err := stream(a.New(o.URL), agent.ModelRequest{Messages: []agent.ModelMessage{user("/error 500 after 3")}}, 0)
-		if err == nil || agent.KindOf(err) != agent.KindUnavailable || deltas(events, agent.EventTextDelta) == "" {
+		if err == nil || agent.KindOf(err) != agent.KindUnavailable || Deltas(events, agent.EventTextDelta) == "" {
 			t.Fatalf("err %v, events %v", err, events)
 		}
 		if n := o.Requests(); n != 1 {
@@ -232,7 +242,7 @@ func RunStream(t *testing.T, a Adapter) {
 	t.Run("invalid transcript refused", func(t *testing.T) {
 		t.Parallel()
 		o := Serve(t)
-		req := agent.ModelRequest{Tools: []agent.ToolSpec{echoSpec}, Messages: []agent.ModelMessage{
+		req := agent.ModelRequest{Tools: []agent.ToolSpec{EchoSpec}, Messages: []agent.ModelMessage{
 			user("call it"),
 			{Role: "assistant", ToolCalls: []agent.ToolCall{{ID: "call_1", Name: "echo", Arguments: `{"v":1}`}}},
 			user("and now?"), // the call has no result: every provider refuses this
@@ -247,113 +257,37 @@ func RunStream(t *testing.T, a Adapter) {
 	})
 }
 
-// Stack is the engine of the local stack over one adapter, against the offline model.
-type Stack struct {
-	Offline *Offline
-	Engine  *engine.Engine
-}
-
-// NewStack starts the local stack (devserver, in t.TempDir) with tools, and an engine over the adapter.
-func NewStack(t *testing.T, a Adapter, tools ...agent.Tool) *Stack {
+// LastBody is the JSON body of the last request, decoded (t fails when none was sent).
+func (o *Offline) LastBody(t testing.TB) map[string]any {
 	t.Helper()
-	o := Serve(t)
-	stack, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), ModelURL: o.URL + "/v1/",
-		Config: config.Config{Heartbeat: 50 * time.Millisecond, StaleAfter: time.Minute, SegmentFlush: 20 * time.Millisecond},
-		Tools:  func(agent.ValueStore, agent.Clock) []agent.Tool { return tools }})
-	if err != nil {
-		t.Fatal(err)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.requests) == 0 {
+		t.Fatal("no request was sent")
 	}
-	t.Cleanup(stack.Close)
-	eng := engine.New(engine.Deps{Store: stack.Store, Model: a.New(o.URL), Tools: stack.Tools, Reaper: stack.Reaper, Signer: stack.Signer},
-		stack.Engine.Config())
-	return &Stack{Offline: o, Engine: eng}
+	var body map[string]any
+	_ = json.Unmarshal(o.requests[len(o.requests)-1].body, &body)
+	return body
 }
 
-// Turn is what one turn produced: the run, and the text and reasoning its client stream carried.
-type Turn struct {
-	Run             agent.Run
-	Text, Reasoning string
-	Stream          string // the client stream as sent
-}
-
-// Turn submits a user message (id, text) to thread and streams the run to its end.
-func (s *Stack) Turn(t *testing.T, thread, id, text string) Turn {
-	t.Helper()
-	p, _ := json.Marshal(map[string]string{"type": "text", "text": text})
-	tr, err := s.Engine.Begin(context.Background(), engine.Request{Owner: "alice", ThreadID: thread, Kind: engine.TurnSubmit,
-		Message: &agent.Message{ID: id, Role: agent.RoleUser, Parts: []json.RawMessage{p}}})
-	if err != nil {
-		t.Fatalf("begin: %v", err)
+// Paths is the (escaped) path of each request, in the order they came.
+func (o *Offline) Paths() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, len(o.requests))
+	for i, r := range o.requests {
+		out[i] = r.path
 	}
-	var buf bytes.Buffer
-	out := Turn{Run: tr.Stream(context.Background(), &buf), Stream: buf.String()}
-	var txt, reasoning strings.Builder
-	for _, frame := range strings.Split(out.Stream, "\n\n") {
-		var c map[string]any
-		if json.Unmarshal([]byte(strings.TrimPrefix(frame, "data: ")), &c) != nil {
-			continue
-		}
-		switch c["type"] {
-		case "text-delta":
-			txt.WriteString(c["delta"].(string))
-		case "reasoning-delta":
-			reasoning.WriteString(c["delta"].(string))
-		}
-	}
-	out.Text, out.Reasoning = txt.String(), reasoning.String()
 	return out
 }
 
-// Echo is the tool the engine turns offer: it returns its input.
-var Echo = agent.Tool{Name: "echo", Description: echoSpec.Description, InputSchema: echoSpec.Parameters,
-	Execute: func(_ context.Context, inv agent.ToolInvocation) (json.RawMessage, error) { return inv.Input, nil }}
-
-// RunEngine runs the engine turns over a.
-func RunEngine(t *testing.T, a Adapter) {
-	t.Run("text and usage", func(t *testing.T) {
-		t.Parallel()
-		s := NewStack(t, a, Echo)
-		turn := s.Turn(t, "t1", "m1", "hello there")
-		if turn.Run.Status != agent.RunCompleted || turn.Text != "You said: hello there" || turn.Run.Usage.InputTokens <= 0 || turn.Run.Usage.OutputTokens <= 0 {
-			t.Fatalf("run %+v text %q", turn.Run, turn.Text)
-		}
-	})
-	t.Run("reasoning and parallel tools, then a turn over them", func(t *testing.T) {
-		t.Parallel()
-		s := NewStack(t, a, Echo)
-		turn := s.Turn(t, "t1", "m1", `/think /tool echo {"v":1} /tool echo {"v":2}`)
-		if turn.Run.Status != agent.RunCompleted || turn.Text != "Tool echo returned: {\"v\":1}\nTool echo returned: {\"v\":2}" ||
-			!strings.HasPrefix(turn.Reasoning, "Thinking about: /tool echo") {
-			t.Fatalf("run %+v text %q reasoning %q", turn.Run, turn.Text, turn.Reasoning)
-		}
-		if strings.Contains(turn.Stream, "signature") || strings.Contains(turn.Stream, "encrypted") {
-			t.Errorf("the client stream carries the provider's reasoning state:\n%s", turn.Stream)
-		}
-		// The offline model refuses a history its provider would (a result missing or misplaced, reasoning not
-		// replayed where the provider needs it): this turn is accepted only over a valid transcript.
-		turn = s.Turn(t, "t1", "m2", "and now?")
-		if turn.Run.Status != agent.RunCompleted || turn.Text != "You said: and now?" {
-			t.Fatalf("run %+v text %q", turn.Run, turn.Text)
-		}
-		bodies := s.Offline.Bodies(a.Path)
-		if len(bodies) != 3 {
-			t.Fatalf("%d model requests, want 3 (two steps, then one)", len(bodies))
-		}
-		if a.Check != nil {
-			a.Check(t, bodies)
-		}
-	})
-	t.Run("model errors", func(t *testing.T) {
-		t.Parallel()
-		s := NewStack(t, a, Echo)
-		for _, tt := range []struct{ id, text, code string }{
-			{"m1", "/error 400", agent.CodeModelError},
-			{"m2", "/error 500 after 3", agent.CodeModelInterrupted},
-		} {
-			turn := s.Turn(t, "t-"+tt.id, tt.id, tt.text)
-			if turn.Run.Status != agent.RunFailed || turn.Run.Error == nil || turn.Run.Error.Code != tt.code {
-				t.Errorf("%s: run %+v, want failed with %s", tt.text, turn.Run, tt.code)
-			}
-		}
-	})
+// Auths is the Authorization header of each request, in the order they came.
+func (o *Offline) Auths() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, len(o.requests))
+	for i, r := range o.requests {
+		out[i] = r.auth
+	}
+	return out
 }

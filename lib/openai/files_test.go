@@ -99,7 +99,7 @@ func TestFiles(t *testing.T) {
 			if tt.wantData == "" {
 				return
 			}
-			content := f.lastBody(t)["messages"].([]any)[0].(map[string]any)["content"].([]any)
+			content := f.LastBody(t)["messages"].([]any)[0].(map[string]any)["content"].([]any)
 			for _, p := range content {
 				if p := p.(map[string]any); p["type"] == "file" {
 					if got := p["file"].(map[string]any)["file_data"]; got != tt.wantData {
@@ -124,8 +124,8 @@ func TestFileDownloadFails(t *testing.T) {
 		Files: []agent.ModelFile{{MediaType: "application/pdf", URL: files.URL + "/missing.pdf"}}}}}
 	_, _, err := run(context.Background(), m, req)
 	requireError(t, err, agent.KindUnavailable, agent.CodeModelError, "a file could not be downloaded (HTTP 404)")
-	if f.srv.Requests() != 0 {
-		t.Fatalf("the model was asked %d times", f.srv.Requests())
+	if f.Requests() != 0 {
+		t.Fatalf("the model was asked %d times", f.Requests())
 	}
 }
 
@@ -152,8 +152,8 @@ func TestInvalidFileRefused(t *testing.T) {
 			req := agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: "/received", Files: []agent.ModelFile{tt.file}}}}
 			_, _, err := run(context.Background(), f.model(nil), req)
 			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.why)
-			if f.srv.Requests() != 1 {
-				t.Fatalf("requests = %d, want 1 (a 400 is not retried)", f.srv.Requests())
+			if f.Requests() != 1 {
+				t.Fatalf("requests = %d, want 1 (a 400 is not retried)", f.Requests())
 			}
 		})
 	}
@@ -215,7 +215,7 @@ func TestOlderFileUnavailable(t *testing.T) {
 	if got := textOf(events, agent.EventTextDelta); got != "You said: and now?" {
 		t.Fatalf("reply %q", got)
 	}
-	first := f.lastBody(t)["messages"].([]any)[0].(map[string]any)["content"]
+	first := f.LastBody(t)["messages"].([]any)[0].(map[string]any)["content"]
 	if s := fmt.Sprint(first); !strings.Contains(s, "[attachment q3.pdf (application/pdf) no longer available]") || strings.Contains(s, "secret") {
 		t.Fatalf("the older message sent: %v", first)
 	}
@@ -244,7 +244,7 @@ func TestRequestFileBytesBounded(t *testing.T) {
 	if _, _, err := run(context.Background(), m, req); err != nil {
 		t.Fatal(err)
 	}
-	msgs := f.lastBody(t)["messages"].([]any)
+	msgs := f.LastBody(t)["messages"].([]any)
 	if s := fmt.Sprint(msgs[0]); !strings.Contains(s, "[attachment old.pdf (application/pdf) not shown: the request's files are over") {
 		t.Fatalf("the oldest file was sent: %.300s", s)
 	}
@@ -308,7 +308,7 @@ func TestOlderImageUnavailable(t *testing.T) {
 	if got := textOf(events, agent.EventTextDelta); got != "You said: and now?" {
 		t.Fatalf("reply %q", got)
 	}
-	first := fmt.Sprint(f.lastBody(t)["messages"].([]any)[0].(map[string]any)["content"])
+	first := fmt.Sprint(f.LastBody(t)["messages"].([]any)[0].(map[string]any)["content"])
 	png := "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngFile)
 	for _, want := range []string{"[attachment chart.png (image/png) no longer available]", "[attachment page.png (image/png) no longer available]"} {
 		if !strings.Contains(first, want) {
@@ -356,7 +356,7 @@ func TestOlderImagesCountInTheRequestBytes(t *testing.T) {
 	if _, _, err := run(context.Background(), m, req); err != nil {
 		t.Fatal(err)
 	}
-	msgs := f.lastBody(t)["messages"].([]any)
+	msgs := f.LastBody(t)["messages"].([]any)
 	if s := fmt.Sprint(msgs[0]); !strings.Contains(s, "[attachment old.png (image/png) not shown: the request's files are over") {
 		t.Fatalf("the oldest image was sent: %.300s", s)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/modeltest"
+	"github.com/agentloop/agentloop/lib/modeltest/matrix"
 	"github.com/agentloop/agentloop/lib/openai"
 )
 
@@ -14,7 +15,7 @@ import (
 // engine's turns over the offline /v1/chat/completions, which refuses every transcript OpenAI would.
 func TestMatrix(t *testing.T) {
 	t.Parallel()
-	modeltest.Run(t, modeltest.Adapter{
+	matrix.Run(t, modeltest.Adapter{
 		Path: "/chat/completions",
 		New: func(root string) agent.Model {
 			return openai.New(openai.Config{BaseURL: root + "/v1/", Model: "offline", BackoffBase: time.Millisecond,

@@ -21,37 +21,22 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modeltest"
 	"github.com/agentloop/agentloop/lib/offline"
 )
 
-// fixture is the real adapter talking HTTP to the offline model, with the requests it sent recorded.
+// fixture is the real adapter talking HTTP to the offline model, with the requests it sent recorded
+// (modeltest.Serve).
 type fixture struct {
-	srv *offline.Server
+	*modeltest.Offline
 	url string
-
-	mu       sync.Mutex
-	bodies   []map[string]any
-	authList []string
 }
 
 // setup serves the offline model (1 ms /slow words unless opts say otherwise) behind a recorder.
 func setup(t *testing.T, opts ...offline.Option) *fixture {
 	t.Helper()
-	f := &fixture{srv: offline.New(append([]offline.Option{offline.WithWordDelay(time.Millisecond)}, opts...)...)}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		var body map[string]any
-		_ = json.Unmarshal(b, &body)
-		f.mu.Lock()
-		f.bodies = append(f.bodies, body)
-		f.authList = append(f.authList, r.Header.Get("Authorization"))
-		f.mu.Unlock()
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		f.srv.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ts.Close)
-	f.url = ts.URL + "/v1/"
-	return f
+	o := modeltest.Serve(t, opts...)
+	return &fixture{Offline: o, url: o.URL + "/v1/"}
 }
 
 // model returns an adapter for the fixture with millisecond backoff; change adjusts the config.
@@ -68,61 +53,21 @@ func (f *fixture) model(change func(*Config)) *Model {
 	return New(cfg)
 }
 
-func (f *fixture) lastBody(t *testing.T) map[string]any {
-	t.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.bodies) == 0 {
-		t.Fatal("no request was sent")
-	}
-	return f.bodies[len(f.bodies)-1]
-}
-
 func userReq(text string) agent.ModelRequest {
 	return agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: text}}}
 }
 
 // run streams req and collects the events.
 func run(ctx context.Context, m *Model, req agent.ModelRequest) (agent.ModelResult, []agent.ModelEvent, error) {
-	var events []agent.ModelEvent
-	res, err := m.Stream(ctx, req, func(ev agent.ModelEvent) error {
-		events = append(events, ev)
-		return nil
-	})
-	return res, events, err
+	return modeltest.Collect(ctx, m, req)
 }
 
-func textOf(events []agent.ModelEvent, typ agent.ModelEventType) string {
-	var b strings.Builder
-	for _, ev := range events {
-		if ev.Type == typ {
-			b.WriteString(ev.Delta)
-		}
-	}
-	return b.String()
-}
-
-// callsOf returns the complete calls (EventToolCall) in the order they were emitted.
-func callsOf(events []agent.ModelEvent) []agent.ToolCall {
-	var out []agent.ToolCall
-	for _, ev := range events {
-		if ev.Type == agent.EventToolCall {
-			out = append(out, agent.ToolCall{ID: ev.ToolCallID, Name: ev.ToolName, Arguments: ev.Arguments})
-		}
-	}
-	return out
-}
-
-func requireError(t *testing.T, err error, kind agent.Kind, code string, contains string) {
-	t.Helper()
-	var ae *agent.Error
-	if !errors.As(err, &ae) {
-		t.Fatalf("error %v (%T) is not an *agent.Error", err, err)
-	}
-	if agent.KindOf(err) != kind || agent.CodeOf(err) != code || !strings.Contains(err.Error(), contains) {
-		t.Fatalf("error %q: kind %v code %q, want %v %q containing %q", err, agent.KindOf(err), agent.CodeOf(err), kind, code, contains)
-	}
-}
+// The helpers every adapter's tests share (lib/modeltest).
+var (
+	textOf       = modeltest.Deltas
+	callsOf      = modeltest.Calls
+	requireError = modeltest.RequireError
+)
 
 func TestPlainReply(t *testing.T) {
 	t.Parallel()
@@ -147,7 +92,7 @@ func TestPlainReply(t *testing.T) {
 	}
 
 	// The request: streamed with usage, bounded output, the key as bearer token, no tools.
-	body := f.lastBody(t)
+	body := f.LastBody(t)
 	if body["stream"] != true || body["model"] != "test-model" || body["max_completion_tokens"] != float64(DefaultMaxOutputTokens) {
 		t.Fatalf("request body %v", body)
 	}
@@ -157,8 +102,8 @@ func TestPlainReply(t *testing.T) {
 	if _, ok := body["tools"]; ok {
 		t.Fatalf("tools sent without any: %v", body["tools"])
 	}
-	if f.authList[0] != "Bearer sk-test" {
-		t.Fatalf("authorization %q", f.authList[0])
+	if f.Auths()[0] != "Bearer sk-test" {
+		t.Fatalf("authorization %q", f.Auths()[0])
 	}
 	if _, ok := body["prompt_cache_key"]; ok {
 		t.Fatal("prompt_cache_key sent without a CacheKey")
@@ -171,7 +116,7 @@ func TestPlainReply(t *testing.T) {
 	if _, _, err := run(context.Background(), m, req); err != nil {
 		t.Fatal(err)
 	}
-	if body := f.lastBody(t); body["prompt_cache_key"] != "thread-1" {
+	if body := f.LastBody(t); body["prompt_cache_key"] != "thread-1" {
 		t.Fatalf("prompt_cache_key %v", body["prompt_cache_key"])
 	}
 }
@@ -224,9 +169,9 @@ func TestToolCallRoundTrip(t *testing.T) {
 	}
 
 	// The tools went out as function tools; a tool without a schema gets an empty object schema.
-	sent, _ := f.lastBody(t)["tools"].([]any)
+	sent, _ := f.LastBody(t)["tools"].([]any)
 	if len(sent) != 2 {
-		t.Fatalf("tools %v", f.lastBody(t)["tools"])
+		t.Fatalf("tools %v", f.LastBody(t)["tools"])
 	}
 	fn := sent[0].(map[string]any)["function"].(map[string]any)
 	if sent[0].(map[string]any)["type"] != "function" || fn["name"] != "add_note" || fn["description"] != "Add a note" ||
@@ -251,7 +196,7 @@ func TestToolCallRoundTrip(t *testing.T) {
 		textOf(events, agent.EventTextDelta) != want || len(callsOf(events)) != 0 {
 		t.Fatalf("result %+v events %+v", res, events)
 	}
-	msgs, _ := f.lastBody(t)["messages"].([]any)
+	msgs, _ := f.LastBody(t)["messages"].([]any)
 	if len(msgs) != 4 || msgs[0].(map[string]any)["role"] != "system" || msgs[3].(map[string]any)["tool_call_id"] != call.ID {
 		t.Fatalf("messages %v", msgs)
 	}
@@ -451,7 +396,7 @@ func TestRetries(t *testing.T) {
 			f := setup(t)
 			m := f.model(func(c *Config) { c.MaxRetries = tt.maxRetries })
 			res, events, err := run(context.Background(), m, userReq(tt.text))
-			if got := f.srv.Requests(); got != tt.requests {
+			if got := f.Requests(); got != tt.requests {
 				t.Fatalf("requests = %d, want %d", got, tt.requests)
 			}
 			if tt.wantErr == "" {
@@ -483,8 +428,8 @@ func TestErrorMidStream(t *testing.T) {
 			res, events, err := run(context.Background(), f.model(nil), userReq(tt.text))
 			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.contains)
 			// Deltas were emitted before the failure, so the adapter must not retry.
-			if f.srv.Requests() != 1 {
-				t.Fatalf("requests = %d, want 1", f.srv.Requests())
+			if f.Requests() != 1 {
+				t.Fatalf("requests = %d, want 1", f.Requests())
 			}
 			if textOf(events, agent.EventTextDelta) != "word1 word2 word3" {
 				t.Fatalf("events %+v", events)
@@ -603,8 +548,8 @@ func TestCancel(t *testing.T) {
 				return nil
 			})
 			requireError(t, err, agent.KindCanceled, tt.code, "model call canceled")
-			if f.srv.Requests() != 1 || len(events) != 1 {
-				t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+			if f.Requests() != 1 || len(events) != 1 {
+				t.Fatalf("requests = %d, events %+v", f.Requests(), events)
 			}
 		})
 	}
@@ -649,8 +594,8 @@ func TestCancel(t *testing.T) {
 		})
 		_, _, err := run(ctx, m, userReq("/error 503"))
 		requireError(t, err, agent.KindCanceled, agent.CodeRunCanceled, "canceled")
-		if f.srv.Requests() != 1 {
-			t.Fatalf("requests = %d", f.srv.Requests())
+		if f.Requests() != 1 {
+			t.Fatalf("requests = %d", f.Requests())
 		}
 	})
 }
@@ -672,8 +617,8 @@ func TestEmitErrorAborts(t *testing.T) {
 		calls++
 		return stop
 	})
-	if err != stop || calls != 1 || f.srv.Requests() != 1 {
-		t.Fatalf("err %v after %d emits and %d requests", err, calls, f.srv.Requests())
+	if err != stop || calls != 1 || f.Requests() != 1 {
+		t.Fatalf("err %v after %d emits and %d requests", err, calls, f.Requests())
 	}
 }
 
@@ -710,7 +655,7 @@ func TestOutputTokenLimit(t *testing.T) {
 	if res, events, err = run(context.Background(), m, req); err != nil || textOf(events, agent.EventTextDelta) != "You said: one" {
 		t.Fatalf("result %+v err %v", res, err)
 	}
-	if got := f.lastBody(t)["max_completion_tokens"]; got != float64(3) {
+	if got := f.LastBody(t)["max_completion_tokens"]; got != float64(3) {
 		t.Fatalf("max_completion_tokens %v", got)
 	}
 }
@@ -743,7 +688,7 @@ func TestCompatibility(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			body := f.lastBody(t)
+			body := f.LastBody(t)
 			for _, field := range []string{"max_completion_tokens", "max_tokens"} {
 				if _, sent := body[field]; sent != (field == tt.wantField) {
 					t.Fatalf("%s sent = %v in %v", field, sent, body)
@@ -828,8 +773,8 @@ func TestInvalidRequests(t *testing.T) {
 			t.Fatalf("%s: error %v, want an internal *agent.Error", tt.name, err)
 		}
 	}
-	if f.srv.Requests() != 0 {
-		t.Fatalf("requests = %d, want 0", f.srv.Requests())
+	if f.Requests() != 0 {
+		t.Fatalf("requests = %d, want 0", f.Requests())
 	}
 }
 
@@ -1003,8 +948,8 @@ func TestInvalidTranscript(t *testing.T) {
 			if code, msg := agent.Public(err); code != agent.CodeModelError || msg != "the model provider returned HTTP 400" {
 				t.Fatalf("public (%q, %q)", code, msg)
 			}
-			if f.srv.Requests() != 1 || len(events) != 0 {
-				t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+			if f.Requests() != 1 || len(events) != 0 {
+				t.Fatalf("requests = %d, events %+v", f.Requests(), events)
 			}
 		})
 	}
@@ -1104,7 +1049,7 @@ func TestInputExamplesFoldedIntoDescription(t *testing.T) {
 	if _, _, err := run(context.Background(), m, req); err != nil {
 		t.Fatal(err)
 	}
-	sent, _ := f.lastBody(t)["tools"].([]any)
+	sent, _ := f.LastBody(t)["tools"].([]any)
 	want := []string{"Add a note\n\nInput examples:\n{\"text\":\"buy milk\"}\n{\"text\":\"call Ann\"}", "List notes"}
 	for i, w := range want {
 		fn := sent[i].(map[string]any)["function"].(map[string]any)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/modeltest"
+	"github.com/agentloop/agentloop/lib/modeltest/matrix"
 	"github.com/agentloop/agentloop/lib/openairesponses"
 )
 
@@ -20,7 +21,7 @@ import (
 // issued (and verified).
 func TestMatrix(t *testing.T) {
 	t.Parallel()
-	modeltest.Run(t, modeltest.Adapter{
+	matrix.Run(t, modeltest.Adapter{
 		Path: "/responses",
 		New: func(root string) agent.Model {
 			return openairesponses.New(openairesponses.Config{BaseURL: root + "/v1/", Model: "offline", BackoffBase: time.Millisecond,

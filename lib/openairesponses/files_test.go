@@ -44,7 +44,7 @@ func TestPDFByURLDownloaded(t *testing.T) {
 	if gets.Load() != 1 {
 		t.Fatalf("%d downloads of one file", gets.Load())
 	}
-	part := f.lastBody(t)["input"].([]any)[0].(map[string]any)["content"].([]any)[1].(map[string]any)
+	part := f.LastBody(t)["input"].([]any)[0].(map[string]any)["content"].([]any)[1].(map[string]any)
 	if part["type"] != "input_file" || !strings.HasPrefix(part["file_data"].(string), "data:application/pdf;base64,") {
 		t.Fatalf("part %v", part)
 	}
@@ -67,7 +67,7 @@ func TestOlderFileUnavailable(t *testing.T) {
 	if _, _, err := run(context.Background(), m, req); err != nil {
 		t.Fatalf("a turn over an older file that is gone: %v", err)
 	}
-	first := fmt.Sprint(f.lastBody(t)["input"].([]any)[0])
+	first := fmt.Sprint(f.LastBody(t)["input"].([]any)[0])
 	if !strings.Contains(first, "[attachment q3.pdf (application/pdf) no longer available]") || strings.Contains(first, "secret") {
 		t.Fatalf("the older message sent: %v", first)
 	}
@@ -95,7 +95,7 @@ func TestRequestFileBytesBounded(t *testing.T) {
 	if _, _, err := run(context.Background(), m, req); err != nil {
 		t.Fatal(err)
 	}
-	input := f.lastBody(t)["input"].([]any)
+	input := f.LastBody(t)["input"].([]any)
 	if s := fmt.Sprint(input[0]); !strings.Contains(s, "[attachment old.pdf (application/pdf) not shown: the request's files are over") {
 		t.Fatalf("the oldest file was sent: %.300s", s)
 	}

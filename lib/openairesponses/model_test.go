@@ -18,36 +18,22 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modeltest"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openaiwire"
 )
 
 // fixture is the real adapter talking HTTP to the offline model's /v1/responses, with the requests it sent
-// recorded.
+// recorded (modeltest.Serve).
 type fixture struct {
-	srv *offline.Server
+	*modeltest.Offline
 	url string
-
-	mu     sync.Mutex
-	bodies []map[string]any
 }
 
 func setup(t *testing.T, opts ...offline.Option) *fixture {
 	t.Helper()
-	f := &fixture{srv: offline.New(append([]offline.Option{offline.WithWordDelay(time.Millisecond)}, opts...)...)}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		var body map[string]any
-		_ = json.Unmarshal(b, &body)
-		f.mu.Lock()
-		f.bodies = append(f.bodies, body)
-		f.mu.Unlock()
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		f.srv.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ts.Close)
-	f.url = ts.URL + "/v1/"
-	return f
+	o := modeltest.Serve(t, opts...)
+	return &fixture{Offline: o, url: o.URL + "/v1/"}
 }
 
 func (f *fixture) model(change func(*Config)) *Model {
@@ -58,59 +44,20 @@ func (f *fixture) model(change func(*Config)) *Model {
 	return New(cfg)
 }
 
-func (f *fixture) lastBody(t *testing.T) map[string]any {
-	t.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.bodies) == 0 {
-		t.Fatal("no request was sent")
-	}
-	return f.bodies[len(f.bodies)-1]
-}
-
 func userReq(text string) agent.ModelRequest {
 	return agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: text}}}
 }
 
 func run(ctx context.Context, m *Model, req agent.ModelRequest) (agent.ModelResult, []agent.ModelEvent, error) {
-	var events []agent.ModelEvent
-	res, err := m.Stream(ctx, req, func(ev agent.ModelEvent) error {
-		events = append(events, ev)
-		return nil
-	})
-	return res, events, err
+	return modeltest.Collect(ctx, m, req)
 }
 
-func textOf(events []agent.ModelEvent, typ agent.ModelEventType) string {
-	var b strings.Builder
-	for _, ev := range events {
-		if ev.Type == typ {
-			b.WriteString(ev.Delta)
-		}
-	}
-	return b.String()
-}
-
-func callsOf(events []agent.ModelEvent) []agent.ToolCall {
-	var out []agent.ToolCall
-	for _, ev := range events {
-		if ev.Type == agent.EventToolCall {
-			out = append(out, agent.ToolCall{ID: ev.ToolCallID, Name: ev.ToolName, Arguments: ev.Arguments})
-		}
-	}
-	return out
-}
-
-func requireError(t *testing.T, err error, kind agent.Kind, code string, contains string) {
-	t.Helper()
-	var ae *agent.Error
-	if !errors.As(err, &ae) {
-		t.Fatalf("error %v (%T) is not an *agent.Error", err, err)
-	}
-	if agent.KindOf(err) != kind || agent.CodeOf(err) != code || !strings.Contains(err.Error(), contains) {
-		t.Fatalf("error %q: kind %v code %q, want %v %q containing %q", err, agent.KindOf(err), agent.CodeOf(err), kind, code, contains)
-	}
-}
+// The helpers every adapter's tests share (lib/modeltest).
+var (
+	textOf       = modeltest.Deltas
+	callsOf      = modeltest.Calls
+	requireError = modeltest.RequireError
+)
 
 func TestPlainReply(t *testing.T) {
 	t.Parallel()
@@ -130,7 +77,7 @@ func TestPlainReply(t *testing.T) {
 	if last := events[len(events)-1]; last.More {
 		t.Fatalf("last event has More: %+v", last)
 	}
-	body := f.lastBody(t)
+	body := f.LastBody(t)
 	for k, want := range map[string]any{"store": false, "stream": true, "instructions": "Be brief.", "model": "gpt-5-mini",
 		"max_output_tokens": float64(DefaultMaxOutputTokens)} {
 		if !reflect.DeepEqual(body[k], want) {
@@ -149,7 +96,7 @@ func TestPlainReply(t *testing.T) {
 	if _, _, err := run(context.Background(), f.model(func(c *Config) { c.ReasoningSummary = ReasoningNone; c.PromptCacheKey = "thread-1" }), userReq("hi")); err != nil {
 		t.Fatal(err)
 	}
-	body = f.lastBody(t)
+	body = f.LastBody(t)
 	if _, ok := body["reasoning"]; ok || body["include"] != nil || body["prompt_cache_key"] != "thread-1" {
 		t.Fatalf("body %v", body)
 	}
@@ -159,7 +106,7 @@ func TestPlainReply(t *testing.T) {
 	if _, _, err := run(context.Background(), f.model(func(c *Config) { c.PromptCacheKey = "thread-1" }), req); err != nil {
 		t.Fatal(err)
 	}
-	if body = f.lastBody(t); body["prompt_cache_key"] != "thread-2" {
+	if body = f.LastBody(t); body["prompt_cache_key"] != "thread-2" {
 		t.Fatalf("prompt_cache_key %v, want the request's", body["prompt_cache_key"])
 	}
 }
@@ -196,7 +143,7 @@ func TestToolCallRoundTrip(t *testing.T) {
 	if frags.String() != calls[0].Arguments {
 		t.Fatalf("fragments %q", frags.String())
 	}
-	tool := f.lastBody(t)["tools"].([]any)[0].(map[string]any)
+	tool := f.LastBody(t)["tools"].([]any)[0].(map[string]any)
 	if tool["strict"] != false || tool["type"] != "function" || tool["description"] != "Weather for a city.\n\nInput examples:\n{\"city\":\"Paris\"}" {
 		t.Fatalf("tool %v", tool)
 	}
@@ -211,7 +158,7 @@ func TestToolCallRoundTrip(t *testing.T) {
 	if got := textOf(events, agent.EventTextDelta); got != "Tool get_weather returned: sunny" || res.FinishReason != agent.FinishStop {
 		t.Fatalf("text %q result %+v", got, res)
 	}
-	input := f.lastBody(t)["input"].([]any)
+	input := f.LastBody(t)["input"].([]any)
 	if got := input[1].(map[string]any); got["type"] != "function_call" || got["call_id"] != calls[0].ID {
 		t.Fatalf("function_call item %v", got)
 	}
@@ -290,7 +237,7 @@ func TestReasoningReplayed(t *testing.T) {
 	if got := textOf(events, agent.EventTextDelta); got != "Tool lookup returned: found" {
 		t.Fatalf("text %q", got)
 	}
-	input := f.lastBody(t)["input"].([]any)
+	input := f.LastBody(t)["input"].([]any)
 	if got := input[1].(map[string]any); got["type"] != "reasoning" || got["encrypted_content"] != items[0]["encrypted_content"] {
 		t.Fatalf("replayed item %v", got)
 	}
@@ -304,7 +251,7 @@ func TestReasoningReplayed(t *testing.T) {
 	if _, _, err := run(context.Background(), m, agent.ModelRequest{Messages: []agent.ModelMessage{msgs[0], other, msgs[2]}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.lastBody(t)["input"].([]any)[1].(map[string]any); got["type"] != "function_call" {
+	if got := f.LastBody(t)["input"].([]any)[1].(map[string]any); got["type"] != "function_call" {
 		t.Fatalf("foreign reasoning data sent: %v", got)
 	}
 
@@ -370,7 +317,7 @@ func TestRetries(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			res, events, err := run(context.Background(), f.model(func(c *Config) { c.MaxRetries = tt.maxRetries }), userReq(tt.text))
-			if got := f.srv.Requests(); got != tt.requests {
+			if got := f.Requests(); got != tt.requests {
 				t.Fatalf("requests = %d, want %d", got, tt.requests)
 			}
 			if tt.wantErr == "" {
@@ -400,8 +347,8 @@ func TestErrorMidStream(t *testing.T) {
 			f := setup(t)
 			res, events, err := run(context.Background(), f.model(nil), userReq(tt.text))
 			requireError(t, err, agent.KindUnavailable, agent.CodeModelError, tt.contains)
-			if f.srv.Requests() != 1 {
-				t.Fatalf("requests = %d, want 1 (deltas went out: no retry)", f.srv.Requests())
+			if f.Requests() != 1 {
+				t.Fatalf("requests = %d, want 1 (deltas went out: no retry)", f.Requests())
 			}
 			if textOf(events, agent.EventTextDelta) != "word1 word2 word3" || res.FinishReason != agent.FinishError || res.Model != "test-model" {
 				t.Fatalf("events %+v result %+v", events, res)
@@ -439,7 +386,7 @@ func TestFiles(t *testing.T) {
 	if got := textOf(events, agent.EventTextDelta); got != "text\nimage_url image/png 8 bytes\nfile application/pdf r.pdf 9 bytes" {
 		t.Fatalf("received %q", got)
 	}
-	content := f.lastBody(t)["input"].([]any)[0].(map[string]any)["content"].([]any)
+	content := f.LastBody(t)["input"].([]any)[0].(map[string]any)["content"].([]any)
 	want := []any{
 		map[string]any{"type": "input_text", "text": "/received"},
 		map[string]any{"type": "input_image", "image_url": png, "detail": "auto"},
@@ -478,8 +425,8 @@ func TestCancel(t *testing.T) {
 				return nil
 			})
 			requireError(t, err, agent.KindCanceled, tt.code, "model call canceled")
-			if f.srv.Requests() != 1 || len(events) != 1 {
-				t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+			if f.Requests() != 1 || len(events) != 1 {
+				t.Fatalf("requests = %d, events %+v", f.Requests(), events)
 			}
 		})
 	}
@@ -490,8 +437,8 @@ func TestEmitErrorAborts(t *testing.T) {
 	f := setup(t)
 	stop := errors.New("client gone")
 	_, err := f.model(nil).Stream(context.Background(), userReq("/slow 50"), func(agent.ModelEvent) error { return stop })
-	if !errors.Is(err, stop) || f.srv.Requests() != 1 {
-		t.Fatalf("err %v requests %d", err, f.srv.Requests())
+	if !errors.Is(err, stop) || f.Requests() != 1 {
+		t.Fatalf("err %v requests %d", err, f.Requests())
 	}
 }
 
@@ -551,8 +498,8 @@ func TestInvalidTranscript(t *testing.T) {
 			if code, msg := agent.Public(err); code != agent.CodeModelError || msg != "the model provider returned HTTP 400" {
 				t.Fatalf("public (%q, %q)", code, msg)
 			}
-			if f.srv.Requests() != 1 || len(events) != 0 {
-				t.Fatalf("requests = %d, events %+v", f.srv.Requests(), events)
+			if f.Requests() != 1 || len(events) != 0 {
+				t.Fatalf("requests = %d, events %+v", f.Requests(), events)
 			}
 		})
 	}
@@ -599,7 +546,7 @@ func TestEmbed(t *testing.T) {
 	if err != nil || len(vecs) != 2 || len(vecs[0]) != offline.EmbeddingDims || reflect.DeepEqual(vecs[0], vecs[1]) {
 		t.Fatalf("vectors %d (%v)", len(vecs), err)
 	}
-	if body := f.lastBody(t); body["model"] != DefaultEmbeddingModel || m.EmbeddingModel() != DefaultEmbeddingModel {
+	if body := f.LastBody(t); body["model"] != DefaultEmbeddingModel || m.EmbeddingModel() != DefaultEmbeddingModel {
 		t.Fatalf("body %v", body)
 	}
 	var _ agent.Embedder = m
