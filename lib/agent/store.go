@@ -53,7 +53,8 @@ type ThreadStore interface {
 	// may not replace is returned unchanged, with false and no error. So the owner's title wins whether it lands
 	// before or after the generated one, and a generated title never overwrites a title anyone chose or generated.
 	// UpdatedAt is left alone: a title is not activity, and the thread keeps its place in ListThreads. An empty
-	// title is KindInvalid/CodeInvalidTitle; unknown or tombstoned id: KindNotFound.
+	// title is KindInvalid/CodeInvalidTitle; unknown or tombstoned id: KindNotFound; another incarnation of the id
+	// (g.CreatedAt): false, as a title it may not replace.
 	SetGeneratedTitle(ctx context.Context, g GeneratedTitle) (Thread, bool, error)
 	// DeleteThread removes the thread and everything under it (messages, runs, segments, interrupts, jobs, queue): first a tombstone,
 	// written only when no claim is held (else KindConflict/CodeRunActive, and nothing changes); then the
@@ -70,6 +71,10 @@ type ThreadStore interface {
 // GeneratedTitle is a title made for a thread (ThreadStore.SetGeneratedTitle).
 type GeneratedTitle struct {
 	ThreadID string
+	// CreatedAt is the thread's creation time, which names its incarnation: a thread created again on the id
+	// after a delete is another one, and the write leaves it alone (nothing of an old incarnation writes into a
+	// new one).
+	CreatedAt time.Time
 	// Replaces is the thread's title when the title was asked for; the write happens only if it still is.
 	Replaces string
 	Title    string

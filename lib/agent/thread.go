@@ -109,8 +109,10 @@ type FirstReply struct {
 	ThreadID string
 	RunID    string
 	// Title is the thread's title when the run claimed it (the provisional one, its first message's text): the
-	// generated title replaces it only if it still is (agent.GeneratedTitle.Replaces).
-	Title string
+	// generated title replaces it only if it still is (agent.GeneratedTitle.Replaces). CreatedAt names the
+	// thread's incarnation (agent.GeneratedTitle.CreatedAt).
+	Title     string
+	CreatedAt time.Time
 	// User is the text of the thread's first user message; Reply the text of the reply.
 	User  string
 	Reply string

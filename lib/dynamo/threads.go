@@ -375,7 +375,7 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 }
 
 // SetGeneratedTitle: one UpdateItem conditioned on a live thread (attribute_exists(pk) AND
-// attribute_not_exists(deleting)) whose title is still g.Replaces (an absent title reads as empty) and is neither
+// attribute_not_exists(deleting)) of the same incarnation (createdAt = g.CreatedAt) whose title is still g.Replaces (an absent title reads as empty) and is neither
 // the owner's nor generated (attribute_not_exists(titleByUser) AND attribute_not_exists(titleGenerated)),
 // returning the new item. On a failed condition DynamoDB returns the item (ALL_OLD; dynalite does not, and that
 // costs one GetItem), which tells a titled thread from a missing one. updatedAt and recency stay as they are.
@@ -393,8 +393,8 @@ func (s *Store) SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (
 	if g.Replaces == "" {
 		same = "(attribute_not_exists(" + e.n(attrTitle) + ") OR " + same + ")"
 	}
-	cond := "attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e) + " AND attribute_not_exists(" + e.n(attrTitleByUser) +
-		") AND attribute_not_exists(" + e.n(attrTitleGenerated) + ") AND " + same
+	cond := "attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e) + " AND " + e.n(attrCreatedAt) + " = " + e.v(avT(g.CreatedAt)) +
+		" AND attribute_not_exists(" + e.n(attrTitleByUser) + ") AND attribute_not_exists(" + e.n(attrTitleGenerated) + ") AND " + same
 	res, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
 		Key:                                 k,

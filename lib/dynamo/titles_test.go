@@ -20,7 +20,7 @@ func TestGeneratedTitleCost(t *testing.T) {
 	s := f.store
 	th := realisticThread(t, s)
 	f.counter.Reset()
-	if _, set, err := s.SetGeneratedTitle(ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: th.Title, Title: "Trip to Lisbon"}); err != nil || !set {
+	if _, set, err := s.SetGeneratedTitle(ctx, agent.GeneratedTitle{ThreadID: th.ID, CreatedAt: th.CreatedAt, Replaces: th.Title, Title: "Trip to Lisbon"}); err != nil || !set {
 		t.Fatalf("SetGeneratedTitle: set %v, %v", set, err)
 	}
 	c := f.counter.Counts()
@@ -34,7 +34,7 @@ func TestGeneratedTitleCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.counter.Reset()
-	if _, set, err := s.SetGeneratedTitle(ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: mine, Title: "Trip"}); err != nil || set {
+	if _, set, err := s.SetGeneratedTitle(ctx, agent.GeneratedTitle{ThreadID: th.ID, CreatedAt: th.CreatedAt, Replaces: mine, Title: "Trip"}); err != nil || set {
 		t.Fatalf("SetGeneratedTitle over the owner's title: set %v, %v", set, err)
 	}
 	c = f.counter.Counts()

@@ -114,7 +114,8 @@ func (s *stepper) title(run agent.Run) {
 	}
 	// Not the run's store usage (its meter), and not canceled with the request.
 	ctx := agent.WithStoreMeter(context.WithoutCancel(s.logCtx), nil)
-	e.titles.FirstReply(ctx, agent.FirstReply{ThreadID: t.thread.ID, RunID: run.ID, Title: t.thread.Title, User: user, Reply: reply})
+	e.titles.FirstReply(ctx, agent.FirstReply{ThreadID: t.thread.ID, RunID: run.ID, Title: t.thread.Title,
+		CreatedAt: t.thread.CreatedAt, User: user, Reply: reply})
 }
 
 // stepper is one run's loop state: the draft assistant message as typed parts (encoded once per write), the

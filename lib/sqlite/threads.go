@@ -183,8 +183,8 @@ func (s *Store) UpdateThread(ctx context.Context, id string, p agent.ThreadPatch
 	return th, err
 }
 
-// SetGeneratedTitle sets the title in one conditional UPDATE (the title is still g.Replaces, and neither the
-// owner's nor generated), then reads the row back in the same transaction.
+// SetGeneratedTitle sets the title in one conditional UPDATE (the same incarnation, its title still g.Replaces,
+// and neither the owner's nor generated), then reads the row back in the same transaction.
 func (s *Store) SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (agent.Thread, bool, error) {
 	s.op()
 	if g.Title == "" {
@@ -196,7 +196,8 @@ func (s *Store) SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (
 	)
 	err := s.write(ctx, "set generated title", func(c conn) error {
 		n, err := c.execN(ctx, `UPDATE threads SET title = ?, title_generated = 1
-			WHERE id = ? AND title = ? AND title_by_user = 0 AND title_generated = 0`, g.Title, g.ThreadID, g.Replaces)
+			WHERE id = ? AND created_at = ? AND title = ? AND title_by_user = 0 AND title_generated = 0`,
+			g.Title, g.ThreadID, millis(g.CreatedAt), g.Replaces)
 		if err != nil {
 			return err
 		}

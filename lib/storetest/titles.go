@@ -33,7 +33,7 @@ func titled(e *threads, title string) agent.Thread {
 // setGenerated calls SetGeneratedTitle and checks that what it returns is what GetThread reads.
 func setGenerated(e *threads, id, replaces, title string) (agent.Thread, bool) {
 	e.t.Helper()
-	got, set, err := e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: id, Replaces: replaces, Title: title})
+	got, set, err := e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: id, CreatedAt: at(0), Replaces: replaces, Title: title})
 	must(e.t, err, "SetGeneratedTitle("+title+")")
 	same(e.t, "SetGeneratedTitle("+title+") result against GetThread", got, getThread(e, id))
 	return got, set
@@ -131,7 +131,7 @@ func testGeneratedTitleRace(e *threads) {
 		})
 		wg.Go(func() {
 			<-start
-			_, _, genErr = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: th.Title, Title: "generated"})
+			_, _, genErr = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, CreatedAt: th.CreatedAt, Replaces: th.Title, Title: "generated"})
 		})
 		close(start)
 		wg.Wait()
@@ -155,7 +155,7 @@ func testGeneratedTitlesRace(e *threads) {
 	for i := range writers {
 		wg.Go(func() {
 			<-start
-			_, set[i], errs[i] = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: th.Title, Title: titles[i]})
+			_, set[i], errs[i] = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, CreatedAt: th.CreatedAt, Replaces: th.Title, Title: titles[i]})
 		})
 	}
 	close(start)
@@ -181,11 +181,22 @@ func testGeneratedTitleRefused(e *threads) {
 	wantErr(e.t, err, agent.KindNotFound, "", "SetGeneratedTitle(unknown)")
 
 	th := titled(e, "provisional")
-	_, _, err = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: th.Title})
+	_, _, err = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, CreatedAt: th.CreatedAt, Replaces: th.Title})
 	wantErr(e.t, err, agent.KindInvalid, agent.CodeInvalidTitle, "SetGeneratedTitle(empty title)")
 	same(e.t, "an empty generated title changes nothing", getThread(e, th.ID), th)
 
 	must(e.t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
-	_, _, err = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, Replaces: th.Title, Title: "x"})
+	_, _, err = e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, CreatedAt: th.CreatedAt, Replaces: th.Title, Title: "x"})
 	wantErr(e.t, err, agent.KindNotFound, "", "SetGeneratedTitle(deleted)")
+
+	// A thread created again on the id, with the same first title, is another incarnation: a title asked for
+	// the deleted one stays out of it.
+	again, _, err := e.s.CreateThread(e.ctx, agent.Thread{ID: th.ID, Owner: th.Owner, Title: th.Title, CreatedAt: at(time.Minute), UpdatedAt: at(time.Minute)})
+	must(e.t, err, "CreateThread again")
+	got, set, err := e.s.SetGeneratedTitle(e.ctx, agent.GeneratedTitle{ThreadID: th.ID, CreatedAt: th.CreatedAt, Replaces: th.Title, Title: "x"})
+	must(e.t, err, "SetGeneratedTitle(an earlier incarnation)")
+	if set {
+		e.t.Error("SetGeneratedTitle for an earlier incarnation: set = true")
+	}
+	same(e.t, "the new incarnation is unchanged", got, again)
 }

@@ -177,7 +177,7 @@ func (g *Generator) Title(ctx context.Context, r agent.FirstReply) string {
 	if title == "" {
 		return fail("answer", fmt.Errorf("the model's answer holds no title (%d bytes)", text.Len()))
 	}
-	_, set, err := g.store.SetGeneratedTitle(ctx, agent.GeneratedTitle{ThreadID: r.ThreadID, Replaces: r.Title, Title: title})
+	_, set, err := g.store.SetGeneratedTitle(ctx, agent.GeneratedTitle{ThreadID: r.ThreadID, CreatedAt: r.CreatedAt, Replaces: r.Title, Title: title})
 	if err != nil {
 		return fail("store", err)
 	}

@@ -82,7 +82,7 @@ func newStack(t *testing.T, wrap func(agent.Model) agent.Model) stack {
 
 func (s stack) thread(t *testing.T, id string) agent.Thread {
 	t.Helper()
-	th, _, err := s.store.CreateThread(t.Context(), agent.Thread{ID: id, Owner: "u", Title: reply.Title, CreatedAt: time.Now(), UpdatedAt: time.Now()})
+	th, _, err := s.store.CreateThread(t.Context(), agent.Thread{ID: id, Owner: "u", Title: reply.Title, CreatedAt: created, UpdatedAt: created})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,10 @@ func (s stack) title(t *testing.T, id string) string {
 	return th.Title
 }
 
-var reply = agent.FirstReply{ThreadID: "th", RunID: "run1", Title: "plan a trip to lisbon in may please, with trains",
+// created is when the tests' threads were created.
+var created = time.Date(2031, time.March, 4, 5, 6, 7, 891_000_000, time.UTC)
+
+var reply = agent.FirstReply{ThreadID: "th", RunID: "run1", Title: "plan a trip to lisbon in may please, with trains", CreatedAt: created,
 	User: "plan a trip to lisbon in may please, with trains", Reply: "Here is a plan."}
 
 // The offline model's deterministic title (the first six words of the user message) is stored; the log line
@@ -118,7 +121,7 @@ func TestTitleFromOfflineModel(t *testing.T) {
 		}
 	}
 	// A second title changes nothing.
-	if got := s.gen.Title(t.Context(), agent.FirstReply{ThreadID: "th", RunID: "run2", Title: reply.Title, User: "something else"}); got != "" {
+	if got := s.gen.Title(t.Context(), agent.FirstReply{ThreadID: "th", RunID: "run2", Title: reply.Title, CreatedAt: created, User: "something else"}); got != "" {
 		t.Errorf("second title stored %q", got)
 	}
 	if got := s.title(t, "th"); got != "Plan a trip to lisbon in" {
@@ -271,7 +274,7 @@ func BenchmarkTitle(b *testing.B) {
 		titles.Config{Model: offline.DefaultModel})
 	for i := 0; b.Loop(); i++ {
 		id := fmt.Sprintf("th%d", i)
-		if _, _, err := st.CreateThread(b.Context(), agent.Thread{ID: id, Owner: "u", Title: reply.Title, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
+		if _, _, err := st.CreateThread(b.Context(), agent.Thread{ID: id, Owner: "u", Title: reply.Title, CreatedAt: created, UpdatedAt: created}); err != nil {
 			b.Fatal(err)
 		}
 		r := reply
