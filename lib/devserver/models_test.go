@@ -18,6 +18,7 @@ import (
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
 	"github.com/agentloop/agentloop/lib/offline"
+	"github.com/agentloop/agentloop/lib/titles"
 )
 
 // modelsStack is agentloop dev with the models file body and the environment env (read by config.Load, as the
@@ -51,6 +52,7 @@ func TestModelsFileTurns(t *testing.T) {
 	second := offline.New(offline.WithWordDelay(0))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case titleRequest(r): // the thread's title, asked of the same entry after the reply (checked below)
 		case strings.HasSuffix(r.URL.Path, "/chat/completions"):
 			other.Add(1)
 		case strings.HasSuffix(r.URL.Path, "/responses"):
@@ -91,6 +93,12 @@ func TestModelsFileTurns(t *testing.T) {
 			if !strings.Contains(stream, `"model":"`+tc.want+`"`) || !strings.Contains(stream, `"delta":" hello"`) {
 				t.Errorf("the reply's metadata does not name %s:\n%s", tc.want, stream)
 			}
+			// The title model is the default entry (AGENT_TITLE_MODEL unset): the offline model's title in every
+			// protocol (issue 20 item 5).
+			s.Titles.Wait()
+			if th, err := s.Store.GetThread(context.Background(), "th-models"); err != nil || th.Title != "Hello" {
+				t.Errorf("thread title %q (%v), want the offline model's %q", th.Title, err, "Hello")
+			}
 			if got := other.Load() - before; got != tc.otherCalls {
 				t.Errorf("the second endpoint got %d requests, want %d", got, tc.otherCalls)
 			}
@@ -125,10 +133,11 @@ func TestModelsFileAnthropicKey(t *testing.T) {
 	if !strings.Contains(stream, `"model":"claude-sonnet-4-5"`) || !strings.Contains(stream, `"delta":" hello"`) {
 		t.Errorf("the reply:\n%s", stream)
 	}
+	s.Titles.Wait() // the thread's title is asked of the same entry, after the reply
 	mu.Lock()
 	defer mu.Unlock()
-	if len(keys) != 1 || keys[0] != "/v1/messages sk-ant-test" {
-		t.Errorf("requests %q, want one /v1/messages with the entry's key", keys)
+	if len(keys) != 2 || keys[0] != "/v1/messages sk-ant-test" || keys[1] != keys[0] {
+		t.Errorf("requests %q, want two /v1/messages (the reply, the title) with the entry's key", keys)
 	}
 }
 
@@ -237,7 +246,9 @@ func TestModelsFileFailover(t *testing.T) {
 			var calls atomic.Int64
 			fallback := offline.New(offline.WithWordDelay(0))
 			fb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				calls.Add(1)
+				if !titleRequest(r) { // the thread's title fails over as the turn does; counted apart
+					calls.Add(1)
+				}
 				fallback.ServeHTTP(w, r)
 			}))
 			t.Cleanup(fb.Close)
@@ -251,6 +262,7 @@ func TestModelsFileFailover(t *testing.T) {
 			}
 			tok, _ := s.Token("alice", time.Hour)
 			stream := postChat(t, s, tok, "th-failover", tc.text)
+			s.Titles.Wait()
 			if !strings.Contains(stream, tc.want) {
 				t.Errorf("the stream does not hold %s:\n%s", tc.want, stream)
 			}
@@ -259,4 +271,11 @@ func TestModelsFileFailover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// titleRequest reports whether r asks for a thread's title (lib/titles), leaving its body to be read again.
+func titleRequest(r *http.Request) bool {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return bytes.Contains(body, []byte(titles.Instruction))
 }
