@@ -305,13 +305,17 @@ func TestBootstrapUnderRIE(t *testing.T) {
 	// GET /threads on the API function sees the thread the chat function wrote: one table, two functions.
 	p, body = invoke(t, api, e.event(t, "threads-list.json", "", ""))
 	var list struct {
-		Threads []struct{ ID, Owner string }
+		Threads []struct{ ID, Owner, Title string }
 	}
 	if p.StatusCode != http.StatusOK || p.Headers["Content-Type"] != "application/json" || json.Unmarshal(body, &list) != nil {
 		t.Fatalf("threads: prelude %+v body %s", p, body)
 	}
 	if len(list.Threads) != 1 || list.Threads[0].ID != "th-rie" || list.Threads[0].Owner != "alice" {
 		t.Fatalf("threads = %+v, want alice's th-rie", list.Threads)
+	}
+	// The chat function titled the thread before its invocation ended (issue 20 item 5: the offline model's title).
+	if got := list.Threads[0].Title; got != "Hello lambda" {
+		t.Fatalf("thread title %q, want the generated %q", got, "Hello lambda")
 	}
 
 	// The secrets were read from SSM once, with decryption, for both chat invocations.
