@@ -29,6 +29,7 @@ import (
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/segments"
 	"github.com/agentloop/agentloop/lib/threads"
+	"github.com/agentloop/agentloop/lib/titles"
 	"github.com/agentloop/agentloop/lib/toolrouter"
 	"github.com/agentloop/agentloop/lib/toolsfile"
 	"github.com/agentloop/agentloop/lib/transcript"
@@ -54,9 +55,14 @@ type Config struct {
 	// SubagentModel is AGENT_SUBAGENT_MODEL: the research sub-agent's model ("": the main model's). With a models
 	// file, an entry's name (Load fills the default's when unset).
 	SubagentModel string
-	// TitleModel is AGENT_TITLE_MODEL: the model that titles threads ("": the main model's), checked now, used by
-	// titles when they come. With a models file, an entry's name (Load fills the default's when unset).
-	TitleModel       string
+	// TitleModel is AGENT_TITLE_MODEL: the model that titles threads ("": the main model's; lib/titles). With a
+	// models file, an entry's name (Load fills the default's when unset).
+	TitleModel string
+	// TitlesOff is AGENT_TITLES=off: threads keep their first message as title, and no title model is asked.
+	TitlesOff bool
+	// TitleTimeout is AGENT_TITLE_TIMEOUT: how long one title may take, the model call and the write
+	// (titles.DefaultTimeout).
+	TitleTimeout     time.Duration
 	OpenAIBaseURL    string        // OPENAI_BASE_URL
 	OpenAIAPIKey     string        // OPENAI_API_KEY
 	SystemPrompt     string        // AGENT_SYSTEM_PROMPT, or the file AGENT_SYSTEM_PROMPT_FILE (any size)
@@ -270,6 +276,14 @@ func Load(getenv func(string) string) (Config, error) {
 		c.ModelOmitStreamUsage = err == nil && !b
 	}
 	durVar("AGENT_MODEL_TIMEOUT", &c.ModelTimeout)
+	durVar("AGENT_TITLE_TIMEOUT", &c.TitleTimeout)
+	switch v := strings.ToLower(strings.TrimSpace(getenv("AGENT_TITLES"))); v {
+	case "", "on":
+	case "off":
+		c.TitlesOff = true
+	default:
+		errs = append(errs, fmt.Sprintf("AGENT_TITLES=%q: want on or off", v))
+	}
 	durVar("AGENT_MODEL_IDLE_TIMEOUT", &c.ModelIdleTimeout)
 	durVar("AGENT_RUN_TIMEOUT", &c.RunTimeout)
 	durVar("AGENT_TOOL_TIMEOUT", &c.ToolTimeout)
@@ -500,6 +514,11 @@ func (c Config) DevTokenClaims() []auth.MintOption {
 		opts = append(opts, auth.WithIssuer(c.JWTIssuer))
 	}
 	return opts
+}
+
+// Titles is the thread titles' share (lib/titles), for the title model named model.
+func (c Config) Titles(model string) titles.Config {
+	return titles.Config{Model: model, Timeout: c.TitleTimeout}
 }
 
 // Reaper is the reaper's share.

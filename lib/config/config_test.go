@@ -59,6 +59,18 @@ func TestLoad(t *testing.T) {
 				}
 			}},
 		{name: "page bytes too small", env: map[string]string{"AGENT_PAGE_BYTES": "10"}, wantErr: true},
+		{name: "titles", env: map[string]string{"AGENT_TITLES": "off", "AGENT_TITLE_TIMEOUT": "3s", "AGENT_TITLE_MODEL": "small"},
+			check: func(t *testing.T, c Config) {
+				if tc := c.Titles("small"); !c.TitlesOff || tc.Timeout != 3*time.Second || tc.Model != "small" {
+					t.Fatalf("titles off %v, config %+v", c.TitlesOff, tc)
+				}
+			}},
+		{name: "titles on by default", env: map[string]string{"AGENT_TITLES": "on"}, check: func(t *testing.T, c Config) {
+			if c.TitlesOff || c.Titles("m").Timeout != 0 {
+				t.Fatalf("titles off %v, timeout %s", c.TitlesOff, c.Titles("m").Timeout)
+			}
+		}},
+		{name: "titles neither on nor off", env: map[string]string{"AGENT_TITLES": "maybe"}, wantErr: true},
 		{name: "context tokens", env: map[string]string{"AGENT_CONTEXT_TOKENS": "32000"},
 			check: func(t *testing.T, c Config) {
 				if got := c.Engine("m").Transcript.BudgetTokens; got != 32000 {

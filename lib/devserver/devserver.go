@@ -162,7 +162,8 @@ type Stack struct {
 	ModelURL          string // the OpenAI-compatible base URL in use (with a models file: the offline endpoint's, if an entry uses it)
 	Offline           bool   // whether ModelURL is the in-process offline endpoint (with a models file: some entry talks to it)
 	Secret            []byte
-	// Titles titles threads after their first reply, in the background (Wait: every title in flight is stored).
+	// Titles titles threads after their first reply, in the background (Wait: every title in flight is stored);
+	// nil with AGENT_TITLES=off.
 	Titles *titles.Generator
 	// Signer signs approval requests with a key derived from Secret.
 	Signer      *interrupts.Signer
@@ -293,17 +294,23 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	// A thread's first reply gets a title from the title model (AGENT_TITLE_MODEL), made in the background: this
 	// process outlives its requests (a Lambda does not: functions/internal/boot). Close waits for those in flight.
-	titleModel := model
-	if o.TitleModel != nil {
-		titleModel = o.TitleModel(model)
+	// AGENT_TITLES=off: none (Stack.Titles nil).
+	var titler engine.Titler
+	if !cfg.TitlesOff {
+		titleModel := model
+		if o.TitleModel != nil {
+			titleModel = o.TitleModel(model)
+		}
+		tcfg := cfg.Titles(s.TitleModelName)
+		tcfg.Background = true
+		s.Titles = titles.New(titles.Deps{Store: s.Store, Model: titleModel, Clock: clock, Logger: log}, tcfg)
+		s.closers = append(s.closers, s.Titles.Wait)
+		titler = s.Titles
 	}
-	s.Titles = titles.New(titles.Deps{Store: s.Store, Model: titleModel, Clock: clock, Logger: log},
-		titles.Config{Model: s.TitleModelName, Background: true})
-	s.closers = append(s.closers, s.Titles.Wait)
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// model's embeddings (the offline model's deterministic ones here), the tools' vectors cached in the store.
 	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(embedder(model, s.ModelName), s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
-		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub, Titles: s.Titles},
+		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub, Titles: titler},
 		cfg.Engine(s.ModelName))
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,
 		Limits: s.Store},

@@ -49,11 +49,14 @@ func (m *titleModel) Stream(ctx context.Context, req agent.ModelRequest, emit fu
 }
 
 // titleSetup is setup with the title model wrapped by m.
-func titleSetup(t *testing.T, m *titleModel) *fixture {
+func titleSetup(t *testing.T, m *titleModel, adjust ...func(*config.Config)) *fixture {
 	t.Helper()
 	model := httptest.NewServer(offline.New())
 	t.Cleanup(model.Close)
 	cfg := config.Config{Secret: string(secret), Heartbeat: 50 * time.Millisecond, SegmentFlush: 20 * time.Millisecond}
+	for _, a := range adjust {
+		a(&cfg)
+	}
 	stack, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), ModelURL: model.URL + "/v1/", Config: cfg,
 		OpenAI:     func(c *openai.Config) { c.BackoffBase = time.Millisecond },
 		TitleModel: func(inner agent.Model) agent.Model { m.Model = inner; return m }})
@@ -193,5 +196,21 @@ func TestFailingTitleModel(t *testing.T) {
 	json.Unmarshal(readAll(t, f.do(t, "GET", "/threads/t1", tok, nil)), &view)
 	if len(view.Messages) != 2 || view.Messages[1].Text() != "You said: hello world" || view.Messages[1].Meta().Status != agent.MessageCompleted {
 		t.Fatalf("messages %+v", view.Messages)
+	}
+}
+
+// AGENT_TITLES=off: no title model is asked, and the thread keeps its first message as title.
+func TestTitlesOff(t *testing.T) {
+	t.Parallel()
+	m := &titleModel{}
+	f := titleSetup(t, m, func(c *config.Config) { c.TitlesOff = true })
+	tok := token(t, "alice")
+	f.chat(t, tok, "t1", "u1", "hello world")
+	f.stack.Titles.Wait() // nil: returns at once
+	if f.stack.Titles != nil || m.requests.Load() != 0 {
+		t.Fatalf("titles %v, %d title requests; want none", f.stack.Titles, m.requests.Load())
+	}
+	if got := f.title(t, tok, "t1"); got != "hello world" {
+		t.Errorf("title %q, want the first message", got)
 	}
 }

@@ -141,8 +141,12 @@ func (g *Generator) FirstReply(ctx context.Context, r agent.FirstReply) {
 	})
 }
 
-// Wait blocks until every title started in the background has ended.
-func (g *Generator) Wait() { g.wg.Wait() }
+// Wait blocks until every title started in the background has ended (at once for a nil generator).
+func (g *Generator) Wait() {
+	if g != nil {
+		g.wg.Wait()
+	}
+}
 
 // errTimeout is the cause of a title that took longer than Config.Timeout.
 var errTimeout = errors.New("title timed out")

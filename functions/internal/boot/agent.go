@@ -58,10 +58,13 @@ func (b Base) TitleModelName() string { return cmp.Or(b.Config.TitleModel, b.Mod
 
 // Titles titles a thread after its first reply, on the request's goroutine (titles.Config.Background unset):
 // Lambda freezes the execution environment once the handler returns, so the title is made after the stream's
-// last byte and before the response ends, bounded by titles.DefaultTimeout (lib/titles' package doc says why
-// not a job of the state machine).
-func (b Base) Titles(model agent.Model) *titles.Generator {
-	return titles.New(titles.Deps{Store: b.Store, Model: model, Clock: b.Clock, Logger: b.Log}, titles.Config{Model: b.TitleModelName()})
+// last byte and before the response ends, bounded by AGENT_TITLE_TIMEOUT (lib/titles' package doc says why not a
+// job of the state machine). Nil with AGENT_TITLES=off.
+func (b Base) Titles(model agent.Model) engine.Titler {
+	if b.Config.TitlesOff {
+		return nil
+	}
+	return titles.New(titles.Deps{Store: b.Store, Model: model, Clock: b.Clock, Logger: b.Log}, b.Config.Titles(b.TitleModelName()))
 }
 
 // Model is the model port the function asks. Without a models file: the OpenAI-compatible adapter, with the key
