@@ -92,22 +92,28 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 
 // title hands the thread's first reply to the titler (Deps.Titles), after everything else the run does: a reply
 // stored completed with the run's outcome (the claim was the run's to the end), answering a history with no
-// earlier reply. The titler's conditional write decides the rest: it replaces the thread's title only if it is
-// still the one the run claimed the thread with (the provisional one) and nobody chose or generated one.
+// earlier reply, in a thread whose title was still the provisional one (its first message's: titleOf) when the
+// run claimed it; a regenerated or edited first reply of a thread titled since asks nothing. The titler's
+// conditional write decides the rest: it replaces the thread's title only if it still is that one and nobody
+// chose or generated one meanwhile.
 func (s *stepper) title(run agent.Run) {
 	t, e := s.turn, s.turn.e
 	if e.titles == nil || run.Status != agent.RunCompleted || !s.out.released.Load() {
 		return
 	}
-	var user string
-	for _, m := range t.plan.history {
+	var first *agent.Message
+	for i, m := range t.plan.history {
 		if m.Role == agent.RoleAssistant {
 			return
 		}
-		if m.Role == agent.RoleUser && user == "" {
-			user = m.Text()
+		if m.Role == agent.RoleUser && first == nil {
+			first = &t.plan.history[i]
 		}
 	}
+	if first == nil || t.thread.Title != titleOf(first) {
+		return
+	}
+	user := first.Text()
 	reply := s.message(agent.MessageCompleted).Text()
 	if strings.TrimSpace(user) == "" && strings.TrimSpace(reply) == "" {
 		return

@@ -214,3 +214,30 @@ func TestTitlesOff(t *testing.T) {
 		t.Errorf("title %q, want the first message", got)
 	}
 }
+
+// A regenerated first reply of a thread that has its title asks for no other: the engine sees the title is no
+// longer the first message's.
+func TestNoTitleForARegeneratedFirstReply(t *testing.T) {
+	t.Parallel()
+	m := &titleModel{}
+	f := titleSetup(t, m)
+	tok := token(t, "alice")
+	f.chat(t, tok, "t1", "u1", "plan a trip to lisbon")
+	f.stack.Titles.Wait()
+	var view struct{ Messages []agent.Message }
+	if err := json.Unmarshal(readAll(t, f.do(t, "GET", "/threads/t1", tok, nil)), &view); err != nil || len(view.Messages) != 2 {
+		t.Fatalf("thread view %+v, %v", view, err)
+	}
+	resp := f.do(t, "POST", "/chat", tok, map[string]any{"id": "t1", "trigger": "regenerate-message",
+		"messageId": view.Messages[1].ID, "messages": []any{view.Messages[0]}})
+	if body := string(readAll(t, resp)); resp.StatusCode != 200 || !strings.Contains(body, `"status":"completed"`) {
+		t.Fatalf("regenerate: %d %s", resp.StatusCode, body)
+	}
+	f.stack.Titles.Wait()
+	if n := m.requests.Load(); n != 1 {
+		t.Errorf("%d title requests after a regenerate, want 1", n)
+	}
+	if got := f.title(t, tok, "t1"); got != "Plan a trip to lisbon" {
+		t.Errorf("title %q", got)
+	}
+}
