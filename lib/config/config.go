@@ -111,14 +111,17 @@ type Config struct {
 	StreamLeaseTTL    time.Duration // AGENT_STREAM_LEASE_TTL: how long a dead reader's lease stays taken
 	// SQLite group commit (lib/sqlite batch.go; the local stack only: the functions never open SQLite, so this
 	// package maps the names and lib/devserver hands them to sqlite.OpenWith).
-	SQLiteBatchWrites   int           // AGENT_SQLITE_BATCH_WRITES: the writes one transaction runs at most
-	SQLiteBatchBytes    int           // AGENT_SQLITE_BATCH_BYTES: the bytes one transaction's writes bind, past which the rest wait
-	PageBytes           int           // AGENT_PAGE_BYTES: a page of GET /threads/{id} messages, encoded
-	MaxBodyBytes        int64         // AGENT_MAX_BODY_BYTES
-	MaxMessageBytes     int           // AGENT_MAX_MESSAGE_BYTES
-	MaxMessageParts     int           // AGENT_MAX_MESSAGE_PARTS: parts of a user message
-	ContextBytes        int           // AGENT_CONTEXT_BYTES
-	ContextTokens       int           // AGENT_CONTEXT_TOKENS: the model's context budget (the smaller of the two wins)
+	SQLiteBatchWrites int   // AGENT_SQLITE_BATCH_WRITES: the writes one transaction runs at most
+	SQLiteBatchBytes  int   // AGENT_SQLITE_BATCH_BYTES: the bytes one transaction's writes bind, past which the rest wait
+	PageBytes         int   // AGENT_PAGE_BYTES: a page of GET /threads/{id} messages, encoded
+	MaxBodyBytes      int64 // AGENT_MAX_BODY_BYTES
+	MaxMessageBytes   int   // AGENT_MAX_MESSAGE_BYTES
+	MaxMessageParts   int   // AGENT_MAX_MESSAGE_PARTS: parts of a user message
+	ContextBytes      int   // AGENT_CONTEXT_BYTES
+	ContextTokens     int   // AGENT_CONTEXT_TOKENS: the model's context budget (the smaller of the two wins)
+	// ContextBlockTokens is AGENT_CONTEXT_BLOCK_TOKENS: the step by which pruning moves its cutoff, so that the
+	// prompt's prefix stays cached (transcript.DefaultBlockPercent of the budget when unset; 1 prunes every step).
+	ContextBlockTokens  int
 	ToolOutputBytes     int           // AGENT_TOOL_OUTPUT_BYTES
 	Secret              string        // AGENT_SECRET: the application secret (HS256 JWT key and HKDF root)
 	JWTIssuer           string        // AGENT_JWT_ISSUER (optional check)
@@ -256,6 +259,7 @@ func Load(getenv func(string) string) (Config, error) {
 	intVar("AGENT_MODEL_FILES_MAX_BYTES", &c.ModelFilesMaxBytes, 1)
 	intVar("AGENT_CONTEXT_BYTES", &c.ContextBytes, 1)
 	intVar("AGENT_CONTEXT_TOKENS", &c.ContextTokens, 1)
+	intVar("AGENT_CONTEXT_BLOCK_TOKENS", &c.ContextBlockTokens, 1)
 	intVar("AGENT_TOOL_OUTPUT_BYTES", &c.ToolOutputBytes, 1)
 	var body int
 	if intVar("AGENT_MAX_BODY_BYTES", &body, 1) {
@@ -486,7 +490,8 @@ func (c Config) Engine(model string) engine.Config {
 		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, SegmentHurry: c.SegmentHurry, ReaderProbe: c.ReaderProbe, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
 		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
 		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain,
-		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: budget, ToolOutputBytes: c.ToolOutputBytes}}
+		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: budget, ToolOutputBytes: c.ToolOutputBytes,
+			BlockTokens: c.ContextBlockTokens}}
 }
 
 // ToolRouter is the tool router's share.

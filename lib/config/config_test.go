@@ -71,6 +71,12 @@ func TestLoad(t *testing.T) {
 			}
 		}},
 		{name: "titles neither on nor off", env: map[string]string{"AGENT_TITLES": "maybe"}, wantErr: true},
+		{name: "context block tokens", env: map[string]string{"AGENT_CONTEXT_BLOCK_TOKENS": "1"},
+			check: func(t *testing.T, c Config) {
+				if got := c.Engine("m").Transcript.BlockTokens; got != 1 {
+					t.Fatalf("transcript block %d tokens, want 1", got)
+				}
+			}},
 		{name: "context tokens", env: map[string]string{"AGENT_CONTEXT_TOKENS": "32000"},
 			check: func(t *testing.T, c Config) {
 				if got := c.Engine("m").Transcript.BudgetTokens; got != 32000 {
