@@ -112,6 +112,7 @@
 // plus one per message and one per tool call. prompt_tokens counts the request's messages (text and tool-call
 // arguments); completion_tokens counts the reply's reasoning, text and tool calls; total_tokens is their sum;
 // prompt_tokens_details.cached_tokens counts every message but the last, as if the provider had cached the
-// previous request's prefix; completion_tokens_details.reasoning_tokens (sent only when the reply reasons, as
+// previous request's prefix (WithPromptCache counts instead the longest prefix of whole messages an earlier request
+// with the same prompt_cache_key sent, as a provider's prefix cache does); completion_tokens_details.reasoning_tokens (sent only when the reply reasons, as
 // /think does) counts the reasoning's words, which are part of completion_tokens. The reply's model echoes the request's model.
 package offline

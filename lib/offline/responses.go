@@ -103,6 +103,7 @@ type responsesRequest struct {
 	Store           *bool           `json:"store"`
 	Include         []string        `json:"include"`
 	MaxOutputTokens int             `json:"max_output_tokens"`
+	PromptCacheKey  string          `json:"prompt_cache_key"`
 	Tools           []struct {
 		Name string `json:"name"`
 	} `json:"tools"`
@@ -179,7 +180,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, rep.status, rep.message)
 		return
 	}
-	u := usage(msgs, rep)
+	u := s.withCache(usage(msgs, rep), req.PromptCacheKey, offered, msgs)
 	o := &responsesOutput{
 		id: reqHash[:24], model: req.Model, created: s.clock.Now().Unix(),
 		encrypted: slices.Contains(req.Include, "reasoning.encrypted_content"),

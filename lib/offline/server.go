@@ -46,6 +46,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	flaky map[string]int // requests seen per /flaky turn
+	// cache simulates a provider's prompt cache (WithPromptCache); nil: every message but the last is cached.
+	cache *promptCache
 }
 
 // Option configures a Server.
@@ -226,7 +228,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		id:      "chatcmpl-" + reqHash[:24],
 		created: s.clock.Now().Unix(),
 		model:   req.Model,
-		usage:   usage(msgs, rep),
+		usage:   s.withCache(usage(msgs, rep), req.PromptCacheKey, offered, msgs),
 	}
 	if req.Stream {
 		out.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
@@ -270,14 +272,28 @@ func hashMessages(msgs []wireMessage) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// messageTokens estimates one message's tokens: one per word, one for the message, one per tool call.
+func messageTokens(m wireMessage) int64 {
+	n := 1 + countWords(m.text())
+	for _, c := range m.ToolCalls {
+		n += 1 + countWords(c.Function.Name+" "+c.Function.Arguments)
+	}
+	return n
+}
+
+// withCache is u with cached_tokens as the simulated prompt cache counts them (WithPromptCache), else u.
+func (s *Server) withCache(u wireUsage, key string, tools []string, msgs []wireMessage) wireUsage {
+	if s.cache != nil {
+		u.PromptTokensDetails.CachedTokens = s.cache.cached(key, tools, msgs)
+	}
+	return u
+}
+
 // usage estimates the request's tokens: one per word, plus one per message and one per tool call.
 func usage(msgs []wireMessage, rep reply) wireUsage {
 	var prompt, cached int64
 	for i, m := range msgs {
-		n := 1 + countWords(m.text())
-		for _, c := range m.ToolCalls {
-			n += 1 + countWords(c.Function.Name+" "+c.Function.Arguments)
-		}
+		n := messageTokens(m)
 		prompt += n
 		if i < len(msgs)-1 {
 			cached += n

@@ -16,6 +16,7 @@ type wireRequest struct {
 	MaxTokens           int             `json:"max_tokens"`
 	MaxCompletionTokens int             `json:"max_completion_tokens"`
 	Tools               []wireTool      `json:"tools"`
+	PromptCacheKey      string          `json:"prompt_cache_key"`
 }
 
 // wireTool is a tool the request offers (only its name is read: /tools).
