@@ -353,6 +353,11 @@ func (t *Turn) readAndPlan(ctx context.Context, req Request) (turnPlan, error) {
 	if err := w.fill(ctx, t.e.store, t.thread.ID, t.e.budget(), enough); err != nil {
 		return turnPlan{}, err
 	}
+	if w.reach == nil { // an edit's window ends at the edited message: it is not the next turn's prefix
+		if err := w.anchor(ctx, t.e.store, t.thread.ID, t.e.budget()); err != nil {
+			return turnPlan{}, err
+		}
+	}
 	if own != nil && req.edits() && w.index(own.Message.ID) < 0 {
 		own = nil // hidden by an earlier edit: not a message to edit
 	}

@@ -34,6 +34,13 @@ const (
 	MaxWindowPage     = 1000
 )
 
+// DefaultWindowAnchor is the size, in positions, of the blocks a window that does not begin with the thread
+// begins on (anchor). A window begun where the budget's worth of newest messages began would begin one turn
+// later at every turn, and so would the transcript the model is sent: its cached prefix would last one turn
+// (issue 20 item 3). Anchored, it moves once per block of positions, and pruning (which moves its own cutoff in
+// blocks, package transcript) sees the same start in between.
+const DefaultWindowAnchor = 32
+
 // window is the newest part of a thread that a turn read.
 type window struct {
 	recs     []agent.MessageRecord // oldest first
@@ -80,6 +87,39 @@ func (w *window) fill(ctx context.Context, store agent.MessageStore, threadID st
 		if err := w.readOn(ctx, store, threadID); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// anchor makes the window begin at the first message of the block of positions (Seq / DefaultWindowAnchor) that
+// holds the budget's point (the newest message from which the window meets budget): it leaves out what the read
+// brought beyond that block, and reads the rest of the block when the read stopped inside it (at most
+// DefaultWindowAnchor-1 messages more: positions are unique). A window holding the whole thread stays whole.
+func (w *window) anchor(ctx context.Context, store agent.MessageStore, threadID string, budget int) error {
+	if w.complete || len(w.recs) == 0 {
+		return nil
+	}
+	p, have := len(w.recs)-1, 0
+	for ; p > 0; p-- {
+		if have += w.tokens[p]; have >= budget {
+			break
+		}
+	}
+	block := w.recs[p].Seq / DefaultWindowAnchor
+	if p == 0 || w.recs[0].Seq/DefaultWindowAnchor == block {
+		if n := int(w.recs[0].Seq % DefaultWindowAnchor); n > 0 {
+			w.next = n
+			if err := w.readOn(ctx, store, threadID); err != nil {
+				return err
+			}
+		}
+	}
+	start := 0
+	for start < len(w.recs) && w.recs[start].Seq/DefaultWindowAnchor != block {
+		start++
+	}
+	if start > 0 {
+		w.recs, w.tokens, w.complete = w.recs[start:], w.tokens[start:], false
 	}
 	return nil
 }

@@ -87,7 +87,9 @@ func seedThread(t *testing.T, s agent.Store, thread string, pairs, outputBytes i
 }
 
 // A turn reads a window of its thread bounded by the token budget, never the whole thread: the same pages and
-// messages on a thread of 400 messages as on one of 100, and no full read. What planning looks up by id (a
+// messages on a thread of 416 messages as on one of 96, and no full read (the two lengths are multiples of
+// DefaultWindowAnchor: a window begins on a block of positions, so its reads depend on where the thread's length
+// falls in a block, by one page of fewer than DefaultWindowAnchor messages, never on the length). What planning looks up by id (a
 // re-post of an old message, an edit far behind the window) still works, and an edit still drops every message
 // after the edited one, including those the window never showed.
 func TestBoundedReads(t *testing.T) {
@@ -115,8 +117,8 @@ func TestBoundedReads(t *testing.T) {
 		return reads{meter.lists.Load(), meter.pages.Load(), meter.pageItems.Load()}, err
 	}
 	// Tests share one meter: run them one after the other.
-	short := seedThread(t, f.store, "short", 50, 4_000)
-	long := seedThread(t, f.store, "long", 200, 4_000)
+	short := seedThread(t, f.store, "short", 48, 4_000)
+	long := seedThread(t, f.store, "long", 208, 4_000)
 
 	t.Run("new message", func(t *testing.T) {
 		a, err := measure(t, submit("short", "new-1", "hello"))
@@ -128,7 +130,7 @@ func TestBoundedReads(t *testing.T) {
 			t.Fatal(err)
 		}
 		if a != b || b.lists != 0 || b.items >= 50 {
-			t.Fatalf("reads: 100-message thread %+v, 400-message thread %+v; want equal, no full read, under 50 messages", a, b)
+			t.Fatalf("reads: 96-message thread %+v, 416-message thread %+v; want equal, no full read, under 50 messages", a, b)
 		}
 	})
 	t.Run("re-post of an old message", func(t *testing.T) {
@@ -182,7 +184,7 @@ func TestBoundedReads(t *testing.T) {
 			t.Fatalf("regenerate read %+v", r)
 		}
 		msgs := f.messages(t, "short")
-		if n := len(msgs); n != 102 || msgs[n-2].ID != "new-1" || msgs[n-1].Role != agent.RoleAssistant {
+		if n := len(msgs); n != 98 || msgs[n-2].ID != "new-1" || msgs[n-1].Role != agent.RoleAssistant {
 			t.Fatalf("after the regenerate: %d messages", n)
 		}
 	})
