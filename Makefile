@@ -112,7 +112,8 @@ soak-chaos:
 # deliveries of each kind on SQLite and 50 on dynalite (idle, busy and coalesced steers), 5 metered delivered jobs
 # per store (their counts are exact), 10 reaper ticks per size (1,000 and 10,000 idle threads, seeded once per
 # size), 30 turns on a 50- and on a 5,000-message thread per store (LongThread: seeded once, 1x), 3 turns of each
-# kind with their DynamoDB requests by purpose (DynamoCost: 10 s replies, 1x). The rest run for 2 s each.
+# kind with their DynamoDB requests by purpose (DynamoCost: 10 s replies, 1x), the cached share of input tokens over
+# a 50-turn thread per step and in blocks (PromptCache, 1x). The rest run for 2 s each.
 ## bench-web: the web app in Chromium against agentloop dev: Send → first visible text and → whole reply
 ## (median, p90 of 20) and the bundle's size (gzip); part of make bench
 bench-web: deps
@@ -150,6 +151,7 @@ bench: deps bench-web bench-peer bench-lambda
 	$(GO) test -run '^$$' -bench 'ReaperTick' -benchtime 10x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'LongThread' -benchtime 1x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench 'DynamoCost' -benchtime 1x -count 1 ./internal/benchmarks
+	$(GO) test -run '^$$' -bench 'PromptCache' -benchtime 1x -count 1 ./internal/benchmarks
 	$(GO) test -run '^$$' -bench . -skip 'ChatFootprint' -benchtime 2s -count 1 $$($(GO) list ./... | grep -v /internal/benchmarks)
 
 ## build: an arm64 `bootstrap` per Lambda function, in sam build's layout: $(BUILD_DIR)/<LogicalId>/bootstrap and
