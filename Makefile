@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8787
 DATA ?= .agentloop
 NPM_FLAGS := --no-audit --no-fund --loglevel=error
 
-.PHONY: web bench-web bench-peer bench-lambda dev test test-go test-race test-fuzz test-long fuzz vet deps node-deps bench build clean soak soak-chaos
+.PHONY: web bench-web bench-peer bench-lambda dev test test-go test-race test-fuzz test-matrix test-long fuzz vet deps node-deps bench build clean soak soak-chaos
 
 ## dev: run the whole system locally (SQLite, offline model unless OPENAI_API_KEY is set), the web app at its root
 dev: web
@@ -22,7 +22,7 @@ web/dist/app/index.html: web/node_modules/.installed $(WEB_SRC)
 	cd web && npm run build --silent
 
 ## test: every test, including the store suite on dynalite and the AI SDK parsers (installs the pinned npm packages)
-test: deps vet test-go test-race test-fuzz
+test: deps vet test-go test-race test-fuzz test-matrix
 
 deps: node-deps web
 	$(GO) mod download
@@ -58,6 +58,15 @@ RACE_PKGS := ./lib/engine ./lib/httpapi ./lib/uistream ./lib/segments ./lib/reap
 	./lib/storetest ./lib/openai ./lib/openairesponses ./lib/bedrockconverse ./lib/offline ./lib/localjobs ./lib/jobs
 test-race:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
+
+# The adapter matrix (issue 20 item 2): the engine and HTTP suites again over each adapter but lib/openai (which
+# test-go runs them on), the stack's default model a models-file entry of that provider talking to the offline
+# model (lib/modeltest/matrix, AGENT_TEST_PROVIDER). Each adapter's own TestMatrix runs in test-go.
+MATRIX_PROVIDERS := openai-responses anthropic anthropic-bedrock bedrock-converse
+MATRIX_PKGS := ./lib/engine ./lib/httpapi
+test-matrix:
+	@for p in $(MATRIX_PROVIDERS); do echo "AGENT_TEST_PROVIDER=$$p"; \
+		AGENT_TEST_PROVIDER=$$p $(GO) test -count=1 -timeout 20m $(MATRIX_PKGS) || exit 1; done
 
 # The fuzz targets, package:target (go test takes one -fuzz per invocation): the POST /chat body decoder, the
 # newest-message validator and the stream encoder (FUZZ_BRIEF, run 3 s each by make test: about 15 s with the

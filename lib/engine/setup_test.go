@@ -16,6 +16,7 @@ import (
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/modeltest/matrix"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 )
@@ -79,6 +80,7 @@ func setup(t *testing.T, opts ...option) *fixture {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	matrix.UseProviderFromEnv(t, &o.Config) // make test-matrix: the suite over each adapter
 	stack, err := devserver.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

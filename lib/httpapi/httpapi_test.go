@@ -20,6 +20,8 @@ import (
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
 	"github.com/agentloop/agentloop/lib/httpapi"
+	"github.com/agentloop/agentloop/lib/modelsfile"
+	"github.com/agentloop/agentloop/lib/modeltest/matrix"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 )
@@ -51,6 +53,7 @@ func setup(t *testing.T, adjust ...func(*config.Config)) *fixture {
 	for _, a := range adjust {
 		a(&cfg)
 	}
+	matrix.UseProviderFromEnv(t, &cfg) // make test-matrix: the suite over each adapter
 	stack, err := devserver.New(context.Background(), devserver.Options{Data: t.TempDir(), ModelURL: model.URL + "/v1/",
 		Config: cfg, OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond }})
 	if err != nil {
@@ -493,6 +496,7 @@ func TestSplitHandlers(t *testing.T) {
 
 // multitask "interrupt" stops the active run and starts the new one; the stopped reply is kept as canceled.
 func TestMultitaskInterrupt(t *testing.T) {
+	matrix.Skip(t, "known (issue 20): these adapters merge consecutive user messages into one, and the offline model then answers the first one's command (/slow 10000) with its usage line", modelsfile.Anthropic, modelsfile.AnthropicBedrock, modelsfile.BedrockConverse)
 	t.Parallel()
 	f := setup(t)
 	tok := token(t, "alice")

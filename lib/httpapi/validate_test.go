@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modelsfile"
+	"github.com/agentloop/agentloop/lib/modeltest/matrix"
 )
 
 func b64(n int) string { return base64.StdEncoding.EncodeToString([]byte(strings.Repeat("\x07", n))) }
@@ -220,6 +222,7 @@ func TestNewestMessageValidation(t *testing.T) {
 // What a client may send is accepted, and the files reach the model: the offline model's /received lists the
 // content parts of the newest user message as it received them.
 func TestAcceptedFilesReachTheModel(t *testing.T) {
+	matrix.Skip(t, "Converse takes files as bytes: a URL goes as a line, a document is named without its extension", modelsfile.BedrockConverse)
 	t.Parallel()
 	f := setup(t)
 	tok := token(t, "alice")

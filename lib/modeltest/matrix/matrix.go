@@ -11,6 +11,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +23,7 @@ import (
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/modeltest"
 )
 
@@ -137,4 +142,55 @@ func RunEngine(t *testing.T, a modeltest.Adapter) {
 			}
 		}
 	})
+}
+
+// ProviderEnv is the environment variable that runs a suite of the local stack (lib/engine's, lib/httpapi's)
+// over another adapter, for make test-matrix: a models-file provider (openai-responses, anthropic,
+// anthropic-bedrock, bedrock-converse). Empty, or openai-chat, leaves the stack's own default (lib/openai).
+const ProviderEnv = "AGENT_TEST_PROVIDER"
+
+// providerModels are the model ids the entries of UseProvider ask for: ones whose features the offline model
+// offers as the provider does (Bedrock's prompt cache points are for Nova and Claude).
+var providerModels = map[string]string{
+	modelsfile.OpenAIResponses:  "offline",
+	modelsfile.Anthropic:        "claude-sonnet-4-5",
+	modelsfile.AnthropicBedrock: "anthropic.claude-sonnet-4-5-v1:0",
+	modelsfile.BedrockConverse:  "amazon.nova-pro-v1:0",
+}
+
+// UseProvider makes cfg's default model (and the sub-agents' and titles') the one entry of a models file of
+// provider that talks to the stack's offline model (an entry with neither baseURL nor apiKey: lib/devserver).
+// Empty, or openai-chat, changes nothing.
+func UseProvider(t testing.TB, cfg *config.Config, provider string) {
+	t.Helper()
+	if provider == "" || provider == modelsfile.OpenAIChat {
+		return
+	}
+	model, ok := providerModels[provider]
+	if !ok {
+		t.Fatalf("%s=%s: no such provider (%v)", ProviderEnv, provider, slices.Sorted(maps.Keys(providerModels)))
+	}
+	entry := fmt.Sprintf("models:\n  - name: matrix\n    provider: %s\n    model: %q\n", provider, model)
+	if provider == modelsfile.BedrockConverse || provider == modelsfile.AnthropicBedrock {
+		entry += "    region: us-east-1\n"
+	}
+	f, err := modelsfile.Parse("matrix.yaml", []byte(entry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Models, cfg.Model, cfg.SubagentModel, cfg.TitleModel = f, "matrix", "matrix", "matrix"
+}
+
+// UseProviderFromEnv is UseProvider with ProviderEnv's provider.
+func UseProviderFromEnv(t testing.TB, cfg *config.Config) {
+	UseProvider(t, cfg, os.Getenv(ProviderEnv))
+}
+
+// Skip skips t when the suite runs over one of providers (ProviderEnv), saying why: a case of what only some
+// adapters do, or a known difference under repair.
+func Skip(t testing.TB, why string, providers ...string) {
+	t.Helper()
+	if p := os.Getenv(ProviderEnv); p != "" && slices.Contains(providers, p) {
+		t.Skipf("%s=%s: %s", ProviderEnv, p, why)
+	}
 }
