@@ -65,7 +65,6 @@
 package openai
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,6 +77,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/modelcall"
 	"github.com/agentloop/agentloop/lib/modelfiles"
+	"github.com/agentloop/agentloop/lib/openaiwire"
 )
 
 // Defaults for the zero values of Config (DESIGN "Run lifecycle"). lib/config refers to these; nothing else
@@ -365,32 +365,17 @@ func (m *Model) request(ctx context.Context, req agent.ModelRequest) (request, m
 		p.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	for _, t := range req.Tools {
-		fn := chatFunction{Name: t.Name, Description: describe(t), Parameters: t.Parameters}
-		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
-			var obj map[string]json.RawMessage
-			if err := json.Unmarshal(t.Parameters, &obj); err != nil || obj == nil {
-				return request{}, nil, agent.Wrap(cmpErr(err, errNotObject), agent.KindInternal, agent.CodeInternal,
-					"tool "+t.Name+": parameters are not a JSON object")
-			}
-		} else {
-			fn.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
+		desc, params, err := openaiwire.Function(t)
+		if err != nil {
+			return request{}, nil, err
 		}
-		p.Tools = append(p.Tools, chatTool{Type: "function", Function: fn})
+		p.Tools = append(p.Tools, chatTool{Type: "function", Function: chatFunction{Name: t.Name, Description: desc, Parameters: params}})
 	}
 	body, err := encodeRequest(p)
 	if err != nil {
 		return request{}, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "encode the model request")
 	}
 	return request{model: model, body: body}, downloaded, nil
-}
-
-var errNotObject = errors.New("not a JSON object")
-
-func cmpErr(err, def error) error {
-	if err != nil {
-		return err
-	}
-	return def
 }
 
 // messages converts the provider-neutral transcript, system prompt first.
@@ -432,28 +417,4 @@ func (m *Model) messages(ctx context.Context, req agent.ModelRequest) ([]chatMes
 		}
 	}
 	return out, downloaded, nil
-}
-
-// describe is the tool's description as Chat Completions receives it: the API has no field for input examples,
-// so each example (agent.ToolSpec.InputExamples) is folded in after the description, one compact JSON value per
-// line under "Input examples:". The text is the same in every request (the prompt prefix stays byte-stable).
-func describe(t agent.ToolSpec) string {
-	if len(t.InputExamples) == 0 {
-		return t.Description
-	}
-	var b strings.Builder
-	b.WriteString(t.Description)
-	if b.Len() > 0 {
-		b.WriteString("\n\n")
-	}
-	b.WriteString("Input examples:")
-	for _, ex := range t.InputExamples {
-		var c bytes.Buffer
-		if json.Compact(&c, ex) != nil {
-			continue
-		}
-		b.WriteString("\n")
-		b.Write(c.Bytes())
-	}
-	return b.String()
 }

@@ -60,7 +60,6 @@
 package openairesponses
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -74,6 +73,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/modelcall"
 	"github.com/agentloop/agentloop/lib/modelfiles"
+	"github.com/agentloop/agentloop/lib/openaiwire"
 )
 
 // Defaults for the zero values of Config.
@@ -358,19 +358,11 @@ func (m *Model) request(ctx context.Context, req agent.ModelRequest) (responsesR
 		p.Include = []string{includeEncryptedReasoning}
 	}
 	for _, t := range req.Tools {
-		params := t.Parameters
-		if len(params) > 0 && string(params) != "null" {
-			var obj map[string]json.RawMessage
-			if err := json.Unmarshal(params, &obj); err != nil || obj == nil {
-				if err == nil {
-					err = errors.New("not a JSON object")
-				}
-				return responsesRequest{}, nil, agent.Wrap(err, agent.KindInternal, agent.CodeInternal, "tool "+t.Name+": parameters are not a JSON object")
-			}
-		} else {
-			params = json.RawMessage(`{"type":"object","properties":{}}`)
+		desc, params, err := openaiwire.Function(t)
+		if err != nil {
+			return responsesRequest{}, nil, err
 		}
-		p.Tools = append(p.Tools, tool{Type: "function", Name: t.Name, Description: describe(t), Parameters: params})
+		p.Tools = append(p.Tools, tool{Type: "function", Name: t.Name, Description: desc, Parameters: params})
 	}
 	return p, downloaded, nil
 }
@@ -429,27 +421,4 @@ func reasoningItems(data json.RawMessage) []json.RawMessage {
 		}
 	}
 	return out
-}
-
-// describe is the tool's description with its input examples folded in, as package openai writes it: one
-// compact JSON value per line under "Input examples:" (the same text in every request).
-func describe(t agent.ToolSpec) string {
-	if len(t.InputExamples) == 0 {
-		return t.Description
-	}
-	var b strings.Builder
-	b.WriteString(t.Description)
-	if b.Len() > 0 {
-		b.WriteString("\n\n")
-	}
-	b.WriteString("Input examples:")
-	for _, ex := range t.InputExamples {
-		var c bytes.Buffer
-		if json.Compact(&c, ex) != nil {
-			continue
-		}
-		b.WriteString("\n")
-		b.Write(c.Bytes())
-	}
-	return b.String()
 }
