@@ -185,3 +185,30 @@ func TestProviderSaid(t *testing.T) {
 		t.Fatal("nothing said: the error as it is")
 	}
 }
+
+// An event is held back until the next is at hand (More: true) or Release (More: false); a caller that has
+// cancelled gets nothing more.
+func TestEmitter(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	at := (&Policy{FirstTokenTimeout: time.Hour, IdleTimeout: time.Hour}).Start(ctx)
+	defer at.End()
+	var got []agent.ModelEvent
+	e := at.Emitter(func(ev agent.ModelEvent) error { got = append(got, ev); return nil })
+	if e.Release() != nil || len(got) != 0 || e.Emitted {
+		t.Fatal("a release with nothing held emitted")
+	}
+	e.Send(agent.ModelEvent{Delta: "a"})
+	e.Send(agent.ModelEvent{Delta: "b"})
+	e.Release()
+	if len(got) != 2 || !got[0].More || got[1].More || got[0].Delta != "a" || got[1].Delta != "b" || !e.Emitted {
+		t.Fatalf("events %+v", got)
+	}
+	e.Send(agent.ModelEvent{Delta: "c"})
+	cancel()
+	e.Send(agent.ModelEvent{Delta: "d"})
+	e.Release()
+	if len(got) != 2 {
+		t.Fatalf("events after the caller cancelled: %+v", got[2:])
+	}
+}

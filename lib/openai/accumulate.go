@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modelcall"
 )
 
 // accumulator turns the chunks of one streamed completion into agent events. Data flows one way (DESIGN "Models
@@ -12,11 +13,8 @@ import (
 // parts. The only thing assembled here is each tool call's arguments, because the port promises one complete
 // EventToolCall per call. Only choice 0 is read: the adapter never asks for more than one.
 type accumulator struct {
-	emit    func(agent.ModelEvent) error
-	ids     agent.IDs
-	emitted bool // at least one event went out (or is held back): the attempt can no longer be retried
-	held    agent.ModelEvent
-	holding bool // held is the newest event, not emitted yet (send)
+	modelcall.Emitter // each event held back until the next is at hand (More), or Release
+	ids               agent.IDs
 
 	model   string
 	calls   []*toolCall
@@ -31,34 +29,6 @@ type toolCall struct {
 	args    strings.Builder // fragments appended as they arrive: linear, whatever the number of fragments
 	started bool            // the start event went out
 }
-
-// send emits the event held back (More: this one follows it at once) and holds ev back in its place: an
-// event goes out when the next one is at hand, or by release before the attempt waits for the provider or
-// returns (agent.ModelEvent.More).
-func (a *accumulator) send(ev agent.ModelEvent) error {
-	a.emitted = true
-	held, ok := a.held, a.holding
-	a.held, a.holding = ev, true
-	if !ok {
-		return nil
-	}
-	held.More = true
-	return a.emit(held)
-}
-
-// release emits the event held back, with More false: the attempt is about to wait for the provider, or to
-// return.
-func (a *accumulator) release() error {
-	if !a.holding {
-		return nil
-	}
-	held := a.held
-	a.held, a.holding = agent.ModelEvent{}, false
-	return a.emit(held)
-}
-
-// drop forgets the event held back: the caller cancelled, and asked for nothing more.
-func (a *accumulator) drop() { a.held, a.holding = agent.ModelEvent{}, false }
 
 // add folds one chunk in, emitting its deltas; an error from emit is returned as is.
 func (a *accumulator) add(c chunk) error {
@@ -98,7 +68,7 @@ func (a *accumulator) delta(d chunkDelta) error {
 		}
 		var s string
 		if json.Unmarshal(raw, &s) == nil && s != "" {
-			if err := a.send(agent.ModelEvent{Type: agent.EventReasoningDelta, Delta: s}); err != nil {
+			if err := a.Send(agent.ModelEvent{Type: agent.EventReasoningDelta, Delta: s}); err != nil {
 				return err
 			}
 		}
@@ -107,7 +77,7 @@ func (a *accumulator) delta(d chunkDelta) error {
 		if s == "" {
 			continue
 		}
-		if err := a.send(agent.ModelEvent{Type: agent.EventTextDelta, Delta: s}); err != nil {
+		if err := a.Send(agent.ModelEvent{Type: agent.EventTextDelta, Delta: s}); err != nil {
 			return err
 		}
 	}
@@ -144,7 +114,7 @@ func (a *accumulator) toolDelta(tc chunkToolCall) error {
 		if tc.Function.Arguments == "" {
 			return nil
 		}
-		return a.send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: call.id, Delta: tc.Function.Arguments})
+		return a.Send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: call.id, Delta: tc.Function.Arguments})
 	}
 	if call.name == "" {
 		return nil // arguments before the name: keep them until the name arrives
@@ -153,13 +123,13 @@ func (a *accumulator) toolDelta(tc chunkToolCall) error {
 		call.id = a.ids.New("call")
 	}
 	call.started = true
-	if err := a.send(agent.ModelEvent{Type: agent.EventToolCallStart, ToolCallID: call.id, ToolName: call.name}); err != nil {
+	if err := a.Send(agent.ModelEvent{Type: agent.EventToolCallStart, ToolCallID: call.id, ToolName: call.name}); err != nil {
 		return err
 	}
 	if call.args.Len() == 0 {
 		return nil
 	}
-	return a.send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: call.id, Delta: call.args.String()})
+	return a.Send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: call.id, Delta: call.args.String()})
 }
 
 // finishCalls emits one EventToolCall per announced call, in the order the model made them. It runs once the
@@ -173,7 +143,7 @@ func (a *accumulator) finishCalls() error {
 		if strings.TrimSpace(args) == "" {
 			args = "{}" // providers send no fragments for a call without arguments; "" is not JSON
 		}
-		if err := a.send(agent.ModelEvent{Type: agent.EventToolCall, ToolCallID: c.id, ToolName: c.name, Arguments: args}); err != nil {
+		if err := a.Send(agent.ModelEvent{Type: agent.EventToolCall, ToolCallID: c.id, ToolName: c.name, Arguments: args}); err != nil {
 			return err
 		}
 	}

@@ -231,15 +231,7 @@ func (m *Model) Stream(ctx context.Context, req agent.ModelRequest, emit func(ag
 func (m *Model) attempt(ctx context.Context, req request, emit func(agent.ModelEvent) error) (agent.ModelResult, *modelcall.Failure) {
 	at := m.policy.Start(ctx)
 	defer at.End()
-	// An event is held back until the next is at hand (accumulator.send), so the emit that makes the caller
-	// cancel may come before the held one's release: nothing goes to a caller that has cancelled.
-	toCaller := func(ev agent.ModelEvent) error {
-		if at.CallerDone() {
-			return nil
-		}
-		return emit(ev)
-	}
-	acc := accumulator{emit: toCaller, ids: m.cfg.IDs, model: req.model}
+	acc := accumulator{Emitter: at.Emitter(emit), ids: m.cfg.IDs, model: req.model}
 	stream, err := m.open(at.Ctx(), req.body)
 	if err != nil {
 		return acc.partial(), classify(at, err, false)
@@ -255,7 +247,7 @@ func (m *Model) attempt(ctx context.Context, req request, emit func(agent.ModelE
 		}
 		if !stream.Ready() {
 			// The next chunk is not here yet: the event held back goes out before the wait.
-			if err := acc.release(); err != nil {
+			if err := acc.Release(); err != nil {
 				return acc.partial(), &modelcall.Failure{Err: err}
 			}
 		}
@@ -263,21 +255,21 @@ func (m *Model) attempt(ctx context.Context, req request, emit func(agent.ModelE
 	}
 	at.Pause() // no more waits on the provider: the release below is the consumer's time
 	if at.CallerDone() {
-		acc.drop() // the caller cancelled: nothing more goes to it
-	} else if err := acc.release(); err != nil {
+		acc.Drop() // the caller cancelled: nothing more goes to it
+	} else if err := acc.Release(); err != nil {
 		return acc.partial(), &modelcall.Failure{Err: err}
 	}
 	if err := at.Err(stream.Err()); err != nil {
-		return acc.partial(), classify(at, err, acc.emitted)
+		return acc.partial(), classify(at, err, acc.Emitted)
 	}
 	if acc.finish == "" {
 		// The body ended without a finish reason: a proxy or the provider cut the stream short.
-		return acc.partial(), modelcall.Truncated(nil, acc.emitted)
+		return acc.partial(), modelcall.Truncated(nil, acc.Emitted)
 	}
 	if err := acc.finishCalls(); err != nil {
 		return acc.partial(), &modelcall.Failure{Err: err}
 	}
-	if err := acc.release(); err != nil {
+	if err := acc.Release(); err != nil {
 		return acc.partial(), &modelcall.Failure{Err: err}
 	}
 	return acc.result(), nil

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/modelcall"
 	"github.com/agentloop/agentloop/lib/openaiwire"
 )
 
@@ -14,10 +15,7 @@ import (
 // call's arguments (the port promises one complete EventToolCall per call), and the reasoning items with their
 // encrypted content (ModelResult.ReasoningData), kept as the provider sent them.
 type accumulator struct {
-	emit    func(agent.ModelEvent) error
-	emitted bool // at least one event went out (or is held back): the attempt can no longer be retried
-	held    agent.ModelEvent
-	holding bool
+	modelcall.Emitter // each event held back until the next is at hand (More), or Release
 
 	model     string
 	calls     []*call
@@ -37,31 +35,6 @@ type call struct {
 	done   bool
 }
 
-// send emits the event held back (More: this one follows it at once) and holds ev back in its place.
-func (a *accumulator) send(ev agent.ModelEvent) error {
-	a.emitted = true
-	held, ok := a.held, a.holding
-	a.held, a.holding = ev, true
-	if !ok {
-		return nil
-	}
-	held.More = true
-	return a.emit(held)
-}
-
-// release emits the event held back, with More false: the attempt is about to wait for the provider, or return.
-func (a *accumulator) release() error {
-	if !a.holding {
-		return nil
-	}
-	held := a.held
-	a.held, a.holding = agent.ModelEvent{}, false
-	return a.emit(held)
-}
-
-// drop forgets the event held back: the caller cancelled.
-func (a *accumulator) drop() { a.held, a.holding = agent.ModelEvent{}, false }
-
 // add folds one event in, emitting its deltas; an error from emit is returned as is. An event type the adapter
 // does not know is ignored (the API adds types; the ones that carry what the port needs are listed here).
 func (a *accumulator) add(ev *event) error {
@@ -72,16 +45,16 @@ func (a *accumulator) add(ev *event) error {
 		}
 	case "response.output_text.delta", "response.refusal.delta":
 		if ev.Delta != "" {
-			return a.send(agent.ModelEvent{Type: agent.EventTextDelta, Delta: ev.Delta})
+			return a.Send(agent.ModelEvent{Type: agent.EventTextDelta, Delta: ev.Delta})
 		}
 	case "response.reasoning_summary_part.added":
 		a.summaries++
 		if a.summaries > 1 {
-			return a.send(agent.ModelEvent{Type: agent.EventReasoningDelta, Delta: "\n\n"})
+			return a.Send(agent.ModelEvent{Type: agent.EventReasoningDelta, Delta: "\n\n"})
 		}
 	case "response.reasoning_summary_text.delta", "response.reasoning_text.delta":
 		if ev.Delta != "" {
-			return a.send(agent.ModelEvent{Type: agent.EventReasoningDelta, Delta: ev.Delta})
+			return a.Send(agent.ModelEvent{Type: agent.EventReasoningDelta, Delta: ev.Delta})
 		}
 	case "response.output_item.added":
 		return a.itemAdded(ev.Item)
@@ -91,7 +64,7 @@ func (a *accumulator) add(ev *event) error {
 			return nil
 		}
 		c.args.WriteString(ev.Delta)
-		return a.send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: c.callID, Delta: ev.Delta})
+		return a.Send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: c.callID, Delta: ev.Delta})
 	case "response.function_call_arguments.done":
 		if c := a.byItem[ev.ItemID]; c != nil {
 			c.final, c.done = ev.Arguments, true
@@ -138,14 +111,14 @@ func (a *accumulator) announce(it outputItem) error {
 	}
 	a.byItem[it.ID] = c
 	a.calls = append(a.calls, c)
-	if err := a.send(agent.ModelEvent{Type: agent.EventToolCallStart, ToolCallID: c.callID, ToolName: c.name}); err != nil {
+	if err := a.Send(agent.ModelEvent{Type: agent.EventToolCallStart, ToolCallID: c.callID, ToolName: c.name}); err != nil {
 		return err
 	}
 	if it.Arguments == "" {
 		return nil
 	}
 	c.args.WriteString(it.Arguments)
-	return a.send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: c.callID, Delta: it.Arguments})
+	return a.Send(agent.ModelEvent{Type: agent.EventToolCallDelta, ToolCallID: c.callID, Delta: it.Arguments})
 }
 
 func (a *accumulator) itemDone(raw json.RawMessage) error {
@@ -189,7 +162,7 @@ func (a *accumulator) finishCalls() error {
 		if strings.TrimSpace(args) == "" {
 			args = "{}"
 		}
-		if err := a.send(agent.ModelEvent{Type: agent.EventToolCall, ToolCallID: c.callID, ToolName: c.name, Arguments: args}); err != nil {
+		if err := a.Send(agent.ModelEvent{Type: agent.EventToolCall, ToolCallID: c.callID, ToolName: c.name, Arguments: args}); err != nil {
 			return err
 		}
 	}

@@ -233,13 +233,7 @@ func refusesReasoning(err error) bool {
 func (m *Model) attempt(ctx context.Context, body []byte, emit func(agent.ModelEvent) error) (agent.ModelResult, *modelcall.Failure) {
 	at := m.policy.Start(ctx)
 	defer at.End()
-	toCaller := func(ev agent.ModelEvent) error {
-		if at.CallerDone() {
-			return nil
-		}
-		return emit(ev)
-	}
-	acc := accumulator{emit: toCaller}
+	acc := accumulator{Emitter: at.Emitter(emit)}
 	stream, err := m.open(at.Ctx(), body)
 	if err != nil {
 		return acc.partial(), classify(at, err, false)
@@ -255,7 +249,7 @@ func (m *Model) attempt(ctx context.Context, body []byte, emit func(agent.ModelE
 		if err := decodeEvent(data, &ev); err != nil {
 			at.Pause()
 			return acc.partial(), &modelcall.Failure{Err: agent.Wrap(err, agent.KindUnavailable, agent.CodeModelError,
-				"the model provider sent a malformed event"), Retry: !acc.emitted}
+				"the model provider sent a malformed event"), Retry: !acc.Emitted}
 		}
 		if err := acc.add(&ev); err != nil {
 			return acc.partial(), &modelcall.Failure{Err: err}
@@ -264,7 +258,7 @@ func (m *Model) attempt(ctx context.Context, body []byte, emit func(agent.ModelE
 			break // the response is over: whatever follows is not read
 		}
 		if !stream.Ready() {
-			if err := acc.release(); err != nil {
+			if err := acc.Release(); err != nil {
 				return acc.partial(), &modelcall.Failure{Err: err}
 			}
 		}
@@ -272,8 +266,8 @@ func (m *Model) attempt(ctx context.Context, body []byte, emit func(agent.ModelE
 	}
 	at.Pause()
 	if at.CallerDone() {
-		acc.drop()
-	} else if err := acc.release(); err != nil {
+		acc.Drop()
+	} else if err := acc.Release(); err != nil {
 		return acc.partial(), &modelcall.Failure{Err: err}
 	}
 	err = at.Err(stream.Err())
@@ -281,15 +275,15 @@ func (m *Model) attempt(ctx context.Context, body []byte, emit func(agent.ModelE
 		err = acc.failed
 	}
 	if err != nil {
-		return acc.partial(), classify(at, err, acc.emitted)
+		return acc.partial(), classify(at, err, acc.Emitted)
 	}
 	if acc.ended == nil {
-		return acc.partial(), modelcall.Truncated(nil, acc.emitted)
+		return acc.partial(), modelcall.Truncated(nil, acc.Emitted)
 	}
 	if err := acc.finishCalls(); err != nil {
 		return acc.partial(), &modelcall.Failure{Err: err}
 	}
-	if err := acc.release(); err != nil {
+	if err := acc.Release(); err != nil {
 		return acc.partial(), &modelcall.Failure{Err: err}
 	}
 	return acc.result(), nil
