@@ -10,38 +10,22 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/offline"
 )
 
-// fileServer serves files over TLS as a remote host would: /report.pdf (a PDF of n bytes), /page.html (text/html),
-// /octet.pdf (application/octet-stream, not a PDF's bytes),
-// /empty.pdf (200, no bytes), /slow.pdf (never answers within the test's timeout) and 404 for the rest.
+// fileServer serves /report.pdf (pdf, as a PDF) over TLS as a remote host would, and 404 for the rest (an expired
+// pre-signed URL). The download rules' own cases are lib/modelfiles'.
 func fileServer(t *testing.T, pdf []byte) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/report.pdf":
-			w.Header().Set("Content-Type", "application/pdf")
-			w.Write(pdf)
-		case "/page.html":
-			w.Header().Set("Content-Type", "text/html")
-			w.Write([]byte("<html></html>"))
-		case "/octet.pdf":
-			w.Header().Set("Content-Type", "application/octet-stream")
-			w.Write([]byte("<html>not a PDF</html>"))
-		case "/empty.pdf":
-			w.Header().Set("Content-Type", "application/pdf")
-		case "/slow.pdf":
-			select {
-			case <-r.Context().Done():
-			case <-time.After(5 * time.Second):
-			}
-		default:
+		if r.URL.Path != "/report.pdf" {
 			http.NotFound(w, r)
+			return
 		}
+		w.Header().Set("Content-Type", "application/pdf")
+		w.Write(pdf)
 	}))
 	t.Cleanup(ts.Close)
 	return ts

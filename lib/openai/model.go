@@ -149,6 +149,8 @@ type Config struct {
 
 // Model is the agent.Model adapter. It is safe for concurrent use.
 type Model struct {
+	openaiwire.Embedder // Embed, EmbeddingModel: the same root's POST embeddings, for the tool router
+
 	cfg         Config
 	endpoint    string               // BaseURL's chat/completions
 	endpointErr error                // BaseURL is no URL: every request fails with it
@@ -179,6 +181,8 @@ func New(cfg Config) *Model {
 	m := &Model{cfg: cfg, policy: pol, files: modelfiles.New(modelfiles.Config{Client: cfg.FileClient, MaxFileBytes: cfg.MaxFileBytes,
 		Timeout: cfg.FileTimeout, MaxRequestBytes: cfg.MaxRequestFileBytes, Logger: cfg.Logger})}
 	m.endpoint, m.endpointErr = endpoint(cfg.BaseURL)
+	m.Embedder = openaiwire.Embedder{Client: openaiwire.Client{HTTP: cfg.HTTPClient, APIKey: cfg.APIKey}, BaseURL: cfg.BaseURL,
+		Model: cfg.EmbeddingModel}
 	return m
 }
 

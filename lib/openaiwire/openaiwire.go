@@ -129,6 +129,26 @@ const maxEmbedBody = 64 << 20
 // embedBatch is the most texts one embeddings request carries (OpenAI takes 2,048).
 const embedBatch = 512
 
+// Embedder is agent.Embedder over an API root's POST embeddings; an adapter's Model embeds it.
+type Embedder struct {
+	Client  Client
+	BaseURL string
+	Model   string // the embeddings model (DefaultEmbeddingModel when empty)
+}
+
+// EmbeddingModel implements agent.Embedder.
+func (e Embedder) EmbeddingModel() string {
+	if e.Model == "" {
+		return DefaultEmbeddingModel
+	}
+	return e.Model
+}
+
+// Embed implements agent.Embedder (Client.Embed).
+func (e Embedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	return e.Client.Embed(ctx, e.BaseURL, e.EmbeddingModel(), texts)
+}
+
 // Embed asks base's POST embeddings for the vectors of texts with model, embedBatch texts a request (no retry:
 // a router that cannot embed does without).
 func (c Client) Embed(ctx context.Context, base, model string, texts []string) ([][]float32, error) {
