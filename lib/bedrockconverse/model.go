@@ -86,7 +86,7 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultMaxOutputTokens = 8192
+	DefaultMaxOutputTokens = modelcall.DefaultMaxOutputTokens
 	// The attempts' timing and retries: lib/modelcall's defaults, the same for every adapter.
 	DefaultFirstTokenTimeout = modelcall.DefaultFirstTokenTimeout
 	DefaultIdleTimeout       = modelcall.DefaultIdleTimeout

@@ -45,6 +45,9 @@ const (
 	DefaultMaxRetries        = 2
 	DefaultBackoffBase       = 500 * time.Millisecond
 	DefaultBackoffMax        = 8 * time.Second
+	// DefaultMaxOutputTokens bounds a request's output when neither the request nor the adapter's configuration
+	// sets a bound (DESIGN "Run lifecycle": max output tokens 8192).
+	DefaultMaxOutputTokens = 8192
 )
 
 // MaxRetryAfter bounds how long a provider's Retry-After header can make a retry wait.

@@ -78,8 +78,8 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultBaseURL         = "https://api.openai.com/v1/"
-	DefaultMaxOutputTokens = 8192
+	DefaultBaseURL         = openaiwire.DefaultBaseURL
+	DefaultMaxOutputTokens = modelcall.DefaultMaxOutputTokens
 	// The attempts' timing and retries: lib/modelcall's defaults, the same for every adapter.
 	DefaultFirstTokenTimeout = modelcall.DefaultFirstTokenTimeout
 	DefaultIdleTimeout       = modelcall.DefaultIdleTimeout

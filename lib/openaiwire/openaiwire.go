@@ -16,6 +16,9 @@ import (
 	"time"
 )
 
+// DefaultBaseURL is OpenAI's API root.
+const DefaultBaseURL = "https://api.openai.com/v1/"
+
 // Client is an API root and its key.
 type Client struct {
 	HTTP   *http.Client
