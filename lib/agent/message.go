@@ -55,6 +55,11 @@ type MessageMetadata struct {
 	// Error is a failed reply's stable code and safe message (the engine's, or the reaper's for a run that
 	// died): a reader shows it even when the reply says nothing else (Shown).
 	Error *RunError `json:"error,omitempty"`
+	// ContextScale is what the provider counted over the transcript's chars/4 estimate for the reply's latest
+	// request (stored only, never streamed): the next run prunes with it from its first request, so that it
+	// cuts the transcript where this run's last request was cut and the provider's prompt cache holds (lib/transcript
+	// Config.Scale). Absent: 1.
+	ContextScale float64 `json:"contextScale,omitempty"`
 }
 
 // RunErrorPart is the type of the part that shows a failed reply's error in the reply itself, for apps that

@@ -44,6 +44,7 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 	s.tools = e.turnTools(runCtx, s)
 	tcfg := t.plan.transcriptConfig(e.cfg.Transcript)
 	tcfg.FixedTokens += s.routedExtra(runCtx)
+	tcfg.Scale = contextScale(t.plan.history)
 	s.history = transcript.NewHistory(t.plan.history, tcfg)
 	s.guard = startGuard(t, cancelRun) // the keeper's heartbeats go on after a stop (REVIEW D2)
 	s.usage = s.deliveredUsage()       // the sub-agents' whose results this turn delivers (jobusage.go)
@@ -334,6 +335,9 @@ func (s *stepper) message(st agent.MessageStatus) agent.Message {
 	}
 	u := s.usage
 	md := agent.MessageMetadata{Status: st, RunID: s.turn.run.ID, Model: s.model, Usage: &u, Replaces: s.turn.plan.replaces}
+	if s.history != nil && s.history.Scale() != 1 {
+		md.ContextScale = s.history.Scale()
+	}
 	if f := s.failure; f != nil && st == agent.MessageFailed {
 		parts, md.Error = append(parts, agent.ErrorPart(s.turn.run.ID, *f)), f
 	}
@@ -377,6 +381,22 @@ func (s *stepper) persistDraft(ctx context.Context) {
 	if err := s.putMessage(ctx, agent.MessageStreaming, false); err != nil {
 		s.log.Warn("persist draft", "err", err)
 	}
+}
+
+// contextScale is the scale the newest assistant message of history kept (agent.MessageMetadata.ContextScale; 0:
+// none).
+func contextScale(history []agent.Message) float64 {
+	for i := len(history) - 1; i >= 0; i-- {
+		if history[i].Role != agent.RoleAssistant {
+			continue
+		}
+		var md agent.MessageMetadata
+		if json.Unmarshal(history[i].Metadata, &md) == nil && md.ContextScale > 0 {
+			return md.ContextScale
+		}
+		return 0
+	}
+	return 0
 }
 
 // metadataJSON marshals server-authored metadata; the values are plain structs and cannot fail.

@@ -283,6 +283,34 @@ func TestReportedTokens(t *testing.T) {
 	}
 }
 
+// The scale follows a higher count at once and a lower one only past scaleSlack (1/8), in 32nds: requests of
+// different kinds count a little differently, and the cutoff must not move back and forth with them. A run
+// starts from Config.Scale (the previous run's).
+func TestScaleSteps(t *testing.T) {
+	t.Parallel()
+	history := []agent.Message{msg("u1", agent.RoleUser, text(strings.Repeat("n", 4000)))}
+	h := transcript.NewHistory(history, transcript.Config{Scale: 1.5})
+	if h.Scale() != 1.5 {
+		t.Fatalf("initial scale %v, want the configured 1.5", h.Scale())
+	}
+	for _, step := range []struct {
+		ratio float64 // the provider's count over the raw estimate
+		want  float64
+	}{
+		{1.45, 1.5},    // lower by less than 1/8: kept
+		{1.6, 1.625},   // higher: taken at once, rounded up to a 32nd
+		{1.4, 1.40625}, // lower by more than 1/8: taken
+		{9, 4},         // within [1/2, 4]
+	} {
+		h.Build(nil)
+		raw := float64(h.Last().EstimatedTokens) / h.Scale()
+		h.Reported(int(raw * step.ratio))
+		if h.Scale() != step.want {
+			t.Fatalf("reported %v of the estimate: scale %v, want %v", step.ratio, h.Scale(), step.want)
+		}
+	}
+}
+
 func TestSnapshotNamesAreExact(t *testing.T) {
 	t.Parallel()
 	history := []agent.Message{

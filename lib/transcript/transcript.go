@@ -60,6 +60,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -106,6 +107,10 @@ type Config struct {
 	// BlockTokens is the step by which the pruning cutoff moves (DefaultBlockPercent of the budget when zero;
 	// 1 prunes to the budget at every step, as before blocks).
 	BlockTokens int
+	// Scale is the provider's count over the estimate that the first Build starts from (see Reported): the
+	// previous run's (agent.MessageMetadata.ContextScale), so that a run's first request is cut as the previous
+	// run's last one was, not as if the provider counted chars/4 (which moved the cutoff at every turn). 0: 1.
+	Scale float64
 }
 
 func (c Config) withDefaults() Config {
@@ -153,6 +158,9 @@ type History struct {
 // NewHistory converts the stored messages (oldest first) once.
 func NewHistory(msgs []agent.Message, cfg Config) *History {
 	h := &History{cfg: cfg.withDefaults(), calls: map[string]int{}, scale: 1}
+	if cfg.Scale > 0 {
+		h.scale = quantScale(cfg.Scale)
+	}
 	h.entries = make([]entry, 0, len(msgs))
 	for _, m := range msgs {
 		if e, ok := convert(m, h.cfg.ToolOutputBytes, h.calls); ok {
@@ -220,14 +228,34 @@ func (h *History) Last() Report { return h.last }
 // Reported takes the provider's count of the input tokens of the latest Build's request: later builds scale
 // their estimate by it (the provider knows its tokenizer; chars/4 is a guess). A zero count (a provider that
 // reports no usage) changes nothing, and the factor stays within [1/2, 4] so that one odd report cannot make
-// the budget meaningless.
+// the budget meaningless. The factor moves in 32nds, up at once, down only by more than scaleSlack (see
+// quantScale): a cutoff that followed every report would move at every step.
 func (h *History) Reported(inputTokens int) {
 	est := h.last.EstimatedTokens
 	if inputTokens <= 0 || est <= 0 {
 		return
 	}
 	// EstimatedTokens is already scaled; the raw estimate is est/scale.
-	h.scale = min(max(float64(inputTokens)*h.scale/float64(est), 0.5), 4)
+	s := quantScale(float64(inputTokens) * h.scale / float64(est))
+	// A higher count is taken at once (the budget must hold); a lower one only when it is lower by more than
+	// scaleSlack: requests of different kinds (text, tool calls) count a little differently, and a scale that
+	// went back and forth between them moved the cutoff back and forth.
+	if s > h.scale || s < h.scale-scaleSlack {
+		h.scale = s
+	}
+}
+
+// scaleSlack is how much lower a provider's count must be before the scale follows it down.
+const scaleSlack = 1.0 / 8
+
+// Scale is the provider's count over the estimate that the next Build prunes with (1 until Reported or
+// Config.Scale): what the run's reply keeps for the next run (agent.MessageMetadata.ContextScale).
+func (h *History) Scale() float64 { return h.scale }
+
+// quantScale keeps a scale within [1/2, 4] and rounds it up to a 32nd: a provider's count varies a little from
+// one request to the next, and a scale that followed it would move the budget, and so the cutoff, with it.
+func quantScale(s float64) float64 {
+	return min(max(math.Ceil(s*32)/32, 0.5), 4)
 }
 
 // MessageTokens estimates what a stored message costs in the transcript, in tokens (chars/4): what a bounded
