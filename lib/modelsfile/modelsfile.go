@@ -41,15 +41,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/secretref"
+	"github.com/agentloop/agentloop/lib/yamlcheck"
 )
 
 // The providers an entry may name: each is one adapter package.
@@ -139,41 +138,41 @@ func Load(path string) (*File, error) {
 
 // Parse checks data, the contents of the file called name. The error, when there is one, is an Errors.
 func Parse(name string, data []byte) (*File, error) {
-	p := &parser{file: name}
+	p := &parser{Checker: yamlcheck.Checker{File: name}}
 	f := &File{Name: name}
 	if len(data) > MaxFileBytes {
-		p.errs = append(p.errs, Error{File: name, Line: 1, Msg: fmt.Sprintf("the file is %d bytes, the limit is %d", len(data), MaxFileBytes)})
-		return nil, p.errs
+		p.Errs = append(p.Errs, Error{File: name, Line: 1, Msg: fmt.Sprintf("the file is %d bytes, the limit is %d", len(data), MaxFileBytes)})
+		return nil, p.Errs
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.errs = append(p.errs, syntaxError(name, err))
-		return nil, p.errs
+		p.Errs = append(p.Errs, yamlcheck.SyntaxError(name, err))
+		return nil, p.Errs
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
-		p.errs = append(p.errs, Error{File: name, Line: 1, Field: "models", Msg: "is required: the file lists no models"})
-		return nil, p.errs
+		p.Errs = append(p.Errs, Error{File: name, Line: 1, Field: "models", Msg: "is required: the file lists no models"})
+		return nil, p.Errs
 	}
 	root := doc.Content[0]
-	present := p.mapping(root, "", map[string]func(*yaml.Node, string){
+	present := p.Mapping(root, "", map[string]func(*yaml.Node, string){
 		"models": func(n *yaml.Node, path string) {
-			p.sequence(n, path, func(item *yaml.Node, path string) { f.Models = append(f.Models, p.model(item, path)) })
+			p.Sequence(n, path, func(item *yaml.Node, path string) { f.Models = append(f.Models, p.model(item, path)) })
 		},
 	})
 	switch {
-	case resolve(root).Kind != yaml.MappingNode:
+	case yamlcheck.Resolve(root).Kind != yaml.MappingNode:
 	case !present["models"]:
-		p.errorf(root, "models", "is required: the file lists no models")
+		p.Errorf(root, "models", "is required: the file lists no models")
 	case len(f.Models) == 0:
-		p.errorf(root, "models", "lists no models")
+		p.Errorf(root, "models", "lists no models")
 	case len(f.Models) > MaxModels:
-		p.errorf(root, "models", "lists %d models, the limit is %d", len(f.Models), MaxModels)
+		p.Errorf(root, "models", "lists %d models, the limit is %d", len(f.Models), MaxModels)
 	}
 	p.names(f)
 	p.fallbacks(f)
-	if len(p.errs) > 0 {
-		p.errs.sort()
-		return nil, p.errs
+	if len(p.Errs) > 0 {
+		p.Errs.Sort()
+		return nil, p.Errs
 	}
 	return f, nil
 }
@@ -305,43 +304,7 @@ func (f *File) Roles(def, subagent, title string) (Roles, error) {
 }
 
 // Error is one problem of the file: file:line: field: message.
-type Error struct {
-	File  string
-	Line  int
-	Field string // e.g. models[0].provider ("" for the file as a whole)
-	Msg   string
-}
-
-func (e Error) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
-}
+type Error = yamlcheck.Error
 
 // Errors are all the problems of a file, by line.
-type Errors []Error
-
-func (es Errors) Error() string {
-	lines := make([]string, len(es))
-	for i, e := range es {
-		lines[i] = e.Error()
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (es Errors) sort() {
-	slices.SortStableFunc(es, func(a, b Error) int { return a.Line - b.Line })
-}
-
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// syntaxError turns the parser's error into file:line: message.
-func syntaxError(file string, err error) Error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return Error{File: file, Line: line, Msg: "not valid YAML or JSON: " + m[2]}
-	}
-	return Error{File: file, Line: 1, Msg: "not valid YAML or JSON: " + strings.TrimPrefix(msg, "yaml: ")}
-}
+type Errors = yamlcheck.Errors

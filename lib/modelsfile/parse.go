@@ -12,124 +12,35 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/secretref"
+	"github.com/agentloop/agentloop/lib/yamlcheck"
 )
 
 // parser walks the YAML nodes, so every error knows its line and field.
 type parser struct {
-	file string
-	errs Errors
-}
-
-func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
-	p.errs = append(p.errs, Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)})
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// mapping calls the field's handler for each key of n; unknown and repeated keys are errors.
-func (p *parser) mapping(n *yaml.Node, path string, fields map[string]func(*yaml.Node, string)) (present map[string]bool) {
-	present = map[string]bool{}
-	n = resolve(n)
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "want a mapping of fields, got %s", kindOf(n))
-		return present
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		key := k.Value
-		field := join(path, key)
-		handle, known := fields[key]
-		switch {
-		case k.Kind != yaml.ScalarNode:
-			p.errorf(k, path, "a field name must be a plain string")
-		case present[key]:
-			p.errorf(k, field, "given twice")
-		case !known:
-			keys := make([]string, 0, len(fields))
-			for k := range fields {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			p.errorf(k, field, "unknown field (known: %s)", strings.Join(keys, ", "))
-		default:
-			present[key] = true
-			handle(v, field)
-		}
-	}
-	return present
-}
-
-// resolve follows an alias.
-func resolve(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-func kindOf(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.ShortTag() == "!!null" {
-			return "nothing"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "something else"
-}
-
-func (p *parser) sequence(n *yaml.Node, path string, item func(*yaml.Node, string)) {
-	n = resolve(n)
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, path, "want a list, got %s", kindOf(n))
-		return
-	}
-	for i, c := range n.Content {
-		item(resolve(c), fmt.Sprintf("%s[%d]", path, i))
-	}
+	yamlcheck.Checker // File, Errs: every problem by line and field
 }
 
 func (p *parser) str(n *yaml.Node, path string) (string, bool) {
-	n = resolve(n)
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-		p.errorf(n, path, "want a string, got %s", kindOf(n))
+	v, ok := p.Str(n, path)
+	if ok && strings.TrimSpace(v) == "" {
+		p.Errorf(yamlcheck.Resolve(n), path, "must not be empty")
 		return "", false
 	}
-	if strings.TrimSpace(n.Value) == "" {
-		p.errorf(n, path, "must not be empty")
-		return "", false
-	}
-	return n.Value, true
+	return v, ok
 }
 
 func (p *parser) count(n *yaml.Node, path, what string, maxValue int) int {
-	n = resolve(n)
+	n = yamlcheck.Resolve(n)
 	var v int
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
-		p.errorf(n, path, "want a whole number of %s, got %s", what, kindOf(n))
+		p.Errorf(n, path, "want a whole number of %s, got %s", what, yamlcheck.KindOf(n))
 		return 0
 	}
 	if v < 1 || v > maxValue {
-		p.errorf(n, path, "%d is out of bounds (1 to %d)", v, maxValue)
+		p.Errorf(n, path, "%d is out of bounds (1 to %d)", v, maxValue)
 		return 0
 	}
 	return v
-}
-
-func orList(words []string) string {
-	if len(words) == 1 {
-		return words[0]
-	}
-	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
 var (
@@ -141,13 +52,13 @@ var (
 func (p *parser) model(n *yaml.Node, path string) Model {
 	m := Model{Line: n.Line}
 	var keyNode *yaml.Node
-	present := p.mapping(n, path, map[string]func(*yaml.Node, string){
+	present := p.Mapping(n, path, map[string]func(*yaml.Node, string){
 		"name": func(v *yaml.Node, f string) {
 			name, ok := p.str(v, f)
 			switch {
 			case !ok:
 			case len(name) > maxNameLen || !nameRE.MatchString(name):
-				p.errorf(v, f, "%q is not a valid name (1 to %d letters, digits and _.:-, starting with a letter or digit)", name, maxNameLen)
+				p.Errorf(v, f, "%q is not a valid name (1 to %d letters, digits and _.:-, starting with a letter or digit)", name, maxNameLen)
 			default:
 				m.Name = name
 			}
@@ -155,7 +66,7 @@ func (p *parser) model(n *yaml.Node, path string) Model {
 		"provider": func(v *yaml.Node, f string) {
 			s, ok := p.str(v, f)
 			if ok && !slices.Contains(Providers(), s) {
-				p.errorf(v, f, "%q is not a provider (want %s)", s, orList(Providers()))
+				p.Errorf(v, f, "%q is not a provider (want %s)", s, yamlcheck.OrList(Providers()))
 				return
 			}
 			m.Provider = s
@@ -169,11 +80,11 @@ func (p *parser) model(n *yaml.Node, path string) Model {
 			u, err := url.Parse(raw)
 			switch {
 			case err != nil:
-				p.errorf(v, f, "%q is not a URL", raw)
+				p.Errorf(v, f, "%q is not a URL", raw)
 			case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-				p.errorf(v, f, "%q is not an absolute http or https URL", raw)
+				p.Errorf(v, f, "%q is not an absolute http or https URL", raw)
 			case u.User != nil:
-				p.errorf(v, f, "credentials in the URL: give the key in apiKey, as a reference (${ssm:/...})")
+				p.Errorf(v, f, "credentials in the URL: give the key in apiKey, as a reference (${ssm:/...})")
 			default:
 				m.BaseURL = raw
 			}
@@ -181,7 +92,7 @@ func (p *parser) model(n *yaml.Node, path string) Model {
 		"region": func(v *yaml.Node, f string) {
 			s, ok := p.str(v, f)
 			if ok && !regionRE.MatchString(s) {
-				p.errorf(v, f, "%q is not an AWS region (e.g. us-east-1)", s)
+				p.Errorf(v, f, "%q is not an AWS region (e.g. us-east-1)", s)
 				return
 			}
 			m.Region = s
@@ -195,11 +106,11 @@ func (p *parser) model(n *yaml.Node, path string) Model {
 			refs, err := secretref.Parse(s)
 			switch {
 			case err != nil:
-				p.errorf(v, f, "%v", err)
+				p.Errorf(v, f, "%v", err)
 			case len(refs) == 0:
-				p.errorf(v, f, "looks like a key written in the file: write a reference instead, e.g. \"${ssm:/agentloop/openai-api-key}\" or \"${env:OPENAI_API_KEY}\"")
+				p.Errorf(v, f, "looks like a key written in the file: write a reference instead, e.g. \"${ssm:/agentloop/openai-api-key}\" or \"${env:OPENAI_API_KEY}\"")
 			case len(refs) > 1 || strings.TrimSpace(secretref.Strip(s)) != "":
-				p.errorf(v, f, "want one reference and nothing around it (the adapter sends the key as its provider wants it)")
+				p.Errorf(v, f, "want one reference and nothing around it (the adapter sends the key as its provider wants it)")
 			default:
 				m.APIKey, m.keyLine = s, v.Line
 			}
@@ -208,24 +119,24 @@ func (p *parser) model(n *yaml.Node, path string) Model {
 		"maxOutputTokens": func(v *yaml.Node, f string) { m.MaxOutputTokens = p.count(v, f, "tokens", MaxOutputTokens) },
 		"prices":          func(v *yaml.Node, f string) { m.Prices = p.price(v, f) },
 		"fallback": func(v *yaml.Node, f string) {
-			p.sequence(v, f, func(c *yaml.Node, f string) {
+			p.Sequence(v, f, func(c *yaml.Node, f string) {
 				s, ok := p.str(c, f)
 				switch {
 				case !ok:
 				case slices.Contains(m.Fallback, s):
-					p.errorf(c, f, "%q is listed twice", s)
+					p.Errorf(c, f, "%q is listed twice", s)
 				default:
 					m.Fallback = append(m.Fallback, s)
 				}
 			})
 		},
 	})
-	if resolve(n).Kind != yaml.MappingNode {
+	if yamlcheck.Resolve(n).Kind != yaml.MappingNode {
 		return m
 	}
 	for _, req := range []string{"name", "provider", "model"} {
 		if !present[req] {
-			p.errorf(n, join(path, req), "is required")
+			p.Errorf(n, yamlcheck.Join(path, req), "is required")
 		}
 	}
 	if m.Provider == "" {
@@ -233,12 +144,12 @@ func (p *parser) model(n *yaml.Node, path string) Model {
 	}
 	switch {
 	case Bedrock(m.Provider) && !present["region"]:
-		p.errorf(n, join(path, "region"), "is required for %s (the Bedrock region the model is called in)", m.Provider)
+		p.Errorf(n, yamlcheck.Join(path, "region"), "is required for %s (the Bedrock region the model is called in)", m.Provider)
 	case !Bedrock(m.Provider) && present["region"]:
-		p.errorf(n, join(path, "region"), "is for the Bedrock providers only, not %s", m.Provider)
+		p.Errorf(n, yamlcheck.Join(path, "region"), "is for the Bedrock providers only, not %s", m.Provider)
 	}
 	if Bedrock(m.Provider) && keyNode != nil {
-		p.errorf(keyNode, join(path, "apiKey"), "%s is called with the function's IAM role: it takes no API key", m.Provider)
+		p.Errorf(keyNode, yamlcheck.Join(path, "apiKey"), "%s is called with the function's IAM role: it takes no API key", m.Provider)
 	}
 	return m
 }
@@ -246,9 +157,9 @@ func (p *parser) model(n *yaml.Node, path string) Model {
 // price reads an entry's prices: {input, cachedInput, cacheWrite, output}, USD per million tokens, as one model of the price
 // table (agent.ParsePrices).
 func (p *parser) price(n *yaml.Node, path string) *agent.Price {
-	n = resolve(n)
+	n = yamlcheck.Resolve(n)
 	var pr agent.Price
-	present := p.mapping(n, path, map[string]func(*yaml.Node, string){
+	present := p.Mapping(n, path, map[string]func(*yaml.Node, string){
 		"input":       func(v *yaml.Node, f string) { pr.Input = p.number(v, f) },
 		"cachedInput": func(v *yaml.Node, f string) { c := p.number(v, f); pr.CachedInput = &c },
 		"cacheWrite":  func(v *yaml.Node, f string) { c := p.number(v, f); pr.CacheWrite = &c },
@@ -259,21 +170,21 @@ func (p *parser) price(n *yaml.Node, path string) *agent.Price {
 	}
 	for _, req := range []string{"input", "output"} {
 		if !present[req] {
-			p.errorf(n, join(path, req), "is required")
+			p.Errorf(n, yamlcheck.Join(path, req), "is required")
 		}
 	}
 	if err := pr.Check(); err != nil {
 		field, msg, _ := strings.Cut(err.Error(), ": ")
-		p.errorf(n, join(path, field), "%s", msg)
+		p.Errorf(n, yamlcheck.Join(path, field), "%s", msg)
 		return nil
 	}
 	return &pr
 }
 
 func (p *parser) number(n *yaml.Node, path string) json.Number {
-	n = resolve(n)
+	n = yamlcheck.Resolve(n)
 	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") {
-		p.errorf(n, path, "want a number of USD per million tokens, got %s", kindOf(n))
+		p.Errorf(n, path, "want a number of USD per million tokens, got %s", yamlcheck.KindOf(n))
 		return ""
 	}
 	return json.Number(n.Value)
@@ -288,7 +199,7 @@ func (p *parser) names(f *File) {
 			continue
 		}
 		if j, dup := by[m.Name]; dup {
-			p.errs = append(p.errs, Error{File: p.file, Line: m.Line, Field: fmt.Sprintf("models[%d].name", i),
+			p.Errs = append(p.Errs, Error{File: p.File, Line: m.Line, Field: fmt.Sprintf("models[%d].name", i),
 				Msg: fmt.Sprintf("%q names models[%d] too", m.Name, j)})
 			continue
 		}
@@ -297,7 +208,7 @@ func (p *parser) names(f *File) {
 			continue
 		}
 		if j, ok := priced[m.Model]; ok && !samePrice(*f.Models[j].Prices, *m.Prices) {
-			p.errs = append(p.errs, Error{File: p.file, Line: m.Line, Field: fmt.Sprintf("models[%d].prices", i),
+			p.Errs = append(p.Errs, Error{File: p.File, Line: m.Line, Field: fmt.Sprintf("models[%d].prices", i),
 				Msg: fmt.Sprintf("differ from models[%d]'s, the same model %q: a step is priced by the model the provider reports", j, m.Model)})
 			continue
 		}
@@ -340,10 +251,10 @@ func (p *parser) fallbacks(f *File) {
 			_, ok := index[name]
 			switch {
 			case name == m.Name:
-				p.errs = append(p.errs, Error{File: p.file, Line: m.Line, Field: field, Msg: fmt.Sprintf("%q is the entry itself", name)})
+				p.Errs = append(p.Errs, Error{File: p.File, Line: m.Line, Field: field, Msg: fmt.Sprintf("%q is the entry itself", name)})
 				bad = true
 			case !ok:
-				p.errs = append(p.errs, Error{File: p.file, Line: m.Line, Field: field,
+				p.Errs = append(p.Errs, Error{File: p.File, Line: m.Line, Field: field,
 					Msg: fmt.Sprintf("%q names no entry (entries: %s)", name, strings.Join(f.Names(), ", "))})
 				bad = true
 			}
@@ -371,7 +282,7 @@ func (p *parser) fallbacks(f *File) {
 				start := slices.Index(path, name)
 				cycle := append(slices.Clone(path[start:]), name)
 				first := index[cycle[0]]
-				p.errs = append(p.errs, Error{File: p.file, Line: f.Models[first].Line, Field: fmt.Sprintf("models[%d].fallback", first),
+				p.Errs = append(p.Errs, Error{File: p.File, Line: f.Models[first].Line, Field: fmt.Sprintf("models[%d].fallback", first),
 					Msg: fmt.Sprintf("a cycle: %s", strings.Join(cycle, " → "))})
 				return true
 			case unseen:

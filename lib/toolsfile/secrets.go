@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -126,7 +127,7 @@ func (rs Resolvers) Resolve(ctx context.Context, refs []Ref) (map[Ref]string, er
 		by[r.Scheme] = append(by[r.Scheme], r)
 	}
 	out := map[Ref]string{}
-	for _, scheme := range sortedKeys(by) {
+	for _, scheme := range slices.Sorted(maps.Keys(by)) {
 		r, ok := rs[scheme]
 		if !ok {
 			return nil, fmt.Errorf("the tools file's %s references cannot be resolved here: %v", scheme, by[scheme])

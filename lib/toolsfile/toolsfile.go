@@ -69,13 +69,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/agentloop/agentloop/lib/yamlcheck"
 )
 
 // Bounds of the per-tool settings.
@@ -209,75 +208,39 @@ func Read(ctx context.Context, source string, o Options, params ParamReader) (*F
 
 // Parse checks data, the contents of the file called name. The error, when there is one, is an Errors.
 func Parse(name string, data []byte, o Options) (*File, error) {
-	p := &parser{file: name, o: o}
+	p := &parser{Checker: yamlcheck.Checker{File: name}, o: o}
 	f := &File{Name: name}
 	if len(data) > MaxFileBytes {
-		p.errs = append(p.errs, Error{File: name, Line: 1, Msg: fmt.Sprintf("the file is %d bytes, the limit is %d", len(data), MaxFileBytes)})
-		return nil, p.errs
+		p.Errs = append(p.Errs, Error{File: name, Line: 1, Msg: fmt.Sprintf("the file is %d bytes, the limit is %d", len(data), MaxFileBytes)})
+		return nil, p.Errs
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.errs = append(p.errs, syntaxError(name, err))
-		return nil, p.errs
+		p.Errs = append(p.Errs, yamlcheck.SyntaxError(name, err))
+		return nil, p.Errs
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return f, nil // an empty file offers nothing
 	}
 	root := doc.Content[0]
-	p.mapping(root, "", map[string]func(*yaml.Node, string){
+	p.Mapping(root, "", map[string]func(*yaml.Node, string){
 		"mcpServers": func(n *yaml.Node, path string) {
-			p.sequence(n, path, func(item *yaml.Node, path string) { f.MCPServers = append(f.MCPServers, p.mcpServer(item, path)) })
+			p.Sequence(n, path, func(item *yaml.Node, path string) { f.MCPServers = append(f.MCPServers, p.mcpServer(item, path)) })
 		},
 		"httpTools": func(n *yaml.Node, path string) {
-			p.sequence(n, path, func(item *yaml.Node, path string) { f.HTTPTools = append(f.HTTPTools, p.httpTool(item, path)) })
+			p.Sequence(n, path, func(item *yaml.Node, path string) { f.HTTPTools = append(f.HTTPTools, p.httpTool(item, path)) })
 		},
 	})
 	p.names(f)
-	if len(p.errs) > 0 {
-		p.errs.sort()
-		return nil, p.errs
+	if len(p.Errs) > 0 {
+		p.Errs.Sort()
+		return nil, p.Errs
 	}
 	return f, nil
 }
 
 // Error is one problem of the file: file:line: field: message.
-type Error struct {
-	File  string
-	Line  int
-	Field string // e.g. httpTools[0].method ("" for the file as a whole)
-	Msg   string
-}
-
-func (e Error) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
-}
+type Error = yamlcheck.Error
 
 // Errors are all the problems of a file, by line.
-type Errors []Error
-
-func (es Errors) Error() string {
-	lines := make([]string, len(es))
-	for i, e := range es {
-		lines[i] = e.Error()
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (es Errors) sort() {
-	slices.SortStableFunc(es, func(a, b Error) int { return a.Line - b.Line })
-}
-
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// syntaxError turns the parser's error into file:line: message.
-func syntaxError(file string, err error) Error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return Error{File: file, Line: line, Msg: "not valid YAML or JSON: " + m[2]}
-	}
-	return Error{File: file, Line: 1, Msg: "not valid YAML or JSON: " + strings.TrimPrefix(msg, "yaml: ")}
-}
+type Errors = yamlcheck.Errors
