@@ -95,6 +95,11 @@ var EchoSpec = agent.ToolSpec{Name: "echo", Description: "Echoes its input.",
 
 func user(text string) agent.ModelMessage { return agent.ModelMessage{Role: "user", Text: text} }
 
+// UserRequest is a request of one user message.
+func UserRequest(text string) agent.ModelRequest {
+	return agent.ModelRequest{Messages: []agent.ModelMessage{user(text)}}
+}
+
 // Collect streams req on m and collects its events.
 func Collect(ctx context.Context, m agent.Model, req agent.ModelRequest) (agent.ModelResult, []agent.ModelEvent, error) {
 	var events []agent.ModelEvent

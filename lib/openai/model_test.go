@@ -53,17 +53,10 @@ func (f *fixture) model(change func(*Config)) *Model {
 	return New(cfg)
 }
 
-func userReq(text string) agent.ModelRequest {
-	return agent.ModelRequest{Messages: []agent.ModelMessage{{Role: "user", Text: text}}}
-}
-
-// run streams req and collects the events.
-func run(ctx context.Context, m *Model, req agent.ModelRequest) (agent.ModelResult, []agent.ModelEvent, error) {
-	return modeltest.Collect(ctx, m, req)
-}
-
 // The helpers every adapter's tests share (lib/modeltest).
 var (
+	run          = modeltest.Collect
+	userReq      = modeltest.UserRequest
 	textOf       = modeltest.Deltas
 	callsOf      = modeltest.Calls
 	requireError = modeltest.RequireError
