@@ -433,12 +433,13 @@ func (c *crashStore) ListExpiredInterrupts(ctx context.Context, before time.Time
 // while hold is open (nil: never).
 type crashBackend struct {
 	name  string
-	start func(t *testing.T, hold <-chan struct{}) func(t *testing.T, cs *crashStore) *devserver.Stack
+	start func(t *testing.T, hold *crashStore) func(t *testing.T, cs *crashStore) *devserver.Stack
 }
 
 // crashModel serves the offline model over HTTP, replies arriving piece by piece so that heartbeats and segment
-// flushes happen while a reply streams. While hold is open, a reply stalls after its first word.
-func crashModel(t *testing.T, hold <-chan struct{}) string {
+// flushes happen while a reply streams. With hold (nil: never), a reply stalls after its first word while hold's
+// crash is armed and its process alive (a setup turn, before the crash is armed, streams freely).
+func crashModel(t *testing.T, hold *crashStore) string {
 	srv := offline.New(offline.WithWordDelay(5*time.Millisecond), offline.WithReplyDelay(8*time.Millisecond))
 	var h http.Handler = srv
 	if hold != nil {
@@ -452,18 +453,19 @@ func crashModel(t *testing.T, hold <-chan struct{}) string {
 	return hs.URL + "/v1/"
 }
 
-// heldWriter lets a streamed reply's first two writes through (the assistant role and the first word) and holds
-// every later one until hold is closed.
+// heldWriter lets a streamed reply's first two writes through (the assistant role and the first word) and, while
+// hold is armed, holds every later one until its process has died.
 type heldWriter struct {
 	http.ResponseWriter
-	hold, end, done <-chan struct{}
-	writes          int
+	hold      *crashStore
+	end, done <-chan struct{}
+	writes    int
 }
 
 func (w *heldWriter) Write(p []byte) (int, error) {
-	if w.writes++; w.writes > 2 {
+	if w.writes++; w.writes > 2 && w.hold.isArmed() {
 		select {
-		case <-w.hold:
+		case <-w.hold.died:
 		case <-w.end:
 		case <-w.done:
 			return 0, http.ErrHandlerTimeout
@@ -519,7 +521,7 @@ func newCrashStack(t *testing.T, o devserver.Options, name string) *devserver.St
 }
 
 // sqliteBackend: a second process opens the same SQLite file (devserver.New with the same Data directory).
-var sqliteBackend = crashBackend{name: "sqlite", start: func(t *testing.T, hold <-chan struct{}) func(*testing.T, *crashStore) *devserver.Stack {
+var sqliteBackend = crashBackend{name: "sqlite", start: func(t *testing.T, hold *crashStore) func(*testing.T, *crashStore) *devserver.Stack {
 	data, model, processes := t.TempDir(), crashModel(t, hold), 0
 	return func(t *testing.T, cs *crashStore) *devserver.Stack {
 		o := crashOptions(model, data, &processes)
@@ -535,7 +537,7 @@ var sqliteBackend = crashBackend{name: "sqlite", start: func(t *testing.T, hold 
 func dynamoBackend(endpoint string) crashBackend {
 	var mu sync.Mutex
 	tables := 0
-	return crashBackend{name: "dynamo", start: func(t *testing.T, hold <-chan struct{}) func(*testing.T, *crashStore) *devserver.Stack {
+	return crashBackend{name: "dynamo", start: func(t *testing.T, hold *crashStore) func(*testing.T, *crashStore) *devserver.Stack {
 		mu.Lock()
 		tables++
 		table := fmt.Sprintf("crash%d_%d", time.Now().UnixNano(), tables)
@@ -628,7 +630,10 @@ var (
 	atCreateThread = crashPoint{method: "CreateThread", n: 1}
 	atClaim        = crashPoint{method: "ClaimRun", n: 1}
 	atUser         = crashPoint{method: "PutMessage", match: written(agent.RoleUser, true), n: 1}
-	atFirstSegment = crashPoint{method: "AppendSegment", n: 1}
+	// The reply is held at the first segment too: streaming freely, a one-step reply could put its final message
+	// while the segmenter's first flush was in flight, so the final write landed as the process died and the
+	// reaper adopted it (the run completed, not failed: seen under load on dynalite).
+	atFirstSegment = crashPoint{method: "AppendSegment", n: 1, holdReply: true}
 	atHeartbeat2   = crashPoint{method: "Heartbeat", n: 2, holdReply: true}
 	atDraft        = crashPoint{method: "PutMessage", match: written(agent.RoleAssistant, false), n: 1}
 	atFinal        = crashPoint{method: "PutMessage", match: written(agent.RoleAssistant, true), n: 1}
@@ -749,9 +754,9 @@ func crashAndRecover(t *testing.T, b crashBackend, row crashRow) {
 		t.Skip("impossible on this store: the store call is one transaction")
 	}
 	cs := &crashStore{point: row.point, died: make(chan struct{})}
-	var hold <-chan struct{}
+	var hold *crashStore
 	if row.point.holdReply {
-		hold = cs.died
+		hold = cs
 	}
 	process := b.start(t, hold)
 	first := process(t, cs)
