@@ -572,6 +572,9 @@ func TestTemplateEnv(t *testing.T) {
 					delete(read, name)
 				}
 			}
+			if v, set := fn.Env["AGENT_MODEL_KEYS_PATH"]; set && !reflect.DeepEqual(v, ref("ModelKeysPath")) {
+				t.Errorf("AGENT_MODEL_KEYS_PATH = %#v, want the ModelKeysPath parameter (the path its role may read)", v)
+			}
 			if v, set := fn.Env["AGENT_TOOLS_SECRETS_PATH"]; set && !reflect.DeepEqual(v, ref("ToolsSecretsPath")) {
 				t.Errorf("AGENT_TOOLS_SECRETS_PATH = %#v, want the ToolsSecretsPath parameter (the path its role may read)", v)
 			}
@@ -674,6 +677,7 @@ func TestTemplatePolicies(t *testing.T) {
 		{"ToolsFileParameterName set", map[string]string{"ToolsFileParameterName": toolsFileParam}},
 		{"both set", map[string]string{"ToolsSecretsPath": toolsSecretsPath, "ToolsFileParameterName": toolsFileParam}},
 		{"BedrockModelArns set", map[string]string{"BedrockModelArns": bedrockModelArns}},
+		{"ModelKeysPath set", map[string]string{"ModelKeysPath": modelKeysPath}},
 	} {
 		for _, fn := range f.funcs {
 			t.Run(tc.name+"/"+fn.ID, func(t *testing.T) {
@@ -690,7 +694,10 @@ const (
 	toolsSecretsPath = "/agentloop/tools/"
 	toolsSecretsArn  = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ToolsSecretsPath}*"
 	toolsFileParam   = "/agentloop/tools"
-	toolsFileArn     = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ToolsFileParameterName}"
+	// modelKeysPath is a sample ModelKeysPath; modelKeysArn the one resource a function's grant on it may name.
+	modelKeysPath = "/agentloop/models/"
+	modelKeysArn  = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ModelKeysPath}*"
+	toolsFileArn  = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ToolsFileParameterName}"
 	// bedrockModelArns is a sample BedrockModelArns: a foundation model and an inference profile.
 	bedrockModelArns = "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0," +
 		"arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-lite-v1:0"
@@ -843,6 +850,9 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	// invoke exactly the BedrockModelArns, only when some are named.
 	wantBedrockGrant := configFields(t, f.root, fn.Pkg)["OpenAIAPIKeyParam"] && f.param(t, "BedrockModelArns", params) != ""
 	bedrockGrant := false
+	// The models file's keys under ModelKeysPath: the same functions, only when the parameter is set.
+	wantKeysGrant := configFields(t, f.root, fn.Pkg)["OpenAIAPIKeyParam"] && f.param(t, "ModelKeysPath", params) != ""
+	keysGrant := false
 
 	var gotOps, gotParams, gotStates []string
 	policies := list(fn.Props["Policies"])
@@ -915,6 +925,18 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 						toolsGrant = true
 						continue
 					}
+					// The other prefix: ModelKeysPath's, under the same rules.
+					if s == modelKeysArn {
+						switch {
+						case len(resources) != 1:
+							t.Errorf("statement %v: the ModelKeysPath grant shares its statement with %v", st["Sid"], resources)
+						case conds[i] == "" || f.condition(t, conds[i], map[string]string{"ModelKeysPath": ""}) ||
+							!f.condition(t, conds[i], map[string]string{"ModelKeysPath": modelKeysPath}):
+							t.Errorf("statement %v: the ModelKeysPath grant must be under a condition that holds exactly when it is set (it is under %q)", st["Sid"], conds[i])
+						}
+						keysGrant = true
+						continue
+					}
 					m := ssmParamArn.FindStringSubmatch(s)
 					if m == nil {
 						t.Errorf("SSM resource %#v is not one named parameter of this template", r)
@@ -953,6 +975,9 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	}
 	if toolsGrant != wantToolsGrant {
 		t.Errorf("ssm:GetParameters on the ToolsSecretsPath prefix: %v, want %v (a function that reads the tools file, when the parameter is set)", toolsGrant, wantToolsGrant)
+	}
+	if keysGrant != wantKeysGrant {
+		t.Errorf("ssm:GetParameters on the ModelKeysPath prefix: %v, want %v (a function that asks a model, when the parameter is set)", keysGrant, wantKeysGrant)
 	}
 	if bedrockGrant != wantBedrockGrant {
 		t.Errorf("bedrock:InvokeModelWithResponseStream on the BedrockModelArns: %v, want %v (a function that asks a model, when the parameter is set)", bedrockGrant, wantBedrockGrant)

@@ -147,6 +147,11 @@ type Config struct {
 	// roles may read (the template's ToolsSecretsPath grants ssm:GetParameters on <path>*). Empty: none; in
 	// Lambda a tools file with an ${ssm:…} reference then fails the cold start, naming its line.
 	ToolsSecretsPath string
+	// ModelKeysPath is AGENT_MODEL_KEYS_PATH: an SSM path (starting and ending with "/") under which the models
+	// file's ${ssm:…} keys may lie besides OPENAI_API_KEY_PARAM's parameter (the template's ModelKeysPath grants
+	// ssm:GetParameters on <path>* to the functions that ask a model), so an OpenAI and an Anthropic key can both
+	// come from SSM. Empty: only OPENAI_API_KEY_PARAM's parameter.
+	ModelKeysPath string
 	// The tool router (lib/toolrouter): a catalog above ToolRouterMin tools offers each step a subset.
 	ToolRouterMin        int     // AGENT_TOOL_ROUTER_MIN: the largest catalog offered whole (0: route every catalog; stored -1)
 	ToolRouterTopK       int     // AGENT_TOOL_ROUTER_TOP_K: the keyword matches a step offers at most
@@ -356,6 +361,12 @@ func Load(getenv func(string) string) (Config, error) {
 			errs = append(errs, fmt.Sprintf("AGENT_TOOLS_SECRETS_PATH=%q: want an SSM path that starts and ends with /, e.g. /agentloop/tools/", path))
 		}
 		c.ToolsSecretsPath = path
+	}
+	if path := strings.TrimSpace(getenv("AGENT_MODEL_KEYS_PATH")); path != "" {
+		if !ssmPathRE.MatchString(path) {
+			errs = append(errs, fmt.Sprintf("AGENT_MODEL_KEYS_PATH=%q: want an SSM path that starts and ends with /, e.g. /agentloop/models/", path))
+		}
+		c.ModelKeysPath = path
 	}
 	switch inline, file := strings.TrimSpace(getenv("AGENT_PRICES")), strings.TrimSpace(getenv("AGENT_PRICES_FILE")); {
 	case inline != "" && file != "":

@@ -179,11 +179,13 @@ func Parse(name string, data []byte) (*File, error) {
 
 // Options bound where references may point.
 type Options struct {
-	// SSMScoped bounds the ${ssm:…} references to SSMParams (exact parameter names), each other one an error at
-	// its line. The Lambda wiring sets it: the functions that ask a model may read the model key parameter
-	// (OPENAI_API_KEY_PARAM, the template's OpenAIKeyParameterName) and no other for models.
+	// SSMScoped bounds the ${ssm:…} references to SSMParams (exact parameter names) and the parameters under
+	// SSMPrefix (a path ending in "/"; empty: none), each other one an error at its line. The Lambda wiring sets
+	// it: the functions that ask a model may read the model key parameter (OPENAI_API_KEY_PARAM, the template's
+	// OpenAIKeyParameterName) and those under AGENT_MODEL_KEYS_PATH (the template's ModelKeysPath), no other.
 	SSMScoped bool
 	SSMParams []string
+	SSMPrefix string
 	// SSMHint says, in an error, how to grant another parameter.
 	SSMHint string
 }
@@ -197,12 +199,16 @@ func (f *File) Scope(o Options) error {
 	for i, m := range f.Models {
 		refs, _ := secretref.Parse(m.APIKey) // checked by Parse
 		for _, ref := range refs {
-			if ref.Scheme != secretref.SSM || slices.Contains(o.SSMParams, ref.Name) {
+			if ref.Scheme != secretref.SSM || slices.Contains(o.SSMParams, ref.Name) ||
+				o.SSMPrefix != "" && strings.HasPrefix(ref.Name, o.SSMPrefix) {
 				continue
 			}
 			msg := fmt.Sprintf("%s is not a parameter the functions may read", ref)
-			if len(o.SSMParams) > 0 {
-				msg += fmt.Sprintf(" (they may read %s)", strings.Join(o.SSMParams, ", "))
+			if may := slices.Clone(o.SSMParams); len(may) > 0 || o.SSMPrefix != "" {
+				if o.SSMPrefix != "" {
+					may = append(may, "those under "+o.SSMPrefix)
+				}
+				msg += fmt.Sprintf(" (they may read %s)", strings.Join(may, ", "))
 			}
 			if o.SSMHint != "" {
 				msg += ": " + o.SSMHint

@@ -151,6 +151,10 @@ func TestStartupScope(t *testing.T) {
 	}{
 		{name: "scoped, one outside", o: modelsfile.Options{SSMScoped: true, SSMParams: []string{"/agentloop/openai-api-key"}, SSMHint: "keep model keys there"},
 			r: r, err: "models.yaml:9: models[1].apiKey: ${ssm:/other/key} is not a parameter the functions may read (they may read /agentloop/openai-api-key): keep model keys there"},
+		{name: "scoped, one under the path", o: modelsfile.Options{SSMScoped: true, SSMParams: []string{"/agentloop/openai-api-key"}, SSMPrefix: "/other/"},
+			r: r, keys: map[string]string{"a": "sk-a", "b": "sk-b", "c": "sk-c"}},
+		{name: "scoped, outside the path", o: modelsfile.Options{SSMScoped: true, SSMPrefix: "/agentloop/"}, r: r,
+			err: "models.yaml:9: models[1].apiKey: ${ssm:/other/key} is not a parameter the functions may read (they may read those under /agentloop/)"},
 		{name: "scoped, none granted", o: modelsfile.Options{SSMScoped: true}, r: r,
 			err: "models.yaml:5: models[0].apiKey: ${ssm:/agentloop/openai-api-key} is not a parameter the functions may read\n" +
 				"models.yaml:9: models[1].apiKey: ${ssm:/other/key} is not a parameter the functions may read"},

@@ -69,9 +69,9 @@ func (b Base) Titles(model agent.Model) engine.Titler {
 
 // Model is the model port the function asks. Without a models file: the OpenAI-compatible adapter, with the key
 // the function read. With one: lib/modelset over the file's entries, one adapter each, their keys' references
-// resolved now (${env:…} from the environment, ${ssm:…} from SSM; in Lambda an ${ssm:…} key must be the
-// parameter the roles may read, OPENAI_API_KEY_PARAM), so a bad key or an entry whose provider is not built
-// fails the cold start.
+// resolved now (${env:…} from the environment, ${ssm:…} from SSM; in Lambda an ${ssm:…} key must be a
+// parameter the roles may read: OPENAI_API_KEY_PARAM's, or one under AGENT_MODEL_KEYS_PATH), so a bad key or an
+// entry whose provider is not built fails the cold start.
 func (b Base) Model(ctx context.Context) (agent.Model, error) { return b.model(ctx, b.ssm()) }
 
 // model is Model with the SSM client the keys' ${ssm:…} references are read through.
@@ -84,8 +84,9 @@ func (b Base) model(ctx context.Context, api ssmsecrets.API) (agent.Model, error
 	if cfg.OpenAIAPIKeyParam != "" {
 		granted = append(granted, cfg.OpenAIAPIKeyParam)
 	}
-	o := modelsfile.Options{SSMScoped: true, SSMParams: granted,
-		SSMHint: "keep a model key in the parameter OPENAI_API_KEY_PARAM names (the template's OpenAIKeyParameterName), which the functions that ask a model may read"}
+	o := modelsfile.Options{SSMScoped: true, SSMParams: granted, SSMPrefix: cfg.ModelKeysPath,
+		SSMHint: "keep a model key in the parameter OPENAI_API_KEY_PARAM names (the template's OpenAIKeyParameterName) or under " +
+			"AGENT_MODEL_KEYS_PATH (the template's ModelKeysPath), which the functions that ask a model may read"}
 	r := secretref.Resolvers{secretref.Env: secretref.EnvResolver(b.getenv), secretref.SSM: ssmRefs{api: api, what: "models file"}}
 	// An entry with neither baseURL nor apiKey is the offline model's in `agentloop dev`; here it would call its
 	// provider with no key: refused now, at its line, rather than as a 401 on the first turn.

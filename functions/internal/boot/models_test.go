@@ -51,6 +51,15 @@ func TestModelsFileKeys(t *testing.T) {
 		t.Fatalf("SSM was asked %v before the scope was checked", params.asked)
 	}
 
+	// A key under AGENT_MODEL_KEYS_PATH (the template's ModelKeysPath) may be read: an Anthropic key and an
+	// OpenAI key can both come from SSM.
+	under := base(file("${ssm:/other/key}"))
+	under.Config.ModelKeysPath = "/other/"
+	if _, err := under.model(context.Background(), params); err != nil {
+		t.Fatalf("a key under AGENT_MODEL_KEYS_PATH: %v", err)
+	}
+	params.asked = nil
+
 	bare, err := modelsfile.Parse("models.yaml", []byte("models:\n  - {name: main, provider: openai-chat, model: gpt-4o}\n"))
 	if err != nil {
 		t.Fatal(err)
