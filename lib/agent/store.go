@@ -24,6 +24,7 @@ type Store interface {
 	JobStore
 	QueueStore
 	LimitStore
+	HandOverStore
 }
 
 // ThreadStore keeps threads. A thread being deleted is tombstoned first: from then on nothing can claim it,

@@ -91,6 +91,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Threads", threadTests()},
 		{"Titles", titleTests()},
 		{"Runs", runTests()},
+		{"HandOver", handOverTests()},
 		{"Messages", messageTests()},
 		{"Segments", segmentTests()},
 		{"Values", valueTests()},
