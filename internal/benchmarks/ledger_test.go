@@ -327,3 +327,7 @@ func (l *ledger) ReleaseLeases(ctx context.Context, scope, prefix string) error 
 func (l *ledger) Count(ctx context.Context, r agent.CountRequest) (time.Duration, error) {
 	return l.use("Count").Count(ctx, r)
 }
+
+func (l *ledger) HandOver(ctx context.Context, req agent.HandOverRequest) (agent.ClaimResult, error) {
+	return l.use("HandOver").HandOver(ctx, req)
+}
