@@ -89,8 +89,11 @@ const (
 	CodeThreadTooLarge   = "thread_too_large"
 	CodeStoreUnavailable = "store_unavailable" // the store failed in a way that may pass on retry (503)
 	CodeJobsUnavailable  = "jobs_unavailable"  // the job runner (Step Functions) failed in a way that may pass on retry (503)
-	CodeModelError       = "model_error"       // the model provider refused or failed
-	CodeModelTimeout     = "model_timeout"     // no first token, or too long a gap between tokens
+	// CodeLaunchUnavailable: a run could not be continued with no client attached (no run launcher here, or it
+	// is closed): a background run is refused with it (503), and a hand-over stays in its invocation.
+	CodeLaunchUnavailable = "launch_unavailable"
+	CodeModelError        = "model_error"   // the model provider refused or failed
+	CodeModelTimeout      = "model_timeout" // no first token, or too long a gap between tokens
 	// CodeModelInterrupted: the model failed after its reply began (the stream was cut, the provider failed
 	// mid-reply). The partial reply is kept, marked failed; regenerating it (or sending the message again) asks
 	// the model anew. Before the first token such a failure is retried, and failed over (lib/modelset), instead.

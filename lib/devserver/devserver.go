@@ -37,6 +37,7 @@ import (
 	"github.com/agentloop/agentloop/lib/interrupts"
 	"github.com/agentloop/agentloop/lib/jobs"
 	"github.com/agentloop/agentloop/lib/localjobs"
+	"github.com/agentloop/agentloop/lib/locallaunch"
 	"github.com/agentloop/agentloop/lib/mcptools"
 	"github.com/agentloop/agentloop/lib/modelset"
 	"github.com/agentloop/agentloop/lib/modelsfile"
@@ -150,6 +151,8 @@ type Stack struct {
 	// Jobs starts job executions and delivery passes: the in-process runner (the Step Functions contract) unless
 	// Options.Jobs was given; JobTasks are the task handlers.
 	Jobs agent.Jobs
+	// Launcher continues runs on goroutines of this process (Wait: every continuation in flight has ended).
+	Launcher *locallaunch.Launcher
 	// Runner is the local job runner (Wait: every execution in flight has ended).
 	Runner   *localjobs.Runner
 	JobTasks *jobs.Tasks
@@ -309,9 +312,18 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// model's embeddings (the offline model's deterministic ones here), the tools' vectors cached in the store.
-	s.Engine = engine.New(engine.Deps{Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(embedder(model, s.ModelName), s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
+	// Background runs and hand-overs (a drain's end) continue on a goroutine of this process (lib/locallaunch);
+	// Close waits for those in flight, before the store closes.
+	s.Launcher = locallaunch.New(nil, log)
+	s.Engine = engine.New(engine.Deps{Launcher: s.Launcher, Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(embedder(model, s.ModelName), s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
 		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub, Titles: titler},
 		cfg.Engine(s.ModelName))
+	s.Launcher.SetContinue(s.Engine.Continue)
+	s.closers = append(s.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultJobsCloseWait)
+		defer cancel()
+		_ = s.Launcher.Close(ctx)
+	})
 	tasks = jobs.NewTasks(jobs.Deps{Store: s.Store, Model: model, Kinds: kinds, Engine: s.Engine, Jobs: s.Jobs, Clock: clock, Logger: log,
 		Limits: s.Store},
 		jobs.Config{Contract: contract, ModelName: s.SubagentModelName})

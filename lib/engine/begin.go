@@ -54,6 +54,8 @@ type Turn struct {
 	outp atomic.Pointer[output]
 	// ticket is the run's place among the engine's runs (admission.go), given back with its slot.
 	ticket *ticket
+	// ho is the run's hand-over state (handover.go): when it hands over, and where a continuation goes on from.
+	ho handOverState
 }
 
 // Run returns the claimed run record.

@@ -112,8 +112,11 @@ type Config struct {
 	// LateWait is how long a run left to the reaper waits in the background for the reaper's outcome before it
 	// records its late usage (late.go; zero: two stale windows and lateReaperPeriod); negative: it does not wait
 	// (the simulation, whose virtual clock such a real-time waiter would race).
-	LateWait   time.Duration
-	Transcript transcript.Config
+	LateWait time.Duration
+	// HandOverMargin is how long before its invocation's deadline a run hands over to a continuation
+	// (handover.go; DefaultHandOverMargin).
+	HandOverMargin time.Duration
+	Transcript     transcript.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -140,6 +143,7 @@ func (c Config) withDefaults() Config {
 	c.MaxJobChain = cmp.Or(c.MaxJobChain, DefaultMaxJobChain)
 	c.MaxRunsPerProcess = cmp.Or(c.MaxRunsPerProcess, DefaultMaxRunsPerProcess)
 	c.MaxHeartbeatLag = cmp.Or(c.MaxHeartbeatLag, DefaultMaxHeartbeatLag)
+	c.HandOverMargin = cmp.Or(c.HandOverMargin, DefaultHandOverMargin)
 	return c
 }
 
@@ -154,6 +158,7 @@ type Store interface {
 	agent.QueueStore
 	agent.JobStore
 	agent.LimitStore
+	agent.HandOverStore
 }
 
 // Reaper finishes a run whose claim went stale (lib/reaper). The engine calls it when a claim finds a stale
@@ -192,6 +197,8 @@ type Engine struct {
 	admission admission
 	// keeper heartbeats the claims of the runs streaming here, in one batch per Heartbeat (keeper.go).
 	keeper *keeper
+	// handovers launches the continuations of runs that hand over, and knows when they must (handover.go).
+	handovers handovers
 }
 
 // Deps are the engine's ports.
@@ -224,6 +231,9 @@ type Deps struct {
 	Hub *segments.Hub
 	// Titles titles a thread after its first reply (lib/titles; nil: threads get no generated title).
 	Titles Titler
+	// Launcher continues a run in a fresh invocation (handover.go): hand-overs before an invocation's deadline and
+	// background runs. Nil: no run hands over, and a background request is refused.
+	Launcher agent.RunLauncher
 }
 
 // Titler titles a thread after its first reply (lib/titles). The engine calls it once the reply is stored
@@ -246,6 +256,7 @@ func New(d Deps, cfg Config) *Engine {
 	}
 	e.timers = agent.TimersOf(e.clock)
 	e.keeper = newKeeper(e)
+	e.handovers.launcher = d.Launcher
 	if e.ids == nil {
 		e.ids = agent.RandomIDs{Clock: e.clock}
 	}

@@ -27,9 +27,13 @@ type output struct {
 	turn *Turn
 }
 
-func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer) *output {
+func newOutput(ctx context.Context, e *Engine, run agent.Run, client io.Writer, startSeq ...int64) *output {
 	o := &output{ctx: ctx, e: e, run: run}
-	seg, err := segments.NewSegmenter(ctx, segments.SegmenterConfig{ThreadID: run.ThreadID, RunID: run.ID,
+	var from int64 // a continuation goes on with the segment after the last one stored (handover.go)
+	if len(startSeq) > 0 {
+		from = startSeq[0]
+	}
+	seg, err := segments.NewSegmenter(ctx, segments.SegmenterConfig{ThreadID: run.ThreadID, RunID: run.ID, StartSeq: from,
 		Write: o.write, Clock: e.clock, Interval: e.cfg.SegmentFlush, HurryInterval: e.cfg.SegmentHurry, Logger: e.log, Hub: e.hub})
 	if err != nil {
 		// Only a configuration bug gets here; stream to the client without persistence rather than not at all.

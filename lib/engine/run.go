@@ -31,14 +31,16 @@ func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
 // stream runs the turn (Stream without continuation coalescing).
 func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 	e := t.e
+	deadlineCtx := ctx
 	ctx = agent.WithStoreMeter(context.WithoutCancel(ctx), t.meter)
-	defer t.releaseSlot(ctx) // the run has ended, whatever happened to it
+	defer t.releaseSlot(ctx) // the run has ended, whatever happened to it (a hand-over keeps it: handover.go)
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
-	runCtx, cancelTimeout := e.timers.WithTimeoutCause(runCtx, e.cfg.RunTimeout, errRunTimeout)
+	t.ho.arm(deadlineCtx, e) // before ctx loses its deadline below: the invocation's, which a hand-over comes before
+	runCtx, cancelTimeout := e.timers.WithTimeoutCause(runCtx, t.runTimeLeft(), errRunTimeout)
 	defer cancelTimeout()
 
-	s := &stepper{turn: t, out: newOutput(ctx, e, t.run, client), logCtx: ctx,
+	s := &stepper{turn: t, out: newOutput(ctx, e, t.run, client, t.ho.segment()), logCtx: ctx,
 		log:   e.log.With("thread_id", t.thread.ID, "run_id", t.run.ID),
 		parts: slices.Clone(t.plan.draft)} // a continuation goes on with the stored message's parts
 	s.tools = e.turnTools(runCtx, s)
@@ -48,6 +50,7 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 	s.history = transcript.NewHistory(t.plan.history, tcfg)
 	s.guard = startGuard(t, cancelRun) // the keeper's heartbeats go on after a stop (REVIEW D2)
 	s.usage = s.deliveredUsage()       // the sub-agents' whose results this turn delivers (jobusage.go)
+	s.resume()                         // a continuation goes on with the run's steps and usage (handover.go)
 	s.out.turn = t
 	t.outp.Store(s.out)
 	start := map[string]any{"runId": t.run.ID}
@@ -56,7 +59,9 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 		// re-syncs from GET /threads/{id} (README). Plain metadata: every supported AI SDK version accepts it.
 		start["threadChanged"], start["newMessages"] = true, n
 	}
-	s.out.send(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: metadataJSON(start)})
+	if t.ho.from == nil { // a continuation's stream goes on: its start went out before the hand-over
+		s.out.send(uistream.Start{MessageID: t.run.AssistantMessageID, Metadata: metadataJSON(start)})
+	}
 	if t.plan.noop {
 		s.guard.stop()
 		return s.report(s.finishNoop(ctx))
@@ -76,6 +81,9 @@ func (t *Turn) stream(ctx context.Context, client io.Writer) agent.Run {
 		status, runErr = s.loop(runCtx)
 	}
 	s.guard.stop()
+	if s.handedOver {
+		return s.endHandedOver()
+	}
 	switch cause := context.Cause(runCtx); {
 	case errors.Is(cause, errFenced), errors.Is(cause, errInDoubt):
 		return s.report(s.abandon(ctx, cause))
@@ -155,6 +163,8 @@ type stepper struct {
 	failure *agent.RunError
 	// late is what the run recorded as spent after it lost its claim (RecordLateUsage), nil when nothing.
 	late *agent.Usage
+	// handedOver: the run stopped at a step boundary and a continuation goes on with it (handover.go).
+	handedOver bool
 	// jobs counts the job tool calls the run executed (limits.go: MaxJobsPerRun); chain, once known, is how many
 	// server-side turns in a row this one ends (limits.go: MaxJobChain).
 	jobs  int
@@ -164,7 +174,7 @@ type stepper struct {
 // loop runs the steps. It returns the run's outcome; a canceled runCtx is resolved by the caller.
 func (s *stepper) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 	e := s.turn.e
-	for step := 0; ; step++ {
+	for step := s.steps; ; step++ { // a continuation goes on counting (part ids, the step cap)
 		if ctx.Err() != nil {
 			return agent.RunFailed, nil
 		}
@@ -172,6 +182,9 @@ func (s *stepper) loop(ctx context.Context) (agent.RunStatus, *agent.RunError) {
 			// The user message was never stored: the tools were not run, and the model must not be asked
 			// again as if they had answered; finish reports it.
 			return agent.RunFailed, nil
+		}
+		if s.handOverDue() && s.handOver(ctx) { // a step boundary: a fresh invocation goes on (handover.go)
+			return agent.RunRunning, nil
 		}
 		if step >= e.cfg.MaxSteps {
 			return agent.RunFailed, &agent.RunError{Code: agent.CodeStepLimit, Message: fmt.Sprintf("The run stopped after %d steps.", e.cfg.MaxSteps)}

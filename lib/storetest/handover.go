@@ -103,7 +103,9 @@ func testHandOverRefused(e *handOvers) {
 		name    string
 		arrange func(th agent.Thread, run agent.Run)
 	}{
-		{"released", func(th agent.Thread, run agent.Run) { finish(e, run, agent.RunCompleted, agent.Usage{}, at(time.Second)) }},
+		{"released", func(th agent.Thread, run agent.Run) {
+			finish(e, run, agent.RunCompleted, agent.Usage{}, at(time.Second))
+		}},
 		{"reaped", func(th agent.Thread, run agent.Run) {
 			_, err := e.s.TakeOver(e.ctx, agent.TakeRequest{ThreadID: th.ID, Fence: run.Fence(), StaleBefore: at(time.Hour), RunID: run.ID, Now: at(time.Hour)})
 			must(t, err, "TakeOver")

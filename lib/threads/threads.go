@@ -498,7 +498,9 @@ func (s *Service) runEnded(ctx context.Context, threadID string, c agent.Claim) 
 		return false, err
 	}
 	cur := th.ActiveRun
-	if cur == nil || cur.RunID != c.RunID || cur.Epoch != c.Epoch {
+	// A claim naming the run at a later epoch is the run continued after a hand-over (lib/engine handover.go):
+	// no other claim ever takes a run id again, so only the run id says whether the followed run is over.
+	if cur == nil || cur.RunID != c.RunID {
 		return true, nil
 	}
 	if cur.Stale(s.clock.Now(), s.cfg.StaleAfter) && s.reaper != nil {
