@@ -17,6 +17,8 @@ type chatBody struct {
 	Trigger   *string           `json:"trigger"`
 	MessageID string            `json:"messageId"`
 	Multitask string            `json:"multitask"`
+	// Background asks for a background run (background.go): 202 at once, the run goes on with no client.
+	Background bool `json:"background"`
 }
 
 // The AI SDK's wire words: triggers sent by DefaultChatTransport, and our multitask extension.
@@ -31,27 +33,43 @@ var multitasks = map[string]engine.Multitask{"": engine.MultitaskReject, "reject
 // decodeChat reads and validates the body shape and maps the wire words onto the engine's values; it reads only
 // the newest message.
 func decodeChat(r io.Reader, limit int64) (engine.Request, error) {
+	req, _, err := decodeChatBody(r, limit)
+	return req, err
+}
+
+// chatOptions are the body's fields beyond the engine's request.
+type chatOptions struct {
+	background bool
+}
+
+// decodeChatBody is decodeChat with the body's other options.
+func decodeChatBody(r io.Reader, limit int64) (engine.Request, chatOptions, error) {
+	req, body, err := decodeChatRequest(r, limit)
+	return req, chatOptions{background: body.Background}, err
+}
+
+func decodeChatRequest(r io.Reader, limit int64) (engine.Request, chatBody, error) {
 	var req engine.Request
+	var body chatBody
 	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
-		return req, agent.Wrap(err, agent.KindInvalid, agent.CodeUnreadableBody, "could not read the request body")
+		return req, body, agent.Wrap(err, agent.KindInvalid, agent.CodeUnreadableBody, "could not read the request body")
 	}
 	if int64(len(data)) > limit {
-		return req, agent.E(agent.KindTooLarge, agent.CodeTooLarge, "request body exceeds %d bytes", limit)
+		return req, body, agent.E(agent.KindTooLarge, agent.CodeTooLarge, "request body exceeds %d bytes", limit)
 	}
-	var body chatBody
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&body); err != nil {
-		return req, agent.E(agent.KindInvalid, agent.CodeInvalidJSON, "the body is not a valid JSON object: %v", err)
+		return req, body, agent.E(agent.KindInvalid, agent.CodeInvalidJSON, "the body is not a valid JSON object: %v", err)
 	}
 	if dec.More() {
-		return req, agent.E(agent.KindInvalid, agent.CodeInvalidJSON, "the body holds more than one JSON value")
+		return req, body, agent.E(agent.KindInvalid, agent.CodeInvalidJSON, "the body holds more than one JSON value")
 	}
 	if body.ID == nil || *body.ID == "" {
-		return req, agent.E(agent.KindInvalid, agent.CodeMissingID, "id (the thread id) is required")
+		return req, body, agent.E(agent.KindInvalid, agent.CodeMissingID, "id (the thread id) is required")
 	}
 	if body.Trigger == nil || *body.Trigger == "" {
-		return req, agent.E(agent.KindInvalid, agent.CodeMissingTrigger, "trigger is required (submit-message or regenerate-message)")
+		return req, body, agent.E(agent.KindInvalid, agent.CodeMissingTrigger, "trigger is required (submit-message or regenerate-message)")
 	}
 	req.ThreadID, req.MessageID = *body.ID, body.MessageID
 	switch *body.Trigger {
@@ -60,30 +78,34 @@ func decodeChat(r io.Reader, limit int64) (engine.Request, error) {
 	case wireRegenerate:
 		req.Kind = engine.TurnRegenerate
 	default:
-		return req, agent.E(agent.KindInvalid, agent.CodeInvalidTrigger, "trigger must be %q or %q, got %q", wireSubmit, wireRegenerate, *body.Trigger)
+		return req, body, agent.E(agent.KindInvalid, agent.CodeInvalidTrigger, "trigger must be %q or %q, got %q", wireSubmit, wireRegenerate, *body.Trigger)
 	}
 	mt, ok := multitasks[body.Multitask]
 	if !ok {
-		return req, agent.E(agent.KindInvalid, agent.CodeInvalidMultitask, "multitask must be reject, interrupt or enqueue, got %q", body.Multitask)
+		return req, body, agent.E(agent.KindInvalid, agent.CodeInvalidMultitask, "multitask must be reject, interrupt or enqueue, got %q", body.Multitask)
 	}
 	req.Multitask = mt
 	if body.Messages == nil && req.Kind == engine.TurnSubmit {
-		return req, agent.E(agent.KindInvalid, agent.CodeMissingMessages, "messages is required")
+		return req, body, agent.E(agent.KindInvalid, agent.CodeMissingMessages, "messages is required")
 	}
 	if n := len(body.Messages); n > 0 {
 		var m agent.Message
 		if err := json.Unmarshal(body.Messages[n-1], &m); err != nil {
-			return req, agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "the newest message is not a valid UIMessage: %v", err)
+			return req, body, agent.E(agent.KindInvalid, agent.CodeInvalidMessage, "the newest message is not a valid UIMessage: %v", err)
 		}
 		req.Message = &m
 	}
-	return req, nil
+	return req, body, nil
 }
 
 func (s *server) postChat(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeChat(r.Body, s.MaxBodyBytes)
+	req, opts, err := decodeChatBody(r.Body, s.MaxBodyBytes)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if opts.background && !s.Engine.CanLaunch() {
+		s.fail(w, r, errNoBackground())
 		return
 	}
 	req.Owner, req.UserToken = subjectOf(r.Context()), userTokenOf(r.Context())
@@ -97,6 +119,10 @@ func (s *server) postChat(w http.ResponseWriter, r *http.Request) {
 		// thread frees, resumable through GET /chat/{threadId}/stream. A 202 rather than a held stream: a request
 		// waiting for its turn would hold a Lambda (billed) for as long as the runs before it take.
 		writeJSON(w, http.StatusAccepted, map[string]any{"queued": q})
+		return
+	}
+	if opts.background {
+		s.background(w, r, turn)
 		return
 	}
 	beginStream(w)
