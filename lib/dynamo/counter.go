@@ -107,7 +107,7 @@ func OperationClass(op string) string {
 // two (delete and put), a change of a projected attribute alone is one, and anything else is none; each index
 // write costs 1 WCU per KB of the index entry, rounded up. Server-reported index units are then ignored.
 // tableKeys are the table's key attribute names; indexes are the table's secondary indexes (GSIs as in its
-// CreateTable input, local ones in the same shape: dynamotest.TableSpec.Indexes).
+// CreateTable input, local ones in the same shape: TableSpec.Indexes).
 func (c *Counter) MeasureIndexWrites(raw *dynamodb.Client, table string, tableKeys []string, indexes []types.GlobalSecondaryIndex) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

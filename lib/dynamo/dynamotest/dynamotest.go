@@ -12,9 +12,10 @@
 // AGENTLOOP_SKIP_DYNAMO=1 is set, in which case they skip. AGENTLOOP_DYNAMO_ENDPOINT points the tests at an
 // already running endpoint instead (a real DynamoDB, or a dynalite started by hand).
 //
-// CreateTable builds the table from the Table resource of template.yaml, so the tests exercise the layout that
-// is deployed. dynalite has no UpdateTimeToLive: CreateTable tolerates that one missing operation (and only that
-// one), see Create.
+// CreateTable builds the table from the adapter's definition (dynamo.Table), which a test here checks against
+// the Table resource of template.yaml, so the tests exercise the layout that is deployed. dynalite has no
+// UpdateTimeToLive: CreateTable tolerates that one missing operation (and only that one), see
+// dynamo.TableSpec.Create.
 package dynamotest
 
 import (

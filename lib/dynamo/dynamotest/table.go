@@ -6,35 +6,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/agentloop/agentloop/internal/cfn"
+	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
 	"gopkg.in/yaml.v3"
 )
 
 // TableResource is the logical id of the table in template.yaml.
 const TableResource = "Table"
 
-// TableSpec is the table definition read from the template: the CreateTable input (without a name) and the TTL
-// attribute, if TTL is enabled.
-type TableSpec struct {
-	Input        dynamodb.CreateTableInput
-	TTLAttribute string
-}
-
-// Indexes is every secondary index of the table, the local ones in the shape of global ones (a key schema and a
-// projection: what dynamo.Counter's index accounting needs).
-func (s TableSpec) Indexes() []types.GlobalSecondaryIndex {
-	out := append([]types.GlobalSecondaryIndex{}, s.Input.GlobalSecondaryIndexes...)
-	for _, l := range s.Input.LocalSecondaryIndexes {
-		out = append(out, types.GlobalSecondaryIndex{IndexName: l.IndexName, KeySchema: l.KeySchema, Projection: l.Projection})
-	}
-	return out
-}
+// TableSpec is a table definition (dynamo.TableSpec): the CreateTable input (without a name) and the TTL
+// attribute, if TTL is enabled. ParseTable reads one from a template.
+type TableSpec = dynamo.TableSpec
 
 // cfnTable is the subset of AWS::DynamoDB::Table properties that shape the data layout. The rest (PITR, SSE,
 // tags, deletion policy) have no counterpart in dynalite and are ignored.
@@ -187,77 +173,10 @@ func throughput() *types.ProvisionedThroughput {
 	return &types.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(5), WriteCapacityUnits: aws.Int64(5)}
 }
 
-// CreateTable creates table name on client from template.yaml's Table resource, waits until it is active and
-// enables TTL as the template does (where the server can: see Create).
+// CreateTable creates table name on client from the adapter's table definition (dynamo.Table, which
+// TestTemplateDeclaresTheAdaptersTable checks against template.yaml's Table resource), waits until it is active
+// and enables TTL as the template does (where the server can: see dynamo.TableSpec.Create).
 func CreateTable(ctx context.Context, client *dynamodb.Client, name string) error {
-	path, err := TemplatePath()
-	if err != nil {
-		return err
-	}
-	spec, err := LoadTable(path)
-	if err != nil {
-		return err
-	}
-	_, err = spec.Create(ctx, client, name)
+	_, err := dynamo.Table().Create(ctx, client, name)
 	return err
-}
-
-// Create creates the table under name, waits until it is active, then enables TTL when the spec asks for it. It
-// reports whether TTL was enabled. dynalite implements no UpdateTimeToLive (and no TTL sweeper) and answers it
-// with UnknownOperationException: that answer, and only that one, is tolerated (ttl false, no error), because the
-// adapter never relies on the sweeper (reads drop expired segments themselves). Any other failure of
-// UpdateTimeToLive is an error: against a real DynamoDB a TTL that does not switch on is a broken table.
-func (s TableSpec) Create(ctx context.Context, client *dynamodb.Client, name string) (ttl bool, err error) {
-	in := s.Input
-	in.TableName = aws.String(name)
-	// Every caller names a table no one else creates, so ResourceInUseException means this call's own first
-	// attempt applied and the SDK's retry (after an error of that attempt) found the table: it converges on
-	// waiting for it, as any retried create must. Seen in a fresh-clone make test on an idle machine
-	// (lib/dynamo TestEnqueueRacingARecreate: "ResourceInUseException" for agentloop-test-<nanos>-41).
-	var inUse *types.ResourceInUseException
-	if _, err := client.CreateTable(ctx, &in); err != nil && !errors.As(err, &inUse) {
-		return false, fmt.Errorf("dynamotest: create table %s: %w", name, err)
-	}
-	for {
-		out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
-		if err != nil {
-			return false, fmt.Errorf("dynamotest: describe table %s: %w", name, err)
-		}
-		if out.Table.TableStatus == types.TableStatusActive && indexesActive(out.Table.GlobalSecondaryIndexes) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	if s.TTLAttribute == "" {
-		return false, nil
-	}
-	_, err = client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
-		TableName: aws.String(name),
-		TimeToLiveSpecification: &types.TimeToLiveSpecification{
-			AttributeName: aws.String(s.TTLAttribute),
-			Enabled:       aws.Bool(true),
-		},
-	})
-	var api smithy.APIError
-	if errors.As(err, &api) && api.ErrorCode() == "UnknownOperationException" {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("dynamotest: enable TTL on %s: %w", name, err)
-	}
-	return true, nil
-}
-
-// indexesActive: a real DynamoDB may report the table ACTIVE while an index is still being created.
-func indexesActive(gsis []types.GlobalSecondaryIndexDescription) bool {
-	for _, g := range gsis {
-		if g.IndexStatus != "" && g.IndexStatus != types.IndexStatusActive {
-			return false
-		}
-	}
-	return true
 }

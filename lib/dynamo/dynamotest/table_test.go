@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/agentloop/agentloop/lib/dynamo"
 )
 
 // A template in the shape SAM templates take: short-form intrinsics everywhere, including inside the table's
@@ -126,6 +129,25 @@ func TestRepositoryTemplate(t *testing.T) {
 	}
 	if spec.TTLAttribute != "expiresAt" || len(spec.Input.GlobalSecondaryIndexes) != 5 {
 		t.Fatalf("template table: TTL %q, %d GSIs; want expiresAt and 5", spec.TTLAttribute, len(spec.Input.GlobalSecondaryIndexes))
+	}
+}
+
+// One table definition: the adapter's (dynamo.Table, what `agentloop serve --create-table` and every test create)
+// is exactly template.yaml's Table resource, attribute for attribute and index for index, in the template's order.
+func TestTemplateDeclaresTheAdaptersTable(t *testing.T) {
+	t.Parallel()
+	path, err := TemplatePath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromTemplate, err := LoadTable(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := dynamo.Table(); !reflect.DeepEqual(fromTemplate, want) {
+		got, _ := json.MarshalIndent(fromTemplate, "", " ")
+		w, _ := json.MarshalIndent(want, "", " ")
+		t.Fatalf("template.yaml's table differs from dynamo.Table():\ntemplate: %s\ndynamo.Table: %s", got, w)
 	}
 }
 
