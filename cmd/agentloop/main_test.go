@@ -29,6 +29,7 @@ var built struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	closeDynalite()
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)
 	}
@@ -178,7 +179,8 @@ func TestCommandLineErrors(t *testing.T) {
 		want string
 	}{
 		{"no command", nil, "missing command"},
-		{"unknown command", []string{"serve"}, "unknown command"},
+		{"unknown command", []string{"deploy"}, "unknown command"},
+		{"serve bad flag", []string{"serve", "--data", "x"}, "flag provided but not defined"},
 		{"token without user", []string{"token", "--data", t.TempDir()}, "--user is required"},
 		{"token bad ttl", []string{"token", "--user", "a", "--ttl", "-1s", "--data", t.TempDir()}, "--ttl"},
 		{"dev bad flag", []string{"dev", "--port", "1"}, "flag provided but not defined"},

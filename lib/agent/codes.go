@@ -37,6 +37,13 @@ const (
 	// would start a run before writing anything, rather than admit a run it may lose (lib/engine admission.go).
 	// Nothing of the request was stored; send it again after Retry-After.
 	CodeOverloaded = "overloaded"
+	// CodeDraining: the process is shutting down (`agentloop serve` after SIGTERM, lib/drain): it lets the runs it
+	// holds finish and refuses new ones, and new stream readers, before writing anything (503, with a Retry-After).
+	// Nothing of the request was stored; send it again after Retry-After (another replica takes it). GET /readyz
+	// answers it too.
+	CodeDraining = "draining"
+	// CodeModelUnavailable: GET /readyz of `agentloop serve` could not reach the model's endpoint (503).
+	CodeModelUnavailable = "model_unavailable"
 
 	// Over a bound on what one model turn may start: never an HTTP answer, but the error result of the tool call
 	// that was not executed, which the model reads (and the client sees on the tool part).

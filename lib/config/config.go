@@ -22,6 +22,7 @@ import (
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/bedrockconverse"
+	"github.com/agentloop/agentloop/lib/drain"
 	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/openai"
@@ -136,6 +137,12 @@ type Config struct {
 	SecretParam         string        // AGENT_SECRET_PARAM: SSM parameter holding the application secret
 	OpenAIAPIKeyParam   string        // OPENAI_API_KEY_PARAM: SSM parameter holding the OpenAI API key
 	JobsStateMachineARN string        // JOBS_STATE_MACHINE_ARN: the job state machine (set on the functions that start executions)
+	// DynamoEndpoint is AGENTLOOP_DYNAMO_ENDPOINT: `agentloop serve` only, a DynamoDB-compatible endpoint (dynalite)
+	// instead of the region's DynamoDB; the tests read the same name (lib/dynamo/dynamotest).
+	DynamoEndpoint string
+	// DrainGrace is AGENT_DRAIN_GRACE: `agentloop serve` only, how long a SIGTERM lets the runs finish before
+	// stopping them (drain.DefaultGrace).
+	DrainGrace time.Duration
 	// ToolsFile is AGENT_TOOLS_FILE: the tools file (lib/toolsfile: MCP servers and HTTP tools, YAML or JSON),
 	// as a path, a relative one read from the deployment package's root (LAMBDA_TASK_ROOT) when set, or as
 	// ssm:<parameter name> (toolsfile.SSMSource; a name that starts with "/", e.g. ssm:/agentloop/tools), the
@@ -198,10 +205,10 @@ var ssmPathRE = regexp.MustCompile(`^/([A-Za-z0-9_.\-]+/)+$`)
 // ssmNameRE is an SSM parameter name in a hierarchy: "/" and segments (the template's grant is ...:parameter<name>).
 var ssmNameRE = regexp.MustCompile(`^(/[A-Za-z0-9_.\-]+)+$`)
 
-// LocalEnv names the variables that only `agentloop dev` acts on (Load reads them everywhere): a deployment
+// LocalEnv names the variables that only `agentloop dev` and `agentloop serve` act on (Load reads them everywhere): a deployment
 // template sets none of them.
 func LocalEnv() []string {
-	return []string{"AGENT_PPROF_ADDR", "AGENT_SQLITE_BATCH_WRITES", "AGENT_SQLITE_BATCH_BYTES"}
+	return []string{"AGENT_PPROF_ADDR", "AGENT_SQLITE_BATCH_WRITES", "AGENT_SQLITE_BATCH_BYTES", "AGENTLOOP_DYNAMO_ENDPOINT", "AGENT_DRAIN_GRACE"}
 }
 
 // FromEnv reads the process environment.
@@ -226,6 +233,7 @@ func Load(getenv func(string) string) (Config, error) {
 		SecretParam:         strings.TrimSpace(getenv("AGENT_SECRET_PARAM")),
 		OpenAIAPIKeyParam:   strings.TrimSpace(getenv("OPENAI_API_KEY_PARAM")),
 		JobsStateMachineARN: strings.TrimSpace(getenv("JOBS_STATE_MACHINE_ARN")),
+		DynamoEndpoint:      strings.TrimSpace(getenv("AGENTLOOP_DYNAMO_ENDPOINT")),
 	}
 	var errs []string
 	intVar := func(name string, dst *int, min int) bool {
@@ -299,6 +307,7 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_STORE_TIMEOUT", &c.StoreTimeout)
 	durVar("AGENT_HEARTBEAT", &c.Heartbeat)
 	durVar("AGENT_STALE_AFTER", &c.StaleAfter)
+	durVar("AGENT_DRAIN_GRACE", &c.DrainGrace)
 	durVar("AGENT_INTERRUPT_TTL", &c.InterruptTTL)
 	durVar("AGENT_JWT_MAX_AGE", &c.JWTMaxAge)
 	c.JWKSURL, c.JWTSubjectClaim = strings.TrimSpace(getenv("AGENT_JWKS_URL")), strings.TrimSpace(getenv("AGENT_JWT_SUBJECT_CLAIM"))
@@ -532,10 +541,28 @@ func (c Config) DevTokenClaims() []auth.MintOption {
 	return opts
 }
 
+// DeploymentTokenClaims are the claims of the tokens `agentloop token` mints for `agentloop serve` (TABLE_NAME
+// and AGENT_SECRET set): aud AGENT_JWT_AUDIENCE and iss AGENT_JWT_ISSUER when set (which serve then checks),
+// never auth.DevAudience. Such a token is a deployment's: any process verifying with the same secret (and the
+// same audience and issuer checks) takes it, the functions included; minting one needs the secret itself.
+func (c Config) DeploymentTokenClaims() []auth.MintOption {
+	var opts []auth.MintOption
+	if c.JWTAudience != "" {
+		opts = append(opts, auth.WithAudience(c.JWTAudience))
+	}
+	if c.JWTIssuer != "" {
+		opts = append(opts, auth.WithIssuer(c.JWTIssuer))
+	}
+	return opts
+}
+
 // Titles is the thread titles' share (lib/titles), for the title model named model.
 func (c Config) Titles(model string) titles.Config {
 	return titles.Config{Model: model, Timeout: c.TitleTimeout}
 }
+
+// Drain is `agentloop serve`'s drain share (lib/drain).
+func (c Config) Drain() drain.Config { return drain.Config{Grace: c.DrainGrace} }
 
 // Reaper is the reaper's share.
 func (c Config) Reaper() reaper.Config {

@@ -112,6 +112,14 @@ type Options struct {
 	Metrics agent.Metrics
 	// TitleModel, when set, wraps the model thread titles are asked of (fault injection in tests).
 	TitleModel func(agent.Model) agent.Model
+	// Deployment: the stack serves as a deployment does (`agentloop serve`, serve.go): tokens are verified as the
+	// functions verify them (dev tokens refused; AGENT_JWKS_URL's keys taken too), there is no POST /dev/token,
+	// and the web app asks for a token as it does in AWS. Config.Secret must be set (no data directory's secret).
+	Deployment bool
+	// Admit, when set, is asked before a chat route admits a request (httpapi.Deps.Admit: serve's drain gate).
+	Admit func(*http.Request) error
+	// Pages are further routes served beside the API and the web app (serve's GET /readyz).
+	Pages map[string]http.Handler
 }
 
 // toolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) and one source per
@@ -173,6 +181,8 @@ type Stack struct {
 	tokenClaims []auth.MintOption
 	closers     []func()
 	log         *slog.Logger
+	cfg         config.Config
+	clock       agent.Clock
 }
 
 // New builds the stack. Close releases it; Run serves the reaper ticker.
@@ -192,6 +202,10 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if clock == nil {
 		clock = agent.SystemClock{}
 	}
+	s.cfg, s.clock = cfg, clock
+	if s.log == nil {
+		s.log = log
+	}
 	exclusive := o.Exclusive && o.Store == nil
 	if exclusive {
 		release, held, err := lockData(o.Data)
@@ -200,6 +214,9 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.closers = append(s.closers, release)
 		exclusive = held
+	}
+	if o.Deployment && cfg.Secret == "" {
+		return s, errors.New("AGENT_SECRET is not set: it is the HS256 token key and the root of the approval signatures")
 	}
 	if s.Secret, err = Secret(o.Data, cfg.Secret); err != nil {
 		return s, err
@@ -333,19 +350,40 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	s.Threads = threads.New(threads.Deps{Store: s.Store, Reaper: s.Reaper, Stopper: s.Engine, Clock: clock, Logger: log, Hub: hub},
 		cfg.Threads())
 	// The dev server takes dev tokens (auth.DevAudience) and honours AGENT_JWT_ISSUER, AGENT_JWT_AUDIENCE and
-	// AGENT_JWT_MAX_AGE as a deployment does (REVIEW S13).
-	verifier, err := auth.NewVerifier(cfg.Auth(s.Secret, clock, true))
+	// AGENT_JWT_MAX_AGE as a deployment does (REVIEW S13). A deployment's stack takes no dev token.
+	acfg := cfg.Auth(s.Secret, clock, !o.Deployment)
+	if o.Deployment && cfg.JWKSURL != "" {
+		// The key set is refreshed for the life of the process, not only its start.
+		jwks, err := auth.NewJWKSKeys(context.WithoutCancel(ctx), auth.JWKSConfig{URL: cfg.JWKSURL, Logger: log})
+		if err != nil {
+			return s, err
+		}
+		acfg.Keys = auth.Keys{acfg.Keys, jwks}
+	}
+	verifier, err := auth.NewVerifier(acfg)
 	if err != nil {
 		return s, err
 	}
 	s.tokenClaims = cfg.DevTokenClaims()
+	if o.Deployment {
+		s.tokenClaims = cfg.DeploymentTokenClaims()
+	}
 	refusals, _ := metrics.(agent.Refusals)
-	// The web app at the root, same origin as the API; its token comes from POST /dev/token (loopback only).
-	pages := web.Pages(web.Handler(web.Config{DevTokenURL: "./dev/token",
-		MaxMessageBytes: int64(cmp.Or(cfg.MaxMessageBytes, engine.DefaultMaxMessageBytes))}))
-	pages["POST /dev/token"] = s.devToken(log)
+	// The web app at the root, same origin as the API; the dev server's gets its token from POST /dev/token
+	// (loopback only), a deployment's from its own sign-in (web/src/token.ts).
+	wcfg := web.Config{MaxMessageBytes: int64(cmp.Or(cfg.MaxMessageBytes, engine.DefaultMaxMessageBytes))}
+	if !o.Deployment {
+		wcfg.DevTokenURL = "./dev/token"
+	}
+	pages := web.Pages(web.Handler(wcfg))
+	if !o.Deployment {
+		pages["POST /dev/token"] = s.devToken(log)
+	}
+	for pattern, h := range o.Pages {
+		pages[pattern] = h
+	}
 	s.Handler = httpapi.New(httpapi.Deps{Engine: s.Engine, Threads: s.Threads, Auth: verifier, Clock: clock, Logger: log, Refusals: refusals,
-		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}, Pages: pages})
+		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}, Pages: pages, Admit: o.Admit})
 	if exclusive {
 		// Every writer of this store is dead: their runs are reaped now, their slots and readers given back.
 		n, err := s.Reaper.ReapAllClaims(ctx)

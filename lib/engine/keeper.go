@@ -279,3 +279,20 @@ func (g *guard) answer(now time.Time, r agent.KeepResult) {
 // it was here. Call it after the stop request is stored (RequestCancel), so that the claim says what the run
 // does; a run of another process learns of the stop from its keeper's next batch, within one Heartbeat.
 func (e *Engine) StopLocal(threadID, runID string) bool { return e.keeper.stop(threadID, runID) }
+
+// LocalRun names a run streaming in this process.
+type LocalRun struct{ ThreadID, RunID string }
+
+// LocalRuns lists the runs streaming in this process (the keeper's members), in no order: what a drain that
+// outlasted its grace stops (`agentloop serve`, lib/devserver), each as the stop endpoint does (the stop stored,
+// then StopLocal). A run claimed but not yet streaming is not listed yet; Load counts it.
+func (e *Engine) LocalRuns() []LocalRun {
+	k := e.keeper
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	runs := make([]LocalRun, 0, len(k.members))
+	for key := range k.members {
+		runs = append(runs, LocalRun{ThreadID: key.thread, RunID: key.run})
+	}
+	return runs
+}

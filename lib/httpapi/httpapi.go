@@ -43,6 +43,10 @@ type Deps struct {
 	// Pages are further routes served beside the API (mux pattern → handler), such as the web app's page and
 	// assets (package web): they get the same CORS, logging and JSON 404 for everything else.
 	Pages map[string]http.Handler
+	// Admit, when set, is asked before a chat route (POST /chat, GET /chat/{threadId}/stream) authenticates its
+	// request: an error refuses the request with its status (a long-lived server that drains on SIGTERM answers
+	// 503 draining with a Retry-After: lib/drain). Nil admits every request.
+	Admit func(*http.Request) error
 }
 
 type server struct {
@@ -82,8 +86,22 @@ func (s *server) handler(routes ...func(*server, *http.ServeMux)) http.Handler {
 }
 
 func (s *server) chatRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /chat", s.authed(s.postChat))
-	mux.HandleFunc("GET /chat/{threadId}/stream", s.authed(threadPath("threadId", true, s.resumeStream)))
+	mux.HandleFunc("POST /chat", s.admitted(s.authed(s.postChat)))
+	mux.HandleFunc("GET /chat/{threadId}/stream", s.admitted(s.authed(threadPath("threadId", true, s.resumeStream))))
+}
+
+// admitted refuses a chat request that Deps.Admit refuses, before anything else reads it.
+func (s *server) admitted(h http.HandlerFunc) http.HandlerFunc {
+	if s.Admit == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Admit(r); err != nil {
+			writeError(w, err)
+			return
+		}
+		h(w, r)
+	}
 }
 
 func (s *server) apiRoutes(mux *http.ServeMux) {

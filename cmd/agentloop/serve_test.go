@@ -1,0 +1,488 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
+	"github.com/agentloop/agentloop/lib/uistream/aisdktest"
+)
+
+// dynalite is the one DynamoDB-compatible server the serve tests share (one Node start for the package; each
+// test makes its own table), started on first use and stopped by TestMain (closeDynalite).
+var dynalite struct {
+	once sync.Once
+	srv  *dynamotest.Server
+	err  error
+}
+
+func dynaliteEndpoint(t *testing.T) string {
+	t.Helper()
+	dynalite.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a first `npm ci` included
+		defer cancel()
+		dynalite.srv, dynalite.err = dynamotest.Launch(ctx)
+	})
+	if dynalite.err != nil {
+		if dynamotest.SkipRequested() {
+			t.Skipf("dynalite unavailable (%s=1): %v", dynamotest.SkipEnv, dynalite.err)
+		}
+		t.Fatalf("dynalite: %v (set %s=1 to skip these tests)", dynalite.err, dynamotest.SkipEnv)
+	}
+	return dynalite.srv.Endpoint
+}
+
+func closeDynalite() {
+	if dynalite.srv != nil {
+		if err := dynalite.srv.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+}
+
+// serveSecret is the AGENT_SECRET every replica of a test shares (and `agentloop token` mints with).
+const serveSecret = "serve-test-secret-0123456789abcdef0123456789"
+
+// serveEnv is the environment of a replica (and of `agentloop token` for it) on table at endpoint: the offline
+// model, no SSM, no Step Functions, env overriding the rest.
+func serveEnv(endpoint, table string, env ...string) []string {
+	return append(append(os.Environ(), "OPENAI_API_KEY=", "AGENT_SECRET_PARAM=", "AGENT_MODELS_FILE=", "JOBS_STATE_MACHINE_ARN=",
+		"AGENT_TOOLS_FILE=", "AGENT_JWT_AUDIENCE=", "AGENT_JWT_ISSUER=", "AGENT_JWKS_URL=",
+		"AGENTLOOP_DYNAMO_ENDPOINT="+endpoint, "TABLE_NAME="+table, "AGENT_SECRET="+serveSecret), env...)
+}
+
+type serveProc struct {
+	cmd    *exec.Cmd
+	url    string
+	lines  chan string // stdout after the banner
+	stderr *bytes.Buffer
+	exited chan struct{}
+	err    error // Wait's, once exited is closed
+}
+
+// startServe starts `agentloop serve` on a free port with args and env (serveEnv's) and reads its banner.
+func startServe(t *testing.T, bin string, env []string, args ...string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = env
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProc{cmd: cmd, lines: make(chan string, 64), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	cmd.Stderr = &lockedWriter{w: p.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("agentloop serve %s stderr (tail):\n%s", p.url, tail(p.stderr.String(), 4000))
+		}
+	})
+	deadline := time.After(time.Minute)
+	for p.url == "" {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				<-p.exited
+				t.Fatalf("agentloop serve exited before serving (%v): %s", p.err, p.stderr)
+			}
+			p.url, _ = strings.CutPrefix(line, "agentloop serve serving on ")
+			if p.url == line {
+				p.url = ""
+			}
+		case <-deadline:
+			t.Fatal("agentloop serve printed no URL within a minute")
+		}
+	}
+	return p
+}
+
+// wait waits for the process to exit by itself and returns Wait's error.
+func (p *serveProc) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(time.Minute):
+		t.Fatal("agentloop serve did not exit within a minute")
+		return nil
+	}
+}
+
+// line waits for a stdout line starting with prefix.
+func (p *serveProc) line(t *testing.T, prefix string) string {
+	t.Helper()
+	for l := range p.lines {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	t.Fatalf("agentloop serve printed no line starting %q", prefix)
+	return ""
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func tail(s string, n int) string { return s[max(len(s)-n, 0):] }
+
+// mintServeToken runs `agentloop token` in env (serveEnv's: TABLE_NAME and AGENT_SECRET set).
+func mintServeToken(t *testing.T, bin string, env []string, user string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "token", "--user", user)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("agentloop token: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func tableName(t *testing.T) string {
+	return fmt.Sprintf("serve-%s-%d", strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-"), time.Now().UnixNano())
+}
+
+// postStream posts a user message to /chat and returns the open streaming response.
+func postStream(t *testing.T, url, tok, thread, msgID, text string) *http.Response {
+	t.Helper()
+	body := fmt.Sprintf(`{"id":%q,"trigger":"submit-message","messages":[{"id":%q,"role":"user","parts":[{"type":"text","text":%q}]}]}`, thread, msgID, text)
+	req, _ := http.NewRequest("POST", url+"/chat", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("POST /chat: %d %s", resp.StatusCode, b)
+	}
+	return resp
+}
+
+// readUntil reads r until what it read contains want, and returns what it read.
+func readUntil(t *testing.T, r io.Reader, want string) []byte {
+	t.Helper()
+	var got []byte
+	buf := make([]byte, 4096)
+	for !bytes.Contains(got, []byte(want)) {
+		n, err := r.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("stream ended before %q (%v): %s", want, err, got)
+		}
+	}
+	return got
+}
+
+// threadView is what the serve tests read of GET /threads/{id}.
+type threadView struct {
+	Thread struct {
+		ActiveRun *struct{ RunID string } `json:"activeRun"`
+	}
+	Messages []struct {
+		ID       string
+		Role     string
+		Parts    []struct{ Type, Text string }
+		Metadata struct{ Status string }
+	}
+}
+
+func (v threadView) reply() (status, text string) {
+	for i := len(v.Messages) - 1; i >= 0; i-- {
+		m := v.Messages[i]
+		if m.Role == "assistant" {
+			var b strings.Builder
+			for _, p := range m.Parts {
+				if p.Type == "text" {
+					b.WriteString(p.Text)
+				}
+			}
+			return m.Metadata.Status, b.String()
+		}
+	}
+	return "", ""
+}
+
+func getThread(t *testing.T, url, tok, id string) threadView {
+	t.Helper()
+	status, body := request(t, "GET", url+"/threads/"+id, tok, "")
+	var v threadView
+	if err := json.Unmarshal(body, &v); err != nil || status != 200 {
+		t.Fatalf("GET /threads/%s: %d %s", id, status, body)
+	}
+	return v
+}
+
+// eventually polls check every 50 ms until it reports true, failing t after a minute with what it said last.
+func eventually(t *testing.T, what string, check func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ok, last := check()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not so after a minute; last: %s", what, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Two `agentloop serve` replicas on one dynalite table: the first creates the table (--create-table), the second
+// finds it. Both are ready (GET /readyz); a token `agentloop token` mints with TABLE_NAME and the same
+// AGENT_SECRET is taken by both, a dev token (aud agentloop-dev, same secret) by neither. The AI SDK's own chat
+// client (AbstractChat, ai@6.0.0, ai@6 and ai@7) runs the human-in-the-loop scenarios against each replica, and a
+// reply streamed by one is resumed on the other: both streams parse with the SDK's parsers into the same message.
+func TestServeReplicas(t *testing.T) {
+	t.Parallel()
+	bin, data := setup(t)
+	endpoint := dynaliteEndpoint(t)
+	env := serveEnv(endpoint, tableName(t))
+	a := startServe(t, bin, env, "--create-table")
+	b := startServe(t, bin, env)
+	tok := mintServeToken(t, bin, env, "alice")
+
+	devCmd := exec.Command(bin, "token", "--user", "alice", "--data", data)
+	devCmd.Env = append(os.Environ(), "TABLE_NAME=", "AGENT_SECRET_PARAM=", "AGENT_SECRET="+serveSecret)
+	devTok, err := devCmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*serveProc{a, b} {
+		if status, body := request(t, "GET", p.url+"/readyz", "", ""); status != 200 || !bytes.Contains(body, []byte(`"store":"ok"`)) ||
+			!bytes.Contains(body, []byte(`"model":"ok"`)) {
+			t.Fatalf("%s/readyz: %d %s", p.url, status, body)
+		}
+		if status, body := request(t, "GET", p.url+"/threads", tok, ""); status != 200 {
+			t.Fatalf("serve token refused by %s: %d %s", p.url, status, body)
+		}
+		if status, body := request(t, "GET", p.url+"/threads", strings.TrimSpace(string(devTok)), ""); status != 401 {
+			t.Fatalf("dev token taken by %s: %d %s", p.url, status, body)
+		}
+	}
+
+	// A reply streamed by A, resumed on B while it streams.
+	resp := postStream(t, a.url, tok, "across", "m1", "/slow 12")
+	first := readUntil(t, resp.Body, "word2")
+	status, resumed := request(t, "GET", b.url+"/chat/across/stream", tok, "")
+	rest, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || status != 200 {
+		t.Fatalf("resume on B: %d (%v)", status, err)
+	}
+	direct := append(first, rest...)
+	parsed := aisdktest.CheckStreams(t, direct, resumed)
+	for i, sdk := range aisdktest.SDKs {
+		d, r := aisdktest.OfFile(parsed, 0)[i], aisdktest.OfFile(parsed, 1)[i]
+		if d.Message.ID == "" || d.Message.ID != r.Message.ID || d.FinishReason != "stop" || r.FinishReason != "stop" {
+			t.Fatalf("ai@%s: direct %s (%s), resumed %s (%s): want one message, finished", sdk, d.Message.ID, d.FinishReason, r.Message.ID, r.FinishReason)
+		}
+		dt, _ := json.Marshal(d.Message.Parts)
+		rt, _ := json.Marshal(r.Message.Parts)
+		if !bytes.Equal(dt, rt) || !bytes.Contains(dt, []byte("word12")) {
+			t.Fatalf("ai@%s: the resumed stream's message differs:\ndirect  %s\nresumed %s", sdk, dt, rt)
+		}
+	}
+	if st, text := getThread(t, b.url, tok, "across").reply(); st != "completed" || !strings.HasSuffix(text, "word12") {
+		t.Fatalf("the reply as B reads it: %s %q", st, text)
+	}
+
+	// The SDK's chat client against each replica, at once.
+	var wg sync.WaitGroup
+	for _, run := range []struct {
+		p         *serveProc
+		scenarios []string
+	}{
+		{a, []string{aisdktest.ScenarioApprove}},
+		{b, []string{aisdktest.ScenarioDeny, aisdktest.ScenarioClientTool}},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chatScenarios(t, &devProc{url: run.p.url, token: tok}, run.scenarios...)
+		}()
+	}
+	wg.Wait()
+}
+
+// One replica killed with SIGKILL in the middle of a reply: the other replica's reaper ticker reaps its run
+// (failed, code stale), keeping what was stored of the reply, and the thread takes the next message there.
+func TestServeKilledReplicaIsReaped(t *testing.T) {
+	t.Parallel()
+	bin, _ := setup(t)
+	endpoint := dynaliteEndpoint(t)
+	env := serveEnv(endpoint, tableName(t), "AGENT_HEARTBEAT=100ms", "AGENT_STALE_AFTER=1s", "AGENT_REAPER_INTERVAL=200ms")
+	a := startServe(t, bin, env, "--create-table")
+	b := startServe(t, bin, env)
+	tok := mintServeToken(t, bin, env, "alice")
+
+	resp := postStream(t, a.url, tok, "killed", "m1", "/slow 200")
+	readUntil(t, resp.Body, "word3")
+	// B sees A's run on the thread: the claim is in the table.
+	if v := getThread(t, b.url, tok, "killed"); v.Thread.ActiveRun == nil {
+		t.Fatalf("B does not see A's run: %+v", v)
+	}
+	_ = a.cmd.Process.Kill()
+	<-a.exited
+	resp.Body.Close()
+
+	eventually(t, "B reaps A's run", func() (bool, string) {
+		status, body := request(t, "GET", b.url+"/threads/killed/runs", tok, "")
+		return status == 200 && bytes.Contains(body, []byte(`"status":"failed"`)) && bytes.Contains(body, []byte(`"code":"stale"`)), string(body)
+	})
+	v := getThread(t, b.url, tok, "killed")
+	if st, text := v.reply(); v.Thread.ActiveRun != nil || st != "failed" {
+		t.Fatalf("after the reap: active run %v, reply %s %q", v.Thread.ActiveRun, st, text)
+	}
+	status, stream := request(t, "POST", b.url+"/chat", tok,
+		`{"id":"killed","trigger":"submit-message","messages":[{"id":"m2","role":"user","parts":[{"type":"text","text":"still there?"}]}]}`)
+	if status != 200 || !bytes.Contains(stream, []byte(`"finishReason":"stop"`)) {
+		t.Fatalf("next message on B: %d %s", status, stream)
+	}
+}
+
+// SIGTERM with a run in flight: the replica refuses new chat requests at once (503 draining, with a Retry-After),
+// and so does GET /readyz, while the run goes on; within AGENT_DRAIN_GRACE it finishes, its stream ends normally
+// and the stored reply is complete; the process exits 0. With a grace shorter than the reply, the run is stopped
+// at its end as the stop endpoint stops one: the stream ends, the reply keeps what was streamed, marked canceled,
+// the claim is released, and the process exits 0 all the same.
+func TestServeDrain(t *testing.T) {
+	t.Parallel()
+	bin, _ := setup(t)
+	endpoint := dynaliteEndpoint(t)
+	table := tableName(t)
+	other := startServe(t, bin, serveEnv(endpoint, table), "--create-table")
+	tok := mintServeToken(t, bin, serveEnv(endpoint, table), "alice")
+	tests := []struct {
+		name, grace, prompt string
+		wantStatus, wantRun string // the stored reply's status, the run's
+		wantLine            string // how serve's drained line ends (a new message admitted before the signal may add a finished run)
+		wantText            func(string) bool
+	}{
+		{"finishes within the grace", "1m", "/slow 15", "completed", `"status":"completed"`, "0 stopped, 0 left to the reaper",
+			func(s string) bool { return strings.HasSuffix(s, "word15") }},
+		{"stopped after the grace", "300ms", "/slow 200", "canceled", `"status":"canceled"`, " 1 stopped, 0 left to the reaper",
+			func(s string) bool { return strings.Contains(s, "word2") && !strings.Contains(s, "word200") }},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := startServe(t, bin, serveEnv(endpoint, table, "AGENT_DRAIN_GRACE="+tt.grace))
+			thread := fmt.Sprintf("drain%d", i)
+			resp := postStream(t, p.url, tok, thread, "m1", tt.prompt)
+			defer resp.Body.Close()
+			first := readUntil(t, resp.Body, "word2")
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			// New work is refused once the signal is handled; until then a new message is simply answered.
+			n := 0
+			eventually(t, "a new message refused as draining", func() (bool, string) {
+				n++
+				req, _ := http.NewRequest("POST", p.url+"/chat", strings.NewReader(fmt.Sprintf(
+					`{"id":"%s-new%d","trigger":"submit-message","messages":[{"id":"n1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`, thread, n)))
+				req.Header.Set("Authorization", "Bearer "+tok)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return false, err.Error()
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				return res.StatusCode == 503 && bytes.Contains(body, []byte(`"code":"draining"`)) && res.Header.Get("Retry-After") != "",
+					fmt.Sprintf("%d %s Retry-After %q", res.StatusCode, body, res.Header.Get("Retry-After"))
+			})
+			if status, body := request(t, "GET", p.url+"/readyz", "", ""); status != 503 || !bytes.Contains(body, []byte(`"code":"draining"`)) {
+				t.Fatalf("readyz while draining: %d %s", status, body)
+			}
+			if status, _ := request(t, "GET", p.url+"/healthz", "", ""); status != 200 {
+				t.Fatalf("healthz while draining: %d", status)
+			}
+			rest, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("the in-flight stream: %v", err)
+			}
+			stream := append(first, rest...)
+			if !bytes.Contains(stream, []byte(`"type":"finish"`)) || !bytes.HasSuffix(stream, []byte("data: [DONE]\n\n")) {
+				t.Fatalf("the in-flight stream did not end normally: %s", tail(string(stream), 600))
+			}
+			if line := p.line(t, "agentloop serve drained:"); !strings.HasSuffix(line, tt.wantLine) {
+				t.Errorf("serve printed %q, want it to end %q", line, tt.wantLine)
+			}
+			if err := p.wait(t); err != nil {
+				t.Fatalf("serve exited with %v after SIGTERM, want 0", err)
+			}
+			v := getThread(t, other.url, tok, thread)
+			if st, text := v.reply(); v.Thread.ActiveRun != nil || st != tt.wantStatus || !tt.wantText(text) {
+				t.Fatalf("the stored reply: active run %v, %s %q", v.Thread.ActiveRun, st, text)
+			}
+			if status, body := request(t, "GET", other.url+"/threads/"+thread+"/runs", tok, ""); status != 200 || !bytes.Contains(body, []byte(tt.wantRun)) {
+				t.Fatalf("runs: %d %s", status, body)
+			}
+		})
+	}
+}
+
+// agentloop serve refuses to start without what it needs, saying what: --create-table without
+// AGENTLOOP_DYNAMO_ENDPOINT (a table in AWS is the deployment's), no TABLE_NAME, no AGENT_SECRET, and a secret
+// only in SSM.
+func TestServeRefusesToStart(t *testing.T) {
+	t.Parallel()
+	bin, _ := setup(t)
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"create-table without endpoint", []string{"AGENTLOOP_DYNAMO_ENDPOINT="}, []string{"--create-table"}, "--create-table needs AGENTLOOP_DYNAMO_ENDPOINT"},
+		{"no table", []string{"TABLE_NAME="}, nil, "TABLE_NAME is not set"},
+		{"no secret", []string{"AGENT_SECRET="}, nil, "AGENT_SECRET is not set"},
+		{"secret in SSM", []string{"AGENT_SECRET=", "AGENT_SECRET_PARAM=/agentloop/secret"}, nil, "reads no SSM parameter"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, tt.args...)...)
+			cmd.Env = serveEnv("http://127.0.0.1:1", "t", tt.env...)
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tt.want) {
+				t.Fatalf("err %v, output %q: want a refusal saying %q", err, out, tt.want)
+			}
+		})
+	}
+}
