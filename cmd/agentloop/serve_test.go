@@ -99,7 +99,7 @@ func startServe(t *testing.T, bin string, env []string, args ...string) *servePr
 		_ = cmd.Process.Kill()
 		<-p.exited
 		if t.Failed() {
-			t.Logf("agentloop serve %s stderr (tail):\n%s", p.url, tail(p.stderr.String(), 4000))
+			t.Logf("agentloop serve %s stderr (tail):\n%s", p.url, tail(p.log(), 4000))
 		}
 	})
 	deadline := time.After(time.Minute)
@@ -108,7 +108,7 @@ func startServe(t *testing.T, bin string, env []string, args ...string) *servePr
 		case line, ok := <-p.lines:
 			if !ok {
 				<-p.exited
-				t.Fatalf("agentloop serve exited before serving (%v): %s", p.err, p.stderr)
+				t.Fatalf("agentloop serve exited before serving (%v): %s", p.err, p.log())
 			}
 			p.url, _ = strings.CutPrefix(line, "agentloop serve serving on ")
 			if p.url == line {
@@ -119,6 +119,14 @@ func startServe(t *testing.T, bin string, env []string, args ...string) *servePr
 		}
 	}
 	return p
+}
+
+// log is what the process wrote to stderr so far.
+func (p *serveProc) log() string {
+	w := p.cmd.Stderr.(*lockedWriter)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.String()
 }
 
 // wait waits for the process to exit by itself and returns Wait's error.
@@ -391,12 +399,12 @@ func TestServeDrain(t *testing.T) {
 	tests := []struct {
 		name, grace, prompt string
 		wantStatus, wantRun string // the stored reply's status, the run's
-		wantLine            string // how serve's drained line ends (a new message admitted before the signal may add a finished run)
+		wantLine            string // serve's drained line
 		wantText            func(string) bool
 	}{
-		{"finishes within the grace", "1m", "/slow 15", "completed", `"status":"completed"`, "0 stopped, 0 left to the reaper",
-			func(s string) bool { return strings.HasSuffix(s, "word15") }},
-		{"stopped after the grace", "300ms", "/slow 200", "canceled", `"status":"canceled"`, " 1 stopped, 0 left to the reaper",
+		{"finishes within the grace", "1m", "/slow 30", "completed", `"status":"completed"`, "agentloop serve drained: 1 runs finished, 0 stopped, 0 left to the reaper",
+			func(s string) bool { return strings.HasSuffix(s, "word30") }},
+		{"stopped after the grace", "3s", "/slow 200", "canceled", `"status":"canceled"`, "agentloop serve drained: 0 runs finished, 1 stopped, 0 left to the reaper",
 			func(s string) bool { return strings.Contains(s, "word2") && !strings.Contains(s, "word200") }},
 	}
 	for i, tt := range tests {
@@ -410,22 +418,22 @@ func TestServeDrain(t *testing.T) {
 			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			// New work is refused once the signal is handled; until then a new message is simply answered.
-			n := 0
-			eventually(t, "a new message refused as draining", func() (bool, string) {
-				n++
-				req, _ := http.NewRequest("POST", p.url+"/chat", strings.NewReader(fmt.Sprintf(
-					`{"id":"%s-new%d","trigger":"submit-message","messages":[{"id":"n1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`, thread, n)))
-				req.Header.Set("Authorization", "Bearer "+tok)
-				res, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return false, err.Error()
-				}
-				body, _ := io.ReadAll(res.Body)
-				res.Body.Close()
-				return res.StatusCode == 503 && bytes.Contains(body, []byte(`"code":"draining"`)) && res.Header.Get("Retry-After") != "",
-					fmt.Sprintf("%d %s Retry-After %q", res.StatusCode, body, res.Header.Get("Retry-After"))
+			// Once the drain has begun (its log line: the gate is closed before it), new work is refused.
+			eventually(t, "the drain begins", func() (bool, string) {
+				return strings.Contains(p.log(), `"msg":"drain.begin"`), tail(p.log(), 300)
 			})
+			req, _ := http.NewRequest("POST", p.url+"/chat", strings.NewReader(
+				`{"id":"`+thread+`-new","trigger":"submit-message","messages":[{"id":"n1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 503 || !bytes.Contains(body, []byte(`"code":"draining"`)) || res.Header.Get("Retry-After") == "" {
+				t.Fatalf("a new message while draining: %d %s Retry-After %q, want 503 draining with a Retry-After", res.StatusCode, body, res.Header.Get("Retry-After"))
+			}
 			if status, body := request(t, "GET", p.url+"/readyz", "", ""); status != 503 || !bytes.Contains(body, []byte(`"code":"draining"`)) {
 				t.Fatalf("readyz while draining: %d %s", status, body)
 			}
@@ -440,8 +448,8 @@ func TestServeDrain(t *testing.T) {
 			if !bytes.Contains(stream, []byte(`"type":"finish"`)) || !bytes.HasSuffix(stream, []byte("data: [DONE]\n\n")) {
 				t.Fatalf("the in-flight stream did not end normally: %s", tail(string(stream), 600))
 			}
-			if line := p.line(t, "agentloop serve drained:"); !strings.HasSuffix(line, tt.wantLine) {
-				t.Errorf("serve printed %q, want it to end %q", line, tt.wantLine)
+			if line := p.line(t, "agentloop serve drained:"); line != tt.wantLine {
+				t.Errorf("serve printed %q, want %q", line, tt.wantLine)
 			}
 			if err := p.wait(t); err != nil {
 				t.Fatalf("serve exited with %v after SIGTERM, want 0", err)
