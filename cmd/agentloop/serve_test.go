@@ -494,3 +494,47 @@ func TestServeRefusesToStart(t *testing.T) {
 		})
 	}
 }
+
+// A background run (POST /chat with "background": true: it goes on with no client, on the replica's launcher)
+// is one of the replica's runs for the drain too: SIGTERM waits for it through the grace, then stops it as the
+// stop endpoint does; its reply is stored canceled with what it streamed, its claim released, and the process
+// exits 0.
+func TestServeDrainBackgroundRun(t *testing.T) {
+	t.Parallel()
+	bin, _ := setup(t)
+	endpoint := dynaliteEndpoint(t)
+	table := tableName(t)
+	other := startServe(t, bin, serveEnv(endpoint, table), "--create-table")
+	tok := mintServeToken(t, bin, serveEnv(endpoint, table), "alice")
+	p := startServe(t, bin, serveEnv(endpoint, table, "AGENT_DRAIN_GRACE=1s"))
+	status, body := request(t, "POST", p.url+"/chat", tok,
+		`{"id":"bg","background":true,"trigger":"submit-message","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"/slow 300"}]}]}`)
+	if status != 202 {
+		t.Fatalf("background POST: %d %s", status, body)
+	}
+	// The run streams on the replica (its resumed stream, read on the other replica, shows its words).
+	res, err := http.NewRequest("GET", other.url+"/chat/bg/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(res)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("attach: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	readUntil(t, resp.Body, "word2")
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if line, want := p.line(t, "agentloop serve drained:"), "agentloop serve drained: 0 runs finished, 1 stopped, 0 left to the reaper"; line != want {
+		t.Errorf("serve printed %q, want %q", line, want)
+	}
+	if err := p.wait(t); err != nil {
+		t.Fatalf("serve exited with %v after SIGTERM, want 0", err)
+	}
+	v := getThread(t, other.url, tok, "bg")
+	if st, text := v.reply(); v.Thread.ActiveRun != nil || st != "canceled" || !strings.Contains(text, "word2") || strings.Contains(text, "word300") {
+		t.Fatalf("the stored reply: active run %v, %s %q", v.Thread.ActiveRun, st, text)
+	}
+}

@@ -254,7 +254,12 @@ type stackRuns struct {
 	asked map[engine.LocalRun]bool
 }
 
-func (r *stackRuns) Running() int { return r.s.Engine.Load().Running }
+// Running counts the runs the engine admitted and has not seen end (Load: claimed or being claimed) and those
+// streaming in it (LocalRuns), which include the continuations its launcher runs (background runs, hand-overs:
+// Load does not count those); a run in both is counted once, so none running is exactly zero.
+func (r *stackRuns) Running() int {
+	return max(r.s.Engine.Load().Running, len(r.s.Engine.LocalRuns()))
+}
 
 // Stop stops each run as the stop endpoint does (threads.Service.Stop): the stop stored on the claim first (the
 // truth every process reads, and what decides the run's outcome), then the run told in memory. A stop the store
