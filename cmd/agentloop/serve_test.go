@@ -304,6 +304,14 @@ func TestServeReplicas(t *testing.T) {
 		}
 	}
 
+	// The web app is served as the API function serves it: no dev token route, a page that asks for a token.
+	if status, body := request(t, "GET", a.url+"/config.json", "", ""); status != 200 || bytes.Contains(body, []byte("devTokenUrl")) {
+		t.Fatalf("/config.json: %d %s, want the web app's configuration without devTokenUrl", status, body)
+	}
+	if status, body := request(t, "POST", a.url+"/dev/token", "", ""); status != 404 {
+		t.Fatalf("POST /dev/token: %d %s, want 404 (serve mints no token over HTTP)", status, body)
+	}
+
 	// A reply streamed by A, resumed on B while it streams.
 	resp := postStream(t, a.url, tok, "across", "m1", "/slow 12")
 	first := readUntil(t, resp.Body, "word2")
