@@ -2,7 +2,8 @@
 // OpenAI-compatible endpoint), the engine with the demo tools and the job tools, the in-process job runner (the
 // job state machine's contract), the reaper ticker and one handler serving every
 // route. `agentloop dev` runs it, and every test that needs the whole stack builds it here (with t.TempDir(), and
-// its store wrapped for fault injection when needed) instead of wiring it again.
+// its store wrapped for fault injection when needed) instead of wiring it again. `agentloop serve` runs the same
+// stack over a DynamoDB table as a deployment does (serve.go: NewServe, Options.Deployment).
 package devserver
 
 import (
