@@ -13,11 +13,12 @@ import (
 
 	"github.com/agentloop/agentloop/functions/internal/boot"
 	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/engine"
 	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
 )
 
-func main() { boot.Start(newHandler) }
+func main() { boot.StartContinuing(newHandler) }
 
 // newHandler builds the chat handler from the environment (getenv) and the AWS configuration.
 func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (http.Handler, error) {
@@ -35,10 +36,20 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 	if err != nil {
 		return nil, err
 	}
-	a, err := boot.NewAgent(ctx, b, jobs)
+	// A run goes on in an asynchronous invocation of this function (lib/lambdalaunch says why): before the
+	// invocation's deadline (AGENT_HANDOVER_MARGIN), and at once for a background run.
+	a, err := boot.NewAgent(ctx, b, jobs, boot.WithLauncher(boot.SelfLauncher(getenv, awsCfg)))
 	if err != nil {
 		return nil, err
 	}
-	return httpapi.NewChat(httpapi.Deps{Engine: a.Engine, Threads: a.Threads, Clock: b.Clock, Logger: log,
-		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes, Refusals: b.Refusals}), nil
+	h := httpapi.NewChat(httpapi.Deps{Engine: a.Engine, Threads: a.Threads, Clock: b.Clock, Logger: log,
+		Auth: b.Verifier, MaxBodyBytes: cfg.MaxBodyBytes, Refusals: b.Refusals})
+	return chatFunction{Handler: h, Engine: a.Engine}, nil
+}
+
+// chatFunction serves the function URL and continues runs (boot.Continuer: the continuation events this function
+// sends itself).
+type chatFunction struct {
+	http.Handler
+	*engine.Engine
 }

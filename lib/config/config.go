@@ -80,6 +80,7 @@ type Config struct {
 	ModelFileTimeout     time.Duration // AGENT_MODEL_FILE_TIMEOUT: one such download
 	ModelFilesMaxBytes   int           // AGENT_MODEL_FILES_MAX_BYTES: the files of one model request, decoded
 	RunTimeout           time.Duration // AGENT_RUN_TIMEOUT
+	HandOverMargin       time.Duration // AGENT_HANDOVER_MARGIN: a run hands over this long before its invocation's deadline
 	ToolTimeout          time.Duration // AGENT_TOOL_TIMEOUT
 	StoreTimeout         time.Duration // AGENT_STORE_TIMEOUT: one DynamoDB request attempt (dynamo.DefaultRequestTimeout)
 	Heartbeat            time.Duration // AGENT_HEARTBEAT
@@ -303,6 +304,7 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	durVar("AGENT_MODEL_IDLE_TIMEOUT", &c.ModelIdleTimeout)
 	durVar("AGENT_RUN_TIMEOUT", &c.RunTimeout)
+	durVar("AGENT_HANDOVER_MARGIN", &c.HandOverMargin)
 	durVar("AGENT_TOOL_TIMEOUT", &c.ToolTimeout)
 	durVar("AGENT_STORE_TIMEOUT", &c.StoreTimeout)
 	durVar("AGENT_HEARTBEAT", &c.Heartbeat)
@@ -510,7 +512,7 @@ func (c Config) Engine(model string) engine.Config {
 		CancelPoll: c.CancelPoll, SegmentFlush: c.SegmentFlush, SegmentHurry: c.SegmentHurry, ReaderProbe: c.ReaderProbe, MaxMessageBytes: c.MaxMessageBytes, MaxMessageParts: c.MaxMessageParts, InterruptTTL: c.InterruptTTL,
 		MaxQueued: c.MaxQueued, MaxActiveRunsPerUser: c.MaxActiveRunsPerUser, ThreadsPerMinute: c.ThreadsPerMinute,
 		RunLeaseTTL: c.RunLeaseTTL, MaxToolCallsPerStep: c.MaxToolCallsPerStep, MaxJobsPerRun: c.MaxJobsPerRun, MaxJobChain: c.MaxJobChain,
-		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: budget, ToolOutputBytes: c.ToolOutputBytes,
+		MaxRunsPerProcess: c.MaxRunsPerProcess, MaxHeartbeatLag: c.MaxHeartbeatLag, HandOverMargin: c.HandOverMargin, Transcript: transcript.Config{BudgetBytes: c.ContextBytes, BudgetTokens: budget, ToolOutputBytes: c.ToolOutputBytes,
 			BlockTokens: c.ContextBlockTokens}}
 }
 

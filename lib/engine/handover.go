@@ -204,6 +204,7 @@ func (s *runSlot) keep() {
 // next hand-over. It returns the run as the stream left it; an error when the run could not be taken up (its claim
 // moved: agent.ErrRunFenced; the store failing), in which case nothing was written.
 func (e *Engine) Continue(ctx context.Context, c agent.Continuation) (agent.Run, error) {
+	invocation := ctx // its deadline is the continuation's: it hands over again before it (Stream)
 	ctx = context.WithoutCancel(ctx)
 	meter, began := new(agent.StoreMeter), time.Now()
 	ctx = agent.WithStoreMeter(ctx, meter)
@@ -228,7 +229,7 @@ func (e *Engine) Continue(ctx context.Context, c agent.Continuation) (agent.Run,
 	}
 	t.slot = e.keepRunSlot(ctx, t.owner, t.run.ID)
 	log.InfoContext(ctx, "run continued", "epoch", t.run.Epoch, "segment", c.Segment, "steps", c.Steps, "hand_overs", c.HandOvers)
-	return t.Stream(ctx, io.Discard), nil
+	return t.Stream(invocation, io.Discard), nil
 }
 
 // takeUp reads what the continuation goes on from: the reply as stored (its parts are the draft; its metadata the

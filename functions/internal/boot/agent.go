@@ -196,7 +196,14 @@ type Agent struct {
 
 // NewAgent builds the Agent over b, which must hold the application secret (approval signatures) and the model
 // key, and js, the Jobs adapter that job tools and delivery passes start executions with.
-func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
+// AgentOption adjusts what NewAgent builds.
+type AgentOption func(*engine.Deps)
+
+// WithLauncher lets the agent's runs go on in a fresh invocation (the chat function's SelfLauncher): hand-overs
+// before the invocation's deadline and background runs.
+func WithLauncher(l agent.RunLauncher) AgentOption { return func(d *engine.Deps) { d.Launcher = l } }
+
+func NewAgent(ctx context.Context, b Base, js agent.Jobs, opts ...AgentOption) (*Agent, error) {
 	if b.AppSecret == nil {
 		return nil, fmt.Errorf("boot: the agent needs the application secret")
 	}
@@ -235,8 +242,12 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs) (*Agent, error) {
 	}
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// provider's embeddings, the tools' vectors cached in the table.
-	a.Engine = engine.New(engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Router: toolrouter.New(routerDeps(embedder(a.Model, b.ModelName()), b.Store, b.Log, b.Clock), b.Config.ToolRouter()), Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
-		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub, Titles: b.Titles(a.Model)}, b.Config.Engine(b.ModelName()))
+	deps := engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Router: toolrouter.New(routerDeps(embedder(a.Model, b.ModelName()), b.Store, b.Log, b.Clock), b.Config.ToolRouter()), Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
+		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub, Titles: b.Titles(a.Model)}
+	for _, o := range opts {
+		o(&deps)
+	}
+	a.Engine = engine.New(deps, b.Config.Engine(b.ModelName()))
 	a.Threads = b.threads(a.Reaper, hub)
 	a.Tasks = jobs.NewTasks(jobs.Deps{Store: b.Store, Model: a.Model, Kinds: JobKinds(), Engine: a.Engine, Jobs: js, Clock: b.Clock,
 		Logger: b.Log, Limits: b.Store}, jobs.Config{Contract: Contract(), ModelName: b.SubagentModelName()})
