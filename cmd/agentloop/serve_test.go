@@ -357,7 +357,8 @@ func TestServeReplicas(t *testing.T) {
 }
 
 // One replica killed with SIGKILL in the middle of a reply: the other replica's reaper ticker reaps its run
-// (failed, code stale), keeping what was stored of the reply, and the thread takes the next message there.
+// (failed, code stale), keeping what was stored of the reply, and the thread takes the next message there. A
+// replica started while the run streams leaves it alone.
 func TestServeKilledReplicaIsReaped(t *testing.T) {
 	t.Parallel()
 	bin, _ := setup(t)
@@ -369,6 +370,12 @@ func TestServeKilledReplicaIsReaped(t *testing.T) {
 
 	resp := postStream(t, a.url, tok, "killed", "m1", "/slow 200")
 	readUntil(t, resp.Body, "word3")
+	// A replica that starts while A's run streams reaps nothing at start (dev's start-up reap, which its data
+	// directory's lock makes safe, would take a live run here): A's reply streams on.
+	startServe(t, bin, env)
+	if got := readUntil(t, resp.Body, "word25"); bytes.Contains(got, []byte(`"type":"error"`)) {
+		t.Fatalf("A's run was cut when a replica started: %s", got)
+	}
 	// B sees A's run on the thread: the claim is in the table.
 	if v := getThread(t, b.url, tok, "killed"); v.Thread.ActiveRun == nil {
 		t.Fatalf("B does not see A's run: %+v", v)
