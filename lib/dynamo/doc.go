@@ -1,5 +1,6 @@
 // Package dynamo is the agent.Store adapter over one DynamoDB table (single-table design; the table is the Table
-// resource of template.yaml, and infra/DYNAMODB.md documents every item, access pattern and condition in full).
+// resource of template.yaml, defined in Go once as Table, and infra/DYNAMODB.md documents every item, access
+// pattern and condition in full).
 //
 // # Items
 //
