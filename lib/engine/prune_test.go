@@ -11,8 +11,6 @@ import (
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/engine"
-	"github.com/agentloop/agentloop/lib/modelsfile"
-	"github.com/agentloop/agentloop/lib/modeltest/matrix"
 )
 
 // recordingModel passes every request on to the stack's real model (the openai adapter over the offline
@@ -94,7 +92,6 @@ func TestSnapshotToolSupersedes(t *testing.T) {
 // A big tool result two turns back becomes a stub once the thread is over the budget (and not before: the
 // turn after the call sees it whole); the system prompt and the tool specs count against the budget.
 func TestPruneBeforeStep(t *testing.T) {
-	matrix.Skip(t, "known (issue 20, since 4a87155): the scale the engine takes from these providers' reported input tokens (the offline model's Messages and Converse usage) keeps the old result under the budget", modelsfile.Anthropic, modelsfile.AnthropicBedrock, modelsfile.BedrockConverse)
 	t.Parallel()
 	big := strings.Repeat("word ", 2000) // 10 KB, about 2,500 tokens
 	dump := agent.Tool{Name: "dump", Description: "returns a big document", Kind: agent.ToolServer,

@@ -27,14 +27,15 @@ package offline
 //	tools          toolConfig.tools each a toolSpec with a name and inputSchema.json an object, or a cachePoint;
 //	               a toolConfig present when the messages hold toolUse or toolResult blocks
 //	cache points   at most 4 in the request (system, messages and tools together)
-//	the context    as on Chat Completions (WithContextTokens): "Input is too long for requested model."
+//	the context    as on Chat Completions, the system prompt included (WithContextTokens): "Input is too
+//	               long for requested model."
 //
 // The reply is an application/vnd.amazon.eventstream of messages with :message-type event, :content-type
 // application/json and :event-type messageStart, then per content block contentBlockStart (toolUse only),
 // contentBlockDelta (text, reasoningContent text and signature, toolUse input fragments) and contentBlockStop,
 // messageStop with the stop reason (end_turn, max_tokens, tool_use), and metadata with usage (counted as on
-// /v1/messages: inputTokens the newest message, cacheReadInputTokens every message but the two newest,
-// cacheWriteInputTokens the second newest) and metrics. Every event's JSON carries a "p" padding field, as
+// /v1/messages, the system prompt a message before the others: inputTokens the newest message,
+// cacheReadInputTokens every message but the two newest, cacheWriteInputTokens the second newest) and metrics. Every event's JSON carries a "p" padding field, as
 // Bedrock's do. ConverseStream names no model in its answer: the model id is the path's, and /model (the reply
 // "Model: <modelId>") reports it back. /error STATUS refuses the request with the exception Bedrock answers that
 // status with (429 ThrottlingException, 503 ServiceUnavailableException, 500 InternalServerException, 403
@@ -432,7 +433,14 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, modelID string
 		return
 	}
 	msgs := converseMessages(req.Messages)
-	if n := contextTokens(msgs); n > s.contextTokens {
+	var system strings.Builder
+	for _, b := range req.System {
+		if b.Text != nil {
+			system.WriteString(*b.Text)
+		}
+	}
+	counted := withSystem(system.String(), msgs)
+	if n := contextTokens(counted); n > s.contextTokens {
 		cvValidation("Input is too long for requested model.").write(w)
 		return
 	}
@@ -463,7 +471,7 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request, modelID string
 	for i := range rep.calls {
 		rep.calls[i].ID = "tooluse_" + strings.TrimPrefix(rep.calls[i].ID, "call_")
 	}
-	s.converseStream(r, w, rep, messagesUsage(msgs, rep, true))
+	s.converseStream(r, w, rep, messagesUsage(counted, rep, true))
 }
 
 // converseStream writes rep as ConverseStream's event stream.

@@ -36,14 +36,17 @@ package offline
 //	               timeout); one that cannot be gets "messages.N.content.M.image.source.url: Unable to download
 //	               the file. Please verify the URL and try again." These are the only requests that reach the
 //	               network.
-//	the context    as on Chat Completions (WithContextTokens): "prompt is too long: N tokens > M maximum"
+//	the context    as on Chat Completions, the system prompt included (WithContextTokens): "prompt is too
+//	               long: N tokens > M maximum"
 //
 // The reply streams (stream: true) message_start, a ping, one content block per piece (thinking with
 // thinking_delta and signature_delta; text with text_delta; tool_use with input_json_delta fragments),
 // message_delta with the stop reason (end_turn, max_tokens, tool_use) and the output tokens, and message_stop.
 // When the request enables thinking every reply starts with a thinking block ("Thinking about: <text>", as
 // /think does). Thinking signatures are derived from the thinking text (thinkingSignature), so a replay is
-// checked without state. Usage: input_tokens counts the newest message, cache_read_input_tokens every message
+// checked without state. Usage counts the system prompt as Chat Completions counts its system message (a
+// message before the others), so the same transcript reports the same total on every route (the engine's
+// context scale compares them): input_tokens counts the newest message, cache_read_input_tokens every message
 // but the two newest, cache_creation_input_tokens the second newest (as if each request cached the previous
 // one's prefix); a request with no cache_control caches nothing, as on Anthropic: all of it is input_tokens;
 // output_tokens is counted as on Chat Completions, and message_delta's
@@ -635,7 +638,8 @@ func (s *Server) answerMessages(w http.ResponseWriter, r *http.Request, wire msg
 		return
 	}
 	msgs := chatMessages(req.Messages)
-	if n := contextTokens(msgs); n > s.contextTokens {
+	counted := withSystem(wireMessage{Role: "system", Content: req.System}.text(), msgs)
+	if n := contextTokens(counted); n > s.contextTokens {
 		wire.fail(w, badRequest(wire.tooLong(), n, s.contextTokens))
 		return
 	}
@@ -658,7 +662,7 @@ func (s *Server) answerMessages(w http.ResponseWriter, r *http.Request, wire msg
 	for i := range rep.calls {
 		rep.calls[i].ID = "toolu_" + strings.TrimPrefix(rep.calls[i].ID, "call_")
 	}
-	out := msgOutput{id: "msg_" + reqHash[:24], model: req.Model, usage: messagesUsage(msgs, rep, req.breakpoints > 0), wire: wire}
+	out := msgOutput{id: "msg_" + reqHash[:24], model: req.Model, usage: messagesUsage(counted, rep, req.breakpoints > 0), wire: wire}
 	if !req.Stream {
 		out.complete(r.Context(), w, rep)
 		return

@@ -209,7 +209,7 @@ func TestMessagesCacheControl(t *testing.T) {
 		body                string
 		input, read, create int64
 	}{
-		{`{"model":"m","max_tokens":50,"tools":[` + tool("a") + `,` + tool("b") + `],"system":[` + text("s", true) + `],` + transcript(true) + `}`, 2, 3, 4},
+		{`{"model":"m","max_tokens":50,"tools":[` + tool("a") + `,` + tool("b") + `],"system":[` + text("s", true) + `],` + transcript(true) + `}`, 2, 5, 4}, // the system prompt (1+1) read too
 		{`{"model":"m","max_tokens":50,` + transcript(false) + `}`, 9, 0, 0},
 	} {
 		status, body := postMessages(t, srv, anthropicHeaders, tc.body)

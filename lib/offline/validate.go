@@ -67,6 +67,17 @@ func contextExceeded(limit, got int) *invalidRequest {
 	return &invalidRequest{fmt.Sprintf(msgContextLength, limit, got), "messages", "context_length_exceeded"}
 }
 
+// withSystem is msgs after a system message of text (msgs when text is empty): how a protocol that sends the
+// system prompt beside the messages (Messages, Converse) counts it, as Chat Completions counts its system
+// message, in the context window and usage. The script reads msgs alone.
+func withSystem(text string, msgs []wireMessage) []wireMessage {
+	if text == "" {
+		return msgs
+	}
+	sys, _ := json.Marshal(text)
+	return append([]wireMessage{{Role: "system", Content: sys}}, msgs...)
+}
+
 // contextTokens counts a request's messages as chars/4 (the engine's own estimate): their text, tool call names
 // and arguments, and tool call ids. Files are not counted (providers bill them by pages and tiles).
 func contextTokens(msgs []wireMessage) int {
