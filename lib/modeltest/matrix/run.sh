@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# make test-matrix: the engine's and the HTTP suites (MATRIX_PKGS) over each adapter (MATRIX_PROVIDERS, through
+# AGENT_TEST_PROVIDER: see matrix.go). Each package's test binary is built once (go test -c) and every
+# provider runs from it, up to MATRIX_JOBS runs at once (default: all of them). The suites wait on timers and
+# the offline model's word delays much more than they compute, so the runs overlap well on two cores: one after
+# another, as go test ran them, they took about four minutes (make test-matrix prints the numbers). Each run's
+# output is printed when it ends, whole when it failed; the exit status is 1 when any run failed.
+#
+#   MATRIX_PROVIDERS="anthropic bedrock-converse" MATRIX_PKGS="./lib/engine" lib/modeltest/matrix/run.sh
+set -u
+cd "$(dirname "$0")/../../.." || exit 1
+go=${GO:-go}
+read -r -a providers <<<"${MATRIX_PROVIDERS:-openai-responses anthropic anthropic-bedrock bedrock-converse}"
+read -r -a pkgs <<<"${MATRIX_PKGS:-./lib/engine ./lib/httpapi}"
+jobs=${MATRIX_JOBS:-$((${#providers[@]} * ${#pkgs[@]}))}
+
+bin=$(mktemp -d "${TMPDIR:-/tmp}/agentloop-matrix.XXXXXX") || exit 1
+trap 'rm -rf "$bin"' EXIT
+start=$(date +%s)
+# One binary per package, named after the package's directory (go test -c -o DIR/ would name two packages
+# called alike the same).
+for pkg in "${pkgs[@]}"; do
+	"$go" test -c -o "$bin/$(basename "$pkg").test" "$pkg" || exit 1
+done
+echo "test-matrix: built ${#pkgs[@]} test binaries in $(($(date +%s) - start)) s; ${#providers[@]} providers × ${#pkgs[@]} packages, $jobs at once"
+
+# run PROVIDER PKG: one suite over one adapter, in the package's directory as go test runs it.
+run() {
+	local p=$1 pkg=$2 log="$bin/$1.$(basename "$2").log" t0 rc
+	t0=$(date +%s)
+	(cd "$pkg" && AGENT_TEST_PROVIDER=$p "$bin/$(basename "$pkg").test" -test.count=1 -test.timeout=20m) >"$log" 2>&1
+	rc=$?
+	if [ $rc -eq 0 ]; then
+		echo "ok      AGENT_TEST_PROVIDER=$p $pkg $(($(date +%s) - t0)) s"
+	else
+		cat "$log"
+		echo "FAIL    AGENT_TEST_PROVIDER=$p $pkg $(($(date +%s) - t0)) s"
+	fi
+	return $rc
+}
+
+failed=0
+running=0
+for pkg in "${pkgs[@]}"; do
+	for p in "${providers[@]}"; do
+		if [ "$running" -ge "$jobs" ]; then
+			wait -n || failed=1
+			running=$((running - 1))
+		fi
+		run "$p" "$pkg" &
+		running=$((running + 1))
+	done
+done
+while [ "$running" -gt 0 ]; do
+	wait -n || failed=1
+	running=$((running - 1))
+done
+echo "test-matrix: $(($(date +%s) - start)) s in all"
+exit $failed
