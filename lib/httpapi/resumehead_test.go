@@ -40,6 +40,9 @@ func TestResumeSendsItsHeadersBeforeTheRunWritesAnything(t *testing.T) {
 				OpenAI: func(c *openai.Config) { c.BackoffBase = time.Millisecond },
 				Wrap:   func(s agent.Store) agent.Store { polls.Store = s; return polls }}
 			if store == "dynamo" {
+				if testing.Short() {
+					t.Skip("dynalite in -short")
+				}
 				client := dynamotest.Client(dynamotest.Start(t))
 				table := fmt.Sprintf("resumehead_%d", time.Now().UnixNano())
 				if err := dynamotest.CreateTable(context.Background(), client, table); err != nil {
