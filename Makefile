@@ -62,7 +62,7 @@ test-race:
 # The adapter matrix (issue 20 item 2): the engine and HTTP suites again over each adapter but lib/openai (which
 # test-go runs them on), the stack's default model a models-file entry of that provider talking to the offline
 # model (lib/modeltest/matrix, AGENT_TEST_PROVIDER). Each adapter's own TestMatrix runs in test-go. run.sh builds
-# each package's test binary once and runs the providers from it at once (MATRIX_JOBS of them; default all),
+# each package's test binary once and runs the providers from it, MATRIX_JOBS (default 4) at once,
 # with -test.short (MATRIX_FLAGS): the suites' dynalite variants check the store, not the adapter, and run in
 # test-go (run.sh says more).
 MATRIX_PROVIDERS := openai-responses anthropic anthropic-bedrock bedrock-converse
