@@ -313,7 +313,7 @@ func TestServeReplicas(t *testing.T) {
 	}
 
 	// A reply streamed by A, resumed on B while it streams.
-	resp := postStream(t, a.url, tok, "across", "m1", "/slow 12")
+	resp := postStream(t, a.url, tok, "across", "m1", "/slow 40") // long enough for B to attach while it streams, even under load
 	first := readUntil(t, resp.Body, "word2")
 	status, resumed := request(t, "GET", b.url+"/chat/across/stream", tok, "")
 	rest, err := io.ReadAll(resp.Body)
@@ -330,11 +330,11 @@ func TestServeReplicas(t *testing.T) {
 		}
 		dt, _ := json.Marshal(d.Message.Parts)
 		rt, _ := json.Marshal(r.Message.Parts)
-		if !bytes.Equal(dt, rt) || !bytes.Contains(dt, []byte("word12")) {
+		if !bytes.Equal(dt, rt) || !bytes.Contains(dt, []byte("word40")) {
 			t.Fatalf("ai@%s: the resumed stream's message differs:\ndirect  %s\nresumed %s", sdk, dt, rt)
 		}
 	}
-	if st, text := getThread(t, b.url, tok, "across").reply(); st != "completed" || !strings.HasSuffix(text, "word12") {
+	if st, text := getThread(t, b.url, tok, "across").reply(); st != "completed" || !strings.HasSuffix(text, "word40") {
 		t.Fatalf("the reply as B reads it: %s %q", st, text)
 	}
 
@@ -417,10 +417,10 @@ func TestServeDrain(t *testing.T) {
 		wantLine            string // serve's drained line
 		wantText            func(string) bool
 	}{
-		{"finishes within the grace", "1m", "/slow 30", "completed", `"status":"completed"`, "agentloop serve drained: 1 runs finished, 0 stopped, 0 left to the reaper",
-			func(s string) bool { return strings.HasSuffix(s, "word30") }},
-		{"stopped after the grace", "3s", "/slow 200", "canceled", `"status":"canceled"`, "agentloop serve drained: 0 runs finished, 1 stopped, 0 left to the reaper",
-			func(s string) bool { return strings.Contains(s, "word2") && !strings.Contains(s, "word200") }},
+		{"finishes within the grace", "1m", "/slow 50", "completed", `"status":"completed"`, "agentloop serve drained: 1 runs finished, 0 stopped, 0 left to the reaper",
+			func(s string) bool { return strings.HasSuffix(s, "word50") }},
+		{"stopped after the grace", "5s", "/slow 300", "canceled", `"status":"canceled"`, "agentloop serve drained: 0 runs finished, 1 stopped, 0 left to the reaper",
+			func(s string) bool { return strings.Contains(s, "word2") && !strings.Contains(s, "word300") }},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
