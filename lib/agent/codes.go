@@ -27,6 +27,7 @@ const (
 	CodeJobFinished      = "job_finished"      // internal: a finished job's activity cannot change
 	CodeJobNotFinished   = "job_not_finished"  // internal: only a finished job can be delivered
 	CodeLeaseLost        = "lease_lost"        // internal: a limit lease to renew is no longer held
+	CodeSignalTaken      = "signal_taken"      // internal: a run's completion signal was taken or settled by another sweep
 
 	// Over a per-user limit (429, with a Retry-After header in whole seconds).
 	CodeTooManyRuns       = "too_many_runs"       // the user has as many active runs as allowed
@@ -169,6 +170,7 @@ var (
 	ErrQueueFull         = &Error{Kind: KindConflict, Code: CodeQueueFull}
 	ErrJobFinished       = &Error{Kind: KindConflict, Code: CodeJobFinished}
 	ErrJobNotFinished    = &Error{Kind: KindConflict, Code: CodeJobNotFinished}
+	ErrSignalTaken       = &Error{Kind: KindConflict, Code: CodeSignalTaken}
 	ErrStoreUnavailable  = &Error{Kind: KindUnavailable, Code: CodeStoreUnavailable}
 	ErrJobsUnavailable   = &Error{Kind: KindUnavailable, Code: CodeJobsUnavailable}
 	ErrLeaseLost         = &Error{Kind: KindConflict, Code: CodeLeaseLost}

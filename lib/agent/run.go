@@ -107,6 +107,9 @@ type Run struct {
 	// is on the thread already). nil when none is kept (zero usage; SQLite once the run is finished: its
 	// FinishRun is one transaction and never leaves an orphan).
 	Released *Usage `json:"-"`
+	// Signal is the run's completion signal (signal.go): given to FinishRun or RecordOutcome, it is stored
+	// pending in the outcome's own write; read back, it says where the signal is. nil: the run has none.
+	Signal *RunSignal `json:"-"`
 }
 
 // ClaimRequest asks the store to make RunID the active run of ThreadID.

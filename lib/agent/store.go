@@ -25,6 +25,7 @@ type Store interface {
 	QueueStore
 	LimitStore
 	HandOverStore
+	SignalStore
 }
 
 // ThreadStore keeps threads. A thread being deleted is tombstoned first: from then on nothing can claim it,

@@ -125,6 +125,7 @@ func decodeRun(it item) agent.Run {
 		r.Error = &agent.RunError{Code: getS(it, attrErrCode), Message: getS(it, attrErrMessage)}
 	}
 	r.Store = decodeStore(it)
+	r.Signal = decodeSignal(it)
 	if getBool(it, attrLate) {
 		late := decodeLate(it)
 		r.LateUsage = &late
@@ -761,6 +762,7 @@ func (s *Store) recordOutcome(ctx context.Context, run agent.Run, seal bool) err
 	if run.Store != nil {
 		sets = append(sets, storeSets(e, *run.Store)...)
 	}
+	sets = append(sets, signalSets(e, run)...) // the outbox: the signal is pending from this very write
 	var removes []string
 	// UpdatedAt as given, else the finish time, else left as stored.
 	if updated := cmp.Or(run.UpdatedAt, run.FinishedAt); !updated.IsZero() {

@@ -14,7 +14,8 @@ const runCols = `thread_id, id, trigger, status, error, usage_input, usage_outpu
 	steps, model, assistant_message_id, epoch, created_at, updated_at, finished_at, first_seq, reserved`
 
 // runReadCols are runCols and the columns of version 5 (ClaimRun's insert leaves them to their defaults).
-const runReadCols = runCols + `, usage_reasoning, usage_cost, store, late_usage, usage_cache_write`
+const runReadCols = runCols + `, usage_reasoning, usage_cost, store, late_usage, usage_cache_write,
+	signal_status, signal_owner, signal_attempts, signal_due`
 
 func scanRun(sc scanner) (agent.Run, error) {
 	var (
@@ -23,13 +24,22 @@ func scanRun(sc scanner) (agent.Run, error) {
 		created, updated int64
 		finished         sql.NullInt64
 		store, late      sql.NullString
+		sigStatus        sql.NullString
+		sigOwner         string
+		sigAttempts      int
+		sigDue           sql.NullInt64
 	)
 	err := sc.Scan(&r.ThreadID, &r.ID, &r.Trigger, &r.Status, &runErr,
 		&r.Usage.InputTokens, &r.Usage.OutputTokens, &r.Usage.TotalTokens, &r.Usage.CachedInputTokens,
 		&r.Steps, &r.Model, &r.AssistantMessageID, &r.Epoch, &created, &updated, &finished, &r.FirstSeq, &r.Reserved,
-		&r.Usage.ReasoningTokens, &r.Usage.CostMicroUSD, &store, &late, &r.Usage.CacheWriteTokens)
+		&r.Usage.ReasoningTokens, &r.Usage.CostMicroUSD, &store, &late, &r.Usage.CacheWriteTokens,
+		&sigStatus, &sigOwner, &sigAttempts, &sigDue)
 	if err != nil {
 		return agent.Run{}, err
+	}
+	if sigStatus.Valid {
+		r.Signal = &agent.RunSignal{Status: agent.SignalStatus(sigStatus.String), Owner: sigOwner, Attempts: sigAttempts,
+			DueAt: fromNullMillis(sigDue)}
 	}
 	if r.Status == agent.RunRunning && r.Usage != (agent.Usage{}) {
 		// A running run's usage columns hold what a ReleaseClaim naming it added to the thread (releaseRun).
@@ -563,14 +573,22 @@ func recordOutcome(ctx context.Context, c conn, run agent.Run) error {
 	if updated == nil {
 		updated = nullMillis(run.FinishedAt)
 	}
+	// The completion signal, when armed, is stored pending in this same UPDATE (the run item is its outbox).
+	var sigStatus, sigDue any
+	sigOwner, sigAttempts := "", 0
+	if sg := run.Signal; sg != nil {
+		sigStatus, sigDue, sigOwner, sigAttempts = string(agent.SignalPending), millis(sg.DueAt), sg.Owner, sg.Attempts
+	}
 	n, err := c.execN(ctx, `UPDATE runs SET status = ?, error = ?,
 		usage_input = ?, usage_output = ?, usage_total = ?, usage_cached = ?, usage_reasoning = ?, usage_cost = ?,
-		usage_cache_write = ?, store = ?, steps = ?, model = ?, finished_at = ?, updated_at = coalesce(?, updated_at)
+		usage_cache_write = ?, store = ?, steps = ?, model = ?, finished_at = ?, updated_at = coalesce(?, updated_at),
+		signal_status = ?, signal_owner = ?, signal_attempts = ?, signal_due = ?
 		WHERE thread_id = ? AND id = ? AND status = ? AND epoch = ?`,
 		string(run.Status), runErr,
 		run.Usage.InputTokens, run.Usage.OutputTokens, run.Usage.TotalTokens, run.Usage.CachedInputTokens,
 		run.Usage.ReasoningTokens, run.Usage.CostMicroUSD, run.Usage.CacheWriteTokens, store,
 		run.Steps, run.Model, nullMillis(run.FinishedAt), updated,
+		sigStatus, sigOwner, sigAttempts, sigDue,
 		run.ThreadID, run.ID, string(agent.RunRunning), run.Epoch)
 	if err != nil {
 		return err

@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 15
+const schemaVersion = 16
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -75,6 +75,7 @@ var schema = []string{
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS runs_by_created ON runs (thread_id, created_at, id)`,
 	runsRunning,
+	runsSignalStatus, runsSignalOwner, runsSignalAttempts, runsSignalDue, runsSignalsDue,
 	threadsGone,
 	threadsGoneEpoch,
 
@@ -304,7 +305,20 @@ var migrations = map[int][]string{
 	14: {threadsCacheWrite, runsCacheWrite},
 	// Version 15 remembers that the title was generated (a generated title never overwrites another).
 	15: {titleGenerated},
+	// Version 16 keeps each run's completion signal (its outbox, issue 21 item 4) and indexes the pending ones.
+	16: {runsSignalStatus, runsSignalOwner, runsSignalAttempts, runsSignalDue, runsSignalsDue},
 }
+
+// A run's completion signal (agent.RunSignal, version 16): signal_status NULL when the run has none, signal_due
+// (unix ms) while pending. runsSignalsDue is the sweep's work list (ListDueSignals): only pending signals are in
+// this partial index, and settling one takes it out in the same UPDATE.
+const (
+	runsSignalStatus   = `ALTER TABLE runs ADD COLUMN signal_status TEXT`
+	runsSignalOwner    = `ALTER TABLE runs ADD COLUMN signal_owner TEXT NOT NULL DEFAULT ''`
+	runsSignalAttempts = `ALTER TABLE runs ADD COLUMN signal_attempts INTEGER NOT NULL DEFAULT 0`
+	runsSignalDue      = `ALTER TABLE runs ADD COLUMN signal_due INTEGER`
+	runsSignalsDue     = `CREATE INDEX IF NOT EXISTS runs_signals_due ON runs (signal_due, thread_id, id) WHERE signal_status = 'pending'`
+)
 
 // threadsCacheWrite and runsCacheWrite: rows of an older version read 0 (their writes were not kept).
 const (

@@ -101,6 +101,7 @@ func Run(t *testing.T, newStore func(t *testing.T) agent.Store) {
 		{"Limits", limitTests()},
 		{"Store", storeTests()},
 		{"Usage", usageTests()},
+		{"Signals", signalTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
