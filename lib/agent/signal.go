@@ -118,3 +118,44 @@ type SignalStore interface {
 	// run with no signal: KindNotFound; another status: KindInvalid/CodeInvalidStatus.
 	SettleSignal(ctx context.Context, threadID, runID string, status SignalStatus) error
 }
+
+// SignalDetail is the JSON of a completion signal, one shape for every sink: the EventBridge event's detail and
+// the webhook payload's data (infra/events/run-finished.schema.json). Every field is always present (errorCode
+// and model may be empty strings); times are RFC 3339 in UTC.
+type SignalDetail struct {
+	SignalID   string      `json:"signalId"`
+	ThreadID   string      `json:"threadId"`
+	RunID      string      `json:"runId"`
+	Owner      string      `json:"owner"`
+	Trigger    string      `json:"trigger"`
+	Status     string      `json:"status"`
+	ErrorCode  string      `json:"errorCode"`
+	Model      string      `json:"model"`
+	Steps      int         `json:"steps"`
+	Usage      SignalUsage `json:"usage"`
+	CreatedAt  time.Time   `json:"createdAt"`
+	FinishedAt time.Time   `json:"finishedAt"`
+	Attempt    int         `json:"attempt"`
+}
+
+// SignalUsage is the run's usage in a signal: tokens, and cost in millionths of a US dollar.
+type SignalUsage struct {
+	InputTokens       int64 `json:"inputTokens"`
+	OutputTokens      int64 `json:"outputTokens"`
+	TotalTokens       int64 `json:"totalTokens"`
+	CachedInputTokens int64 `json:"cachedInputTokens"`
+	CacheWriteTokens  int64 `json:"cacheWriteTokens"`
+	ReasoningTokens   int64 `json:"reasoningTokens"`
+	CostMicroUSD      int64 `json:"costMicroUsd"`
+}
+
+// Detail is f as the sinks send it.
+func (f RunFinished) Detail() SignalDetail {
+	u := f.Usage
+	return SignalDetail{SignalID: f.ID, ThreadID: f.ThreadID, RunID: f.RunID, Owner: f.Owner, Trigger: string(f.Trigger),
+		Status: string(f.Status), ErrorCode: f.ErrorCode, Model: f.Model, Steps: f.Steps,
+		Usage: SignalUsage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, TotalTokens: u.TotalTokens,
+			CachedInputTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteTokens, ReasoningTokens: u.ReasoningTokens,
+			CostMicroUSD: u.CostMicroUSD},
+		CreatedAt: f.CreatedAt.UTC(), FinishedAt: f.FinishedAt.UTC(), Attempt: f.Attempt}
+}
