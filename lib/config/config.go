@@ -29,11 +29,13 @@ import (
 	"github.com/agentloop/agentloop/lib/openairesponses"
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/segments"
+	"github.com/agentloop/agentloop/lib/signals"
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/titles"
 	"github.com/agentloop/agentloop/lib/toolrouter"
 	"github.com/agentloop/agentloop/lib/toolsfile"
 	"github.com/agentloop/agentloop/lib/transcript"
+	"github.com/agentloop/agentloop/lib/webhooks"
 )
 
 // Defaults that belong to no component but the deployment itself.
@@ -179,6 +181,21 @@ type Config struct {
 	Metrics string
 	// MetricsNamespace is AGENT_METRICS_NAMESPACE, the CloudWatch namespace ("" is emf.DefaultNamespace).
 	MetricsNamespace string
+	// Completion signals (lib/signals; README "Completion signals"): an agentloop.run.finished event on the
+	// default EventBridge bus (the log in `agentloop dev`) and, with WebhookURL, a signed webhook, whenever a run
+	// ends. SignalsOff is AGENT_SIGNALS=off: none of them.
+	SignalsOff bool
+	// WebhookURL is AGENT_WEBHOOK_URL: where the webhook POSTs go (https; http only to localhost or a loopback
+	// address). Empty: no webhook.
+	WebhookURL string
+	// WebhookSecret is AGENT_WEBHOOK_SECRET ("whsec_" + base64 of the key), the plain fallback outside AWS;
+	// WebhookSecretParam is AGENT_WEBHOOK_SECRET_PARAM, the SSM parameter holding it (read only with a WebhookURL).
+	WebhookSecret      string
+	WebhookSecretParam string
+	SignalBackoff      time.Duration // AGENT_SIGNAL_BACKOFF: the first retry's wait, doubled each time (signals.DefaultBackoff)
+	SignalMaxBackoff   time.Duration // AGENT_SIGNAL_MAX_BACKOFF (signals.DefaultMaxBackoff)
+	SignalMaxAttempts  int           // AGENT_SIGNAL_MAX_ATTEMPTS: attempts before a signal is dropped (signals.DefaultMaxAttempts)
+	SignalTimeout      time.Duration // AGENT_SIGNAL_TIMEOUT: one attempt at every sink (signals.DefaultTimeout)
 }
 
 // Metrics values.
@@ -189,7 +206,7 @@ const (
 
 // SecretEnv names the variables that carry a secret in plain text. A deployment template must never set them:
 // in Lambda the secrets come from SSM (SecretParam, OpenAIAPIKeyParam).
-func SecretEnv() []string { return []string{"AGENT_SECRET", "OPENAI_API_KEY"} }
+func SecretEnv() []string { return []string{"AGENT_SECRET", "OPENAI_API_KEY", "AGENT_WEBHOOK_SECRET"} }
 
 // ResourceEnv names the variables that carry one of the stack's resources (an ARN, a function URL): a template
 // sets each only on the functions whose code uses it.
@@ -235,6 +252,9 @@ func Load(getenv func(string) string) (Config, error) {
 		OpenAIAPIKeyParam:   strings.TrimSpace(getenv("OPENAI_API_KEY_PARAM")),
 		JobsStateMachineARN: strings.TrimSpace(getenv("JOBS_STATE_MACHINE_ARN")),
 		DynamoEndpoint:      strings.TrimSpace(getenv("AGENTLOOP_DYNAMO_ENDPOINT")),
+		WebhookURL:          strings.TrimSpace(getenv("AGENT_WEBHOOK_URL")),
+		WebhookSecret:       strings.TrimSpace(getenv("AGENT_WEBHOOK_SECRET")),
+		WebhookSecretParam:  strings.TrimSpace(getenv("AGENT_WEBHOOK_SECRET_PARAM")),
 	}
 	var errs []string
 	intVar := func(name string, dst *int, min int) bool {
@@ -328,6 +348,27 @@ func Load(getenv func(string) string) (Config, error) {
 		durVar("AGENT_READER_PROBE", &c.ReaderProbe)
 	}
 	durVar("AGENT_REAPER_INTERVAL", &c.ReaperInterval)
+	switch v := strings.ToLower(strings.TrimSpace(getenv("AGENT_SIGNALS"))); v {
+	case "", "on":
+	case "off":
+		c.SignalsOff = true
+	default:
+		errs = append(errs, fmt.Sprintf("AGENT_SIGNALS=%q: want on or off", v))
+	}
+	if c.WebhookURL != "" {
+		if err := webhooks.CheckURL(c.WebhookURL); err != nil {
+			errs = append(errs, "AGENT_WEBHOOK_URL: "+err.Error())
+		}
+	}
+	if c.WebhookSecret != "" {
+		if _, err := webhooks.ParseSecret(c.WebhookSecret); err != nil {
+			errs = append(errs, "AGENT_WEBHOOK_SECRET: "+err.Error())
+		}
+	}
+	durVar("AGENT_SIGNAL_BACKOFF", &c.SignalBackoff)
+	durVar("AGENT_SIGNAL_MAX_BACKOFF", &c.SignalMaxBackoff)
+	intVar("AGENT_SIGNAL_MAX_ATTEMPTS", &c.SignalMaxAttempts, 1)
+	durVar("AGENT_SIGNAL_TIMEOUT", &c.SignalTimeout)
 	intVar("AGENT_REAPER_BATCH", &c.ReaperBatch, 1)
 	intVar("AGENT_MAX_QUEUED", &c.MaxQueued, 1)
 	intVar("AGENT_PAGE_BYTES", &c.PageBytes, 1024)
@@ -565,6 +606,13 @@ func (c Config) Titles(model string) titles.Config {
 
 // Drain is `agentloop serve`'s drain share (lib/drain).
 func (c Config) Drain() drain.Config { return drain.Config{Grace: c.DrainGrace} }
+
+// Signals is the completion signals' share (lib/signals); background: the first attempt goes on in a goroutine
+// (a long-lived process), not on the run's.
+func (c Config) Signals(background bool) signals.Config {
+	return signals.Config{Backoff: c.SignalBackoff, MaxBackoff: c.SignalMaxBackoff, MaxAttempts: c.SignalMaxAttempts,
+		Timeout: c.SignalTimeout, Background: background}
+}
 
 // Reaper is the reaper's share.
 func (c Config) Reaper() reaper.Config {

@@ -33,6 +33,7 @@ import (
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/emf"
 	"github.com/agentloop/agentloop/lib/engine"
+	"github.com/agentloop/agentloop/lib/eventbridge"
 	"github.com/agentloop/agentloop/lib/httpapi"
 	"github.com/agentloop/agentloop/lib/httptools"
 	"github.com/agentloop/agentloop/lib/interrupts"
@@ -48,6 +49,7 @@ import (
 	"github.com/agentloop/agentloop/lib/reaper"
 	"github.com/agentloop/agentloop/lib/secretref"
 	"github.com/agentloop/agentloop/lib/segments"
+	"github.com/agentloop/agentloop/lib/signals"
 	"github.com/agentloop/agentloop/lib/sqlite"
 	"github.com/agentloop/agentloop/lib/threads"
 	"github.com/agentloop/agentloop/lib/titles"
@@ -55,6 +57,7 @@ import (
 	"github.com/agentloop/agentloop/lib/tools"
 	"github.com/agentloop/agentloop/lib/toolschema"
 	"github.com/agentloop/agentloop/lib/toolsfile"
+	"github.com/agentloop/agentloop/lib/webhooks"
 	"github.com/agentloop/agentloop/web"
 )
 
@@ -121,6 +124,8 @@ type Options struct {
 	Admit func(*http.Request) error
 	// Pages are further routes served beside the API and the web app (serve's GET /readyz).
 	Pages map[string]http.Handler
+	// SignalSinks, when set, receive the completion signals too (tests).
+	SignalSinks []agent.SignalSink
 }
 
 // toolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) and one source per
@@ -177,6 +182,10 @@ type Stack struct {
 	// Titles titles threads after their first reply, in the background (Wait: every title in flight is stored);
 	// nil with AGENT_TITLES=off.
 	Titles *titles.Generator
+	// Signals announces every run's end (lib/signals): the agentloop.run.finished event as one log line (where
+	// AWS has EventBridge) and, with AGENT_WEBHOOK_URL, the signed webhook, first attempts in the background
+	// (Wait), retries by the reaper ticker's sweep. Nil with AGENT_SIGNALS=off.
+	Signals *signals.Outbox
 	// Signer signs approval requests with a key derived from Secret.
 	Signer      *interrupts.Signer
 	tokenClaims []auth.MintOption
@@ -279,7 +288,15 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	s.Tools = toolset
 	rcfg := cfg.Reaper()
 	rcfg.DeliveryGrace, rcfg.StartDue, rcfg.ExecutionTimeout = contract.DeliveryGrace, contract.StartDue, contract.ExecutionTimeout
-	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Jobs: s.Jobs, Clock: clock, Logger: log, Metrics: metrics}, rcfg)
+	var runSignals agent.RunSignals
+	if s.Signals, err = newSignals(cfg, s.Store, clock, log, o.SignalSinks); err != nil {
+		return s, err
+	} else if s.Signals != nil {
+		s.closers = append(s.closers, s.Signals.Wait)
+		runSignals = s.Signals
+	}
+	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Jobs: s.Jobs, Clock: clock, Logger: log, Metrics: metrics,
+		Signals: runSignals}, rcfg)
 	if s.Signer, err = interrupts.NewSigner(s.Secret); err != nil {
 		return s, err
 	}
@@ -334,7 +351,8 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	// Close waits for those in flight, before the store closes.
 	s.Launcher = locallaunch.New(nil, log)
 	s.Engine = engine.New(engine.Deps{Launcher: s.Launcher, Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(embedder(model, s.ModelName), s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
-		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub, Titles: titler},
+		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub, Titles: titler,
+		Signals: runSignals},
 		cfg.Engine(s.ModelName))
 	s.Launcher.SetContinue(s.Engine.Continue)
 	s.closers = append(s.closers, func() {
@@ -551,6 +569,27 @@ func (s *Stack) devToken(log *slog.Logger) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		_ = json.NewEncoder(w).Encode(map[string]any{"token": tok, "expiresIn": int(config.DefaultTokenTTL.Seconds())})
 	})
+}
+
+// newSignals is the local stack's completion signals: the EventBridge event as one log line, and the webhook
+// when AGENT_WEBHOOK_URL is set (its secret from AGENT_WEBHOOK_SECRET), as in AWS. Nil with AGENT_SIGNALS=off.
+func newSignals(cfg config.Config, store agent.SignalStore, clock agent.Clock, log *slog.Logger, extra []agent.SignalSink) (*signals.Outbox, error) {
+	if cfg.SignalsOff {
+		return nil, nil
+	}
+	sinks := []agent.SignalSink{eventbridge.Log{Logger: log}}
+	if cfg.WebhookURL != "" {
+		if cfg.WebhookSecret == "" {
+			return nil, fmt.Errorf("AGENT_WEBHOOK_URL is set but AGENT_WEBHOOK_SECRET is not (whsec_ and base64 of the signing key)")
+		}
+		hook, err := webhooks.New(webhooks.Config{URL: cfg.WebhookURL, Secret: cfg.WebhookSecret, Clock: clock})
+		if err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, hook)
+	}
+	sinks = append(sinks, extra...)
+	return signals.New(signals.Deps{Store: store, Sinks: sinks, Clock: clock, Logger: log}, cfg.Signals(true)), nil
 }
 
 // Run serves the reaper ticker until ctx ends (in AWS a scheduled function does this).

@@ -56,6 +56,9 @@ type Turn struct {
 	ticket *ticket
 	// ho is the run's hand-over state (handover.go): when it hands over, and where a continuation goes on from.
 	ho handOverState
+	// streaming: Stream runs the turn (and delivers its completion signal at its end); signalArmed: the run's
+	// outcome was stored with its signal armed, and nobody delivered it yet (signal.go).
+	streaming, signalArmed bool
 }
 
 // Run returns the claimed run record.
@@ -623,7 +626,7 @@ func (t *Turn) abort(ctx context.Context, err error) error {
 	now := e.clock.Now()
 	t.run.Status, t.run.Error, t.run.FinishedAt, t.run.UpdatedAt = agent.RunFailed, &agent.RunError{Code: code, Message: msg}, now, now
 	// Fenced like every write after the claim: past the horizon the claim is left to go stale (the reaper ends it).
-	ferr := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) })
+	ferr := t.finishRun(ctx)
 	if ferr != nil {
 		e.log.Error("release claim after failed begin", "thread_id", t.thread.ID, "run_id", t.run.ID, "err", ferr)
 	}

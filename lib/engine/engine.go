@@ -191,6 +191,8 @@ type Engine struct {
 	metrics agent.Metrics
 	hub     *segments.Hub
 	titles  Titler
+	// signals announces every run's end (lib/signals; nil: none).
+	signals agent.RunSignals
 	// background counts the work a run leaves running after it returns (late.go).
 	background sync.WaitGroup
 	// admission counts the runs the engine is running (admission.go).
@@ -234,6 +236,9 @@ type Deps struct {
 	// Launcher continues a run in a fresh invocation (handover.go): hand-overs before an invocation's deadline and
 	// background runs. Nil: no run hands over, and a background request is refused.
 	Launcher agent.RunLauncher
+	// Signals announces every run's end, whatever its status (lib/signals: EventBridge, webhooks; signal.go).
+	// Nil: no completion signals.
+	Signals agent.RunSignals
 }
 
 // Titler titles a thread after its first reply (lib/titles). The engine calls it once the reply is stored
@@ -247,7 +252,8 @@ type Titler interface {
 // New builds an engine.
 func New(d Deps, cfg Config) *Engine {
 	e := &Engine{store: d.Store, model: d.Model, reaper: d.Reaper, clock: d.Clock, ids: d.IDs, signer: d.Signer, jobs: d.Jobs, log: d.Logger,
-		cfg: cfg.withDefaults(), static: newToolset(d.Tools, d.Router), sources: d.Sources, router: d.Router, inputs: d.Inputs, prices: d.Prices, metrics: d.Metrics, hub: d.Hub, titles: d.Titles}
+		cfg: cfg.withDefaults(), static: newToolset(d.Tools, d.Router), sources: d.Sources, router: d.Router, inputs: d.Inputs, prices: d.Prices, metrics: d.Metrics, hub: d.Hub, titles: d.Titles,
+		signals: d.Signals}
 	if e.metrics == nil {
 		e.metrics = agent.NopMetrics{}
 	}

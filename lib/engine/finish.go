@@ -30,7 +30,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 		t.run.FinishedAt = e.clock.Now()
 		t.run.UpdatedAt = t.run.FinishedAt
 		t.run.Store = s.storeUsage()
-		if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+		if err := t.finishRun(ctx); err != nil {
 			s.log.Error("finish run", "err", err)
 		}
 		s.end(agent.MessageFailed, runErr, agent.FinishError)
@@ -64,7 +64,7 @@ func (s *stepper) finish(ctx context.Context, status agent.RunStatus, runErr *ag
 	t.run.FinishedAt = e.clock.Now()
 	t.run.UpdatedAt = t.run.FinishedAt
 	t.run.Store = s.storeUsage()
-	if err := t.fenced(ctx, func(ctx context.Context) error { return e.store.FinishRun(ctx, t.run) }); err != nil {
+	if err := t.finishRun(ctx); err != nil {
 		if lostClaim(err) || errors.Is(err, errInDoubt) {
 			return s.abandon(ctx, errFenced)
 		}
@@ -112,7 +112,7 @@ func (s *stepper) finishNoop(ctx context.Context) agent.Run {
 func (t *Turn) finishEmpty(ctx context.Context) error {
 	now := t.e.clock.Now()
 	t.run.Status, t.run.FinishedAt, t.run.UpdatedAt = agent.RunCompleted, now, now
-	return t.fenced(ctx, func(ctx context.Context) error { return t.e.store.FinishRun(ctx, t.run) })
+	return t.finishRun(ctx)
 }
 
 // end sends the stream's last chunks: on an error, message-metadata first (the client stops reading at the

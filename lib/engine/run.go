@@ -22,6 +22,8 @@ import (
 // the run. A client that goes away does not stop the run; ctx's cancellation is ignored for that reason, and the
 // run is bounded by its own wall clock instead.
 func (t *Turn) Stream(ctx context.Context, client io.Writer) agent.Run {
+	t.streaming = true
+	defer t.signal(ctx) // once the stream's end reached the client (signal.go)
 	if t.plan.answerOnly {
 		return t.coalesce(ctx, client)
 	}

@@ -102,6 +102,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// Metrics counts reaped runs (nil: agent.NopMetrics).
 	Metrics agent.Metrics
+	// Signals announces the end of every run the reaper records (lib/signals), and each sweep delivers the
+	// completion signals that are due (nil: none).
+	Signals agent.RunSignals
 }
 
 // Reaper reaps stale runs.
@@ -112,6 +115,7 @@ type Reaper struct {
 	clock   agent.Clock
 	log     *slog.Logger
 	metrics agent.Metrics
+	signals agent.RunSignals
 	cfg     Config
 }
 
@@ -123,7 +127,7 @@ func New(d Deps, cfg Config) *Reaper {
 	cfg.DeliveryGrace = cmp.Or(cfg.DeliveryGrace, agent.DefaultJobContract().DeliveryGrace)
 	cfg.StartDue = cmp.Or(cfg.StartDue, agent.DefaultJobContract().StartDue)
 	cfg.ExecutionTimeout = cmp.Or(cfg.ExecutionTimeout, agent.DefaultJobContract().ExecutionTimeout)
-	r := &Reaper{store: d.Store, jobs: d.Jobs, clock: d.Clock, log: d.Logger, metrics: d.Metrics, cfg: cfg, tools: map[string]agent.Tool{}}
+	r := &Reaper{store: d.Store, jobs: d.Jobs, clock: d.Clock, log: d.Logger, metrics: d.Metrics, signals: d.Signals, cfg: cfg, tools: map[string]agent.Tool{}}
 	if r.metrics == nil {
 		r.metrics = agent.NopMetrics{}
 	}
@@ -150,6 +154,7 @@ type Stats struct {
 	Expired   int // pending interrupts this sweep marked expired
 	Redriven  int // undelivered jobs this sweep asked a delivery pass for
 	Swept     int // idle threads with a forgotten queue this sweep asked a delivery pass for
+	Signaled  int // completion signals this sweep delivered (retries, and the ones a dead process left)
 }
 
 // Tick runs one sweep (the scheduled function calls it). A failure on one claim is logged and the others go on.
@@ -197,8 +202,15 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 	if st.Redriven, err = r.redrive(ctx, woken); err != nil {
 		return st, err
 	}
-	st.Swept, err = r.sweepQueues(ctx, woken)
-	return st, err
+	if st.Swept, err = r.sweepQueues(ctx, woken); err != nil {
+		return st, err
+	}
+	if r.signals != nil {
+		if st.Signaled, err = r.signals.Sweep(ctx); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
 }
 
 // orphans finishes the runs still recorded as running that no claim names and that have not changed for
@@ -721,9 +733,13 @@ func (r *Reaper) finishRun(ctx context.Context, run agent.Run, draft *agent.Mess
 // the reaper then fences the new ids, adopts what landed, and records again. A run recorded by someone else is
 // left as it is.
 func (r *Reaper) recordOutcome(ctx context.Context, run agent.Run, hold agent.Fence) error {
+	r.armSignal(ctx, &run)
 	for attempt := 0; ; attempt++ {
 		err := retry(ctx, func() error { return r.store.RecordOutcome(ctx, run, hold) })
 		if err == nil {
+			if r.signals != nil {
+				r.signals.Deliver(ctx, run) // recorded with it: whatever happens to this attempt, the sweep has it
+			}
 			return nil
 		}
 		if !errors.Is(err, agent.ErrRunFenced) {
@@ -742,6 +758,19 @@ func (r *Reaper) recordOutcome(ctx context.Context, run agent.Run, hold agent.Fe
 }
 
 func sorted(ids []string) []string { return slices.Sorted(slices.Values(ids)) }
+
+// armSignal arms the completion signal of the dead run, which RecordOutcome stores pending with its outcome (the
+// run item does not name the thread's owner: one read of the thread, for reaped runs only).
+func (r *Reaper) armSignal(ctx context.Context, run *agent.Run) {
+	if r.signals == nil {
+		return
+	}
+	owner := ""
+	if th, err := r.store.GetThread(ctx, run.ThreadID); err == nil {
+		owner = th.Owner
+	}
+	run.Signal = r.signals.Arm(owner, run.FinishedAt)
+}
 
 // finalizeMessage stores the dead run's assistant message as failed, fenced at the run's epoch and finalized, so
 // nothing the dead run might still write can change it.
