@@ -25,7 +25,8 @@ func main() { boot.Start(newHandler) }
 // newHandler builds the API handler from the environment (getenv) and the AWS configuration.
 func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (http.Handler, error) {
 	b, err := boot.Load(ctx, getenv, awsCfg, log, func(cfg config.Config) boot.Secrets {
-		return boot.Secrets{App: &ssmsecrets.Secret{Param: cfg.SecretParam, Fallback: cfg.Secret}}
+		return boot.Secrets{App: &ssmsecrets.Secret{Param: cfg.SecretParam, Fallback: cfg.Secret},
+			Webhook: &ssmsecrets.Secret{Param: cfg.WebhookSecretParam, Fallback: cfg.WebhookSecret}} // a lazy reap ends a run
 	})
 	if err != nil {
 		return nil, err

@@ -25,7 +25,8 @@ import (
 var storePorts = map[string][]reflect.Type{
 	"./functions/subagent": {reflect.TypeFor[jobs.SubagentStore]()},
 	"./functions/reaper": {reflect.TypeFor[reaper.Store](), reflect.TypeFor[agent.ValueReader](), reflect.TypeFor[agent.JobStore](),
-		reflect.TypeFor[agent.EditCleaner](), reflect.TypeFor[agent.RunStubber]()}, // a dead edit's cleanup, a missing run's stub
+		reflect.TypeFor[agent.EditCleaner](), reflect.TypeFor[agent.RunStubber](), // a dead edit's cleanup, a missing run's stub
+		reflect.TypeFor[agent.SignalStore]()}, // the completion signals' sweep (lib/signals)
 }
 
 // storeMethods are the store methods fn's components may call.

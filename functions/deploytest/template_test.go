@@ -698,6 +698,8 @@ const (
 	modelKeysPath = "/agentloop/models/"
 	modelKeysArn  = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ModelKeysPath}*"
 	toolsFileArn  = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ToolsFileParameterName}"
+	// defaultBusArn is the one EventBridge resource: the account's default bus (completion signals).
+	defaultBusArn = "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/default"
 	// bedrockModelArns is a sample BedrockModelArns: a foundation model and an inference profile.
 	bedrockModelArns = "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0," +
 		"arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-lite-v1:0"
@@ -853,6 +855,10 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	// The models file's keys under ModelKeysPath: the same functions, only when the parameter is set.
 	wantKeysGrant := configFields(t, f.root, fn.Pkg)["OpenAIAPIKeyParam"] && f.param(t, "ModelKeysPath", params) != ""
 	keysGrant := false
+	// Completion signals (issue 21 item 4): a function whose main names the webhook's secret records runs' ends
+	// (it runs turns or reaps), so it puts agentloop.run.finished on the default bus, and on no other.
+	wantEventsGrant := configFields(t, f.root, fn.Pkg)["WebhookSecretParam"]
+	eventsGrant := false
 
 	var gotOps, gotParams, gotStates []string
 	policies := list(fn.Props["Policies"])
@@ -956,12 +962,20 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 					t.Errorf("statement %v: the Bedrock grant must be under a condition that holds exactly when BedrockModelArns is set (it is under %q)", st["Sid"], conds[i])
 				}
 				bedrockGrant = true
+			case "events":
+				if !reflect.DeepEqual(actions, []any{"events:PutEvents"}) {
+					t.Errorf("statement %v: EventBridge actions %v, want only events:PutEvents", st["Sid"], actions)
+				}
+				if want := []any{map[string]any{"Fn::Sub": defaultBusArn}}; !reflect.DeepEqual(resources, want) {
+					t.Errorf("statement %v: EventBridge resources %#v, want only the default bus %s", st["Sid"], resources, defaultBusArn)
+				}
+				eventsGrant = true
 			case "states":
 				if want := []any{map[string]any{"Fn::Sub": stateMachineArn}}; !reflect.DeepEqual(resources, want) {
 					t.Errorf("Step Functions resources %#v, want only the job state machine %#v", resources, want)
 				}
 			default:
-				t.Errorf("statement %v grants %v: only DynamoDB, SSM, Step Functions and Bedrock are expected", st["Sid"], actions)
+				t.Errorf("statement %v grants %v: only DynamoDB, SSM, Step Functions, Bedrock and EventBridge are expected", st["Sid"], actions)
 			}
 		}
 	}
@@ -981,6 +995,9 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	}
 	if bedrockGrant != wantBedrockGrant {
 		t.Errorf("bedrock:InvokeModelWithResponseStream on the BedrockModelArns: %v, want %v (a function that asks a model, when the parameter is set)", bedrockGrant, wantBedrockGrant)
+	}
+	if eventsGrant != wantEventsGrant {
+		t.Errorf("events:PutEvents on the default bus: %v, want %v (a function that records runs' ends: its main names the webhook secret)", eventsGrant, wantEventsGrant)
 	}
 	if fileGrant != wantFileGrant {
 		t.Errorf("ssm:GetParameter on the ToolsFileParameterName parameter: %v, want %v (a function that reads the tools file, when the parameter is set)", fileGrant, wantFileGrant)

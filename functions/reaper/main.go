@@ -3,8 +3,12 @@
 // of undelivered jobs and forgotten queues. It logs the sweep's counts as one line and fails only when the
 // sweep itself fails (one bad claim is logged and the others go on).
 //
-// Least privilege: it reads no secret (it verifies no token, signs nothing and calls no model; the tools only
-// tell it what a call recorded) and starts executions of the job state machine only.
+// It also delivers the completion signals that are due (lib/signals: retries, and the ones a dead process left),
+// and announces the runs it reaps.
+//
+// Least privilege: it reads no secret but the completion webhook's, when AGENT_WEBHOOK_URL is set (it verifies no
+// token, signs no approval and calls no model; the tools only tell it what a call recorded), starts executions of
+// the job state machine only, and puts events on the default bus only.
 package main
 
 import (
@@ -17,13 +21,16 @@ import (
 	"github.com/agentloop/agentloop/functions/internal/boot"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/reaper"
+	"github.com/agentloop/agentloop/lib/ssmsecrets"
 )
 
 func main() { boot.StartTask(newTask) }
 
 // newTask builds the scheduled sweep from the environment (getenv) and the AWS configuration.
 func newTask(ctx context.Context, getenv func(string) string, awsCfg aws.Config, log *slog.Logger) (func(context.Context, events.EventBridgeEvent) (reaper.Stats, error), error) {
-	b, err := boot.Load(ctx, getenv, awsCfg, log, func(config.Config) boot.Secrets { return boot.Secrets{} })
+	b, err := boot.Load(ctx, getenv, awsCfg, log, func(cfg config.Config) boot.Secrets {
+		return boot.Secrets{Webhook: &ssmsecrets.Secret{Param: cfg.WebhookSecretParam, Fallback: cfg.WebhookSecret}}
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +43,7 @@ func newTask(ctx context.Context, getenv func(string) string, awsCfg aws.Config,
 	return func(ctx context.Context, _ events.EventBridgeEvent) (reaper.Stats, error) {
 		st, err := rp.Tick(ctx)
 		level, attrs := slog.LevelInfo, []any{"nominated", st.Nominated, "reaped", st.Reaped, "expired", st.Expired,
-			"redriven", st.Redriven, "swept", st.Swept}
+			"redriven", st.Redriven, "swept", st.Swept, "signaled", st.Signaled}
 		if err != nil {
 			level, attrs = slog.LevelError, append(attrs, "err", err)
 		}

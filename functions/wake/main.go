@@ -26,6 +26,7 @@ func newTask(ctx context.Context, getenv func(string) string, awsCfg aws.Config,
 		return boot.Secrets{
 			App:      &ssmsecrets.Secret{Param: cfg.SecretParam, Fallback: cfg.Secret},
 			ModelKey: &ssmsecrets.Secret{Param: cfg.OpenAIAPIKeyParam, Fallback: cfg.OpenAIAPIKey},
+			Webhook:  &ssmsecrets.Secret{Param: cfg.WebhookSecretParam, Fallback: cfg.WebhookSecret},
 		}
 	})
 	if err != nil {

@@ -166,7 +166,8 @@ func (b Base) Tools(js agent.Jobs) []agent.Tool {
 func (b Base) Reaper(toolset []agent.Tool, js agent.Jobs) *reaper.Reaper {
 	cfg := b.Config.Reaper()
 	cfg.DeliveryGrace, cfg.StartDue, cfg.ExecutionTimeout = Contract().DeliveryGrace, Contract().StartDue, Contract().ExecutionTimeout
-	return reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Jobs: js, Clock: b.Clock, Logger: b.Log, Metrics: b.Metrics}, cfg)
+	return reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Jobs: js, Clock: b.Clock, Logger: b.Log, Metrics: b.Metrics,
+		Signals: b.Signals}, cfg)
 }
 
 // Threads is the thread service (reads, lazy reaps, stream replay). It has no Stopper: a Lambda execution
@@ -243,7 +244,8 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs, opts ...AgentOption) (
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// provider's embeddings, the tools' vectors cached in the table.
 	deps := engine.Deps{Store: b.Store, Model: a.Model, Tools: a.Tools, Sources: a.Sources, Router: toolrouter.New(routerDeps(embedder(a.Model, b.ModelName()), b.Store, b.Log, b.Clock), b.Config.ToolRouter()), Inputs: inputs, Reaper: a.Reaper, Clock: b.Clock,
-		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub, Titles: b.Titles(a.Model)}
+		Signer: signer, Jobs: js, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics, Hub: hub, Titles: b.Titles(a.Model),
+		Signals: b.Signals}
 	for _, o := range opts {
 		o(&deps)
 	}

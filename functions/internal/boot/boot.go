@@ -24,6 +24,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	awseb "github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -31,8 +32,11 @@ import (
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/dynamo"
 	"github.com/agentloop/agentloop/lib/emf"
+	"github.com/agentloop/agentloop/lib/eventbridge"
 	"github.com/agentloop/agentloop/lib/sdkhttp"
+	"github.com/agentloop/agentloop/lib/signals"
 	"github.com/agentloop/agentloop/lib/ssmsecrets"
+	"github.com/agentloop/agentloop/lib/webhooks"
 )
 
 // coldStartTimeout bounds loading the AWS configuration and the secrets.
@@ -79,6 +83,10 @@ type Secrets struct {
 	App *ssmsecrets.Secret
 	// ModelKey is the model provider's API key; optional (an OpenAI-compatible endpoint may need none).
 	ModelKey *ssmsecrets.Secret
+	// Webhook is the completion webhook's signing secret (AGENT_WEBHOOK_SECRET_PARAM), read only when
+	// AGENT_WEBHOOK_URL is set. A main that names it records runs' ends (it runs turns or reaps), so Load builds
+	// its completion signals (Base.Signals): the EventBridge event, and the webhook when configured.
+	Webhook *ssmsecrets.Secret
 }
 
 // Base is what every function builds the same way.
@@ -98,6 +106,10 @@ type Base struct {
 	Metrics agent.Metrics
 	// Refusals counts the function URL's refused requests by code, where Metrics goes.
 	Refusals agent.Refusals
+	// Signals announces runs' ends (lib/signals: agentloop.run.finished on the default EventBridge bus, and the
+	// webhook when AGENT_WEBHOOK_URL is set); nil for a function that names no Webhook secret, or with
+	// AGENT_SIGNALS=off.
+	Signals agent.RunSignals
 	// getenv is the environment Load read (the tools file's ${env:…} references resolve through it).
 	getenv func(string) string
 }
@@ -134,6 +146,12 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 		s.Label, s.Optional = "model API key", true
 		list = append(list, s)
 	}
+	hook := want.Webhook != nil && cfg.WebhookURL != "" && !cfg.SignalsOff
+	if hook {
+		s := *want.Webhook
+		s.Label, s.Optional = "webhook secret (AGENT_WEBHOOK_URL is set)", false
+		list = append(list, s)
+	}
 	fromSSM := false
 	for _, s := range list {
 		fromSSM = fromSSM || s.Param != ""
@@ -158,17 +176,41 @@ func Load(ctx context.Context, getenv func(string) string, awsCfg aws.Config, lo
 		}
 	}
 	if want.ModelKey != nil {
-		b.ModelKey = values[0]
+		b.ModelKey, values = values[0], values[1:]
 	}
 	log.Info("cold start", "table", cfg.TableName, "model", cfg.Model, "secrets_from_ssm", fromSSM,
 		"jobs", cfg.JobsStateMachineARN)
 	b.Store = dynamo.New(dynamoClient(awsCfg, cfg), cfg.TableName, dynamo.WithLogger(log))
+	if want.Webhook != nil && !cfg.SignalsOff {
+		secret := ""
+		if hook {
+			secret = values[0]
+		}
+		if b.Signals, err = b.signals(secret); err != nil {
+			return b, err
+		}
+	}
 	b.Metrics, b.Refusals = agent.NopMetrics{}, agent.NopMetrics{}
 	if cfg.Metrics != config.MetricsOff {
 		w := emf.New(os.Stdout, cfg.MetricsNamespace, b.Clock)
 		b.Metrics, b.Refusals = w, w
 	}
 	return b, nil
+}
+
+// signals are the functions' completion signals: agentloop.run.finished on the default EventBridge bus, and the
+// webhook signed with secret when AGENT_WEBHOOK_URL is set; first attempts on the run's goroutine after its stream
+// ended (Lambda freezes a goroutine left running), retries by the reaper's sweep.
+func (b Base) signals(secret string) (agent.RunSignals, error) {
+	sinks := []agent.SignalSink{eventbridge.New(awseb.NewFromConfig(b.AWS), eventbridge.Options{})}
+	if b.Config.WebhookURL != "" {
+		hook, err := webhooks.New(webhooks.Config{URL: b.Config.WebhookURL, Secret: secret, Clock: b.Clock})
+		if err != nil {
+			return nil, fmt.Errorf("AGENT_WEBHOOK_URL: %w", err)
+		}
+		sinks = append(sinks, hook)
+	}
+	return signals.New(signals.Deps{Store: b.Store, Sinks: sinks, Clock: b.Clock, Logger: b.Log}, b.Config.Signals(false)), nil
 }
 
 // firstDeployHint adds to a cold start's SSM error what a first deploy must create, in which region, and how
