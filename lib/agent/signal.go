@@ -101,8 +101,9 @@ type SignalClaim struct {
 // SignalStore is the completion signals' outbox, kept on the run items (a store behaviour beside RunStore). Its
 // writes are single-item conditional writes.
 //
-// FinishRun and RecordOutcome store run.Signal, when not nil, in the outcome's own write, so a run is never
-// recorded terminal without its pending signal; GetRun and ListRuns return it (nil when the run has none).
+// FinishRun and RecordOutcome (and a RunStubber's StubRun, the reaper's record of a run whose item never landed)
+// store run.Signal, when not nil, in the outcome's own write, so a run is never recorded terminal without its
+// pending signal; GetRun and ListRuns return it (nil when the run has none).
 type SignalStore interface {
 	// ListDueSignals returns up to limit (<= 0: DefaultListLimit) terminal runs whose signal is pending and due
 	// before before (Run.Signal set), earliest due first (then thread id, run id). It reads an index of

@@ -315,6 +315,7 @@ func (s *Store) putRun(ctx context.Context, r agent.Run) (agent.Run, error) {
 func (s *Store) StubRun(ctx context.Context, r agent.Run) (agent.Run, bool, error) {
 	k := key(threadPK(r.ThreadID), runSK(r.ID))
 	it := runItem(r)
+	signalAttrs(it, r) // a stub is the run's outcome: its signal, when armed, is stored pending with it
 	if r.AssistantMessageID == "" {
 		delete(it, attrAssistant)
 	}

@@ -43,6 +43,17 @@ func signalSets(e *expr, run agent.Run) []string {
 	}
 }
 
+// signalAttrs puts run's armed signal on a whole run item (StubRun's insert), as signalSets does in an update.
+func signalAttrs(it item, run agent.Run) {
+	if sg := run.Signal; sg != nil {
+		it[attrSigStatus] = avS(string(agent.SignalPending))
+		it[attrSigOwner] = avS(sg.Owner)
+		it[attrSigAttempts] = avN(int64(sg.Attempts))
+		it[AttrDueShard] = avS(signalShard(run.ThreadID))
+		it[AttrDueAt] = avT(sg.DueAt)
+	}
+}
+
 func decodeSignal(it item) *agent.RunSignal {
 	if !has(it, attrSigStatus) {
 		return nil

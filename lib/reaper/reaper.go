@@ -396,11 +396,15 @@ func (r *Reaper) cleanUp(ctx context.Context, threadID, runID string, hold agent
 		stub := agent.Run{ID: runID, ThreadID: threadID, Trigger: agent.TriggerUnknown, Status: agent.RunFailed, Epoch: hold.Epoch - 1,
 			Error:     &agent.RunError{Code: agent.CodeStale, Message: "The run stopped unexpectedly."},
 			CreatedAt: now, UpdatedAt: now, FinishedAt: now}
+		r.armSignal(ctx, &stub) // the stub is the run's outcome: its end is signaled like any
 		var created bool
 		if err := retry(ctx, func() error { run, created, err = s.StubRun(ctx, stub); return err }); err != nil {
 			return fmt.Errorf("reaper: stub missing run: %w", err)
 		}
 		missing = created
+		if created && r.signals != nil {
+			r.signals.Deliver(ctx, stub)
+		}
 	}
 	if !missing && run.Status == agent.RunRunning {
 		// Fence B: every id the dead run can still create is stubbed (or, stored, fenced) at the reaper's epoch

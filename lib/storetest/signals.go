@@ -25,6 +25,7 @@ func signalTests() []test {
 		c{"SettleTakesItOutOfTheList", testSignalSettle},
 		c{"ConcurrentClaimsOneWinner", testSignalClaimRace},
 		c{"UnknownRun", testSignalUnknown},
+		c{"StubRunStoresSignalPending", testSignalStub},
 	)
 }
 
@@ -202,4 +203,26 @@ func testSignalUnknown(e *env[signalStore]) {
 	wantErr(t, e.s.SettleSignal(e.ctx, th.ID, e.id("run"), agent.SignalDelivered), agent.KindNotFound, "", "SettleSignal unknown run")
 	plain := finish(e, claim(e, th, e.id("run"), at(0)).Run, agent.RunCompleted, agent.Usage{}, at(time.Second))
 	wantErr(t, e.s.SettleSignal(e.ctx, th.ID, plain.ID, agent.SignalDelivered), agent.KindNotFound, "", "SettleSignal of a run without a signal")
+}
+
+// A store that stubs missing runs (agent.RunStubber) stores the stub's armed signal with it.
+func testSignalStub(e *env[signalStore]) {
+	t := e.t
+	st, ok := e.s.(agent.RunStubber)
+	if !ok {
+		t.Skip("the store stubs no runs")
+	}
+	th := newThread(e)
+	stub := agent.Run{ID: e.id("run"), ThreadID: th.ID, Trigger: agent.TriggerUnknown, Status: agent.RunFailed, Epoch: 1,
+		Error:     &agent.RunError{Code: agent.CodeStale, Message: "stopped"},
+		CreatedAt: at(0), UpdatedAt: at(0), FinishedAt: at(0),
+		Signal:    &agent.RunSignal{Status: agent.SignalPending, Owner: th.Owner, DueAt: signalDue(0)}}
+	_, created, err := st.StubRun(e.ctx, stub)
+	must(t, err, "StubRun")
+	if !created {
+		t.Fatal("StubRun did not create the stub")
+	}
+	if l := dueOf(e, signalDue(time.Millisecond), th.ID); len(l) != 1 || l[0].ID != stub.ID || l[0].Signal.Owner != th.Owner {
+		t.Fatalf("ListDueSignals after a stub = %+v", l)
+	}
 }
