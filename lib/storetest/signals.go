@@ -216,7 +216,7 @@ func testSignalStub(e *env[signalStore]) {
 	stub := agent.Run{ID: e.id("run"), ThreadID: th.ID, Trigger: agent.TriggerUnknown, Status: agent.RunFailed, Epoch: 1,
 		Error:     &agent.RunError{Code: agent.CodeStale, Message: "stopped"},
 		CreatedAt: at(0), UpdatedAt: at(0), FinishedAt: at(0),
-		Signal:    &agent.RunSignal{Status: agent.SignalPending, Owner: th.Owner, DueAt: signalDue(0)}}
+		Signal: &agent.RunSignal{Status: agent.SignalPending, Owner: th.Owner, DueAt: signalDue(0)}}
 	_, created, err := st.StubRun(e.ctx, stub)
 	must(t, err, "StubRun")
 	if !created {
