@@ -118,7 +118,8 @@ type Options struct {
 	TitleModel func(agent.Model) agent.Model
 	// Deployment: the stack serves as a deployment does (`agentloop serve`, serve.go): tokens are verified as the
 	// functions verify them (dev tokens refused; AGENT_JWKS_URL's keys taken too), there is no POST /dev/token,
-	// and the web app asks for a token as it does in AWS. Config.Secret must be set (no data directory's secret).
+	// the web app asks for a token as it does in AWS, and a models file's Bedrock entries call Bedrock (not the
+	// offline model) with the process's AWS configuration. Config.Secret must be set (no data directory's secret).
 	Deployment bool
 	// Admit, when set, is asked before a chat route admits a request (httpapi.Deps.Admit: serve's drain gate).
 	Admit func(*http.Request) error
@@ -488,7 +489,9 @@ func (s *Stack) model(ctx context.Context, o Options, log *slog.Logger, metrics 
 	}
 	for provider, c := range build {
 		build[provider] = func(e modelsfile.Model, key string) (agent.Model, error) {
-			if e.BaseURL != "" || e.APIKey != "" {
+			// A deployment's Bedrock entry calls Bedrock with the process's AWS configuration (the adapters load the
+			// default chain: an ECS task's role), as the functions' does; it has no key by design.
+			if e.BaseURL != "" || e.APIKey != "" || o.Deployment && modelsfile.Bedrock(e.Provider) {
 				return c(e, key)
 			}
 			if s.ModelURL == "" {

@@ -202,7 +202,8 @@ func reachable(ctx context.Context, hc *http.Client, u string) error {
 
 // modelEndpoints are the model endpoints readiness asks after: the one OpenAI-compatible base URL (the offline
 // model's in-process, OPENAI_BASE_URL, or OpenAI's), or with a models file each entry's, its provider's own when
-// it names none (the offline one for an entry with neither baseURL nor apiKey).
+// it names none (a Bedrock entry's region's, and the offline one for another entry with neither baseURL nor
+// apiKey).
 func (s *Serve) modelEndpoints() []string {
 	cfg := s.Stack.cfg
 	if cfg.Models == nil {
@@ -217,12 +218,12 @@ func (s *Serve) modelEndpoints() []string {
 		u := e.BaseURL
 		switch {
 		case u != "":
-		case e.APIKey == "" && s.Offline:
-			u = s.ModelURL
+		case modelsfile.Bedrock(e.Provider): // Bedrock with the process's AWS configuration (Options.Deployment)
+			u = fmt.Sprintf("https://bedrock-runtime.%s.amazonaws.com/", url.PathEscape(e.Region))
+		case e.APIKey == "":
+			u = s.ModelURL // the offline model's
 		case e.Provider == modelsfile.Anthropic:
 			u = anthropicURL
-		case modelsfile.Bedrock(e.Provider):
-			u = fmt.Sprintf("https://bedrock-runtime.%s.amazonaws.com/", url.PathEscape(e.Region))
 		default:
 			u = openAIURL
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/agentloop/agentloop/lib/auth"
 	"github.com/agentloop/agentloop/lib/config"
 	"github.com/agentloop/agentloop/lib/devserver"
+	"github.com/agentloop/agentloop/lib/modelsfile"
 	"github.com/agentloop/agentloop/lib/sfn"
 )
 
@@ -81,6 +82,41 @@ func TestServeWiring(t *testing.T) {
 			}
 			if status, body := get("GET", "/readyz", ""); status != 503 || !strings.Contains(body, `"code":"store_unavailable"`) {
 				t.Fatalf("/readyz without a table: %d %s, want 503 store_unavailable", status, body)
+			}
+		})
+	}
+}
+
+// A models file's Bedrock entry without a baseURL calls Bedrock in serve, with the process's AWS configuration
+// (an ECS task's role), as it does in the functions: only `agentloop dev` sends a keyless entry to the offline
+// model. An entry with neither baseURL nor apiKey of another provider still talks to the offline model.
+func TestServeBedrockEntriesCallBedrock(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, entries string
+		wantOffline   bool
+	}{
+		{"bedrock only", "  - name: nova\n    provider: bedrock-converse\n    model: amazon.nova-pro-v1:0\n    region: us-east-1\n", false},
+		{"anthropic on bedrock", "  - name: claude\n    provider: anthropic-bedrock\n    model: anthropic.claude-sonnet-4-5-20250929-v1:0\n    region: eu-central-1\n", false},
+		{"a keyless openai entry beside it", "  - name: nova\n    provider: bedrock-converse\n    model: amazon.nova-pro-v1:0\n    region: us-east-1\n" +
+			"  - name: local\n    provider: openai-chat\n    model: offline\n", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := modelsfile.Parse("models.yaml", []byte("models:\n"+tt.entries))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := config.Config{TableName: "t", Secret: "serve-wiring-secret-0123456789abcdef0123", DynamoEndpoint: "http://127.0.0.1:1",
+				Models: f, Model: f.Models[0].Name, SubagentModel: f.Models[0].Name, TitleModel: f.Models[0].Name}
+			s, err := devserver.NewServe(context.Background(), devserver.ServeOptions{Config: cfg, Getenv: func(string) string { return "" }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			if s.Offline != tt.wantOffline {
+				t.Fatalf("offline model started: %t, want %t (model URL %q)", s.Offline, tt.wantOffline, s.ModelURL)
 			}
 		})
 	}
