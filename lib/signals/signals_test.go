@@ -269,3 +269,19 @@ func TestBackgroundDeliver(t *testing.T) {
 		t.Fatalf("signal %+v", sg)
 	}
 }
+
+// A sweep whose invocation ends sooner than one attempt's timeout starts no attempt: the signals stay due, untouched.
+func TestSweepLeavesWhatItCannotFinish(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 0, signals.Config{Timeout: time.Hour})
+	run := f.ended(agent.RunCompleted)
+	f.clock.advance(time.Hour)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // the context's deadline is real time, as Lambda's
+	defer cancel()
+	if n, err := f.box.Sweep(ctx); n != 0 || err != nil || len(f.rcv.Requests()) != 0 {
+		t.Fatalf("sweep: %d delivered, %v, %d requests; want none started", n, err, len(f.rcv.Requests()))
+	}
+	if sg := f.signal(run); sg.Status != agent.SignalPending || sg.Attempts != 0 {
+		t.Fatalf("signal %+v, want pending and unclaimed", sg)
+	}
+}
