@@ -331,3 +331,30 @@ func TestContinueAfterTheClaimMoved(t *testing.T) {
 		t.Fatalf("thread = %d messages, want the user's and one reply", len(msgs))
 	}
 }
+
+// HandOverAll (a drain's end) hands every run over at its next step boundary, through the launcher, and the
+// continuation finishes it.
+func TestHandOverAllHandsOverRunningRuns(t *testing.T) {
+	clock := newStepClock()
+	f := setup(t, withClock(clock), withTools(tickTool(clock, tick)))
+	l := &queueLauncher{}
+	eng := handOverEngine(f, l, func(c *engine.Config) { c.MaxSteps = 3 })
+	tr, err := eng.Begin(context.Background(), submit("th-ho-all", "u1", "/loop tick {}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.HandOverAll()
+	var post bytes.Buffer
+	if run := tr.Stream(context.Background(), &post); run.Status != agent.RunRunning {
+		t.Fatalf("run under HandOverAll ended %s, want handed over", run.Status)
+	}
+	if count(parseSSE(t, post.Bytes()), "finish") != 0 {
+		t.Fatal("the handed-over stream has a finish")
+	}
+	// The continuation runs where the drain sent it (an engine that is not draining).
+	other := handOverEngine(f, l, func(c *engine.Config) { c.MaxSteps = 3 })
+	run, err := other.Continue(context.Background(), l.next(t))
+	if err != nil || run.Status != agent.RunFailed || run.Error == nil || run.Error.Code != agent.CodeStepLimit || run.Steps != 3 {
+		t.Fatalf("continuation = %s %+v after %d steps (%v), want step_limit after 3", run.Status, run.Error, run.Steps, err)
+	}
+}
