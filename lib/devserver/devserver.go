@@ -244,6 +244,13 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Wrap != nil {
 		s.Store = o.Wrap(s.Store)
 	}
+	// The completion signals' attempts in flight end before the store closes and after everything that can end a
+	// run (the job runner's delivery passes, the launcher's continuations) has: closers run last-in first-out.
+	s.closers = append(s.closers, func() {
+		if s.Signals != nil {
+			s.Signals.Wait()
+		}
+	})
 
 	metrics := o.Metrics
 	if metrics == nil && cfg.Metrics == config.MetricsEMF {
@@ -293,7 +300,6 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if s.Signals, err = newSignals(cfg, s.Store, clock, log, o.SignalSinks); err != nil {
 		return s, err
 	} else if s.Signals != nil {
-		s.closers = append(s.closers, s.Signals.Wait)
 		runSignals = s.Signals
 	}
 	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Jobs: s.Jobs, Clock: clock, Logger: log, Metrics: metrics,

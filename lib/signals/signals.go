@@ -90,7 +90,11 @@ type Outbox struct {
 	timers agent.Timers
 	log    *slog.Logger
 	cfg    Config
-	wg     sync.WaitGroup
+	// inflight counts the first attempts running in the background (a mutex and a condition, not a WaitGroup: a
+	// run may end, and Deliver start one, while Wait waits).
+	mu       sync.Mutex
+	idle     *sync.Cond
+	inflight int
 }
 
 var _ agent.RunSignals = (*Outbox)(nil)
@@ -102,6 +106,7 @@ func New(d Deps, cfg Config) *Outbox {
 		o.clock = agent.SystemClock{}
 	}
 	o.timers = agent.TimersOf(o.clock)
+	o.idle = sync.NewCond(&o.mu)
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
@@ -127,11 +132,29 @@ func (o *Outbox) Deliver(ctx context.Context, run agent.Run) {
 		o.attempt(ctx, run, 1)
 		return
 	}
-	o.wg.Go(func() { o.attempt(ctx, run, 1) })
+	o.mu.Lock()
+	o.inflight++
+	o.mu.Unlock()
+	go func() {
+		defer func() {
+			o.mu.Lock()
+			if o.inflight--; o.inflight == 0 {
+				o.idle.Broadcast()
+			}
+			o.mu.Unlock()
+		}()
+		o.attempt(ctx, run, 1)
+	}()
 }
 
 // Wait waits for the attempts Deliver left in the background.
-func (o *Outbox) Wait() { o.wg.Wait() }
+func (o *Outbox) Wait() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for o.inflight > 0 {
+		o.idle.Wait()
+	}
+}
 
 // Sweep sends the signals that are due: for each, it takes the next attempt (compare-and-set), sends, and settles;
 // one past Config.MaxAttempts is dropped. It returns how many it delivered.
