@@ -19,6 +19,7 @@
 package dynamotest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -78,6 +79,34 @@ type Server struct {
 	out    *testenv.TailBuffer
 	once   sync.Once
 	closed atomic.Bool // Close began: an exit from then on is ours, not a crash
+	// listening is closed once the process has said it listens (listenWatch).
+	listening chan struct{}
+}
+
+// listenedLine is what dynalite's cli.js prints once its server is bound to the port.
+var listenedLine = []byte("Dynalite listening at:")
+
+// listenWatch passes the process's output to out and closes listening once the process has said it listens:
+// only then is the port its own. A port picked free (testenv.FreePort) can be taken before Node binds it; when
+// the taker is another test binary's dynalite, that one answers the health check in this one's place while this
+// one dies with EADDRINUSE, and the tests then run on a server that goes away with the other test (seen in a
+// loaded make test: "listen EADDRINUSE", then 503 store_unavailable).
+type listenWatch struct {
+	out       *testenv.TailBuffer
+	listening chan struct{}
+	head      []byte // the output so far, until the line is seen (exec calls Write from one goroutine: one writer)
+	seen      bool
+}
+
+func (w *listenWatch) Write(p []byte) (int, error) {
+	if !w.seen && len(w.head) < 64<<10 {
+		w.head = append(w.head, p...)
+		if bytes.Contains(w.head, listenedLine) {
+			w.seen, w.head = true, nil
+			close(w.listening)
+		}
+	}
+	return w.out.Write(p)
 }
 
 // Launch starts dynalite (or returns the endpoint named by EndpointEnv). Close stops it.
@@ -100,7 +129,11 @@ func Launch(ctx context.Context) (*Server, error) {
 	var lastErr error
 	// A port picked free can be taken before Node binds it; a few attempts make that race harmless.
 	for attempt := 0; attempt < 3; attempt++ {
-		s, err := start(ctx, node, cli)
+		port, err := testenv.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		s, err := start(ctx, node, cli, port)
 		if err == nil {
 			return s, nil
 		}
@@ -272,29 +305,27 @@ func patchesHash(dir string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func start(ctx context.Context, node, cli string) (*Server, error) {
-	port, err := testenv.FreePort()
-	if err != nil {
-		return nil, err
-	}
+func start(ctx context.Context, node, cli string, port int) (*Server, error) {
 	// In memory (no --path), bound to loopback only (dynalite listens on every interface by default), and tables
 	// become ACTIVE at once instead of after dynalite's default 500 ms, since every test creates its own.
 	cmd := exec.Command(node, cli, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
 	cmd.Dir = os.TempDir()
 	out := &testenv.TailBuffer{Max: 16 << 10}
-	cmd.Stdout = out
-	cmd.Stderr = out
+	watch := &listenWatch{out: out, listening: make(chan struct{})}
+	cmd.Stdout = watch
+	cmd.Stderr = watch
 	cmd.SysProcAttr = testenv.DieWithParent()
 	began := time.Now()
 	// Pdeathsig (Linux) is tied to the thread that forks: keep this goroutine on one thread while starting.
 	runtime.LockOSThread()
-	err = cmd.Start()
+	err := cmd.Start()
 	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, fmt.Errorf("dynamotest: start node: %w", err)
 	}
-	s := &Server{Endpoint: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, exited: make(chan struct{}), out: out}
+	s := &Server{Endpoint: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, exited: make(chan struct{}), out: out,
+		listening: watch.listening}
 	go func() {
 		_ = cmd.Wait()
 		close(s.exited)
@@ -311,6 +342,13 @@ func start(ctx context.Context, node, cli string) (*Server, error) {
 func (s *Server) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
+	select {
+	case <-s.listening:
+	case <-s.exited:
+		return errors.New("dynamotest: dynalite exited during start-up")
+	case <-ctx.Done():
+		return fmt.Errorf("dynamotest: dynalite never said it listens on %s: %w", s.Endpoint, ctx.Err())
+	}
 	hc := &http.Client{Timeout: time.Second}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()

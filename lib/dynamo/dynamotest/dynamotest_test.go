@@ -3,6 +3,7 @@ package dynamotest
 import (
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,5 +152,45 @@ func TestClientAbortLeavesTheServerUp(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A port picked free and taken before Node binds it, by a server that answers the health check as dynalite does
+// (another test binary's dynalite): start fails (the process dies with EADDRINUSE) instead of handing out the
+// other server's endpoint, so Launch tries another port. Before the start waited for the process's own
+// "listening" line, start returned the impostor's endpoint, and the tests ran on a server that went away with the
+// other test ("listen EADDRINUSE" in the crash report, then 503 store_unavailable).
+func TestPortTakenByAnotherServer(t *testing.T) {
+	t.Setenv(EndpointEnv, "")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	impostor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("healthy: dynamodb.us-east-1.amazonaws.com "))
+	})}
+	go func() { _ = impostor.Serve(l) }()
+	t.Cleanup(func() { _ = impostor.Close() })
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("no node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	cli, err := ensureInstalled(ctx, filepath.Join(root, PackageDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := start(ctx, node, cli, l.Addr().(*net.TCPAddr).Port)
+	if err == nil {
+		_ = s.Close()
+		t.Fatalf("start on a port another server holds returned %s, want an error", s.Endpoint)
+	}
+	if !strings.Contains(err.Error(), "EADDRINUSE") {
+		t.Errorf("err = %v, want dynalite's EADDRINUSE in it", err)
 	}
 }
