@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/config"
+	"github.com/agentloop/agentloop/lib/signals"
+	"github.com/agentloop/agentloop/lib/webhooks"
 	"github.com/agentloop/agentloop/lib/webhooks/webhookstest"
 )
 
@@ -89,5 +92,47 @@ func TestSignalsOfFailedRuns(t *testing.T) {
 	}
 	if d.Status != "failed" || d.ErrorCode != run.Error.Code || d.ErrorCode == "" {
 		t.Fatalf("signal %+v, want failed with %s", d, run.Error.Code)
+	}
+}
+
+// aheadClock reads the real clock an hour on: a later sweep, for signals due at once.
+type aheadClock struct{}
+
+func (aheadClock) Now() time.Time { return time.Now().Add(time.Hour) }
+
+// A run refused after its claim (a duplicate message) answers its caller first and leaves its signal to the sweep,
+// due at once: the next sweep (here another process's) delivers it failed, with the refusal's code.
+func TestRefusedRunSignalsThroughTheSweep(t *testing.T) {
+	t.Parallel()
+	rcv := webhookstest.New(t, 0)
+	f := setup(t, withWebhook(rcv))
+	f.turn(t, "th_signal_refused", "u1", "hello")
+	if _, err := f.eng.Begin(context.Background(), submit("th_signal_refused", "u1", "hello")); agent.CodeOf(err) != agent.CodeDuplicateMessage {
+		t.Fatalf("err = %v, want duplicate_message", err)
+	}
+	f.stack.Signals.Wait()
+	if n := len(rcv.Delivered()); n != 1 {
+		t.Fatalf("receiver took %d before the sweep, want the first run's only", n)
+	}
+	runs, err := f.store.ListRuns(context.Background(), "th_signal_refused")
+	if err != nil || len(runs) != 2 || runs[1].Signal == nil || runs[1].Signal.Status != agent.SignalPending ||
+		!runs[1].Signal.DueAt.Equal(runs[1].FinishedAt) {
+		t.Fatalf("runs %+v %v: want the refused one's signal pending, due at its end", runs, err)
+	}
+	hook, err := webhooks.New(webhooks.Config{URL: rcv.URL, Secret: webhookstest.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeper := signals.New(signals.Deps{Store: f.store, Sinks: []agent.SignalSink{hook}, Clock: aheadClock{}}, signals.Config{})
+	if n, err := sweeper.Sweep(context.Background()); n != 1 || err != nil {
+		t.Fatalf("sweep delivered %d, %v; want 1", n, err)
+	}
+	taken := rcv.Delivered()
+	var d agent.SignalDetail
+	if err := json.Unmarshal(taken[len(taken)-1].Data, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.RunID != runs[1].ID || d.Status != "failed" || d.ErrorCode != agent.CodeDuplicateMessage {
+		t.Fatalf("signal %+v: want the refused run failed with duplicate_message", d)
 	}
 }
