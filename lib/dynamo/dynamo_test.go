@@ -224,6 +224,18 @@ func TestRequestCounts(t *testing.T) {
 			}
 			return nil
 		}, 0, 2},
+		{"HandOver (the claim, then the run item)", func() error {
+			res, err := s.HandOver(ctx, agent.HandOverRequest{ThreadID: th.ID, Fence: fence(run), Now: t0.Add(3 * time.Second)})
+			run = res.Run
+			return err
+		}, 0, 2},
+		{"HandOver (fenced: the old holder's, one refused write and no read)", func() error {
+			_, err := s.HandOver(ctx, agent.HandOverRequest{ThreadID: th.ID, Fence: agent.Fence{RunID: run.ID, Epoch: run.Epoch - 1}, Now: t0.Add(3 * time.Second)})
+			if !errors.Is(err, agent.ErrRunFenced) {
+				return fmt.Errorf("want run_fenced, got %v", err)
+			}
+			return nil
+		}, 0, 1},
 		{"PutMessage", func() error { return s.PutMessage(ctx, msgWrite(th.ID, 0, small, fence(run), false, t0)) }, 0, 1},
 		{"PutMessage (fenced)", func() error {
 			err := s.PutMessage(ctx, msgWrite(th.ID, 0, small, agent.Fence{RunID: "r0", Epoch: 0}, false, t0))
