@@ -33,6 +33,10 @@
 // DynamoDB) and, for each run whose claim carries a live mark, hurries its Segmenter and cuts what is pending at
 // once. The probe writes nothing and moves no horizon (a read is not a heartbeat: principle 8 stays the
 // batches'); one that fails or outlasts a Heartbeat is dropped, and the next goes a ReaderProbe after it ends.
+//
+// Runs longer than one invocation, and background runs (handover.go, issue 21): at a step boundary past its
+// invocation's deadline less HandOverMargin a run stores what it has and launches its continuation
+// (Deps.Launcher), which takes the claim at the next epoch (agent.HandOverStore) and streams on (Continue).
 package engine
 
 import (
