@@ -148,6 +148,9 @@ func (l *ledger) UpdateThread(ctx context.Context, id string, p agent.ThreadPatc
 func (l *ledger) SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (agent.Thread, bool, error) {
 	return l.use("SetGeneratedTitle").SetGeneratedTitle(ctx, g)
 }
+func (l *ledger) AddUsage(ctx context.Context, u agent.ThreadUsage) error {
+	return l.use("AddUsage").AddUsage(ctx, u)
+}
 func (l *ledger) DeleteThread(ctx context.Context, id string) error {
 	return l.use("DeleteThread").DeleteThread(ctx, id)
 }

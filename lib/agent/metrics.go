@@ -36,11 +36,18 @@ type Failovers interface {
 	FailedOver(from, code string)
 }
 
+// TitleSpend counts the model spend of generated titles (lib/titles), which is no run's: by the title model.
+// lib/emf implements it beside Metrics.
+type TitleSpend interface {
+	TitleSpent(model string, u Usage, took time.Duration)
+}
+
 // NopMetrics discards everything: the default.
 type NopMetrics struct{}
 
-func (NopMetrics) RunFinished(RunMetrics)    {}
-func (NopMetrics) Reaped(int)                {}
-func (NopMetrics) StoreThrottled(int)        {}
-func (NopMetrics) Refused(string, int)       {}
-func (NopMetrics) FailedOver(string, string) {}
+func (NopMetrics) RunFinished(RunMetrics)                  {}
+func (NopMetrics) Reaped(int)                              {}
+func (NopMetrics) StoreThrottled(int)                      {}
+func (NopMetrics) Refused(string, int)                     {}
+func (NopMetrics) FailedOver(string, string)               {}
+func (NopMetrics) TitleSpent(string, Usage, time.Duration) {}

@@ -58,6 +58,11 @@ type ThreadStore interface {
 	// title is KindInvalid/CodeInvalidTitle; unknown or tombstoned id: KindNotFound; another incarnation of the id
 	// (g.CreatedAt): false, as a title it may not replace.
 	SetGeneratedTitle(ctx context.Context, g GeneratedTitle) (Thread, bool, error)
+	// AddUsage adds u.Usage to the thread's usage totals: model spend that is no run's (lib/titles' title
+	// request), in one conditional write on a live thread of u.CreatedAt's incarnation (else KindNotFound, and
+	// nothing changes). u.Key names the spend (a title: its run id): a call whose key is the one the thread
+	// recorded last changes nothing and succeeds, so a retried write counts once. UpdatedAt is left alone.
+	AddUsage(ctx context.Context, u ThreadUsage) error
 	// DeleteThread removes the thread and everything under it (messages, runs, segments, interrupts, jobs, queue): first a tombstone,
 	// written only when no claim is held (else KindConflict/CodeRunActive, and nothing changes); then the
 	// children; then the tombstone. A delete interrupted half way leaves the tombstone, and calling DeleteThread
@@ -80,6 +85,16 @@ type GeneratedTitle struct {
 	// Replaces is the thread's title when the title was asked for; the write happens only if it still is.
 	Replaces string
 	Title    string
+}
+
+// ThreadUsage is spend added to a thread outside its runs (ThreadStore.AddUsage).
+type ThreadUsage struct {
+	ThreadID string
+	// CreatedAt is the thread's creation time, which names its incarnation (as GeneratedTitle.CreatedAt).
+	CreatedAt time.Time
+	// Key names the spend, for idempotency: the same key twice in a row counts once.
+	Key   string
+	Usage Usage
 }
 
 // DefaultListLimit is what list reads return when the caller passes no limit.

@@ -348,7 +348,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		tcfg := cfg.Titles(s.TitleModelName)
 		tcfg.Background = true
-		s.Titles = titles.New(titles.Deps{Store: s.Store, Model: titleModel, Clock: clock, Logger: log}, tcfg)
+		s.Titles = titles.New(titles.Deps{Store: s.Store, Model: titleModel, Clock: clock, Logger: log, Prices: cfg.Prices, Metrics: metrics}, tcfg)
 		s.closers = append(s.closers, s.Titles.Wait)
 		titler = s.Titles
 	}

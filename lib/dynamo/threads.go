@@ -57,6 +57,8 @@ const (
 	attrTitleByUser = "titleByUser"
 	// attrTitleGenerated is set (true) by SetGeneratedTitle: the title was generated, and no later one replaces it.
 	attrTitleGenerated = "titleGenerated"
+	// attrUsageKey is the key of the last spend AddUsage added (a title's run id): the same key again adds nothing.
+	attrUsageKey = "usageKey"
 )
 
 func recency(updatedAt time.Time, id string) string { return fmtTime(updatedAt) + "#" + id }
@@ -419,6 +421,41 @@ func (s *Store) SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (
 		return agent.Thread{}, false, storeErr(err, "set generated title")
 	}
 	return decodeThread(res.Attributes), true, nil
+}
+
+// AddUsage: one UpdateItem, ADD usage* :u SET usageKey = :key, conditioned on a live thread (attribute_exists(pk)
+// AND attribute_not_exists(deleting)) of the same incarnation (createdAt = :created) whose usageKey is not :key.
+// On a failed condition the old item (ALL_OLD; one GetItem on dynalite) tells a thread that counted this key
+// already (nil) from a missing one.
+func (s *Store) AddUsage(ctx context.Context, u agent.ThreadUsage) error {
+	e := newExpr()
+	k := key(threadPK(u.ThreadID), threadSK)
+	update := "SET " + e.n(attrUsageKey) + " = " + e.v(avS(u.Key))
+	if add := usageAdd(e, u.Usage); add != "" {
+		update += " ADD " + add
+	}
+	cond := "attribute_exists(" + e.n(AttrPK) + ") AND " + notDeleting(e) + " AND " + e.n(attrCreatedAt) + " = " + e.v(avT(u.CreatedAt)) +
+		" AND (attribute_not_exists(" + e.n(attrUsageKey) + ") OR " + e.n(attrUsageKey) + " <> " + e.v(avS(u.Key)) + ")"
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if !isConditionFailed(err) {
+		return storeErr(err, "add usage")
+	}
+	old, err := s.failedItem(ctx, err, k)
+	switch {
+	case err != nil:
+		return err
+	case !live(old) || !getT(old, attrCreatedAt).Equal(u.CreatedAt):
+		return threadNotFound(u.ThreadID)
+	}
+	return nil // the key added last: counted before
 }
 
 // DeleteThread is the tombstone protocol (infra/DYNAMODB.md, "Deleting a thread"):

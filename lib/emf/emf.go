@@ -25,6 +25,13 @@
 //	Refusals          Count         requests refused with an error status (HTTP 4xx, 5xx), by Code and overall
 //	Failovers         Count         model requests that went on to a fallback entry, by Model (the entry that
 //	                                failed) and overall
+//	Titles            Count         generated titles (lib/titles) whose model answered, by Model (the title
+//	                                model) and overall; their spend is no run's, so it is kept apart:
+//	TitleLatency      Milliseconds  the title request's time
+//	TitleInputTokens  Count         its tokens (TitleCachedInputTokens a part of TitleInputTokens)
+//	TitleOutputTokens Count
+//	TitleCachedInputTokens Count
+//	TitleCostMicroUSD None          its cost in micro-USD (0 without a price table)
 //
 // A dimension set of [] publishes the metrics without dimensions too, so totals need no metric math.
 package emf
@@ -35,6 +42,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
 )
@@ -169,6 +177,21 @@ var _ agent.Failovers = (*Writer)(nil)
 // FailedOver writes one Failovers count, by Model (the entry that failed) and overall.
 func (w *Writer) FailedOver(from, code string) {
 	_ = w.Write(map[string]string{"Model": from}, [][]string{{"Model"}, {}}, Metric{"Failovers", UnitCount, 1})
+}
+
+var _ agent.TitleSpend = (*Writer)(nil)
+
+// TitleSpent writes one Titles count and the title request's tokens, cost and latency, by Model (the title
+// model) and overall: a title's spend is no run's, so it is kept out of the run metrics.
+func (w *Writer) TitleSpent(model string, u agent.Usage, took time.Duration) {
+	_ = w.Write(map[string]string{"Model": model}, [][]string{{"Model"}, {}},
+		Metric{"Titles", UnitCount, 1},
+		Metric{"TitleLatency", UnitMilliseconds, float64(took.Milliseconds())},
+		Metric{"TitleInputTokens", UnitCount, float64(u.InputTokens)},
+		Metric{"TitleOutputTokens", UnitCount, float64(u.OutputTokens)},
+		Metric{"TitleCachedInputTokens", UnitCount, float64(u.CachedInputTokens)},
+		Metric{"TitleCostMicroUSD", UnitNone, float64(u.CostMicroUSD)},
+	)
 }
 
 // StoreThrottled writes the StoreThrottled count (nothing for 0).

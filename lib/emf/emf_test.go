@@ -121,6 +121,10 @@ func TestDocuments(t *testing.T) {
 		{"throttled", func(w *emf.Writer) { w.StoreThrottled(2) }, [][]string{{}}, map[string]float64{"StoreThrottled": 2}, nil},
 		{"failover", func(w *emf.Writer) { w.FailedOver("main", agent.CodeModelError) }, [][]string{{"Model"}, {}},
 			map[string]float64{"Failovers": 1}, map[string]string{"Model": "main"}},
+		{"title", func(w *emf.Writer) {
+			w.TitleSpent("cheap", agent.Usage{InputTokens: 90, OutputTokens: 6, CachedInputTokens: 10, CostMicroUSD: 33}, 250*time.Millisecond)
+		}, [][]string{{"Model"}, {}}, map[string]float64{"Titles": 1, "TitleLatency": 250, "TitleInputTokens": 90, "TitleOutputTokens": 6,
+			"TitleCachedInputTokens": 10, "TitleCostMicroUSD": 33}, map[string]string{"Model": "cheap"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

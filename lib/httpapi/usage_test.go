@@ -10,7 +10,7 @@ import (
 
 // GET /threads/{id} carries the thread's usage totals (reasoning tokens and cost included) and each reply's
 // metadata.usage and metadata.model; GET /threads/{id}/runs each run's usage and store cost. The totals are the
-// runs' sums, on both stores.
+// runs' sums and the title's spend, on both stores.
 func TestUsageOverHTTP(t *testing.T) {
 	t.Parallel()
 	prices, err := agent.ParsePrices([]byte(`{"offline": {"input": 2, "cachedInput": 1, "output": 8}}`))
@@ -41,9 +41,11 @@ func TestUsageOverHTTP(t *testing.T) {
 			if runs[0].Usage.ReasoningTokens == 0 {
 				t.Fatalf("the /think run reports no reasoning tokens: %+v", runs[0].Usage)
 			}
+			h.stack.Titles.Wait() // the title after the first reply (title_test.go), whose spend is the thread's too
 			v := h.view("th")
-			if v.Thread.Usage != sum {
-				t.Fatalf("thread usage %+v, want the runs' sum %+v", v.Thread.Usage, sum)
+			if title := v.Thread.Usage.Sub(sum); title.InputTokens <= 0 || title.OutputTokens <= 0 || title.CostMicroUSD <= 0 ||
+				title.TotalTokens != title.InputTokens+title.OutputTokens || title.ReasoningTokens != 0 {
+				t.Fatalf("thread usage %+v, want the runs' sum %+v and the title's spend (priced)", v.Thread.Usage, sum)
 			}
 			replies := 0
 			for _, m := range v.Messages {

@@ -9,7 +9,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A file written by a newer schema is refused rather than
 // misread; a file of an older version is migrated in place (see migrations).
-const schemaVersion = 16
+const schemaVersion = 17
 
 // schema creates every table and index of the current version on a fresh file.
 var schema = []string{
@@ -39,7 +39,8 @@ var schema = []string{
 		claim_readers_until INTEGER, -- unix ms, agent.Claim.ReadersUntil (version 12); NULL when none
 		title_by_user      INTEGER NOT NULL DEFAULT 0, -- 1 once the owner set a title (version 13): SetGeneratedTitle leaves it
 		usage_cache_write  INTEGER NOT NULL DEFAULT 0, -- agent.Usage.CacheWriteTokens (version 14)
-		title_generated    INTEGER NOT NULL DEFAULT 0  -- 1 once a generated title was stored (version 15)
+		title_generated    INTEGER NOT NULL DEFAULT 0, -- 1 once a generated title was stored (version 15)
+		usage_key          TEXT -- the key of the last spend AddUsage added (version 17); NULL when none
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS threads_by_owner ON threads (owner, updated_at DESC, id DESC)`,
 	claimedIndex,
@@ -307,6 +308,8 @@ var migrations = map[int][]string{
 	15: {titleGenerated},
 	// Version 16 keeps each run's completion signal (its outbox, issue 21 item 4) and indexes the pending ones.
 	16: {runsSignalStatus, runsSignalOwner, runsSignalAttempts, runsSignalDue, runsSignalsDue},
+	// Version 17 remembers the key of the last spend added outside a run (AddUsage: a title's), so a retry counts once.
+	17: {usageKey},
 }
 
 // A run's completion signal (agent.RunSignal, version 16): signal_status NULL when the run has none, signal_due
@@ -325,6 +328,8 @@ const (
 	threadsCacheWrite = `ALTER TABLE threads ADD COLUMN usage_cache_write INTEGER NOT NULL DEFAULT 0`
 	runsCacheWrite    = `ALTER TABLE runs ADD COLUMN usage_cache_write INTEGER NOT NULL DEFAULT 0`
 )
+
+const usageKey = `ALTER TABLE threads ADD COLUMN usage_key TEXT`
 
 const titleGenerated = `ALTER TABLE threads ADD COLUMN title_generated INTEGER NOT NULL DEFAULT 0`
 

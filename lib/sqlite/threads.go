@@ -214,6 +214,30 @@ func (s *Store) SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (
 	return th, set, nil
 }
 
+// AddUsage adds u.Usage to the thread's totals in one conditional UPDATE (the same incarnation, and a key other
+// than the last one added), which records u.Key; a thread that is missing, or of another incarnation, is not
+// found, and the last key again changes nothing.
+func (s *Store) AddUsage(ctx context.Context, u agent.ThreadUsage) error {
+	s.op()
+	return s.write(ctx, "add usage", func(c conn) error {
+		n, err := c.execN(ctx, `UPDATE threads SET usage_input = usage_input + ?, usage_output = usage_output + ?,
+			usage_total = usage_total + ?, usage_cached = usage_cached + ?, usage_reasoning = usage_reasoning + ?,
+			usage_cost = usage_cost + ?, usage_cache_write = usage_cache_write + ?, usage_key = ?
+			WHERE id = ? AND created_at = ? AND usage_key IS NOT ?`,
+			u.Usage.InputTokens, u.Usage.OutputTokens, u.Usage.TotalTokens, u.Usage.CachedInputTokens, u.Usage.ReasoningTokens,
+			u.Usage.CostMicroUSD, u.Usage.CacheWriteTokens, u.Key, u.ThreadID, millis(u.CreatedAt), u.Key)
+		if err != nil || n == 1 {
+			return err
+		}
+		var created int64
+		err = c.queryRow(ctx, `SELECT created_at FROM threads WHERE id = ?`, u.ThreadID).Scan(&created)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && created != millis(u.CreatedAt) {
+			return threadNotFound(u.ThreadID)
+		}
+		return err // the key added last: counted before
+	})
+}
+
 // DeleteThread removes the thread with its messages, runs, segments, interrupts, jobs and queue, in one
 // transaction: the claim check and every delete commit together or not at all. That transaction is the tombstone
 // of the port's contract: no other connection can see the thread half deleted, claim it or write into it while

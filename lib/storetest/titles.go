@@ -18,6 +18,7 @@ func titleTests() []test {
 		c{"GeneratedTitleRacesUserTitle", testGeneratedTitleRace},
 		c{"GeneratedTitlesRace", testGeneratedTitlesRace},
 		c{"GeneratedTitleRefused", testGeneratedTitleRefused},
+		c{"AddUsage", testAddUsage},
 	)
 }
 
@@ -199,4 +200,33 @@ func testGeneratedTitleRefused(e *threads) {
 		e.t.Error("SetGeneratedTitle for an earlier incarnation: set = true")
 	}
 	same(e.t, "the new incarnation is unchanged", got, again)
+}
+
+// AddUsage (a title's spend) adds to the thread's totals once per key, UpdatedAt left alone; a missing, deleted
+// or re-created thread is not found and gets nothing.
+func testAddUsage(e *threads) {
+	t := e.t
+	th := titled(e, "provisional")
+	u := agent.Usage{InputTokens: 120, OutputTokens: 7, TotalTokens: 127, CachedInputTokens: 20, ReasoningTokens: 2,
+		CacheWriteTokens: 30, CostMicroUSD: 45}
+	add := func(key string) error {
+		return e.s.AddUsage(e.ctx, agent.ThreadUsage{ThreadID: th.ID, CreatedAt: th.CreatedAt, Key: key, Usage: u})
+	}
+	must(t, add("run-1"), "AddUsage")
+	must(t, add("run-1"), "AddUsage again (a retry)")
+	want := th
+	want.Usage = u
+	same(t, "one spend, added once", getThread(e, th.ID), want)
+	must(t, add("run-2"), "AddUsage(another key)")
+	want.Usage = u.Add(u)
+	same(t, "two spends", getThread(e, th.ID), want)
+
+	err := e.s.AddUsage(e.ctx, agent.ThreadUsage{ThreadID: e.id("th"), CreatedAt: at(0), Key: "k", Usage: u})
+	wantErr(t, err, agent.KindNotFound, "", "AddUsage(unknown)")
+	must(t, e.s.DeleteThread(e.ctx, th.ID), "DeleteThread")
+	wantErr(t, add("run-3"), agent.KindNotFound, "", "AddUsage(deleted)")
+	again, _, err := e.s.CreateThread(e.ctx, agent.Thread{ID: th.ID, Owner: th.Owner, Title: th.Title, CreatedAt: at(time.Minute), UpdatedAt: at(time.Minute)})
+	must(t, err, "CreateThread again")
+	wantErr(t, add("run-4"), agent.KindNotFound, "", "AddUsage(an earlier incarnation)")
+	same(t, "the new incarnation is unchanged", getThread(e, th.ID), again)
 }

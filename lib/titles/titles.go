@@ -20,7 +20,14 @@
 // into the thread as a steer, none of which a title has, so a title there would be a new route through the state
 // machine, its tasks and the Jobs port for one small model call and one write.
 //
-// Every attempt is logged once as "agent.title" with thread_id, run_id and model.
+// What a title costs is the thread's: the title request's usage (priced with Deps.Prices) is added to the
+// thread's usage totals (agent.ThreadStore.AddUsage, keyed by the run, so a retried write counts once) whenever
+// the model answered, a title stored or not, and handed to the metrics (agent.TitleSpend, when Deps.Metrics
+// implements it: lib/emf's Titles and Title* metrics), never to a run's.
+//
+// Every attempt is logged once as "agent.title" with thread_id, run_id and model, and, once the model answered,
+// its tokens and cost as "agent.run" logs a run's (input_tokens, output_tokens, cached_input_tokens,
+// reasoning_tokens, total_tokens, cost_micro_usd).
 package titles
 
 import (
@@ -63,6 +70,7 @@ const System = "You write the title of a conversation: three to six words that s
 // Store is what the generator writes through.
 type Store interface {
 	SetGeneratedTitle(ctx context.Context, g agent.GeneratedTitle) (agent.Thread, bool, error)
+	AddUsage(ctx context.Context, u agent.ThreadUsage) error
 }
 
 // Deps are the generator's ports.
@@ -71,6 +79,10 @@ type Deps struct {
 	Model  agent.Model
 	Clock  agent.Clock
 	Logger *slog.Logger
+	// Prices prices the title request's usage (the zero value prices nothing), as the engine prices a run's.
+	Prices agent.Prices
+	// Metrics receives each title's spend when it implements agent.TitleSpend (nil: none).
+	Metrics agent.Metrics
 }
 
 // Config configures titles. Zero values take the defaults.
@@ -102,6 +114,8 @@ type Generator struct {
 	clock  agent.Clock
 	timers agent.Timers
 	log    *slog.Logger
+	prices agent.Prices
+	spend  agent.TitleSpend
 	cfg    Config
 	slots  chan struct{}
 	wg     sync.WaitGroup
@@ -109,7 +123,8 @@ type Generator struct {
 
 // New builds a generator.
 func New(d Deps, cfg Config) *Generator {
-	g := &Generator{store: d.Store, model: d.Model, clock: d.Clock, log: d.Logger, cfg: cfg.withDefaults()}
+	g := &Generator{store: d.Store, model: d.Model, clock: d.Clock, log: d.Logger, prices: d.Prices, cfg: cfg.withDefaults()}
+	g.spend, _ = d.Metrics.(agent.TitleSpend)
 	if g.clock == nil {
 		g.clock = agent.SystemClock{}
 	}
@@ -176,7 +191,9 @@ func (g *Generator) Title(ctx context.Context, r agent.FirstReply) string {
 	if err != nil {
 		return fail("model", err)
 	}
-	attrs = append(attrs, "input_tokens", res.Usage.InputTokens, "output_tokens", res.Usage.OutputTokens)
+	u := g.record(ctx, r, res, g.clock.Now().Sub(start))
+	attrs = append(attrs, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens, "cached_input_tokens", u.CachedInputTokens,
+		"reasoning_tokens", u.ReasoningTokens, "total_tokens", u.TotalTokens, "cost_micro_usd", u.CostMicroUSD)
 	title := Sanitize(text.String(), g.cfg.MaxTitleRunes)
 	if title == "" {
 		return fail("answer", fmt.Errorf("the model's answer holds no title (%d bytes)", text.Len()))
@@ -191,6 +208,31 @@ func (g *Generator) Title(ctx context.Context, r agent.FirstReply) string {
 		return ""
 	}
 	return title
+}
+
+// record prices the title request's usage, adds it to the thread's totals and hands it to the metrics; it
+// returns the priced usage. A failed write is logged (the title goes on: its spend is then missing from the
+// thread's totals, as a lost run's would be).
+func (g *Generator) record(ctx context.Context, r agent.FirstReply, res agent.ModelResult, took time.Duration) agent.Usage {
+	u := res.Usage
+	model := cmp.Or(res.Model, g.cfg.Model)
+	if g.prices.Len() > 0 {
+		cost, known := g.prices.Cost(model, u)
+		if !known && u != (agent.Usage{}) {
+			g.log.WarnContext(ctx, "agent.price_unknown", "model", model)
+		}
+		u.CostMicroUSD = cost
+	}
+	if g.spend != nil {
+		g.spend.TitleSpent(model, u, took)
+	}
+	if u == (agent.Usage{}) {
+		return u
+	}
+	if err := g.store.AddUsage(ctx, agent.ThreadUsage{ThreadID: r.ThreadID, CreatedAt: r.CreatedAt, Key: "title:" + r.RunID, Usage: u}); err != nil {
+		g.log.WarnContext(ctx, "agent.title_usage", "thread_id", r.ThreadID, "run_id", r.RunID, "err", err)
+	}
+	return u
 }
 
 // request is the title request for r.

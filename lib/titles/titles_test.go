@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
+	"github.com/agentloop/agentloop/lib/dynamo"
+	"github.com/agentloop/agentloop/lib/dynamo/dynamotest"
 	"github.com/agentloop/agentloop/lib/offline"
 	"github.com/agentloop/agentloop/lib/openai"
 	"github.com/agentloop/agentloop/lib/sqlite"
@@ -129,6 +131,112 @@ func TestTitleFromOfflineModel(t *testing.T) {
 	}
 }
 
+// titleStore is a store the spend test runs over.
+type titleStore interface {
+	titles.Store
+	CreateThread(ctx context.Context, t agent.Thread) (agent.Thread, bool, error)
+	GetThread(ctx context.Context, id string) (agent.Thread, error)
+}
+
+// spendMetrics records the titles' spend handed to the metrics.
+type spendMetrics struct {
+	agent.NopMetrics
+	mu    sync.Mutex
+	spent []agent.Usage
+}
+
+func (m *spendMetrics) TitleSpent(model string, u agent.Usage, _ time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if model == "title-model" {
+		m.spent = append(m.spent, u)
+	}
+}
+
+// A title's spend is the thread's: its tokens and cost are added to the thread's usage (once, a retry of the
+// same run's title included), logged on the agent.title line and handed to the metrics, whether the title was
+// stored or the owner's won; on both stores. Before, the thread's usage stayed zero.
+func TestTitleSpendRecorded(t *testing.T) {
+	t.Parallel()
+	stores := map[string]func(t *testing.T) titleStore{
+		"sqlite": func(t *testing.T) titleStore {
+			st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "t.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			return st
+		},
+		"dynamo": func(t *testing.T) titleStore {
+			if testing.Short() {
+				t.Skip("dynalite in -short")
+			}
+			client := dynamotest.Client(dynamotest.Start(t))
+			table := fmt.Sprintf("titles_%d", time.Now().UnixNano())
+			if err := dynamotest.CreateTable(t.Context(), client, table); err != nil {
+				t.Fatal(err)
+			}
+			return dynamo.New(client, table)
+		},
+	}
+	prices, err := agent.ParsePrices([]byte(`{"title-model": {"input": 1, "output": 4}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := open(t)
+			url, stop, err := offline.Start("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stop)
+			logs, metrics := &syncBuffer{}, &spendMetrics{}
+			gen := titles.New(titles.Deps{Store: st, Model: openai.New(openai.Config{BaseURL: url, Model: offline.DefaultModel, MaxRetries: -1}),
+				Logger: slog.New(slog.NewJSONHandler(logs, nil)), Prices: prices, Metrics: metrics}, titles.Config{Model: "title-model"})
+			for _, id := range []string{"th", "th-owned"} {
+				if _, _, err := st.CreateThread(t.Context(), agent.Thread{ID: id, Owner: "u", Title: reply.Title, CreatedAt: created, UpdatedAt: created}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mine := "Mine"
+			if _, err := st.(interface {
+				UpdateThread(context.Context, string, agent.ThreadPatch, time.Time) (agent.Thread, error)
+			}).UpdateThread(t.Context(), "th-owned", agent.ThreadPatch{Title: &mine}, created); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"th", "th-owned"} {
+				r := reply
+				r.ThreadID = id
+				gen.Title(t.Context(), r)
+				gen.Title(t.Context(), r) // the same run's title again (a retry): counted once
+				th, err := st.GetThread(t.Context(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				u := th.Usage
+				// The offline model: the system prompt, the prompt and the six-word title, in words.
+				if u.InputTokens <= 0 || u.OutputTokens != 6 || u.TotalTokens != u.InputTokens+u.OutputTokens ||
+					u.CostMicroUSD != u.InputTokens+4*u.OutputTokens {
+					t.Errorf("%s: thread usage %+v, want the title's tokens priced (1 and 4 USD per million)", id, u)
+				}
+			}
+			metrics.mu.Lock()
+			spent := len(metrics.spent)
+			metrics.mu.Unlock()
+			if spent != 4 {
+				t.Errorf("%d title spends handed to the metrics, want 4 (one per model call)", spent)
+			}
+			for _, want := range []string{`"output_tokens":6`, `"cost_micro_usd":`, `"total_tokens":`} {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("agent.title lines lack %s:\n%s", want, logs.String())
+				}
+			}
+		})
+	}
+}
+
 // gate holds the title model's answer until released, and signals when it was asked.
 type gate struct {
 	agent.Model
@@ -238,6 +346,8 @@ type nopStore struct{}
 func (nopStore) SetGeneratedTitle(context.Context, agent.GeneratedTitle) (agent.Thread, bool, error) {
 	return agent.Thread{}, true, nil
 }
+
+func (nopStore) AddUsage(context.Context, agent.ThreadUsage) error { return nil }
 
 type syncBuffer struct {
 	mu sync.Mutex

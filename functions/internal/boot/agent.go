@@ -64,7 +64,8 @@ func (b Base) Titles(model agent.Model) engine.Titler {
 	if b.Config.TitlesOff {
 		return nil
 	}
-	return titles.New(titles.Deps{Store: b.Store, Model: model, Clock: b.Clock, Logger: b.Log}, b.Config.Titles(b.TitleModelName()))
+	return titles.New(titles.Deps{Store: b.Store, Model: model, Clock: b.Clock, Logger: b.Log, Prices: b.Config.Prices, Metrics: b.Metrics},
+		b.Config.Titles(b.TitleModelName()))
 }
 
 // Model is the model port the function asks. Without a models file: the OpenAI-compatible adapter, with the key
