@@ -204,6 +204,15 @@ func (l *ledger) ReleaseClaim(ctx context.Context, r agent.ReleaseRequest) error
 func (l *ledger) RecordLateUsage(ctx context.Context, late agent.LateUsage) error {
 	return l.use("RecordLateUsage").RecordLateUsage(ctx, late)
 }
+func (l *ledger) ListDueSignals(ctx context.Context, before time.Time, limit int) ([]agent.Run, error) {
+	return l.use("ListDueSignals").ListDueSignals(ctx, before, limit)
+}
+func (l *ledger) ClaimSignal(ctx context.Context, c agent.SignalClaim) error {
+	return l.use("ClaimSignal").ClaimSignal(ctx, c)
+}
+func (l *ledger) SettleSignal(ctx context.Context, threadID, runID string, status agent.SignalStatus) error {
+	return l.use("SettleSignal").SettleSignal(ctx, threadID, runID, status)
+}
 func (l *ledger) ListStaleClaims(ctx context.Context, before time.Time, limit int) ([]agent.StaleClaim, error) {
 	return l.use("ListStaleClaims").ListStaleClaims(ctx, before, limit)
 }
