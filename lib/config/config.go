@@ -83,6 +83,10 @@ type Config struct {
 	ModelFilesMaxBytes   int           // AGENT_MODEL_FILES_MAX_BYTES: the files of one model request, decoded
 	RunTimeout           time.Duration // AGENT_RUN_TIMEOUT
 	HandOverMargin       time.Duration // AGENT_HANDOVER_MARGIN: a run hands over this long before its invocation's deadline
+	// RequestDeadline is AGENT_REQUEST_DEADLINE: `agentloop dev` and `agentloop serve` only, the invocation
+	// deadline each POST /chat streams under (httpapi.Deps.RequestDeadline), as a Lambda's timeout is: a run still
+	// going AGENT_HANDOVER_MARGIN before it hands over at a step boundary and goes on in this process. Zero: none.
+	RequestDeadline time.Duration
 	ToolTimeout          time.Duration // AGENT_TOOL_TIMEOUT
 	StoreTimeout         time.Duration // AGENT_STORE_TIMEOUT: one DynamoDB request attempt (dynamo.DefaultRequestTimeout)
 	Heartbeat            time.Duration // AGENT_HEARTBEAT
@@ -226,7 +230,8 @@ var ssmNameRE = regexp.MustCompile(`^(/[A-Za-z0-9_.\-]+)+$`)
 // LocalEnv names the variables that only `agentloop dev` and `agentloop serve` act on (Load reads them everywhere): a deployment
 // template sets none of them.
 func LocalEnv() []string {
-	return []string{"AGENT_PPROF_ADDR", "AGENT_SQLITE_BATCH_WRITES", "AGENT_SQLITE_BATCH_BYTES", "AGENTLOOP_DYNAMO_ENDPOINT", "AGENT_DRAIN_GRACE"}
+	return []string{"AGENT_PPROF_ADDR", "AGENT_SQLITE_BATCH_WRITES", "AGENT_SQLITE_BATCH_BYTES", "AGENTLOOP_DYNAMO_ENDPOINT", "AGENT_DRAIN_GRACE",
+		"AGENT_REQUEST_DEADLINE"}
 }
 
 // FromEnv reads the process environment.
@@ -325,6 +330,11 @@ func Load(getenv func(string) string) (Config, error) {
 	durVar("AGENT_MODEL_IDLE_TIMEOUT", &c.ModelIdleTimeout)
 	durVar("AGENT_RUN_TIMEOUT", &c.RunTimeout)
 	durVar("AGENT_HANDOVER_MARGIN", &c.HandOverMargin)
+	durVar("AGENT_REQUEST_DEADLINE", &c.RequestDeadline)
+	if margin := cmp.Or(c.HandOverMargin, engine.DefaultHandOverMargin); c.RequestDeadline > 0 && margin >= c.RequestDeadline {
+		errs = append(errs, fmt.Sprintf("AGENT_HANDOVER_MARGIN (%s) must be shorter than AGENT_REQUEST_DEADLINE (%s): a run hands over "+
+			"that long before its request's deadline", margin, c.RequestDeadline))
+	}
 	durVar("AGENT_TOOL_TIMEOUT", &c.ToolTimeout)
 	durVar("AGENT_STORE_TIMEOUT", &c.StoreTimeout)
 	durVar("AGENT_HEARTBEAT", &c.Heartbeat)

@@ -59,6 +59,21 @@ func TestLoad(t *testing.T) {
 				}
 			}},
 		{name: "page bytes too small", env: map[string]string{"AGENT_PAGE_BYTES": "10"}, wantErr: true},
+		// A POST's deadline for dev and serve: the hand-over margin must fit below it, the default's (2 min) too.
+		{name: "request deadline", env: map[string]string{"AGENT_REQUEST_DEADLINE": "10m", "AGENT_HANDOVER_MARGIN": "30s"},
+			check: func(t *testing.T, c Config) {
+				if c.RequestDeadline != 10*time.Minute || c.Engine("m").HandOverMargin != 30*time.Second {
+					t.Fatalf("request deadline %s, margin %s", c.RequestDeadline, c.Engine("m").HandOverMargin)
+				}
+			}},
+		{name: "request deadline above the default margin", env: map[string]string{"AGENT_REQUEST_DEADLINE": "5m"}, check: func(t *testing.T, c Config) {
+			if c.RequestDeadline != 5*time.Minute {
+				t.Fatalf("request deadline %s", c.RequestDeadline)
+			}
+		}},
+		{name: "request deadline within the default margin", env: map[string]string{"AGENT_REQUEST_DEADLINE": "60s"}, wantErr: true},
+		{name: "request deadline equal to the margin", env: map[string]string{"AGENT_REQUEST_DEADLINE": "30s", "AGENT_HANDOVER_MARGIN": "30s"}, wantErr: true},
+		{name: "request deadline not a duration", env: map[string]string{"AGENT_REQUEST_DEADLINE": "soon"}, wantErr: true},
 		{name: "titles", env: map[string]string{"AGENT_TITLES": "off", "AGENT_TITLE_TIMEOUT": "3s", "AGENT_TITLE_MODEL": "small"},
 			check: func(t *testing.T, c Config) {
 				if tc := c.Titles("small"); !c.TitlesOff || tc.Timeout != 3*time.Second || tc.Model != "small" {

@@ -409,7 +409,8 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		pages[pattern] = h
 	}
 	s.Handler = httpapi.New(httpapi.Deps{Engine: s.Engine, Threads: s.Threads, Auth: verifier, Clock: clock, Logger: log, Refusals: refusals,
-		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}, Pages: pages, Admit: o.Admit})
+		MaxBodyBytes: cfg.MaxBodyBytes, AllowOrigins: []string{"*"}, Pages: pages, Admit: o.Admit,
+		RequestDeadline: cfg.RequestDeadline}) // a POST's deadline, as a Lambda's (its runs go on through s.Launcher)
 	if exclusive {
 		// Every writer of this store is dead: their runs are reaped now, their slots and readers given back.
 		n, err := s.Reaper.ReapAllClaims(ctx)

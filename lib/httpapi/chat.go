@@ -99,6 +99,10 @@ func decodeChatRequest(r io.Reader, limit int64) (engine.Request, chatBody, erro
 }
 
 func (s *server) postChat(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if s.RequestDeadline > 0 {
+		ctx = engine.WithDeadline(ctx, s.Clock.Now().Add(s.RequestDeadline)) // from the request's arrival
+	}
 	req, opts, err := decodeChatBody(r.Body, s.MaxBodyBytes)
 	if err != nil {
 		s.fail(w, r, err)
@@ -126,7 +130,7 @@ func (s *server) postChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	beginStream(w)
-	turn.Stream(r.Context(), w)
+	turn.Stream(ctx, w)
 }
 
 // beginStream sends the 200 and the stream headers and flushes them at once, not with the stream's first byte: a

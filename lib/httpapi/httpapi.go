@@ -47,6 +47,12 @@ type Deps struct {
 	// request: an error refuses the request with its status (a long-lived server that drains on SIGTERM answers
 	// 503 draining with a Retry-After: lib/drain). Nil admits every request.
 	Admit func(*http.Request) error
+	// RequestDeadline, when positive, is the invocation deadline of every POST /chat, counted from its arrival on
+	// Clock: the run hands over HandOverMargin before it (engine.WithDeadline; README "Runs longer than one
+	// invocation"), its stream ends with the hand-over's metadata, and the run goes on through the engine's
+	// launcher. A server with no platform deadline (`agentloop dev`, `agentloop serve` behind a proxy's request
+	// timeout: AGENT_REQUEST_DEADLINE) sets it; a Lambda's context carries its own. Zero: none.
+	RequestDeadline time.Duration
 }
 
 type server struct {
