@@ -7,7 +7,8 @@
 //     chunk must pass the package's uiMessageChunkSchema with no field that the schema does not declare, and
 //     the stream must reduce through DefaultChatTransport + readUIMessageStream, the path useChat takes,
 //     without an error. Tests of anything that produces a stream (the encoder, the chat handler, resume) call
-//     it on captured bodies.
+//     it on captured bodies. A POST stream whose run handed over (Input.HandOver) is also answered to an
+//     AbstractChat, which must end ready with no error and the partial reply.
 //   - Chat drives a running server through the SDK's own client-side chat state, AbstractChat with
 //     DefaultChatTransport and sendAutomaticallyWhen, over the human-in-the-loop round trips (chat.mjs).
 //   - VerifySignatures checks approval signatures with ai@7's own signing code (signature.mjs).
@@ -50,11 +51,17 @@ type Input struct {
 	// Continues, when set, is the UIMessage the stream continues: a continuation reply (after tool outputs or
 	// approval answers) re-opens the last assistant message, and the client reduces it onto its copy.
 	Continues *agent.Message
+	// HandOver: the stream is the POST /chat stream of an invocation that handed its run over (README "Runs longer
+	// than one invocation"): it ends with message-metadata {handover: true} and [DONE], no finish, and an
+	// AbstractChat that gets it as its POST's answer must end ready, with no error, keeping the partial reply
+	// (check.mjs --handover).
+	HandOver bool
 }
 
 // ParsedMessage is what one SDK major made of one stream.
 type ParsedMessage struct {
 	File         string        `json:"file"`
+	HandOver     bool          `json:"handover"` // checked as a handed-over POST stream (Input.HandOver)
 	SDK          string        `json:"sdk"`        // one of SDKs
 	SDKVersion   string        `json:"sdkVersion"` // e.g. "6.0.326"
 	Node         string        `json:"node"`       // the Node version that ran it
@@ -148,6 +155,9 @@ func Run(ctx context.Context, inputs ...Input) ([]ParsedMessage, error) {
 				return nil, err
 			}
 			args = append(args, "--message", prev)
+		}
+		if in.HandOver {
+			args = append(args, "--handover")
 		}
 		args = append(args, files[i])
 	}

@@ -332,3 +332,56 @@ func TestCheckerRejectsBadStreams(t *testing.T) {
 		}
 	}
 }
+
+// The POST stream of a run that handed over (README "Runs longer than one invocation"): a step, then message
+// metadata with handover true, [DONE] and no finish. Every SDK parses it without an error and keeps the partial
+// reply with the metadata, and AbstractChat, given it as its POST's answer, ends ready with no error (check.mjs
+// --handover); the same stream without the metadata, or with a finish, is refused in that mode, and without the
+// mode (no finish) as any stream.
+func TestHandedOverPOSTStream(t *testing.T) {
+	t.Parallel()
+	step := []uistream.Chunk{
+		uistream.Start{MessageID: "msg_ho", Metadata: meta(t, agent.MessageMetadata{RunID: "run_ho"})},
+		uistream.StartStep{},
+		uistream.ToolInputAvailable{ToolCallID: "call_1", ToolName: "add_note", Input: json.RawMessage(`{"text":"x"}`)},
+		uistream.ToolOutputAvailable{ToolCallID: "call_1", Output: json.RawMessage(`{"id":"note_1","text":"x"}`)},
+		uistream.FinishStep{},
+	}
+	handover := uistream.MessageMetadata{Metadata: json.RawMessage(`{"runId":"run_ho","status":"streaming","handover":true}`)}
+	write := setup(t)
+	good := write("handed over", encode(t, append(slices.Clone(step), handover)...))
+	for _, p := range aisdktest.CheckInputs(t, aisdktest.Input{File: good, HandOver: true}) {
+		parts, err := p.Parts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var md map[string]any
+		if err := json.Unmarshal(p.Message.Metadata, &md); err != nil {
+			t.Fatal(err)
+		}
+		if !p.HandOver || p.FinishReason != "" || len(p.Errors) != 0 || p.Message.ID != "msg_ho" || md["handover"] != true ||
+			partTypes(parts) != "step-start,tool-add_note" || parts[1].State != agent.StateOutputAvailable {
+			t.Errorf("ai@%s made %s of the handed-over stream: parts %s, metadata %s, finish %q, errors %v", p.SDK, p.Message.ID,
+				partTypes(parts), p.Message.Metadata, p.FinishReason, p.Errors)
+		}
+	}
+
+	bad := map[string][]byte{
+		"no_handover_metadata": encode(t, step...),
+		"finished":             encode(t, append(slices.Clone(step), handover, uistream.Finish{FinishReason: "stop"})...),
+	}
+	var inputs []aisdktest.Input
+	for name, body := range bad {
+		inputs = append(inputs, aisdktest.Input{File: write(name, body), HandOver: true})
+	}
+	inputs = append(inputs, aisdktest.Input{File: good}) // no finish: refused as an ordinary stream
+	_, err := aisdktest.Run(t.Context(), inputs...)
+	if err == nil {
+		t.Fatal("the checker accepted every bad hand-over stream")
+	}
+	for _, name := range []string{"no_handover_metadata", "finished", "handed_over"} {
+		if !strings.Contains(err.Error(), name+".sse: ai@") {
+			t.Errorf("%s was not reported:\n%v", name, err)
+		}
+	}
+}

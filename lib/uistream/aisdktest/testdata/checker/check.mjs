@@ -1,7 +1,7 @@
 // check.mjs parses captured agentloop UI message streams with the AI SDK's own client code and prints the
 // UIMessage a browser would end up with.
 //
-// usage: node check.mjs <6.0|6|7> [--message <prev.json>] <file.sse>...
+// usage: node check.mjs <6.0|6|7> [--message <prev.json>] [--handover] <file.sse>...
 //
 // "6.0" loads the `ai600` alias (ai@6.0.0, whose chunk schemas are strict objects), "6" the `ai` package (the
 // newest ai@6), "7" the `ai7` alias (ai@7, which needs Node >= 22: run it with
@@ -19,8 +19,16 @@
 // `--message prev.json` applies to the next file only: the stream continues that UIMessage (as useChat does
 // when a continuation reply re-opens the last assistant message after tool outputs or approval answers).
 //
+// `--handover` applies to the next file only: it is the POST /chat stream of an invocation that handed its run
+// over (README "Runs longer than one invocation"): it must end with a `message-metadata` chunk whose
+// messageMetadata.handover is true, then `[DONE]`, and hold no `finish` chunk. Besides steps 1-3, the bytes are
+// then answered to an `AbstractChat` (what useChat wraps) over DefaultChatTransport, as a POST's response: the
+// chat must end `ready` with no error, keep the partial reply as readUIMessageStream made it (the start's
+// message id, the metadata's handover), and call onFinish once with isError, isAbort and isDisconnect false and
+// no finishReason: what the README's re-sync (resumeStream) starts from.
+//
 // It prints one JSON object per file on stdout:
-//   {"file", "continues", "sdk", "sdkVersion", "node", "chunks", "chunkTypes", "errors", "finishReason", "message"}
+//   {"file", "continues", "handover", "sdk", "sdkVersion", "node", "chunks", "chunkTypes", "errors", "finishReason", "message"}
 // where "errors" lists the in-band `error` chunks (they are part of the protocol, not failures). Every problem
 // is reported on stderr; the exit status is 1 when any file failed, 2 on bad usage.
 
@@ -31,19 +39,25 @@ const PACKAGES = { "6.0": "ai600", 6: "ai", 7: "ai7" };
 const MIN_NODE = { "6.0": 18, 6: 18, 7: 22 };
 
 function usage(msg) {
-  process.stderr.write(`check.mjs: ${msg}\nusage: node check.mjs <6.0|6|7> [--message <prev.json>] <file.sse>...\n`);
+  process.stderr.write(`check.mjs: ${msg}\nusage: node check.mjs <6.0|6|7> [--message <prev.json>] [--handover] <file.sse>...\n`);
   process.exit(2);
 }
 
 const [rawTag, ...args] = process.argv.slice(2);
 if (rawTag == null) usage("missing version tag");
-const files = []; // {path, prev}
+const files = []; // {path, prev, handover}
+let next = {}; // the options of the next file
 for (let i = 0; i < args.length; i++) {
   if (args[i] === "--message") {
     if (i + 2 >= args.length) usage("--message needs a message file and a stream file");
-    files.push({ path: args[i + 2], prev: args[i + 1] });
-    i += 2;
-  } else files.push({ path: args[i] });
+    next.prev = args[++i];
+  } else if (args[i] === "--handover") {
+    if (i + 1 >= args.length) usage("--handover needs a stream file");
+    next.handover = true;
+  } else {
+    files.push({ path: args[i], ...next });
+    next = {};
+  }
 }
 const tag = String(rawTag).replace(/^(ai@?|v)/, "");
 const pkgName = PACKAGES[tag];
@@ -62,7 +76,7 @@ const pkgJSON = JSON.parse(
 if (!pkgJSON.version.startsWith(`${tag}.`)) {
   usage(`${pkgName} resolved to ai@${pkgJSON.version}, expected major ${tag}`);
 }
-for (const name of ["uiMessageChunkSchema", "readUIMessageStream", "DefaultChatTransport"]) {
+for (const name of ["uiMessageChunkSchema", "readUIMessageStream", "DefaultChatTransport", "AbstractChat"]) {
   if (typeof ai[name] !== "function") usage(`${pkgName}@${pkgJSON.version} does not export ${name}`);
 }
 const schema = ai.uiMessageChunkSchema();
@@ -148,7 +162,73 @@ function bodyStream(bytes) {
   });
 }
 
-async function checkFile({ path: file, prev }) {
+// ArrayChatState is the ChatState useChat keeps in React, without the subscriptions (as chat.mjs's).
+class ArrayChatState {
+  status = "ready";
+  error = undefined;
+  messages = [];
+  pushMessage = (message) => {
+    this.messages = this.messages.concat(message);
+  };
+  popMessage = () => {
+    this.messages = this.messages.slice(0, -1);
+  };
+  replaceMessage = (index, message) => {
+    this.messages = [...this.messages.slice(0, index), this.snapshot(message), ...this.messages.slice(index + 1)];
+  };
+  snapshot = (value) => structuredClone(value);
+}
+
+// checkChat answers bytes to an AbstractChat's sendMessage, as a POST /chat response, and returns what it made of
+// them: its final status and error, onFinish's events and onError's errors, its messages.
+async function checkChat(bytes) {
+  const finished = [];
+  const errors = [];
+  class Chat extends ai.AbstractChat {}
+  const chat = new Chat({
+    id: "th-check",
+    state: new ArrayChatState(),
+    transport: new ai.DefaultChatTransport({
+      api: "http://127.0.0.1:9/chat",
+      fetch: async () =>
+        new Response(bodyStream(bytes), {
+          status: 200,
+          headers: { "content-type": "text/event-stream", "x-vercel-ai-ui-message-stream": "v1" },
+        }),
+    }),
+    onFinish: (event) => finished.push(structuredClone(event)),
+    onError: (err) => errors.push(err),
+  });
+  await chat.sendMessage({ text: "hello" });
+  return { status: chat.status, error: chat.error, finished, errors, messages: chat.messages };
+}
+
+// checkHandOverChat is --handover's chat check (see the header); message is readUIMessageStream's.
+async function checkHandOverChat(bytes, message, start) {
+  const problems = [];
+  const got = await checkChat(bytes);
+  if (got.status !== "ready" || got.error != null || got.errors.length > 0) {
+    problems.push(`AbstractChat ended ${got.status}: ${describeError(got.error ?? got.errors[0])}`);
+  }
+  const f = got.finished;
+  if (f.length !== 1) problems.push(`AbstractChat called onFinish ${f.length} times, want once`);
+  else if (f[0].isError || f[0].isAbort || f[0].isDisconnect || f[0].finishReason != null || f[0].message?.metadata?.handover !== true) {
+    problems.push(`onFinish got ${JSON.stringify({ ...f[0], message: f[0].message?.metadata, messages: undefined })}, want no error, ` +
+      `abort or disconnect, no finishReason, metadata.handover true`);
+  }
+  const reply = got.messages.at(-1);
+  if (got.messages.length !== 2 || reply?.role !== "assistant") {
+    problems.push(`AbstractChat holds ${JSON.stringify(got.messages.map((m) => m.role))}, want the user's message and the partial reply`);
+  } else {
+    if (start?.messageId != null && reply.id !== start.messageId) problems.push(`the chat's reply is ${reply.id}, want ${start.messageId}`);
+    if (message != null && JSON.stringify(reply.parts) !== JSON.stringify(message.parts)) {
+      problems.push(`the chat's reply parts ${JSON.stringify(reply.parts)} differ from readUIMessageStream's ${JSON.stringify(message.parts)}`);
+    }
+  }
+  return problems;
+}
+
+async function checkFile({ path: file, prev, handover = false }) {
   const problems = [];
   const bytes = new Uint8Array(await readFile(file));
   const prevMessage = prev == null ? undefined : JSON.parse(await readFile(prev, "utf8"));
@@ -193,7 +273,13 @@ async function checkFile({ path: file, prev }) {
   if (chunks.length === 0) problems.push("no chunks");
   else {
     if (chunks[0].type !== "start") problems.push(`first chunk is ${chunks[0].type}, want start`);
-    if (chunks.at(-1).type !== "finish") problems.push(`last chunk is ${chunks.at(-1).type}, want finish`);
+    const last = chunks.at(-1);
+    if (handover) {
+      if (last.type !== "message-metadata" || last.messageMetadata?.handover !== true) {
+        problems.push(`last chunk is ${JSON.stringify(last)}, want message-metadata with handover true (--handover)`);
+      }
+      if (chunks.some((c) => c.type === "finish")) problems.push("a handed-over stream holds a finish chunk");
+    } else if (last.type !== "finish") problems.push(`last chunk is ${last.type}, want finish`);
     chunks.forEach((c, i) => {
       if ((c.type === "start" && i !== 0) || (c.type === "finish" && i !== chunks.length - 1)) {
         problems.push(`chunk ${i}: ${c.type} in the middle of the stream`);
@@ -231,12 +317,19 @@ async function checkFile({ path: file, prev }) {
   if (message != null && start?.type === "start" && start.messageId != null && message.id !== start.messageId) {
     problems.push(`message id ${message.id} differs from start.messageId ${start.messageId}`);
   }
+  if (handover) {
+    if (message != null && message.metadata?.handover !== true) {
+      problems.push(`readUIMessageStream's message has metadata ${JSON.stringify(message.metadata)}, want handover true`);
+    }
+    problems.push(...(await checkHandOverChat(bytes, message, start)));
+  }
 
   return {
     problems,
     result: {
       file,
       continues: prev ?? null,
+      handover,
       sdk: tag,
       sdkVersion: pkgJSON.version,
       node: process.version,

