@@ -83,10 +83,7 @@ type Config struct {
 	ModelFilesMaxBytes   int           // AGENT_MODEL_FILES_MAX_BYTES: the files of one model request, decoded
 	RunTimeout           time.Duration // AGENT_RUN_TIMEOUT
 	HandOverMargin       time.Duration // AGENT_HANDOVER_MARGIN: a run hands over this long before its invocation's deadline
-	// RequestDeadline is AGENT_REQUEST_DEADLINE: `agentloop dev` and `agentloop serve` only, the invocation
-	// deadline each POST /chat streams under (httpapi.Deps.RequestDeadline), as a Lambda's timeout is: a run still
-	// going AGENT_HANDOVER_MARGIN before it hands over at a step boundary and goes on in this process. Zero: none.
-	RequestDeadline time.Duration
+	RequestDeadline      time.Duration // AGENT_REQUEST_DEADLINE: dev and serve only, each POST /chat's invocation deadline (httpapi.Deps.RequestDeadline)
 	ToolTimeout          time.Duration // AGENT_TOOL_TIMEOUT
 	StoreTimeout         time.Duration // AGENT_STORE_TIMEOUT: one DynamoDB request attempt (dynamo.DefaultRequestTimeout)
 	Heartbeat            time.Duration // AGENT_HEARTBEAT

@@ -61,7 +61,7 @@ type Input struct {
 // ParsedMessage is what one SDK major made of one stream.
 type ParsedMessage struct {
 	File         string        `json:"file"`
-	HandOver     bool          `json:"handover"` // checked as a handed-over POST stream (Input.HandOver)
+	HandOver     bool          `json:"handover"`   // checked as a handed-over POST stream (Input.HandOver)
 	SDK          string        `json:"sdk"`        // one of SDKs
 	SDKVersion   string        `json:"sdkVersion"` // e.g. "6.0.326"
 	Node         string        `json:"node"`       // the Node version that ran it
