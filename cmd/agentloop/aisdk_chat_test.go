@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/uistream/aisdktest"
 )
 
@@ -71,4 +78,53 @@ func chatScenarios(t *testing.T, dev *devProc, scenarios ...string) {
 			t.Logf("ai@%s (Node %s) %s: %d requests, %d ms, thread %s", r.SDKVersion, r.Node, r.Scenario, r.Requests, r.Millis, r.Thread)
 		}
 	}
+}
+
+// A reply that crosses a hand-over (issue 21 item 2), on `agentloop dev` with AGENT_REQUEST_DEADLINE: the POST's
+// own stream, captured here, ends with message-metadata {handover: true} and no finish, and every SDK version
+// parses it without an error, keeping the partial reply (check.mjs --handover, AbstractChat included); then the
+// SDK's chat client sends such a message and the README's re-sync (drop the partial copy, resumeStream) ends with
+// the whole reply once, completed, as the server stores it (chat.mjs handover).
+func TestAISDKChatHandOver(t *testing.T) {
+	bin, data := setup(t)
+	dev := startDev(t, bin, data, aisdktest.HandOverEnv...)
+
+	thread := "th-handover-post"
+	msg, err := json.Marshal(map[string]any{"id": thread, "trigger": "submit-message", "messages": []any{map[string]any{
+		"id": "u1", "role": "user", "parts": []any{map[string]any{"type": "text", "text": aisdktest.HandOverText(thread)}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, dev.url+"/chat", bytes.NewReader(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+dev.token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("POST /chat: %d %v\n%s", res.StatusCode, err, body)
+	}
+	file := filepath.Join(t.TempDir(), "handover.sse")
+	if err := os.WriteFile(file, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range aisdktest.CheckInputs(t, aisdktest.Input{File: file, HandOver: true}) {
+		parts, err := p.Parts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.FinishReason != "" || len(parts) != 2 || parts[1].Type != "tool-add_note" || parts[1].State != agent.StateOutputAvailable {
+			t.Fatalf("ai@%s made %s of the POST's stream (finish %q), want the first step's add_note call and its output", p.SDK,
+				p.Message.Parts, p.FinishReason)
+		}
+	}
+
+	chatScenarios(t, dev, aisdktest.ScenarioHandOver)
+	dev.stop(t)
 }

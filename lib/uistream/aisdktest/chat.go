@@ -34,7 +34,25 @@ const (
 	// ScenarioImage: sendMessage with a PNG attached (a file part with a data URL); the offline model's
 	// /received reply shows it arrived as an image_url content part.
 	ScenarioImage = "image"
+	// ScenarioHandOver: a reply that crosses a hand-over, on a server whose POSTs hand over after their first step
+	// (HandOverEnv): the POST's stream ends with metadata.handover and no finish, and the README's re-sync (drop
+	// the partial copy, resumeStream) ends with the whole reply once, as the server stores it. Run only when named.
+	ScenarioHandOver = "handover"
 )
+
+// HandOverEnv is the environment of an `agentloop dev` (or `agentloop serve`) whose POST /chat hands its run over
+// at the first step boundary 200 ms after the request arrived (AGENT_REQUEST_DEADLINE less AGENT_HANDOVER_MARGIN),
+// for ScenarioHandOver and the web app's hand-over flow. HandOverText is a message whose first step surely ends
+// later: the offline model fails its first request once (/flaky), and the adapter waits at least half of its
+// 500 ms backoff base (modelcall.DefaultBackoffBase) before the retry; then the tool's result is answered in a
+// second step, which the continuation streams. token makes the text, and so the offline model's count of the
+// turn's requests, the caller's own.
+var HandOverEnv = []string{"AGENT_REQUEST_DEADLINE=1s", "AGENT_HANDOVER_MARGIN=800ms"}
+
+// HandOverText is the message whose reply crosses a hand-over on a server with HandOverEnv (see there).
+func HandOverText(token string) string {
+	return fmt.Sprintf(`/flaky 1 500 /tool add_note {"text":"handed over %s"}`, token)
+}
 
 // ChatResult is one scenario that passed with one SDK major.
 type ChatResult struct {

@@ -32,6 +32,13 @@
 //   image        sendMessage({text: "/received", files: [a PNG as a data URL]}): the SDK sends the file part, the
 //                offline model's reply lists what it received (the text, then an image_url content part of
 //                image/png with the PNG's size), and the server's copy agrees
+//   handover     (a server whose POSTs hand over after their first step: AGENT_REQUEST_DEADLINE, see
+//                cmd/agentloop's test) a reply of two steps (/flaky 1 500 /tool add_note: the model's first
+//                request fails once, so the first step outlasts the deadline less the margin): the POST's stream
+//                ends with message-metadata {handover: true} and no finish; the README's re-sync (onFinish sees
+//                metadata.handover: drop the partial copy, resumeStream()) follows the run to its finish: the whole
+//                reply once (one tool part, one text), completed, as the server stores it; the README's
+//                sendAutomaticallyWhen does not re-post the handed-over reply
 //
 // The scenarios run concurrently. It prints one JSON line per passed scenario on stdout ({sdk, sdkVersion, node, scenario, thread, requests, ms}).
 // A failed scenario is reported on stderr with the chat's messages and every request and response on the wire;
@@ -41,7 +48,9 @@ import { readFile } from "node:fs/promises";
 
 const PACKAGES = { "6.0": "ai600", 6: "ai", 7: "ai7" };
 const MIN_NODE = { "6.0": 18, 6: 18, 7: 22 };
-const SCENARIOS = ["approve", "deny", "client-tool", "enqueue", "image", "coalesce", "predicate"];
+const SCENARIOS = ["approve", "deny", "client-tool", "enqueue", "image", "coalesce", "predicate", "handover"];
+// Scenarios that need a server started for them: run only when named.
+const NAMED_ONLY = ["handover"];
 const TIMEOUT_MS = 10_000; // one wait for the chat to go idle
 const QUIET_MS = 150; // idle this long with no new request: nothing automatic is still coming
 const MAX_REQUESTS = 8; // per scenario: more means the SDK keeps re-posting on its own
@@ -56,7 +65,7 @@ const tag = String(rawTag ?? "").replace(/^(ai@?|v)/, "");
 const pkgName = PACKAGES[tag];
 if (pkgName == null) usage(`unknown version tag ${JSON.stringify(rawTag)}`);
 if (!baseURL || !token) usage("missing base URL or token");
-const scenarios = named.length > 0 ? named : SCENARIOS;
+const scenarios = named.length > 0 ? named : SCENARIOS.filter((s) => !NAMED_ONLY.includes(s));
 for (const s of scenarios) if (!SCENARIOS.includes(s)) usage(`unknown scenario ${JSON.stringify(s)}`);
 const nodeMajor = Number(process.versions.node.split(".")[0]);
 if (nodeMajor < MIN_NODE[tag]) usage(`ai@${tag} needs Node >= ${MIN_NODE[tag]}, this is ${process.version}`);
@@ -129,6 +138,7 @@ class Session {
       onFinish: (event) => {
         this.finishes++;
         this.finished.push(structuredClone(event));
+        this.onFinish?.(event);
       },
       onError: (err) => this.errors.push(err),
     });
@@ -455,6 +465,52 @@ async function image(s) {
   await agreesWithServer(s);
 }
 
+// resumeHandedOver is the README's re-sync after a hand-over (README "Runs longer than one invocation"), as an
+// onFinish: a POST whose stream ended with metadata.handover has its run going on elsewhere; once the request has
+// settled (a microtask later: onFinish runs inside it), drop the partial copy, whose replay re-creates it under
+// the same id (ai@6.0.0 would add the replay onto the copy), and resume.
+const resumeHandedOver = (chat) => ({ message }) => {
+  if (message.metadata?.handover !== true) return;
+  queueMicrotask(() => {
+    chat.messages = chat.messages.filter((m) => m.id !== message.id);
+    void chat.resumeStream();
+  });
+};
+
+// handover sends a message whose reply crosses a hand-over and checks that the README's re-sync ends with the
+// whole reply once (see the header).
+async function handover(s) {
+  s.onFinish = resumeHandedOver(s.chat);
+  const note = `handed over ${s.thread}`; // aisdktest.HandOverText: the offline model counts /flaky's requests by the turn's text
+  await s.chat.sendMessage({ text: `/flaky 1 500 /tool add_note ${json({ text: note })}` });
+  await s.idle("sendMessage across a hand-over");
+  check(json(s.wire.map((w) => w.method)) === json(["POST", "GET"]) && s.wire[1].url.endsWith(`/chat/${s.thread}/stream`),
+    `requests ${json(s.wire.map((w) => [w.method, w.url]))}, want the POST and one resume (GET /chat/{id}/stream)`);
+  const chunks = s.wire[0].response.split("\n\n").filter((f) => f.startsWith("data: ") && f !== "data: [DONE]").map((f) => JSON.parse(f.slice(6)));
+  const last = chunks.at(-1);
+  check(last?.type === "message-metadata" && last.messageMetadata?.handover === true && !chunks.some((c) => c.type === "finish"),
+    `the POST's stream did not end with a hand-over: ${json(chunks.map((c) => c.type))}`);
+  const [posted, resumed] = s.finished;
+  check(s.finished.length === 2, `onFinish ran ${s.finished.length} times, want 2 (the POST, the resume)`);
+  check(!posted.isError && !posted.isAbort && !posted.isDisconnect && posted.finishReason == null && posted.message.metadata?.handover === true,
+    `onFinish of the POST: ${json({ ...posted, messages: undefined })}`);
+  check(!resumed.isError && resumed.finishReason === "stop" && resumed.message.metadata?.status === "completed" && resumed.message.id === posted.message.id,
+    `onFinish of the resume: ${json({ ...resumed, messages: undefined })}`);
+  const msgs = s.chat.messages;
+  check(msgs.length === 2 && msgs[1].role === "assistant" && msgs[1].id === chunks[0].messageId,
+    `chat has ${json(msgs.map((m) => [m.id, m.role]))}, want the user's message and the reply ${chunks[0].messageId}`);
+  const reply = msgs[1];
+  const tools = reply.parts.filter((p) => p.type === "tool-add_note");
+  const texts = reply.parts.filter((p) => p.type === "text");
+  check(tools.length === 1 && tools[0].state === "output-available" && texts.length === 1 && reply.parts.filter((p) => p.type === "step-start").length === 2,
+    `the reply's parts ${json(reply.parts)}: want two steps, one add_note call and one text`);
+  const noteId = tools[0].output?.id;
+  check(texts[0].text.startsWith("Tool add_note returned:") && texts[0].text.split(noteId).length === 2,
+    `the reply's text ${json(texts[0].text)} does not report ${noteId} once`);
+  check(reply.metadata?.handover == null, `the resumed reply keeps the POST's hand-over metadata: ${json(reply.metadata)}`);
+  await agreesWithServer(s);
+}
+
 // readmeAutomatic is the README's sendAutomaticallyWhen: re-post once every approval of the last step is answered,
 // or once every call of a message that stopped to wait for the client (metadata.status "interrupted") has its
 // output; never for a reply stopped after a tool step (status "canceled", finished tool parts), which the server
@@ -494,6 +550,7 @@ const RUN = {
   coalesce: [readmeAutomatic, coalesce],
   predicate: [undefined, predicate],
   image: [undefined, image],
+  handover: [readmeAutomatic, handover],
 };
 
 // The scenarios run at once, each on its own thread; their reports are printed in the order named.
