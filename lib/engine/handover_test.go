@@ -70,12 +70,16 @@ func handOverEngine(f *fixture, l agent.RunLauncher, mut func(*engine.Config)) *
 // soon is an invocation deadline due at the run's next step boundary after one tick (the tool moves the clock
 // past it), and not at the boundary before.
 func soon(clock *stepClock, margin time.Duration) context.Context {
-	return engine.WithDeadline(context.Background(), clock.Now().Add(margin+10*time.Second))
+	return engine.WithDeadline(context.Background(), clock.Now().Add(margin+tick/2))
 }
 
 const (
-	tick         = 20 * time.Second // below the fixture's horizon (StaleAfter/2), so no claim falls in doubt
-	handOverStep = 5                // MaxSteps of the hand-over runs
+	// tick: a claim's whole life in these tests (at most handOverStep ticks) stays below the fixture's horizon
+	// (StaleAfter/2) whether or not a heartbeat lands between two ticks: heartbeats are asynchronous, and with
+	// 20 s ticks a continuation that took two steps before its first heartbeat landed was in doubt (run_fenced,
+	// about 1 run in 10 of TestHandOverAllHandsOverRunningRuns; TestHandOverThreeTimes' last continuation too).
+	tick         = 5 * time.Second
+	handOverStep = 5 // MaxSteps of the hand-over runs
 )
 
 // A run crossing three hand-overs (each invocation's deadline shortened on the injected clock) on both stores:
