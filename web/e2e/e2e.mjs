@@ -1,9 +1,12 @@
 // End-to-end tests of the web app in Debian's Chromium (playwright-core), against a running `agentloop dev`
 // with the offline model. Driven by cmd/agentloop's TestWebApp; by hand:
 //
-//   node web/e2e/e2e.mjs --url http://127.0.0.1:8787 --limited http://127.0.0.1:8788 --artifacts /tmp/shots [--only send,stop]
+//   node web/e2e/e2e.mjs --url http://127.0.0.1:8787 --limited http://127.0.0.1:8788 --handover http://127.0.0.1:8789 \
+//     --artifacts /tmp/shots [--only send,stop]
 //
-// --limited is a second dev server with AGENT_THREADS_PER_MINUTE=1 (the 429 flow). Every flow drives the page
+// --limited is a second dev server with AGENT_THREADS_PER_MINUTE=1 (the 429 flow); --handover a third whose POSTs
+// hand their runs over 200 ms in (AGENT_REQUEST_DEADLINE=1s, AGENT_HANDOVER_MARGIN=800ms: aisdktest.HandOverEnv;
+// the hand-over flow). Every flow drives the page
 // only through the accessible names of the contract (README "The web app"), writes a screenshot to --artifacts,
 // and prints one line: `ok <flow> <ms>` or `FAIL <flow>: <why>`; `metric <name> <ms>` lines carry the timings
 // make bench reports. The exit status is the number of failed flows.
@@ -17,6 +20,7 @@ const { values: opts } = parseArgs({
   options: {
     url: { type: 'string' },
     limited: { type: 'string' },
+    handover: { type: 'string' },
     artifacts: { type: 'string', default: 'web/e2e/artifacts' },
     only: { type: 'string', default: '' },
     timeout: { type: 'string', default: '60000' },
@@ -349,6 +353,47 @@ async function limited() {
   }
 }
 
+// A reply that crosses a hand-over, on the --handover server (its POSTs hand over at the first step boundary
+// 200 ms in; the model's first request fails once, and the retry's backoff makes the first step longer:
+// aisdktest.HandOverText). The POST's stream ends with the hand-over's metadata and no finish; the page resumes
+// on its own (GET /chat/{id}/stream replays the run and follows it to its end) and shows the whole reply once,
+// as stored, and the composer returns to idle.
+async function handover() {
+  const { context, page, errors } = await open(opts.handover);
+  try {
+    const posts = [];
+    const resumes = [];
+    page.on('response', (r) => {
+      const path = new URL(r.url()).pathname;
+      if (r.request().method() === 'POST' && path.endsWith('/chat')) posts.push(r.text().catch((e) => `(unread: ${e.message})`));
+      if (r.request().method() === 'GET' && /\/chat\/[^/]+\/stream$/.test(path)) resumes.push(r.status());
+    });
+    const tag = `web-${Date.now().toString(36)}`;
+    await send(page, `/flaky 1 500 /tool add_note {"text":"handed over ${tag}"}`);
+    await until(async () => (await text(lastReply(page))).includes('Tool add_note returned') && (await idle(page)) && resumes.includes(200),
+      'the whole reply, resumed after the hand-over');
+    const post = (await Promise.all(posts)).join('');
+    if (posts.length !== 1 || !post.includes('"handover":true') || post.includes('"type":"finish"')) {
+      throw new Error(`the POST did not hand over (${posts.length} POSTs): ${post.slice(-300)}`);
+    }
+    if ((await users(page).count()) !== 1 || (await assistants(page).count()) !== 1) throw new Error('messages duplicated after the hand-over');
+    const shown = await text(lastReply(page).locator('.md'));
+    const said = shown.split('Tool add_note returned').length - 1;
+    const view = await stored(page);
+    const reply = view.messages.at(-1);
+    const noteId = (storedText(reply).match(/note_[0-9a-f]+/) ?? [])[0];
+    if (said !== 1 || !noteId || shown.split(noteId).length !== 2) throw new Error(`the reply shows "${shown}", want its text once (stored: "${storedText(reply)}")`);
+    if (view.messages.length !== 2 || reply.metadata?.status !== 'completed' || view.thread?.activeRun) {
+      throw new Error(`stored: ${view.messages.length} messages, reply ${JSON.stringify(reply.metadata)}, active run ${JSON.stringify(view.thread?.activeRun)}`);
+    }
+    if ((await box(page).getAttribute('placeholder')) !== 'Message') throw new Error('the composer did not return to idle');
+    if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);
+  } finally {
+    await page.screenshot({ path: join(opts.artifacts, 'handover.png'), fullPage: true }).catch(() => {});
+    await context.close();
+  }
+}
+
 function metric(name, ms) {
   console.log(`metric ${name} ${ms}`);
 }
@@ -413,5 +458,6 @@ for (const [name, flow] of Object.entries(flows)) {
   });
 }
 if (opts.limited) await run('limited', limited);
+if (opts.handover) await run('handover', handover);
 await browser.close();
 process.exit(failed);

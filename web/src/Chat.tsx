@@ -41,7 +41,9 @@ export function Chat({ threadId, initial, onSending, onSent }: Props) {
   const busy = status === 'submitted' || status === 'streaming';
 
   // sync reads the thread and, while no stream runs here, takes the server's transcript and attaches to a run
-  // that started without this page (a queued message's turn, a job's steer turn).
+  // that started without this page (a queued message's turn, a job's steer turn) or goes on without its POST (a
+  // run that handed over: the POST's stream ended with metadata.handover and no finish; README "Runs longer than
+  // one invocation").
   const statusRef = useRef(status);
   statusRef.current = status;
   const sync = useCallback(async () => {
