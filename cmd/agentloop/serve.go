@@ -84,7 +84,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready c
 	// which the balancer sends to another replica.
 	srv.SetKeepAlivesEnabled(false)
 	st := stack.Drain(context.Background())
-	fmt.Fprintf(stdout, "agentloop serve drained: %d runs finished, %d stopped, %d left to the reaper\n", st.Finished, st.Stopped, st.Left)
+	fmt.Fprintf(stdout, "agentloop serve drained: %d runs finished, %d stopped, %d left to the reaper, %d handed over\n",
+		st.Finished, st.Stopped, st.Left, st.HandedOver)
 	closeCtx, cancel := context.WithTimeout(context.Background(), serveCloseWait)
 	defer cancel()
 	if err := srv.Shutdown(closeCtx); err != nil {

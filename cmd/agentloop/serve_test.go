@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -417,9 +419,9 @@ func TestServeDrain(t *testing.T) {
 		wantLine            string // serve's drained line
 		wantText            func(string) bool
 	}{
-		{"finishes within the grace", "1m", "/slow 50", "completed", `"status":"completed"`, "agentloop serve drained: 1 runs finished, 0 stopped, 0 left to the reaper",
+		{"finishes within the grace", "1m", "/slow 50", "completed", `"status":"completed"`, "agentloop serve drained: 1 runs finished, 0 stopped, 0 left to the reaper, 0 handed over",
 			func(s string) bool { return strings.HasSuffix(s, "word50") }},
-		{"stopped after the grace", "5s", "/slow 300", "canceled", `"status":"canceled"`, "agentloop serve drained: 0 runs finished, 1 stopped, 0 left to the reaper",
+		{"stopped after the grace", "5s", "/slow 300", "canceled", `"status":"canceled"`, "agentloop serve drained: 0 runs finished, 1 stopped, 0 left to the reaper, 0 handed over",
 			func(s string) bool { return strings.Contains(s, "word2") && !strings.Contains(s, "word300") }},
 	}
 	for i, tt := range tests {
@@ -542,7 +544,7 @@ func TestServeDrainBackgroundRun(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if line, want := p.line(t, "agentloop serve drained:"), "agentloop serve drained: 0 runs finished, 1 stopped, 0 left to the reaper"; line != want {
+	if line, want := p.line(t, "agentloop serve drained:"), "agentloop serve drained: 0 runs finished, 1 stopped, 0 left to the reaper, 0 handed over"; line != want {
 		t.Errorf("serve printed %q, want %q", line, want)
 	}
 	if err := p.wait(t); err != nil {
@@ -551,5 +553,136 @@ func TestServeDrainBackgroundRun(t *testing.T) {
 	v := getThread(t, other.url, tok, "bg")
 	if st, text := v.reply(); v.Thread.ActiveRun != nil || st != "canceled" || !strings.Contains(text, "word2") || strings.Contains(text, "word300") {
 		t.Fatalf("the stored reply: active run %v, %s %q", v.Thread.ActiveRun, st, text)
+	}
+}
+
+// Issue 21 item 1: SIGTERM with a run in flight past a short grace: the run hands over at its next step boundary
+// (here: once its tool, held by the test, returns after the grace), its continuation is left to another replica
+// (the draining one starts none), and the process exits 0. Replica B continues the run once its claim is stale
+// (its reaper, or the lazy reap of its reader: both relaunch, never reap, a handed-over run) to completed: the
+// stored reply is the whole reply, once; a reader attached on B before the SIGTERM sees one continuous stream,
+// parsed by the AI SDK's parsers into one finished message.
+func TestServeDrainHandsOver(t *testing.T) {
+	t.Parallel()
+	bin, _ := setup(t)
+	endpoint := dynaliteEndpoint(t)
+	called, release := make(chan struct{}, 1), make(chan struct{})
+	var words []string
+	for i := 1; i <= 60; i++ {
+		words = append(words, fmt.Sprintf("out%d", i))
+	}
+	output := strings.Join(words, " ")
+	hold := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case called <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprint(w, output)
+	}))
+	t.Cleanup(hold.Close)
+	tools := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(tools, []byte("httpTools:\n  - name: hold\n    description: Waits until the test lets it go.\n"+
+		"    inputSchema: {type: object}\n    url: "+hold.URL+"/hold\n    timeout: 5m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := serveEnv(endpoint, tableName(t), "AGENT_TOOLS_FILE="+tools, "AGENT_HEARTBEAT=100ms", "AGENT_STALE_AFTER=1s",
+		"AGENT_REAPER_INTERVAL=200ms", "AGENT_DRAIN_GRACE=1s")
+	a := startServe(t, bin, env, "--create-table")
+	b := startServe(t, bin, env)
+	tok := mintServeToken(t, bin, env, "alice")
+
+	resp := postStream(t, a.url, tok, "handover", "m1", "/tool hold {}")
+	defer resp.Body.Close()
+	readUntil(t, resp.Body, `"type":"tool-input-available"`)
+	<-called
+	// A reader on B, attached while A's run waits on its tool.
+	type read struct {
+		status int
+		body   []byte
+		err    error
+	}
+	reader := make(chan read, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", b.url+"/chat/handover/stream", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			reader <- read{err: err}
+			return
+		}
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		reader <- read{res.StatusCode, body, err}
+	}()
+
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The grace is over (A's run is asked to hand over at its next step boundary): the tool returns now.
+	eventually(t, "A's grace ends", func() (bool, string) {
+		return strings.Contains(a.log(), `"msg":"drain.handover"`), tail(a.log(), 300)
+	})
+	close(release)
+	post, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("A's POST stream: %v", err)
+	}
+	if bytes.Contains(post, []byte(`"type":"finish"`)) || !bytes.Contains(post, []byte(`"handover":true`)) {
+		t.Fatalf("A's POST stream did not end as a hand-over: %s", tail(string(post), 600))
+	}
+	if line := a.line(t, "agentloop serve drained:"); line != "agentloop serve drained: 0 runs finished, 0 stopped, 0 left to the reaper, 1 handed over" {
+		t.Errorf("A printed %q", line)
+	}
+	if err := a.wait(t); err != nil {
+		t.Fatalf("A exited with %v after SIGTERM, want 0", err)
+	}
+	if strings.Contains(a.log(), `"msg":"run continued"`) {
+		t.Fatal("the draining replica continued the run itself")
+	}
+
+	eventually(t, "B continues the run to its end", func() (bool, string) {
+		status, body := request(t, "GET", b.url+"/threads/handover/runs", tok, "")
+		return status == 200 && bytes.Contains(body, []byte(`"status":"completed"`)), string(body)
+	})
+	v := getThread(t, b.url, tok, "handover")
+	st, text := v.reply()
+	if v.Thread.ActiveRun != nil || st != "completed" || strings.Count(text, "out60") != 1 || strings.Count(text, "out1 ") != 1 {
+		t.Fatalf("the stored reply: active run %v, %s %q; want completed, the tool's whole output once", v.Thread.ActiveRun, st, text)
+	}
+	var replies int
+	for _, m := range v.Messages {
+		if m.Role == "assistant" {
+			replies++
+		}
+	}
+	if replies != 1 {
+		t.Fatalf("%d assistant messages, want one reply", replies)
+	}
+
+	var got read
+	select {
+	case got = <-reader:
+	case <-time.After(time.Minute):
+		t.Fatal("B's reader did not end within a minute of the run's end")
+	}
+	if got.err != nil || got.status != 200 {
+		t.Fatalf("B's reader: %d %v", got.status, got.err)
+	}
+	if n := bytes.Count(got.body, []byte(`"type":"start"`)); n != 1 {
+		t.Fatalf("B's reader saw %d start chunks, want one continuous stream: %s", n, got.body)
+	}
+	for i, sdk := range aisdktest.SDKs {
+		p := aisdktest.OfFile(aisdktest.CheckStreams(t, got.body), 0)[i]
+		parts, _ := json.Marshal(p.Message.Parts)
+		if p.FinishReason != "stop" || bytes.Count(parts, []byte("out60")) != 2 || !bytes.Contains(parts, []byte(`"tool-hold"`)) {
+			// out60 twice: the tool's output, and the reply's text quoting it.
+			t.Fatalf("ai@%s: B's reader parsed into %s (%s), want the tool call and the whole reply, finished", sdk, parts, p.FinishReason)
+		}
 	}
 }

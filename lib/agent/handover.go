@@ -10,7 +10,8 @@ import (
 // draft reply, its stream segments up to a boundary) and asks a RunLauncher to continue it; the continuation
 // takes the claim at the next epoch (HandOverStore.HandOver, a conditional write), so every later write of the old
 // holder is refused (DESIGN principle 8), and streams on into the same reply and the same segment sequence. A
-// continuation that never starts leaves a claim that goes stale: the reaper finishes the run as any (no loss).
+// continuation that never starts leaves a claim that goes stale: the reaper continues the run from the reply the
+// hand-over stored (MessageMetadata.HandedOver), or finishes it as any (no loss).
 
 // Continuation names a run to go on with no client attached: the hand-over's event, carried by the launcher
 // (in-process, or the chat function's asynchronous invocation of itself) to the process that continues the run.
@@ -25,6 +26,9 @@ type Continuation struct {
 	Steps int `json:"steps"`
 	// HandOvers counts the hand-overs so far, this one included (logged; bounded by nothing but the run's time).
 	HandOvers int `json:"handOvers"`
+	// Relaunches counts the reaper's relaunches of this continuation since the run last took a step (lib/reaper:
+	// bounded, so a continuation that never starts is reaped in the end).
+	Relaunches int `json:"relaunches,omitempty"`
 }
 
 // RunLauncher starts the continuation of a run in a fresh invocation with no client attached. Launch returns

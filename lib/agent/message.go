@@ -60,6 +60,11 @@ type MessageMetadata struct {
 	// cuts the transcript where this run's last request was cut and the provider's prompt cache holds (lib/transcript
 	// Config.Scale). Absent: 1.
 	ContextScale float64 `json:"contextScale,omitempty"`
+	// HandedOver, on a reply stored by a run as it handed over (stored only, never streamed), is the hand-over's
+	// continuation: while the thread's claim still names the run at HandedOver.Epoch, the continuation has not
+	// taken it up, and a reaper that finds that claim stale continues the run from it instead of reaping it
+	// (lib/reaper). The continuation's own writes of the reply carry none (or a later epoch's).
+	HandedOver *Continuation `json:"handedOver,omitempty"`
 }
 
 // RunErrorPart is the type of the part that shows a failed reply's error in the reply itself, for apps that

@@ -621,9 +621,11 @@ func (c Config) Signals(background bool) signals.Config {
 		Timeout: c.SignalTimeout, Background: background}
 }
 
-// Reaper is the reaper's share.
+// Reaper is the reaper's share. RunTimeout is the engine's (its default too): a handed-over run is continued only
+// within it.
 func (c Config) Reaper() reaper.Config {
-	return reaper.Config{StaleAfter: c.StaleAfter, Interval: c.ReaperInterval, Batch: c.ReaperBatch}
+	return reaper.Config{StaleAfter: c.StaleAfter, Interval: c.ReaperInterval, Batch: c.ReaperBatch,
+		RunTimeout: cmp.Or(c.RunTimeout, engine.DefaultRunTimeout)}
 }
 
 // Threads is the thread service's share (resume readers included).

@@ -127,6 +127,17 @@ type Options struct {
 	Pages map[string]http.Handler
 	// SignalSinks, when set, receive the completion signals too (tests).
 	SignalSinks []agent.SignalSink
+	// launchers, when set, wraps the in-process launcher the engine and the reaper continue runs through
+	// (Serve: a drain leaves continuations to the other replicas).
+	launchers func(agent.RunLauncher) agent.RunLauncher
+}
+
+// launcher is the launcher the engine and the reaper continue runs through: l, wrapped when Options say so.
+func (o Options) launcher(l *locallaunch.Launcher) agent.RunLauncher {
+	if o.launchers == nil {
+		return l
+	}
+	return o.launchers(l)
 }
 
 // toolSources are the tool sources of a tools file (nil: none): its HTTP tools (lib/httptools) and one source per
@@ -302,8 +313,12 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	} else if s.Signals != nil {
 		runSignals = s.Signals
 	}
+	// Background runs and hand-overs (a drain's end) continue on a goroutine of this process (lib/locallaunch);
+	// Close waits for those in flight, before the store closes. The reaper continues through it the handed-over
+	// runs whose continuation never started (another replica's, drained: Serve).
+	s.Launcher = locallaunch.New(nil, log)
 	s.Reaper = reaper.New(reaper.Deps{Store: s.Store, Tools: toolset, Jobs: s.Jobs, Clock: clock, Logger: log, Metrics: metrics,
-		Signals: runSignals}, rcfg)
+		Signals: runSignals, Launcher: o.launcher(s.Launcher)}, rcfg)
 	if s.Signer, err = interrupts.NewSigner(s.Secret); err != nil {
 		return s, err
 	}
@@ -354,10 +369,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	// A catalog above AGENT_TOOL_ROUTER_MIN tools offers each step a subset (lib/toolrouter): keywords, then the
 	// model's embeddings (the offline model's deterministic ones here), the tools' vectors cached in the store.
-	// Background runs and hand-overs (a drain's end) continue on a goroutine of this process (lib/locallaunch);
-	// Close waits for those in flight, before the store closes.
-	s.Launcher = locallaunch.New(nil, log)
-	s.Engine = engine.New(engine.Deps{Launcher: s.Launcher, Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(embedder(model, s.ModelName), s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
+	s.Engine = engine.New(engine.Deps{Launcher: o.launcher(s.Launcher), Store: s.Store, Model: model, Tools: toolset, Sources: s.Sources, Router: toolrouter.New(routerDeps(embedder(model, s.ModelName), s.Store, log, clock), cfg.ToolRouter()), Inputs: inputs, Reaper: s.Reaper, Clock: clock, IDs: o.IDs,
 		Signer: s.Signer, Jobs: s.Jobs, Logger: log, Prices: cfg.Prices, Metrics: metrics, Hub: hub, Titles: titler,
 		Signals: runSignals},
 		cfg.Engine(s.ModelName))

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -67,6 +68,9 @@ type Serve struct {
 	drainCfg drain.Config
 	timers   agent.Timers
 	log      *slog.Logger
+	// leave is the launcher the engine and the reaper continue runs through: the local one until a drain, which
+	// leaves continuations to the other replicas.
+	leave *leavingLauncher
 }
 
 // ErrCreateTableNeedsEndpoint refuses --create-table without AGENTLOOP_DYNAMO_ENDPOINT.
@@ -117,8 +121,10 @@ func NewServe(ctx context.Context, o ServeOptions) (*Serve, error) {
 		clock = agent.SystemClock{}
 	}
 	s.timers = agent.TimersOf(clock)
+	s.leave = &leavingLauncher{log: log}
 	opts := Options{Config: cfg, Store: s.Dynamo, Logger: log, Clock: clock, Deployment: true, Admit: s.Gate.Admit,
-		Pages: map[string]http.Handler{"GET /readyz": s.readyz()}}
+		Pages:     map[string]http.Handler{"GET /readyz": s.readyz()},
+		launchers: func(l agent.RunLauncher) agent.RunLauncher { s.leave.next = l; return s.leave }}
 	if cfg.JobsStateMachineARN != "" {
 		opts.Jobs = sfn.New(awssfn.NewFromConfig(awsCfg), cfg.JobsStateMachineARN)
 		s.JobsMode = "step functions " + cfg.JobsStateMachineARN
@@ -242,11 +248,35 @@ const (
 )
 
 // Drain drains the stack (lib/drain): the gate closes (new chat requests and stream readers get 503 draining,
-// GET /readyz too), the runs it holds get AGENT_DRAIN_GRACE to finish, then what is left is stopped as the stop
-// endpoint stops a run and gets drain.DefaultStopWait to store its end. The caller then closes the listener and
+// GET /readyz too), the runs it holds get AGENT_DRAIN_GRACE to finish, then what is left hands over at its next
+// step boundary (the engine's HandOverAll) with its continuation left to another replica, and what has not
+// handed over within drain.DefaultStopWait is stopped as the stop endpoint stops a run. From the drain's start
+// this replica starts no continuation (its launcher leaves them: leavingLauncher) and its reaper continues none
+// (reaper.Hold): a continuation started here would die with the process. The other replicas' reapers continue
+// the handed-over runs once their claims are stale (AGENT_STALE_AFTER). The caller then closes the listener and
 // the stack.
 func (s *Serve) Drain(ctx context.Context) drain.Stats {
+	s.leave.leaving.Store(true)
+	s.Reaper.Hold()
 	return drain.Run(ctx, s.Gate, &stackRuns{s: s.Stack, asked: map[engine.LocalRun]bool{}}, s.drainCfg, s.timers, s.log)
+}
+
+// leavingLauncher launches through next until a drain; from then on it takes every continuation and starts none
+// (the run hands over and ends here; its claim goes stale and another replica's reaper continues it). A refusal
+// would keep the run going here (engine: a launch that fails leaves the run where it is).
+type leavingLauncher struct {
+	next    agent.RunLauncher
+	leaving atomic.Bool
+	log     *slog.Logger
+}
+
+func (l *leavingLauncher) Launch(ctx context.Context, c agent.Continuation) error {
+	if l.leaving.Load() {
+		l.log.Info("drain.handed_over", "thread_id", c.ThreadID, "run_id", c.RunID, "epoch", c.Epoch, "segment", c.Segment,
+			"steps", c.Steps)
+		return nil
+	}
+	return l.next.Launch(ctx, c)
 }
 
 // stackRuns are the engine's runs as a drain sees them.
@@ -261,6 +291,9 @@ type stackRuns struct {
 func (r *stackRuns) Running() int {
 	return max(r.s.Engine.Load().Running, len(r.s.Engine.LocalRuns()))
 }
+
+// HandOver makes every run hand over at its next step boundary (its continuation left: leavingLauncher).
+func (r *stackRuns) HandOver() { r.s.Engine.HandOverAll() }
 
 // Stop stops each run as the stop endpoint does (threads.Service.Stop): the stop stored on the claim first (the
 // truth every process reads, and what decides the run's outcome), then the run told in memory. A stop the store

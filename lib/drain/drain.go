@@ -12,13 +12,19 @@
 //     before, and the listener stays open: a request that arrives in the moment before the balancer notices gets
 //     a 503 it can act on, not a refused connection.
 //  2. The runs the process holds go on, each bounded by its own wall clock as always, for at most Grace
-//     (AGENT_DRAIN_GRACE, DefaultGrace).
-//  3. What is still running then is stopped as the stop endpoint stops a run: the stop is stored on the claim,
-//     then the run is told in memory; it ends through the engine's normal stop path (its reply stored, marked
-//     canceled, its claim released, its stream finished), within StopWait. A run that does not end by then (a
-//     store that does not answer) is left to the reaper of another replica, as a crashed process's is: nothing
-//     it stored is lost.
-//  4. The caller closes the listener and exits 0.
+//     (AGENT_DRAIN_GRACE, DefaultGrace): a reply that ends within it ends here.
+//  3. What is still running then hands over at its next step boundary (Runs.HandOver: the engine's HandOverAll):
+//     its reply and stream stored as they stand, its continuation left to another replica (the draining
+//     process starts none: its launcher declines, and its reaper is held), whose reaper continues the run once
+//     its claim is stale (lib/reaper's relaunch). The reply stays one message, its stream one sequence of
+//     segments: a reader attached elsewhere sees one continuous stream. Each run gets StopWait to reach a step
+//     boundary.
+//  4. A run that has not handed over by then (a step that does not end: a long model step, a slow tool) is
+//     stopped as the stop endpoint stops a run: the stop is stored on the claim, then the run is told in memory;
+//     it ends through the engine's normal stop path (its reply stored, marked canceled, its claim released, its
+//     stream finished), within StopWait. A run that does not end by then (a store that does not answer) is left
+//     to the reaper of another replica, as a crashed process's is: nothing it stored is lost.
+//  5. The caller closes the listener and exits 0.
 //
 // Every wait is on the injected timers (agent.Timers).
 package drain
@@ -39,12 +45,14 @@ import (
 
 // Defaults, written once here (lib/config maps AGENT_DRAIN_GRACE onto Config.Grace).
 const (
-	// DefaultGrace is how long a drain lets the process's runs finish before it stops them: with StopWait and the
-	// listener's close it stays below the 30 s an orchestrator gives a container between SIGTERM and SIGKILL by
-	// default (ECS stopTimeout, Kubernetes terminationGracePeriodSeconds). Replies longer than that are stopped
-	// (canceled, what they streamed kept); raise both together to let them finish (README "agentloop serve").
-	DefaultGrace = 20 * time.Second
-	// DefaultStopWait bounds how long the runs stopped at the end of the grace take to store their end.
+	// DefaultGrace is how long a drain lets the process's runs finish before it hands them over: with the
+	// hand-over's and the stop's waits (StopWait each) it stays within the 30 s an orchestrator gives a container
+	// between SIGTERM and SIGKILL by default (ECS stopTimeout, Kubernetes terminationGracePeriodSeconds). Replies
+	// longer than that are continued by another replica (or stopped, canceled with what they streamed kept, when
+	// they reach no step boundary); raise both together to let them finish here (README "agentloop serve").
+	DefaultGrace = 15 * time.Second
+	// DefaultStopWait bounds how long the runs take to hand over at the end of the grace, and then how long the
+	// runs stopped after it take to store their end.
 	DefaultStopWait = 5 * time.Second
 	// DefaultRetryAfter is the Retry-After of a draining refusal: by then the balancer has taken the replica out.
 	DefaultRetryAfter = 5 * time.Second
@@ -106,17 +114,21 @@ type Runs interface {
 	// Stop asks each run still running to stop, as the stop endpoint does, skipping those already asked; it
 	// returns how many it asked now.
 	Stop(ctx context.Context) int
+	// HandOver makes every run hand over at its next step boundary, its continuation left to another process.
+	HandOver()
 }
 
 // Stats is what a drain did.
 type Stats struct {
-	Finished int // runs that ended on their own within the grace
-	Stopped  int // runs asked to stop once the grace was over
-	Left     int // runs still running when the drain gave up (the reaper of another replica takes them)
+	Finished   int // runs that ended on their own within the grace
+	HandedOver int // runs that ended here once the grace was over, handed over (or finished) at a step boundary
+	Stopped    int // runs asked to stop once no hand-over came within StopWait
+	Left       int // runs still running when the drain gave up (the reaper of another replica takes them)
 }
 
-// Run drains: it closes g, waits until runs runs nothing or cfg.Grace has passed, then stops what is left and
-// waits for it to end, at most cfg.StopWait. ctx ending cuts the waits short (what is running is then left).
+// Run drains: it closes g, waits until runs runs nothing or cfg.Grace has passed, then hands what is left over
+// and waits for it to end, at most cfg.StopWait, then stops what is still left and waits for it to end, at most
+// cfg.StopWait again. ctx ending cuts the waits short (what is running is then left).
 func Run(ctx context.Context, g *Gate, runs Runs, cfg Config, timers agent.Timers, log *slog.Logger) Stats {
 	cfg = cfg.withDefaults()
 	if log == nil {
@@ -129,6 +141,13 @@ func Run(ctx context.Context, g *Gate, runs Runs, cfg Config, timers agent.Timer
 	left := waitIdle(ctx, runs, cfg.Grace, timers)
 	st.Finished = max(at-left, 0)
 	if left > 0 {
+		log.Info("drain.handover", "running", left, "wait", cfg.StopWait)
+		runs.HandOver()
+		was := left
+		left = waitIdle(ctx, runs, cfg.StopWait, timers)
+		st.HandedOver = max(was-left, 0)
+	}
+	if left > 0 {
 		// The stops go on while the runs end (a run claimed in the meantime joins late), each run asked once.
 		stopCtx, cancel := timers.WithTimeoutCause(ctx, cfg.StopWait, context.DeadlineExceeded)
 		for left > 0 && stopCtx.Err() == nil {
@@ -139,7 +158,7 @@ func Run(ctx context.Context, g *Gate, runs Runs, cfg Config, timers agent.Timer
 		left = runs.Running()
 	}
 	st.Left = left
-	log.Info("drain.end", "finished", st.Finished, "stopped", st.Stopped, "left", st.Left)
+	log.Info("drain.end", "finished", st.Finished, "handed_over", st.HandedOver, "stopped", st.Stopped, "left", st.Left)
 	return st
 }
 

@@ -97,11 +97,20 @@ func (h *handTimers) waitArmed(t *testing.T, d time.Duration) {
 	}
 }
 
-// fakeRuns are a process's runs: running of them, of which stoppable end when asked to stop.
+// fakeRuns are a process's runs: running of them, of which handable end when asked to hand over and stoppable
+// when asked to stop.
 type fakeRuns struct {
 	running   atomic.Int64
+	handable  int64
 	stoppable int64
 	asked     atomic.Int64
+	handed    atomic.Bool
+}
+
+func (r *fakeRuns) HandOver() {
+	if r.handed.CompareAndSwap(false, true) {
+		r.running.Add(-r.handable)
+	}
 }
 
 func (r *fakeRuns) Running() int { return int(r.running.Load()) }
@@ -117,8 +126,9 @@ func (r *fakeRuns) Stop(context.Context) int {
 }
 
 // A drain closes the gate at once (the draining refusal, with its Retry-After), lets the runs finish within the
-// grace, and only once the grace is over stops what is left, as many as still run; a run that does not end
-// within the stop wait is left (to the reaper of another replica).
+// grace, and only once the grace is over hands what is left over; what has not handed over within the stop wait
+// is stopped, as many as still run; a run that does not end within the stop wait again is left (to the reaper of
+// another replica).
 func TestRun(t *testing.T) {
 	t.Parallel()
 	cfg := drain.Config{Grace: 10 * time.Second, StopWait: 3 * time.Second, RetryAfter: 7 * time.Second}
@@ -127,20 +137,23 @@ func TestRun(t *testing.T) {
 		running   int64
 		finish    int64 // runs that end by themselves during the grace
 		graceEnds bool
+		handable  int64
 		stoppable int64
-		stopEnds  bool
+		stopWaits int // stop waits that end (the hand-over's, then the stop's)
 		want      drain.Stats
 	}{
-		{"nothing running", 0, 0, false, 0, false, drain.Stats{}},
-		{"all finish within the grace", 2, 2, false, 0, false, drain.Stats{Finished: 2}},
-		{"the rest stopped", 3, 1, true, 2, false, drain.Stats{Finished: 1, Stopped: 2}},
-		{"one will not end", 2, 0, true, 1, true, drain.Stats{Stopped: 2, Left: 1}},
+		{"nothing running", 0, 0, false, 0, 0, 0, drain.Stats{}},
+		{"all finish within the grace", 2, 2, false, 0, 0, 0, drain.Stats{Finished: 2}},
+		{"the rest handed over", 3, 1, true, 2, 0, 0, drain.Stats{Finished: 1, HandedOver: 2}},
+		{"the rest stopped", 3, 1, true, 0, 2, 1, drain.Stats{Finished: 1, Stopped: 2}},
+		{"one handed over, one stopped", 3, 1, true, 1, 1, 1, drain.Stats{Finished: 1, HandedOver: 1, Stopped: 1}},
+		{"one will not end", 2, 0, true, 0, 1, 2, drain.Stats{Stopped: 2, Left: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			timers := newHandTimers()
-			runs := &fakeRuns{stoppable: tt.stoppable}
+			runs := &fakeRuns{handable: tt.handable, stoppable: tt.stoppable}
 			runs.running.Store(tt.running)
 			g := drain.NewGate(cfg.RetryAfter)
 			if err := g.Admit(nil); err != nil {
@@ -163,7 +176,7 @@ func TestRun(t *testing.T) {
 			if tt.graceEnds {
 				timers.fireWhenArmed(t, cfg.Grace)
 			}
-			if tt.stopEnds {
+			for range tt.stopWaits {
 				timers.fireWhenArmed(t, cfg.StopWait)
 			}
 			if tt.running > 0 {

@@ -18,9 +18,10 @@ import (
 // WithDeadline gives; at once for a background run, Turn.HandOverNow; at the next step boundary of every run after
 // HandOverAll, a drain's end), the run stops at its next step boundary and:
 //
-//  1. stores its reply as it stands (one fenced write of the draft, as at every step end);
-//  2. stops feeding this process's readers (they go on from the store) and flushes its stream segments: every
+//  1. stops feeding this process's readers (they go on from the store) and flushes its stream segments: every
 //     segment before the next number is stored, and the run writes none after;
+//  2. stores its reply as it stands (one fenced write of the draft, as at every step end), with the continuation
+//     it hands over to in its metadata (agent.MessageMetadata.HandedOver);
 //  3. asks the launcher (Deps.Launcher) to continue it: agent.Continuation names the run, the epoch it stops at, the
 //     next segment number and the steps taken. A launcher that fails leaves the run going here; it tries again at
 //     its next step boundary;
@@ -34,8 +35,9 @@ import (
 // chunk, steps counted on from the continuation's, its segments numbered on from the continuation's, the run's
 // usage as the reply stored it, and the whole-run time limit (RunTimeout) counted from the run's creation, not the
 // invocation's. A continuation that finds the claim moved (reaped, stopped and released, handed over already by
-// a duplicate delivery) does nothing. One that never starts leaves a claim that goes stale: the reaper finishes
-// the run from its stored reply and segments as any dead run (no loss).
+// a duplicate delivery) does nothing. One that never starts leaves a claim that goes stale: the reaper continues
+// the run through its own launcher from the reply the hand-over stored (MessageMetadata.HandedOver; lib/reaper),
+// or, past its bounds, finishes it from its stored reply and segments as any dead run (no loss).
 
 // DefaultHandOverMargin is how long before its invocation's deadline a run hands over: room for the step in
 // flight to end (a model step is bounded by the model's idle gap, its tools by ToolTimeout) and for the hand-over's
@@ -142,10 +144,6 @@ func (s *stepper) handOverDue() bool {
 // when the continuation is launched: the run then writes nothing more.
 func (s *stepper) handOver(ctx context.Context) bool {
 	t, e := s.turn, s.turn.e
-	if err := s.putMessage(ctx, agent.MessageStreaming, false); err != nil {
-		s.log.Warn("hand over: store the reply; the run goes on here", "err", err)
-		return false
-	}
 	s.out.seg.Unpublish() // readers here go on from the store, where the continuation writes
 	if err := s.out.seg.Flush(ctx); err != nil {
 		s.log.Warn("hand over: store the stream; the run goes on here", "err", err)
@@ -156,6 +154,15 @@ func (s *stepper) handOver(ctx context.Context) bool {
 	}
 	c := agent.Continuation{ThreadID: t.thread.ID, RunID: t.run.ID, Epoch: t.run.Epoch, Segment: s.out.seg.Next(),
 		Steps: s.steps, HandOvers: t.ho.count + 1}
+	// The reply is stored with the continuation it hands over to (MessageMetadata.HandedOver): a reaper that finds
+	// the claim stale at this epoch (the continuation never started) continues the run from it.
+	s.handing = &c
+	if err := s.putMessage(ctx, agent.MessageStreaming, false); err != nil {
+		s.handing = nil
+		s.log.Warn("hand over: store the reply; the run goes on here", "err", err)
+		return false
+	}
+	s.handing = nil
 	if err := e.handovers.launcher.Launch(ctx, c); err != nil {
 		s.log.Warn("hand over: launch the continuation; the run goes on here", "err", err)
 		t.ho.now, t.ho.at = false, time.Time{} // not at every boundary: at the next deadline, or a drain

@@ -167,6 +167,8 @@ type stepper struct {
 	late *agent.Usage
 	// handedOver: the run stopped at a step boundary and a continuation goes on with it (handover.go).
 	handedOver bool
+	// handing is the continuation a hand-over is storing the reply for (MessageMetadata.HandedOver).
+	handing *agent.Continuation
 	// jobs counts the job tool calls the run executed (limits.go: MaxJobsPerRun); chain, once known, is how many
 	// server-side turns in a row this one ends (limits.go: MaxJobChain).
 	jobs  int
@@ -353,6 +355,7 @@ func (s *stepper) message(st agent.MessageStatus) agent.Message {
 	if s.history != nil && s.history.Scale() != 1 {
 		md.ContextScale = s.history.Scale()
 	}
+	md.HandedOver = s.handing
 	if f := s.failure; f != nil && st == agent.MessageFailed {
 		parts, md.Error = append(parts, agent.ErrorPart(s.turn.run.ID, *f)), f
 	}

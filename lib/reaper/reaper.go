@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentloop/agentloop/lib/agent"
@@ -76,6 +77,11 @@ type Config struct {
 	// reported is started again every StartDue, and failed once its execution would have ended (jobs.go).
 	StartDue         time.Duration
 	ExecutionTimeout time.Duration
+	// RunTimeout is the whole-run time limit (the engine's, AGENT_RUN_TIMEOUT), counted from a run's creation: a
+	// handed-over run past it is reaped, not continued (relaunch.go). Zero: no limit but MaxRelaunches.
+	RunTimeout time.Duration
+	// MaxRelaunches bounds the relaunches of a handed-over run's continuation without progress (DefaultMaxRelaunches).
+	MaxRelaunches int
 }
 
 // Store is what the reaper needs: runs and claims, messages, stream segments, and a thread's read (a tool's
@@ -90,6 +96,7 @@ type Store interface {
 	agent.JobStore
 	agent.QueueStore
 	agent.LimitStore
+	agent.HandOverStore
 }
 
 // Deps are the reaper's ports. Tools are looked up for the outcomes they recorded. Jobs, when set, is asked for
@@ -105,6 +112,8 @@ type Deps struct {
 	// Signals announces the end of every run the reaper records (lib/signals), and each sweep delivers the
 	// completion signals that are due (nil: none).
 	Signals agent.RunSignals
+	// Launcher continues handed-over runs whose continuation never started (relaunch.go; nil: they are reaped).
+	Launcher agent.RunLauncher
 }
 
 // Reaper reaps stale runs.
@@ -117,6 +126,9 @@ type Reaper struct {
 	metrics agent.Metrics
 	signals agent.RunSignals
 	cfg     Config
+	// launcher continues handed-over runs; held: a draining replica leaves them to the others (Hold).
+	launcher agent.RunLauncher
+	held     atomic.Bool
 }
 
 // New builds a reaper.
@@ -127,7 +139,12 @@ func New(d Deps, cfg Config) *Reaper {
 	cfg.DeliveryGrace = cmp.Or(cfg.DeliveryGrace, agent.DefaultJobContract().DeliveryGrace)
 	cfg.StartDue = cmp.Or(cfg.StartDue, agent.DefaultJobContract().StartDue)
 	cfg.ExecutionTimeout = cmp.Or(cfg.ExecutionTimeout, agent.DefaultJobContract().ExecutionTimeout)
-	r := &Reaper{store: d.Store, jobs: d.Jobs, clock: d.Clock, log: d.Logger, metrics: d.Metrics, signals: d.Signals, cfg: cfg, tools: map[string]agent.Tool{}}
+	cfg.MaxRelaunches = cmp.Or(cfg.MaxRelaunches, DefaultMaxRelaunches)
+	if cfg.RunTimeout <= 0 {
+		cfg.RunTimeout = everyHeartbeat
+	}
+	r := &Reaper{store: d.Store, jobs: d.Jobs, clock: d.Clock, log: d.Logger, metrics: d.Metrics, signals: d.Signals, cfg: cfg,
+		tools: map[string]agent.Tool{}, launcher: d.Launcher}
 	if r.metrics == nil {
 		r.metrics = agent.NopMetrics{}
 	}
@@ -150,6 +167,7 @@ func (r *Reaper) Config() Config { return r.cfg }
 type Stats struct {
 	Nominated int // claims the index named
 	Reaped    int // claims this sweep released
+	Continued int // handed-over runs whose continuation this sweep launched again, or left to another replica (relaunch.go)
 	Orphans   int // claimless running runs the store named (REVIEW D15), each finished through ReapOrphan
 	Expired   int // pending interrupts this sweep marked expired
 	Redriven  int // undelivered jobs this sweep asked a delivery pass for
@@ -180,7 +198,16 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		reaped, err := r.Reap(ctx, sc.ThreadID, sc.Claim)
+		if done, err := r.relaunch(ctx, sc.ThreadID, sc.Claim); done || err != nil {
+			if err != nil {
+				r.log.Warn("agent.relaunch", "thread_id", sc.ThreadID, "run_id", sc.Claim.RunID, "err", err)
+			} else {
+				st.Continued++
+			}
+			continue
+		}
+		now := r.clock.Now()
+		reaped, err := r.reap(ctx, sc.ThreadID, sc.Claim, now.Add(-r.cfg.StaleAfter), now)
 		if err != nil {
 			r.log.Warn("agent.reap", "thread_id", sc.ThreadID, "run_id", sc.Claim.RunID, "err", err)
 			continue
@@ -314,7 +341,13 @@ func (r *Reaper) Run(ctx context.Context) {
 // in that same write. A claim of a reaper that died on the way is reaped the same way: the claim names the dead
 // run (agent.ReapedRunID), and the next reaper takes it at the next epoch and does the same steps, each
 // idempotent.
+//
+// A run that handed over and whose continuation never took the claim is continued instead (relaunch.go), when
+// the reaper has a launcher: Reap then reports false, as for a live run.
 func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error) {
+	if done, err := r.relaunch(ctx, threadID, c); done || err != nil {
+		return false, err
+	}
 	now := r.clock.Now()
 	return r.reap(ctx, threadID, c, now.Add(-r.cfg.StaleAfter), now)
 }
