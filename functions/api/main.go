@@ -34,7 +34,7 @@ func newHandler(ctx context.Context, getenv func(string) string, awsCfg aws.Conf
 	cfg := b.Config
 	// A thread read reaps a dead run lazily; the reaper asks the tools (job tools included) what they recorded,
 	// never a model, and re-drives nothing (that is the scheduled reaper's work).
-	rp := b.Reaper(b.Tools(nil), nil)
+	rp := b.Reaper(b.Tools(nil), nil, nil)
 	// The web app at the function URL's root; it calls the chat function's URL (AGENT_CHAT_URL) cross-origin.
 	pages := web.Pages(web.Handler(web.Config{ChatURL: cfg.ChatURL,
 		MaxMessageBytes: int64(cmp.Or(cfg.MaxMessageBytes, engine.DefaultMaxMessageBytes))}))

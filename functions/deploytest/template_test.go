@@ -524,6 +524,9 @@ func (f *fixture) resolveWith(t *testing.T, v any, params map[string]string) str
 			if name == "Table" {
 				return "agentloop-Table-0123"
 			}
+			if r, ok := f.tmpl.Resources[name]; ok && r.Type == "AWS::Serverless::Function" {
+				return "agentloop-" + name + "-0123"
+			}
 			if _, ok := f.tmpl.Parameters[name]; ok {
 				return f.param(t, name, params)
 			}
@@ -551,6 +554,9 @@ func TestTemplateEnv(t *testing.T) {
 				if slices.Contains(config.ResourceEnv(), name) && !fields[field] {
 					delete(read, name)
 				}
+			}
+			if v, set := fn.Env["AGENT_CHAT_FUNCTION"]; set && !reflect.DeepEqual(v, ref("ChatFunction")) {
+				t.Errorf("AGENT_CHAT_FUNCTION = %#v, want the chat function's name (Ref ChatFunction)", v)
 			}
 			if v, set := fn.Env["JOBS_STATE_MACHINE_ARN"]; set && !reflect.DeepEqual(v, map[string]any{"Fn::Sub": stateMachineArn}) {
 				t.Errorf("JOBS_STATE_MACHINE_ARN = %#v, want the job state machine's ARN %s", v, stateMachineArn)
@@ -859,6 +865,10 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	// (it runs turns or reaps), so it puts agentloop.run.finished on the default bus, and on no other.
 	wantEventsGrant := configFields(t, f.root, fn.Pkg)["WebhookSecretParam"]
 	eventsGrant := false
+	// Handed-over runs (issue 21 item 1): a function whose main reads AGENT_CHAT_FUNCTION (the reaper) continues
+	// them by invoking the chat function, and only it (the chat function's own grant is ChatSelfInvokePolicy).
+	wantInvokeGrant := configFields(t, f.root, fn.Pkg)["ChatFunction"]
+	invokeGrant := false
 
 	var gotOps, gotParams, gotStates []string
 	policies := list(fn.Props["Policies"])
@@ -970,12 +980,20 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 					t.Errorf("statement %v: EventBridge resources %#v, want only the default bus %s", st["Sid"], resources, defaultBusArn)
 				}
 				eventsGrant = true
+			case "lambda":
+				if !reflect.DeepEqual(actions, []any{"lambda:InvokeFunction"}) {
+					t.Errorf("statement %v: Lambda actions %v, want only lambda:InvokeFunction", st["Sid"], actions)
+				}
+				if want := []any{map[string]any{"Fn::GetAtt": []any{"ChatFunction", "Arn"}}}; !reflect.DeepEqual(resources, want) {
+					t.Errorf("statement %v: Lambda resources %#v, want only the chat function's ARN", st["Sid"], resources)
+				}
+				invokeGrant = true
 			case "states":
 				if want := []any{map[string]any{"Fn::Sub": stateMachineArn}}; !reflect.DeepEqual(resources, want) {
 					t.Errorf("Step Functions resources %#v, want only the job state machine %#v", resources, want)
 				}
 			default:
-				t.Errorf("statement %v grants %v: only DynamoDB, SSM, Step Functions, Bedrock and EventBridge are expected", st["Sid"], actions)
+				t.Errorf("statement %v grants %v: only DynamoDB, SSM, Step Functions, Bedrock, EventBridge and Lambda (the reaper's) are expected", st["Sid"], actions)
 			}
 		}
 	}
@@ -995,6 +1013,9 @@ func (f *fixture) checkPolicies(t *testing.T, fn function, params map[string]str
 	}
 	if bedrockGrant != wantBedrockGrant {
 		t.Errorf("bedrock:InvokeModelWithResponseStream on the BedrockModelArns: %v, want %v (a function that asks a model, when the parameter is set)", bedrockGrant, wantBedrockGrant)
+	}
+	if invokeGrant != wantInvokeGrant {
+		t.Errorf("lambda:InvokeFunction on the chat function: %v, want %v (a function whose main reads AGENT_CHAT_FUNCTION)", invokeGrant, wantInvokeGrant)
 	}
 	if eventsGrant != wantEventsGrant {
 		t.Errorf("events:PutEvents on the default bus: %v, want %v (a function that records runs' ends: its main names the webhook secret)", eventsGrant, wantEventsGrant)

@@ -6,9 +6,12 @@
 // It also delivers the completion signals that are due (lib/signals: retries, and the ones a dead process left),
 // and announces the runs it reaps.
 //
+// It continues the handed-over runs whose continuation never started (lib/reaper relaunch.go) by invoking the chat
+// function asynchronously with the continuation (lib/lambdalaunch), as the chat function continues its own runs.
+//
 // Least privilege: it reads no secret but the completion webhook's, when AGENT_WEBHOOK_URL is set (it verifies no
 // token, signs no approval and calls no model; the tools only tell it what a call recorded), starts executions of
-// the job state machine only, and puts events on the default bus only.
+// the job state machine only, puts events on the default bus only, and invokes the chat function only.
 package main
 
 import (
@@ -39,10 +42,12 @@ func newTask(ctx context.Context, getenv func(string) string, awsCfg aws.Config,
 	if err != nil {
 		return nil, err
 	}
-	rp := b.Reaper(b.Tools(nil), jobs)
+	// A handed-over run whose continuation never started is continued by invoking the chat function
+	// (AGENT_CHAT_FUNCTION), as the chat function continues its own runs.
+	rp := b.Reaper(b.Tools(nil), jobs, boot.ChatLauncher(cfg.ChatFunction, awsCfg))
 	return func(ctx context.Context, _ events.EventBridgeEvent) (reaper.Stats, error) {
 		st, err := rp.Tick(ctx)
-		level, attrs := slog.LevelInfo, []any{"nominated", st.Nominated, "reaped", st.Reaped, "expired", st.Expired,
+		level, attrs := slog.LevelInfo, []any{"nominated", st.Nominated, "reaped", st.Reaped, "continued", st.Continued, "expired", st.Expired,
 			"redriven", st.Redriven, "swept", st.Swept, "signaled", st.Signaled}
 		if err != nil {
 			level, attrs = slog.LevelError, append(attrs, "err", err)

@@ -135,6 +135,7 @@ type Config struct {
 	JWKSURL             string        // AGENT_JWKS_URL: an identity provider's JWKS (https): its RS256/ES256 tokens are accepted too
 	JWTSubjectClaim     string        // AGENT_JWT_SUBJECT_CLAIM: the claim naming the user ("" means sub)
 	ChatURL             string        // AGENT_CHAT_URL: the chat function's URL, for the web app the API function serves
+	ChatFunction        string        // AGENT_CHAT_FUNCTION: the chat function's name, which the reaper function invokes to continue handed-over runs
 	LogLevel            string        // AGENT_LOG_LEVEL: debug|info|warn|error
 	PprofAddr           string        // AGENT_PPROF_ADDR: `agentloop dev` only: net/http/pprof there (unset: none)
 	TableName           string        // TABLE_NAME: the DynamoDB table
@@ -211,7 +212,9 @@ func SecretEnv() []string { return []string{"AGENT_SECRET", "OPENAI_API_KEY", "A
 
 // ResourceEnv names the variables that carry one of the stack's resources (an ARN, a function URL): a template
 // sets each only on the functions whose code uses it.
-func ResourceEnv() []string { return []string{"JOBS_STATE_MACHINE_ARN", "AGENT_CHAT_URL"} }
+func ResourceEnv() []string {
+	return []string{"JOBS_STATE_MACHINE_ARN", "AGENT_CHAT_URL", "AGENT_CHAT_FUNCTION"}
+}
 
 // AgentEnv names the variables only the functions that run turns act on (they read the tools file: chat and
 // wake, the mains that compose boot.NewAgent): a template sets each only on them, so that only their roles hold
@@ -247,6 +250,7 @@ func Load(getenv func(string) string) (Config, error) {
 		JWTIssuer:           getenv("AGENT_JWT_ISSUER"),
 		JWTAudience:         getenv("AGENT_JWT_AUDIENCE"),
 		ChatURL:             strings.TrimSuffix(getenv("AGENT_CHAT_URL"), "/"),
+		ChatFunction:        strings.TrimSpace(getenv("AGENT_CHAT_FUNCTION")),
 		LogLevel:            cmp.Or(strings.TrimSpace(getenv("AGENT_LOG_LEVEL")), "info"),
 		PprofAddr:           strings.TrimSpace(getenv("AGENT_PPROF_ADDR")),
 		TableName:           strings.TrimSpace(getenv("TABLE_NAME")),

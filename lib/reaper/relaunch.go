@@ -27,21 +27,22 @@ import (
 // A run whose whole-run time is spent (Config.RunTimeout from its creation, as the engine counts it), or that was
 // relaunched MaxRelaunches times without taking a step (a continuation's own draft writes carry no HandedOver, so
 // a continuation that took a step resets the count), is reaped as any. A reaper without a launcher (Deps.Launcher
-// nil), or held (Hold: a draining replica), does not continue runs: the first reaps them, the second leaves them
-// to the other replicas' reapers.
+// nil) reaps them; one held (Hold: a draining replica, a function with no grant to launch) leaves them to other
+// reapers until they are past those bounds, then reaps them.
 
 // DefaultMaxRelaunches bounds the relaunches of a run's continuation without progress.
 const DefaultMaxRelaunches = 3
 
-// Hold makes the reaper leave handed-over runs to the other replicas' reapers (neither continued here nor reaped):
-// a draining replica's, whose continuations would start in a process about to exit.
+// Hold makes the reaper leave handed-over runs within their bounds to other reapers (neither continued here nor
+// reaped): a draining replica's, whose continuations would start in a process about to exit, and in AWS the lazy
+// reaps of the functions that cannot launch (the reaper function and the chat function do).
 func (r *Reaper) Hold() { r.held.Store(true) }
 
 // relaunch continues the run that stale claim c names when it handed over and its continuation never took the
 // claim. It reports whether the claim was dealt with here (continued, reaped, or left to another replica);
 // false: the sweep reaps it as any.
 func (r *Reaper) relaunch(ctx context.Context, threadID string, c agent.Claim) (bool, error) {
-	if r.launcher == nil || agent.IsReapClaim(c.RunID) {
+	if (r.launcher == nil && !r.held.Load()) || agent.IsReapClaim(c.RunID) {
 		return false, nil
 	}
 	run, err := r.store.GetRun(ctx, threadID, c.RunID)
@@ -57,14 +58,14 @@ func (r *Reaper) relaunch(ctx context.Context, threadID string, c agent.Claim) (
 	if ho == nil || ho.RunID != run.ID || ho.Epoch != c.Epoch {
 		return false, nil // not handed over at this epoch: the run died in a step
 	}
-	if r.held.Load() {
-		return true, nil
-	}
 	log := r.log.With("thread_id", threadID, "run_id", run.ID, "epoch", c.Epoch)
 	now := r.clock.Now()
 	if ho.Relaunches >= r.cfg.MaxRelaunches || now.Sub(run.CreatedAt) >= r.cfg.RunTimeout {
 		log.Info("agent.relaunch", "outcome", "reaped", "relaunches", ho.Relaunches, "age", now.Sub(run.CreatedAt))
 		return false, nil
+	}
+	if r.held.Load() {
+		return true, nil
 	}
 	res, err := r.store.HandOver(ctx, agent.HandOverRequest{ThreadID: threadID, Fence: agent.Fence{RunID: c.RunID, Epoch: c.Epoch}, Now: now})
 	if errors.Is(err, agent.ErrRunFenced) {

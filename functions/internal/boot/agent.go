@@ -163,12 +163,18 @@ func (b Base) Tools(js agent.Jobs) []agent.Tool {
 }
 
 // Reaper reaps dead runs (asking the tools what they recorded) and, with js set, re-drives undelivered jobs and
-// forgotten queues.
-func (b Base) Reaper(toolset []agent.Tool, js agent.Jobs) *reaper.Reaper {
+// forgotten queues. With a launcher (the reaper function's ChatLauncher, the chat function's SelfLauncher) it
+// continues the handed-over runs whose continuation never started (lib/reaper relaunch.go); without one it leaves
+// them (reaper.Hold) to a reaper that can, until they are past their bounds.
+func (b Base) Reaper(toolset []agent.Tool, js agent.Jobs, launcher agent.RunLauncher) *reaper.Reaper {
 	cfg := b.Config.Reaper()
 	cfg.DeliveryGrace, cfg.StartDue, cfg.ExecutionTimeout = Contract().DeliveryGrace, Contract().StartDue, Contract().ExecutionTimeout
-	return reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Jobs: js, Clock: b.Clock, Logger: b.Log, Metrics: b.Metrics,
-		Signals: b.Signals}, cfg)
+	rp := reaper.New(reaper.Deps{Store: b.Store, Tools: toolset, Jobs: js, Clock: b.Clock, Logger: b.Log, Metrics: b.Metrics,
+		Signals: b.Signals, Launcher: launcher}, cfg)
+	if launcher == nil {
+		rp.Hold()
+	}
+	return rp
 }
 
 // Threads is the thread service (reads, lazy reaps, stream replay). It has no Stopper: a Lambda execution
@@ -232,7 +238,12 @@ func NewAgent(ctx context.Context, b Base, js agent.Jobs, opts ...AgentOption) (
 		return nil, err
 	}
 	a.Sources = ToolSources(file, secrets, nil, b.Store, b.Clock, b.Log)
-	a.Reaper = b.Reaper(a.Tools, js)
+	// The lazy reaps continue handed-over runs through the agent's launcher (the chat function's own), if any.
+	var launch engine.Deps
+	for _, o := range opts {
+		o(&launch)
+	}
+	a.Reaper = b.Reaper(a.Tools, js, launch.Launcher)
 	// The engine and the resume reader share a hub: a reader of a run this invocation's process writes is fed from
 	// it (an instance serves one invocation at a time, so in AWS that is rare; the store is the way across).
 	hub := segments.NewHub()

@@ -52,6 +52,17 @@ func Dispatch(h http.Handler) func(ctx context.Context, payload json.RawMessage)
 	}
 }
 
+// ChatLauncher is the reaper function's launcher: an asynchronous invocation of the chat function (name:
+// AGENT_CHAT_FUNCTION) with a continuation, which the chat function's handler continues (Dispatch). Without a name
+// it is nil: the reaper then leaves handed-over runs to the chat function's lazy reaps until they are past their
+// bounds.
+func ChatLauncher(name string, awsCfg aws.Config) agent.RunLauncher {
+	if name == "" {
+		return nil
+	}
+	return lambdalaunch.Launcher{Client: awslambda.NewFromConfig(awsCfg), Function: name}
+}
+
 // SelfLauncher is the launcher of a function that continues its runs in itself: an asynchronous invocation of the
 // function named by AWS_LAMBDA_FUNCTION_NAME (set by Lambda). Outside Lambda (no name) it launches nothing, and
 // runs stay in their invocation.
