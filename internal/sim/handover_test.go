@@ -261,13 +261,16 @@ func (h *hoWorld) takePending() (agent.Continuation, bool) {
 	return c, true
 }
 
-// sweep moves the clock past the stale window and runs a clean reaper twice.
+// sweep moves the clock past the stale window and runs a clean reaper twice. The clean reaper continues a run
+// that handed over and whose continuation never took the claim (lib/reaper relaunch.go) through the stack's
+// launcher: each tick waits for what it launched.
 func (h *hoWorld) sweep() {
 	h.clock.add(2 * hoStaleAfter)
 	for range 2 {
 		if _, err := h.stack.Reaper.Tick(context.Background()); err != nil {
 			h.t.Fatalf("seed %d: clean reaper: %v\nplan:\n%s", h.seed, err, strings.Join(h.plan, "\n"))
 		}
+		h.stack.Launcher.Wait()
 	}
 }
 
