@@ -37,6 +37,9 @@
 // of pending interrupts); the transcript gets their results from the next turn that claims the thread.
 //
 // The same routine runs lazily when a claim finds a stale run in its way, and when a thread is read.
+//
+// A run that handed over and whose continuation never took the claim is continued instead of reaped, within its
+// bounds, when the reaper has a launcher (relaunch.go).
 package reaper
 
 import (
@@ -167,7 +170,7 @@ func (r *Reaper) Config() Config { return r.cfg }
 type Stats struct {
 	Nominated int // claims the index named
 	Reaped    int // claims this sweep released
-	Continued int // handed-over runs whose continuation this sweep launched again, or left to another replica (relaunch.go)
+	Continued int // handed-over runs whose continuation this sweep launched again (relaunch.go)
 	Orphans   int // claimless running runs the store named (REVIEW D15), each finished through ReapOrphan
 	Expired   int // pending interrupts this sweep marked expired
 	Redriven  int // undelivered jobs this sweep asked a delivery pass for
@@ -198,10 +201,13 @@ func (r *Reaper) Tick(ctx context.Context) (Stats, error) {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		if done, err := r.relaunch(ctx, sc.ThreadID, sc.Claim); done || err != nil {
-			if err != nil {
+		if did, err := r.relaunch(ctx, sc.ThreadID, sc.Claim); did != notHandedOver || err != nil {
+			switch {
+			case err != nil:
 				r.log.Warn("agent.relaunch", "thread_id", sc.ThreadID, "run_id", sc.Claim.RunID, "err", err)
-			} else {
+			case did == reapedNow:
+				st.Reaped++
+			case did == continued:
 				st.Continued++
 			}
 			continue
@@ -345,8 +351,8 @@ func (r *Reaper) Run(ctx context.Context) {
 // A run that handed over and whose continuation never took the claim is continued instead (relaunch.go), when
 // the reaper has a launcher: Reap then reports false, as for a live run.
 func (r *Reaper) Reap(ctx context.Context, threadID string, c agent.Claim) (bool, error) {
-	if done, err := r.relaunch(ctx, threadID, c); done || err != nil {
-		return false, err
+	if did, err := r.relaunch(ctx, threadID, c); did != notHandedOver || err != nil {
+		return did == reapedNow && err == nil, err
 	}
 	now := r.clock.Now()
 	return r.reap(ctx, threadID, c, now.Add(-r.cfg.StaleAfter), now)

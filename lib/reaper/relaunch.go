@@ -38,60 +38,69 @@ const DefaultMaxRelaunches = 3
 // reaps of the functions that cannot launch (the reaper function and the chat function do).
 func (r *Reaper) Hold() { r.held.Store(true) }
 
+// relaunched is what relaunch did with a stale claim.
+type relaunched int
+
+const (
+	notHandedOver relaunched = iota // not a handed-over run within its bounds: reap it as any
+	continued                       // its continuation launched (or another reaper, or the continuation, moved it)
+	left                            // left to another reaper (Hold)
+	reapedNow                       // the launch failed: reaped here
+)
+
 // relaunch continues the run that stale claim c names when it handed over and its continuation never took the
-// claim. It reports whether the claim was dealt with here (continued, reaped, or left to another replica);
-// false: the sweep reaps it as any.
-func (r *Reaper) relaunch(ctx context.Context, threadID string, c agent.Claim) (bool, error) {
+// claim (notHandedOver: the caller reaps it as any).
+func (r *Reaper) relaunch(ctx context.Context, threadID string, c agent.Claim) (relaunched, error) {
 	if (r.launcher == nil && !r.held.Load()) || agent.IsReapClaim(c.RunID) {
-		return false, nil
+		return notHandedOver, nil
 	}
 	run, err := r.store.GetRun(ctx, threadID, c.RunID)
 	if err != nil || run.Status != agent.RunRunning || run.Epoch != c.Epoch || run.AssistantMessageID == "" {
-		return false, nil // Reap reads it again and decides
+		return notHandedOver, nil // Reap reads it again and decides
 	}
 	rec, err := r.store.GetMessage(ctx, threadID, run.AssistantMessageID)
 	if err != nil {
-		return false, nil
+		return notHandedOver, nil
 	}
 	md := rec.Message.Meta()
 	ho := md.HandedOver
 	if ho == nil || ho.RunID != run.ID || ho.Epoch != c.Epoch {
-		return false, nil // not handed over at this epoch: the run died in a step
+		return notHandedOver, nil // not handed over at this epoch: the run died in a step
 	}
 	log := r.log.With("thread_id", threadID, "run_id", run.ID, "epoch", c.Epoch)
 	now := r.clock.Now()
 	if ho.Relaunches >= r.cfg.MaxRelaunches || now.Sub(run.CreatedAt) >= r.cfg.RunTimeout {
 		log.Info("agent.relaunch", "outcome", "reaped", "relaunches", ho.Relaunches, "age", now.Sub(run.CreatedAt))
-		return false, nil
+		return notHandedOver, nil
 	}
 	if r.held.Load() {
-		return true, nil
+		return left, nil
 	}
 	res, err := r.store.HandOver(ctx, agent.HandOverRequest{ThreadID: threadID, Fence: agent.Fence{RunID: c.RunID, Epoch: c.Epoch}, Now: now})
 	if errors.Is(err, agent.ErrRunFenced) {
-		return true, nil // another reaper, or the continuation itself, moved it first
+		return continued, nil // another reaper, or the continuation itself, moved it first
 	} else if err != nil {
-		return true, fmt.Errorf("reaper: relaunch: take the claim: %w", err)
+		return continued, fmt.Errorf("reaper: relaunch: take the claim: %w", err)
 	}
 	next := *ho
 	next.Epoch, next.Relaunches = res.Run.Epoch, ho.Relaunches+1
 	md.HandedOver = &next
 	msg := rec.Message
 	if msg.Metadata, err = json.Marshal(md); err != nil {
-		return true, err
+		return continued, err
 	}
 	hold := res.Run.Fence()
 	w := agent.MessageWrite{ThreadID: threadID, Seq: res.Run.AssistantSeq(), Message: msg, Fence: hold, Now: now}
 	if err := r.store.PutMessage(ctx, w); err != nil {
 		// The claim at the new epoch goes stale with the reply's HandedOver at the old one: reaped then.
-		return true, fmt.Errorf("reaper: relaunch: store the reply: %w", err)
+		return continued, fmt.Errorf("reaper: relaunch: store the reply: %w", err)
 	}
 	if err := r.launcher.Launch(ctx, next); err != nil {
 		log.Warn("agent.relaunch", "outcome", "launch failed; reaped", "err", err)
 		_, err := r.reap(ctx, threadID, agent.Claim{RunID: hold.RunID, Epoch: hold.Epoch}, now.Add(everyHeartbeat), now)
-		return true, err
+		return reapedNow, err
 	}
 	log.Info("agent.relaunch", "outcome", "continued", "epoch_to", next.Epoch, "segment", next.Segment, "steps", next.Steps,
 		"relaunches", next.Relaunches)
-	return true, nil
+	return continued, nil
 }

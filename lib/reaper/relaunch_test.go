@@ -161,6 +161,40 @@ func sweepContinuesHandedOverRuns(t *testing.T, st agent.Store) {
 		})
 	}
 
+	t.Run("a lazy reap continues it too", func(t *testing.T) {
+		clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
+		run, c := handedOver(t, clock, "th-lazy")
+		l := &recordingLauncher{}
+		clock.add(2 * staleAfter)
+		if reaped, err := newReaper(clock, l).Reap(ctx, "th-lazy", agent.Claim{RunID: run.ID, Epoch: c.Epoch}); reaped || err != nil {
+			t.Fatalf("Reap = %v, %v; want not reaped", reaped, err)
+		}
+		if s, claim := status(t, "th-lazy", run.ID); s != agent.RunRunning || claim == nil || claim.Epoch != c.Epoch+1 || len(l.launched()) != 1 {
+			t.Fatalf("run %s, claim %+v, %d launched; want running at epoch %d, one launched", s, claim, len(l.launched()), c.Epoch+1)
+		}
+	})
+
+	t.Run("a held reaper leaves it until its run time is spent", func(t *testing.T) {
+		clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
+		run, c := handedOver(t, clock, "th-held")
+		r := newReaper(clock, nil)
+		r.Hold()
+		clock.add(2 * staleAfter)
+		if st, err := r.Tick(ctx); err != nil || st.Reaped != 0 || st.Continued != 0 {
+			t.Fatalf("tick = %+v, %v; want the run left alone", st, err)
+		}
+		if s, claim := status(t, "th-held", run.ID); s != agent.RunRunning || claim == nil || claim.Epoch != c.Epoch {
+			t.Fatalf("run %s, claim %+v; want left as it was", s, claim)
+		}
+		clock.add(runTimeout)
+		if _, err := r.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s, claim := status(t, "th-held", run.ID); s != agent.RunFailed || claim != nil {
+			t.Fatalf("past the run time: run %s, claim %+v; want it reaped", s, claim)
+		}
+	})
+
 	t.Run("a run that died in a step is reaped", func(t *testing.T) {
 		clock := &stepClock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
 		run := claimsOn(t, st, clock, "th-died")("run_died", agent.TriggerUser)
