@@ -166,6 +166,9 @@ func (s *stepper) handOver(ctx context.Context) bool {
 	if err := e.handovers.launcher.Launch(ctx, c); err != nil {
 		s.log.Warn("hand over: launch the continuation; the run goes on here", "err", err)
 		t.ho.now, t.ho.at = false, time.Time{} // not at every boundary: at the next deadline, or a drain
+		// The reply is stored again without the continuation: should this process die in the next step (its
+		// segments past c.Segment), the reaper must reap the run, not continue it from c.
+		s.persistDraft(ctx)
 		return false
 	}
 	s.handedOver = true

@@ -323,6 +323,11 @@ func TestContinueAfterTheClaimMoved(t *testing.T) {
 	tr.HandOverNow()
 	tr.Stream(context.Background(), &bytes.Buffer{})
 	c := l.next(t)
+	// The reply the hand-over stored names the continuation (what a reaper continues the run from when it never
+	// starts: lib/reaper relaunch.go).
+	if msgs := f.messages(t, "th-ho-dup"); len(msgs) != 2 || msgs[1].Meta().HandedOver == nil || *msgs[1].Meta().HandedOver != c {
+		t.Fatalf("the handed-over reply's metadata: %s, want handedOver %+v", msgs[len(msgs)-1].Metadata, c)
+	}
 	run, err := eng.Continue(context.Background(), c)
 	if err != nil || run.Status != agent.RunCompleted {
 		t.Fatalf("continuation = %s, %v; want completed", run.Status, err)
