@@ -358,6 +358,16 @@ func TestServeReplicas(t *testing.T) {
 	wg.Wait()
 }
 
+// The claim timing of the serve tests that kill or drain a replica: a claim goes stale after 6 s. The
+// replicas share one dynalite, which under a loaded make test took longer than half of a 1 s AGENT_STALE_AFTER
+// to answer a heartbeat: the run then put itself in doubt and stopped before the test's kill (TestServeKilled…:
+// "stream ended before word3", the run failed run_fenced), or before its tool was called (TestServeDrainHandsOver
+// waited on it for ever). The reaps these tests wait for come that much later.
+const (
+	serveHeartbeat  = "AGENT_HEARTBEAT=250ms"
+	serveStaleAfter = "AGENT_STALE_AFTER=6s"
+)
+
 // One replica killed with SIGKILL in the middle of a reply: the other replica's reaper ticker reaps its run
 // (failed, code stale), keeping what was stored of the reply, and the thread takes the next message there. A
 // replica started while the run streams leaves it alone.
@@ -365,7 +375,7 @@ func TestServeKilledReplicaIsReaped(t *testing.T) {
 	t.Parallel()
 	bin, _ := setup(t)
 	endpoint := dynaliteEndpoint(t)
-	env := serveEnv(endpoint, tableName(t), "AGENT_HEARTBEAT=100ms", "AGENT_STALE_AFTER=1s", "AGENT_REAPER_INTERVAL=200ms")
+	env := serveEnv(endpoint, tableName(t), serveHeartbeat, serveStaleAfter, "AGENT_REAPER_INTERVAL=200ms")
 	a := startServe(t, bin, env, "--create-table")
 	b := startServe(t, bin, env)
 	tok := mintServeToken(t, bin, env, "alice")
@@ -591,7 +601,7 @@ func TestServeDrainHandsOver(t *testing.T) {
 		"    inputSchema: {type: object}\n    url: "+hold.URL+"/hold\n    timeout: 5m\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := serveEnv(endpoint, tableName(t), "AGENT_TOOLS_FILE="+tools, "AGENT_HEARTBEAT=100ms", "AGENT_STALE_AFTER=1s",
+	env := serveEnv(endpoint, tableName(t), "AGENT_TOOLS_FILE="+tools, serveHeartbeat, serveStaleAfter,
 		"AGENT_REAPER_INTERVAL=200ms", "AGENT_DRAIN_GRACE=1s")
 	a := startServe(t, bin, env, "--create-table")
 	b := startServe(t, bin, env)
@@ -600,7 +610,11 @@ func TestServeDrainHandsOver(t *testing.T) {
 	resp := postStream(t, a.url, tok, "handover", "m1", "/tool hold {}")
 	defer resp.Body.Close()
 	readUntil(t, resp.Body, `"type":"tool-input-available"`)
-	<-called
+	select {
+	case <-called:
+	case <-time.After(time.Minute):
+		t.Fatalf("A's run never called its tool: %s", tail(a.log(), 600))
+	}
 	// A reader on B, attached while A's run waits on its tool.
 	type read struct {
 		status int
