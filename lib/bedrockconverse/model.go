@@ -77,7 +77,9 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/schemas"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/transport/http/protocol/restjson1"
 
 	"github.com/agentloop/agentloop/lib/agent"
 	"github.com/agentloop/agentloop/lib/modelcall"
@@ -199,7 +201,10 @@ func (m *Model) attempt(ctx context.Context, in *bedrockruntime.ConverseStreamIn
 	at := m.policy.Start(ctx)
 	defer at.End()
 	acc := newAccumulator(emit, aws.ToString(in.ModelId))
-	out, err := m.client.ConverseStream(at.Ctx(), in) // returns once the answer's headers are in: the first-token clock runs
+	// returns once the answer's headers are in: the first-token clock runs. A protocol of the call's own: the
+	// client's is shared by every call, and its event-stream codec decodes into one buffer (smithy-go v1.28.9), so
+	// two streams read at once (a server's replies, an aborted attempt's reader and the next attempt) raced on it.
+	out, err := m.client.ConverseStream(at.Ctx(), in, ownProtocol)
 	if err != nil {
 		return acc.partial(), classify(at, err, false)
 	}
@@ -298,3 +303,8 @@ var contextTooLong = regexp.MustCompile(`(?i)input is too long|prompt is too lon
 // fileRefused matches the refusals of an image or document Bedrock could not read.
 var fileRefused = regexp.MustCompile(`(?i)could not process (image|document)|unable to process (image|document)|invalid image|` +
 	`image exceeds|document exceeds|unsupported image|could not decode`)
+
+// ownProtocol gives one call a protocol (and so an event-stream codec) of its own.
+func ownProtocol(o *bedrockruntime.Options) {
+	o.Protocol = restjson1.New(schemas.AmazonBedrockFrontendService)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -457,5 +458,34 @@ func TestToolHistoryWithoutTools(t *testing.T) {
 		!strings.Contains(string(sent), `{"text":"[called get_weather with {\"city\":\"Paris\"}]"}`) ||
 		!strings.Contains(string(sent), `{"text":"[get_weather returned: sunny]"}`) {
 		t.Errorf("messages = %s", sent)
+	}
+}
+
+// TestConcurrentStreams: streams of one Model read at once each get their own events. The SDK's client shares one
+// event-stream codec (its payload buffer and decoder) among every call of the client (smithy-go v1.28.9,
+// internal/eventstream Codec.DeserializeEventMessage), so two streams read at once decoded into one buffer: a data
+// race that `make test-race` found between TestAbort's aborted attempt and the next, and, on a server streaming
+// many replies (agentloop dev and serve share one Model), one reply's bytes in another's events. Each call now
+// has a protocol of its own.
+func TestConcurrentStreams(t *testing.T) {
+	t.Parallel()
+	f := setup(t, offline.WithWordDelay(time.Millisecond))
+	m := f.model(nil)
+	const streams = 8
+	errs := make(chan error, streams)
+	for i := range streams {
+		go func() {
+			text := strings.Repeat(fmt.Sprintf("w%d ", i), 40)
+			_, events, err := run(context.Background(), m, user(text))
+			if got, want := textOf(events, agent.EventTextDelta), "You said: "+strings.TrimSpace(text); err == nil && got != want {
+				err = fmt.Errorf("stream %d: text %q, want %q", i, got, want)
+			}
+			errs <- err
+		}()
+	}
+	for range streams {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
