@@ -148,11 +148,15 @@ func Run(ctx context.Context, g *Gate, runs Runs, cfg Config, timers agent.Timer
 		st.HandedOver = max(was-left, 0)
 	}
 	if left > 0 {
-		// The stops go on while the runs end (a run claimed in the meantime joins late), each run asked once.
+		// The stops go on while the runs end (a run claimed in the meantime joins late), each run asked once. The
+		// runs are asked at least once, however soon the stop wait ends (a loop that checked the wait first asked
+		// none when its timer fired at once: lib/drain TestRun "one will not end", 1 run in a loaded make test).
 		stopCtx, cancel := timers.WithTimeoutCause(ctx, cfg.StopWait, context.DeadlineExceeded)
-		for left > 0 && stopCtx.Err() == nil {
+		for {
 			st.Stopped += runs.Stop(stopCtx)
-			left = waitIdle(stopCtx, runs, poll, timers)
+			if left = waitIdle(stopCtx, runs, poll, timers); left == 0 || stopCtx.Err() != nil {
+				break
+			}
 		}
 		cancel()
 		left = runs.Running()
