@@ -42,6 +42,24 @@ func devHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: devReadHeaderTimeout, ReadTimeout: devReadTimeout, IdleTimeout: devIdleTimeout}
 }
 
+// serveUntil serves h on ln (devHTTPServer), sends url on ready (when set), and returns when ctx ends, with the
+// server still serving for the caller's shutdown, and the channel its Serve's error arrives on; or the error
+// Serve failed with first.
+func serveUntil(ctx context.Context, h http.Handler, ln net.Listener, url string, ready chan<- string) (*http.Server, <-chan error, error) {
+	srv := devHTTPServer(h)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	if ready != nil {
+		ready <- url
+	}
+	select {
+	case err := <-errc:
+		return nil, nil, err
+	case <-ctx.Done():
+		return srv, errc, nil
+	}
+}
+
 // dev serves every route on one port until ctx ends. ready, when set, receives the base URL once serving.
 func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("agentloop dev", flag.ContinueOnError)
@@ -87,16 +105,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer, ready cha
 
 	go stack.Run(ctx)
 
-	srv := devHTTPServer(stack.Handler)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	if ready != nil {
-		ready <- url
-	}
-	select {
-	case err := <-errc:
+	srv, _, err := serveUntil(ctx, stack.Handler, ln, url, ready)
+	if err != nil {
 		return err
-	case <-ctx.Done():
 	}
 	// Let running turns finish and persist (they are bounded by the run wall clock).
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cmp.Or(cfg.RunTimeout, engine.DefaultRunTimeout))

@@ -69,16 +69,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready c
 	defer stopReaper()
 	go stack.Run(reaperCtx)
 
-	srv := devHTTPServer(stack.Handler)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	if ready != nil {
-		ready <- url
-	}
-	select {
-	case err := <-errc:
+	srv, errc, err := serveUntil(ctx, stack.Handler, ln, url, ready)
+	if err != nil {
 		return err
-	case <-ctx.Done():
 	}
 	// Draining: every response from now on closes its connection, so a client's next request opens a new one,
 	// which the balancer sends to another replica.
